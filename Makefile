@@ -1,0 +1,36 @@
+# The two set-up commands of the README. Both create .venv on first use.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_OUT ?= runs/demo
+PROFILE ?= smoke
+
+.PHONY: demo test install lint bench clean
+
+$(BIN)/foxhunt: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# The CPU build of torch first, pinned, so nothing pulls a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[test]"
+	touch $(BIN)/foxhunt
+
+install: $(BIN)/foxhunt
+
+## The main job: synthetic market -> DBN files -> ingest -> bars -> summary.
+demo: install
+	rm -rf $(DEMO_OUT)
+	$(BIN)/foxhunt data synth --profile $(PROFILE) --out $(DEMO_OUT)/market --quiet
+	$(BIN)/foxhunt data inspect $(DEMO_OUT)/market --profile $(PROFILE) --quiet
+	$(BIN)/foxhunt data bars --data $(DEMO_OUT)/market --profile $(PROFILE) --out $(DEMO_OUT)/bars --quiet
+
+## The tests (fast set; slow and GPU tests are opt-in: pytest -m slow / -m gpu).
+test: install
+	$(BIN)/ruff check src tests bench
+	$(BIN)/pytest
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

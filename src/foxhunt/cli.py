@@ -1,0 +1,305 @@
+"""The ``foxhunt`` command line, grouped by stage of the data flow.
+
+Every command that reads configuration takes ``--profile NAME`` or ``--config FILE.toml`` and any
+number of ``--set section.key=value``. Errors the user can fix (bad input files, bad config) are
+printed as one line naming the file or key, the problem and the fix, and exit with status 2;
+nothing is written in that case.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from foxhunt import __version__
+from foxhunt.config.loader import available_profiles, config_hash, load_config, write_resolved
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.schemas import RowUnit, Schema
+from foxhunt.errors import FoxhuntError
+
+app = typer.Typer(
+    help="foxhunt: deep-RL research for index futures from limit-order-book data (Databento DBN).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+data_app = typer.Typer(
+    help="Market data: inspect DBN files, rebuild books from MBO, generate the synthetic market, build bars.",
+    no_args_is_help=True,
+)
+config_app = typer.Typer(help="Show the resolved configuration and the profiles.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
+app.add_typer(config_app, name="config")
+
+console = Console(stderr=True)
+# Wide when piped (CI logs, files): rich would otherwise squeeze tables into 80 columns.
+out = Console(width=None if sys.stdout.isatty() else 160)
+
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option("--profile", help="Packaged profile: smoke (CPU), localdev, production."),
+]
+ConfigOpt = Annotated[Path | None, typer.Option("--config", help="A TOML config file instead of a profile.")]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", help="Override one value, e.g. --set data.bar_seconds=60 (repeatable)."),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _fails_cleanly(fn: F) -> F:
+    """Turn a :class:`FoxhuntError` into one line on stderr and exit status 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FoxhuntError as exc:
+            console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(exc.exit_code) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def step(description: str, quiet: bool) -> Iterator[None]:
+    """A transient spinner with elapsed time for a step that may take seconds."""
+    if quiet or not console.is_terminal:
+        yield
+        return
+    with Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as progress:
+        progress.add_task(description, total=None)
+        yield
+
+
+def _config(profile: str | None, config: Path | None, sets: list[str] | None) -> FoxhuntConfig:
+    return load_config(profile=profile, config_file=config, overrides=sets or ())
+
+
+def _iso(ns: int) -> str:
+    return np.datetime_as_string(np.datetime64(int(ns), "ns"), unit="ns") + "Z"
+
+
+@app.callback(invoke_without_command=True)
+def main(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+) -> None:
+    """foxhunt turns Databento order-book data into causal features, checks for signal, and trains
+    a distributional RL trading agent judged by purged walk-forward backtests."""
+    if version:
+        out.print(__version__)
+        raise typer.Exit(0)
+
+
+# --- config -----------------------------------------------------------------------------------
+
+
+@config_app.command("show")
+@_fails_cleanly
+def config_show(
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print the resolved configuration and its hash."""
+    cfg = _config(profile, config, set_)
+    body = {"config_hash": config_hash(cfg), "config": cfg.model_dump(mode="json")}
+    out.print_json(json.dumps(body)) if as_json else out.print(body)
+
+
+@config_app.command("profiles")
+def config_profiles() -> None:
+    """List the packaged profiles."""
+    for name in available_profiles():
+        out.print(name)
+
+
+# --- data -------------------------------------------------------------------------------------
+
+
+@data_app.command("inspect")
+@_fails_cleanly
+def data_inspect(
+    paths: Annotated[list[Path], typer.Argument(help="DBN files or directories of them.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Per file: schema, dataset, records, instruments, time span; for book data the share of
+    crossed/locked states and the median spread in ticks."""
+    from foxhunt.data.inspect import inspect_files
+
+    cfg = _config(profile, config, set_)
+    with step("inspecting", quiet):
+        reports = inspect_files(paths, cfg.data)
+    if as_json:
+        out.print_json(json.dumps({"files": reports}))
+        return
+    table = Table(title="DBN files")
+    for col in (
+        "file",
+        "schema",
+        "dataset",
+        "records",
+        "instruments",
+        "start (UTC)",
+        "end (UTC)",
+        "crossed",
+        "median spread (ticks)",
+    ):
+        table.add_column(col)
+    for r in reports:
+        table.add_row(
+            Path(r["path"]).name,
+            r["schema"],
+            r["dataset"],
+            f"{r['records']:,}",
+            ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
+            r["start"],
+            r["end"],
+            "" if r["crossed_share"] is None else f"{r['crossed_share']:.2%}",
+            "" if r["median_spread_ticks"] is None else f"{r['median_spread_ticks']:g}",
+        )
+    out.print(table)
+
+
+@data_app.command("rebuild-book")
+@_fails_cleanly
+def data_rebuild_book(
+    source: Annotated[Path, typer.Argument(help="An MBO file (.mbo.dbn or .mbo.dbn.zst).")],
+    out_path: Annotated[Path, typer.Option("--out", help="Output MBP-10 DBN file (.dbn.zst).")],
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rebuild the 10-level book from MBO events (numba book builder) and write it as a genuine
+    DBN MBP-10 file that Databento's DBNStore and `foxhunt data inspect` read back."""
+    from foxhunt.data.book import rebuild_book
+    from foxhunt.data.dbn_read import read_dbn
+    from foxhunt.data.dbn_write import write_book
+
+    cfg = _config(profile, config, set_)
+    f, mbo = read_dbn(source, expect=Schema.MBO)
+    with step("rebuilding book", quiet):
+        result = rebuild_book(mbo, levels=Schema.MBP_10.levels)  # type: ignore[arg-type]
+        write_book(out_path, result.book, symbols=f.instrument_symbols, dataset=f.dataset)
+    stem = out_path.name.removesuffix(".zst").removesuffix(".dbn")
+    write_resolved(cfg, out_path.with_name(f"{stem}.config.json"))
+    out.print(
+        f"{result.n_events:,} MBO events -> {result.n_states:,} book states "
+        f"({result.n_crossed:,} crossed/locked, {result.live_orders:,} orders resting at the end) "
+        f"-> {out_path}"
+    )
+
+
+@data_app.command("synth")
+@_fails_cleanly
+def data_synth(
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the DBN files.")],
+    seed: Annotated[int | None, typer.Option(help="Random seed (default: the config's).")] = None,
+    sessions: Annotated[int | None, typer.Option(help="Number of trading sessions.")] = None,
+    alpha: Annotated[float | None, typer.Option(help="Planted alpha strength (0 = no signal).")] = None,
+    events_per_session: Annotated[int | None, typer.Option(help="Book events per session.")] = None,
+    schemas: Annotated[
+        str, typer.Option(help="Comma-separated schemas to write: mbp-10, trades, mbo, ohlcv-1m.")
+    ] = "mbp-10,trades",
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Generate the synthetic ES market as genuine DBN files (deterministic for a seed)."""
+    from foxhunt.data.synth import write_synthetic
+
+    overrides = list(set_ or [])
+    for key, value in (
+        ("seed", seed),
+        ("sessions", sessions),
+        ("alpha", alpha),
+        ("events_per_session", events_per_session),
+    ):
+        if value is not None:
+            overrides.append(f"synth.{key}={value}")
+    cfg = _config(profile, config, overrides)
+    try:
+        wanted = tuple(Schema(s.strip()) for s in schemas.split(",") if s.strip())
+    except ValueError as exc:
+        raise FoxhuntError("--schemas", str(exc), "use mbp-10, trades, mbo, ohlcv-1m") from None
+    with step(f"simulating {cfg.synth.sessions} session(s)", quiet):
+        files = write_synthetic(cfg.synth, out_dir, schemas=wanted)
+    write_resolved(cfg, out_dir / "synth.config.json")
+    for p in files:
+        out.print(str(p))
+
+
+DATA_HELP = "DBN files or folders: --data a.dbn.zst b.dbn.zst (or a shell glob), or repeated --data."
+# ``--data PATH...``: click options take one value each, so the paths that follow the first one
+# arrive as extra arguments; commands taking --data accept them and append them (see _data_paths).
+MANY_PATHS = {"allow_extra_args": True}
+
+
+def _data_paths(data: list[Path], ctx: typer.Context) -> list[Path]:
+    extra = list(ctx.args)
+    flags = [a for a in extra if a.startswith("-")]
+    if flags:
+        raise FoxhuntError(" ".join(flags), "unknown option", "see --help")
+    return [*data, *(Path(a) for a in extra)]
+
+
+@data_app.command("bars", context_settings=MANY_PATHS)
+@_fails_cleanly
+def data_bars(
+    ctx: typer.Context,
+    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for bars.arrow (or snapshots.arrow).")],
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Ingest DBN files, pick the front month, build bars (or snapshot rows), write them as Arrow
+    IPC with the resolved config beside them, and print a summary."""
+    from foxhunt.data.summary import build_and_write
+
+    cfg = _config(profile, config, set_)
+    paths = _data_paths(data, ctx)
+    with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), quiet):
+        summary = build_and_write(paths, cfg, out_dir)
+    write_resolved(cfg, out_dir / "bars.config.json")
+    table = Table(title=f"{summary['row_unit']} rows -> {summary['path']}", show_header=False)
+    for key, value in summary.items():
+        if key not in ("path",):
+            table.add_row(key, str(value))
+    out.print(table)
+
+
+def run() -> None:  # pragma: no cover - console script shim for `python -m foxhunt`
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

@@ -1,0 +1,1 @@
+"""Typed, frozen configuration models and TOML profiles."""

@@ -1,0 +1,160 @@
+"""Load a configuration: packaged TOML profile or a TOML file, then ``--set`` overrides.
+
+Resolution order: model defaults < profile (or ``--config FILE``) < each ``--set section.key=value``
+in order. Values in ``--set`` are parsed as TOML (``3``, ``0.5``, ``true``, ``"x"``, ``[5, 20]``);
+anything that is not valid TOML is taken as a bare string (``data.data_source=ohlcv``).
+
+The resolved config is hashed (SHA-256 of its canonical JSON) for cache keys and run ids, and
+written next to every artefact with :func:`write_resolved`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import tomllib
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.errors import ConfigError
+
+DEFAULT_PROFILE = "smoke"
+
+
+def available_profiles() -> list[str]:
+    """Names of the TOML profiles shipped inside the package."""
+    folder = resources.files("foxhunt.config") / "profiles"
+    return sorted(p.name.removesuffix(".toml") for p in folder.iterdir() if p.name.endswith(".toml"))
+
+
+def _read_toml(where: str, text: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(where, f"not valid TOML ({exc})", "fix the TOML syntax") from exc
+
+
+def _profile_dict(name: str) -> dict[str, Any]:
+    if name not in available_profiles():
+        raise ConfigError(
+            f"--profile {name}", "unknown profile", f"use one of {', '.join(available_profiles())}"
+        )
+    text = (resources.files("foxhunt.config") / "profiles" / f"{name}.toml").read_text()
+    return _read_toml(f"profile {name}", text)
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        return raw
+
+
+def apply_override(tree: dict[str, Any], assignment: str) -> dict[str, Any]:
+    """Return a copy of ``tree`` with one ``section.key=value`` assignment applied."""
+    key, sep, raw = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key or "." not in key:
+        raise ConfigError(
+            f"--set {assignment}",
+            "expected section.key=value",
+            "write e.g. --set data.bar_seconds=60",
+        )
+    out = json.loads(json.dumps(tree, default=str))
+    node = out
+    *parents, leaf = key.split(".")
+    for part in parents:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {key}", f"{part} is a value, not a section", "check the key path")
+        node = child
+    node[leaf] = _parse_value(raw.strip())
+    return out
+
+
+def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
+    """Describe what is allowed at ``loc`` (the known keys of the enclosing section)."""
+    current: type[BaseModel] | None = model
+    for part in loc[:-1]:
+        field = current.model_fields.get(str(part)) if current else None
+        ann = field.annotation if field else None
+        current = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    if current is None:
+        return "see `foxhunt config show`"
+    return "known keys here: " + ", ".join(current.model_fields)
+
+
+def validate_tree(tree: dict[str, Any], where: str = "config") -> FoxhuntConfig:
+    """Build the config model, turning pydantic's errors into one :class:`ConfigError`."""
+    try:
+        return FoxhuntConfig.model_validate(tree)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = tuple(err["loc"])
+        key = ".".join(str(p) for p in loc)
+        value = err.get("input")
+        if err["type"] == "extra_forbidden":
+            raise ConfigError(f"{where}: {key}", "unknown key", _allowed(FoxhuntConfig, loc)) from exc
+        raise ConfigError(
+            f"{where}: {key}", f"invalid value {value!r}: {err['msg']}", "allowed: " + err["msg"]
+        ) from exc
+
+
+def load_config(
+    profile: str | None = None,
+    config_file: str | Path | None = None,
+    overrides: Sequence[str] = (),
+) -> FoxhuntConfig:
+    """Resolve a config from a profile name or a TOML file (not both) and overrides."""
+    if profile is not None and config_file is not None:
+        raise ConfigError("--profile/--config", "both given", "pass one of --profile or --config")
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.is_file():
+            raise ConfigError(str(path), "config file not found", "check the --config path")
+        tree, where = _read_toml(str(path), path.read_text()), str(path)
+    else:
+        name = profile or DEFAULT_PROFILE
+        tree, where = _profile_dict(name), f"profile {name}"
+    validate_tree(tree, where)  # errors in the profile itself are reported against the profile
+    for assignment in overrides:
+        tree = apply_override(tree, assignment)
+        validate_tree(tree, f"--set {assignment}")
+    return validate_tree(tree, where)
+
+
+def canonical_json(cfg: FoxhuntConfig) -> str:
+    """Sorted-key JSON of every resolved value (defaults included): the hashed form."""
+    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+
+
+def config_hash(cfg: FoxhuntConfig, section: str | None = None) -> str:
+    """Stable 16-hex-digit SHA-256 of the resolved config (or one section of it)."""
+    payload = canonical_json(cfg)
+    if section is not None:
+        payload = json.dumps(cfg.model_dump(mode="json")[section], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def write_resolved(cfg: FoxhuntConfig, path: str | Path) -> Path:
+    """Write the resolved config (with its hash) as JSON, atomically, and return the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {"config_hash": config_hash(cfg), "config": cfg.model_dump(mode="json")}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(body, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,345 @@
+"""Read one DBN file (``.dbn`` or ``.dbn.zst``) into typed columnar arrays with Databento's library.
+
+Decoding is Databento's: :meth:`databento.DBNStore.to_ndarray` returns a zero-copy structured view
+of the records, and this module only reinterprets columns (fixed-point prices to float, the ten
+``bid_px_00..09`` columns to one ``[n, 10]`` array). There is no per-record Python loop.
+
+We decompress zstd ourselves (with ``zstandard``) before handing the bytes to ``DBNStore`` for one
+reason: a zstd stream cut short decompresses without complaint in both libraries, and a truncated
+file would otherwise be read as a shorter, valid one. Checking that every zstd frame reached its
+end is how we refuse it.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import databento as db
+import databento_dbn as dbn
+import numpy as np
+import zstandard
+from databento.common.error import BentoError, BentoWarning
+
+from foxhunt.data.arrays import (
+    ACTION_NONE,
+    BookArrays,
+    DefinitionArrays,
+    MarketArrays,
+    MboArrays,
+    OhlcvArrays,
+    TradeArrays,
+)
+from foxhunt.data.schemas import Schema
+from foxhunt.errors import (
+    CorruptCompressionError,
+    EmptyFileError,
+    MissingFileError,
+    NotDbnError,
+    SchemaMismatchError,
+    UndefinedPriceError,
+)
+
+PRICE_SCALE = 1_000_000_000  # DBN fixed-point prices: 1 price unit = 1e9 integer units
+UNDEF_PRICE = int(dbn.UNDEF_PRICE)
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_DBN_MAGIC = b"DBN"
+
+
+@dataclass(frozen=True)
+class DbnFile:
+    """One decoded DBN file: its metadata and the raw structured records (zero-copy)."""
+
+    path: Path
+    schema: Schema
+    dataset: str
+    version: int
+    symbols: tuple[str, ...]
+    instrument_symbols: dict[int, str]  # instrument_id -> raw symbol, from the symbology mappings
+    start: int  # metadata start, ns UTC
+    end: int | None
+    records: np.ndarray  # structured array, Databento's record dtype
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+
+def _decompress(path: Path, raw: bytes) -> bytes:
+    """Decompress every zstd frame of ``raw``; raise if any frame is cut short or corrupt."""
+    out: list[bytes] = []
+    data = raw
+    decompressor = zstandard.ZstdDecompressor()
+    while data:
+        obj = decompressor.decompressobj()
+        try:
+            out.append(obj.decompress(data))
+        except zstandard.ZstdError as exc:
+            raise CorruptCompressionError(
+                path, f"corrupt zstd stream ({exc})", "re-download the file or check its checksum"
+            ) from exc
+        if not obj.eof:
+            raise CorruptCompressionError(
+                path,
+                "truncated zstd stream (the last frame does not end)",
+                "re-download the file; a partial download cannot be read safely",
+            )
+        data = obj.unused_data
+    return b"".join(out)
+
+
+def read_raw(path: str | Path) -> DbnFile:
+    """Open, validate and decode one DBN file, keeping Databento's structured record array.
+
+    Raises :class:`MissingFileError`, :class:`EmptyFileError`, :class:`NotDbnError` or
+    :class:`CorruptCompressionError` with the file named in the message.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(path, "no such file", "check the path (globs are not expanded here)")
+    raw = path.read_bytes()
+    if not raw:
+        raise EmptyFileError(path, "empty file (0 bytes)", "re-download or remove the file")
+    if raw[:4] == _ZSTD_MAGIC:
+        body = _decompress(path, raw)
+    elif raw[:3] == _DBN_MAGIC:
+        body = raw
+    else:
+        raise NotDbnError(
+            path,
+            "not a DBN file (neither the zstd nor the DBN magic bytes at the start)",
+            "pass a Databento .dbn or .dbn.zst file",
+        )
+    if body[:3] != _DBN_MAGIC:
+        raise NotDbnError(
+            path,
+            "zstd stream does not hold DBN data (no DBN magic after decompression)",
+            "pass a Databento .dbn or .dbn.zst file",
+        )
+    try:
+        with warnings.catch_warnings():
+            # Databento warns (rather than fails) on a stream that ends mid-record.
+            warnings.simplefilter("error", BentoWarning)
+            # A BytesIO, not bytes: DBNStore keeps repr(source) as its name, and repr() of a
+            # 300 MB bytes object costs seconds.
+            store = db.DBNStore.from_bytes(io.BytesIO(body))
+            records = store.to_ndarray()
+    except BentoWarning as exc:
+        raise CorruptCompressionError(
+            path, f"DBN stream ends mid-record ({exc})", "re-download the file"
+        ) from exc
+    except (dbn.DBNError, BentoError, ValueError) as exc:
+        raise NotDbnError(path, f"DBN decoding failed ({exc})", "pass a valid DBN file") from exc
+    if store.schema is None:
+        raise NotDbnError(path, "DBN file of mixed schemas", "split it per schema (one schema per file)")
+    try:
+        schema = Schema(str(store.schema))
+    except ValueError as exc:
+        raise SchemaMismatchError(
+            path,
+            f"schema {store.schema} is not read by foxhunt",
+            f"use one of {', '.join(s.value for s in Schema)}",
+        ) from exc
+    if len(records) == 0:
+        raise EmptyFileError(path, f"DBN {schema.value} file holds no records", "remove the file")
+    instrument_symbols: dict[int, str] = {}
+    for raw_symbol, intervals in store.mappings.items():
+        for interval in intervals:
+            if str(interval["symbol"]).isdigit():
+                instrument_symbols[int(interval["symbol"])] = raw_symbol
+    meta = store.metadata
+    return DbnFile(
+        path=path,
+        schema=schema,
+        dataset=str(store.dataset),
+        version=int(meta.version),
+        symbols=tuple(store.symbols),
+        instrument_symbols=instrument_symbols,
+        start=int(meta.start),
+        end=None if meta.end is None else int(meta.end),
+        records=records,
+    )
+
+
+# --- column conversion ------------------------------------------------------------------------
+
+
+def _px(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Fixed-point int64 prices to float64 price units (NaN where undefined), and that mask."""
+    out = np.divide(raw, PRICE_SCALE, dtype=np.float64)  # exact for binary-representable ticks
+    undef = raw == UNDEF_PRICE
+    out[undef] = np.nan
+    return out, undef
+
+
+def _price(raw: np.ndarray) -> np.ndarray:
+    return _px(raw)[0]
+
+
+def _ascii(col: np.ndarray) -> np.ndarray:
+    """An ``S1`` column (Databento action/side) as uint8 ASCII codes."""
+    return col.view(np.uint8).copy()
+
+
+def _levels(rec: np.ndarray, field: str, n_levels: int) -> np.ndarray:
+    """``{field}_00 .. {field}_{L-1}`` as one ``[n, L]`` strided *view* of the records (no copy).
+
+    The L levels of a record are consecutive ``BidAskPair`` structs, so the same field of level
+    k + 1 sits a fixed number of bytes after level k: a 2-D view with strides (record size, pair
+    size) reads them in place, and the one conversion pass that follows is the only copy.
+    """
+    fields = rec.dtype.fields
+    assert fields is not None
+    dtype, off0 = fields[f"{field}_00"][:2]
+    pair = fields[f"{field}_01"][1] - off0 if n_levels > 1 else dtype.itemsize
+    if not rec.flags.c_contiguous:
+        rec = np.ascontiguousarray(rec)
+    return np.ndarray(
+        (len(rec), n_levels), dtype=dtype, buffer=rec, offset=off0, strides=(rec.itemsize, pair)
+    )
+
+
+def book_from_records(path: Path, rec: np.ndarray, n_levels: int) -> BookArrays:
+    """MBP-10 / MBP-1 / TBBO / BBO structured records -> :class:`BookArrays`.
+
+    Raises :class:`UndefinedPriceError` when a level with size > 0 has an undefined price.
+    """
+    bid_sz = _levels(rec, "bid_sz", n_levels).astype(np.int64)
+    ask_sz = _levels(rec, "ask_sz", n_levels).astype(np.int64)
+    bid_px, bid_undef = _px(_levels(rec, "bid_px", n_levels))
+    ask_px, ask_undef = _px(_levels(rec, "ask_px", n_levels))
+    if (bid_sz[bid_undef] > 0).any() or (ask_sz[ask_undef] > 0).any():
+        bad = (bid_undef & (bid_sz > 0)) | (ask_undef & (ask_sz > 0))
+        row, level = np.argwhere(bad)[0]
+        raise UndefinedPriceError(
+            path,
+            f"{int(bad.sum())} populated book levels have an undefined price "
+            f"(first: record {row}, level {level}, field bid_px_{level:02d}/ask_px_{level:02d})",
+            "the file is corrupt or not a real book; re-download it",
+        )
+    names = rec.dtype.names or ()
+    return BookArrays(
+        ts_event=rec["ts_event"].astype(np.int64),
+        ts_recv=rec["ts_recv"].astype(np.int64),
+        instrument_id=rec["instrument_id"].astype(np.uint32),
+        action=(
+            _ascii(rec["action"])
+            if "action" in names  # BBO records have no action
+            else np.full(len(rec), ACTION_NONE, np.uint8)
+        ),
+        side=_ascii(rec["side"]),
+        flags=rec["flags"].astype(np.uint8),
+        price=_price(rec["price"]),
+        size=rec["size"].astype(np.int64),
+        depth=rec["depth"].astype(np.uint8) if "depth" in names else np.zeros(len(rec), np.uint8),
+        sequence=rec["sequence"].astype(np.uint32),
+        bid_px=bid_px,
+        ask_px=ask_px,
+        bid_sz=bid_sz,
+        ask_sz=ask_sz,
+        bid_ct=_levels(rec, "bid_ct", n_levels).astype(np.int64),
+        ask_ct=_levels(rec, "ask_ct", n_levels).astype(np.int64),
+    )
+
+
+def trades_from_records(rec: np.ndarray) -> TradeArrays:
+    return TradeArrays(
+        ts_event=rec["ts_event"].astype(np.int64),
+        ts_recv=rec["ts_recv"].astype(np.int64),
+        instrument_id=rec["instrument_id"].astype(np.uint32),
+        price=_price(rec["price"]),
+        size=rec["size"].astype(np.int64),
+        side=_ascii(rec["side"]),
+        flags=rec["flags"].astype(np.uint8),
+        sequence=rec["sequence"].astype(np.uint32),
+    )
+
+
+def mbo_from_records(rec: np.ndarray) -> MboArrays:
+    price_raw = rec["price"].astype(np.int64)
+    return MboArrays(
+        ts_event=rec["ts_event"].astype(np.int64),
+        ts_recv=rec["ts_recv"].astype(np.int64),
+        instrument_id=rec["instrument_id"].astype(np.uint32),
+        order_id=rec["order_id"].astype(np.uint64),
+        price_raw=price_raw,
+        price=_price(price_raw),
+        size=rec["size"].astype(np.int64),
+        action=_ascii(rec["action"]),
+        side=_ascii(rec["side"]),
+        flags=rec["flags"].astype(np.uint8),
+        sequence=rec["sequence"].astype(np.uint32),
+    )
+
+
+def ohlcv_from_records(rec: np.ndarray) -> OhlcvArrays:
+    return OhlcvArrays(
+        ts_event=rec["ts_event"].astype(np.int64),
+        instrument_id=rec["instrument_id"].astype(np.uint32),
+        open=_price(rec["open"]),
+        high=_price(rec["high"]),
+        low=_price(rec["low"]),
+        close=_price(rec["close"]),
+        volume=rec["volume"].astype(np.int64),
+    )
+
+
+def definitions_from_records(rec: np.ndarray) -> DefinitionArrays:
+    # CME futures carry the point value in unit_of_measure_qty (50 for ES); contract_multiplier
+    # is often unset (i32 max). Prefer the former where it is set.
+    uom = rec["unit_of_measure_qty"].astype(np.int64)
+    uom_px = _price(uom)
+    mult = rec["contract_multiplier"].astype(np.float64)
+    mult[mult >= np.iinfo(np.int32).max] = np.nan
+    return DefinitionArrays(
+        ts_event=rec["ts_event"].astype(np.int64),
+        instrument_id=rec["instrument_id"].astype(np.uint32),
+        raw_symbol=np.array(
+            [s.decode() if isinstance(s, bytes) else str(s) for s in rec["raw_symbol"]],
+            dtype=object,
+        ),
+        min_price_increment=_price(rec["min_price_increment"]),
+        contract_multiplier=np.where(np.isfinite(uom_px), uom_px, mult),
+        expiration=rec["expiration"].astype(np.int64),
+    )
+
+
+def to_arrays(f: DbnFile) -> MarketArrays:
+    """Typed columnar arrays for the file's schema."""
+    rec = f.records
+    if not f.schema.has_typed_arrays:
+        raise SchemaMismatchError(
+            f.path,
+            f"{f.schema.value} records are decoded but not used by foxhunt",
+            "pass book (mbp-10, mbo, mbp-1, tbbo, bbo), trades, ohlcv or definition files",
+        )
+    if f.schema.is_book:
+        return book_from_records(f.path, rec, f.schema.levels)
+    if f.schema is Schema.TRADES:
+        return trades_from_records(rec)
+    if f.schema is Schema.MBO:
+        return mbo_from_records(rec)
+    if f.schema.is_ohlcv:
+        return ohlcv_from_records(rec)
+    return definitions_from_records(rec)
+
+
+def read_dbn(
+    path: str | Path, expect: Schema | tuple[Schema, ...] | None = None
+) -> tuple[DbnFile, MarketArrays]:
+    """Read and decode one file; with ``expect``, refuse any other schema.
+
+    >>> f, book = read_dbn("x.mbp-10.dbn.zst", expect=Schema.MBP_10)  # doctest: +SKIP
+    """
+    f = read_raw(path)
+    allowed = (expect,) if isinstance(expect, Schema) else expect
+    if allowed is not None and f.schema not in allowed:
+        names = " or ".join(s.value for s in allowed)
+        raise SchemaMismatchError(
+            f.path,
+            f"file is {f.schema.value}, but {names} is required here",
+            f"pass a {names} file"
+            + (" (or rebuild the book with `foxhunt data rebuild-book`)" if f.schema is Schema.MBO else ""),
+        )
+    return f, to_arrays(f)

@@ -1,0 +1,468 @@
+"""Synthetic ES limit-order-book market: an event simulator that writes genuine DBN files.
+
+The embedded default market of foxhunt (SPEC §2). Each session is simulated independently by a
+numba event loop (:mod:`.synth_engine`) and written as MBP-10 and trades (optionally MBO and
+OHLCV-1m) through :mod:`.dbn_write`, so the real ingest path is always exercised.
+
+Model
+-----
+State: per side ``s`` a book of 10 visible (+2 reserve) contiguous price levels, each a FIFO
+queue of orders (count ``n_{s,i}``, size ``q_{s,i}``); a regime ``r`` in {calm, volatile}; the
+alpha signal ``S``. Events arrive in business time with state-dependent (queue-reactive)
+intensities, with ``m_{i,r} = depth_orders[i] * depth_mult_r``, ``w_i = level_turnover[i]``,
+``mu_r = cancel_rate * cancel_mult_r``, ``nu_r = modify_rate * cancel_mult_r``::
+
+    add, level i of side s:       lambda^A = w_i mu_r m_{i,r} (1 + kappa max(0, 1 - n_{s,i}/m_{i,r}))
+    cancel of one order:          lambda^C = w_i mu_r (n_{s,i} - 1)
+    modify (order moves a level): lambda^M = nu_r (n_{s,i} - 1)
+    market order, per side:       lambda^O = market_rate * market_mult_r    (if q_0 > 1)
+    price move:                   lambda^P = move_rate * move_mult_r         (if spread = 1 tick)
+    gap fill:                     lambda^G = gap_fill_rate                   (if spread = 2 ticks)
+
+The next event is ``e`` with probability ``lambda_e / Lambda`` after ``dtau ~ Exp(Lambda *
+activity_r)``, ``Lambda = sum_e lambda_e``; the queue-reactive add term refills thin queues and
+the per-order cancel rate pulls each queue towards ``m_{i,r}`` orders (the depth profile).
+Order sizes are ``1 + floor(exp(N(order_size_log_mean, order_size_log_sd)))`` contracts.
+
+Price formation. No add, cancel, modify or market order can empty a level (the last order of a
+level is never cancelled; a market order fills at most ``q_0 - 1`` contracts inside the touch
+queue). The best prices change only in two exogenous events:
+
+* a **price move** (P): an aggressor sweeps the whole touch level of one side (one trade of
+  the level's full size at the touch); the next level becomes the touch. With probability
+  ``1 - gap_prob_r`` the aggressor's residual and joining quotes form a fresh level
+  (``Poisson(m_0)`` orders) at the swept price, so the mid moves one tick; otherwise the spread
+  is left at two ticks and the mid has moved half a tick;
+* a **gap fill** (G): one order improves a two-tick spread (mid +-half a tick).
+
+The direction of both is drawn as ``P(up) = clip(1/2 + alpha * S_{t-1}, 0.02, 0.98)``, independently
+of everything else. With ``alpha = 0`` the mid is therefore a martingale whose increments are
+independent of the book and of past order flow: the queue-reactive mechanism by which a thin
+queue depletes and so *predicts* the next move is deliberately absent, and no imbalance measure
+predicts future mid moves.
+
+Planted alpha (the documented carrier). Row ``t``'s level-1 book imbalance
+``I_t = (bid_sz[t,0] - ask_sz[t,0]) / (bid_sz[t,0] + ask_sz[t,0])`` is smoothed into
+``S_t = S_{t-1} + (I_t - S_{t-1}) / H`` (``S_0 = I_0``, ``H = alpha_horizon_events``):
+:func:`alpha_signal` recomputes it exactly from :class:`BookArrays`. A move or gap fill in row
+``t + 1`` goes up with probability ``1/2 + alpha * S_t``, so ``S_t`` (and ``I_t``, through it)
+predicts ``mid[t + h] - mid[t]`` for ``h`` up to about ``H`` rows, with strength ``alpha``
+(``E[sign of a move | S] = 2 alpha S``).
+
+Regimes. A two-state Markov chain stepped once per event, switching with probability
+``1 / (mean spell in events)``; the volatile state has more events per unit time, more moves,
+more two-tick spreads (``gap_prob``), a thinner book, more cancels and market orders. The regime
+mixture and the intraday activity profile give heavy-tailed returns (kurtosis > 3) and
+volatility clustering (autocorrelated absolute returns).
+
+Clock. Business times ``tau_k`` are rescaled to ``u_k = tau_k / tau_end`` in ``[0, 1)`` and mapped
+to wall-clock time through the inverse of the cumulative intraday activity profile, so a
+session's ``events_per_session`` rows fill CME Globex hours: trade date ``D`` runs from ``D - 1``
+17:00 to ``D`` 16:00 America/Chicago; nothing happens in the 16:00-17:00 halt; sessions run on
+consecutive weekdays. Opening prices follow their own random walk across sessions (so any session
+can be simulated alone): ``open_i = start_price * exp(sigma * sum_{j<=i} z_j)``,
+``sigma = open_gap_ticks * tick_size / start_price``.
+
+Records. One MBP-10 row per event, holding the book *after* it (``F_LAST`` on each row; the first
+row is the opening snapshot, also ``F_SNAPSHOT``). A trade's row has action ``T``, the aggressor's
+side (``B`` buy, hits the ask), the touch price and the traded size; the trades schema lists
+exactly those rows. MBO (optional): ``R`` and the snapshot's adds, then per event its adds ``A``,
+cancels ``C`` (always of the order's full size), modifies ``M`` (new price and size; a partial
+fill is an ``M`` to the remaining size) and, closing a trade event, the trade ``T`` (order id 0,
+aggressor side); ``F_LAST`` marks each event's last record. Rebuilding it with
+:func:`foxhunt.data.book.rebuild_book` reproduces the MBP-10 rows field for field.
+
+Determinism. The event loop uses numba's generator seeded from ``SeedSequence([seed, 0,
+session_index])``; opening prices (``[seed, 1]``) and capture latencies (``[seed, 2,
+session_index]``) use numpy's PCG64. The same config gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import numpy as np
+
+from foxhunt import __version__
+from foxhunt.config.synth import SESSION_HOURS, SynthConfig
+from foxhunt.data import synth_engine as eng
+from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
+from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
+from foxhunt.data.dbn_write import write_book, write_mbo, write_ohlcv, write_trades
+from foxhunt.data.schemas import Schema
+from foxhunt.errors import ConfigError
+
+EXCHANGE_TZ = ZoneInfo("America/Chicago")
+SESSION_OPEN = dt.time(17, 0)  # CT, on the day before the trade date
+SESSION_CLOSE = dt.time(16, 0)  # CT, on the trade date
+F_LAST = eng.F_LAST
+F_SNAPSHOT = eng.F_SNAPSHOT
+WRITABLE_SCHEMAS = (Schema.MBP_10, Schema.TRADES, Schema.MBO, Schema.OHLCV_1M)
+MANIFEST_NAME = "synth.json"
+_MINUTE_NS = 60_000_000_000
+# SeedSequence([seed, stream, ...]) keys: one stream per use, so no two ever share a seed.
+_STREAM_EVENTS, _STREAM_OPEN_PRICES, _STREAM_LATENCY = 0, 1, 2
+
+
+@dataclass(frozen=True, eq=False)
+class SynthSession:
+    """One simulated session: what :func:`write_synthetic` writes for it."""
+
+    session_index: int
+    trade_date: dt.date
+    session_start_ns: int  # 17:00 CT the day before the trade date, ns UTC
+    session_end_ns: int  # 16:00 CT on the trade date (exclusive)
+    book: BookArrays  # one MBP-10 row per event, state after the event
+    trades: TradeArrays  # the trade rows of ``book`` (side = aggressor)
+    mbo: MboArrays | None  # order-level records that rebuild ``book`` (None unless asked for)
+    regime: np.ndarray  # [n] uint8 per book row: 0 calm, 1 volatile (ground truth, not written)
+
+    def ohlcv_1m(self) -> OhlcvArrays:
+        """One-minute bars of this session's trades (see :func:`ohlcv_from_trades`)."""
+        return ohlcv_from_trades(self.trades)
+
+
+# --- calendar ---------------------------------------------------------------------------------
+
+
+def session_trade_dates(cfg: SynthConfig) -> list[dt.date]:
+    """Trade dates of the ``cfg.sessions`` sessions: consecutive weekdays from ``start_date``."""
+    dates: list[dt.date] = []
+    day = cfg.start_date
+    while len(dates) < cfg.sessions:
+        if day.weekday() < 5:
+            dates.append(day)
+        day += dt.timedelta(days=1)
+    return dates
+
+
+def session_window_ns(trade_date: dt.date) -> tuple[int, int]:
+    """``(open, close)`` of a Globex session in ns UTC: D-1 17:00 CT to D 16:00 CT."""
+    opening = dt.datetime.combine(trade_date - dt.timedelta(days=1), SESSION_OPEN, EXCHANGE_TZ)
+    closing = dt.datetime.combine(trade_date, SESSION_CLOSE, EXCHANGE_TZ)
+    return _ns(opening), _ns(closing)
+
+
+def _ns(t: dt.datetime) -> int:
+    return int((t - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(microseconds=1)) * 1000
+
+
+# --- simulation -------------------------------------------------------------------------------
+
+
+def _tick_raw(cfg: SynthConfig) -> int:
+    return round(cfg.tick_size * PRICE_SCALE)
+
+
+def _open_bid_ticks(cfg: SynthConfig, session_index: int) -> int:
+    """Best bid (ticks) at a session's open: ``open_i = start * exp(sigma * sum z)``."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_OPEN_PRICES])))
+    sigma = cfg.open_gap_ticks * cfg.tick_size / cfg.start_price
+    z = rng.standard_normal(session_index).sum() if session_index else 0.0
+    mid = cfg.start_price * float(np.exp(sigma * z))
+    return int(np.floor(mid / cfg.tick_size))
+
+
+def _switch_probabilities(cfg: SynthConfig) -> np.ndarray:
+    """Per-event regime switch probabilities from the mean spells (minutes of session time)."""
+    spells = np.array([cfg.calm.mean_spell_minutes, cfg.volatile.mean_spell_minutes])
+    activity = np.array([cfg.calm.activity, cfg.volatile.activity])
+    share = spells / spells.sum()  # stationary time share of each state
+    events_per_min = cfg.events_per_session / (SESSION_HOURS * 60.0)
+    per_state = events_per_min * activity / float((share * activity).sum())
+    return np.minimum(1.0, 1.0 / (spells * per_state))
+
+
+def _wall_hours(u: np.ndarray, profile: tuple[tuple[float, float], ...]) -> np.ndarray:
+    """Inverse cumulative activity: business fraction ``u`` -> hours since the 17:00 CT open."""
+    knots = np.array([h for h, _ in profile] + [SESSION_HOURS])
+    weights = np.array([w for _, w in profile])
+    cum = np.concatenate([[0.0], np.cumsum(weights * np.diff(knots))])
+    return np.interp(u, cum / cum[-1], knots)
+
+
+def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = False) -> SynthSession:
+    """Simulate session ``session_index`` (0-based) of ``cfg``; MBO records only if asked for.
+
+    The book, trades and regimes do not depend on ``with_mbo`` (recording MBO draws no random
+    numbers).
+    """
+    if not 0 <= session_index < cfg.sessions:
+        raise ValueError(f"session_index {session_index} outside 0..{cfg.sessions - 1}")
+    trade_date = session_trade_dates(cfg)[session_index]
+    start_ns, end_ns = session_window_ns(trade_date)
+    seed32 = int(np.random.SeedSequence([cfg.seed, _STREAM_EVENTS, session_index]).generate_state(1)[0])
+    regimes = (cfg.calm, cfg.volatile)
+    tick_raw = _tick_raw(cfg)
+
+    def per_regime(name: str) -> np.ndarray:
+        return np.array([float(getattr(r, name)) for r in regimes])
+
+    (
+        tau,
+        regime,
+        action,
+        side,
+        price,
+        size,
+        depth,
+        bid_px,
+        ask_px,
+        bid_sz,
+        ask_sz,
+        bid_ct,
+        ask_ct,
+        mbo_table,
+        tau_end,
+    ) = eng.simulate_kernel(
+        seed32,
+        int(cfg.events_per_session),
+        _open_bid_ticks(cfg, session_index),
+        tick_raw,
+        float(PRICE_SCALE),
+        np.asarray(cfg.depth_orders, np.float64),
+        np.asarray(cfg.level_turnover, np.float64),
+        float(cfg.order_size_log_mean),
+        float(cfg.order_size_log_sd),
+        int(cfg.max_order_size),
+        float(cfg.cancel_rate),
+        float(cfg.refill_boost),
+        float(cfg.modify_rate),
+        float(cfg.market_rate),
+        float(cfg.move_rate),
+        float(cfg.gap_fill_rate),
+        per_regime("activity"),
+        per_regime("move_mult"),
+        per_regime("gap_prob"),
+        per_regime("cancel_mult"),
+        per_regime("market_mult"),
+        per_regime("depth_mult"),
+        _switch_probabilities(cfg),
+        float(cfg.alpha),
+        int(cfg.alpha_horizon_events),
+        with_mbo,
+    )
+    n = len(tau)
+
+    # Clock: business time -> wall clock through the intraday activity profile.
+    hours = _wall_hours(tau / tau_end, cfg.activity_profile)
+    ts_event = start_ns + np.floor(hours * 3.6e12).astype(np.int64)
+    ts_event = np.minimum(np.maximum.accumulate(ts_event), end_ns - 1)
+    lat_rng = np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_LATENCY, session_index]))
+    )
+    latency = np.rint(lat_rng.exponential(cfg.latency_ns, n)).astype(np.int64)
+    ts_recv = np.maximum.accumulate(ts_event + latency)
+
+    flags = np.full(n, F_LAST, np.uint8)
+    flags[0] |= F_SNAPSHOT
+    sequence = np.arange(1, n + 1, dtype=np.uint32)
+    iid = np.full(n, cfg.instrument_id, np.uint32)
+    book = BookArrays(
+        ts_event=ts_event,
+        ts_recv=ts_recv,
+        instrument_id=iid,
+        action=action,
+        side=side,
+        flags=flags,
+        price=price,
+        size=size,
+        depth=depth,
+        sequence=sequence,
+        bid_px=bid_px,
+        ask_px=ask_px,
+        bid_sz=bid_sz,
+        ask_sz=ask_sz,
+        bid_ct=bid_ct,
+        ask_ct=ask_ct,
+    )
+    trade_rows = np.flatnonzero(action == ACTION_TRADE)
+    trades = TradeArrays(
+        ts_event=ts_event[trade_rows],
+        ts_recv=ts_recv[trade_rows],
+        instrument_id=iid[trade_rows],
+        price=book.price[trade_rows],
+        size=size[trade_rows],
+        side=side[trade_rows],
+        flags=flags[trade_rows],
+        sequence=sequence[trade_rows],
+    )
+    mbo = _mbo_arrays(mbo_table, ts_event, ts_recv, cfg.instrument_id, tick_raw) if with_mbo else None
+    return SynthSession(
+        session_index=session_index,
+        trade_date=trade_date,
+        session_start_ns=start_ns,
+        session_end_ns=end_ns,
+        book=book,
+        trades=trades,
+        mbo=mbo,
+        regime=regime,
+    )
+
+
+def _mbo_arrays(
+    table: np.ndarray, ts_event: np.ndarray, ts_recv: np.ndarray, instrument_id: int, tick_raw: int
+) -> MboArrays:
+    row = table[eng.R_ROW]
+    ticks = table[eng.R_PX]
+    undefined = ticks == eng.NO_PRICE
+    price_raw = np.where(undefined, UNDEF_PRICE, ticks * tick_raw)
+    price = price_raw / PRICE_SCALE
+    price[undefined] = np.nan
+    return MboArrays(
+        ts_event=ts_event[row],
+        ts_recv=ts_recv[row],
+        instrument_id=np.full(len(row), instrument_id, np.uint32),
+        order_id=table[eng.R_OID].astype(np.uint64),
+        price_raw=price_raw,
+        price=price,
+        size=table[eng.R_SIZE].copy(),
+        action=table[eng.R_ACTION].astype(np.uint8),
+        side=table[eng.R_SIDE].astype(np.uint8),
+        flags=table[eng.R_FLAGS].astype(np.uint8),
+        sequence=(row + 1).astype(np.uint32),
+    )
+
+
+# --- derived series ---------------------------------------------------------------------------
+
+
+def ohlcv_from_trades(trades: TradeArrays, bar_ns: int = _MINUTE_NS) -> OhlcvArrays:
+    """OHLCV bars of trade prices; ``ts_event`` is the bar's open; only bars with trades."""
+    ts = trades.ts_event
+    start = (ts // bar_ns) * bar_ns
+    if len(ts) == 0:
+        empty = np.zeros(0, np.float64)
+        return OhlcvArrays(
+            np.zeros(0, np.int64), np.zeros(0, np.uint32), empty, empty, empty, empty, np.zeros(0, np.int64)
+        )
+    first = np.flatnonzero(np.r_[True, start[1:] != start[:-1]])
+    last = np.r_[first[1:], len(ts)] - 1
+    return OhlcvArrays(
+        ts_event=start[first],
+        instrument_id=trades.instrument_id[first],
+        open=trades.price[first],
+        high=np.maximum.reduceat(trades.price, first),
+        low=np.minimum.reduceat(trades.price, first),
+        close=trades.price[last],
+        volume=np.add.reduceat(trades.size, first),
+    )
+
+
+def level1_imbalance(book: BookArrays) -> np.ndarray:
+    """[n] ``I_t = (bid_sz0 - ask_sz0) / (bid_sz0 + ask_sz0)``; NaN where both are 0."""
+    bid = book.bid_sz[:, 0]
+    ask = book.ask_sz[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (bid - ask) / (bid + ask)
+
+
+def alpha_signal(book: BookArrays, horizon: int) -> np.ndarray:
+    """[n] the planted-alpha carrier ``S_t`` (EMA of :func:`level1_imbalance` over ``horizon``).
+
+    Equal, row for row, to the signal the simulator used for the book it generated (pass
+    ``cfg.alpha_horizon_events``): the move in row ``t + 1`` goes up with probability
+    ``clip(1/2 + alpha * S_t, 0.02, 0.98)``.
+    """
+    return eng.imbalance_ema(np.ascontiguousarray(level1_imbalance(book)), int(horizon))
+
+
+# --- files ------------------------------------------------------------------------------------
+
+
+def synth_file_name(cfg: SynthConfig, trade_date: dt.date, schema: Schema) -> str:
+    """``synth-{symbol}-{YYYYMMDD}.{schema}.dbn.zst``."""
+    return f"synth-{cfg.symbol}-{trade_date:%Y%m%d}.{schema.value}.dbn.zst"
+
+
+def write_synthetic(
+    cfg: SynthConfig,
+    out_dir: str | Path,
+    schemas: tuple[Schema, ...] = (Schema.MBP_10, Schema.TRADES),
+) -> list[Path]:
+    """Simulate every session of ``cfg`` and write one DBN file per session and schema.
+
+    Also writes ``synth.json`` (config, seed, files and record counts) into ``out_dir``.
+    Returns the DBN paths, session by session in the order of ``schemas``. Every file is
+    written atomically; the same config writes the same bytes.
+    """
+    wanted = tuple(dict.fromkeys(Schema(s) for s in schemas))
+    bad = [s.value for s in wanted if s not in WRITABLE_SCHEMAS]
+    if bad or not wanted:
+        raise ConfigError(
+            "schemas",
+            f"the synthetic market cannot write {', '.join(bad) or 'an empty schema list'}",
+            "choose from " + ", ".join(s.value for s in WRITABLE_SCHEMAS),
+        )
+    out = Path(out_dir)
+    symbols = {cfg.instrument_id: cfg.symbol}
+    paths: list[Path] = []
+    entries: list[dict[str, object]] = []
+    for index in range(cfg.sessions):
+        sess = simulate_session(cfg, index, with_mbo=Schema.MBO in wanted)
+        counts = {
+            Schema.MBP_10: len(sess.book),
+            Schema.TRADES: len(sess.trades),
+            Schema.MBO: len(sess.mbo) if sess.mbo is not None else 0,
+        }
+        files: dict[str, str] = {}
+        for schema in wanted:
+            path = out / synth_file_name(cfg, sess.trade_date, schema)
+            if schema is Schema.MBP_10:
+                write_book(path, sess.book, symbols=symbols)
+            elif schema is Schema.TRADES:
+                write_trades(path, sess.trades, symbols=symbols)
+            elif schema is Schema.MBO:
+                assert sess.mbo is not None
+                write_mbo(path, sess.mbo, symbols=symbols)
+            else:
+                bars = sess.ohlcv_1m()
+                counts[Schema.OHLCV_1M] = len(bars)
+                write_ohlcv(path, bars, symbols=symbols, schema=Schema.OHLCV_1M)
+            files[schema.value] = path.name
+            paths.append(path)
+        entries.append(
+            {
+                "index": index,
+                "trade_date": sess.trade_date.isoformat(),
+                "start_ns": sess.session_start_ns,
+                "end_ns": sess.session_end_ns,
+                "files": files,
+                "records": {s.value: c for s, c in counts.items() if s in wanted},
+                "volatile_share": float(np.mean(sess.regime)),
+            }
+        )
+    manifest = {
+        "generator": "foxhunt.data.synth",
+        "foxhunt_version": __version__,
+        "seed": cfg.seed,
+        "symbol": cfg.symbol,
+        "instrument_id": cfg.instrument_id,
+        "alpha": cfg.alpha,
+        "alpha_carrier": "S_t = EMA_H(level-1 imbalance (bid_sz0-ask_sz0)/(bid_sz0+ask_sz0)), "
+        "H = alpha_horizon_events; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
+        "schemas": [s.value for s in wanted],
+        "config": cfg.model_dump(mode="json"),
+        "sessions": entries,
+    }
+    _write_json(out / MANIFEST_NAME, manifest)
+    return paths
+
+
+def _write_json(path: Path, body: dict[str, object]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(body, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

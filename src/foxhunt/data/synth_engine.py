@@ -1,0 +1,563 @@
+"""The numba event loop of the synthetic market (the model is documented in :mod:`.synth`).
+
+One call simulates one session in business time and returns flat arrays: one row per book
+update (the MBP-10 state after the event and the event's fields) and, optionally, a table of
+the market-by-order records that produce the same book. Prices are integer ticks inside; book
+rows are written in price units (``ticks * tick_raw / 1e9``, exactly as DBN ingest converts),
+MBO records keep ticks. The caller maps business time to wall-clock time.
+
+Book storage (per side ``s`` = 0 bid, 1 ask; level ``i`` = 0 best): ``LMAX`` contiguous price
+levels, ``VIS`` = 10 visible (they evolve) plus ``LMAX - VIS`` hidden reserve levels (static;
+they only enter the visible window when the touch moves away). Each level is a FIFO of orders
+(``oid``/``osz`` ``[2, LMAX, CAP]``) with its order count ``cnt`` and total size ``qty``.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+BID, ASK = 0, 1
+VIS = 10  # visible levels (MBP-10)
+LMAX = 12  # levels kept per side: 10 visible + 2 hidden reserve levels
+CAP = 256  # orders per level (adds stop at CAP - 1)
+
+# Columns of the int64 MBO record table the kernel fills.
+R_ROW, R_OID, R_PX, R_SIZE, R_ACTION, R_SIDE, R_FLAGS = range(7)
+N_RCOLS = 7
+NO_PRICE = np.iinfo(np.int64).min  # R_PX sentinel: undefined price (the clear record)
+
+F_LAST = 128
+F_SNAPSHOT = 32
+A_ADD = ord("A")
+A_CANCEL = ord("C")
+A_MODIFY = ord("M")
+A_CLEAR = ord("R")
+A_TRADE = ord("T")
+S_BID = ord("B")
+S_ASK = ord("A")
+S_NONE = ord("N")
+
+# Event kinds, in the order their intensities are laid out.
+EV_ADD, EV_CANCEL, EV_MODIFY, EV_MARKET, EV_MOVE, EV_GAP_FILL = range(6)
+
+
+# Explicit signatures: one compiled variant per helper (literal arguments would otherwise
+# multiply them) and a shorter cold compile.
+_I2 = "int64[:, ::1]"
+_I3 = "int64[:, :, ::1]"
+_BOOK = f"{_I2}, {_I3}, {_I3}, {_I2}, {_I2}"  # px, oid, osz, cnt, qty
+
+
+@numba.njit("int64(int64)", cache=True)
+def _side_code(s):
+    return S_BID if s == BID else S_ASK
+
+
+@numba.njit("int64(float64, float64, int64)", cache=True)
+def _order_size(mu, sd, max_size):
+    """Order size in contracts: 1 + floor(exp(N(mu, sd))), at most ``max_size``."""
+    v = np.exp(mu + sd * np.random.standard_normal())
+    if v >= max_size - 1:
+        return max_size
+    return 1 + int(v)
+
+
+@numba.njit(f"int64({_I2}, int64, int64, int64, int64, int64, int64, int64, int64)", cache=True)
+def _rec(mbo, k, row, order_id, price, size, action, side, flags):
+    """Write MBO record ``k`` (column-major table ``[N_RCOLS, capacity]``); return ``k + 1``."""
+    mbo[R_ROW, k] = row
+    mbo[R_OID, k] = order_id
+    mbo[R_PX, k] = price
+    mbo[R_SIZE, k] = size
+    mbo[R_ACTION, k] = action
+    mbo[R_SIDE, k] = side
+    mbo[R_FLAGS, k] = flags
+    return k + 1
+
+
+@numba.njit(f"none({_I3}, {_I3}, {_I2}, {_I2}, int64, int64, int64, int64)", cache=True)
+def _append(oid, osz, cnt, qty, s, i, order_id, size):
+    j = cnt[s, i]
+    oid[s, i, j] = order_id
+    osz[s, i, j] = size
+    cnt[s, i] = j + 1
+    qty[s, i] += size
+
+
+@numba.njit(f"int64({_I3}, {_I3}, {_I2}, {_I2}, int64, int64, int64)", cache=True)
+def _remove_at(oid, osz, cnt, qty, s, i, j):
+    """Remove order ``j`` of level ``i`` (later orders keep their queue order); its size."""
+    size = osz[s, i, j]
+    n = cnt[s, i]
+    for t in range(j, n - 1):
+        oid[s, i, t] = oid[s, i, t + 1]
+        osz[s, i, t] = osz[s, i, t + 1]
+    cnt[s, i] = n - 1
+    qty[s, i] -= size
+    return size
+
+
+@numba.njit(f"none({_BOOK}, int64, int64, int64)", cache=True)
+def _copy_level(px, oid, osz, cnt, qty, s, src, dst):
+    n = cnt[s, src]
+    px[s, dst] = px[s, src]
+    cnt[s, dst] = n
+    qty[s, dst] = qty[s, src]
+    for t in range(n):
+        oid[s, dst, t] = oid[s, src, t]
+        osz[s, dst, t] = osz[s, src, t]
+
+
+@numba.njit(
+    f"UniTuple(int64, 2)({_BOOK}, int64, int64, int64, float64, float64, float64, int64, int64, "
+    f"{_I2}, int64, int64, int64, boolean)",
+    cache=True,
+)
+def _fill_level(
+    px, oid, osz, cnt, qty, s, i, price, n_target, mu, sd, max_size, next_oid, mbo, k, row, flags, emit
+):
+    """Populate empty level ``i`` at ``price`` with max(1, Poisson(n_target)) new orders."""
+    n = max(1, min(CAP // 2, np.random.poisson(n_target)))
+    px[s, i] = price
+    cnt[s, i] = 0
+    qty[s, i] = 0
+    for _ in range(n):
+        size = _order_size(mu, sd, max_size)
+        _append(oid, osz, cnt, qty, s, i, next_oid, size)
+        if emit:
+            k = _rec(mbo, k, row, next_oid, price, size, A_ADD, _side_code(s), flags)
+        next_oid += 1
+    return next_oid, k
+
+
+@numba.njit(
+    f"UniTuple(int64, 2)({_BOOK}, int64, float64, float64, float64, int64, int64, {_I2}, int64, "
+    "int64, boolean)",
+    cache=True,
+)
+def _shift_in(px, oid, osz, cnt, qty, s, n_target, mu, sd, max_size, next_oid, mbo, k, row, emit):
+    """Level 0 of side ``s`` is gone: levels move one step in, a new reserve level appears."""
+    for i in range(LMAX - 1):
+        _copy_level(px, oid, osz, cnt, qty, s, i + 1, i)
+    out = -1 if s == BID else 1  # one tick away from the touch
+    return _fill_level(
+        px,
+        oid,
+        osz,
+        cnt,
+        qty,
+        s,
+        LMAX - 1,
+        px[s, LMAX - 2] + out,
+        n_target,
+        mu,
+        sd,
+        max_size,
+        next_oid,
+        mbo,
+        k,
+        row,
+        0,
+        emit,
+    )
+
+
+@numba.njit(f"int64({_BOOK}, int64, int64, {_I2}, int64, int64, boolean)", cache=True)
+def _shift_out(px, oid, osz, cnt, qty, s, price, mbo, k, row, emit):
+    """Make room for a new best level at ``price``: the farthest level is cancelled."""
+    far = LMAX - 1
+    if emit:
+        for t in range(cnt[s, far]):
+            k = _rec(mbo, k, row, oid[s, far, t], px[s, far], osz[s, far, t], A_CANCEL, _side_code(s), 0)
+    for i in range(LMAX - 1, 0, -1):
+        _copy_level(px, oid, osz, cnt, qty, s, i - 1, i)
+    px[s, 0] = price
+    cnt[s, 0] = 0
+    qty[s, 0] = 0
+    return k
+
+
+@numba.njit(f"int64({_BOOK}, int64, int64, {_I2}, int64, int64, boolean)", cache=True)
+def _fill_touch(px, oid, osz, cnt, qty, s, want, mbo, k, row, emit):
+    """Execute ``want`` contracts against level 0 of resting side ``s`` in FIFO order.
+
+    Each filled order leaves with a cancel record of its full size, a partially filled one is
+    modified to its remaining size (keeping its place). Returns the new record count.
+    """
+    left = want
+    done = 0  # orders filled completely
+    n = cnt[s, 0]
+    price = px[s, 0]
+    code = _side_code(s)
+    while left > 0 and done < n:
+        size = osz[s, 0, done]
+        if size <= left:
+            left -= size
+            if emit:
+                k = _rec(mbo, k, row, oid[s, 0, done], price, size, A_CANCEL, code, 0)
+            done += 1
+        else:
+            osz[s, 0, done] = size - left
+            if emit:
+                k = _rec(mbo, k, row, oid[s, 0, done], price, size - left, A_MODIFY, code, 0)
+            left = 0
+    for t in range(done, n):
+        oid[s, 0, t - done] = oid[s, 0, t]
+        osz[s, 0, t - done] = osz[s, 0, t]
+    cnt[s, 0] = n - done
+    qty[s, 0] -= want - left
+    return k
+
+
+@numba.njit(f"{_I2}({_I2}, int64)", cache=True)
+def _grow(mbo, need):
+    """The record table with room for ``need`` records (doubling)."""
+    if need <= mbo.shape[1]:
+        return mbo
+    new = np.empty((N_RCOLS, max(need, 2 * mbo.shape[1])), np.int64)
+    new[:, : mbo.shape[1]] = mbo
+    return new
+
+
+@numba.njit(cache=True)
+def simulate_kernel(
+    seed,
+    n_rows,
+    bid0,
+    tick_raw,
+    price_scale,
+    depth_orders,
+    level_turnover,
+    size_mu,
+    size_sd,
+    max_size,
+    cancel_rate,
+    refill_boost,
+    modify_rate,
+    market_rate,
+    move_rate,
+    gap_fill_rate,
+    reg_activity,
+    reg_move,
+    reg_gap,
+    reg_cancel,
+    reg_market,
+    reg_depth,
+    reg_switch,
+    alpha,
+    horizon,
+    emit_mbo,
+):
+    """Simulate ``n_rows`` book updates of one session (equations in :mod:`.synth`).
+
+    Returns ``(tau, regime, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz,
+    bid_ct, ask_ct, mbo, tau_end)``: business time, regime and event fields per row, the visible
+    book after each row (prices in price units, ``ticks * tick_raw / price_scale`` as DBN ingest
+    converts them), the MBO record table ``[N_RCOLS, m]`` (prices in ticks; ``m`` = 0 without
+    ``emit_mbo``), and the business time at which the session ends.
+    """
+    np.random.seed(seed)
+    tau = np.empty(n_rows, np.float64)
+    regime_out = np.empty(n_rows, np.uint8)
+    action = np.empty(n_rows, np.uint8)
+    side = np.empty(n_rows, np.uint8)
+    price = np.empty(n_rows, np.float64)
+    size_out = np.empty(n_rows, np.int64)
+    depth = np.zeros(n_rows, np.uint8)
+    bid_px = np.empty((n_rows, VIS), np.float64)
+    ask_px = np.empty((n_rows, VIS), np.float64)
+    bid_sz = np.empty((n_rows, VIS), np.int64)
+    ask_sz = np.empty((n_rows, VIS), np.int64)
+    bid_ct = np.empty((n_rows, VIS), np.int64)
+    ask_ct = np.empty((n_rows, VIS), np.int64)
+    mbo = np.empty((N_RCOLS, 4 * n_rows + 4 * LMAX * CAP if emit_mbo else 0), np.int64)
+    k = 0
+
+    px = np.empty((2, LMAX), np.int64)
+    cnt = np.zeros((2, LMAX), np.int64)
+    qty = np.zeros((2, LMAX), np.int64)
+    oid = np.zeros((2, LMAX, CAP), np.int64)
+    osz = np.zeros((2, LMAX, CAP), np.int64)
+    r_add = np.zeros((2, VIS), np.float64)
+    r_cancel = np.zeros((2, VIS), np.float64)
+    r_modify = np.zeros((2, VIS), np.float64)
+    next_oid = 1
+    regime = 0
+    t_now = 0.0
+    total = 1.0
+
+    # --- row 0: the opening snapshot (R, then every order with F_SNAPSHOT, best bid last) ---
+    if emit_mbo:
+        k = _rec(mbo, k, 0, 0, NO_PRICE, 0, A_CLEAR, S_NONE, F_SNAPSHOT)
+    for s in (ASK, BID):
+        for i in range(LMAX - 1, -1, -1):
+            level_px = bid0 - i if s == BID else bid0 + 1 + i
+            next_oid, k = _fill_level(
+                px,
+                oid,
+                osz,
+                cnt,
+                qty,
+                s,
+                i,
+                level_px,
+                depth_orders[min(i, VIS - 1)] * reg_depth[0],
+                size_mu,
+                size_sd,
+                max_size,
+                next_oid,
+                mbo,
+                k,
+                0,
+                F_SNAPSHOT,
+                emit_mbo,
+            )
+    if emit_mbo:
+        mbo[R_FLAGS, k - 1] |= F_LAST
+    ev_action, ev_side, ev_price = A_ADD, S_BID, px[BID, 0]
+    ev_size, ev_depth = osz[BID, 0, cnt[BID, 0] - 1], 0
+    signal = 0.0  # S: EMA of the level-1 imbalance over the rows so far
+
+    row = 0
+    while True:
+        # --- record the state after the event (row ``row``) -----------------------------------
+        tau[row] = t_now
+        regime_out[row] = regime
+        action[row] = ev_action
+        side[row] = ev_side
+        price[row] = (ev_price * tick_raw) / price_scale
+        size_out[row] = ev_size
+        depth[row] = ev_depth
+        for i in range(VIS):
+            bid_px[row, i] = (px[BID, i] * tick_raw) / price_scale
+            ask_px[row, i] = (px[ASK, i] * tick_raw) / price_scale
+            bid_sz[row, i] = qty[BID, i]
+            ask_sz[row, i] = qty[ASK, i]
+            bid_ct[row, i] = cnt[BID, i]
+            ask_ct[row, i] = cnt[ASK, i]
+        # I_t = (q_bid - q_ask) / (q_bid + q_ask); S_t = S_{t-1} + (I_t - S_{t-1}) / H, S_0 = I_0
+        imb = (qty[BID, 0] - qty[ASK, 0]) / (qty[BID, 0] + qty[ASK, 0])
+        signal = imb if row == 0 else signal + (imb - signal) / horizon
+        row += 1
+        if row == n_rows:
+            break
+
+        # --- regime: a Markov chain stepped once per event ------------------------------------
+        if np.random.random() < reg_switch[regime]:
+            regime = 1 - regime
+        if emit_mbo:
+            mbo = _grow(mbo, k + 4 * LMAX * CAP)
+        k0 = k
+
+        # --- intensities lambda_e(state) --------------------------------------------------------
+        mu = cancel_rate * reg_cancel[regime]
+        nu = modify_rate * reg_cancel[regime]
+        total = 0.0
+        for s in range(2):
+            for i in range(VIS):
+                n = cnt[s, i]
+                target = depth_orders[i] * reg_depth[regime]
+                w = level_turnover[i]
+                # add:    w_i mu m_i (1 + kappa max(0, 1 - n/m_i))   (queue-reactive refill)
+                # cancel: w_i mu (n - 1)   (the last order of a level stays: no depletion)
+                # modify: nu (n - 1)
+                r_add[s, i] = (
+                    0.0
+                    if n >= CAP - 1
+                    else w * mu * target * (1.0 + refill_boost * max(0.0, 1.0 - n / target))
+                )
+                r_cancel[s, i] = w * mu * (n - 1)
+                r_modify[s, i] = nu * (n - 1)
+                total += r_add[s, i] + r_cancel[s, i] + r_modify[s, i]
+        spread = px[ASK, 0] - px[BID, 0]
+        rm = market_rate * reg_market[regime]
+        r_buy = rm if qty[ASK, 0] > 1 else 0.0  # market orders never empty the touch
+        r_sell = rm if qty[BID, 0] > 1 else 0.0
+        r_move = move_rate * reg_move[regime] if spread == 1 else 0.0
+        r_gap = gap_fill_rate if spread > 1 else 0.0
+        total += r_buy + r_sell + r_move + r_gap
+        # business time: dtau ~ Exp(total * activity_r)
+        t_now += np.random.exponential(1.0) / (total * reg_activity[regime])
+
+        # --- pick the event with probability lambda_e / total ---------------------------------
+        x = np.random.random() * total
+        kind = -1
+        ev_s = 0
+        ev_i = 0
+        for c in range(2 * VIS):
+            s, i = c // VIS, c % VIS
+            x -= r_add[s, i]
+            if x < 0.0:
+                kind, ev_s, ev_i = EV_ADD, s, i
+                break
+            x -= r_cancel[s, i]
+            if x < 0.0:
+                kind, ev_s, ev_i = EV_CANCEL, s, i
+                break
+            x -= r_modify[s, i]
+            if x < 0.0:
+                kind, ev_s, ev_i = EV_MODIFY, s, i
+                break
+        if kind < 0:
+            x -= r_buy
+            if x < 0.0:
+                kind, ev_s = EV_MARKET, ASK  # buy: rests on the ask side
+            else:
+                x -= r_sell
+                if x < 0.0:
+                    kind, ev_s = EV_MARKET, BID
+                elif r_move > 0.0:
+                    kind = EV_MOVE
+                else:
+                    kind = EV_GAP_FILL
+
+        # P(up) = clip(1/2 + alpha S_{t-1}, 0.02, 0.98): the planted alpha (moves and gap fills)
+        p_up = 0.5
+        if alpha > 0.0:
+            p_up = min(0.98, max(0.02, 0.5 + alpha * signal))
+
+        # --- apply it --------------------------------------------------------------------------
+        if kind == EV_ADD:
+            s, i = ev_s, ev_i
+            size = _order_size(size_mu, size_sd, max_size)
+            _append(oid, osz, cnt, qty, s, i, next_oid, size)
+            if emit_mbo:
+                k = _rec(mbo, k, row, next_oid, px[s, i], size, A_ADD, _side_code(s), 0)
+            next_oid += 1
+            ev_action, ev_side, ev_price, ev_size, ev_depth = A_ADD, _side_code(s), px[s, i], size, i
+        elif kind == EV_CANCEL:
+            s, i = ev_s, ev_i
+            j = np.random.randint(0, cnt[s, i])
+            order_id = oid[s, i, j]
+            size = _remove_at(oid, osz, cnt, qty, s, i, j)
+            if emit_mbo:
+                k = _rec(mbo, k, row, order_id, px[s, i], size, A_CANCEL, _side_code(s), 0)
+            ev_action, ev_side, ev_price, ev_size, ev_depth = (A_CANCEL, _side_code(s), px[s, i], size, i)
+        elif kind == EV_MODIFY:
+            # an order moves one level in or out (never into the spread): it joins the back
+            s, i = ev_s, ev_i
+            if i == 0:
+                t = 1
+            elif i == VIS - 1:
+                t = VIS - 2
+            else:
+                t = i + 1 if np.random.random() < 0.5 else i - 1
+            if cnt[s, t] >= CAP - 1:
+                t = i  # target full (never with sane depths): the order re-joins its own level
+            j = np.random.randint(0, cnt[s, i])
+            order_id = oid[s, i, j]
+            size = _remove_at(oid, osz, cnt, qty, s, i, j)
+            _append(oid, osz, cnt, qty, s, t, order_id, size)
+            if emit_mbo:
+                k = _rec(mbo, k, row, order_id, px[s, t], size, A_MODIFY, _side_code(s), 0)
+            ev_action, ev_side, ev_price, ev_size, ev_depth = (A_MODIFY, _side_code(s), px[s, t], size, t)
+        elif kind == EV_MARKET:
+            # a market order that fills inside the touch queue (at most q0 - 1 contracts)
+            s = ev_s  # resting side
+            want = min(_order_size(size_mu, size_sd, max_size), qty[s, 0] - 1)
+            trade_px = px[s, 0]
+            k = _fill_touch(px, oid, osz, cnt, qty, s, want, mbo, k, row, emit_mbo)
+            agg = _side_code(1 - s)
+            if emit_mbo:
+                k = _rec(mbo, k, row, 0, trade_px, want, A_TRADE, agg, 0)
+            ev_action, ev_side, ev_price, ev_size, ev_depth = A_TRADE, agg, trade_px, want, 0
+        elif kind == EV_MOVE:
+            # the latent price moves one tick: an aggressor sweeps the whole touch level of
+            # the resting side; unless a gap is left, the aggressor's residual and joining
+            # quotes form a fresh level (Poisson(m_0) orders) at the swept price.
+            up = np.random.random() < p_up
+            if px[BID, 0] <= 4 * LMAX:  # keep prices positive on absurd configurations
+                up = True
+            s = ASK if up else BID  # resting side swept
+            a = 1 - s  # aggressor's side of the book
+            trade_px = px[s, 0]
+            filled = qty[s, 0]
+            k = _fill_touch(px, oid, osz, cnt, qty, s, filled, mbo, k, row, emit_mbo)
+            next_oid, k = _shift_in(
+                px,
+                oid,
+                osz,
+                cnt,
+                qty,
+                s,
+                depth_orders[VIS - 1] * reg_depth[regime],
+                size_mu,
+                size_sd,
+                max_size,
+                next_oid,
+                mbo,
+                k,
+                row,
+                emit_mbo,
+            )
+            if np.random.random() >= reg_gap[regime]:
+                k = _shift_out(px, oid, osz, cnt, qty, a, trade_px, mbo, k, row, emit_mbo)
+                next_oid, k = _fill_level(
+                    px,
+                    oid,
+                    osz,
+                    cnt,
+                    qty,
+                    a,
+                    0,
+                    trade_px,
+                    depth_orders[0] * reg_depth[regime],
+                    size_mu,
+                    size_sd,
+                    max_size,
+                    next_oid,
+                    mbo,
+                    k,
+                    row,
+                    0,
+                    emit_mbo,
+                )
+            agg = _side_code(a)
+            if emit_mbo:
+                k = _rec(mbo, k, row, 0, trade_px, filled, A_TRADE, agg, 0)
+            ev_action, ev_side, ev_price, ev_size, ev_depth = A_TRADE, agg, trade_px, filled, 0
+        else:  # EV_GAP_FILL: an order improves a two-tick spread (bid side = mid up)
+            s = BID if np.random.random() < p_up else ASK
+            new_px = px[BID, 0] + 1 if s == BID else px[ASK, 0] - 1
+            k = _shift_out(px, oid, osz, cnt, qty, s, new_px, mbo, k, row, emit_mbo)
+            size = _order_size(size_mu, size_sd, max_size)
+            _append(oid, osz, cnt, qty, s, 0, next_oid, size)
+            if emit_mbo:
+                k = _rec(mbo, k, row, next_oid, new_px, size, A_ADD, _side_code(s), 0)
+            next_oid += 1
+            ev_action, ev_side, ev_price, ev_size, ev_depth = A_ADD, _side_code(s), new_px, size, 0
+        if emit_mbo:
+            mbo[R_FLAGS, k - 1] |= F_LAST  # the event's last record closes it
+        if emit_mbo and k == k0:  # cannot happen: every event writes a record
+            raise RuntimeError("synthetic event wrote no MBO record")
+
+    t_end = t_now + np.random.exponential(1.0) / (total * reg_activity[regime])
+    return (
+        tau,
+        regime_out,
+        action,
+        side,
+        price,
+        size_out,
+        depth,
+        bid_px,
+        ask_px,
+        bid_sz,
+        ask_sz,
+        bid_ct,
+        ask_ct,
+        mbo[:, :k],
+        t_end,
+    )
+
+
+@numba.njit(cache=True)
+def imbalance_ema(imb, horizon):
+    """S_0 = I_0, S_t = S_{t-1} + (I_t - S_{t-1}) / H: the kernel's alpha signal, row by row."""
+    out = np.empty(imb.shape[0], np.float64)
+    s = 0.0
+    for t in range(imb.shape[0]):
+        s = imb[t] if t == 0 else s + (imb[t] - s) / horizon
+        out[t] = s
+    return out

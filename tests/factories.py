@@ -1,0 +1,75 @@
+"""Small hand-built market data for tests (no files, no randomness unless a seed is given)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from foxhunt.data.arrays import (
+    ACTION_ADD,
+    ACTION_TRADE,
+    SIDE_ASK,
+    SIDE_BID,
+    BookArrays,
+    TradeArrays,
+)
+
+TICK = 0.25
+
+
+def make_book(
+    ts: np.ndarray,
+    mid_ticks: np.ndarray,
+    *,
+    instrument_id: int = 1,
+    levels: int = 10,
+    spread_ticks: int = 1,
+    size: int = 10,
+    base_price: float = 5000.0,
+) -> BookArrays:
+    """A book per timestamp: best bid at ``base + mid_ticks*TICK``, ask ``spread_ticks`` above,
+    then one tick per level, ``size`` contracts and 2 orders at every level."""
+    ts = np.asarray(ts, np.int64)
+    n = len(ts)
+    bid0 = base_price + np.asarray(mid_ticks, np.float64) * TICK
+    step = np.arange(levels) * TICK
+    bid_px = bid0[:, None] - step[None, :]
+    ask_px = bid0[:, None] + spread_ticks * TICK + step[None, :]
+    full = np.full((n, levels), size, np.int64)
+    return BookArrays(
+        ts_event=ts,
+        ts_recv=ts + 1000,
+        instrument_id=np.full(n, instrument_id, np.uint32),
+        action=np.full(n, ACTION_ADD, np.uint8),
+        side=np.full(n, SIDE_BID, np.uint8),
+        flags=np.full(n, 128, np.uint8),
+        price=bid_px[:, 0].copy(),
+        size=np.ones(n, np.int64),
+        depth=np.zeros(n, np.uint8),
+        sequence=np.arange(n, dtype=np.uint32),
+        bid_px=bid_px,
+        ask_px=ask_px,
+        bid_sz=full.copy(),
+        ask_sz=full.copy(),
+        bid_ct=np.full((n, levels), 2, np.int64),
+        ask_ct=np.full((n, levels), 2, np.int64),
+    )
+
+
+def make_trades(ts, price, size, side, *, instrument_id: int = 1) -> TradeArrays:
+    """Trades; ``side`` is a string of 'B' (buy aggressor) / 'A' (sell aggressor) per trade."""
+    ts = np.asarray(ts, np.int64)
+    n = len(ts)
+    return TradeArrays(
+        ts_event=ts,
+        ts_recv=ts + 1000,
+        instrument_id=np.full(n, instrument_id, np.uint32),
+        price=np.asarray(price, np.float64),
+        size=np.asarray(size, np.int64),
+        side=np.array([SIDE_BID if c == "B" else SIDE_ASK for c in side], np.uint8),
+        flags=np.zeros(n, np.uint8),
+        sequence=np.arange(n, dtype=np.uint32),
+    )
+
+
+def trade_action() -> int:
+    return ACTION_TRADE

@@ -1,0 +1,73 @@
+"""Config: frozen models, unknown keys rejected, profiles, overrides, stable hash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from foxhunt.config.loader import available_profiles, config_hash, load_config, write_resolved
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.schemas import DataSource
+from foxhunt.errors import ConfigError
+
+
+def test_every_profile_loads() -> None:
+    assert {"smoke", "localdev", "production"} <= set(available_profiles())
+    for name in available_profiles():
+        assert isinstance(load_config(profile=name), FoxhuntConfig)
+
+
+def test_models_are_frozen() -> None:
+    cfg = load_config("smoke")
+    with pytest.raises(pydantic.ValidationError):
+        cfg.data.bar_seconds = 60  # type: ignore[misc]
+
+
+def test_override_changes_one_field_and_the_hash() -> None:
+    base = load_config("smoke")
+    cfg = load_config("smoke", overrides=["data.data_source=ohlcv", "data.bar_seconds=60"])
+    assert cfg.data.data_source is DataSource.OHLCV and cfg.data.bar_seconds == 60
+    assert cfg.run == base.run
+    assert config_hash(cfg) != config_hash(base)
+    assert config_hash(load_config("smoke")) == config_hash(base)  # stable
+
+
+def test_bad_value_names_key_value_and_what_is_allowed() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("smoke", overrides=["data.data_source=parquet"])
+    msg = str(info.value)
+    assert "data.data_source" in msg and "parquet" in msg and "mbp10" in msg and "ohlcv" in msg
+
+
+def test_unknown_key_is_rejected_with_known_keys() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config("smoke", overrides=["data.bar_secnds=60"])
+    msg = str(info.value)
+    assert "data.bar_secnds" in msg and "unknown key" in msg and "bar_seconds" in msg
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config("smoke", overrides=["nosuchsection.x=1"])
+
+
+def test_config_file_and_its_errors(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text('[data]\ndata_source = "ohlcv"\nbar_seconds = 300\n')
+    assert load_config(config_file=good).data.bar_seconds == 300
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[data]\nbar_seconds = -5\n")
+    with pytest.raises(ConfigError, match=r"data\.bar_seconds.*-5"):
+        load_config(config_file=bad)
+    with pytest.raises(ConfigError, match="unknown profile"):
+        load_config(profile="huge")
+    with pytest.raises(ConfigError, match="section.key=value"):
+        load_config("smoke", overrides=["bar_seconds=5"])
+
+
+def test_resolved_config_written_and_reloadable(tmp_path: Path) -> None:
+    cfg = load_config("smoke", overrides=["data.bar_seconds=15"])
+    path = write_resolved(cfg, tmp_path / "x.config.json")
+    body = json.loads(path.read_text())
+    assert body["config_hash"] == config_hash(cfg)
+    assert FoxhuntConfig.model_validate(body["config"]) == cfg
