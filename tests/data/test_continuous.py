@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.config.models import DataConfig
-from foxhunt.data.bars import build_bars
+from foxhunt.data.bars import build_bars, log_returns
 from foxhunt.data.continuous import choose_front, front_month
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import DataSource, RollRule
@@ -71,3 +71,8 @@ def test_real_2013_es_minute_bars_roll_from_z3_to_h4(real_data_dir: Path) -> Non
             z3.close[k],
             z3.volume[k],
         )
+        # Returns never span the roll: the first ESH4 bar's return is 0, not H4/Z3 - 1.
+        r = log_returns(bars, bars.trade_close)
+        first_h4 = np.flatnonzero(bars.instrument_id == 201403)[0]
+        assert bars.starts_segment()[first_h4] and r[first_h4] == 0.0
+        assert np.all(np.abs(r) < 0.02)  # no contract-spread jumps left in the series

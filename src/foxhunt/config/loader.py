@@ -101,7 +101,9 @@ def validate_tree(tree: dict[str, Any], where: str = "config") -> FoxhuntConfig:
         key = ".".join(str(p) for p in loc)
         value = err.get("input")
         if err["type"] == "extra_forbidden":
-            raise ConfigError(f"{where}: {key}", "unknown key", _allowed(FoxhuntConfig, loc)) from exc
+            raise ConfigError(
+                f"{where}: {key}", f"unknown key (value {value!r})", _allowed(FoxhuntConfig, loc)
+            ) from exc
         raise ConfigError(
             f"{where}: {key}", f"invalid value {value!r}: {err['msg']}", "allowed: " + err["msg"]
         ) from exc

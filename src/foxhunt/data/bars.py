@@ -73,6 +73,30 @@ class Bars(_Columns):
     book_mask: np.ndarray  # bool: mid and book fields are real (False for ohlcv data)
     flow_mask: np.ndarray  # bool: aggressor split, trade count, vwap are real
 
+    def starts_segment(self) -> np.ndarray:
+        """[n] bool: the bar opens a new session or contract (always True for the first bar).
+
+        A return from bar t-1 to bar t is only meaningful where this is False: it would
+        otherwise span the daily halt or a roll (prices of two contracts differ by the carry).
+        """
+        new = np.ones(len(self.ts_open), bool)
+        new[1:] = (self.trade_date[1:] != self.trade_date[:-1]) | (
+            self.instrument_id[1:] != self.instrument_id[:-1]
+        )
+        return new
+
+
+def log_returns(bars: Bars, price: np.ndarray) -> np.ndarray:
+    """[n] log(price_t / price_{t-1}), 0 where the bar starts a session or contract segment.
+
+    0 is the "no signal" sentinel: a return never spans a roll or the daily halt.
+    """
+    out = np.zeros(len(price))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out[1:] = np.log(price[1:] / price[:-1])
+    out[bars.starts_segment() | ~np.isfinite(out)] = 0.0
+    return out
+
 
 @dataclass(frozen=True)
 class BarSeries:

@@ -11,7 +11,7 @@ import numpy as np
 from foxhunt.config.loader import config_hash
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.arrow_io import to_table, write_ipc
-from foxhunt.data.bars import build_bars, build_snapshots
+from foxhunt.data.bars import build_bars, build_snapshots, log_returns
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import RowUnit
 
@@ -47,7 +47,8 @@ def build_and_write(paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Pa
         if bars.book_mask.any():
             spread = (bars.ask_px[:, 0] - bars.bid_px[:, 0]) / cfg.data.tick_size
             extra["median spread at close (ticks)"] = float(np.nanmedian(spread))
-            extra["mid return std (bps)"] = round(float(np.nanstd(np.diff(np.log(bars.mid_close))) * 1e4), 3)
+            returns = log_returns(bars, bars.mid_close)[~bars.starts_segment()]
+            extra["mid return std (bps)"] = round(float(returns.std()) * 1e4, 3)
     else:
         rows = build_snapshots(md, cfg.data)
         front, halt = rows.front, rows.halt_dropped
