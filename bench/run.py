@@ -10,8 +10,8 @@ file, best of ``--repeat`` runs, after one warm-up run that also compiles numba 
   Ratio = reference time / foxhunt time (>= 1.0 means our typed arrays cost no more).
 * MBO book rebuild: ``foxhunt.data.book.rebuild_book`` events/s on one core, against the goal
   of 2 M events/s.
-* Synthetic market: ``foxhunt.data.synth.simulate_session`` book events/s on one core, against
-  the goal of 200 k events/s.
+* Synthetic market: ``foxhunt.data.synth.simulate_session`` book events/s on one core, and the
+  same including the DBN write (``write_synthetic``), against the goal of 200 k events/s.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from foxhunt.data.book import rebuild_book  # noqa: E402
 from foxhunt.data.dbn_read import read_dbn  # noqa: E402
 from foxhunt.data.dbn_write import write_book, write_mbo  # noqa: E402
 from foxhunt.data.schemas import Schema  # noqa: E402
-from foxhunt.data.synth import simulate_session  # noqa: E402
+from foxhunt.data.synth import simulate_session, write_synthetic  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 REAL = Path(os.environ.get("FOXHUNT_REAL_DATA", REPO / ".." / "shared" / "data" / "real")).resolve()
@@ -120,6 +120,19 @@ def main() -> int:
         }
     )
 
+    t_write, _ = best_of(lambda: write_synthetic(cfg, tmp / "synth"), 1)
+    rows.append(
+        {
+            "name": "synthetic market + DBN write (write_synthetic)",
+            "unit": "book events/s",
+            "foxhunt": n_syn / t_write,
+            "reference": 200_000.0,
+            "reference_name": "goal",
+            "n": n_syn,
+            "seconds": t_write,
+        }
+    )
+
     # 2. MBP-10 ingest vs Databento's own decode of the same file.
     mbp = write_book(tmp / "bench.mbp-10.dbn.zst", session.book, symbols={cfg.instrument_id: cfg.symbol})
     t_ref, ref = best_of(lambda: db.DBNStore.from_file(mbp).to_ndarray(), args.repeat)
@@ -140,8 +153,9 @@ def main() -> int:
 
     # 3. MBO book rebuild: synthetic MBO when the simulator makes it, and the real ESH4 day.
     sources = []
-    if session.mbo is not None:
-        sources.append(("synthetic MBO", session.mbo))
+    with_mbo = simulate_session(cfg, 0, with_mbo=True)
+    if with_mbo.mbo is not None:
+        sources.append(("synthetic MBO", with_mbo.mbo))
     real = replicated_real_mbo(args.events)
     if real is not None:
         sources.append(("real ESH4 MBO x copies", real))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from foxhunt.cli import app
 from foxhunt.config.models import DataConfig
 from foxhunt.data.arrays import MboArrays
-from foxhunt.data.dbn_read import read_dbn
+from foxhunt.data.dbn_read import read_dbn, read_raw
 from foxhunt.data.dbn_write import write_book, write_mbo
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import Schema
@@ -25,6 +25,7 @@ from foxhunt.errors import (
     NonMonotonicTimestampError,
     NotDbnError,
     SchemaMismatchError,
+    UndefinedPriceError,
 )
 from tests.factories import make_book
 
@@ -145,3 +146,37 @@ def test_cli_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     result = runner.invoke(app, ["data", "rebuild-book", str(good), "--out", str(target)])
     assert result.exit_code == 2 and not target.exists()
     assert not [p for p in (tmp_path / "out").rglob("*") if p.is_file() and os.path.getsize(p) >= 0]
+
+
+def test_undefined_price_in_a_populated_level(tmp_path: Path) -> None:
+    ts = 1_767_000_000 * 10**9 + np.arange(20) * 10**8
+    book = make_book(ts, np.zeros(20))
+    bid_px = book.bid_px.copy()
+    bid_px[7, 3] = np.nan  # written as UNDEF_PRICE while bid_sz[7, 3] = 10
+    fields = {k: getattr(book, k) for k in book.__dataclass_fields__}
+    path = write_book(tmp_path / "undef.mbp-10.dbn.zst", type(book)(**{**fields, "bid_px": bid_px}))
+    with pytest.raises(UndefinedPriceError, match="record 7, level 3"):
+        load_market([path], DataConfig())
+    # An empty level with an undefined price is normal (a thin book) and reads as NaN / 0.
+    bid_sz = book.bid_sz.copy()
+    bid_sz[7, 3] = 0
+    ok = write_book(
+        tmp_path / "thin.mbp-10.dbn.zst", type(book)(**{**fields, "bid_px": bid_px, "bid_sz": bid_sz})
+    )
+    md = load_market([ok], DataConfig())
+    assert np.isnan(md.books[1].bid_px[7, 3]) and md.books[1].bid_sz[7, 3] == 0
+
+
+def test_every_truncation_point_is_refused(tmp_path: Path, real_data_dir: Path) -> None:
+    """A cut anywhere in a zstd file is refused, never read as a shorter valid file."""
+    for source in (
+        _good_book(tmp_path / "good.mbp-10.dbn.zst"),
+        real_data_dir / "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst",  # Databento's multi-frame file
+    ):
+        raw = source.read_bytes()
+        read_raw(source)  # the whole file reads
+        for cut in np.linspace(1, len(raw) - 1, 40).astype(int):
+            p = tmp_path / "cut.dbn.zst"
+            p.write_bytes(raw[:cut])
+            with pytest.raises((CorruptCompressionError, NotDbnError)):
+                read_raw(p)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import databento as db
 import databento_dbn as dbn
+import numba
 import numpy as np
 import zstandard
 from databento.common.error import BentoError, BentoWarning
@@ -66,27 +67,47 @@ class DbnFile:
         return len(self.records)
 
 
-def _decompress(path: Path, raw: bytes) -> bytes:
-    """Decompress every zstd frame of ``raw``; raise if any frame is cut short or corrupt."""
-    out: list[bytes] = []
-    data = raw
-    decompressor = zstandard.ZstdDecompressor()
-    while data:
-        obj = decompressor.decompressobj()
-        try:
-            out.append(obj.decompress(data))
-        except zstandard.ZstdError as exc:
-            raise CorruptCompressionError(
-                path, f"corrupt zstd stream ({exc})", "re-download the file or check its checksum"
-            ) from exc
-        if not obj.eof:
-            raise CorruptCompressionError(
-                path,
-                "truncated zstd stream (the last frame does not end)",
-                "re-download the file; a partial download cannot be read safely",
-            )
-        data = obj.unused_data
-    return b"".join(out)
+def _zstd_problem(raw: bytes) -> str | None:
+    """Walk the zstd frame and block headers of ``raw`` (RFC 8878 §3.1) without decompressing.
+
+    Returns what is wrong (a frame or block that runs past the end of the file, a reserved block
+    type, an unknown frame) or None. This is only a completeness check on the container; the
+    decompression itself is left to Databento's reader. Why not decompress here: a zstd stream
+    cut short decompresses without complaint in both ``zstandard`` and ``DBNStore``, so a
+    truncated download would be read as a shorter, valid file; decompressing a second time to
+    find out would double the cost of ingest, while the headers are ~3 bytes per 128 KiB block.
+    """
+    pos, end = 0, len(raw)
+    while pos < end:
+        if end - pos < 8:
+            return f"{end - pos} stray bytes after the last frame"
+        magic = int.from_bytes(raw[pos : pos + 4], "little")
+        if 0x184D2A50 <= magic <= 0x184D2A5F:  # skippable frame: 4-byte size, then its content
+            pos += 8 + int.from_bytes(raw[pos + 4 : pos + 8], "little")
+            continue
+        if magic != 0xFD2FB528:
+            return f"no zstd frame at byte {pos}"
+        descriptor = raw[pos + 4]
+        single_segment = (descriptor >> 5) & 1
+        pos += 5 + (0 if single_segment else 1)  # magic, descriptor, window descriptor
+        pos += (0, 1, 2, 4)[descriptor & 3]  # dictionary id
+        pos += (single_segment, 2, 4, 8)[descriptor >> 6]  # frame content size
+        while True:
+            if pos + 3 > end:
+                return "truncated zstd stream (a frame ends without its last block)"
+            header = int.from_bytes(raw[pos : pos + 3], "little")
+            block_type, block_size = (header >> 1) & 3, header >> 3
+            if block_type == 3:
+                return f"reserved zstd block type at byte {pos}"
+            pos += 3 + (1 if block_type == 1 else block_size)  # RLE blocks store one byte
+            if pos > end:
+                return "truncated zstd stream (the last block runs past the end of the file)"
+            if header & 1:  # last block of the frame
+                break
+        pos += 4 * ((descriptor >> 2) & 1)  # content checksum
+        if pos > end:
+            return "truncated zstd stream (the frame checksum is missing)"
+    return None
 
 
 def read_raw(path: str | Path) -> DbnFile:
@@ -101,20 +122,24 @@ def read_raw(path: str | Path) -> DbnFile:
     raw = path.read_bytes()
     if not raw:
         raise EmptyFileError(path, "empty file (0 bytes)", "re-download or remove the file")
-    if raw[:4] == _ZSTD_MAGIC:
-        body = _decompress(path, raw)
-    elif raw[:3] == _DBN_MAGIC:
-        body = raw
-    else:
+    compressed = raw[:4] == _ZSTD_MAGIC
+    if compressed:
+        problem = _zstd_problem(raw)
+        if problem is not None:
+            raise CorruptCompressionError(
+                path, problem, "re-download the file; a partial or damaged file cannot be read safely"
+            )
+        with zstandard.ZstdDecompressor().stream_reader(raw) as head:
+            if head.read(3) != _DBN_MAGIC:
+                raise NotDbnError(
+                    path,
+                    "zstd stream does not hold DBN data (no DBN magic after decompression)",
+                    "pass a Databento .dbn or .dbn.zst file",
+                )
+    elif raw[:3] != _DBN_MAGIC:
         raise NotDbnError(
             path,
             "not a DBN file (neither the zstd nor the DBN magic bytes at the start)",
-            "pass a Databento .dbn or .dbn.zst file",
-        )
-    if body[:3] != _DBN_MAGIC:
-        raise NotDbnError(
-            path,
-            "zstd stream does not hold DBN data (no DBN magic after decompression)",
             "pass a Databento .dbn or .dbn.zst file",
         )
     try:
@@ -123,14 +148,19 @@ def read_raw(path: str | Path) -> DbnFile:
             warnings.simplefilter("error", BentoWarning)
             # A BytesIO, not bytes: DBNStore keeps repr(source) as its name, and repr() of a
             # 300 MB bytes object costs seconds.
-            store = db.DBNStore.from_bytes(io.BytesIO(body))
+            store = db.DBNStore.from_bytes(io.BytesIO(raw))
             records = store.to_ndarray()
     except BentoWarning as exc:
         raise CorruptCompressionError(
             path, f"DBN stream ends mid-record ({exc})", "re-download the file"
         ) from exc
+    except zstandard.ZstdError as exc:
+        raise CorruptCompressionError(path, f"corrupt zstd data ({exc})", "re-download the file") from exc
     except (dbn.DBNError, BentoError, ValueError) as exc:
-        raise NotDbnError(path, f"DBN decoding failed ({exc})", "pass a valid DBN file") from exc
+        problem = f"DBN decoding failed ({exc})"
+        if compressed:
+            raise CorruptCompressionError(path, problem, "re-download the file") from exc
+        raise NotDbnError(path, problem, "pass a valid DBN file") from exc
     if store.schema is None:
         raise NotDbnError(path, "DBN file of mixed schemas", "split it per schema (one schema per file)")
     try:
@@ -200,17 +230,56 @@ def _levels(rec: np.ndarray, field: str, n_levels: int) -> np.ndarray:
     )
 
 
+@numba.njit(cache=True, nogil=True)
+def _convert_levels(bpx, apx, bsz, asz, bct, act, out_bpx, out_apx, out_bsz, out_asz, out_bct, out_act):
+    """One pass over the ``[n, L]`` strided level views: prices to float (NaN if undefined),
+    sizes and counts to int64. Returns the number of populated levels with undefined prices.
+
+    Why numba: six numpy passes over strided views each pull every record's cache lines
+    through memory again; one fused pass reads them once (0.14 s instead of 0.25 s for 10^6
+    MBP-10 records on the CI machine, bench/run.py).
+    """
+    n, n_levels = bpx.shape
+    bad = 0
+    for i in range(n):
+        for k in range(n_levels):
+            b, a = bpx[i, k], apx[i, k]
+            if b == UNDEF_PRICE:
+                out_bpx[i, k] = np.nan
+                bad += bsz[i, k] > 0
+            else:
+                out_bpx[i, k] = b / PRICE_SCALE
+            if a == UNDEF_PRICE:
+                out_apx[i, k] = np.nan
+                bad += asz[i, k] > 0
+            else:
+                out_apx[i, k] = a / PRICE_SCALE
+            out_bsz[i, k] = bsz[i, k]
+            out_asz[i, k] = asz[i, k]
+            out_bct[i, k] = bct[i, k]
+            out_act[i, k] = act[i, k]
+    return bad
+
+
 def book_from_records(path: Path, rec: np.ndarray, n_levels: int) -> BookArrays:
     """MBP-10 / MBP-1 / TBBO / BBO structured records -> :class:`BookArrays`.
 
     Raises :class:`UndefinedPriceError` when a level with size > 0 has an undefined price.
     """
-    bid_sz = _levels(rec, "bid_sz", n_levels).astype(np.int64)
-    ask_sz = _levels(rec, "ask_sz", n_levels).astype(np.int64)
-    bid_px, bid_undef = _px(_levels(rec, "bid_px", n_levels))
-    ask_px, ask_undef = _px(_levels(rec, "ask_px", n_levels))
-    if (bid_sz[bid_undef] > 0).any() or (ask_sz[ask_undef] > 0).any():
-        bad = (bid_undef & (bid_sz > 0)) | (ask_undef & (ask_sz > 0))
+    shape = (len(rec), n_levels)
+    bid_px, ask_px = np.empty(shape), np.empty(shape)
+    bid_sz, ask_sz, bid_ct, ask_ct = (np.empty(shape, np.int64) for _ in range(4))
+    n_bad = _convert_levels(
+        *(_levels(rec, f, n_levels) for f in ("bid_px", "ask_px", "bid_sz", "ask_sz", "bid_ct", "ask_ct")),
+        bid_px,
+        ask_px,
+        bid_sz,
+        ask_sz,
+        bid_ct,
+        ask_ct,
+    )
+    if n_bad:
+        bad = (np.isnan(bid_px) & (bid_sz > 0)) | (np.isnan(ask_px) & (ask_sz > 0))
         row, level = np.argwhere(bad)[0]
         raise UndefinedPriceError(
             path,
@@ -238,8 +307,8 @@ def book_from_records(path: Path, rec: np.ndarray, n_levels: int) -> BookArrays:
         ask_px=ask_px,
         bid_sz=bid_sz,
         ask_sz=ask_sz,
-        bid_ct=_levels(rec, "bid_ct", n_levels).astype(np.int64),
-        ask_ct=_levels(rec, "ask_ct", n_levels).astype(np.int64),
+        bid_ct=bid_ct,
+        ask_ct=ask_ct,
     )
 
 
