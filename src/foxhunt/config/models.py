@@ -11,16 +11,11 @@ import datetime as dt
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from foxhunt.config.base import Frozen
 from foxhunt.config.synth import SynthConfig
 from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RollRule, RowUnit
-
-
-class Frozen(BaseModel):
-    """Base of every config section: immutable, unknown keys rejected."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
 
 
 class Device(StrEnum):

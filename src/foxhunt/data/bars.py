@@ -103,6 +103,12 @@ class BarSeries:
     bars: Bars
     front: FrontMonth
     halt_dropped: int  # book states + trades inside the daily halt, not used
+    # The event-level inputs behind the bars (None for ohlcv data), for features that aggregate
+    # per-event quantities (order-flow imbalance) within each bar.
+    book: BookArrays | None = None  # [m] continuous book states that fell into a bar
+    book_bar: np.ndarray | None = None  # [m] int64 bar index of each state (non-decreasing)
+    trades: TradeArrays | None = None  # [k] continuous trades that fell into a bar
+    trade_bar: np.ndarray | None = None  # [k] int64 bar index of each trade
 
 
 @dataclass(frozen=True)
@@ -316,7 +322,15 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
     bars = _aggregate(
         book, book_bar, book_date, trades, trade_bar, ts_open, ts_close, bar_date, bar_instrument
     )
-    return BarSeries(bars=bars, front=front, halt_dropped=dropped_b + dropped_t)
+    return BarSeries(
+        bars=bars,
+        front=front,
+        halt_dropped=dropped_b + dropped_t,
+        book=book,
+        book_bar=book_bar.astype(np.int64),
+        trades=trades,
+        trade_bar=trade_bar.astype(np.int64),
+    )
 
 
 def _ohlcv_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
