@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import OhlcvArrays
 from foxhunt.data.bars import build_bars, build_snapshots
 from foxhunt.data.ingest import MarketData

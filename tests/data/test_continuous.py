@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.bars import build_bars, log_returns
 from foxhunt.data.continuous import choose_front, front_month
 from foxhunt.data.ingest import load_market

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays
 from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import load_market

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays, TradeArrays, _Columns
 from foxhunt.data.continuous import FrontMonth, front_month
 from foxhunt.data.ingest import MarketData

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import (
     ACTION_TRADE,
     BookArrays,

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import BookArrays, MboArrays
 from foxhunt.data.dbn_read import read_raw, to_arrays
 from foxhunt.data.ingest import check_monotonic, expand_paths, median_spread_ticks
