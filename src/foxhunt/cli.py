@@ -39,7 +39,13 @@ data_app = typer.Typer(
     no_args_is_help=True,
 )
 config_app = typer.Typer(help="Show the resolved configuration and the profiles.", no_args_is_help=True)
+features_app = typer.Typer(
+    help="Features: build the cached feature stack (Arrow IPC) and inspect a cache.", no_args_is_help=True
+)
+check_app = typer.Typer(help="Checks on data and features: the look-ahead leak guard.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+app.add_typer(features_app, name="features")
+app.add_typer(check_app, name="check")
 app.add_typer(config_app, name="config")
 
 console = Console(stderr=True)
@@ -295,6 +301,158 @@ def data_bars(
         if key not in ("path",):
             table.add_row(key, str(value))
     out.print(table)
+
+
+# --- features ---------------------------------------------------------------------------------
+
+
+@features_app.command("build", context_settings=MANY_PATHS)
+@_fails_cleanly
+def features_build(
+    ctx: typer.Context,
+    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the cache file.")],
+    row_unit: Annotated[
+        RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
+    ] = None,
+    regenerate: Annotated[
+        bool, typer.Option(help="Rebuild a stale or missing cache (--no-regenerate: fail and say why).")
+    ] = True,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Ingest DBN files and write the feature cache: causal features of every family, labels,
+    and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config."""
+    from foxhunt.features.cache import get_or_build
+
+    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    cfg = _config(profile, config, overrides)
+    with step("building features", quiet):
+        cache = get_or_build(_data_paths(data, ctx), cfg, out_dir, regenerate=regenerate)
+    write_resolved(cfg, cache.path.with_suffix(".config.json"))
+    _print_cache_summary(cache)
+
+
+def _cache_stats(cache) -> list[dict[str, Any]]:
+    x = cache.features()
+    cov = (x != 0).mean(axis=0) if len(x) else np.zeros(x.shape[1])
+    out = []
+    for j, name in enumerate(cache.columns):
+        col = x[:, j].astype(np.float64)
+        out.append(
+            {
+                "name": name,
+                "mean": float(col.mean()) if len(col) else 0.0,
+                "std": float(col.std()) if len(col) else 0.0,
+                "min": float(col.min()) if len(col) else 0.0,
+                "max": float(col.max()) if len(col) else 0.0,
+                "coverage": float(cov[j]),
+            }
+        )
+    return out
+
+
+def _print_cache_summary(cache) -> None:
+    meta = cache.meta
+    stats = _cache_stats(cache)
+    dead = [s["name"] for s in stats if s["coverage"] == 0.0]
+    out.print(
+        f"{cache.path}: {meta['rows']:,} {meta['row_unit']} rows x {len(cache.columns)} features "
+        f"({meta['data_source']}), schema {meta['schema_hash'][:12]}; "
+        f"mean coverage {np.mean([s['coverage'] for s in stats]) if stats else 0:.1%}; "
+        f"{len(dead)} columns never non-zero" + (f": {', '.join(dead[:12])}" if dead else "")
+    )
+
+
+@features_app.command("info")
+@_fails_cleanly
+def features_info(
+    cache_path: Annotated[Path, typer.Argument(help="A feature cache file (.arrow).")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+) -> None:
+    """Print a cache's metadata and per-column statistics (mean, std, min, max, coverage =
+    share of non-zero values)."""
+    from foxhunt.features.cache import open_cache
+
+    cache = open_cache(cache_path)
+    meta, stats = cache.meta, _cache_stats(cache)
+    if as_json:
+        body = {
+            "rows": meta["rows"],
+            "row_unit": meta["row_unit"],
+            "data_source": meta["data_source"],
+            "schema_hash": meta["schema_hash"],
+            "format_version": meta["format_version"],
+            "created_at": meta["created_at"],
+            "sources": meta["sources"],
+            "layout": meta["layout"],
+            "columns": stats,
+        }
+        out.print_json(json.dumps(body))
+        return
+    head = Table(title=str(cache.path), show_header=False)
+    for key in ("rows", "row_unit", "data_source", "schema_hash", "format_version", "created_at"):
+        head.add_row(key, str(meta[key]))
+    head.add_row("sources", ", ".join(s["name"] for s in meta["sources"]))
+    head.add_row("groups", ", ".join(f"{g['name']} ({g['width']})" for g in meta["layout"]))
+    out.print(head)
+    table = Table("column", "mean", "std", "min", "max", "coverage")
+    for s in stats:
+        table.add_row(
+            s["name"],
+            f"{s['mean']:.4g}",
+            f"{s['std']:.4g}",
+            f"{s['min']:.4g}",
+            f"{s['max']:.4g}",
+            f"{s['coverage']:.1%}",
+        )
+    out.print(table)
+
+
+# --- checks ---------------------------------------------------------------------------------
+
+
+@check_app.command("leaks", context_settings=MANY_PATHS)
+@_fails_cleanly
+def check_leaks_cmd(
+    ctx: typer.Context,
+    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
+    row_unit: Annotated[
+        RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Future-perturbation leak check: change every event after a cut, recompute the features,
+    and require every row at or before the cut to be identical. Exits 3 naming leaking columns."""
+    from foxhunt.data.ingest import load_market
+    from foxhunt.validation.leaks import LeakFoundError, check_leaks
+
+    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    cfg = _config(profile, config, overrides)
+    with step("checking for look-ahead leaks", quiet):
+        report = check_leaks(load_market(_data_paths(data, ctx), cfg.data), cfg)
+    if as_json:
+        out.print_json(json.dumps(report.to_dict()))
+    else:
+        for c in report.cuts:
+            out.print(
+                f"cut {_iso(c.t)}: {c.rows_checked:,} rows checked, "
+                + ("clean" if not c.leaking_columns else f"LEAK in {', '.join(c.leaking_columns)}")
+            )
+    if not report.clean:
+        raise LeakFoundError(
+            "features",
+            f"look-ahead leak in {', '.join(report.leaking_columns)}",
+            "fix the named columns so they use only data at or before each row",
+        )
+    if not as_json:
+        out.print(f"no leak: {report.columns} columns x {report.rows:,} rows, {len(report.cuts)} cuts")
 
 
 def run() -> None:  # pragma: no cover - console script shim for `python -m foxhunt`

@@ -12,8 +12,15 @@ from foxhunt.features.frame import RowInput
 from foxhunt.features.pipeline import rows_from_market
 
 
-def synthetic_rows(row_unit: RowUnit, *, events: int = 40_000, sessions: int = 2, alpha: float = 0.5,
-                   seed: int = 5, bar_seconds: int = 30) -> RowInput:
+def synthetic_rows(
+    row_unit: RowUnit,
+    *,
+    events: int = 40_000,
+    sessions: int = 2,
+    alpha: float = 0.5,
+    seed: int = 5,
+    bar_seconds: int = 30,
+) -> RowInput:
     md = synthetic_market(SynthConfig(seed=seed, sessions=sessions, events_per_session=events, alpha=alpha))
     return rows_from_market(md, DataConfig(row_unit=row_unit, bar_seconds=bar_seconds))
 

@@ -1,7 +1,7 @@
 """The base of every config model: frozen, unknown keys rejected.
 
 Kept apart from :mod:`foxhunt.config.models` so that stage packages can define their own config
-sections (``foxhunt.features.market.MarketParams`` ...) without importing the root model.
+sections (``foxhunt.features.market.Params`` ...) without importing the root model.
 """
 
 from __future__ import annotations

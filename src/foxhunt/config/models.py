@@ -13,7 +13,10 @@ from pydantic import Field
 
 from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
+from foxhunt.config.features import FeaturesConfig
 from foxhunt.config.synth import SynthConfig
+from foxhunt.validation.folds import FoldParams
+from foxhunt.validation.labels import LabelParams
 
 
 class Device(StrEnum):
@@ -33,3 +36,6 @@ class FoxhuntConfig(Frozen):
     run: RunConfig = Field(default_factory=RunConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     synth: SynthConfig = Field(default_factory=lambda: SynthConfig())
+    features: FeaturesConfig = Field(default_factory=FeaturesConfig)
+    labels: LabelParams = Field(default_factory=LabelParams)
+    folds: FoldParams = Field(default_factory=FoldParams)

@@ -70,7 +70,7 @@ class Bars(_Columns):
     ask_sz: np.ndarray  # [n, L]
     bid_ct: np.ndarray  # [n, L]
     ask_ct: np.ndarray  # [n, L]
-    book_mask: np.ndarray  # bool: mid and book fields are real (False for ohlcv data)
+    book_mask: np.ndarray  # bool: mid and book fields are real (False for ohlcv data, or no book yet)
     flow_mask: np.ndarray  # bool: aggressor split, trade count, vwap are real
 
     def starts_segment(self) -> np.ndarray:
@@ -242,7 +242,7 @@ def _aggregate(
         ask_sz=at_close(book.ask_sz, 0),
         bid_ct=at_close(book.bid_ct, 0),
         ask_ct=at_close(book.ask_ct, 0),
-        book_mask=np.ones(n, bool),
+        book_mask=last_ok.copy(),  # False until the session has a book state
         flow_mask=np.ones(n, bool),
     )
 

@@ -147,8 +147,9 @@ def from_bars(series: BarSeries, data_source: DataSource, tick_size: float) -> R
     events = None
     last_trade = np.full(len(b), -1, np.int64)
     if series.book is not None and series.book_bar is not None and len(series.book):
+        seg_id = np.cumsum(seg) - 1  # segment number of each bar
         ev_seg = np.ones(len(series.book), bool)
-        ev_seg[1:] = seg[series.book_bar[1:]] & (series.book_bar[1:] != series.book_bar[:-1])
+        ev_seg[1:] = seg_id[series.book_bar[1:]] != seg_id[series.book_bar[:-1]]
         events = _events(series.book, series.book_bar, ev_seg)
     if series.trades is not None and len(series.trades):
         last_trade = _last_trade_ts(series.trades.ts_event, b.ts_close, _segment_first(b.ts_open, seg))
@@ -168,7 +169,7 @@ def from_bars(series: BarSeries, data_source: DataSource, tick_size: float) -> R
         sell_volume=_f(b.sell_volume),
         trade_count=_f(b.trade_count),
         event_count=_f(b.event_count),
-        vwap=_f(b.vwap),
+        vwap=np.where(b.flow_mask, _f(b.vwap), np.nan),
         last_trade_ts=last_trade,
         bid_px=b.bid_px if book_data else np.full(b.bid_px.shape, np.nan),
         ask_px=b.ask_px if book_data else np.full(b.ask_px.shape, np.nan),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from foxhunt.config.models import DataConfig
+from foxhunt.config.data import DataConfig
 from foxhunt.data.bars import build_bars, build_snapshots
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import RowUnit

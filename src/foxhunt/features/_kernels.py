@@ -1,0 +1,405 @@
+"""Shared numba kernels for feature families: rolling windows and recursions that restart per segment.
+
+Every kernel walks the rows once, in order, and reads row ``t`` and earlier only, so its output on
+a prefix of the rows is bit-for-bit the prefix of its output (the causality the families promise).
+
+The kernels take ``pos``, the row's index since the first valid price of its segment (``-1`` before
+it; see :func:`segment_log_path`): ``pos == 0`` restarts every window and recursion, so nothing
+reaches across a session or contract boundary, and a window of ``w`` rows is full once
+``pos >= w - 1``. Rows with ``pos < 0`` get 0.
+
+Running sums drift by rounding; the rolling-sum kernels therefore recompute the window exactly every
+``w`` rows and force the sum to exactly 0 when every value in the window is 0 (a flat price path is
+the most common window in snapshot data, and its statistics must be exactly "no signal").
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+
+@numba.njit(cache=True)
+def segment_log_path(
+    open_: np.ndarray, high: np.ndarray, low: np.ndarray, close: np.ndarray, segment_start: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Log price path relative to the segment's first valid close, with missing prices carried.
+
+    Returns ``(lo, lh, ll, lc, pos)``, each ``[n]``: ``lc[t] = ln(close[t]) - ln(close[s])`` where
+    ``s`` is the first row of the segment with a finite positive close; a missing close (NaN, <= 0)
+    carries the previous one (a zero return). ``lh``/``ll`` are the log high/low, falling back to
+    ``lc`` when missing and widened to contain ``lc``; ``lo`` is the log open, falling back to the
+    previous row's ``lc`` (``lc`` itself at ``pos == 0``). ``pos[t]`` counts rows since ``s``
+    (``-1`` before ``s``, where all outputs are 0).
+    """
+    n = len(close)
+    lo = np.zeros(n)
+    lh = np.zeros(n)
+    ll = np.zeros(n)
+    lc = np.zeros(n)
+    pos = np.full(n, -1, np.int64)
+    ref = 0.0
+    started = False
+    last = 0.0
+    p = -1
+    for t in range(n):
+        if segment_start[t]:
+            started = False
+            p = -1
+        c = close[t]
+        ok = math.isfinite(c) and c > 0.0
+        if not started:
+            if not ok:
+                continue
+            started = True
+            ref = math.log(c)
+            last = 0.0
+        prev = last
+        p += 1
+        if ok:
+            last = math.log(c) - ref
+        pos[t] = p
+        lc[t] = last
+        o = open_[t]
+        lo[t] = math.log(o) - ref if (math.isfinite(o) and o > 0.0) else (last if p == 0 else prev)
+        h = high[t]
+        hv = math.log(h) - ref if (math.isfinite(h) and h > 0.0) else last
+        lh[t] = max(hv, last)
+        lw = low[t]
+        lv = math.log(lw) - ref if (math.isfinite(lw) and lw > 0.0) else last
+        ll[t] = min(lv, last)
+    return lo, lh, ll, lc, pos
+
+
+@numba.njit(cache=True)
+def segment_diff(x: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """``x[t] - x[t-1]`` inside a segment; 0 at ``pos <= 0`` (the log return when ``x = lc``)."""
+    n = len(x)
+    out = np.zeros(n)
+    for t in range(1, n):
+        if pos[t] > 0:
+            out[t] = x[t] - x[t - 1]
+    return out
+
+
+@numba.njit(cache=True)
+def rolling_sum_reset(x: np.ndarray, pos: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sum and nonzero count of ``x`` over the last ``window`` rows of the segment (fewer at its start).
+
+    Returns ``(sum, nonzero)``; ``sum`` is exactly 0 when ``nonzero`` is 0. Callers decide when the
+    window is full (``pos >= window - 1``).
+    """
+    n = len(x)
+    out = np.zeros(n)
+    cnt = np.zeros(n, np.int64)
+    s = 0.0
+    nz = 0
+    for t in range(n):
+        p = pos[t]
+        if p < 0:
+            continue
+        v = x[t]
+        if p == 0:
+            s = 0.0
+            nz = 0
+        s += v
+        nz += v != 0.0
+        if p >= window:
+            u = x[t - window]
+            s -= u
+            nz -= u != 0.0
+            if p % window == 0:  # exact recompute: bounded rounding drift
+                s = 0.0
+                for j in range(t - window + 1, t + 1):
+                    s += x[j]
+        if nz == 0:
+            s = 0.0
+        out[t] = s
+        cnt[t] = nz
+    return out, cnt
+
+
+@numba.njit(cache=True)
+def rolling_max_reset(x: np.ndarray, pos: np.ndarray, window: int) -> np.ndarray:
+    """Maximum of ``x`` over the last ``window`` rows of the segment (monotonic deque, O(n))."""
+    n = len(x)
+    out = np.zeros(n)
+    dq = np.empty(n, np.int64)
+    head = 0
+    tail = 0
+    for t in range(n):
+        p = pos[t]
+        if p < 0:
+            continue
+        if p == 0:
+            head = 0
+            tail = 0
+        v = x[t]
+        while tail > head and x[dq[tail - 1]] <= v:
+            tail -= 1
+        dq[tail] = t
+        tail += 1
+        if dq[head] <= t - window:
+            head += 1
+        out[t] = x[dq[head]]
+    return out
+
+
+@numba.njit(cache=True)
+def rolling_min_reset(x: np.ndarray, pos: np.ndarray, window: int) -> np.ndarray:
+    """Minimum of ``x`` over the last ``window`` rows of the segment (monotonic deque, O(n))."""
+    n = len(x)
+    out = np.zeros(n)
+    dq = np.empty(n, np.int64)
+    head = 0
+    tail = 0
+    for t in range(n):
+        p = pos[t]
+        if p < 0:
+            continue
+        if p == 0:
+            head = 0
+            tail = 0
+        v = x[t]
+        while tail > head and x[dq[tail - 1]] >= v:
+            tail -= 1
+        dq[tail] = t
+        tail += 1
+        if dq[head] <= t - window:
+            head += 1
+        out[t] = x[dq[head]]
+    return out
+
+
+@numba.njit(cache=True)
+def ema_reset(x: np.ndarray, pos: np.ndarray, span: float) -> np.ndarray:
+    """EMA with ``alpha = 2 / (span + 1)``, restarted at ``x`` on each segment's first row."""
+    n = len(x)
+    out = np.zeros(n)
+    a = 2.0 / (span + 1.0)
+    e = 0.0
+    for t in range(n):
+        p = pos[t]
+        if p < 0:
+            continue
+        if p == 0:
+            e = x[t]
+        else:
+            e += a * (x[t] - e)
+        out[t] = e
+    return out
+
+
+@numba.njit(cache=True)
+def rolling_ols_tstat_reset(
+    y: np.ndarray, pos: np.ndarray, window: int, tstat_clip: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Trailing OLS of ``y`` on the row index over the last ``window`` rows ("trend scanning").
+
+    Returns ``(slope, tstat)`` per row: slope β = Sxy / Sxx per row, t = β / se(β) with
+    se² = SSR / ((w - 2) Sxx), clipped to ±``tstat_clip`` (a perfect line gives ±clip). Both are 0
+    until the window is full (``pos >= window - 1``) and when ``y`` is constant over the window.
+    O(n) running sums of Σy, Σy² and Σ j·y (j = 0..w-1 the index inside the window), recomputed
+    exactly every ``window`` rows.
+    """
+    n = len(y)
+    slope = np.zeros(n)
+    tstat = np.zeros(n)
+    w = window
+    wf = float(w)
+    sxx = wf * (wf * wf - 1.0) / 12.0
+    xbar = (wf - 1.0) / 2.0
+    s = 0.0  # Σ y
+    q = 0.0  # Σ y²
+    a = 0.0  # Σ j y_j, j = 0 for the oldest row in the window
+    moves = 0  # rows in the window (but its first) whose y differs from the row before
+    for t in range(n):
+        p = pos[t]
+        if p < 0:
+            continue
+        v = y[t]
+        if p == 0:
+            s = 0.0
+            q = 0.0
+            a = 0.0
+            moves = 0
+        if p >= w:
+            u = y[t - w]
+            a -= s - u  # every kept row's index drops by one; the leaving row had index 0
+            s -= u
+            q -= u * u
+            moves -= y[t - w + 1] != u  # its step leaves the window's interior
+        if p >= 1:
+            moves += v != y[t - 1]
+        j = p if p < w else w - 1
+        a += j * v
+        s += v
+        q += v * v
+        if p >= w and p % w == 0:  # exact recompute: bounded rounding drift
+            s = 0.0
+            q = 0.0
+            a = 0.0
+            for k in range(w):
+                yk = y[t - w + 1 + k]
+                s += yk
+                q += yk * yk
+                a += k * yk
+        if p < w - 1 or moves == 0:
+            continue
+        sxy = a - xbar * s
+        syy = q - s * s / wf
+        b = sxy / sxx
+        ssr = syy - b * sxy
+        slope[t] = b
+        if w <= 2:
+            continue
+        if ssr > 0.0:
+            tv = b / math.sqrt(ssr / ((wf - 2.0) * sxx))
+            tstat[t] = min(max(tv, -tstat_clip), tstat_clip)
+        elif b > 0.0:
+            tstat[t] = tstat_clip
+        elif b < 0.0:
+            tstat[t] = -tstat_clip
+    return slope, tstat
+
+
+@numba.njit(cache=True)
+def wilder_rsi_reset(r: np.ndarray, pos: np.ndarray, period: int) -> np.ndarray:
+    """Wilder RSI of the changes ``r`` as ``(G - L) / (G + L) = (RSI - 50) / 50`` in [-1, 1].
+
+    G, L: the mean gain and loss of the first ``period`` changes of the segment (rows ``pos``
+    1..period), then Wilder-smoothed ``G = (G (period - 1) + gain) / period``. 0 before
+    ``pos == period`` and while ``G + L == 0``.
+    """
+    n = len(r)
+    out = np.zeros(n)
+    g = 0.0
+    lo = 0.0
+    for t in range(n):
+        p = pos[t]
+        if p <= 0:
+            g = 0.0
+            lo = 0.0
+            continue
+        v = r[t]
+        gain = v if v > 0.0 else 0.0
+        loss = -v if v < 0.0 else 0.0
+        if p <= period:
+            g += gain
+            lo += loss
+            if p < period:
+                continue
+            g /= period
+            lo /= period
+        else:
+            g = (g * (period - 1) + gain) / period
+            lo = (lo * (period - 1) + loss) / period
+        d = g + lo
+        if d > 0.0:
+            out[t] = (g - lo) / d
+    return out
+
+
+@numba.njit(cache=True)
+def wilder_adx_reset(
+    lh: np.ndarray, ll: np.ndarray, lc: np.ndarray, pos: np.ndarray, period: int
+) -> np.ndarray:
+    """Wilder's ADX / 100 in [0, 1] from the (log) high, low, close path, restarted per segment.
+
+    Per row (pos >= 1): TR = max(h - l, |h - c₋₁|, |l - c₋₁|); up = h - h₋₁, down = l₋₁ - l;
+    +DM = up if up > down and up > 0, -DM = down if down > up and down > 0. Rows pos 1..n sum TR,
+    ±DM; after that X ← X - X/n + x. DI± = DM± / TR, DX = |DI+ - DI-| / (DI+ + DI-) (0 if both 0).
+    ADX = mean of the first n DX (rows pos n..2n-1), then ADX ← (ADX (n - 1) + DX) / n. 0 before
+    ``pos == 2n - 1``.
+    """
+    n_rows = len(lc)
+    out = np.zeros(n_rows)
+    n = period
+    tr_s = 0.0
+    pdm_s = 0.0
+    mdm_s = 0.0
+    adx = 0.0
+    for t in range(n_rows):
+        p = pos[t]
+        if p <= 0:
+            tr_s = 0.0
+            pdm_s = 0.0
+            mdm_s = 0.0
+            adx = 0.0
+            continue
+        h = lh[t]
+        lw = ll[t]
+        cp = lc[t - 1]
+        tr = max(h - lw, abs(h - cp), abs(lw - cp))
+        up = h - lh[t - 1]
+        down = ll[t - 1] - lw
+        pdm = up if (up > down and up > 0.0) else 0.0
+        mdm = down if (down > up and down > 0.0) else 0.0
+        if p <= n:
+            tr_s += tr
+            pdm_s += pdm
+            mdm_s += mdm
+            if p < n:
+                continue
+        else:
+            tr_s = tr_s - tr_s / n + tr
+            pdm_s = pdm_s - pdm_s / n + pdm
+            mdm_s = mdm_s - mdm_s / n + mdm
+        dx = 0.0
+        if tr_s > 0.0:
+            pdi = pdm_s / tr_s
+            mdi = mdm_s / tr_s
+            if pdi + mdi > 0.0:
+                dx = abs(pdi - mdi) / (pdi + mdi)
+        if p < 2 * n - 1:
+            adx += dx
+        elif p == 2 * n - 1:
+            adx = (adx + dx) / n
+            out[t] = adx
+        else:
+            adx = (adx * (n - 1) + dx) / n
+            out[t] = adx
+    return out
+
+
+@numba.njit(cache=True)
+def capped_cusum_reset(z: np.ndarray, pos: np.ndarray, drift: float, cap: float) -> np.ndarray:
+    """Two-sided CUSUM of ``z`` with capped accumulators, as ``(S+ + S-) / cap`` in [-1, 1].
+
+    S+ ← min(cap, max(0, S+ + z - drift)), S- ← max(-cap, min(0, S- + z + drift)), both 0 at each
+    segment start.
+    """
+    n = len(z)
+    out = np.zeros(n)
+    sp = 0.0
+    sm = 0.0
+    for t in range(n):
+        p = pos[t]
+        if p <= 0:
+            sp = 0.0
+            sm = 0.0
+            continue
+        v = z[t]
+        sp = min(cap, max(0.0, sp + v - drift))
+        sm = max(-cap, min(0.0, sm + v + drift))
+        out[t] = (sp + sm) / cap
+    return out
+
+
+@numba.njit(cache=True)
+def fill_columns(out: np.ndarray, cols: tuple) -> None:
+    """``out[:, j] = cols[j]`` for a C-ordered ``out`` ``[n, m]``, in cache-sized row blocks.
+
+    numpy's strided column writes are ~5x slower on wide outputs; ``cols`` is a tuple of ``m``
+    float64 ``[n]`` arrays.
+    """
+    n, m = out.shape
+    block = 512
+    for s in range(0, n, block):
+        e = min(n, s + block)
+        for j in range(m):
+            c = cols[j]
+            for i in range(s, e):
+                out[i, j] = c[i]

@@ -1,0 +1,157 @@
+"""The one layout of the RL state and of the supervised feature stacks (SPEC §3).
+
+Every width, offset and slot name comes from here; the families declare their slot names
+(``SLOTS``) and this module composes them, so changing a group's width is one edit (the family's
+``SLOTS`` and its ``compute``). Groups start at multiples of :data:`ALIGN` (the padding slots are
+named ``<group>._pad<k>`` and always 0).
+
+RL state groups, in order: market, ofi, tlob, mtf (from the feature families), portfolio, plan
+(written by the environment), aux (predictions of the auxiliary heads, fed back with a one-step
+lag; written by the agent).
+
+Supervised stacks (what the cache stores and the alpha check reads):
+
+* bar rows: market, ofi, tlob, mtf;
+* snapshot rows: market, ofi, tlob, mtf, snapshot (time since last trade, ... microprice drift).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from foxhunt.data.schemas import RowUnit
+from foxhunt.features.registry import FAMILIES
+
+ALIGN = 8
+
+PORTFOLIO_SLOTS = (
+    "position",  # signed contracts / max position
+    "unrealised_pnl",
+    "hold_time",
+    "max_pnl",  # intra-trade maximum
+    "min_pnl",  # intra-trade minimum
+    "drawdown",  # equity drawdown
+    "cost_paid",
+    "time_since_trade",
+)
+PLAN_SLOTS = (
+    "active",
+    "direction",
+    "target_bars",
+    "remaining_fraction",  # clamp((target - held) / target, 0, 1)
+    "distance_to_profit",
+    "distance_to_stop",
+    "entry_regime",
+)
+AUX_SLOTS = (
+    "p_up",  # 2 * p_up - 1 of the direction head
+    "p_profit",
+    "p_stop",
+    "p_timeout",
+)
+
+
+@dataclass(frozen=True)
+class Group:
+    """One named block of consecutive columns: ``width`` real slots, then padding."""
+
+    name: str
+    slots: tuple[str, ...]
+    offset: int
+    padded: int  # width including the padding up to the next multiple of ALIGN (state only)
+
+    @property
+    def width(self) -> int:
+        return len(self.slots)
+
+    @property
+    def slice(self) -> slice:
+        """Columns of the real slots."""
+        return slice(self.offset, self.offset + self.width)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(f"{self.name}.{s}" for s in self.slots)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Groups laid end to end; ``align`` pads each group to a multiple of it (1 = no padding)."""
+
+    kind: str
+    groups: tuple[Group, ...]
+    align: int
+
+    @property
+    def width(self) -> int:
+        last = self.groups[-1]
+        return last.offset + last.padded
+
+    @cached_property
+    def columns(self) -> tuple[str, ...]:
+        """Every column's name, padding included (``group.slot`` / ``group._pad<k>``)."""
+        out: list[str] = []
+        for g in self.groups:
+            out.extend(g.names)
+            out.extend(f"{g.name}._pad{k}" for k in range(g.padded - g.width))
+        return tuple(out)
+
+    def group(self, name: str) -> Group:
+        for g in self.groups:
+            if g.name == name:
+                return g
+        raise KeyError(f"no group {name!r} in the {self.kind} layout ({[g.name for g in self.groups]})")
+
+    def index(self, column: str) -> int:
+        """Column number of ``group.slot``."""
+        return self.columns.index(column)
+
+    def describe(self) -> list[dict[str, object]]:
+        """JSON-ready names, offsets and widths (stored in cache metadata and checkpoints)."""
+        return [
+            {"name": g.name, "offset": g.offset, "width": g.width, "padded": g.padded, "slots": list(g.slots)}
+            for g in self.groups
+        ]
+
+    def fingerprint(self) -> str:
+        payload = json.dumps({"kind": self.kind, "align": self.align, "groups": self.describe()})
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def build_layout(kind: str, groups: Sequence[tuple[str, tuple[str, ...]]], align: int) -> Layout:
+    out: list[Group] = []
+    offset = 0
+    for name, slots in groups:
+        if not slots:
+            raise ValueError(f"group {name!r} has no slots")
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"group {name!r} repeats a slot name")
+        padded = -(-len(slots) // align) * align
+        out.append(Group(name=name, slots=tuple(slots), offset=offset, padded=padded))
+        offset += padded
+    return Layout(kind=kind, groups=tuple(out), align=align)
+
+
+STATE_FEATURE_GROUPS = ("market", "ofi", "tlob", "mtf")
+
+STATE_LAYOUT = build_layout(
+    "state",
+    [(name, FAMILIES[name].SLOTS) for name in STATE_FEATURE_GROUPS]
+    + [("portfolio", PORTFOLIO_SLOTS), ("plan", PLAN_SLOTS), ("aux", AUX_SLOTS)],
+    ALIGN,
+)
+
+STACK_FAMILIES: dict[RowUnit, tuple[str, ...]] = {
+    RowUnit.BAR: ("market", "ofi", "tlob", "mtf"),
+    RowUnit.SNAPSHOT: ("market", "ofi", "tlob", "mtf", "snapshot"),
+}
+
+
+def stack_layout(row_unit: RowUnit, families: Sequence[str] | None = None) -> Layout:
+    """The supervised feature stack of a row unit (no padding: the cache stores real columns)."""
+    names = tuple(families) if families is not None else STACK_FAMILIES[row_unit]
+    return build_layout(f"stack-{row_unit.value}", [(n, FAMILIES[n].SLOTS) for n in names], 1)

@@ -1,0 +1,602 @@
+"""Order-flow family ``ofi`` (SPEC §3): multi-level order-flow imbalance and microstructure state.
+
+Two numba passes over flat arrays: one over the book states (``inp.events``; each row's book when
+``events`` is None) and one over the rows. Both are forward recursions, so row ``t`` only sees rows
+and events ``<= t``; every recursion restarts at a segment start (new session or contract), where
+lags read 0 and EMAs start from their first value.
+
+Notation. Book of a row or event: bid/ask price ``p^b_i, p^a_i`` and size ``q^b_i, q^a_i`` at
+level ``i`` (0 = touch, ``L`` = 10 levels), order counts ``c^b_i, c^a_i``. An empty level has NaN
+price and size 0. ``EMA_N``: ``m_t = m_{t-1} + (x_t - m_{t-1}) / N`` (``m = x`` at the first row of
+a segment), over rows whose book is real (``book_mask``); flow EMAs only over rows with
+``flow_mask``. ``clip(x)`` is ``x`` clipped to ``±Params.clip``. Ratios with a zero denominator are 0.
+
+Cont-Kukanov-Stoikov OFI of level ``i`` at event ``k`` (vs. event ``k - 1`` of the same segment; 0 at
+the first event), an empty bid price read as ``-inf`` and an empty ask price as ``+inf``::
+
+    e^b = q^b_k            if p^b_k > p^b_{k-1};  q^b_k - q^b_{k-1}  if equal;  -q^b_{k-1}  if lower
+    e^a = q^a_k            if p^a_k < p^a_{k-1};  q^a_k - q^a_{k-1}  if equal;  -q^a_{k-1}  if higher
+    e_i = e^b - e^a                                                        (:func:`cks_ofi`)
+
+``E_{t,i}``: the sum of ``e_i`` over the events of row ``t``; ``D_i = EMA_depth_span((q^b_i + q^a_i)/2)``
+the trailing mean depth of level ``i``.
+
+=====  =======================  ============================================================================
+slot   name                     formula (windows in rows unless stated)
+=====  =======================  ============================================================================
+0-4    ofi_l0 .. ofi_l4         clip(E_{t,i} / D_i), levels 0..4
+5      ofi_deep                 clip(sum_{i=5..9} E_{t,i} / sum_{i=5..9} D_i)
+6      ofi_total                X_t = clip(sum_i E_{t,i} / sum_i D_i) (all levels: integrated OFI)
+7      ofi_accel                clip(X_t - EMA_fast(X)_{t-1}) (the flow's change vs. its trajectory; 0 at
+                                segment start)
+8-10   ofi_ema_fast/mid/slow    EMA_fast_span(X), EMA_mid_span(X), EMA_slow_span(X): OFI trajectory
+11     vpin                     EMA_toxicity_span(|B_t - S_t|) / EMA_toxicity_span(V_t), with
+                                B, S, V = EMA_toxicity_bucket_span of buy, sell, total volume (a
+                                bucket-free VPIN in [0, 1]); 0 when flow_mask is False
+12     toxicity_gradient        |B_t - S_t| / V_t - vpin (current vs. trailing toxicity), in [-1, 1]
+13     realised_vol             sqrt(EMA_vol_fast_span(RV_t)) in ticks, RV_t = sum over the row's events of
+                                the squared mid change in ticks (within segment; both mids defined);
+                                clipped to [0, 1000]
+14     vol_regime               (EMA_vol_fast(RV) - EMA_vol_slow(RV)) / (sum of both): regime score
+15     hawkes_rate              log(1 + lambda_f(ts_t)), lambda_tau(s) = (1/tau) sum_{event k <= s}
+                                exp(-(s - ts_k)/tau) in events per second, tau = hawkes_fast_seconds
+16     hawkes_ratio             (lambda_f - lambda_s) / (lambda_f + lambda_s), tau_s = hawkes_slow_seconds
+17     book_pressure            sum_i w_i (q^b_i - q^a_i) / sum_i w_i (q^b_i + q^a_i), w_i = exp(-decay i)
+18     spread_ticks             (p^a_0 - p^b_0) / tick, clipped to [-100, 100]; 0 if a side is empty
+19     spread_change            spread_ticks_t - spread_ticks_{t-1} (0 at segment start or if either is 0)
+20     spread_dev               spread_ticks - EMA_slow_span(spread_ticks) (over rows with both sides)
+21     aggression               B_t / (B_t + S_t) - 1/2 (flow-weighted over toxicity_bucket_span)
+22     aggression_row           buy / (buy + sell) - 1/2 of this row's trades
+23     trade_flow               clip((B_t - S_t) / D_0): net aggressor volume in touch queues
+24     queue_depletion_asym     EMA_fast(d^b - d^a) / EMA_fast(d^b + d^a); d^s = the row's sum over events
+                                of the touch queue depleted on side s (the whole previous queue when
+                                the touch moved away from the mid, the size decrease when it stayed);
+                                > 0: the bid is being eaten faster (bearish), in [-1, 1]
+25     order_count_flux         clip((C_t - C_{t-1}) / EMA_depth_span(C)), C = sum_i (c^b_i + c^a_i);
+                                0 at segment start
+26     intrabar_momentum        (close - open) / (high - low) of the row's price path, in [-1, 1]
+27     order_count_imbalance    (sum_i c^b_i - sum_i c^a_i) / sum_i (c^b_i + c^a_i)
+28     microprice_residual      (microprice - mid) / mid,
+                                microprice = (p^b_0 q^a_0 + p^a_0 q^b_0) / (q^b_0 + q^a_0)
+29     l1_imbalance_ema         S = EMA over *events* (horizon imbalance_horizon_events) of
+                                I = (q^b_0 - q^a_0)/(q^b_0 + q^a_0), at the row's last event (carried
+                                over rows without events): the synthetic market's alpha carrier
+30     l1_imbalance_ema_slow    the same with horizon imbalance_slow_horizon_events
+31     ofi_l0_ema               EMA_mid_span(ofi_l0): touch OFI trajectory
+=====  =======================  ============================================================================
+
+Rows with ``book_mask`` False are all 0 and leave every recursion untouched; flow slots (11, 12,
+21-23) are 0 on rows with ``flow_mask`` False.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+from pydantic import Field, model_validator
+
+from foxhunt.config.base import Frozen
+from foxhunt.features.frame import EventInput, RowInput
+
+SLOTS: tuple[str, ...] = (
+    "ofi_l0",
+    "ofi_l1",
+    "ofi_l2",
+    "ofi_l3",
+    "ofi_l4",
+    "ofi_deep",
+    "ofi_total",
+    "ofi_accel",
+    "ofi_ema_fast",
+    "ofi_ema_mid",
+    "ofi_ema_slow",
+    "vpin",
+    "toxicity_gradient",
+    "realised_vol",
+    "vol_regime",
+    "hawkes_rate",
+    "hawkes_ratio",
+    "book_pressure",
+    "spread_ticks",
+    "spread_change",
+    "spread_dev",
+    "aggression",
+    "aggression_row",
+    "trade_flow",
+    "queue_depletion_asym",
+    "order_count_flux",
+    "intrabar_momentum",
+    "order_count_imbalance",
+    "microprice_residual",
+    "l1_imbalance_ema",
+    "l1_imbalance_ema_slow",
+    "ofi_l0_ema",
+)
+NEEDS_BOOK = True
+
+_WIDTH = len(SLOTS)
+_S = {name: i for i, name in enumerate(SLOTS)}  # slot -> column, for the kernels
+_S_OFI_L0 = _S["ofi_l0"]
+_S_OFI_DEEP = _S["ofi_deep"]
+_S_OFI_TOTAL = _S["ofi_total"]
+_S_OFI_ACCEL = _S["ofi_accel"]
+_S_OFI_EMA_FAST = _S["ofi_ema_fast"]
+_S_OFI_EMA_MID = _S["ofi_ema_mid"]
+_S_OFI_EMA_SLOW = _S["ofi_ema_slow"]
+_S_VPIN = _S["vpin"]
+_S_TOXICITY_GRADIENT = _S["toxicity_gradient"]
+_S_REALISED_VOL = _S["realised_vol"]
+_S_VOL_REGIME = _S["vol_regime"]
+_S_HAWKES_RATE = _S["hawkes_rate"]
+_S_HAWKES_RATIO = _S["hawkes_ratio"]
+_S_BOOK_PRESSURE = _S["book_pressure"]
+_S_SPREAD_TICKS = _S["spread_ticks"]
+_S_SPREAD_CHANGE = _S["spread_change"]
+_S_SPREAD_DEV = _S["spread_dev"]
+_S_AGGRESSION = _S["aggression"]
+_S_AGGRESSION_ROW = _S["aggression_row"]
+_S_TRADE_FLOW = _S["trade_flow"]
+_S_QUEUE_DEPLETION_ASYM = _S["queue_depletion_asym"]
+_S_ORDER_COUNT_FLUX = _S["order_count_flux"]
+_S_INTRABAR_MOMENTUM = _S["intrabar_momentum"]
+_S_ORDER_COUNT_IMBALANCE = _S["order_count_imbalance"]
+_S_MICROPRICE_RESIDUAL = _S["microprice_residual"]
+_S_L1_IMBALANCE_EMA = _S["l1_imbalance_ema"]
+_S_L1_IMBALANCE_EMA_SLOW = _S["l1_imbalance_ema_slow"]
+_S_OFI_L0_EMA = _S["ofi_l0_ema"]
+
+_SEPARATE_LEVELS = 5  # ofi_l0 .. ofi_l4; levels 5.. go to ofi_deep
+
+
+class Params(Frozen):
+    """Windows of the ``ofi`` family (EMA horizons ``N`` in rows unless stated: ``m += (x - m) / N``)."""
+
+    depth_span: int = Field(
+        100, ge=1, le=100_000, description="Rows of the trailing mean depth per level (D_i) and order count."
+    )
+    fast_span: int = Field(5, ge=1, le=100_000, description="Rows of the fast OFI trajectory EMA.")
+    mid_span: int = Field(20, ge=1, le=100_000, description="Rows of the medium OFI trajectory EMA.")
+    slow_span: int = Field(
+        100, ge=1, le=100_000, description="Rows of the slow OFI trajectory EMA and of the spread's mean."
+    )
+    toxicity_bucket_span: int = Field(
+        20, ge=1, le=100_000, description="Rows of the buy/sell/volume EMAs that play VPIN's volume bucket."
+    )
+    toxicity_span: int = Field(
+        200, ge=1, le=1_000_000, description="Rows over which VPIN averages the bucket imbalances."
+    )
+    vol_fast_span: int = Field(20, ge=1, le=100_000, description="Rows of the fast realised-variance EMA.")
+    vol_slow_span: int = Field(
+        500, ge=1, le=1_000_000, description="Rows of the slow realised-variance EMA (regime baseline)."
+    )
+    hawkes_fast_seconds: float = Field(
+        1.0, gt=0, le=86_400, description="Decay time (s) of the fast Hawkes-style event intensity."
+    )
+    hawkes_slow_seconds: float = Field(
+        60.0, gt=0, le=86_400, description="Decay time (s) of the slow (baseline) event intensity."
+    )
+    pressure_decay: float = Field(
+        0.3, ge=0, le=10, description="Book pressure level weight w_i = exp(-pressure_decay * i)."
+    )
+    imbalance_horizon_events: int = Field(
+        50, ge=1, le=100_000, description="Events H of the level-1 imbalance EMA (synthetic alpha carrier)."
+    )
+    imbalance_slow_horizon_events: int = Field(
+        500, ge=1, le=1_000_000, description="Events of the slow level-1 imbalance EMA."
+    )
+    clip: float = Field(
+        10.0, ge=1, le=1_000, description="Bound of the depth-normalised flow ratios (slots 0-7, 23, 25)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Params:
+        if not self.fast_span <= self.mid_span <= self.slow_span:
+            raise ValueError(
+                f"ofi spans must satisfy fast_span <= mid_span <= slow_span, got "
+                f"{self.fast_span}, {self.mid_span}, {self.slow_span}"
+            )
+        return self
+
+
+# --- event pass -------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True)
+def _side_flow(p_prev: float, q_prev: float, p_cur: float, q_cur: float, sign: float) -> float:
+    """CKS contribution of one side; ``sign`` = +1 for bids (higher is better), -1 for asks.
+
+    An empty level (NaN price) counts as the worst possible price of its side.
+    """
+    prev_ok = p_prev == p_prev
+    cur_ok = p_cur == p_cur
+    if not prev_ok and not cur_ok:
+        return 0.0
+    if not prev_ok:
+        return q_cur
+    if not cur_ok:
+        return -q_prev
+    d = (p_cur - p_prev) * sign
+    if d > 0.0:
+        return q_cur
+    if d < 0.0:
+        return -q_prev
+    return q_cur - q_prev
+
+
+@numba.njit(cache=True)
+def _cks_ofi_kernel(bid_px, bid_sz, ask_px, ask_sz, reset):
+    m, n_lev = bid_px.shape
+    out = np.zeros((m, n_lev))
+    for k in range(m):
+        if reset[k] or k == 0:
+            continue
+        for i in range(n_lev):
+            eb = _side_flow(bid_px[k - 1, i], bid_sz[k - 1, i], bid_px[k, i], bid_sz[k, i], 1.0)
+            ea = _side_flow(ask_px[k - 1, i], ask_sz[k - 1, i], ask_px[k, i], ask_sz[k, i], -1.0)
+            out[k, i] = eb - ea
+    return out
+
+
+def cks_ofi(
+    bid_px: np.ndarray, bid_sz: np.ndarray, ask_px: np.ndarray, ask_sz: np.ndarray, reset: np.ndarray
+) -> np.ndarray:
+    """[m, L] Cont-Kukanov-Stoikov order-flow imbalance ``e_i`` of each book state vs. the previous one.
+
+    ``reset[k]`` (bool ``[m]``) marks a state with no predecessor in its segment (its OFI is 0).
+    """
+    f = np.ascontiguousarray
+    return _cks_ofi_kernel(
+        f(bid_px, np.float64),
+        f(bid_sz, np.float64),
+        f(ask_px, np.float64),
+        f(ask_sz, np.float64),
+        f(reset, np.bool_),
+    )
+
+
+@numba.njit(cache=True)
+def _event_pass(
+    ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz, n_rows, tick, tau_f, tau_s, h_fast, h_slow
+):
+    """Per-row sums of event flows and the event-level recursions sampled at each row's last event."""
+    m, n_lev = bid_px.shape
+    ofi = np.zeros((n_rows, n_lev))
+    rv = np.zeros(n_rows)
+    dep_b = np.zeros(n_rows)
+    dep_a = np.zeros(n_rows)
+    has_ev = np.zeros(n_rows, np.bool_)
+    lam_f = np.zeros(n_rows)  # intensities just after the row's last event
+    lam_s = np.zeros(n_rows)
+    t_last = np.zeros(n_rows, np.int64)
+    imb_f = np.zeros(n_rows)
+    imb_s = np.zeros(n_rows)
+    lf = 0.0
+    ls = 0.0
+    sf = 0.0
+    ss = 0.0
+    for k in range(m):
+        r = ev_row[k]
+        b0 = bid_sz[k, 0]
+        a0 = ask_sz[k, 0]
+        imb = (b0 - a0) / (b0 + a0) if b0 + a0 > 0.0 else 0.0
+        first = reset[k] or k == 0
+        if first:
+            lf = 1.0 / tau_f
+            ls = 1.0 / tau_s
+            sf = imb
+            ss = imb
+        else:
+            dt = (ev_ts[k] - ev_ts[k - 1]) * 1e-9
+            if dt < 0.0:
+                dt = 0.0
+            lf = lf * np.exp(-dt / tau_f) + 1.0 / tau_f
+            ls = ls * np.exp(-dt / tau_s) + 1.0 / tau_s
+            sf += (imb - sf) / h_fast
+            ss += (imb - ss) / h_slow
+            for i in range(n_lev):
+                eb = _side_flow(bid_px[k - 1, i], bid_sz[k - 1, i], bid_px[k, i], bid_sz[k, i], 1.0)
+                ea = _side_flow(ask_px[k - 1, i], ask_sz[k - 1, i], ask_px[k, i], ask_sz[k, i], -1.0)
+                ofi[r, i] += eb - ea
+            mid0 = 0.5 * (bid_px[k - 1, 0] + ask_px[k - 1, 0])
+            mid1 = 0.5 * (bid_px[k, 0] + ask_px[k, 0])
+            if mid0 == mid0 and mid1 == mid1:
+                dm = (mid1 - mid0) / tick
+                rv[r] += dm * dm
+            # touch queue depletion: the whole queue if the touch moved away, else the decrease
+            pb0 = bid_px[k - 1, 0]
+            pb1 = bid_px[k, 0]
+            if pb0 == pb0:
+                if not (pb1 == pb1) or pb1 < pb0:
+                    dep_b[r] += bid_sz[k - 1, 0]
+                elif pb1 == pb0 and bid_sz[k, 0] < bid_sz[k - 1, 0]:
+                    dep_b[r] += bid_sz[k - 1, 0] - bid_sz[k, 0]
+            pa0 = ask_px[k - 1, 0]
+            pa1 = ask_px[k, 0]
+            if pa0 == pa0:
+                if not (pa1 == pa1) or pa1 > pa0:
+                    dep_a[r] += ask_sz[k - 1, 0]
+                elif pa1 == pa0 and ask_sz[k, 0] < ask_sz[k - 1, 0]:
+                    dep_a[r] += ask_sz[k - 1, 0] - ask_sz[k, 0]
+        has_ev[r] = True
+        lam_f[r] = lf
+        lam_s[r] = ls
+        t_last[r] = ev_ts[k]
+        imb_f[r] = sf
+        imb_s[r] = ss
+    return ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s
+
+
+# --- row pass ---------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True)
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0.0 else 0.0
+
+
+@numba.njit(cache=True)
+def _clip(x: float, lim: float) -> float:
+    return min(max(x, -lim), lim)
+
+
+@numba.njit(cache=True)
+def _row_pass(
+    ts, seg, book_mask, flow_mask,  # [n] row times and masks
+    o, h, lo, c, buy, sell,  # [n] price path and aggressor volumes
+    bid_px, bid_sz, ask_px, ask_sz, bid_ct, ask_ct,  # [n, L] the row's book
+    tick,
+    ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s,  # from _event_pass
+    n_depth, n_fast, n_mid, n_slow, n_bucket, n_tox, n_vf, n_vs,  # EMA horizons (_SPAN_FIELDS)
+    tau_f, tau_s, decay, lim,
+):  # fmt: skip
+    n, n_lev = bid_px.shape
+    n_sep = min(_SEPARATE_LEVELS, n_lev)
+    out = np.zeros((n, _WIDTH), np.float32)
+    depth = np.zeros(n_lev)
+    w = np.empty(n_lev)
+    for i in range(n_lev):
+        w[i] = np.exp(-decay * i)
+    fresh = True  # the next real row starts a segment
+    flow_fresh = True
+    # carried state
+    x_f = x_m = x_s = l0_m = 0.0
+    bb = ss_ = vv = tox_num = tox_den = 0.0
+    rv_f = rv_s = 0.0
+    sp_prev = sp_mean = 0.0
+    sp_mean_ok = False
+    dq_num = dq_den = 0.0
+    cnt_prev = cnt_mean = 0.0
+    ev_ok = False
+    ev_lf = ev_ls = ev_sf = ev_ss = 0.0
+    ev_t = np.int64(0)
+    for t in range(n):
+        if seg[t]:
+            fresh = True
+            flow_fresh = True
+            ev_ok = False
+        if has_ev[t]:
+            ev_ok = True
+            ev_lf = lam_f[t]
+            ev_ls = lam_s[t]
+            ev_sf = imb_f[t]
+            ev_ss = imb_s[t]
+            ev_t = t_last[t]
+        if not book_mask[t]:
+            continue
+        row = out[t]
+        # --- depth-normalised OFI --------------------------------------------------------
+        tot_e = 0.0
+        tot_d = 0.0
+        deep_e = 0.0
+        deep_d = 0.0
+        for i in range(n_lev):
+            dl = 0.5 * (bid_sz[t, i] + ask_sz[t, i])
+            if fresh:
+                depth[i] = dl
+            else:
+                depth[i] += (dl - depth[i]) / n_depth
+            e = ofi[t, i]
+            tot_e += e
+            tot_d += depth[i]
+            if i < n_sep:
+                row[_S_OFI_L0 + i] = _clip(_ratio(e, depth[i]), lim)
+            else:
+                deep_e += e
+                deep_d += depth[i]
+        row[_S_OFI_DEEP] = _clip(_ratio(deep_e, deep_d), lim)
+        x = _clip(_ratio(tot_e, tot_d), lim)
+        row[_S_OFI_TOTAL] = x
+        l0 = row[_S_OFI_L0]
+        if fresh:
+            row[_S_OFI_ACCEL] = 0.0
+            x_f = x_m = x_s = x
+            l0_m = l0
+        else:
+            row[_S_OFI_ACCEL] = _clip(x - x_f, lim)
+            x_f += (x - x_f) / n_fast
+            x_m += (x - x_m) / n_mid
+            x_s += (x - x_s) / n_slow
+            l0_m += (l0 - l0_m) / n_mid
+        row[_S_OFI_EMA_FAST] = x_f
+        row[_S_OFI_EMA_MID] = x_m
+        row[_S_OFI_EMA_SLOW] = x_s
+        row[_S_OFI_L0_EMA] = l0_m
+        # --- trade flow: toxicity, aggression ----------------------------------------------
+        if flow_mask[t]:
+            b = buy[t]
+            s = sell[t]
+            v = b + s
+            if flow_fresh:
+                bb = b
+                ss_ = s
+                vv = v
+                tox_num = abs(b - s)
+                tox_den = v
+                flow_fresh = False
+            else:
+                bb += (b - bb) / n_bucket
+                ss_ += (s - ss_) / n_bucket
+                vv += (v - vv) / n_bucket
+                tox_num += (abs(bb - ss_) - tox_num) / n_tox
+                tox_den += (vv - tox_den) / n_tox
+            vpin = min(_ratio(tox_num, tox_den), 1.0)
+            row[_S_VPIN] = vpin
+            row[_S_TOXICITY_GRADIENT] = min(_ratio(abs(bb - ss_), vv), 1.0) - vpin
+            row[_S_AGGRESSION] = _ratio(bb, bb + ss_) - 0.5 if bb + ss_ > 0.0 else 0.0
+            row[_S_AGGRESSION_ROW] = b / v - 0.5 if v > 0.0 else 0.0
+            row[_S_TRADE_FLOW] = _clip(_ratio(bb - ss_, depth[0]), lim)
+        # --- realised variance and its regime --------------------------------------------
+        if fresh:
+            rv_f = rv_s = rv[t]
+        else:
+            rv_f += (rv[t] - rv_f) / n_vf
+            rv_s += (rv[t] - rv_s) / n_vs
+        row[_S_REALISED_VOL] = min(np.sqrt(rv_f), 1000.0)
+        row[_S_VOL_REGIME] = _ratio(rv_f - rv_s, rv_f + rv_s)
+        # --- Hawkes-style intensity at the row's time ------------------------------------
+        if ev_ok:
+            dt = max((ts[t] - ev_t) * 1e-9, 0.0)
+            rf = ev_lf * np.exp(-dt / tau_f)
+            rs = ev_ls * np.exp(-dt / tau_s)
+            row[_S_HAWKES_RATE] = np.log1p(rf)
+            row[_S_HAWKES_RATIO] = _ratio(rf - rs, rf + rs)
+            row[_S_L1_IMBALANCE_EMA] = ev_sf
+            row[_S_L1_IMBALANCE_EMA_SLOW] = ev_ss
+        # --- book state -------------------------------------------------------------------
+        num = 0.0
+        den = 0.0
+        cb = 0.0
+        ca = 0.0
+        for i in range(n_lev):
+            num += w[i] * (bid_sz[t, i] - ask_sz[t, i])
+            den += w[i] * (bid_sz[t, i] + ask_sz[t, i])
+            cb += bid_ct[t, i]
+            ca += ask_ct[t, i]
+        row[_S_BOOK_PRESSURE] = _ratio(num, den)
+        pb = bid_px[t, 0]
+        pa = ask_px[t, 0]
+        both = pb == pb and pa == pa
+        sp = min(max((pa - pb) / tick, -100.0), 100.0) if both else 0.0
+        row[_S_SPREAD_TICKS] = sp
+        if not fresh and sp != 0.0 and sp_prev != 0.0:
+            row[_S_SPREAD_CHANGE] = sp - sp_prev
+        sp_prev = sp
+        if fresh:
+            sp_mean_ok = False
+        if both:
+            if not sp_mean_ok:
+                sp_mean = sp
+                sp_mean_ok = True
+            else:
+                sp_mean += (sp - sp_mean) / n_slow
+            row[_S_SPREAD_DEV] = sp - sp_mean
+        qb = bid_sz[t, 0]
+        qa = ask_sz[t, 0]
+        if both and qb + qa > 0.0:
+            mid = 0.5 * (pa + pb)
+            micro = (pb * qa + pa * qb) / (qb + qa)
+            row[_S_MICROPRICE_RESIDUAL] = (micro - mid) / mid if mid != 0.0 else 0.0
+        # --- queue depletion, order counts, intra-row momentum ------------------------------
+        d_diff = dep_b[t] - dep_a[t]
+        d_sum = dep_b[t] + dep_a[t]
+        if fresh:
+            dq_num = d_diff
+            dq_den = d_sum
+        else:
+            dq_num += (d_diff - dq_num) / n_fast
+            dq_den += (d_sum - dq_den) / n_fast
+        row[_S_QUEUE_DEPLETION_ASYM] = _clip(_ratio(dq_num, dq_den), 1.0)
+        cnt = cb + ca
+        if fresh:
+            cnt_mean = cnt
+        else:
+            cnt_mean += (cnt - cnt_mean) / n_depth
+            row[_S_ORDER_COUNT_FLUX] = _clip(_ratio(cnt - cnt_prev, cnt_mean), lim)
+        cnt_prev = cnt
+        rng = h[t] - lo[t]
+        if rng > 0.0 and c[t] == c[t] and o[t] == o[t]:
+            row[_S_INTRABAR_MOMENTUM] = _clip((c[t] - o[t]) / rng, 1.0)
+        row[_S_ORDER_COUNT_IMBALANCE] = _ratio(cb - ca, cnt)
+        fresh = False
+    return out
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+
+def book_events(inp: RowInput) -> EventInput:
+    """``inp.events``, or each row's own book as one event per row when ``events`` is None."""
+    if inp.events is not None:
+        return inp.events
+    return EventInput(
+        row=np.arange(len(inp), dtype=np.int64),
+        ts=inp.ts,
+        segment_start=inp.segment_start,
+        bid_px=inp.bid_px,
+        ask_px=inp.ask_px,
+        bid_sz=inp.bid_sz,
+        ask_sz=inp.ask_sz,
+        bid_ct=inp.bid_ct,
+        ask_ct=inp.ask_ct,
+    )
+
+
+def event_reset(inp: RowInput, ev: EventInput) -> np.ndarray:
+    """[m] bool: the event has no predecessor in its segment.
+
+    True at ``ev.segment_start`` and wherever the event's row is in another segment than the
+    previous event's row (robust to a segment whose first row holds no event).
+    """
+    row_seg = np.cumsum(inp.segment_start)
+    reset = np.ones(len(ev), bool)
+    if len(ev) > 1:
+        seg_of = row_seg[ev.row]
+        reset[1:] = ev.segment_start[1:] | (seg_of[1:] != seg_of[:-1])
+    return reset
+
+
+_ROW_FLOAT_FIELDS = (
+    "open", "high", "low", "close", "buy_volume", "sell_volume",
+    "bid_px", "bid_sz", "ask_px", "ask_sz", "bid_ct", "ask_ct",
+)  # fmt: skip
+_SPAN_FIELDS = (
+    "depth_span", "fast_span", "mid_span", "slow_span",
+    "toxicity_bucket_span", "toxicity_span", "vol_fast_span", "vol_slow_span",
+)  # fmt: skip
+
+
+def compute(inp: RowInput, params: Params) -> np.ndarray:
+    """float32 ``[len(inp), 32]``: the ``ofi`` slots (see the module docstring)."""
+    n = len(inp)
+    if n == 0:
+        return np.zeros((0, len(SLOTS)), np.float32)
+    f = np.ascontiguousarray
+    tick = float(inp.tick_size)
+    ev = book_events(inp)
+    per_row = _event_pass(
+        f(ev.row, np.int64),
+        f(ev.ts, np.int64),
+        event_reset(inp, ev),
+        *(f(getattr(ev, k), np.float64) for k in ("bid_px", "bid_sz", "ask_px", "ask_sz")),
+        n,
+        tick,
+        params.hawkes_fast_seconds,
+        params.hawkes_slow_seconds,
+        float(params.imbalance_horizon_events),
+        float(params.imbalance_slow_horizon_events),
+    )
+    out = _row_pass(
+        f(inp.ts, np.int64),
+        *(f(getattr(inp, k), np.bool_) for k in ("segment_start", "book_mask", "flow_mask")),
+        *(f(getattr(inp, k), np.float64) for k in _ROW_FLOAT_FIELDS),
+        tick,
+        *per_row,
+        *(float(getattr(params, k)) for k in _SPAN_FIELDS),
+        params.hawkes_fast_seconds,
+        params.hawkes_slow_seconds,
+        params.pressure_decay,
+        params.clip,
+    )
+    # NaN-safe by construction; a non-finite input size would still leak, so zero it here.
+    out[~np.isfinite(out)] = 0.0
+    return out

@@ -1,0 +1,31 @@
+"""The feature families, by name. A family is any object with the contract of
+:mod:`foxhunt.features` (``SLOTS``, ``NEEDS_BOOK``, ``Params``, ``compute``): the five modules
+below, or one a test builds (the leak-guard test registers a deliberately leaky one).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from foxhunt.features import market, mtf, ofi, snapshot, tlob
+from foxhunt.features.frame import RowInput
+
+
+@runtime_checkable
+class Family(Protocol):
+    SLOTS: tuple[str, ...]
+    NEEDS_BOOK: bool
+
+    def compute(self, inp: RowInput, params: object) -> np.ndarray: ...
+
+
+FAMILIES: dict[str, ModuleType] = {
+    "market": market,
+    "ofi": ofi,
+    "tlob": tlob,
+    "mtf": mtf,
+    "snapshot": snapshot,
+}

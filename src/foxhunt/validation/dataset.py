@@ -1,0 +1,66 @@
+"""Folds of a feature cache with their normalisers: the one way later stages read training and
+validation rows (the alpha check, the environment, the backtester).
+
+Each fold's :class:`~foxhunt.validation.normalise.RobustScaler` is fitted on that fold's
+training rows only and stored with it (:func:`save_folds` writes both as JSON); every path that
+normalises calls :func:`foxhunt.validation.normalise.apply` through :meth:`FoldData.normalise`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from foxhunt.validation.folds import Fold, FoldParams, purged_walk_forward
+from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
+
+NORMALISE_CLIP = 5.0  # robust z-scores beyond +-5 are clipped
+
+
+@dataclass(frozen=True, eq=False)
+class FoldData:
+    fold: Fold
+    scaler: RobustScaler
+
+    def normalise(self, x: np.ndarray) -> np.ndarray:
+        """``x`` [n, F] with this fold's training-row statistics (the one normalisation path)."""
+        return apply(self.scaler, x)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fold": self.fold.summary(), "scaler": self.scaler.to_dict()}
+
+
+def make_folds(
+    features: np.ndarray, columns: tuple[str, ...] | list[str], params: FoldParams, label_span: int
+) -> list[FoldData]:
+    """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows."""
+    folds = purged_walk_forward(len(features), params, label_span)
+    return [FoldData(f, fit_robust(features, f.train, tuple(columns), clip=NORMALISE_CLIP)) for f in folds]
+
+
+def save_folds(folds: list[FoldData], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write the folds' boundaries and scalers as JSON (atomically)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = {**(extra or {}), "folds": [f.to_dict() for f in folds]}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            json.dump(body, fh)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_scalers(path: str | Path) -> list[RobustScaler]:
+    """The stored scalers of a folds file, in fold order."""
+    body = json.loads(Path(path).read_text())
+    return [RobustScaler.from_dict(f["scaler"]) for f in body["folds"]]

@@ -1,0 +1,182 @@
+"""Purged walk-forward folds with an embargo (SPEC §5).
+
+Layout of ``n`` rows, ``k`` folds, embargo ``e = max(embargo_rows, label_span)``::
+
+    rows   0 ............ v0 ........ v1 ........ v2 ... v_k = n
+    fold 0 [train    ]<e> [ val 0   ]
+    fold 1 [train (expanding)   ]<e>  [ val 1   ]
+    fold 2 [train (expanding)               ]<e> [ val 2 ]
+
+* The first validation block starts at ``v0 = round(min_train_fraction * n)``; the validation
+  blocks tile ``[v0, n)`` in time order, ``v_i = v0 + floor(i * (n - v0) / k)`` (so each is about
+  ``(1 - min_train_fraction) / k`` of the rows and they never overlap).
+* Fold ``i``'s training window is every row before ``v_i`` (EXPANDING), or ``[v_i - e - R, v_i)``
+  with ``R = rolling_train_rows`` (ROLLING: ``R`` training rows survive, the same in every fold;
+  ``R`` defaults to fold 0's training size ``v0 - e``). From the window,
+  :func:`purge_and_embargo` removes
+
+  - **purged** rows: a row ``t`` before the block whose label window ``[t, t + label_span]``
+    reaches the block (``t + label_span >= v_i``), and
+  - **embargoed** rows: the rest of the gap of ``e`` rows before the block (only when
+    ``embargo_rows > label_span``), and any row in the ``e`` rows after the block (none in a
+    walk-forward, where training always precedes validation; the rule is general).
+
+  Hence ``max(train) + label_span < min(validation)`` and ``min(validation) - max(train) > e``.
+* Deterministic: the folds depend only on ``n``, the parameters and ``label_span``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+from pydantic import Field
+
+from foxhunt.config.base import Frozen
+
+
+class FoldScheme(StrEnum):
+    EXPANDING = "expanding"  # training starts at row 0 and grows with each fold
+    ROLLING = "rolling"  # training keeps a fixed number of rows and slides forward
+
+
+class FoldParams(Frozen):
+    n_folds: int = Field(
+        3, ge=1, le=100, description="Validation blocks in time order (smoke 3, production 5+)."
+    )
+    scheme: FoldScheme = Field(
+        FoldScheme.EXPANDING,
+        description="expanding: train on every earlier row; rolling: a fixed-size window.",
+    )
+    min_train_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Share of rows before the first validation block; the blocks tile the remaining rows.",
+    )
+    embargo_rows: int = Field(
+        0,
+        ge=0,
+        description="Extra gap in rows between training and validation; embargo = max(this, label span).",
+    )
+    rolling_train_rows: int | None = Field(
+        None,
+        ge=1,
+        description="Training rows per fold for scheme = rolling (None: the first fold's training size).",
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Fold:
+    """One walk-forward fold: row indices (int64, ascending) and its boundaries (end exclusive)."""
+
+    index: int
+    train: np.ndarray  # [n_train] int64
+    validation: np.ndarray  # [n_val] int64
+    train_start: int  # first training row
+    train_end: int  # one past the last training row
+    validation_start: int
+    validation_end: int  # one past the last validation row
+    purged: int  # training-window rows removed because their label window reaches validation
+    embargoed: int  # further training-window rows removed by the embargo
+    embargo: int  # effective embargo in rows: max(embargo_rows, label_span)
+
+    def summary(self) -> dict[str, int]:
+        """The boundaries and counts, JSON-safe (for reports and checkpoint metadata)."""
+        return {
+            "index": self.index,
+            "train_start": self.train_start,
+            "train_end": self.train_end,
+            "n_train": len(self.train),
+            "validation_start": self.validation_start,
+            "validation_end": self.validation_end,
+            "n_validation": len(self.validation),
+            "purged": self.purged,
+            "embargoed": self.embargoed,
+            "embargo": self.embargo,
+        }
+
+
+def purge_and_embargo(
+    train: np.ndarray, validation_start: int, validation_end: int, label_span: int, embargo: int
+) -> tuple[np.ndarray, int, int]:
+    """Remove from ``train`` every row that could leak into the block ``[validation_start, validation_end)``.
+
+    * purge: rows ``t < validation_start`` with ``t + label_span >= validation_start`` (their
+      label window ``[t, t + label_span]`` reaches the block);
+    * embargo: the other rows of ``[validation_start - embargo, validation_start)`` and the rows of
+      ``[validation_end, validation_end + embargo)`` (after the block);
+    * rows inside the block itself.
+
+    Returns ``(kept rows int64, n_purged, n_embargoed)`` (rows inside the block count as purged).
+    """
+    if label_span < 0 or embargo < 0:
+        raise ValueError(f"label_span and embargo must be >= 0, got {label_span}, {embargo}")
+    t = np.asarray(train, dtype=np.int64)
+    inside = (t >= validation_start) & (t < validation_end)
+    purged = inside | ((t < validation_start) & (t + label_span >= validation_start))
+    embargoed = ~purged & (
+        ((t < validation_start) & (t >= validation_start - embargo))
+        | ((t >= validation_end) & (t < validation_end + embargo))
+    )
+    keep = ~(purged | embargoed)
+    return t[keep], int(purged.sum()), int(embargoed.sum())
+
+
+def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> ValueError:
+    return ValueError(
+        f"purged_walk_forward: {n_rows} rows are too few for {params.n_folds} {params.scheme} folds "
+        f"(min_train_fraction {params.min_train_fraction}, embargo "
+        f"{max(params.embargo_rows, label_span)} rows from label span {label_span} and embargo_rows "
+        f"{params.embargo_rows}): {problem}; supply more rows, or lower n_folds, the label horizons "
+        "or embargo_rows"
+    )
+
+
+def purged_walk_forward(n_rows: int, params: FoldParams, label_span: int) -> list[Fold]:
+    """The folds of ``n_rows`` rows (module docstring: layout). Raises ValueError when too short."""
+    if label_span < 0:
+        raise ValueError(f"label_span must be >= 0 rows, got {label_span}")
+    n, k = int(n_rows), params.n_folds
+    e = max(params.embargo_rows, int(label_span))
+    v0 = int(round(params.min_train_fraction * n))
+    bounds = [v0 + (i * (n - v0)) // k for i in range(k + 1)]
+    if bounds[1] - bounds[0] < 1:
+        problem = f"{n - v0} rows after the first training window for {k} blocks"
+        raise _too_short(n, params, label_span, problem)
+    first_train = v0 - e
+    if first_train < 1:
+        problem = f"the first training window keeps {first_train} rows (need >= 1)"
+        raise _too_short(n, params, label_span, problem)
+    width = first_train
+    if params.scheme is FoldScheme.ROLLING:
+        width = first_train if params.rolling_train_rows is None else params.rolling_train_rows
+        if width > first_train:
+            raise _too_short(
+                n,
+                params,
+                label_span,
+                f"rolling_train_rows {width} exceeds the {first_train} rows before the first block",
+            )
+    folds = []
+    for i in range(k):
+        vs, ve = bounds[i], bounds[i + 1]
+        start = 0 if params.scheme is FoldScheme.EXPANDING else vs - e - width
+        window = np.arange(start, vs, dtype=np.int64)
+        train, purged, embargoed = purge_and_embargo(window, vs, ve, label_span, e)
+        folds.append(
+            Fold(
+                index=i,
+                train=train,
+                validation=np.arange(vs, ve, dtype=np.int64),
+                train_start=int(train[0]),
+                train_end=int(train[-1]) + 1,
+                validation_start=vs,
+                validation_end=ve,
+                purged=purged,
+                embargoed=embargoed,
+                embargo=e,
+            )
+        )
+    return folds

@@ -1,0 +1,388 @@
+"""Labels: direction at horizon K and triple-barrier outcomes (profit / stop / timeout).
+
+Every label looks forward from row ``t`` and is **valid only inside one segment** (a session and
+contract, marked by ``segment_start``): a move across the daily halt or a roll is not a move. A row
+without a label is flagged invalid in the returned ``valid`` mask; its label value is a filler
+(0 for directions, :data:`NO_OUTCOME` = -1 for outcomes) that must never be read as a class.
+
+Conventions
+-----------
+* Direction: ``label[t, h] = sign(close[t + K_h] - close[t])`` in {-1, 0, +1}; valid iff
+  ``t + K_h < n``, row ``t + K_h`` is in the segment of row ``t`` and both prices are finite.
+* Triple barrier, for an entry at ``close[t]`` (side +1 = LONG, the default; -1 = SHORT):
+  ``profit_price = c * (1 + side * profit_mult * vol[t])``,
+  ``stop_price = c * (1 - side * stop_mult * vol[t])`` (:func:`barrier_prices`, the one definition
+  the env reuses for plan exits, SPEC §6). Rows ``t+1 .. t+horizon`` are scanned in order with their
+  ``high``/``low``; a LONG's profit is touched when ``high >= profit_price``, its stop when
+  ``low <= stop_price`` (mirrored for a SHORT). The first touch wins. **When one row touches both,
+  the outcome is STOP** (the path inside the row is unknown, so the conservative reading). With no
+  touch the outcome is TIMEOUT at offset ``horizon`` (exit at ``close[t + horizon]``).
+  A row is valid iff the whole horizon ``t .. t+horizon`` lies in its segment (so the label's
+  availability never depends on the outcome, which would bias labels near segment ends), its
+  ``close`` and ``vol`` are finite with ``vol > 0`` (a zero volatility scale puts both barriers on
+  the entry price), and every scanned row up to the exit has a finite ``high`` and ``low``.
+* ``vol`` is causal: :func:`trailing_volatility` is the sample standard deviation (ddof 1) of the
+  one-row log returns ``log(close[i] / close[i-1])`` over the trailing ``window`` rows ending at
+  ``t``, restarting at each segment; NaN until ``min_periods`` returns exist in the segment.
+  It is a *per-row* volatility: for a random walk the move over ``horizon`` rows has standard
+  deviation ``vol * sqrt(horizon)``, so ``profit_mult = stop_mult ~ sqrt(horizon)`` gives roughly
+  a third each of profit, stop and timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Annotated
+
+import numba
+import numpy as np
+from pydantic import Field, field_validator
+
+from foxhunt.config.base import Frozen
+from foxhunt.data.schemas import RowUnit
+
+if TYPE_CHECKING:
+    from foxhunt.features.frame import RowInput
+
+_MAX_HORIZON = 1_000_000
+
+
+class Outcome(IntEnum):
+    """Triple-barrier outcome of an entry (the plan exits of SPEC §6)."""
+
+    PROFIT = 0
+    STOP = 1
+    TIMEOUT = 2
+
+
+NO_OUTCOME = -1  # filler of rows without a valid outcome (never a class)
+
+Horizon = Annotated[int, Field(ge=1, le=_MAX_HORIZON)]
+
+
+class LabelParams(Frozen):
+    """Label definitions (part of the cache's schema hash). All horizons count rows of the row unit.
+
+    The default barrier multiples 8 ~ sqrt(60): one standard deviation of a random walk's move over
+    the 60-bar timeout, which splits outcomes roughly evenly between profit, stop and timeout.
+    """
+
+    bar_horizons: tuple[Horizon, ...] = Field(
+        (60,),
+        min_length=1,
+        description="Direction-label horizons K in rows for row_unit = bar (strictly increasing).",
+    )
+    snapshot_horizons: tuple[Horizon, ...] = Field(
+        (5, 20, 50, 200, 500),
+        min_length=1,
+        description="Direction-label horizons K in rows for row_unit = snapshot (strictly increasing).",
+    )
+    barrier_vol_window: int = Field(
+        100,
+        ge=2,
+        le=100_000,
+        description="Trailing rows of one-row log returns whose std scales the triple barriers (causal).",
+    )
+    profit_mult: float = Field(
+        8.0,
+        gt=0.0,
+        le=1_000.0,
+        description="Profit barrier distance in trailing per-row vols (entry * (1 + mult * vol) for a long).",
+    )
+    stop_mult: float = Field(
+        8.0,
+        gt=0.0,
+        le=1_000.0,
+        description="Stop barrier distance in trailing per-row vols (entry * (1 - mult * vol) for a long).",
+    )
+    barrier_horizon_bars: int = Field(
+        60, ge=1, le=_MAX_HORIZON, description="Triple-barrier timeout in rows for row_unit = bar."
+    )
+    barrier_horizon_snapshots: int = Field(
+        200, ge=1, le=_MAX_HORIZON, description="Triple-barrier timeout in rows for row_unit = snapshot."
+    )
+
+    @field_validator("bar_horizons", "snapshot_horizons")
+    @classmethod
+    def _increasing(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(b <= a for a, b in zip(value, value[1:], strict=False)):
+            raise ValueError(f"horizons must be strictly increasing, got {value}")
+        return value
+
+    def horizons(self, row_unit: RowUnit) -> tuple[int, ...]:
+        """Direction-label horizons of a row unit."""
+        return self.bar_horizons if row_unit is RowUnit.BAR else self.snapshot_horizons
+
+    def barrier_horizon(self, row_unit: RowUnit) -> int:
+        """Triple-barrier timeout of a row unit."""
+        return self.barrier_horizon_bars if row_unit is RowUnit.BAR else self.barrier_horizon_snapshots
+
+    def span(self, row_unit: RowUnit) -> int:
+        """The longest forward reach of any label of a row unit (:func:`label_span`)."""
+        return label_span(self.horizons(row_unit), self.barrier_horizon(row_unit))
+
+
+def label_span(horizons: tuple[int, ...] | list[int], barrier_horizon: int) -> int:
+    """Longest forward reach of any label, in rows: the label of row t reads rows t .. t + span.
+
+    The folds purge training rows whose window ``[t, t + span]`` reaches validation and embargo at
+    least ``span`` rows (the volatility scale is trailing, so it adds no forward reach).
+    """
+    reach = [int(k) for k in horizons] + [int(barrier_horizon)]
+    if min(reach) < 1:
+        raise ValueError(f"label horizons must be >= 1 row, got {list(horizons)} and {barrier_horizon}")
+    return max(reach)
+
+
+def segment_ids(segment_start: np.ndarray) -> np.ndarray:
+    """Segment number of every row (int64, from 0); row 0 always starts a segment."""
+    start = np.asarray(segment_start, dtype=bool).copy()
+    if len(start):
+        start[0] = True
+    return np.cumsum(start, dtype=np.int64) - 1
+
+
+def _check_rows(name: str, arr: np.ndarray, n: int) -> np.ndarray:
+    a = np.asarray(arr, dtype=np.float64)
+    if a.shape != (n,):
+        raise ValueError(f"{name} has shape {a.shape}; expected ({n},) like segment_start")
+    return a
+
+
+# --- direction -------------------------------------------------------------------------------
+
+
+def direction_labels(
+    close: np.ndarray, segment_start: np.ndarray, horizons: tuple[int, ...] | list[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """sign(close[t+K] - close[t]) per horizon: ``(labels int8 [n, H], valid bool [n, H])``.
+
+    Invalid where ``t + K`` is past the data or in a later segment, or either price is not finite;
+    invalid entries hold 0 and must be masked by ``valid``.
+    """
+    n = len(segment_start)
+    c = _check_rows("close", close, n)
+    seg = segment_ids(segment_start)
+    finite = np.isfinite(c)
+    labels = np.zeros((n, len(horizons)), np.int8)
+    valid = np.zeros((n, len(horizons)), bool)
+    t = np.arange(n)
+    for h, k in enumerate(horizons):
+        if k < 1:
+            raise ValueError(f"direction horizon must be >= 1 row, got {k}")
+        j = t + int(k)
+        inside = j < n
+        jj = np.minimum(j, n - 1)
+        ok = inside & (seg[jj] == seg) & finite & finite[jj]
+        with np.errstate(invalid="ignore"):
+            labels[:, h] = np.where(ok, np.sign(c[jj] - c), 0)
+        valid[:, h] = ok
+    return labels, valid
+
+
+# --- volatility ------------------------------------------------------------------------------
+
+
+@numba.njit(cache=True)
+def _trailing_std_kernel(ret, seg, window, min_periods):  # pragma: no cover - compiled
+    """Rolling sample std of ``ret`` (NaN = missing) over ``window`` rows, reset at segments.
+
+    Welford add/remove; a window whose finite values are all equal gives exactly 0 (tracked by the
+    run length of equal consecutive values, as pandas does).
+    """
+    n = ret.shape[0]
+    out = np.full(n, np.nan)
+    m = 0
+    mean = 0.0
+    ssq = 0.0
+    run = 0
+    last = np.nan
+    s = 0  # first row of the current segment
+    for t in range(n):
+        if t == 0 or seg[t] != seg[t - 1]:
+            m, mean, ssq, run, last, s = 0, 0.0, 0.0, 0, np.nan, t
+        x = ret[t]
+        if np.isfinite(x):  # add ret[t]
+            m += 1
+            d = x - mean
+            mean += d / m
+            ssq += d * (x - mean)
+            run = run + 1 if x == last else 1
+            last = x
+        o = t - window  # ret[o] leaves the window
+        if o >= s and np.isfinite(ret[o]):
+            m -= 1
+            if m == 0:
+                mean, ssq = 0.0, 0.0
+            else:
+                d = ret[o] - mean
+                mean -= d / m
+                ssq -= d * (ret[o] - mean)
+        if m >= min_periods:
+            out[t] = 0.0 if run >= m else np.sqrt(max(ssq, 0.0) / (m - 1))
+    return out
+
+
+def log_returns(close: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
+    """One-row log returns ``log(close[t] / close[t-1])``; NaN at segment starts and bad prices."""
+    n = len(segment_start)
+    c = _check_rows("close", close, n)
+    r = np.full(n, np.nan)
+    if n > 1:
+        seg = segment_ids(segment_start)
+        prev, cur = c[:-1], c[1:]
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(prev) & np.isfinite(cur) & (prev > 0) & (cur > 0) & (seg[1:] == seg[:-1])
+        r[1:][ok] = np.log(cur[ok] / prev[ok])
+    return r
+
+
+def trailing_volatility(
+    close: np.ndarray, segment_start: np.ndarray, window: int, min_periods: int | None = None
+) -> np.ndarray:
+    """Causal per-row volatility: std (ddof 1) of the one-row log returns of rows ``t-window+1 .. t``.
+
+    Restarts at every segment (the first row of a segment has no return); returns of non-finite
+    or non-positive prices are skipped. NaN until ``min_periods`` (default: ``window``, at least 2)
+    returns exist in the window. float64 ``[n]``.
+    """
+    if window < 2:
+        raise ValueError(f"volatility window must be >= 2 rows, got {window}")
+    mp = window if min_periods is None else int(min_periods)
+    if not 2 <= mp <= window:
+        raise ValueError(f"min_periods must lie in [2, window={window}], got {min_periods}")
+    r = log_returns(close, segment_start)
+    return _trailing_std_kernel(r, segment_ids(segment_start), int(window), mp)
+
+
+# --- triple barrier --------------------------------------------------------------------------
+
+
+def barrier_prices(
+    entry: np.ndarray | float, vol: np.ndarray | float, profit_mult: float, stop_mult: float, side: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Profit and stop prices of an entry: ``entry * (1 ± mult * vol)`` (side +1 long, -1 short).
+
+    Long: profit above, stop below the entry; short: the mirror image.
+    """
+    if side not in (1, -1):
+        raise ValueError(f"side must be +1 (long) or -1 (short), got {side}")
+    e = np.asarray(entry, dtype=np.float64)
+    v = np.asarray(vol, dtype=np.float64)
+    return e * (1.0 + side * profit_mult * v), e * (1.0 - side * stop_mult * v)
+
+
+@numba.njit(cache=True)
+def _barrier_kernel(close, high, low, seg, ok_entry, profit_px, stop_px, horizon, side):  # pragma: no cover
+    n = close.shape[0]
+    outcome = np.full(n, -1, np.int8)
+    offset = np.full(n, -1, np.int64)
+    for t in range(n):
+        end = t + horizon
+        if end >= n or seg[end] != seg[t] or not ok_entry[t]:
+            continue
+        res = 2  # TIMEOUT
+        off = horizon
+        ok = np.isfinite(close[end])
+        for j in range(t + 1, end + 1):
+            h = high[j]
+            lo = low[j]
+            if not (np.isfinite(h) and np.isfinite(lo)):
+                ok = False
+                break
+            if side > 0:
+                profit = h >= profit_px[t]
+                stop = lo <= stop_px[t]
+            else:
+                profit = lo <= profit_px[t]
+                stop = h >= stop_px[t]
+            if stop:  # a row touching both barriers counts as STOP (conservative)
+                res, off, ok = 1, j - t, True
+                break
+            if profit:
+                res, off, ok = 0, j - t, True
+                break
+        if ok:
+            outcome[t] = res
+            offset[t] = off
+    return outcome, offset
+
+
+def triple_barrier(
+    close: np.ndarray,
+    high: np.ndarray,
+    low: np.ndarray,
+    segment_start: np.ndarray,
+    vol: np.ndarray,
+    profit_mult: float,
+    stop_mult: float,
+    horizon: int,
+    side: int = 1,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """First of profit / stop / timeout for an entry at ``close[t]`` (module docstring: conventions).
+
+    Returns ``(outcome int8 [n] (Outcome values, NO_OUTCOME where invalid), exit_offset int64 [n]
+    (rows from entry to exit, 1..horizon; -1 where invalid), valid bool [n])``.
+    """
+    n = len(segment_start)
+    c = _check_rows("close", close, n)
+    h = _check_rows("high", high, n)
+    lo = _check_rows("low", low, n)
+    v = _check_rows("vol", vol, n)
+    if horizon < 1:
+        raise ValueError(f"barrier horizon must be >= 1 row, got {horizon}")
+    if not (profit_mult > 0 and stop_mult > 0):
+        raise ValueError(f"profit_mult and stop_mult must be > 0, got {profit_mult}, {stop_mult}")
+    with np.errstate(invalid="ignore"):
+        ok_entry = np.isfinite(c) & np.isfinite(v) & (v > 0)
+    profit_px, stop_px = barrier_prices(c, v, profit_mult, stop_mult, side)
+    outcome, offset = _barrier_kernel(
+        c, h, lo, segment_ids(segment_start), ok_entry, profit_px, stop_px, int(horizon), int(side)
+    )
+    return outcome, offset, outcome >= 0
+
+
+# --- all labels of a row set -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Labels:
+    """Every label of a set of rows (shapes ``[n]`` / ``[n, H]``); masks say which are real."""
+
+    horizons: tuple[int, ...]
+    direction: np.ndarray  # [n, H] int8 in {-1, 0, +1}
+    direction_valid: np.ndarray  # [n, H] bool
+    outcome: np.ndarray  # [n] int8 Outcome (LONG entry), NO_OUTCOME where invalid
+    exit_offset: np.ndarray  # [n] int64 rows to the exit, -1 where invalid
+    outcome_valid: np.ndarray  # [n] bool
+    vol: np.ndarray  # [n] float64 trailing per-row volatility (the barrier scale)
+    span: int  # longest forward reach in rows (purge/embargo)
+
+
+def compute_labels(rows: RowInput, params: LabelParams) -> Labels:
+    """Direction labels and LONG triple-barrier outcomes of ``rows`` with the row unit's settings."""
+    horizons = params.horizons(rows.row_unit)
+    barrier_h = params.barrier_horizon(rows.row_unit)
+    direction, direction_valid = direction_labels(rows.close, rows.segment_start, horizons)
+    vol = trailing_volatility(rows.close, rows.segment_start, params.barrier_vol_window)
+    outcome, offset, valid = triple_barrier(
+        rows.close,
+        rows.high,
+        rows.low,
+        rows.segment_start,
+        vol,
+        params.profit_mult,
+        params.stop_mult,
+        barrier_h,
+    )
+    return Labels(
+        horizons=tuple(horizons),
+        direction=direction,
+        direction_valid=direction_valid,
+        outcome=outcome,
+        exit_offset=offset,
+        outcome_valid=valid,
+        vol=vol,
+        span=label_span(horizons, barrier_h),
+    )

@@ -1,0 +1,32 @@
+"""Folds with normalisers fitted on training rows only, stored with the fold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from foxhunt.validation.dataset import load_scalers, make_folds, save_folds
+from foxhunt.validation.folds import FoldParams
+
+
+def test_scalers_see_training_rows_only_and_round_trip(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1200, 3)).astype(np.float32)
+    cols = ("a", "b", "c")
+    params = FoldParams(n_folds=3)
+    folds = make_folds(x, cols, params, label_span=20)
+    assert len(folds) == 3
+    for k, fd in enumerate(folds):
+        poisoned = np.full_like(x, 1e6)  # every row outside this fold's training set changes
+        poisoned[fd.fold.train] = x[fd.fold.train]
+        again = make_folds(poisoned, cols, params, label_span=20)[k]
+        np.testing.assert_array_equal(fd.scaler.median, again.scaler.median)
+        np.testing.assert_array_equal(fd.scaler.scale, again.scaler.scale)
+        assert fd.fold.train.max() + 20 < fd.fold.validation.min()
+    z = folds[0].normalise(x)
+    assert z.dtype == np.float32 and np.abs(z).max() <= 5.0
+    path = save_folds(folds, tmp_path / "folds.json", {"cache": "x.arrow"})
+    for fd, scaler in zip(folds, load_scalers(path), strict=True):
+        np.testing.assert_array_equal(fd.normalise(x), fd.normalise(x))
+        np.testing.assert_array_equal(scaler.median, fd.scaler.median)
