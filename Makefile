@@ -17,12 +17,15 @@ $(BIN)/foxhunt: pyproject.toml
 
 install: $(BIN)/foxhunt
 
-## The main job: synthetic market -> DBN files -> ingest -> bars -> summary.
+## The main job: synthetic market -> DBN files -> ingest -> bars -> features (cache) -> leak check.
 demo: install
 	rm -rf $(DEMO_OUT)
 	$(BIN)/foxhunt data synth --profile $(PROFILE) --out $(DEMO_OUT)/market --quiet
 	$(BIN)/foxhunt data inspect $(DEMO_OUT)/market --profile $(PROFILE) --quiet
 	$(BIN)/foxhunt data bars --data $(DEMO_OUT)/market --profile $(PROFILE) --out $(DEMO_OUT)/bars --quiet
+	$(BIN)/foxhunt features build --data $(DEMO_OUT)/market --profile $(PROFILE) --out $(DEMO_OUT)/features --quiet
+	$(BIN)/foxhunt features build --data $(DEMO_OUT)/market --profile $(PROFILE) --row-unit snapshot --out $(DEMO_OUT)/features --quiet
+	$(BIN)/foxhunt check leaks --data $(DEMO_OUT)/market --profile $(PROFILE) --quiet
 
 ## The tests (fast set; slow and GPU tests are opt-in: pytest -m slow / -m gpu).
 test: install
