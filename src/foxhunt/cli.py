@@ -411,6 +411,76 @@ def features_info(
     out.print(table)
 
 
+# --- alpha ----------------------------------------------------------------------------------
+
+
+@app.command("alpha", context_settings=MANY_PATHS)
+@_fails_cleanly
+def alpha_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for alpha.json, alpha.md and the plots.")],
+    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
+    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    row_unit: Annotated[
+        RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
+    ] = None,
+    horizons: Annotated[
+        str | None, typer.Option(help="Comma-separated horizons in rows, e.g. 5,20,50,200,500.")
+    ] = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Does the data carry signal before any RL? The leak guard runs first on the data; then an
+    MLP and LightGBM predict the direction of the move over each horizon on purged walk-forward
+    folds, with block-bootstrap confidence intervals, a horizon-decay curve, regime tables and
+    feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
+    from foxhunt.alpha.check import run_alpha
+    from foxhunt.alpha.report import verdict_line, write_report
+    from foxhunt.data.ingest import load_market
+    from foxhunt.features.cache import get_or_build, load_cache
+    from foxhunt.validation.leaks import LeakFoundError, check_leaks
+
+    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    if horizons:
+        overrides.append(f"alpha.horizons=[{horizons}]")
+    cfg = _config(profile, config, overrides)
+    if (data is None) == (cache_path is None):
+        raise FoxhuntError(
+            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt alpha --help"
+        )
+    if cache_path is not None:
+        cache = load_cache(cache_path, cfg)
+        files = [Path(s["path"]) for s in cache.meta["sources"] if "path" in s]
+        if len(files) != len(cache.meta["sources"]) or not all(p.is_file() for p in files):
+            raise FoxhuntError(
+                cache_path,
+                "the cache's source files are not where they were, so the leak guard cannot run",
+                "pass the DBN files with --data instead",
+            )
+    else:
+        files = _data_paths(data or [], ctx)
+    with step("leak guard", quiet):
+        report = check_leaks(load_market(files, cfg.data), cfg)
+    if not report.clean:
+        raise LeakFoundError(
+            "alpha check",
+            f"stopped by the leak guard: look-ahead in {', '.join(report.leaking_columns)}",
+            "fix the named feature columns; no alpha result is reported on leaking features",
+        )
+    if cache_path is None:
+        with step("building features", quiet):
+            cache = get_or_build(files, cfg, out_dir / "cache")
+    chosen = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
+    with step("fitting MLP and LightGBM per fold and horizon", quiet):
+        result = run_alpha(cache, cfg, tuple(chosen))
+    result.leak_guard = report.to_dict()
+    write_report(result, out_dir)
+    write_resolved(cfg, out_dir / "alpha.config.json")
+    out.print(verdict_line(result))
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
 from foxhunt.config.features import FeaturesConfig
@@ -39,3 +40,4 @@ class FoxhuntConfig(Frozen):
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
     labels: LabelParams = Field(default_factory=LabelParams)
     folds: FoldParams = Field(default_factory=FoldParams)
+    alpha: AlphaConfig = Field(default_factory=AlphaConfig)

@@ -75,7 +75,7 @@ def _families(row_unit: RowUnit) -> tuple[str, ...]:
 
 
 def _feature_params(cfg: FoxhuntConfig) -> dict[str, Any]:
-    return {name: getattr(cfg.features, name) for name in FAMILIES}
+    return {name: getattr(cfg.features, name) for name in type(cfg.features).model_fields}
 
 
 def horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:

@@ -57,7 +57,7 @@ def file_fingerprint(path: str | Path) -> dict[str, Any]:
     with p.open("rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             digest.update(chunk)
-    return {"name": p.name, "bytes": p.stat().st_size, "sha256": digest.hexdigest()}
+    return {"name": p.name, "path": str(p.resolve()), "bytes": p.stat().st_size, "sha256": digest.hexdigest()}
 
 
 def digest(payload: Any) -> str:

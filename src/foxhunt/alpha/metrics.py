@@ -1,0 +1,274 @@
+"""Direction-forecast metrics and a fast block bootstrap of their 95% intervals (pure numpy).
+
+Binary problem throughout: ``y`` in {0, 1} (1 = the mid went up over the horizon), ``p`` the
+forecast probability of 1; ``P`` positives, ``N`` negatives, ``n = P + N`` rows.
+
+Metrics
+-------
+* ``accuracy = (1/n) sum_i 1[yhat_i = y_i]`` with ``yhat_i = 1[p_i > 0.5]`` (a forecast of exactly
+  0.5 counts as "down").
+* ``AUC = (1/(P N)) sum_{i: y_i=1} sum_{j: y_j=0} (1[p_i > p_j] + 1/2 1[p_i = p_j])``, the
+  Mann-Whitney U over ``P N``, computed exactly from mid-ranks: ``AUC = (R+ - P(P+1)/2) / (P N)``
+  with ``R+`` the sum of the (tie-averaged) ranks of the positives. NaN when a class is absent.
+* ``log_loss = -(1/n) sum_i [y_i ln q_i + (1 - y_i) ln(1 - q_i)]``, ``q = clip(p, eps, 1 - eps)``.
+
+Block bootstrap (:func:`block_bootstrap`)
+-----------------------------------------
+Labels at horizon K overlap for K rows, and forecasts are autocorrelated, so rows are resampled in
+blocks. The series is cut into ``J = ceil(n / L)`` consecutive, non-overlapping blocks of ``L``
+rows (the last may be shorter); a replicate draws ``J`` blocks with replacement (Carlstein's
+non-overlapping block bootstrap), i.e. a vector of block multiplicities ``w`` [J] ~
+Multinomial(J, 1/J), so every replicate statistic is linear in ``w``:
+
+* per block ``j``: ``S_pos[j, k]`` / ``S_neg[j, k]`` = positives / negatives whose score falls in
+  bin ``k`` (``k = 0..M-1``, ``M`` <= ``bins`` bins cut at the quantiles of ``p`` over the whole
+  sample, so bin order is score order and equal scores share a bin), the number of correct
+  calls, the sum of log-loss terms and the row count;
+* for all ``B`` replicates at once: ``pos[B, M] = W[B, J] @ S_pos[J, M]`` (likewise ``neg``), one
+  float32 BLAS product (exact: every entry is an integer <= ``n + L``; float64 past ``2**24``);
+* replicate AUC from the binned counts with cumulative sums (pairs in one bin count 1/2)::
+
+      AUC_b = sum_k pos[b, k] (negbelow[b, k] + 1/2 neg[b, k]) / (P_b N_b),
+      negbelow[b, k] = sum_{k' < k} neg[b, k'];
+
+  accuracy and log-loss are ratios of ``W @ [correct, loss_sum, rows]``.
+
+Binning error: the binned AUC differs from the exact one only through pairs inside one bin, so
+``|AUC_binned - AUC| <= sum_k pos_k neg_k / (2 P N)``, about ``1 / (2 M)`` for balanced classes and
+quantile bins (2.5e-4 with 2000 bins) and far less in practice (within a narrow bin the
+concordance is close to 1/2). The replicate AUCs are shifted by the full-sample difference
+``AUC - AUC_binned`` so that the interval and the exact estimate refer to the same statistic.
+Intervals are 95% percentile intervals of the ``B`` replicates (NaN replicates, where a class is
+absent, are left out). Cost: ``O(n log n)`` to set up, ``B J 2M`` multiply-adds in BLAS; memory is
+bounded by chunking over replicates and over blocks (about 300 MiB peak at n = 600k, L = 20).
+Measured on 2 cores, B = 1000, M = 2000: n = 200k, L = 50 in 0.3-0.6 s; n = 600k, L = 20 in ~2 s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+_F32_EXACT = 2**24  # float32 holds every integer below this exactly
+_S_CHUNK_ENTRIES = 2**24  # block-statistics chunk S[Jc, 2M] float32: <= 64 MiB
+_S_CACHE_ENTRIES = 2**26  # keep all chunks (<= 256 MiB) across replicate chunks, else rebuild them
+_W_CHUNK_ENTRIES = 2**24  # replicate chunk W[Bc, J]: <= 64 MiB of float32
+_COUNT_SUB_ENTRIES = 2**18  # bincount sub-chunk for the multiplicities (stays in cache)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a (95%) interval ``[lo, hi]``; NaN fields mean "not computable"."""
+
+    estimate: float
+    lo: float
+    hi: float
+
+    def contains(self, x: float) -> bool:
+        """``lo <= x <= hi`` (False when any of them is NaN)."""
+        return bool(self.lo <= x <= self.hi)
+
+    @property
+    def width(self) -> float:
+        """``hi - lo``."""
+        return self.hi - self.lo
+
+    def to_dict(self) -> dict[str, float]:
+        """``{"estimate", "lo", "hi"}`` as floats (NaN stays NaN; the report writer maps it to null)."""
+        return {"estimate": float(self.estimate), "lo": float(self.lo), "hi": float(self.hi)}
+
+
+# --- point metrics ------------------------------------------------------------------------------
+
+
+def _check(y: np.ndarray, p: np.ndarray, where: str) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(y)
+    p = np.asarray(p, dtype=np.float64)
+    if y.ndim != 1 or p.ndim != 1 or len(y) != len(p):
+        raise ValueError(f"{where}: y and p must be 1-D of one length, got shapes {y.shape} and {p.shape}")
+    if len(y) == 0:
+        raise ValueError(f"{where}: no rows (y and p are empty)")
+    yb = y.astype(np.int8)
+    if not np.array_equal(yb, y) or ((yb != 0) & (yb != 1)).any():
+        raise ValueError(f"{where}: y must hold only 0 and 1 (rows with no move are excluded upstream)")
+    if not np.isfinite(p).all() or (p < 0).any() or (p > 1).any():
+        raise ValueError(f"{where}: p must be finite probabilities in [0, 1]")
+    return yb, p
+
+
+def accuracy(y: np.ndarray, p: np.ndarray) -> float:
+    """``mean(1[p > 0.5] == y)``."""
+    y, p = _check(y, p, "accuracy")
+    return float(np.mean((p > 0.5) == (y == 1)))
+
+
+def auc(y: np.ndarray, p: np.ndarray) -> float:
+    """Exact ROC AUC = Mann-Whitney ``U / (P N)``, ties counted 1/2; NaN if a class is absent.
+
+    Mid-ranks: sorting the ``u`` distinct scores, a value shared by ``c`` rows whose ranks run
+    ``r+1 .. r+c`` gets the average rank ``r + (c + 1) / 2``; ``AUC = (R+ - P(P+1)/2) / (P N)``.
+    """
+    y, p = _check(y, p, "auc")
+    n_pos = int(y.sum())
+    n_neg = len(y) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(p, return_inverse=True, return_counts=True)
+    mid_rank_u = np.cumsum(counts) - (counts - 1) / 2.0  # [u] average rank of each distinct value
+    rank_sum_pos = float(mid_rank_u[inverse][y == 1].sum())  # R+
+    return (rank_sum_pos - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
+
+
+def log_loss(y: np.ndarray, p: np.ndarray, eps: float = 1e-7) -> float:
+    """``-mean(y ln q + (1 - y) ln(1 - q))`` with ``q = clip(p, eps, 1 - eps)`` (natural log)."""
+    y, p = _check(y, p, "log_loss")
+    return float(np.mean(_loss_terms(y, p, eps)))
+
+
+def _loss_terms(y: np.ndarray, p: np.ndarray, eps: float) -> np.ndarray:
+    q = np.clip(p, eps, 1.0 - eps)
+    return -np.where(y == 1, np.log(q), np.log1p(-q))  # [n]
+
+
+# --- binned AUC ---------------------------------------------------------------------------------
+
+
+def score_bins(p: np.ndarray, bins: int) -> tuple[np.ndarray, int]:
+    """(bin index [n] int64 in ``0..M-1``, ``M``): cuts at the ``k / bins`` quantiles of ``p``.
+
+    Duplicate cut points are merged (``M <= bins``); a score equal to a cut goes to the upper bin,
+    so equal scores always share a bin and bin order is score order.
+    """
+    if bins < 2:
+        raise ValueError(f"score_bins: bins must be >= 2, got {bins}")
+    cuts = np.unique(np.quantile(p, np.arange(1, bins) / bins))  # [M - 1]
+    return np.searchsorted(cuts, p, side="right").astype(np.int64), len(cuts) + 1
+
+
+def _auc_from_counts(pos_BM: np.ndarray, neg_BM: np.ndarray) -> np.ndarray:
+    """Binned AUC per row: ``sum_k pos_k (negbelow_k + neg_k / 2) / (P N)``, NaN if P N = 0."""
+    pos_BM = pos_BM.astype(np.float64, copy=False)
+    neg_BM = neg_BM.astype(np.float64, copy=False)
+    neg_below_BM = np.cumsum(neg_BM, axis=1) - neg_BM  # negatives in lower bins
+    num_B = np.einsum("bk,bk->b", pos_BM, neg_below_BM + 0.5 * neg_BM)
+    pn_B = pos_BM.sum(axis=1) * neg_BM.sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(pn_B > 0, num_B / pn_B, np.nan)
+
+
+def binned_auc(y: np.ndarray, p: np.ndarray, bins: int = 2000) -> float:
+    """The AUC that :func:`block_bootstrap` resamples: pairs inside one score bin count 1/2.
+
+    ``|binned_auc - auc| <= sum_k pos_k neg_k / (2 P N)`` (about ``1 / (2 bins)`` at worst).
+    """
+    y, p = _check(y, p, "binned_auc")
+    bin_n, m = score_bins(p, bins)
+    pos_M = np.bincount(bin_n[y == 1], minlength=m)
+    neg_M = np.bincount(bin_n[y == 0], minlength=m)
+    return float(_auc_from_counts(pos_M[None, :], neg_M[None, :])[0])
+
+
+# --- block bootstrap ----------------------------------------------------------------------------
+
+
+def _block_multiplicities(rng: np.random.Generator, n_rep: int, n_blocks: int) -> np.ndarray:
+    """``W[n_rep, J]`` float32: how often each block is drawn when ``J`` blocks are drawn uniformly
+    with replacement (each row of W is Multinomial(J, 1/J), summing to J)."""
+    w = np.empty((n_rep, n_blocks), dtype=np.float32)
+    step = max(1, _COUNT_SUB_ENTRIES // n_blocks)  # rows per sub-chunk: its bincount stays in cache
+    for r0 in range(0, n_rep, step):
+        r1 = min(n_rep, r0 + step)
+        idx = rng.integers(0, n_blocks, size=(r1 - r0, n_blocks))  # drawn block ids
+        idx += (np.arange(r1 - r0) * n_blocks)[:, None]  # offset per row: one bincount for all rows
+        w[r0:r1] = np.bincount(idx.ravel(), minlength=(r1 - r0) * n_blocks).reshape(r1 - r0, n_blocks)
+    return w
+
+
+def _percentile_interval(estimate: float, reps: np.ndarray) -> Interval:
+    finite = reps[np.isfinite(reps)]
+    if not math.isfinite(estimate) or len(finite) == 0:
+        return Interval(float(estimate), float("nan"), float("nan"))
+    lo, hi = np.percentile(finite, [2.5, 97.5])
+    return Interval(float(estimate), float(lo), float(hi))
+
+
+def block_bootstrap(
+    y: np.ndarray, p: np.ndarray, block: int, n_boot: int = 1000, seed: int = 0, bins: int = 2000
+) -> dict[str, Interval]:
+    """95% block-bootstrap intervals of AUC, accuracy and log-loss (method in the module docstring).
+
+    Args:
+        y: [n] labels in {0, 1}, in time order.
+        p: [n] forecast probabilities of 1.
+        block: block length ``L`` in rows (at least the label horizon).
+        n_boot: replicates ``B``.
+        seed: seeds the block draws (same seed, same intervals).
+        bins: score bins ``M`` for the replicate AUCs (the estimate itself is exact).
+
+    Returns:
+        ``{"auc", "accuracy", "log_loss"}`` -> :class:`Interval` (estimate on the full sample,
+        exact; ``lo``/``hi`` the 2.5% / 97.5% percentiles of the replicates).
+    """
+    y, p = _check(y, p, "block_bootstrap")
+    if block < 1 or n_boot < 1:
+        raise ValueError(
+            f"block_bootstrap: block and n_boot must be >= 1, got block={block}, n_boot={n_boot}"
+        )
+    n = len(y)
+    estimates = {"auc": auc(y, p), "accuracy": accuracy(y, p), "log_loss": log_loss(y, p)}
+
+    bin_n, m = score_bins(p, bins)
+    key_n = bin_n + m * (1 - y.astype(np.int64))  # column of S: [0, M) positives, [M, 2M) negatives
+    n_cols = 2 * m
+    n_blocks = -(-n // block)  # J
+    block_n = np.arange(n) // block
+    # scalar statistics per block: [J, 3] = (correct calls, sum of log-loss terms, rows)
+    scal_J3 = np.stack(
+        [
+            np.bincount(block_n, weights=((p > 0.5) == (y == 1)).astype(np.float64), minlength=n_blocks),
+            np.bincount(block_n, weights=_loss_terms(y, p, 1e-7), minlength=n_blocks),
+            np.bincount(block_n, minlength=n_blocks).astype(np.float64),
+        ],
+        axis=1,
+    )
+    # binned AUC offset: replicate AUCs are shifted by (exact - binned) on the full sample
+    full_pos = np.bincount(bin_n[y == 1], minlength=m)
+    full_neg = np.bincount(bin_n[y == 0], minlength=m)
+    auc_shift = estimates["auc"] - float(_auc_from_counts(full_pos[None, :], full_neg[None, :])[0])
+
+    dtype = np.float32 if n + block < _F32_EXACT else np.float64  # counts stay exact integers
+    blocks_per_chunk = max(1, _S_CHUNK_ENTRIES // n_cols)
+    chunk_bounds = [(j0, min(n_blocks, j0 + blocks_per_chunk)) for j0 in range(0, n_blocks, blocks_per_chunk)]
+
+    # S chunks in compact form (occupied cells, counts), expanded to dense [Jc, 2M] when multiplied
+    compact: list[tuple[np.ndarray, np.ndarray]] = []
+    for j0, j1 in chunk_bounds:
+        r0, r1 = j0 * block, min(n, j1 * block)  # blocks are consecutive row ranges
+        compact.append(np.unique((block_n[r0:r1] - j0) * n_cols + key_n[r0:r1], return_counts=True))
+
+    def block_counts(ci: int) -> np.ndarray:
+        """``S[Jc, 2M]``: rows per (block, class, score bin) for the blocks of chunk ``ci``."""
+        j0, j1 = chunk_bounds[ci]
+        s = np.zeros((j1 - j0) * n_cols, dtype=dtype)
+        s[compact[ci][0]] = compact[ci][1]
+        return s.reshape(j1 - j0, n_cols)
+
+    cached = n_blocks * n_cols <= _S_CACHE_ENTRIES
+    cache = [block_counts(ci) for ci in range(len(chunk_bounds))] if cached else []
+    rng = np.random.default_rng(seed)
+    reps_per_chunk = max(1, _W_CHUNK_ENTRIES // n_blocks)
+    reps: dict[str, list[np.ndarray]] = {"auc": [], "accuracy": [], "log_loss": []}
+    for b0 in range(0, n_boot, reps_per_chunk):
+        n_rep = min(n_boot, b0 + reps_per_chunk) - b0
+        w_BJ = _block_multiplicities(rng, n_rep, n_blocks)
+        counts_BK = np.zeros((n_rep, n_cols), dtype=dtype)  # [Bc, 2M] replicate counts per class/bin
+        for ci, (j0, j1) in enumerate(chunk_bounds):
+            s_JK = cache[ci] if cached else block_counts(ci)
+            counts_BK += w_BJ[:, j0:j1].astype(dtype, copy=False) @ s_JK
+        scal_B3 = w_BJ.astype(np.float64) @ scal_J3  # [Bc, 3]
+        reps["auc"].append(_auc_from_counts(counts_BK[:, :m], counts_BK[:, m:]) + auc_shift)
+        reps["accuracy"].append(scal_B3[:, 0] / scal_B3[:, 2])
+        reps["log_loss"].append(scal_B3[:, 1] / scal_B3[:, 2])
+    return {name: _percentile_interval(estimates[name], np.concatenate(reps[name])) for name in reps}

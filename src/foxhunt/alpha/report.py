@@ -1,0 +1,194 @@
+"""Write the alpha check's results: ``alpha.json``, ``alpha.md`` and PNG plots (all atomically)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from foxhunt.alpha.check import MODELS, AlphaResult  # noqa: E402
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _atomic_png(fig: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+
+
+def _clean(obj: Any) -> Any:
+    """NaN -> None so alpha.json is strict JSON."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _clean(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_clean(v) for v in obj]
+    return obj
+
+
+def verdict_line(result: AlphaResult) -> str:
+    k, model, auc = result.best()
+    if result.verdict == "signal":
+        return f"Verdict: signal at 95% (best: {model} AUC {auc:.3f} at horizon {k})."
+    return (
+        "Verdict: no signal at 95% (every AUC interval contains 0.5; "
+        f"best point estimate {model} {auc:.3f} at horizon {k})."
+    )
+
+
+def plot_decay(result: AlphaResult, path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    ks = [h.horizon for h in result.horizons]
+    for model in MODELS:
+        est = [h.pooled[model.value]["auc"]["estimate"] for h in result.horizons]
+        lo = [h.pooled[model.value]["auc"]["lo"] for h in result.horizons]
+        hi = [h.pooled[model.value]["auc"]["hi"] for h in result.horizons]
+        ax.plot(ks, est, marker="o", label=model.value)
+        ax.fill_between(ks, lo, hi, alpha=0.25)
+    ax.axhline(0.5, color="grey", lw=1, ls="--")
+    ax.set_xscale("log" if len(ks) > 1 and max(ks) / max(min(ks), 1) > 8 else "linear")
+    ax.set_xlabel(f"horizon ({result.row_unit} rows)")
+    ax.set_ylabel("validation AUC (pooled, 95% block-bootstrap band)")
+    ax.set_title("Horizon decay")
+    ax.legend()
+    _atomic_png(fig, path)
+
+
+def plot_regimes(result: AlphaResult, path: Path) -> bool:
+    k, model, _ = result.best()
+    h = next(h for h in result.horizons if h.horizon == k)
+    if not h.regimes:
+        return False
+    fig, axes = plt.subplots(1, len(h.regimes), figsize=(5 * len(h.regimes), 3.6), squeeze=False)
+    for ax, (name, by_model) in zip(axes[0], h.regimes.items(), strict=True):
+        for j, m in enumerate(MODELS):
+            tables = by_model.get(m.value, [])
+            aucs = []
+            for q in range(5):
+                vals = [
+                    r["auc"]
+                    for t in tables
+                    for r in t["table"]
+                    if r["quintile"] == q and r["auc"] is not None
+                ]
+                aucs.append(sum(vals) / len(vals) if vals else float("nan"))
+            ax.bar([q + 0.4 * j for q in range(5)], aucs, width=0.4, label=m.value)
+        ax.axhline(0.5, color="grey", lw=1, ls="--")
+        ax.set_xticks([q + 0.2 for q in range(5)], [f"Q{q + 1}" for q in range(5)])
+        ax.set_title(f"AUC by {name} quintile (horizon {k})")
+        ax.legend()
+    _atomic_png(fig, path)
+    return True
+
+
+def plot_importance(result: AlphaResult, path: Path) -> None:
+    k, _, _ = result.best()
+    h = next(h for h in result.horizons if h.horizon == k)
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
+    for ax, (title, values) in zip(
+        axes,
+        (
+            ("LightGBM gain share by group", h.gbm_gain),
+            ("MLP permutation AUC drop by group", h.mlp_permutation),
+        ),
+        strict=True,
+    ):
+        names = list(values)
+        ax.bar(names, [values[n] for n in names])
+        ax.set_title(f"{title} (horizon {k})")
+    _atomic_png(fig, path)
+
+
+def write_report(result: AlphaResult, out_dir: str | Path) -> dict[str, Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    body = result.to_dict() | {"verdict_line": verdict_line(result)}
+    paths = {"json": out / "alpha.json", "md": out / "alpha.md", "decay": out / "alpha_decay.png"}
+    _atomic_text(paths["json"], json.dumps(_clean(body), indent=2) + "\n")
+    plot_decay(result, paths["decay"])
+    if plot_regimes(result, out / "alpha_regimes.png"):
+        paths["regimes"] = out / "alpha_regimes.png"
+    plot_importance(result, out / "alpha_importance.png")
+    paths["importance"] = out / "alpha_importance.png"
+    _atomic_text(paths["md"], markdown(result))
+    return paths
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
+
+
+def markdown(result: AlphaResult) -> str:
+    lines = [
+        "# Alpha check",
+        "",
+        f"**{verdict_line(result)}**",
+        "",
+        f"{result.rows:,} {result.row_unit} rows x {result.columns} features ({result.data_source}); "
+        f"{len(result.fold_summaries)} purged walk-forward folds; target: up vs down over the horizon, "
+        "rows without a move left out. Intervals: 95% block bootstrap over time (blocks >= horizon), "
+        "per model and horizon; with several horizons and two models, one interval above 0.5 by chance "
+        "is possible, so read the decay curve as a whole.",
+        "",
+        "| horizon | n val | base rate | model | AUC [95% CI] | accuracy [95% CI] | log-loss |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for h in result.horizons:
+        for m in MODELS:
+            p = h.pooled[m.value]
+            auc_ci = f"{_fmt(p['auc']['estimate'])} [{_fmt(p['auc']['lo'])}, {_fmt(p['auc']['hi'])}]"
+            acc = p["accuracy"]
+            acc_ci = f"{_fmt(acc['estimate'])} [{_fmt(acc['lo'])}, {_fmt(acc['hi'])}]"
+            lines.append(
+                f"| {h.horizon} | {h.n_val:,} | {_fmt(h.base_rate)} | {m.value} | {auc_ci} | {acc_ci} | "
+                f"{_fmt(p['log_loss']['estimate'])} |"
+            )
+    k, _, _ = result.best()
+    h = next(h for h in result.horizons if h.horizon == k)
+    lines += [
+        "",
+        f"## Importance at horizon {k}",
+        "",
+        "| group | LightGBM gain share | MLP permutation AUC drop |",
+    ]
+    lines.append("|---|---|---|")
+    for g in sorted(set(h.gbm_gain) | set(h.mlp_permutation)):
+        lines.append(f"| {g} | {_fmt(h.gbm_gain.get(g))} | {_fmt(h.mlp_permutation.get(g))} |")
+    if result.leak_guard is not None:
+        lg = result.leak_guard
+        lines += [
+            "",
+            f"Leak guard: {'clean' if lg.get('clean') else 'LEAK'} ({len(lg.get('cuts', []))} cuts).",
+        ]
+    lines += [
+        "",
+        "Plots: alpha_decay.png, alpha_regimes.png (where a regime variable exists), alpha_importance.png.",
+        "",
+    ]
+    return "\n".join(lines)

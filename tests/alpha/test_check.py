@@ -1,0 +1,141 @@
+"""Known answers of the alpha check on the synthetic market: no signal, planted signal, leak."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from foxhunt.alpha.check import run_alpha, targets
+from foxhunt.cli import app
+from foxhunt.config.loader import load_config
+from foxhunt.config.synth import SynthConfig
+from foxhunt.data.synth import write_synthetic
+from foxhunt.features.cache import get_or_build
+
+runner = CliRunner()
+FAST = [
+    "data.row_unit=snapshot",
+    "alpha.n_boot=300",
+    "alpha.permutation_repeats=1",
+    "alpha.mlp.max_epochs=4",
+    "alpha.gbm.n_estimators=120",
+]
+
+
+def _market(tmp: Path, alpha: float, seed: int, events: int = 30_000, sessions: int = 2) -> Path:
+    write_synthetic(SynthConfig(seed=seed, sessions=sessions, events_per_session=events, alpha=alpha), tmp)
+    return tmp
+
+
+def test_targets_leave_out_rows_without_a_move() -> None:
+    close = np.array([1.0, 1.0, 2.0, 1.5, 1.5, 3.0])
+    seg = np.array([True, False, False, True, False, False])
+    y, usable = targets(close, seg, 1)
+    # t=0: flat (left out); t=1: up; t=2: crosses the segment start (invalid); t=3: flat; t=4: up.
+    assert usable.tolist() == [False, True, False, False, True, False]
+    assert y[usable].tolist() == [1, 1]
+
+
+def test_no_signal_market_every_interval_contains_half(tmp_path: Path) -> None:
+    cfg = load_config("smoke", overrides=FAST)
+    # Big enough that the validation blocks hold many decorrelation lengths of the predictions
+    # (on 2 x 30k rows, a slow-feature model's AUC wanders to 0.44 by chance alone).
+    market = _market(tmp_path / "m", alpha=0.0, seed=31, events=50_000, sessions=3)
+    cache = get_or_build([market], cfg, tmp_path / "c")
+    result = run_alpha(cache, cfg, (5, 50, 200))
+    for h in result.horizons:
+        for model in ("mlp", "gbm"):
+            auc = h.pooled[model]["auc"]
+            assert auc["lo"] <= 0.5 <= auc["hi"], (h.horizon, model, auc)
+    assert result.verdict == "no signal"
+
+
+def test_planted_signal_is_found_and_decays(tmp_path: Path) -> None:
+    cfg = load_config("smoke", overrides=FAST)
+    cache = get_or_build([_market(tmp_path / "m", alpha=1.0, seed=32)], cfg, tmp_path / "c")
+    result = run_alpha(cache, cfg, (50, 500))
+    by_h = {h.horizon: h for h in result.horizons}
+    gbm_50 = by_h[50].pooled["gbm"]["auc"]
+    assert gbm_50["estimate"] >= 0.60 and gbm_50["lo"] > 0.5
+    assert by_h[500].pooled["gbm"]["auc"]["estimate"] < gbm_50["estimate"]  # the signal decays
+    assert result.verdict == "signal"
+    # The planted carrier (level-1 imbalance, an ofi slot) dominates the importance.
+    assert max(by_h[50].gbm_gain, key=by_h[50].gbm_gain.get) == "ofi"
+
+
+def test_cli_writes_the_report(tmp_path: Path) -> None:
+    market = _market(tmp_path / "m", alpha=1.0, seed=33, events=15_000)
+    out = tmp_path / "alpha"
+    args = ["alpha", "--data", str(market), "--out", str(out), "--horizons", "20,200", "-q"]
+    for s in FAST:
+        args += ["--set", s]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "Verdict:" in result.output
+    body = json.loads((out / "alpha.json").read_text())
+    assert body["models"] == ["mlp", "gbm"] and [h["horizon"] for h in body["horizons"]] == [20, 200]
+    h = body["horizons"][0]
+    assert set(h["auc"]) == {"mlp", "gbm"} and len(h["auc_ci"]["gbm"]) == 2 and h["n_val"] > 0
+    assert body["verdict"] in ("signal", "no signal") and body["leak_guard"]["clean"]
+    assert "Verdict" in (out / "alpha.md").read_text()
+    for png in ("alpha_decay.png", "alpha_importance.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_leaky_feature_stops_the_check(tmp_path: Path, monkeypatch) -> None:
+    from foxhunt.data.schemas import RowUnit
+    from foxhunt.features import cache as cache_mod
+    from foxhunt.features.layout import STACK_FAMILIES
+    from foxhunt.features.registry import FAMILIES
+
+    def compute(inp, params):
+        out = np.zeros((len(inp), 1), np.float32)
+        c = np.nan_to_num(inp.close)
+        out[:-20, 0] = np.sign(c[20:] - c[:-20])  # the future move: a perfect, leaking feature
+        return out
+
+    leaky = SimpleNamespace(SLOTS=("peek",), NEEDS_BOOK=False, compute=compute)
+    monkeypatch.setitem(FAMILIES, "leaky", leaky)
+    monkeypatch.setitem(STACK_FAMILIES, RowUnit.SNAPSHOT, (*STACK_FAMILIES[RowUnit.SNAPSHOT], "leaky"))
+    real_params = cache_mod._feature_params
+    monkeypatch.setattr(cache_mod, "_feature_params", lambda cfg: real_params(cfg) | {"leaky": None})
+    market = _market(tmp_path / "m", alpha=0.0, seed=34, events=10_000)
+    out = tmp_path / "alpha"
+    args = ["alpha", "--data", str(market), "--out", str(out), "-q"]
+    for s in FAST:
+        args += ["--set", s]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 3, result.output
+    assert "leaky.peek" in result.output and "leak guard" in result.output
+    assert not (out / "alpha.json").exists()  # nothing claims signal
+
+
+@pytest.mark.slow
+def test_larger_no_signal_and_signal_markets(tmp_path: Path) -> None:
+    cfg = load_config("smoke", overrides=["data.row_unit=snapshot"])
+    for alpha, expect in ((0.0, "no signal"), (0.5, "signal")):
+        cache = get_or_build(
+            [_market(tmp_path / f"m{alpha}", alpha, seed=40, events=150_000)], cfg, tmp_path / "c"
+        )
+        assert run_alpha(cache, cfg, (5, 20, 50, 200, 500)).verdict == expect
+
+
+def test_bootstrap_block_follows_the_slowest_dependence() -> None:
+    from foxhunt.alpha.check import bootstrap_block, decorrelation_lag
+
+    rng = np.random.default_rng(0)
+    assert decorrelation_lag(rng.normal(size=10_000)) == 1  # white noise decorrelates at once
+    ar = np.zeros(20_000)
+    for t in range(1, len(ar)):  # AR(1), phi = 0.95: acf(L) = 0.95^L <= 0.1 at L ~ 45
+        ar[t] = 0.95 * ar[t - 1] + rng.normal()
+    assert 30 < decorrelation_lag(ar) < 70
+    assert bootstrap_block(20_000, 5, 20, 200, p=rng.normal(size=20_000)) == 100  # 20,000 / 200 blocks
+    assert bootstrap_block(20_000, 500, 20, 200) == 500  # the horizon
+    assert bootstrap_block(20_000, 5, 20, 20, p=ar) == 1000  # 20 blocks at most
+    assert bootstrap_block(20_000, 5, 20, 1000, p=ar) == decorrelation_lag(ar)  # the lag of p
+    assert bootstrap_block(1_000, 5, 20, 200, p=np.repeat([0.0, 1.0], 500)) == 100  # capped at n / 10

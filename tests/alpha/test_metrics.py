@@ -1,0 +1,207 @@
+"""Metrics and the block bootstrap: hand-worked numbers, sklearn agreement, known-answer bootstraps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+from foxhunt.alpha import metrics
+from foxhunt.alpha.metrics import Interval, accuracy, auc, binned_auc, block_bootstrap, log_loss, score_bins
+
+# --- hand-worked point metrics ------------------------------------------------------------------
+
+
+def test_accuracy_hand_worked():
+    # calls 1[p > 0.5] = [0, 1, 0, 0] (0.5 counts as "down"); right on rows 0, 1, 3
+    assert accuracy(np.array([0, 1, 1, 0]), np.array([0.2, 0.7, 0.4, 0.5])) == 0.75
+
+
+def test_auc_hand_worked():
+    # positives 0.35, 0.8; negatives 0.1, 0.4: pairs (0.35>0.1), (0.35<0.4), (0.8>0.1), (0.8>0.4) -> 3/4
+    assert auc(np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])) == 0.75
+
+
+def test_auc_ties_count_one_half():
+    # positives 0.3, 0.9; negatives 0.3, 0.2: (0.3=0.3) 1/2, (0.3>0.2) 1, (0.9>.) 1, 1 -> 3.5/4
+    assert auc(np.array([0, 1, 0, 1]), np.array([0.3, 0.3, 0.2, 0.9])) == 0.875
+    # every score equal: every pair is a tie
+    assert auc(np.array([0, 1, 1, 0, 1]), np.full(5, 0.6)) == 0.5
+
+
+def test_auc_nan_when_a_class_is_absent():
+    assert math.isnan(auc(np.array([1, 1, 1]), np.array([0.2, 0.5, 0.9])))
+    assert math.isnan(auc(np.array([0]), np.array([0.2])))
+
+
+def test_log_loss_hand_worked():
+    # -(ln 0.8 + ln(1 - 0.4)) / 2 = (0.2231436 + 0.5108256) / 2
+    assert log_loss(np.array([1, 0]), np.array([0.8, 0.4])) == pytest.approx(0.3669846, abs=1e-7)
+    # p = 0 for an up move is clipped to eps: -ln(1e-7) = 16.1181
+    assert log_loss(np.array([1]), np.array([0.0])) == pytest.approx(16.118096, abs=1e-5)
+    assert log_loss(np.array([1]), np.array([0.0]), eps=1e-3) == pytest.approx(-math.log(1e-3))
+
+
+def test_auc_matches_sklearn_on_random_data():
+    rng = np.random.default_rng(3)
+    for n in (7, 200, 5000):
+        y = rng.integers(0, 2, n)
+        p = 1 / (1 + np.exp(-(0.7 * y + rng.normal(size=n))))
+        assert auc(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+        p_tied = np.round(p, 1)  # many ties
+        assert auc(y, p_tied) == pytest.approx(roc_auc_score(y, p_tied), abs=1e-12)
+
+
+def test_input_errors_say_what_is_wrong():
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        auc(np.array([0, 2]), np.array([0.1, 0.2]))
+    with pytest.raises(ValueError, match="one length"):
+        accuracy(np.array([0, 1]), np.array([0.1]))
+    with pytest.raises(ValueError, match="probabilities"):
+        log_loss(np.array([0, 1]), np.array([0.1, np.nan]))
+
+
+# --- binned AUC ---------------------------------------------------------------------------------
+
+
+def test_binned_auc_hand_worked():
+    # bins=2: cut at the median 0.375 -> bin 0 holds {0.1 (neg), 0.35 (pos)}, bin 1 {0.4 (neg), 0.8 (pos)}
+    # sum_k pos_k (negbelow_k + neg_k / 2) = 1 * (0 + 0.5) + 1 * (1 + 0.5) = 2 -> 2 / 4; bound 2 / 8
+    y, p = np.array([0, 0, 1, 1]), np.array([0.1, 0.4, 0.35, 0.8])
+    bin_n, m = score_bins(p, 2)
+    assert m == 2 and bin_n.tolist() == [0, 1, 0, 1]
+    assert binned_auc(y, p, bins=2) == 0.5
+    assert abs(binned_auc(y, p, bins=2) - auc(y, p)) <= 0.25
+
+
+def test_score_bins_keep_ties_together_and_order():
+    p = np.array([0.5] * 50 + [0.1, 0.9, 0.2])
+    bin_n, m = score_bins(p, 10)
+    assert len(set(bin_n[:50].tolist())) == 1  # equal scores share one bin
+    assert m < 10  # repeated cut points merged
+    order = np.argsort(p, kind="stable")
+    assert (np.diff(bin_n[order]) >= 0).all()  # bin order is score order
+
+
+def test_binned_auc_close_to_exact_on_random_data():
+    rng = np.random.default_rng(5)
+    for scale in (0.0, 0.3, 2.0):
+        y = rng.integers(0, 2, 50_000)
+        p = 1 / (1 + np.exp(-(scale * (y - 0.5) + rng.normal(size=len(y)))))
+        assert abs(binned_auc(y, p) - auc(y, p)) < 1e-3
+
+
+# --- Interval -----------------------------------------------------------------------------------
+
+
+def test_interval_contains_and_to_dict():
+    iv = Interval(0.52, 0.50, 0.54)
+    assert iv.contains(0.5) and iv.contains(0.54) and not iv.contains(0.49)
+    assert iv.width == pytest.approx(0.04)
+    assert iv.to_dict() == {"estimate": 0.52, "lo": 0.50, "hi": 0.54}
+    assert not Interval(float("nan"), float("nan"), float("nan")).contains(0.5)
+
+
+# --- block bootstrap ----------------------------------------------------------------------------
+
+
+def _noise(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 2, n), rng.random(n)
+
+
+def test_bootstrap_hand_worked_two_blocks():
+    # blocks A = rows 0-1 (calls right, AUC 1), B = rows 2-3 (calls wrong, AUC 0). A replicate is AA,
+    # AB, BA or BB (1/4, 1/2, 1/4), so the 2.5% / 97.5% percentiles are the BB / AA values.
+    y, p = np.array([1, 0, 1, 0]), np.array([0.9, 0.2, 0.3, 0.6])
+    ci = block_bootstrap(y, p, block=2, n_boot=1000, seed=1)
+    assert ci["auc"].estimate == 0.75  # pairs .9>.2, .9>.6, .3>.2, .3<.6
+    assert (ci["auc"].lo, ci["auc"].hi) == (0.0, 1.0)
+    assert ci["accuracy"].estimate == 0.5
+    assert (ci["accuracy"].lo, ci["accuracy"].hi) == (0.0, 1.0)
+    loss_a = -(math.log(0.9) + math.log(0.8)) / 2
+    loss_b = -(math.log(0.3) + math.log(0.4)) / 2
+    assert ci["log_loss"].lo == pytest.approx(loss_a)
+    assert ci["log_loss"].hi == pytest.approx(loss_b)
+
+
+def test_bootstrap_one_block_is_the_sample():
+    y, p = _noise(1000, 0)
+    ci = block_bootstrap(y, p, block=1000, n_boot=50)  # every replicate draws the one block
+    for name, fn in (("auc", auc), ("accuracy", accuracy), ("log_loss", log_loss)):
+        assert ci[name].estimate == fn(y, p)
+        assert ci[name].lo == pytest.approx(ci[name].estimate, abs=1e-12)
+        assert ci[name].hi == pytest.approx(ci[name].estimate, abs=1e-12)
+
+
+def test_bootstrap_noise_covers_one_half():
+    n = 20_000
+    covered, widths = 0, []
+    for seed in range(20):
+        y, p = _noise(n, 100 + seed)
+        ci = block_bootstrap(y, p, block=20, n_boot=300, seed=seed, bins=500)["auc"]
+        covered += ci.contains(0.5)
+        widths.append(ci.width)
+    assert covered >= 18
+    # null sd of the AUC = sqrt((n + 1) / (12 P N)) ~ 0.0041 -> 95% width ~ 3.92 * 0.0041 = 0.016
+    assert 0.011 < float(np.median(widths)) < 0.022
+
+
+def test_bootstrap_planted_signal_excludes_one_half():
+    rng = np.random.default_rng(11)
+    y = rng.integers(0, 2, 20_000)
+    p = 1 / (1 + np.exp(-(0.2 * (y - 0.5) + rng.normal(size=len(y)))))  # AUC ~ 0.53
+    ci = block_bootstrap(y, p, block=50, n_boot=300, seed=0)
+    assert ci["auc"].lo > 0.5 and ci["auc"].contains(ci["auc"].estimate)
+    assert ci["accuracy"].lo > 0.5
+
+
+def test_blocks_widen_the_interval_under_autocorrelation():
+    # runs of 200 rows share y and (up to tiny noise) p: 100 independent runs, not 20,000 rows
+    rng = np.random.default_rng(2)
+    runs, run_len = 100, 200
+    y = np.repeat(rng.integers(0, 2, runs), run_len)
+    p = np.repeat(rng.random(runs), run_len) + rng.normal(0, 1e-3, runs * run_len)
+    p = np.clip(p, 0, 1)
+    iid = block_bootstrap(y, p, block=1, n_boot=200, seed=0, bins=200)["auc"]
+    blocked = block_bootstrap(y, p, block=run_len, n_boot=200, seed=0, bins=200)["auc"]
+    assert blocked.estimate == iid.estimate
+    assert blocked.width > 8 * iid.width  # ~ sqrt(200) = 14 times wider in theory
+
+
+def test_bootstrap_is_deterministic_for_a_seed():
+    y, p = _noise(5000, 4)
+    a = block_bootstrap(y, p, block=25, n_boot=200, seed=7)
+    b = block_bootstrap(y, p, block=25, n_boot=200, seed=7)
+    c = block_bootstrap(y, p, block=25, n_boot=200, seed=8)
+    assert a == b
+    assert a["auc"].lo != c["auc"].lo
+
+
+def test_bootstrap_chunking_and_float64_give_the_same_numbers(monkeypatch: pytest.MonkeyPatch):
+    rng = np.random.default_rng(9)
+    y = rng.integers(0, 2, 3000)
+    p = 1 / (1 + np.exp(-(0.5 * y + rng.normal(size=len(y)))))
+    ref = block_bootstrap(y, p, block=7, n_boot=100, seed=3, bins=64)
+    # block statistics in chunks of 3 blocks, rebuilt for every replicate chunk
+    monkeypatch.setattr(metrics, "_S_CHUNK_ENTRIES", 3 * 128)
+    monkeypatch.setattr(metrics, "_S_CACHE_ENTRIES", 0)
+    assert block_bootstrap(y, p, block=7, n_boot=100, seed=3, bins=64) == ref
+    monkeypatch.setattr(metrics, "_F32_EXACT", 0)  # the float64 path
+    assert block_bootstrap(y, p, block=7, n_boot=100, seed=3, bins=64) == ref
+
+
+def test_bootstrap_auc_nan_when_a_class_is_absent():
+    ci = block_bootstrap(np.ones(100, dtype=int), np.linspace(0, 1, 100), block=10, n_boot=50)
+    assert math.isnan(ci["auc"].estimate) and math.isnan(ci["auc"].lo)
+    assert ci["accuracy"].estimate == 0.5  # p = i / 99 > 0.5 on rows 50..99
+
+
+def test_bootstrap_rejects_bad_arguments():
+    y, p = _noise(100, 0)
+    with pytest.raises(ValueError, match="block"):
+        block_bootstrap(y, p, block=0)
+    with pytest.raises(ValueError, match="bins"):
+        block_bootstrap(y, p, block=5, bins=1)
