@@ -49,6 +49,8 @@ class HorizonResult:
     gbm_gain: dict[str, float] = field(default_factory=dict)
     mlp_permutation: dict[str, float] = field(default_factory=dict)
     pooled_block: int = 0  # bootstrap block length (rows) of the last model's interval
+    window_ms_median: float = float("nan")  # median wall time of the usable label windows
+    window_under_1ms: float = float("nan")  # share of usable label windows shorter than 1 ms
 
 
 @dataclass
@@ -91,6 +93,9 @@ class AlphaResult:
             "log_loss_ci": ci("log_loss"),
             "n_val": h.n_val,
             "base_rate": h.base_rate,
+            "bootstrap_block": h.pooled_block,
+            "window_ms_median": h.window_ms_median,
+            "window_under_1ms": h.window_under_1ms,
             "folds": h.folds,
             "regimes": h.regimes,
             "importance": {"gbm_gain_share": h.gbm_gain, "mlp_permutation_auc_drop": h.mlp_permutation},
@@ -169,6 +174,16 @@ def run_alpha(
     groups = group_slices(list(columns))
     targets_by_h = {k: targets(close, seg, k) for k in horizons}
     results = {k: HorizonResult(horizon=k) for k in horizons}
+    ts = cache.column("ts").astype(np.int64)
+    for k in horizons:
+        # How long the label windows last in wall time: a "move over K rows" that completes
+        # inside a millisecond burst is not reachable by a strategy with realistic latency.
+        usable = targets_by_h[k][1]
+        idx = np.flatnonzero(usable)
+        if len(idx):
+            dt = ts[idx + k] - ts[idx]
+            results[k].window_ms_median = float(np.median(dt)) / 1e6
+            results[k].window_under_1ms = float((dt < 1_000_000).mean())
     preds: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     regime_raw = {
         name: x_raw[:, columns.index(col)].astype(np.float64)

@@ -156,8 +156,9 @@ def markdown(result: AlphaResult) -> str:
         "per model and horizon; with several horizons and two models, one interval above 0.5 by chance "
         "is possible, so read the decay curve as a whole.",
         "",
-        "| horizon | n val | base rate | model | AUC [95% CI] | accuracy [95% CI] | log-loss |",
-        "|---|---|---|---|---|---|---|",
+        "| horizon | n val | base rate | window (median ms, < 1 ms) | model | AUC [95% CI] "
+        "| accuracy [95% CI] | log-loss |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for h in result.horizons:
         for m in MODELS:
@@ -166,9 +167,24 @@ def markdown(result: AlphaResult) -> str:
             acc = p["accuracy"]
             acc_ci = f"{_fmt(acc['estimate'])} [{_fmt(acc['lo'])}, {_fmt(acc['hi'])}]"
             lines.append(
-                f"| {h.horizon} | {h.n_val:,} | {_fmt(h.base_rate)} | {m.value} | {auc_ci} | {acc_ci} | "
+                f"| {h.horizon} | {h.n_val:,} | {_fmt(h.base_rate)} | "
+                f"{_fmt(h.window_ms_median)}, {_fmt(h.window_under_1ms)} | {m.value} | {auc_ci} | {acc_ci} | "
                 f"{_fmt(p['log_loss']['estimate'])} |"
             )
+    lines += ["", "## Reading it", ""]
+    if result.data_source == "ohlcv":
+        lines.append(
+            "- OHLCV data: the target is the sign of the change in the *trade* close, which bounces "
+            "between bid and ask. Predictability at the shortest horizons is largely that bounce "
+            "(a mechanical, untradeable effect); trust horizons where it has died out."
+        )
+    else:
+        lines.append(
+            "- The target is the *mid* price. At a few book updates its direction is partly mechanical "
+            "(queue depletion, a spread that widened and refills); the window column says how much of "
+            "it completes within a millisecond, out of reach for realistic latency. Signal is not an "
+            "edge until it survives the spread and costs (the backtester's job)."
+        )
     k, _, _ = result.best()
     h = next(h for h in result.horizons if h.horizon == k)
     lines += [
