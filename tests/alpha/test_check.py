@@ -87,6 +87,30 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_from_a_cache_runs_the_leak_guard_on_its_sources(tmp_path: Path) -> None:
+    market = _market(tmp_path / "m", alpha=1.0, seed=35, events=15_000)
+    cfg_args = [arg for s in FAST for arg in ("--set", s)]
+    built = runner.invoke(
+        app, ["features", "build", "--data", str(market), "--out", str(tmp_path / "c"), "-q", *cfg_args]
+    )
+    assert built.exit_code == 0, built.output
+    (cache,) = (tmp_path / "c").glob("*.arrow")
+    out = tmp_path / "alpha"
+    result = runner.invoke(
+        app, ["alpha", "--cache", str(cache), "--out", str(out), "--horizons", "20", "-q", *cfg_args]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "alpha.json").read_text())
+    assert body["leak_guard"]["clean"] and body["rows"] == 30_000
+    for f in market.glob("*.dbn.zst"):  # sources gone: the leak guard cannot run, so no result
+        f.unlink()
+    again = runner.invoke(
+        app, ["alpha", "--cache", str(cache), "--out", str(tmp_path / "a2"), "-q", *cfg_args]
+    )
+    assert again.exit_code == 2 and "leak guard" in again.output
+    assert not (tmp_path / "a2" / "alpha.json").exists()
+
+
 def test_a_leaky_feature_stops_the_check(tmp_path: Path, monkeypatch) -> None:
     from foxhunt.data.schemas import RowUnit
     from foxhunt.features import cache as cache_mod

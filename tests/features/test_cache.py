@@ -90,10 +90,16 @@ EDITS = {
 }
 
 
+@pytest.fixture(scope="module")
+def built_cache(market_dir: Path, tmp_path_factory: pytest.TempPathFactory):
+    return get_or_build([market_dir], _cfg(), tmp_path_factory.mktemp("built"))
+
+
 @pytest.mark.parametrize("what", list(EDITS))
-def test_schema_hash_covers_code(what: str, monkeypatch) -> None:
+def test_schema_hash_covers_code(what: str, monkeypatch, built_cache) -> None:
     cfg = _cfg()
     before = schema_hash(cfg)
+    load_cache(built_cache.path, cfg)  # valid before the edit
     module, name = EDITS[what]
     original = getattr(module, name)
 
@@ -102,6 +108,8 @@ def test_schema_hash_covers_code(what: str, monkeypatch) -> None:
 
     monkeypatch.setattr(module, name, edited)
     assert schema_hash(cfg) != before, what
+    with pytest.raises(CacheMismatchError, match="schema_hash"):
+        load_cache(built_cache.path, cfg)  # the old cache is refused
 
 
 def test_schema_hash_covers_layout_and_config(monkeypatch) -> None:
