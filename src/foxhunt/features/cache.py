@@ -2,7 +2,8 @@
 
 Contents (one row per bar or snapshot row): ``ts`` (when the row is known), ``trade_date``,
 ``segment_start``, the price path ``close``/``high``/``low`` (float64, for labels and the
-backtester), every feature column ``family.slot`` (float32), one ``mask.<family>`` per family,
+backtester), the touch ``bid``/``ask``/``bid_size``/``ask_size`` and traded ``volume`` (for
+execution), every feature column ``family.slot`` (float32), one ``mask.<family>`` per family,
 and the labels: ``label.dir_h<K>`` (sign of the move over K rows, int8) with
 ``label.dir_h<K>.valid``, and the triple-barrier ``label.outcome`` (profit/stop/timeout, int8)
 with ``label.outcome.valid`` and ``label.outcome.exit`` (rows to the exit).
@@ -155,6 +156,13 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
         "close": pa.array(inp.close.astype(np.float64)),
         "high": pa.array(inp.high.astype(np.float64)),
         "low": pa.array(inp.low.astype(np.float64)),
+        # The touch and the flow, for execution in the environment and the backtester (raw, not
+        # features: NaN/0 where unknown, e.g. ohlcv data).
+        "bid": pa.array(inp.bid_px[:, 0].astype(np.float64)),
+        "ask": pa.array(inp.ask_px[:, 0].astype(np.float64)),
+        "bid_size": pa.array(inp.bid_sz[:, 0].astype(np.float64)),
+        "ask_size": pa.array(inp.ask_sz[:, 0].astype(np.float64)),
+        "volume": pa.array(inp.volume.astype(np.float64)),
     }
     for j, name in enumerate(fm.columns):
         cols[name] = pa.array(np.ascontiguousarray(fm.values[:, j]))

@@ -1,0 +1,553 @@
+"""Backtest metrics over per-step records of a batch of episodes (SPEC §9), in PyTorch.
+
+Everything runs on the device the records live on (CPU or CUDA); :func:`per_episode_metrics`
+never leaves it, :func:`compute_metrics` reads its results back in one host transfer at the end.
+
+Notation
+--------
+``E`` episodes x ``T`` steps; ``w[e, t]`` = step ``t`` of episode ``e`` was written. A step that
+was not written (the episode had already ended, e.g. at the capital floor) is skipped by every
+reducer below, whatever its values are (SPEC §10.12: the old system decoded a zero-filled buffer
+as "Short" and chased a fake Short collapse). Sums ``sum_w`` run over written steps only; ``n`` is
+their count (per episode, or pooled over all episodes for the aggregate). "Previous" means the
+last *written* step before ``t`` of the same episode; an episode starts flat with equity ``C0``
+(``initial_capital``).
+
+Per step (written steps only)::
+
+    net_t        = gross_t - costs_t                                  ($)
+    eq_before_t  = equity at the previous step, C0 at the first step  ($)
+    r_t          = net_t / eq_before_t                                (per-bar return)
+    dpos_t       = |position_t - position_before_t|, position_before = 0 at the first step
+    peak_t       = max(C0, max_{s <= t} equity_s)
+    dd_t         = (peak_t - equity_t) / peak_t                       (fractional drawdown, >= 0)
+
+Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
+
+    net_pnl, gross_pnl, costs = sum_w net_t, sum_w gross_t, sum_w costs_t
+    trades            = #{t written: trade_closed_t}
+    win_rate          = #{closed: trade_pnl > 0} / trades            (a 0 PnL trade is no win)
+    win_rate_by_magnitude[m] = the same over closed trades with closed_magnitude == m: a closing
+                        trade is binned by the magnitude it closed, not by the action of the step
+    avg_trade_pnl     = sum_{closed} trade_pnl / trades
+    mean_return_per_bar = mu = mean(r)
+    sharpe_per_bar    = mu / sigma,  sigma = sqrt(mean((r - mu)^2))   (population std)
+    sharpe_annual     = sharpe_per_bar * sqrt(B)
+    sortino_annual    = mu / delta * sqrt(B),  delta = sqrt(mean(min(r, 0)^2))  (target 0)
+    annual_return     = mu * B                                        (arithmetic, not compounded)
+    max_drawdown      = max_e max_t dd_t                              (positive fraction)
+    calmar            = annual_return / max_drawdown
+    active_frac       = #{position_t != 0} / n
+    direction_entropy = -sum_k p_k ln p_k  (nats), p_k = share of steps whose picked direction is k
+    picked[branch][k] = share of written steps whose picked value of the branch is k (every written
+                        step counts in every branch, Hold and Flat included); realised likewise
+    contracts_traded  = sum_w dpos_t;  turnover = contracts_traded / n (contracts per step)
+    exposure          = mean(|position_t|) (contracts)
+
+Degenerate cases give 0, never NaN: no written steps, no trades (win rates, average trade),
+no closed trade of a magnitude, zero variance (``sigma <= 1e-10 |mu|``, which also catches the
+rounding residue of a constant series; likewise ``delta`` for Sortino, so a series without a
+losing bar has Sortino 0), zero drawdown (Calmar). The aggregate pools every written step of
+every episode (its Sharpe is not the mean of the episodes' Sharpes).
+
+:func:`implausibility` lists the reasons a result is too good to be true (SPEC §9: the oracle
+that peeks at the future must be flagged); :func:`sharpe_ceiling_from_auc` derives a Sharpe
+ceiling from the alpha check's AUC.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import torch
+
+from foxhunt.env.config import BranchConfig
+
+_F64 = torch.float64
+_REL_ZERO_STD = 1e-10  # sigma <= this * |mu| counts as zero variance (rounding of a constant series)
+
+MAX_PLAUSIBLE_SHARPE_ANNUAL = 10.0
+"""Default Sharpe ceiling for :func:`implausibility`.
+
+An annualised Sharpe above 10 after costs on one liquid index future is beyond what any known
+directional strategy sustains (the best high-frequency market makers report single digits to low
+tens on many instruments with rebates we do not get); a backtest there has a leak or a cost bug
+far more likely than an edge. Prefer :func:`sharpe_ceiling_from_auc` when the alpha check ran.
+"""
+
+_INT_FIELDS = (
+    "picked_direction",
+    "picked_magnitude",
+    "picked_order",
+    "picked_urgency",
+    "realised_direction",
+    "realised_magnitude",
+    "closed_magnitude",
+)
+_FLOAT_FIELDS = ("gross_pnl", "costs", "position", "equity", "trade_pnl")
+_BOOL_FIELDS = ("written", "trade_closed")
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """Per-step records of ``E`` episodes x ``T`` steps, every field ``[E, T]`` on one device.
+
+    Unwritten steps (``written`` False) may hold anything; actions there are -1 by convention
+    (:meth:`blank` starts every step so) but no reducer reads them.
+    """
+
+    written: torch.Tensor
+    """bool: step ``t`` of episode ``e`` happened."""
+    gross_pnl: torch.Tensor
+    """float64: PnL before costs of the step ($)."""
+    costs: torch.Tensor
+    """float64: costs paid at the step ($, >= 0); net = gross - costs."""
+    position: torch.Tensor
+    """float64: signed contracts held after the step."""
+    equity: torch.Tensor
+    """float64: account equity after the step ($)."""
+    picked_direction: torch.Tensor
+    """int64: direction the policy picked (-1 unwritten)."""
+    picked_magnitude: torch.Tensor
+    """int64: magnitude the policy picked (-1 unwritten)."""
+    picked_order: torch.Tensor
+    """int64: order type the policy picked (-1 unwritten)."""
+    picked_urgency: torch.Tensor
+    """int64: urgency the policy picked (-1 unwritten)."""
+    realised_direction: torch.Tensor
+    """int64: direction that happened after the hard constraints (plan lock ...; -1 unwritten)."""
+    realised_magnitude: torch.Tensor
+    """int64: magnitude that happened after the hard constraints (-1 unwritten)."""
+    trade_closed: torch.Tensor
+    """bool: a trade (round trip or reduction) closed at this step."""
+    trade_pnl: torch.Tensor
+    """float64: net PnL of the trade that closed ($; read only where ``trade_closed``)."""
+    closed_magnitude: torch.Tensor
+    """int64: magnitude index the closing trade had when it was opened (-1 when none closed)."""
+
+    def __post_init__(self) -> None:
+        shape, device = self.written.shape, self.written.device
+        if self.written.dim() != 2:
+            raise ValueError(f"StepRecord.written must be [E, T], got shape {tuple(shape)}")
+        want = {**dict.fromkeys(_BOOL_FIELDS, torch.bool), **dict.fromkeys(_FLOAT_FIELDS, _F64)}
+        want.update(dict.fromkeys(_INT_FIELDS, torch.int64))
+        for f in fields(self):
+            x = getattr(self, f.name)
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"StepRecord.{f.name} must be a torch.Tensor, got {type(x).__name__}")
+            if x.shape != shape or x.device != device:
+                raise ValueError(
+                    f"StepRecord.{f.name} is {tuple(x.shape)} on {x.device}; every field must match "
+                    f"written: {tuple(shape)} on {device}"
+                )
+            if x.dtype != want[f.name]:
+                raise TypeError(
+                    f"StepRecord.{f.name} is {x.dtype}, expected {want[f.name]} (convert with .to())"
+                )
+
+    @property
+    def device(self) -> torch.device:
+        return self.written.device
+
+    @property
+    def n_episodes(self) -> int:
+        return int(self.written.shape[0])
+
+    @property
+    def n_steps(self) -> int:
+        return int(self.written.shape[1])
+
+    @classmethod
+    def blank(cls, n_episodes: int, n_steps: int, device: torch.device | str | None = None) -> StepRecord:
+        """A record with nothing written yet (money 0, actions -1), for an evaluator to fill in place."""
+        shape = (n_episodes, n_steps)
+        kw: dict[str, torch.Tensor] = {}
+        for name in _BOOL_FIELDS:
+            kw[name] = torch.zeros(shape, dtype=torch.bool, device=device)
+        for name in _FLOAT_FIELDS:
+            kw[name] = torch.zeros(shape, dtype=_F64, device=device)
+        for name in _INT_FIELDS:
+            kw[name] = torch.full(shape, -1, dtype=torch.int64, device=device)
+        return cls(**kw)
+
+
+def branch_sizes(branches: BranchConfig) -> dict[str, int]:
+    """The branch-size keywords of :func:`compute_metrics` from the run's ``[env.branches]``."""
+    return {
+        "n_directions": branches.direction,
+        "n_magnitudes": branches.magnitude,
+        "n_order_types": branches.order_type,
+        "n_urgencies": branches.urgency,
+    }
+
+
+# --- per-step series ---------------------------------------------------------------------------
+
+
+class _Series(NamedTuple):
+    w: torch.Tensor  # [E, T] bool, written
+    net: torch.Tensor  # [E, T] net PnL, 0 where unwritten
+    ret: torch.Tensor  # [E, T] r_t = net_t / eq_before_t, 0 where unwritten
+    eq_before: torch.Tensor  # [E, T] equity before the step (C0 at the first written step)
+    dpos: torch.Tensor  # [E, T] |Δposition|, 0 where unwritten
+    max_dd: torch.Tensor  # [E] max_t dd_t, 0 for an episode without written steps
+    final_equity: torch.Tensor  # [E] equity after the last written step, C0 if none
+    n: torch.Tensor  # [E] written steps, float64
+
+
+def _series(rec: StepRecord, initial_capital: float) -> _Series:
+    w = rec.written
+    E, T = w.shape
+    dev = w.device
+    zero = torch.zeros((), dtype=_F64, device=dev)
+    # last written index <= t, shifted by one so that -1 (none yet) reads column 0 of the padded arrays
+    t_ET = torch.arange(T, device=dev).expand(E, T)
+    last1_ET = torch.cummax(torch.where(w, t_ET, -1), dim=1).values + 1  # [E, T] in 0..T
+    prev1_ET = torch.cat([torch.zeros((E, 1), dtype=torch.int64, device=dev), last1_ET], dim=1)  # [E, T+1]
+    # column 0 = the episode start: equity C0, flat; then the written values (garbage never read)
+    eq_pad = torch.cat([torch.full((E, 1), initial_capital, dtype=_F64, device=dev), rec.equity], dim=1)
+    pos_pad = torch.cat([torch.zeros((E, 1), dtype=_F64, device=dev), rec.position], dim=1)
+    eq_before = eq_pad.gather(1, prev1_ET[:, :T])  # equity after the last written step < t
+    pos_before = pos_pad.gather(1, prev1_ET[:, :T])
+    final_equity = eq_pad.gather(1, prev1_ET[:, T:])[:, 0]
+    net = torch.where(w, rec.gross_pnl - rec.costs, zero)
+    ret = torch.where(w, net / eq_before, zero)
+    dpos = torch.where(w, (rec.position - pos_before).abs(), zero)
+    # peak_t = max(C0, max_{s<=t, written} equity_s); unwritten steps never raise the peak
+    peak = torch.cummax(torch.where(w, rec.equity, -math.inf), dim=1).values.clamp(min=initial_capital)
+    dd = torch.where(w, (peak - rec.equity) / peak, zero)
+    max_dd = torch.cat([torch.zeros((E, 1), dtype=_F64, device=dev), dd], dim=1).amax(dim=1)
+    return _Series(w, net, ret, eq_before, dpos, max_dd, final_equity, w.sum(dim=1).to(_F64))
+
+
+def _div0(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` where ``den > 0``, else 0 (no NaN from 0/0)."""
+    pos = den > 0
+    return torch.where(pos, num / torch.where(pos, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def _ratio_if_spread(mu: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
+    """``mu / spread``, 0 when the spread is zero up to rounding (``spread <= 1e-10 |mu|``)."""
+    ok = spread > _REL_ZERO_STD * mu.abs()
+    return torch.where(ok, mu / torch.where(ok, spread, torch.ones_like(spread)), torch.zeros_like(mu))
+
+
+def _risk(ret: torch.Tensor, w: torch.Tensor, n: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, ...]:
+    """``(mu, sharpe_per_bar, sortino_per_bar)`` of the written returns, reduced over ``dim`` (None: all)."""
+    dims = tuple(range(ret.dim())) if dim is None else (dim,)
+    mu = _div0(ret.sum(dim=dims), n)
+    mu_b = mu.reshape(mu.shape + (1,) * len(dims)) if dim is not None else mu
+    sq_dev = torch.where(w, (ret - mu_b) ** 2, torch.zeros_like(ret))
+    sigma = _div0(sq_dev.sum(dim=dims), n).sqrt()
+    delta = _div0((ret.clamp(max=0.0) ** 2).sum(dim=dims), n).sqrt()  # ret is 0 where unwritten
+    return mu, _ratio_if_spread(mu, sigma), _ratio_if_spread(mu, delta)
+
+
+def _counts(x: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
+    """``[E, k]`` float64: per row, how many masked entries of ``x`` equal each of ``0..k-1``.
+
+    Masked entries outside ``[0, k)`` land in a dropped overflow bin (compute_metrics reports them).
+    """
+    ok = mask & (x >= 0) & (x < k)
+    idx = torch.where(ok, x, k)
+    out = torch.zeros((x.shape[0], k + 1), dtype=_F64, device=x.device)
+    return out.scatter_add_(1, idx, ok.to(_F64))[:, :k]
+
+
+def _entropy(counts: torch.Tensor) -> torch.Tensor:
+    """``-sum_k p_k ln p_k`` over the last dim, ``p = counts / sum(counts)``; 0 for no counts."""
+    p = _div0(counts, counts.sum(dim=-1, keepdim=True))
+    pos = p > 0
+    return -torch.where(pos, p * torch.where(pos, p, torch.ones_like(p)).log(), torch.zeros_like(p)).sum(-1)
+
+
+def _check_args(bars_per_year: float, initial_capital: float, **sizes: int) -> None:
+    if not (math.isfinite(bars_per_year) and bars_per_year > 0):
+        raise ValueError(f"bars_per_year must be a positive number, got {bars_per_year}")
+    if not (math.isfinite(initial_capital) and initial_capital > 0):
+        raise ValueError(f"initial_capital must be a positive number of $, got {initial_capital}")
+    for name, k in sizes.items():
+        if int(k) != k or k < 1:
+            raise ValueError(f"{name} must be a positive branch size, got {k}")
+
+
+# --- per episode -------------------------------------------------------------------------------
+
+
+def per_episode_metrics(
+    rec: StepRecord, *, bars_per_year: float, n_directions: int, initial_capital: float
+) -> dict[str, torch.Tensor]:
+    """The module docstring's metrics per episode: a dict of ``[E]`` float64 tensors on ``rec.device``.
+
+    Keys: ``steps, net_pnl, gross_pnl, costs, trades, win_rate, avg_trade_pnl, mean_return_per_bar,
+    sharpe_per_bar, sharpe_annual, sortino_annual, annual_return, max_drawdown, calmar,
+    active_frac, direction_entropy, contracts_traded, turnover, exposure, final_equity`` (the
+    equity after the last written step, ``initial_capital`` for an episode with none). No host
+    round trip and no validation of action values (:func:`compute_metrics` validates).
+    """
+    _check_args(bars_per_year, initial_capital, n_directions=n_directions)
+    s = _series(rec, initial_capital)
+    w, n, zero = s.w, s.n, torch.zeros((), dtype=_F64, device=rec.device)
+    closed = w & rec.trade_closed
+    trades = closed.sum(dim=1).to(_F64)
+    wins = (closed & (rec.trade_pnl > 0)).sum(dim=1).to(_F64)
+    mu, sharpe, sortino = _risk(s.ret, w, n, dim=1)
+    root_b = math.sqrt(bars_per_year)
+    annual_return = mu * bars_per_year
+    contracts = s.dpos.sum(dim=1)
+    return {
+        "steps": n,
+        "net_pnl": s.net.sum(dim=1),
+        "gross_pnl": torch.where(w, rec.gross_pnl, zero).sum(dim=1),
+        "costs": torch.where(w, rec.costs, zero).sum(dim=1),
+        "trades": trades,
+        "win_rate": _div0(wins, trades),
+        "avg_trade_pnl": _div0(torch.where(closed, rec.trade_pnl, zero).sum(dim=1), trades),
+        "mean_return_per_bar": mu,
+        "sharpe_per_bar": sharpe,
+        "sharpe_annual": sharpe * root_b,
+        "sortino_annual": sortino * root_b,
+        "annual_return": annual_return,
+        "max_drawdown": s.max_dd,
+        "calmar": _div0(annual_return, s.max_dd),
+        "active_frac": _div0((w & (rec.position != 0)).sum(dim=1).to(_F64), n),
+        "direction_entropy": _entropy(_counts(rec.picked_direction, w, n_directions)),
+        "contracts_traded": contracts,
+        "turnover": _div0(contracts, n),
+        "exposure": _div0(torch.where(w, rec.position.abs(), zero).sum(dim=1), n),
+        "final_equity": s.final_equity,
+    }
+
+
+# --- aggregate ---------------------------------------------------------------------------------
+
+_DEFAULT_BRANCHES = BranchConfig()
+
+
+def compute_metrics(
+    rec: StepRecord,
+    *,
+    bars_per_year: float,
+    n_magnitudes: int,
+    n_directions: int,
+    initial_capital: float,
+    n_order_types: int = _DEFAULT_BRANCHES.order_type,
+    n_urgencies: int = _DEFAULT_BRANCHES.urgency,
+) -> dict[str, Any]:
+    """The module docstring's metrics pooled over every written step of every episode.
+
+    Computed on ``rec.device`` and read back in one host transfer. Branch sizes come from the
+    run's config (``**branch_sizes(cfg.env.branches)``); order-type and urgency sizes default to
+    :class:`~foxhunt.env.config.BranchConfig`'s defaults.
+
+    Returns plain Python values: ``steps, episodes, trades`` (int); ``net_pnl, gross_pnl, costs,
+    win_rate, avg_trade_pnl, mean_return_per_bar, sharpe_per_bar, sharpe_annual, sortino_annual,
+    bars_per_year, annual_return, max_drawdown, calmar, active_frac, direction_entropy,
+    contracts_traded, turnover, exposure`` (float); ``win_rate_by_magnitude`` (list of floats) and
+    ``trades_by_magnitude`` (list of ints), indexed by the magnitude the closing trade closed;
+    ``picked`` (dict ``direction, magnitude, order_type, urgency`` -> list of shares) and
+    ``realised`` (dict ``direction, magnitude`` -> list of shares).
+
+    Raises ValueError when a written step holds an action outside its branch, a closed trade has
+    no valid ``closed_magnitude``, a written money field is not finite, or the equity before a
+    written step is not positive (the capital floor should have ended the episode).
+    """
+    sizes = {
+        "direction": n_directions,
+        "magnitude": n_magnitudes,
+        "order_type": n_order_types,
+        "urgency": n_urgencies,
+    }
+    _check_args(bars_per_year, initial_capital, **{f"n_{k}s": v for k, v in sizes.items()})
+    s = _series(rec, initial_capital)
+    w, zero = s.w, torch.zeros((), dtype=_F64, device=rec.device)
+    n = s.n.sum()
+    closed = w & rec.trade_closed
+
+    # closing trades binned by the magnitude they closed (SPEC §10.13), [M]
+    trades_M = _counts(rec.closed_magnitude, closed, n_magnitudes).sum(dim=0)
+    wins_M = _counts(rec.closed_magnitude, closed & (rec.trade_pnl > 0), n_magnitudes).sum(dim=0)
+    trades = closed.sum().to(_F64)
+    wins = (closed & (rec.trade_pnl > 0)).sum().to(_F64)
+
+    mu, sharpe, sortino = _risk(s.ret, w, n, dim=None)
+    max_dd = torch.cat([s.max_dd, zero.reshape(1)]).amax()
+    annual_return = mu * bars_per_year
+    contracts = s.dpos.sum()
+
+    picked_src = {
+        "direction": rec.picked_direction,
+        "magnitude": rec.picked_magnitude,
+        "order_type": rec.picked_order,
+        "urgency": rec.picked_urgency,
+    }
+    realised_src = {"direction": rec.realised_direction, "magnitude": rec.realised_magnitude}
+    picked = {k: _counts(x, w, sizes[k]).sum(dim=0) for k, x in picked_src.items()}
+    realised = {k: _counts(x, w, sizes[k]).sum(dim=0) for k, x in realised_src.items()}
+
+    # problems, counted on the device and read back with the results
+    def outside(x: torch.Tensor, k: int, mask: torch.Tensor) -> torch.Tensor:
+        return (mask & ((x < 0) | (x >= k))).sum()
+
+    problems = {f"picked {k} outside [0, {sizes[k]})": outside(x, sizes[k], w) for k, x in picked_src.items()}
+    problems.update(
+        {f"realised {k} outside [0, {sizes[k]})": outside(x, sizes[k], w) for k, x in realised_src.items()}
+    )
+    problems[f"closed trade with closed_magnitude outside [0, {n_magnitudes})"] = outside(
+        rec.closed_magnitude, n_magnitudes, closed
+    )
+    for name in ("gross_pnl", "costs", "position", "equity"):
+        problems[f"non-finite {name}"] = (w & ~torch.isfinite(getattr(rec, name))).sum()
+    problems["closed trade with non-finite trade_pnl"] = (closed & ~torch.isfinite(rec.trade_pnl)).sum()
+    problems["equity before the step <= 0"] = (w & ~(s.eq_before > 0)).sum()
+
+    out: dict[str, torch.Tensor] = {
+        "steps": n,
+        "episodes": torch.tensor(float(rec.n_episodes), dtype=_F64, device=rec.device),
+        "net_pnl": s.net.sum(),
+        "gross_pnl": torch.where(w, rec.gross_pnl, zero).sum(),
+        "costs": torch.where(w, rec.costs, zero).sum(),
+        "trades": trades,
+        "win_rate": _div0(wins, trades),
+        "win_rate_by_magnitude": _div0(wins_M, trades_M),
+        "trades_by_magnitude": trades_M,
+        "avg_trade_pnl": _div0(torch.where(closed, rec.trade_pnl, zero).sum(), trades),
+        "mean_return_per_bar": mu,
+        "sharpe_per_bar": sharpe,
+        "sharpe_annual": sharpe * math.sqrt(bars_per_year),
+        "sortino_annual": sortino * math.sqrt(bars_per_year),
+        "annual_return": annual_return,
+        "max_drawdown": max_dd,
+        "calmar": _div0(annual_return, max_dd),
+        "active_frac": _div0((w & (rec.position != 0)).sum().to(_F64), n),
+        "direction_entropy": _entropy(picked["direction"]),
+        "contracts_traded": contracts,
+        "turnover": _div0(contracts, n),
+        "exposure": _div0(torch.where(w, rec.position.abs(), zero).sum(), n),
+        **{f"picked/{k}": _div0(v, n) for k, v in picked.items()},
+        **{f"realised/{k}": _div0(v, n) for k, v in realised.items()},
+        **{f"problem/{k}": v.to(_F64) for k, v in problems.items()},
+    }
+    # one host transfer: flatten everything into one float64 vector, then split it again
+    flat = torch.cat([v.reshape(-1).to(_F64) for v in out.values()]).cpu().tolist()
+    host: dict[str, list[float]] = {}
+    i = 0
+    for k, v in out.items():
+        host[k] = flat[i : i + v.numel()]
+        i += v.numel()
+
+    bad = {
+        k.removeprefix("problem/"): int(v[0]) for k, v in host.items() if k.startswith("problem/") and v[0]
+    }
+    if bad:
+        where = ", ".join(f"{k}: {c} step(s)" for k, c in bad.items())
+        raise ValueError(
+            f"StepRecord of {rec.n_episodes} episode(s) x {rec.n_steps} step(s) is inconsistent on written "
+            f"steps ({where}); check the evaluator that filled it and the branch sizes passed in"
+        )
+
+    result: dict[str, Any] = {}
+    for k, v in host.items():
+        if k.startswith(("picked/", "realised/", "problem/")):
+            continue
+        if k in ("steps", "episodes", "trades"):
+            result[k] = int(v[0])
+        elif k == "trades_by_magnitude":
+            result[k] = [int(x) for x in v]
+        elif k == "win_rate_by_magnitude":
+            result[k] = list(v)
+        else:
+            result[k] = v[0]
+    result["bars_per_year"] = float(bars_per_year)
+    result["picked"] = {k: host[f"picked/{k}"] for k in picked}
+    result["realised"] = {k: host[f"realised/{k}"] for k in realised}
+    return result
+
+
+# --- plausibility ------------------------------------------------------------------------------
+
+
+def sharpe_ceiling_from_auc(
+    auc: float,
+    bars_per_year: float,
+    *,
+    horizon_bars: int = 1,
+    n_bars: int | None = None,
+    slack: float = 2.0,
+    z: float = 3.0,
+) -> float:
+    """The highest annualised Sharpe a forecast of this AUC could plausibly support (before costs).
+
+    Reasoning, for a Gaussian forecast ``f`` and ``horizon_bars``-bar return ``y`` with correlation
+    (information coefficient) ``rho``:
+
+    1. ``2 AUC - 1`` is Somers' D, the rank correlation of ``f`` with ``sign(y)``; reading it as
+       Kendall's tau and inverting Greiner's relation ``tau = (2/pi) arcsin(rho)`` gives
+       ``rho = sin(pi (AUC - 1/2))`` (symmetric: an AUC below 1/2 is as good, inverted).
+    2. The best linear bet ``f y`` has Sharpe ``rho / sqrt(1 + rho^2) <= rho`` per horizon (sign
+       bets reach ``sqrt(2/pi) rho``), and there are ``bars_per_year / horizon_bars`` independent
+       horizons a year (fundamental law of active management, ``IR = IC sqrt(breadth)``), so the
+       annual Sharpe is at most ``rho sqrt(bars_per_year / horizon_bars)``.
+    3. ``slack`` (default 2) covers what step 2 leaves out: sizing, timing within the horizon and
+       the AUC's own estimation error; costs only lower the real figure.
+    4. With ``n_bars`` given, add ``z`` standard errors of a zero-edge Sharpe estimate over
+       ``n_bars`` bars, ``z sqrt(bars_per_year / n_bars)`` (the per-bar Sharpe estimate has
+       standard error about ``1 / sqrt(n)``): a short backtest is noisy, and luck is not a leak.
+
+    ``ceiling = slack |sin(pi (AUC - 1/2))| sqrt(bars_per_year / horizon_bars)
+    + z sqrt(bars_per_year / n_bars)``
+    """
+    if not (math.isfinite(auc) and 0.0 <= auc <= 1.0):
+        raise ValueError(f"auc must lie in [0, 1], got {auc} (a NaN AUC means the alpha check had one class)")
+    if not (math.isfinite(bars_per_year) and bars_per_year > 0):
+        raise ValueError(f"bars_per_year must be a positive number, got {bars_per_year}")
+    if horizon_bars < 1:
+        raise ValueError(f"horizon_bars must be >= 1, got {horizon_bars}")
+    if n_bars is not None and n_bars < 1:
+        raise ValueError(f"n_bars must be >= 1 or None, got {n_bars}")
+    rho = abs(math.sin(math.pi * (auc - 0.5)))
+    ceiling = slack * rho * math.sqrt(bars_per_year / horizon_bars)
+    if n_bars is not None:
+        ceiling += z * math.sqrt(bars_per_year / n_bars)
+    return ceiling
+
+
+def implausibility(
+    metrics: dict[str, Any],
+    *,
+    max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL,
+    min_trades_for_drawdown_check: int = 50,
+    min_drawdown: float = 1e-3,
+) -> list[str]:
+    """Reasons a :func:`compute_metrics` result is too good to be true; empty when none.
+
+    * ``sharpe_annual > max_sharpe_annual`` (see :data:`MAX_PLAUSIBLE_SHARPE_ANNUAL` and
+      :func:`sharpe_ceiling_from_auc`);
+    * ``max_drawdown < min_drawdown`` with ``trades >= min_trades_for_drawdown_check``: a strategy
+      that trades this often and never loses ``min_drawdown`` of its peak equity is peeking (a
+      zero-variance return series has Sharpe 0 by convention, so this check is what catches it);
+    * a non-finite Sharpe or drawdown.
+
+    The caller sets ``metrics["implausible"]`` from the result.
+    """
+    reasons: list[str] = []
+    sharpe = float(metrics["sharpe_annual"])
+    max_dd = float(metrics["max_drawdown"])
+    trades = int(metrics["trades"])
+    bpy = metrics.get("bars_per_year", "?")
+    if not (math.isfinite(sharpe) and math.isfinite(max_dd)):
+        reasons.append(f"non-finite metrics: sharpe_annual {sharpe}, max_drawdown {max_dd}")
+        return reasons
+    if sharpe > max_sharpe_annual:
+        reasons.append(
+            f"annualised Sharpe {sharpe:.3g} (bars_per_year {bpy}) exceeds the plausible ceiling "
+            f"{max_sharpe_annual:.3g}: look for future information in the features or a cost bug"
+        )
+    if trades >= min_trades_for_drawdown_check and max_dd < min_drawdown:
+        reasons.append(
+            f"max drawdown {max_dd:.3g} below {min_drawdown:g} over {trades} trades: a real strategy "
+            f"loses sometimes; look for future information in the features or a cost bug"
+        )
+    return reasons

@@ -1,0 +1,1 @@
+"""Trading environment: action codec, execution and costs, sizing, rewards, the batched step."""

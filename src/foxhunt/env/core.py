@@ -1,0 +1,440 @@
+"""The batched trading environment: N episodes stepped together as ``[N]`` tensors (SPEC §6).
+
+One :class:`TradingEnv` steps N episodes over windows of consecutive rows of one fold's data
+(:class:`~foxhunt.env.market.MarketTensors`), on the market's device. The same ``step`` and the
+same state assembly serve training and evaluation; nothing inside ``step`` copies to the host.
+
+A step at row ``r`` (the agent has seen rows <= r):
+
+1. **Decide.** The action's four branches are decoded; while a plan is active the action is
+   ignored (plan lock: the realised direction is Hold). Short/Long/Flat set a target exposure of
+   ``sign x fraction x effective max position`` contracts; Hold trades nothing.
+2. **Execute.** A market order fills now at row r's touch plus slippage (reference: mid[r]). A
+   limit order rests (replacing any resting one) and is checked against each later row; it fills
+   at its limit price when a row trades through it, or expires after its urgency's patience.
+3. **Move.** The position held through r -> r+1 is marked to market: gross = pos x (mid[r+1] -
+   mid[r]) x point value. Resting orders fill against row r+1 (reference: mid[r+1]).
+4. **Exit.** A plan exits at row r+1 by profit, stop (trailing when configured) or timeout, as a
+   market order at row r+1's touch; these are the outcome labels' classes. Equity below the
+   capital floor flattens the position and ends the episode.
+5. **Record.** Gross PnL, costs (fees + slippage vs the mark) and net PnL are separate; a closed
+   trade (position back to 0 or reversed) records its net PnL and the magnitude it was opened with.
+
+Prices and money are float64 by default (``dtype``); the state handed to the agent is float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import Tensor
+
+from foxhunt.env.actions import ActionCodec, Direction, OrderType
+from foxhunt.env.config import EnvConfig
+from foxhunt.env.costs import effective_quote, limit_expired, limit_fill, limit_price, market_order
+from foxhunt.env.market import MarketTensors
+from foxhunt.env.sizing import kelly_cap_by_magnitude, kelly_fraction
+from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
+
+_HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
+
+
+@dataclass
+class Portfolio:
+    """Every per-episode quantity, as named ``[N]`` tensors (SPEC §6: never a flat offset list)."""
+
+    row: Tensor  # int64 current row
+    end: Tensor  # int64 last row the episode may reach
+    done: Tensor  # bool
+    position: Tensor  # signed contracts
+    equity: Tensor  # $ (initial capital + cumulative net PnL)
+    peak_equity: Tensor  # $
+    costs_paid: Tensor  # $ cumulative
+    hold_time: Tensor  # int64 rows in the current trade
+    trade_gross: Tensor  # $ gross PnL of the current trade (its unrealised PnL)
+    trade_costs: Tensor  # $ costs of the current trade
+    trade_max: Tensor  # $ intra-trade maximum of trade_gross - trade_costs
+    trade_min: Tensor  # $ intra-trade minimum
+    peak_step: Tensor  # int64 hold_time at the trade's PnL peak
+    opened_magnitude: Tensor  # int64 magnitude index the trade was opened with
+    time_since_trade: Tensor  # int64 rows since the last fill
+    n_trades: Tensor  # int64 closed trades
+    n_wins: Tensor  # int64
+    sum_win: Tensor  # $
+    sum_loss: Tensor  # $ (positive)
+    plan_active: Tensor  # bool
+    plan_dir: Tensor  # +1 long, -1 short
+    plan_profit: Tensor  # price level
+    plan_stop: Tensor  # price level (moves with the trailing stop)
+    plan_best: Tensor  # best price since entry (for the trailing stop)
+    plan_vol: Tensor  # per-row vol at entry (the entry regime)
+    order_side: Tensor  # resting limit order: +1 buy, -1 sell, 0 none
+    order_contracts: Tensor  # contracts (positive)
+    order_price: Tensor  # limit price
+    order_age: Tensor  # int64 rows resting
+    order_urgency: Tensor  # int64
+    order_magnitude: Tensor  # int64
+
+
+@dataclass
+class StepResult:
+    """What one step produced, per episode (``[N]``); the backtester records these."""
+
+    gross: Tensor
+    costs: Tensor
+    net: Tensor
+    reward: Tensor
+    written: Tensor  # bool: the episode was live at this step
+    picked: Tensor  # [N, 4] int64 branch choices
+    realised_direction: Tensor  # int64 direction after the plan lock
+    realised_magnitude: Tensor  # int64 magnitude after the Kelly cap
+    trade_closed: Tensor  # bool
+    trade_pnl: Tensor  # $ net PnL of the closed trade
+    closed_magnitude: Tensor  # int64 (-1 when no trade closed)
+    exit_reason: Tensor  # int64: 0 none, 1 profit, 2 stop, 3 timeout, 4 capital floor, 5 episode end
+
+
+class TradingEnv:
+    """N episodes over ``market``; ``starts`` [N] are the first rows, ``episode_rows`` long."""
+
+    def __init__(self, market: MarketTensors, cfg: EnvConfig) -> None:
+        self.market = market
+        self.cfg = cfg
+        self.codec = ActionCodec(cfg.branches)
+        self.device = market.device
+        self.dtype = market.mid.dtype
+        self.state: Portfolio | None = None
+        self.aux = None  # [N, aux width] written by the agent (one-step-lagged predictions)
+
+    # --- reset and state -------------------------------------------------------------------
+
+    def reset(self, starts: Tensor, ends: Tensor | None = None) -> Tensor:
+        """Start episodes at rows ``starts`` (each runs to ``ends`` or ``episode_rows`` rows)."""
+        starts = starts.to(self.device, torch.int64)
+        n = starts.shape[0]
+        last = self.market.rows - 1
+        end = starts + self.cfg.episode_rows - 1 if ends is None else ends.to(self.device, torch.int64)
+        end = torch.clamp(end, max=last)
+        z = torch.zeros(n, dtype=self.dtype, device=self.device)
+        zi = torch.zeros(n, dtype=torch.int64, device=self.device)
+        capital = self.cfg.contract.initial_capital
+        self.state = Portfolio(
+            row=starts.clone(),
+            end=end,
+            done=starts >= end,
+            position=z.clone(),
+            equity=z + capital,
+            peak_equity=z + capital,
+            costs_paid=z.clone(),
+            hold_time=zi.clone(),
+            trade_gross=z.clone(),
+            trade_costs=z.clone(),
+            trade_max=z.clone(),
+            trade_min=z.clone(),
+            peak_step=zi.clone(),
+            opened_magnitude=zi - 1,
+            time_since_trade=zi.clone(),
+            n_trades=zi.clone(),
+            n_wins=zi.clone(),
+            sum_win=z.clone(),
+            sum_loss=z.clone(),
+            plan_active=torch.zeros(n, dtype=torch.bool, device=self.device),
+            plan_dir=z.clone(),
+            plan_profit=z.clone(),
+            plan_stop=z.clone(),
+            plan_best=z.clone(),
+            plan_vol=z.clone(),
+            order_side=z.clone(),
+            order_contracts=z.clone(),
+            order_price=z.clone(),
+            order_age=zi.clone(),
+            order_urgency=zi.clone(),
+            order_magnitude=zi.clone(),
+        )
+        self.aux = torch.zeros(n, STATE_LAYOUT.group("aux").width, dtype=torch.float32, device=self.device)
+        return self.observe()
+
+    def observe(self) -> Tensor:
+        """The agent's state ``[N, STATE_LAYOUT.width]`` float32, assembled through the layout."""
+        s = self._state()
+        n = s.row.shape[0]
+        obs = torch.zeros(n, STATE_LAYOUT.width, dtype=torch.float32, device=self.device)
+        feats = self.market.features[s.row]  # [N, F] the row's normalised feature groups
+        col = 0
+        for name in STATE_FEATURE_GROUPS:
+            g = STATE_LAYOUT.group(name)
+            obs[:, g.slice] = feats[:, col : col + g.width]
+            col += g.width
+        obs[:, STATE_LAYOUT.group("portfolio").slice] = self._portfolio_slots(s)
+        obs[:, STATE_LAYOUT.group("plan").slice] = self._plan_slots(s)
+        obs[:, STATE_LAYOUT.group("aux").slice] = self.aux
+        return obs
+
+    def _state(self) -> Portfolio:
+        if self.state is None:
+            raise RuntimeError("call reset() before step() or observe()")
+        return self.state
+
+    def _portfolio_slots(self, s: Portfolio) -> Tensor:
+        c = self.cfg.contract
+        capital = c.initial_capital
+        unreal = s.trade_gross - s.trade_costs
+        slots = torch.stack(
+            [
+                s.position / c.max_position,
+                unreal / (0.01 * capital),  # in % of capital
+                s.hold_time.to(self.dtype) / self.cfg.plan.target_bars,
+                s.trade_max / (0.01 * capital),
+                s.trade_min / (0.01 * capital),
+                (s.peak_equity - s.equity) / s.peak_equity,
+                s.costs_paid / (0.001 * capital),
+                torch.log1p(s.time_since_trade.to(self.dtype)),
+            ],
+            dim=1,
+        )
+        return torch.clamp(slots, -10.0, 10.0).to(torch.float32)
+
+    def _plan_slots(self, s: Portfolio) -> Tensor:
+        mid = self.market.mid[s.row]
+        vol_px = torch.clamp(s.plan_vol, min=self.cfg.plan.min_vol) * mid
+        active = s.plan_active.to(self.dtype)
+        target = float(self.cfg.plan.target_bars)
+        slots = torch.stack(
+            [
+                active,
+                s.plan_dir * active,
+                active * target / 100.0,
+                active * torch.clamp((target - s.hold_time.to(self.dtype)) / target, 0.0, 1.0),
+                active * (s.plan_profit - mid) / vol_px * s.plan_dir,
+                active * (mid - s.plan_stop) / vol_px * s.plan_dir,
+                active * s.plan_vol * 1e3,
+            ],
+            dim=1,
+        )
+        return torch.clamp(torch.nan_to_num(slots), -20.0, 20.0).to(torch.float32)
+
+    # --- the step --------------------------------------------------------------------------
+
+    def step(
+        self,
+        actions: Tensor,
+        direction_conviction: Tensor | None = None,
+        magnitude_conviction: Tensor | None = None,
+        q_variance: Tensor | None = None,
+    ) -> tuple[Tensor, StepResult]:
+        """Advance every live episode one row. ``actions`` ``[N, 4]`` int64 branch indices.
+
+        Convictions (Q-gaps) and the Q-variance come from the policy; scripted policies pass None
+        (neutral: conviction 1, variance 0). Returns ``(next state [N, W], StepResult)``.
+        """
+        s = self._state()
+        m, cfg, c = self.market, self.cfg, self.cfg.contract
+        n = s.row.shape[0]
+        one = torch.ones(n, dtype=self.dtype, device=self.device)
+        d_conv = one if direction_conviction is None else direction_conviction.to(self.dtype)
+        m_conv = one if magnitude_conviction is None else magnitude_conviction.to(self.dtype)
+        q_var = torch.zeros_like(one) if q_variance is None else q_variance.to(self.dtype)
+        live = ~s.done
+        r, r1 = s.row, torch.clamp(s.row + 1, max=m.rows - 1)
+        mid, mid1 = m.mid[r], m.mid[r1]
+        bid, ask = effective_quote(m.bid[r], m.ask[r], mid, cfg.costs, c.tick_size)
+        bid1, ask1 = effective_quote(m.bid[r1], m.ask[r1], mid1, cfg.costs, c.tick_size)
+
+        # 1. Decide: plan lock, target exposure, sizing.
+        direction, magnitude, order, urgency = (actions[:, k].to(self.device) for k in range(4))
+        locked = s.plan_active
+        realised_dir = torch.where(locked | ~live, torch.full_like(direction, _HOLD), direction)
+        conv = torch.clamp(d_conv, cfg.sizing.conviction_min, cfg.sizing.conviction_max)
+        var_scale = torch.maximum(1.0 / (1.0 + torch.sqrt(torch.clamp(q_var, min=0.0))), conv)
+        kelly = self._kelly(s, d_conv, m_conv)
+        cap = self._kelly_cap(kelly)
+        magnitude_eff = torch.minimum(magnitude, cap)
+        eff_max = c.max_position * conv * var_scale  # Kelly applied once, through the magnitude cap
+        frac = self.codec.target_exposure(
+            realised_dir, magnitude_eff, s.position / torch.clamp(eff_max, min=1e-9)
+        )
+        target = torch.where(realised_dir == _HOLD, s.position, torch.round(frac * eff_max))
+        delta = torch.where(live, target - s.position, torch.zeros_like(target))
+        side = torch.sign(delta)
+        is_market = (order == _MARKET) | (realised_dir == _FLAT)  # closing to flat is a market order
+
+        # 2a. Market orders fill now at row r (reference mid[r]).
+        mkt_side = torch.where(is_market, side, torch.zeros_like(side))
+        fill_now = market_order(mkt_side, delta.abs(), bid, ask, mid, urgency, cfg.costs, c)
+        # 2b. A new limit order replaces the resting one.
+        new_limit = live & ~is_market & (side != 0)
+        lim_px = limit_price(side, order, bid, ask, c.tick_size)
+        order_side = torch.where(new_limit, side, s.order_side)
+        order_contracts = torch.where(new_limit, delta.abs(), s.order_contracts)
+        order_price = torch.where(new_limit, lim_px, s.order_price)
+        order_age = torch.where(new_limit, torch.zeros_like(s.order_age), s.order_age)
+        order_urgency = torch.where(new_limit, urgency, s.order_urgency)
+        order_magnitude = torch.where(new_limit, magnitude_eff, s.order_magnitude)
+        # A market order (or a Hold while flat) cancels a resting limit order.
+        cancel = live & is_market & (side != 0)
+        order_side = torch.where(cancel, torch.zeros_like(order_side), order_side)
+
+        pos0 = s.position
+        pos_a = pos0 + fill_now.contracts
+        costs = fill_now.fees + fill_now.slippage_cost
+        opened_mag = torch.where((pos0 == 0) & (pos_a != 0), magnitude_eff, s.opened_magnitude)
+
+        # 3. Move to row r+1: mark to market, then resting limit orders against row r+1.
+        gross = torch.where(live, pos_a * (mid1 - mid) * c.point_value, torch.zeros_like(mid))
+        nan = torch.full_like(mid, float("nan"))
+        lim = limit_fill(order_side, order_price, m.low[r1], m.high[r1], nan, nan, order_contracts)[0]
+        lim_filled = live & lim & (order_side != 0)
+        lim_contracts = torch.where(lim_filled, order_side * order_contracts, torch.zeros_like(mid))
+        lim_fees = (
+            cfg.costs.commission_per_contract + cfg.costs.exchange_fee_per_contract
+        ) * lim_contracts.abs()
+        lim_slip = torch.where(
+            lim_filled, order_side * (order_price - mid1) * order_contracts * c.point_value, 0.0
+        )
+        pos_b = pos_a + lim_contracts
+        costs = costs + lim_fees + lim_slip
+        opened_mag = torch.where((pos_a == 0) & (pos_b != 0), order_magnitude, opened_mag)
+        order_age = torch.where(order_side != 0, order_age + 1, order_age)
+        expired = limit_expired(order_age, order_urgency, cfg.costs)
+        order_side = torch.where(lim_filled | expired, torch.zeros_like(order_side), order_side)
+
+        # A position opened or reversed starts a plan (volatility-scaled levels, SPEC §6).
+        opened = (pos_b != 0) & ((pos0 == 0) | (torch.sign(pos_b) != torch.sign(pos0)))
+        vol = torch.clamp(m.vol[r1], min=cfg.plan.min_vol)
+        entry = mid1
+        pdir = torch.sign(pos_b)
+        plan_active = torch.where(opened, torch.ones_like(s.plan_active), s.plan_active & (pos_b != 0))
+        plan_dir = torch.where(opened, pdir, s.plan_dir)
+        plan_profit = torch.where(opened, entry * (1 + pdir * cfg.plan.profit_mult * vol), s.plan_profit)
+        plan_stop = torch.where(opened, entry * (1 - pdir * cfg.plan.stop_mult * vol), s.plan_stop)
+        plan_best = torch.where(opened, entry, s.plan_best)
+        plan_vol = torch.where(opened, vol, s.plan_vol)
+        hold = torch.where(opened, torch.zeros_like(s.hold_time), s.hold_time + (pos_b != 0).to(torch.int64))
+
+        # 4. Exits at row r+1: profit, stop (trailing), timeout; then the capital floor.
+        hi, lo = m.high[r1], m.low[r1]
+        plan_best = torch.where(plan_dir > 0, torch.maximum(plan_best, hi), torch.minimum(plan_best, lo))
+        if cfg.plan.trailing_mult > 0:
+            trail = plan_best * (1 - plan_dir * cfg.plan.trailing_mult * plan_vol)
+            better = torch.where(plan_dir > 0, trail > plan_stop, trail < plan_stop)
+            plan_stop = torch.where(plan_active & better, trail, plan_stop)
+        hit_profit = plan_active & torch.where(plan_dir > 0, hi >= plan_profit, lo <= plan_profit)
+        hit_stop = plan_active & torch.where(plan_dir > 0, lo <= plan_stop, hi >= plan_stop)
+        timeout = plan_active & (hold >= cfg.plan.target_bars)
+        exit_reason = torch.zeros_like(s.hold_time)
+        exit_reason = torch.where(timeout, torch.full_like(exit_reason, 3), exit_reason)
+        exit_reason = torch.where(hit_profit, torch.full_like(exit_reason, 1), exit_reason)
+        exit_reason = torch.where(hit_stop, torch.full_like(exit_reason, 2), exit_reason)  # stop wins ties
+        equity_b = s.equity + gross - costs
+        floor = live & (equity_b < cfg.contract.capital_floor * c.initial_capital)
+        exit_reason = torch.where(floor, torch.full_like(exit_reason, 4), exit_reason)
+        # The episode's last row closes whatever is open, so every trade is accounted for.
+        last = live & (r1 >= s.end) & (exit_reason == 0)
+        exit_reason = torch.where(last, torch.full_like(exit_reason, 5), exit_reason)
+        exiting = live & (exit_reason > 0) & (pos_b != 0)
+        exit_fill = market_order(
+            torch.where(exiting, -torch.sign(pos_b), torch.zeros_like(pos_b)),
+            pos_b.abs(),
+            bid1,
+            ask1,
+            mid1,
+            torch.zeros_like(urgency),
+            cfg.costs,
+            c,
+        )
+        pos_c = pos_b + exit_fill.contracts
+        costs = costs + exit_fill.fees + exit_fill.slippage_cost
+        plan_active = plan_active & ~exiting
+        order_side = torch.where(floor, torch.zeros_like(order_side), order_side)
+
+        # 5. Accounting: trades, equity, the record.
+        net = gross - costs
+        trade_gross = torch.where(pos0 == 0, torch.zeros_like(gross), s.trade_gross) + gross
+        trade_costs = torch.where(pos0 == 0, torch.zeros_like(gross), s.trade_costs) + costs
+        trade_net = trade_gross - trade_costs
+        closed = live & (pos0 != 0) & ((pos_c == 0) | (torch.sign(pos_c) != torch.sign(pos0)))
+        win = closed & (trade_net > 0)
+        lost = closed & (trade_net < 0)
+        per_contract = trade_net / torch.clamp(pos0.abs(), min=1.0)
+        closed_mag = torch.where(closed, s.opened_magnitude, torch.full_like(s.opened_magnitude, -1))
+        reset_trade = closed | (pos_c == 0)
+        new_max = torch.maximum(s.trade_max, trade_net)
+        peak_step = torch.where(trade_net >= s.trade_max, hold, s.peak_step)
+        traded = (fill_now.contracts != 0) | (lim_contracts != 0) | (exit_fill.contracts != 0)
+        equity = torch.where(live, equity_b - exit_fill.fees - exit_fill.slippage_cost, s.equity)
+        reward = torch.where(live, net / (0.001 * c.initial_capital), torch.zeros_like(net))
+        result = StepResult(
+            gross=torch.where(live, gross, 0.0),
+            costs=torch.where(live, costs, 0.0),
+            net=torch.where(live, net, 0.0),
+            reward=reward,
+            written=live,
+            picked=torch.where(live[:, None], actions.to(self.device), -1),
+            realised_direction=torch.where(live, realised_dir, -1),
+            realised_magnitude=torch.where(live, magnitude_eff, -1),
+            trade_closed=closed,
+            trade_pnl=torch.where(closed, trade_net, 0.0),
+            closed_magnitude=closed_mag,
+            exit_reason=torch.where(live, exit_reason, 0),
+        )
+        row = torch.where(live, r + 1, r)
+        self.state = Portfolio(
+            row=row,
+            end=s.end,
+            done=s.done | floor | (row >= s.end),
+            position=torch.where(live, pos_c, s.position),
+            equity=equity,
+            peak_equity=torch.maximum(s.peak_equity, equity),
+            costs_paid=s.costs_paid + torch.where(live, costs, 0.0),
+            hold_time=torch.where(pos_c == 0, torch.zeros_like(hold), hold),
+            trade_gross=torch.where(reset_trade, torch.zeros_like(trade_gross), trade_gross),
+            trade_costs=torch.where(reset_trade, torch.zeros_like(trade_costs), trade_costs),
+            trade_max=torch.where(reset_trade, torch.zeros_like(new_max), new_max),
+            trade_min=torch.where(
+                reset_trade, torch.zeros_like(new_max), torch.minimum(s.trade_min, trade_net)
+            ),
+            peak_step=torch.where(reset_trade, torch.zeros_like(peak_step), peak_step),
+            opened_magnitude=torch.where(pos_c == 0, torch.full_like(opened_mag, -1), opened_mag),
+            time_since_trade=torch.where(
+                traded, torch.zeros_like(s.time_since_trade), s.time_since_trade + 1
+            ),
+            n_trades=s.n_trades + closed.to(torch.int64),
+            n_wins=s.n_wins + win.to(torch.int64),
+            sum_win=s.sum_win + torch.where(win, per_contract, 0.0),
+            sum_loss=s.sum_loss + torch.where(lost, -per_contract, 0.0),
+            plan_active=plan_active & (pos_c != 0),
+            plan_dir=plan_dir,
+            plan_profit=plan_profit,
+            plan_stop=plan_stop,
+            plan_best=plan_best,
+            plan_vol=plan_vol,
+            order_side=order_side,
+            order_contracts=order_contracts,
+            order_price=order_price,
+            order_age=order_age,
+            order_urgency=order_urgency,
+            order_magnitude=order_magnitude,
+        )
+        return self.observe(), result
+
+    def _kelly(self, s: Portfolio, d_conv: Tensor, m_conv: Tensor) -> Tensor:
+        losses = s.n_trades - s.n_wins
+        return kelly_fraction(
+            s.n_wins,
+            losses,
+            s.sum_win,
+            s.sum_loss,
+            s.n_trades,
+            d_conv,
+            m_conv,
+            s.equity,
+            float(self.cfg.contract.max_position),
+            self.cfg.sizing,
+        )
+
+    def _kelly_cap(self, kelly: Tensor) -> Tensor:
+        return kelly_cap_by_magnitude(kelly, self.cfg.branches.magnitude_fractions)
+
+    def portfolio_fields(self) -> list[str]:
+        return [f.name for f in fields(Portfolio)]

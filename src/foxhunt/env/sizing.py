@@ -1,0 +1,301 @@
+"""Position sizing: conviction, variance scale, Kelly, CVaR and the effective max position (SPEC §6).
+
+Pure batched functions over ``[N]`` tensors (any broadcastable shape): outputs live on the inputs'
+device, there is no ``.item()``, no Python loop over N and no data-dependent Python branch, so the
+env step can be compiled with ``torch.compile(fullgraph=True)`` or graph-captured.
+
+The effective max position (SPEC §6) is the product of five factors, each in ``(0, 1]``::
+
+    effective_max = max_position * cvar * conviction * kelly * variance
+
+    conviction = clamp(q_gap, conviction_min, conviction_max)                 [0.25, 1]
+    variance   = max(1 / (1 + sqrt(var_Q)), conviction)                        [conviction, 1]
+    kelly      = 1 before kelly_min_trades trades, else
+                 1 - kelly_weight * (1 - clamp(K / max_position, kelly_floor, 1))   [kelly_floor, 1]
+    cvar       = 1 before cvar_min_obs returns, else
+                 1 - cvar_weight * (1 - clamp(cvar_budget / CVaR, cvar_floor, 1))   [cvar_floor, 1]
+
+How the floors compose
+----------------------
+Each factor carries **its own** floor, applied once, by ``max`` / ``clamp`` on that factor alone;
+no factor's floor is multiplied into another factor's floor. In particular the variance scale is
+floored *at the conviction* with ``max``: a network that is sure (conviction 1) is never shrunk by
+its Q-variance, and an unsure one loses at most one more factor of its conviction to the variance.
+The old system multiplied a conviction shrink, a variance shrink, a Kelly shrink and a risk shrink,
+each with its own small floor, and silenced a network that wanted Full 91% of the time. Here::
+
+    effective_max >= max_position * cvar_floor * kelly_floor * conviction * max(1/(1+sqrt(var_Q)), conviction)
+                  >= max_position * cvar_floor * kelly_floor * conviction**2
+
+and with conviction 1 the variance factor is exactly 1 whatever ``var_Q`` is.
+
+Kelly (:func:`kelly_optimal_f`, :func:`kelly_fraction`)
+--------------------------------------------------------
+From the episode's closed trades (breakeven trades count toward ``n_trades`` but not the odds)::
+
+    p = wins / (wins + losses),  q = losses / (wins + losses)
+    W = sum_win / wins,          L = |sum_loss| / losses         (average win / loss, $ per contract)
+    b = W / L                                                     (payoff ratio)
+    f* = p - q / b                                                (clamped to [-1, 1])
+
+``f*`` is the share of equity to put at risk per trade, so the Kelly position in contracts is::
+
+    s = max(direction_conviction, magnitude_conviction)           (safety: the surer of the two)
+    K = s * kelly_fraction * f* * equity / L                      (fractional Kelly, in contracts)
+
+and the factor is ``K / max_position`` clamped to ``[kelly_floor, 1]`` (1 with no loss yet: no risk
+estimate, no cap). Using the *max* of the two convictions (not their product) keeps an unsure
+magnitude head from shrinking a sure direction call. The Kelly factor binds only on a thin or
+negative edge: with ES at $250 000 equity and a $250 average loss per contract, half Kelly allows 10
+contracts as soon as ``f* >= 0.02``.
+
+:func:`kelly_cap_by_magnitude` turns the same factor into the per-magnitude hard constraint: the
+largest magnitude whose fraction does not exceed it. **Apply Kelly once**: either clip the magnitude
+with the cap and pass ``kelly=1`` to :func:`effective_max_position`, or multiply the factor into the
+effective max position without the cap; both together shrink by Kelly twice.
+
+CVaR (:func:`cvar_scale`)
+-------------------------
+From the trailing per-step returns of the episode (step net PnL / equity) in a ``[N, W]`` ring buffer
+(:func:`push_return`), over the ``n = min(count, W)`` written slots::
+
+    k    = max(1, ceil((1 - cvar_confidence) * n))                (tail size)
+    CVaR = -mean(k smallest returns)                              (expected tail loss, > 0 if losing)
+    raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)               (1 when CVaR <= 0)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from pydantic import Field, model_validator
+from torch import Tensor
+
+from foxhunt.config.base import Frozen
+
+_TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts as that integer
+
+
+class SizingParams(Frozen):
+    """Sizing factors of the effective max position; a ``*_weight`` of 0 switches that factor off (1)."""
+
+    conviction_min: float = Field(
+        0.25, gt=0, le=1, description="Lower clamp of the conviction (Q-gap); also the variance-scale floor."
+    )
+    conviction_max: float = Field(1.0, gt=0, le=1, description="Upper clamp of the conviction.")
+    cvar_weight: float = Field(
+        1.0, ge=0, le=1, description="CVaR scale blend: 0 = off (factor 1), 1 = the full CVaR factor."
+    )
+    cvar_confidence: float = Field(
+        0.95, ge=0.5, lt=1, description="CVaR confidence level: the tail is the worst 1 - confidence share."
+    )
+    cvar_window: int = Field(
+        100, ge=2, le=100_000, description="Width W of the per-step return ring buffer the env keeps."
+    )
+    cvar_min_obs: int = Field(
+        20, ge=1, le=100_000, description="Returns needed before the CVaR factor applies (1 before)."
+    )
+    cvar_budget: float = Field(
+        0.005,
+        gt=0,
+        le=1,
+        description="Per-step expected tail loss allowed at full size, as a share of equity.",
+    )
+    cvar_floor: float = Field(0.25, gt=0, le=1, description="Smallest CVaR factor.")
+    kelly_weight: float = Field(
+        1.0, ge=0, le=1, description="Kelly factor blend: 0 = off (factor 1), 1 = the full Kelly factor."
+    )
+    kelly_fraction: float = Field(
+        0.5, gt=0, le=1, description="Fractional Kelly multiplier on f* (0.5 = half Kelly)."
+    )
+    kelly_min_trades: int = Field(
+        20, ge=1, le=1_000_000, description="Closed trades of history before Kelly applies (1 before)."
+    )
+    kelly_floor: float = Field(0.25, gt=0, le=1, description="Smallest Kelly factor.")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> SizingParams:
+        if self.conviction_min > self.conviction_max:
+            raise ValueError(
+                f"conviction_min {self.conviction_min} exceeds conviction_max {self.conviction_max}"
+            )
+        if self.cvar_min_obs > self.cvar_window:
+            raise ValueError(
+                f"cvar_min_obs {self.cvar_min_obs} exceeds cvar_window {self.cvar_window}: "
+                "the CVaR factor could never apply (raise cvar_window or lower cvar_min_obs)"
+            )
+        return self
+
+
+# --- conviction and variance -------------------------------------------------------------------
+
+
+def conviction(q_gap: Tensor, params: SizingParams) -> Tensor:
+    """``clamp(q_gap, conviction_min, conviction_max)``; scripted policies pass a neutral ``q_gap = 1``."""
+    return q_gap.clamp(params.conviction_min, params.conviction_max)
+
+
+def variance_scale(var_q: Tensor, conviction: Tensor | float) -> Tensor:
+    """``max(1 / (1 + sqrt(var_Q)), conviction)``: shrink on Q-variance, floored at the conviction.
+
+    ``var_q`` is the variance of the chosen action's return distribution (reward units; negative
+    values, from round-off, count as 0). The floor composes by ``max``: conviction 1 gives exactly 1.
+    """
+    raw = 1.0 / (1.0 + var_q.clamp(min=0.0).sqrt())
+    floor = torch.as_tensor(conviction, dtype=raw.dtype, device=raw.device)
+    return torch.maximum(raw, floor)
+
+
+# --- Kelly -------------------------------------------------------------------------------------
+
+
+def kelly_optimal_f(wins: Tensor, losses: Tensor, sum_win: Tensor, sum_loss: Tensor) -> Tensor:
+    """Kelly ``f* = p - q / b`` from trade counts and sums, clamped to ``[-1, 1]``.
+
+    ``p = wins / (wins + losses)``, ``q = 1 - p``, ``b = (sum_win / wins) / (|sum_loss| / losses)``.
+    No decided trade gives 0; no loss gives ``f* = p = 1``; losses without a win give -1 (the limit
+    ``b -> 0``). ``sum_loss`` may be given as a positive magnitude or a negative sum.
+    """
+    dtype = sum_win.dtype
+    w = wins.to(dtype)
+    l = losses.to(dtype)
+    decided = (w + l).clamp(min=1.0)
+    p = w / decided
+    q = l / decided
+    avg_win = sum_win / w.clamp(min=1.0)
+    avg_loss = sum_loss.abs() / l.clamp(min=1.0)
+    tiny = torch.finfo(dtype).tiny
+    # q / b = q * L / W; with W = 0 (no win) and q > 0 the term is unbounded -> f* clamps to -1
+    q_over_b = torch.where(avg_win > 0, q * avg_loss / avg_win.clamp(min=tiny), 2.0 * (q > 0).to(dtype))
+    return (p - q_over_b).clamp(-1.0, 1.0)
+
+
+def kelly_fraction(
+    wins: Tensor,
+    losses: Tensor,
+    sum_win: Tensor,
+    sum_loss: Tensor,
+    n_trades: Tensor,
+    direction_conviction: Tensor | float,
+    magnitude_conviction: Tensor | float,
+    equity: Tensor | float,
+    max_position: Tensor | float,
+    params: SizingParams,
+) -> Tensor:
+    """The Kelly factor of the effective max position, in ``[kelly_floor, 1]`` (module docstring).
+
+    ``sum_win`` / ``sum_loss``: sums of the closed trades' net PnL **per contract** ($ per contract:
+    a trade's net PnL divided by the contracts it closed), so that ``L`` is the risk per contract.
+    ``n_trades``: closed trades so far (wins, losses and breakevens). Before ``kelly_min_trades`` the
+    factor is 1 (no history, no cap); after, ``1 - kelly_weight * (1 - clamp(K / max_position,
+    kelly_floor, 1))`` with ``K = max(direction_conviction, magnitude_conviction) * kelly_fraction *
+    f* * equity / L`` contracts. No loss yet (``L = 0``) gives 1.
+    """
+    dtype = sum_win.dtype
+    device = sum_win.device
+    f_star = kelly_optimal_f(wins, losses, sum_win, sum_loss)
+    l = losses.to(dtype)
+    avg_loss = sum_loss.abs() / l.clamp(min=1.0)  # L, $ per contract
+    safety = torch.maximum(
+        torch.as_tensor(direction_conviction, dtype=dtype, device=device),
+        torch.as_tensor(magnitude_conviction, dtype=dtype, device=device),
+    )
+    equity_t = torch.as_tensor(equity, dtype=dtype, device=device)
+    max_pos = torch.as_tensor(max_position, dtype=dtype, device=device)
+    tiny = torch.finfo(dtype).tiny
+    kelly_contracts = safety * params.kelly_fraction * f_star * equity_t / avg_loss.clamp(min=tiny)
+    ratio = torch.where(avg_loss > 0, kelly_contracts / max_pos, torch.ones_like(kelly_contracts))
+    raw = ratio.clamp(params.kelly_floor, 1.0)
+    blended = 1.0 - params.kelly_weight * (1.0 - raw)
+    active = n_trades >= params.kelly_min_trades
+    return torch.where(active, blended, torch.ones_like(blended))
+
+
+def kelly_cap_by_magnitude(kelly: Tensor, magnitude_fractions: Sequence[float]) -> Tensor:
+    """Per-magnitude Kelly cap: the largest magnitude index ``i`` with ``fractions[i] <= kelly``.
+
+    ``magnitude_fractions`` must be increasing (``BranchConfig.magnitude_fractions``). The smallest
+    magnitude (index 0) is always allowed: the cap limits size, it never forbids trading. Since
+    :func:`kelly_fraction` is 1 before ``kelly_min_trades`` trades, the cap is then the largest index.
+    Returns int64 indices shaped like ``kelly``; the env clips the picked magnitude with
+    ``torch.minimum(picked, cap)``. See the module docstring: apply Kelly once.
+    """
+    fractions = tuple(float(f) for f in magnitude_fractions)
+    if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)):
+        raise ValueError(f"magnitude_fractions must be non-empty and increasing, got {fractions}")
+    frac = torch.tensor(fractions, dtype=kelly.dtype, device=kelly.device)
+    # count of fractions within the Kelly factor (a small tolerance keeps kelly = 0.5 allowing Half)
+    allowed = (frac <= kelly.unsqueeze(-1) * (1.0 + 1e-6)).sum(dim=-1)
+    return (allowed - 1).clamp(min=0)
+
+
+# --- CVaR --------------------------------------------------------------------------------------
+
+
+def push_return(ring_NW: Tensor, count_N: Tensor, value_N: Tensor) -> tuple[Tensor, Tensor]:
+    """Write ``value`` into slot ``count % W`` of each row of the ring buffer; returns ``(ring, count + 1)``.
+
+    Pure (returns a new buffer). ``count`` (int64) is the number of returns written since the episode
+    began; rows to be left unchanged can pass their old value back in with ``torch.where`` afterwards.
+    """
+    width = ring_NW.shape[-1]
+    slot = (count_N % width).unsqueeze(-1)
+    ring = ring_NW.scatter(-1, slot, value_N.to(ring_NW.dtype).unsqueeze(-1))
+    return ring, count_N + 1
+
+
+def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Tensor:
+    """The CVaR factor in ``[cvar_floor, 1]`` from a ``[N, W]`` ring buffer of per-step returns.
+
+    ``count_N``: returns written so far (slots ``0 .. min(count, W) - 1`` are valid, see
+    :func:`push_return`). With ``n = min(count, W)``::
+
+        k    = max(1, ceil((1 - cvar_confidence) * n))
+        CVaR = -mean of the k smallest valid returns
+        raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)      (1 when CVaR <= 0: no tail loss)
+        out  = 1 - cvar_weight * (1 - raw)                    (1 while n < cvar_min_obs)
+    """
+    width = returns_NW.shape[-1]
+    dtype = returns_NW.dtype
+    n = count_N.clamp(max=width).to(dtype)  # [N]
+    slot = torch.arange(width, device=returns_NW.device, dtype=dtype)  # [W]
+    valid = slot < n.unsqueeze(-1)  # [N, W]
+    padded = torch.where(valid, returns_NW, torch.full_like(returns_NW, float("inf")))
+    worst_first = padded.sort(dim=-1).values  # invalid slots (+inf) sort last
+    k = torch.ceil((1.0 - params.cvar_confidence) * n - _TAIL_ROUNDING).clamp(min=1.0)  # [N]
+    in_tail = slot < k.unsqueeze(-1)  # [N, W]; k <= n, so every tail slot is valid
+    tail_sum = torch.where(in_tail, worst_first, torch.zeros_like(worst_first)).sum(dim=-1)
+    cvar = -tail_sum / k
+    tiny = torch.finfo(dtype).tiny
+    raw = torch.where(cvar > 0, params.cvar_budget / cvar.clamp(min=tiny), torch.ones_like(cvar))
+    blended = 1.0 - params.cvar_weight * (1.0 - raw.clamp(params.cvar_floor, 1.0))
+    active = n >= params.cvar_min_obs
+    return torch.where(active, blended, torch.ones_like(blended))
+
+
+# --- the product -------------------------------------------------------------------------------
+
+
+def effective_max_position(
+    max_position: Tensor | float,
+    cvar_scale: Tensor | float,
+    conviction: Tensor | float,
+    kelly: Tensor | float,
+    variance_scale: Tensor | float,
+) -> Tensor:
+    """``max_position * cvar * conviction * kelly * variance`` in contracts (float, not rounded).
+
+    Each factor arrives already floored on its own (module docstring, "How the floors compose"): the
+    variance factor by ``max`` at the conviction, Kelly and CVaR by their clamps. This function only
+    multiplies; it adds no floor. Target exposure = sign(direction) * magnitude fraction * this.
+    """
+    factors = (max_position, cvar_scale, conviction, kelly, variance_scale)
+    ref = next((f for f in factors if isinstance(f, Tensor)), None)
+    if ref is None:
+        raise TypeError("effective_max_position needs at least one tensor factor (batched [N] input)")
+    dtype = ref.dtype if ref.is_floating_point() else torch.get_default_dtype()
+    out = torch.as_tensor(max_position, dtype=dtype, device=ref.device)
+    for factor in factors[1:]:
+        out = out * torch.as_tensor(factor, dtype=dtype, device=ref.device)
+    return out

@@ -1,0 +1,188 @@
+"""The batched environment on hand-made markets: PnL, costs and positions worked out on paper."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.metrics import branch_sizes, compute_metrics
+from foxhunt.env.actions import Direction, OrderType, Urgency
+from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.env.core import TradingEnv
+from foxhunt.env.market import MarketTensors, state_feature_columns
+from foxhunt.features.layout import STATE_LAYOUT
+
+L, S, H, F = int(Direction.LONG), int(Direction.SHORT), int(Direction.HOLD), int(Direction.FLAT)
+MKT, TOUCH = int(OrderType.MARKET), int(OrderType.LIMIT_AT_TOUCH)
+N_ = int(Urgency.NORMAL)
+
+
+def market(mid, *, low=None, high=None, vol=1e-4) -> MarketTensors:
+    mid = torch.tensor(mid, dtype=torch.float64)
+    n = len(mid)
+    cols = state_feature_columns()
+    return MarketTensors(
+        features=torch.zeros(n, len(cols)),
+        mid=mid,
+        high=mid.clone() if high is None else torch.tensor(high, dtype=torch.float64),
+        low=mid.clone() if low is None else torch.tensor(low, dtype=torch.float64),
+        bid=mid - 0.125,
+        ask=mid + 0.125,
+        vol=torch.full((n,), vol, dtype=torch.float64),
+        segment=torch.zeros(n, dtype=torch.int64),
+        feature_columns=cols,
+    )
+
+
+def config(**plan) -> EnvConfig:
+    return EnvConfig(
+        branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
+        costs=CostConfig(
+            commission_per_contract=1.0,
+            exchange_fee_per_contract=0.0,
+            slippage_ticks_per_contract=0.0,
+            immediate_slippage_ticks=0.0,
+        ),
+        contract=ContractConfig(max_position=2, initial_capital=100_000.0),
+        plan=PlanConfig(**({"target_bars": 2, "profit_mult": 1000.0, "stop_mult": 1000.0} | plan)),
+        episode_rows=6,
+    )
+
+
+def act(d: int, m: int = 1, o: int = MKT, u: int = N_) -> torch.Tensor:
+    return torch.tensor([[d, m, o, u]])
+
+
+def test_hand_worked_market_round_trip() -> None:
+    """Long 2 at the ask at row 0, held through 100 -> 100.5 -> 101, timeout exit at row 3's bid.
+
+    fill 100.125 vs mark 100: slippage 2 x 0.125 x 50 = 12.5, fees 2 x $1 = 2 -> costs 14.5
+    gross: 2 x 0.5 x 50 = 50 (row 0 -> 1), 50 (1 -> 2), 0 (2 -> 3)
+    exit at row 3: sell 2 at the bid 100.875 vs mark 101: 12.5 + 2 = 14.5
+    trade net = 100 - 29 = 71
+    """
+    env = TradingEnv(market([100.0, 100.5, 101.0, 101.0, 101.0, 101.0]), config())
+    env.reset(torch.tensor([0]))
+    _, r0 = env.step(act(L))
+    assert env.state.position.item() == 2 and env.state.plan_active.item()
+    assert (r0.gross.item(), r0.costs.item(), r0.net.item()) == (50.0, 14.5, 35.5)
+    _, r1 = env.step(act(F))  # plan lock: Flat is ignored
+    assert r1.realised_direction.item() == H and env.state.position.item() == 2
+    assert (r1.gross.item(), r1.costs.item()) == (50.0, 0.0)
+    _, r2 = env.step(act(H))
+    assert r2.exit_reason.item() == 3 and env.state.position.item() == 0  # timeout after 2 rows
+    assert (r2.gross.item(), r2.costs.item()) == (0.0, 14.5)
+    assert r2.trade_closed.item() and r2.trade_pnl.item() == 71.0 and r2.closed_magnitude.item() == 1
+    assert env.state.equity.item() == 100_071.0 and env.state.n_wins.item() == 1
+
+
+def test_limit_order_fills_only_on_trade_through() -> None:
+    # A buy limit at the bid (99.875) rests; row 1 touches but does not go through, row 2 does.
+    mid = [100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
+    low = [100.0, 99.875, 99.75, 100.0, 100.0, 100.0]
+    env = TradingEnv(market(mid, low=low), config(target_bars=50))
+    env.reset(torch.tensor([0]))
+    _, r0 = env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))  # 0.5 x 2 = 1 contract
+    assert env.state.position.item() == 0 and env.state.order_side.item() == 1
+    assert r0.costs.item() == 0.0
+    _, r1 = env.step(act(H))
+    assert env.state.position.item() == 1  # filled on row 2's trade-through
+    # Booked at the limit 99.875 against the mark 100: earns the half spread (negative cost) - fee.
+    assert r1.costs.item() == pytest.approx(1.0 - 0.125 * 50)
+
+
+def test_limit_order_expires_after_its_patience() -> None:
+    env = TradingEnv(market([100.0] * 6), config(target_bars=50))
+    env.reset(torch.tensor([0]))
+    env.step(act(L, 0, TOUCH, int(Urgency.IMMEDIATE)))  # patience 1 row
+    assert env.state.order_side.item() == 0 and env.state.position.item() == 0
+
+
+def test_profit_stop_and_capital_floor() -> None:
+    up = [100.0, 100.0, 100.5, 100.5, 100.5, 100.5]
+    env = TradingEnv(
+        market(up, high=[100.0, 100.0, 100.6, 100.5, 100.5, 100.5]),
+        config(target_bars=50, profit_mult=1000.0),
+    )
+    env.reset(torch.tensor([0]))
+    env.step(act(L))  # plan: profit at 100 x (1 + 1000 x 1e-4) = 110: not reached
+    assert env.state.plan_active.item()
+    env2 = TradingEnv(
+        market(up, high=[100.0, 100.0, 100.6, 100.5, 100.5, 100.5]), config(target_bars=50, profit_mult=5.0)
+    )
+    env2.reset(torch.tensor([0]))
+    env2.step(act(L))  # profit at 100 x (1 + 5e-4) = 100.05
+    _, r = env2.step(act(H))
+    assert r.exit_reason.item() == 1 and env2.state.position.item() == 0
+    crash = [100.0, 100.0, 40.0, 40.0, 40.0, 40.0]
+    cfg = config(target_bars=50, stop_mult=1000.0)
+    cfg = cfg.model_copy(update={"contract": ContractConfig(max_position=2, initial_capital=1_000.0)})
+    env3 = TradingEnv(market(crash), cfg)
+    env3.reset(torch.tensor([0]))
+    env3.step(act(L))
+    _, r = env3.step(act(H))
+    assert r.exit_reason.item() == 4 and env3.state.done.item() and env3.state.position.item() == 0
+
+
+def test_flat_long_and_costs_on_a_rising_series() -> None:
+    rising = [100.0 + 0.25 * i for i in range(40)]
+    cfg = config(target_bars=5)
+    mk = market(rising)
+    flat = compute_metrics(
+        evaluate(mk, cfg, 0, 40, scripted(ScriptedPolicy.FLAT, cfg)),
+        bars_per_year=1000.0,
+        initial_capital=cfg.contract.initial_capital,
+        **branch_sizes(cfg.branches),
+    )
+    assert flat["trades"] == 0 and flat["net_pnl"] == 0.0 and flat["costs"] == 0.0
+    rec = evaluate(mk, cfg, 0, 40, scripted(ScriptedPolicy.LONG, cfg))
+    long = compute_metrics(
+        rec, bars_per_year=1000.0, initial_capital=cfg.contract.initial_capital, **branch_sizes(cfg.branches)
+    )
+    assert long["gross_pnl"] > 0 and long["trades"] > 0
+    per_trade = 2 * (2 * 1.0 + 2 * 0.125 * 50)  # entry + exit: fees 2 x $1, half spread on 2 contracts
+    assert long["costs"] == pytest.approx(long["trades"] * per_trade)
+
+
+def test_early_end_leaves_unwritten_steps_that_metrics_skip() -> None:
+    crash = [100.0, 100.0, 40.0] + [40.0] * 9
+    cfg = config(target_bars=50, stop_mult=1000.0)
+    cfg = cfg.model_copy(
+        update={"contract": ContractConfig(max_position=2, initial_capital=1_000.0), "episode_rows": 12}
+    )
+    rec = evaluate(market(crash), cfg, 0, 12, scripted(ScriptedPolicy.LONG, cfg))
+    assert rec.written[0].tolist()[:3] == [True, True, False]
+    assert (rec.picked_direction[0, 2:] == -1).all()  # never written: -1, not "Short"
+    m = compute_metrics(rec, bars_per_year=1000.0, initial_capital=1_000.0, **branch_sizes(cfg.branches))
+    assert m["steps"] == 2 and m["picked"]["direction"][S] == 0.0
+
+
+def test_state_assembly_and_determinism() -> None:
+    mk = market([100.0 + 0.25 * (i % 7) for i in range(64)])
+    cfg = config(target_bars=4).model_copy(update={"episode_rows": 32})
+    a, b = TradingEnv(mk, cfg), TradingEnv(mk, cfg)
+    sa, sb = a.reset(torch.tensor([0, 10, 20])), b.reset(torch.tensor([0, 10, 20]))
+    assert sa.shape == (3, STATE_LAYOUT.width) and torch.equal(sa, sb)
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        acts = torch.stack([torch.randint(0, k, (3,), generator=gen) for k in a.codec.sizes], dim=1)
+        sa, ra = a.step(acts)
+        sb, rb = b.step(acts)
+        assert torch.equal(sa, sb) and torch.equal(ra.net, rb.net)
+    port = STATE_LAYOUT.group("portfolio")
+    assert torch.equal(sa[:, port.offset], (a.state.position / cfg.contract.max_position).float())
+
+
+def test_every_branch_value_is_reachable() -> None:
+    cfg = config(target_bars=3)
+    mk = market([100.0 + 0.25 * ((i * 7) % 5) for i in range(400)])
+    rec = evaluate(mk, cfg, 0, 400, scripted(ScriptedPolicy.RANDOM, cfg, seed=3))
+    for field, k in (
+        ("picked_direction", 4),
+        ("picked_magnitude", 2),
+        ("picked_order", 3),
+        ("picked_urgency", 3),
+    ):
+        values = getattr(rec, field)[rec.written]
+        assert set(values.unique().tolist()) == set(range(k)), field
