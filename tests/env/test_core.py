@@ -186,3 +186,31 @@ def test_every_branch_value_is_reachable() -> None:
     ):
         values = getattr(rec, field)[rec.written]
         assert set(values.unique().tolist()) == set(range(k)), field
+
+
+def test_reward_components_and_branch_shares() -> None:
+    from foxhunt.env.rewards import RewardParams
+
+    mid = [100.0, 100.5, 101.0, 100.5, 101.5, 101.0, 102.0, 101.5]
+    cfg = config(target_bars=3).model_copy(update={"episode_rows": 8})
+    env = TradingEnv(market(mid), cfg)
+    env.reset(torch.tensor([0]))
+    _, r = env.step(act(L))
+    # Coefficients off: the reward is the normalised net PnL, the only non-zero component.
+    scale = cfg.contract.initial_capital * cfg.rewards.pnl_scale
+    assert r.reward.item() == pytest.approx(r.net.item() / scale)
+    assert torch.equal(r.components[:, 1:], torch.zeros_like(r.components[:, 1:]))
+    on = cfg.model_copy(
+        update={
+            "rewards": RewardParams(
+                exit_timing_bonus=1.0, drawdown_recovery_bonus=1.0, branch_decomposition=1.0
+            )
+        }
+    )
+    env = TradingEnv(market(mid), on)
+    env.reset(torch.tensor([0]))
+    for a in (act(L, 0, TOUCH), act(H), act(H), act(H), act(S)):
+        _, r = env.step(a)
+        assert r.branch_shares.sum().item() == pytest.approx(r.net.item())
+        closed_pnl = abs(r.trade_pnl.item()) / scale
+        assert (r.components[:, 1:].abs() <= closed_pnl + 1e-12).all()  # shaping bounded by |trade PnL|

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
+from foxhunt.env.rewards import RewardParams
 from foxhunt.env.sizing import SizingParams
 
 
@@ -105,4 +106,5 @@ class EnvConfig(Frozen):
     contract: ContractConfig = Field(default_factory=ContractConfig, description="Contract and account.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="Plan lock: profit, stop, timeout.")
     sizing: SizingParams = Field(default_factory=SizingParams, description="Effective max position.")
+    rewards: RewardParams = Field(default_factory=RewardParams, description="Reward and shaping terms.")
     episode_rows: int = Field(512, ge=2, le=10_000_000, description="Rows per episode window.")

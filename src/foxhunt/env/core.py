@@ -34,10 +34,17 @@ from foxhunt.env.actions import ActionCodec, Direction, OrderType
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.costs import effective_quote, limit_expired, limit_fill, limit_price, market_order
 from foxhunt.env.market import MarketTensors
-from foxhunt.env.sizing import kelly_cap_by_magnitude, kelly_fraction
+from foxhunt.env.rewards import TradePath, advance_trade, open_trade, regime_move_ema, step_reward
+from foxhunt.env.rewards import branch_decomposition as _decompose
+from foxhunt.env.sizing import cvar_scale, kelly_cap_by_magnitude, kelly_fraction, push_return
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
+_NORMAL = 0  # Urgency.NORMAL
+
+
+def cfg_min_vol(cfg: EnvConfig) -> float:
+    return cfg.plan.min_vol
 
 
 @dataclass
@@ -75,6 +82,12 @@ class Portfolio:
     order_age: Tensor  # int64 rows resting
     order_urgency: Tensor  # int64
     order_magnitude: Tensor  # int64
+    trade_path: TradePath  # the open trade's path for the shaping terms (rewards module)
+    regime_prev: Tensor  # regime value (log per-row vol) of the previous row
+    regime_ema: Tensor  # adaptive |regime change| scale
+    regime_steps: Tensor  # int64 changes folded into regime_ema
+    returns_ring: Tensor  # [N, W] per-step net return ring buffer (CVaR sizing)
+    returns_count: Tensor  # int64 returns pushed
 
 
 @dataclass
@@ -93,6 +106,8 @@ class StepResult:
     trade_pnl: Tensor  # $ net PnL of the closed trade
     closed_magnitude: Tensor  # int64 (-1 when no trade closed)
     exit_reason: Tensor  # int64: 0 none, 1 profit, 2 stop, 3 timeout, 4 capital floor, 5 episode end
+    components: Tensor  # [N, len(COMPONENTS)] reward terms (pnl, entry, exit timing, ...)
+    branch_shares: Tensor  # [N, 4] direction/magnitude/order/urgency shares of net PnL (0 when off)
 
 
 class TradingEnv:
@@ -151,6 +166,12 @@ class TradingEnv:
             order_age=zi.clone(),
             order_urgency=zi.clone(),
             order_magnitude=zi.clone(),
+            trade_path=TradePath.zeros(n, device=self.device, dtype=self.dtype),
+            regime_prev=torch.log(torch.clamp(self.market.vol[starts], min=cfg_min_vol(self.cfg))),
+            regime_ema=z.clone(),
+            regime_steps=zi.clone(),
+            returns_ring=torch.zeros(n, self.cfg.sizing.cvar_window, dtype=self.dtype, device=self.device),
+            returns_count=zi.clone(),
         )
         self.aux = torch.zeros(n, STATE_LAYOUT.group("aux").width, dtype=torch.float32, device=self.device)
         return self.observe()
@@ -227,8 +248,37 @@ class TradingEnv:
 
         Convictions (Q-gaps) and the Q-variance come from the policy; scripted policies pass None
         (neutral: conviction 1, variance 0). Returns ``(next state [N, W], StepResult)``.
+
+        With ``rewards.branch_decomposition > 0`` the same transition is also evaluated for three
+        counterfactual actions (reference magnitude / market / normal urgency; rewards module) to
+        split the step's net PnL among the four branches; 0 switches that work off.
         """
         s = self._state()
+        new, result = self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance)
+        if self.cfg.rewards.branch_decomposition > 0:
+            a = actions.to(self.device)
+            ref_mag = torch.full_like(a[:, 1], self.cfg.branches.magnitude - 1)
+            a0 = torch.stack([a[:, 0], ref_mag, torch.zeros_like(a[:, 2]), torch.zeros_like(a[:, 3])], 1)
+            a1 = torch.stack([a[:, 0], a[:, 1], torch.zeros_like(a[:, 2]), torch.zeros_like(a[:, 3])], 1)
+            a2 = torch.stack([a[:, 0], a[:, 1], a[:, 2], torch.zeros_like(a[:, 3])], 1)
+            net = [
+                self._transition(s, x, direction_conviction, magnitude_conviction, q_variance)[1].net
+                for x in (a0, a1, a2)
+            ]
+            sized = (a[:, 0] != _HOLD) & (a[:, 0] != _FLAT)
+            result.branch_shares = _decompose(result.net, torch.where(sized, net[0], net[1]), net[1], net[2])
+        self.state = new
+        return self.observe(), result
+
+    def _transition(
+        self,
+        s: Portfolio,
+        actions: Tensor,
+        direction_conviction: Tensor | None,
+        magnitude_conviction: Tensor | None,
+        q_variance: Tensor | None,
+    ) -> tuple[Portfolio, StepResult]:
+        """The pure transition: ``(portfolio, actions) -> (next portfolio, step result)``."""
         m, cfg, c = self.market, self.cfg, self.cfg.contract
         n = s.row.shape[0]
         one = torch.ones(n, dtype=self.dtype, device=self.device)
@@ -250,7 +300,8 @@ class TradingEnv:
         kelly = self._kelly(s, d_conv, m_conv)
         cap = self._kelly_cap(kelly)
         magnitude_eff = torch.minimum(magnitude, cap)
-        eff_max = c.max_position * conv * var_scale  # Kelly applied once, through the magnitude cap
+        cvar = cvar_scale(s.returns_ring, s.returns_count, cfg.sizing)
+        eff_max = c.max_position * cvar * conv * var_scale  # Kelly applied once, via the magnitude cap
         frac = self.codec.target_exposure(
             realised_dir, magnitude_eff, s.position / torch.clamp(eff_max, min=1e-9)
         )
@@ -363,7 +414,24 @@ class TradingEnv:
         peak_step = torch.where(trade_net >= s.trade_max, hold, s.peak_step)
         traded = (fill_now.contracts != 0) | (lim_contracts != 0) | (exit_fill.contracts != 0)
         equity = torch.where(live, equity_b - exit_fill.fees - exit_fill.slippage_cost, s.equity)
-        reward = torch.where(live, net / (0.001 * c.initial_capital), torch.zeros_like(net))
+        # Rewards: advance the held trade, pay the step (and the shaping terms on a close), then
+        # open the new trade's path (rewards module: this order handles a reversal in one step).
+        regime = torch.log(torch.clamp(m.vol[r1], min=cfg.plan.min_vol))
+        regime_ema = torch.where(
+            live,
+            regime_move_ema(s.regime_ema, regime - s.regime_prev, s.regime_steps, cfg.rewards),
+            s.regime_ema,
+        )
+        holding = live & (pos0 != 0)
+        path = advance_trade(s.trade_path, holding, net, regime, regime_ema, cfg.rewards)
+        reward, components = step_reward(net, closed, path, c.initial_capital, cfg.rewards)
+        reward = torch.where(live, reward, torch.zeros_like(reward))
+        components = torch.where(live[:, None], components, torch.zeros_like(components))
+        new_trade = live & (pos_c != 0) & ((pos0 == 0) | closed)
+        path = open_trade(path, new_trade, torch.where(pos0 == 0, net, torch.zeros_like(net)), regime)
+        ring, count = push_return(s.returns_ring, s.returns_count, net / torch.clamp(s.equity, min=1.0))
+        ring = torch.where(live[:, None], ring, s.returns_ring)
+        count = torch.where(live, count, s.returns_count)
         result = StepResult(
             gross=torch.where(live, gross, 0.0),
             costs=torch.where(live, costs, 0.0),
@@ -377,9 +445,11 @@ class TradingEnv:
             trade_pnl=torch.where(closed, trade_net, 0.0),
             closed_magnitude=closed_mag,
             exit_reason=torch.where(live, exit_reason, 0),
+            components=components,
+            branch_shares=torch.zeros(n, 4, dtype=self.dtype, device=self.device),
         )
         row = torch.where(live, r + 1, r)
-        self.state = Portfolio(
+        new = Portfolio(
             row=row,
             end=s.end,
             done=s.done | floor | (row >= s.end),
@@ -415,8 +485,14 @@ class TradingEnv:
             order_age=order_age,
             order_urgency=order_urgency,
             order_magnitude=order_magnitude,
+            trade_path=path,
+            regime_prev=torch.where(live, regime, s.regime_prev),
+            regime_ema=regime_ema,
+            regime_steps=s.regime_steps + live.to(torch.int64),
+            returns_ring=ring,
+            returns_count=count,
         )
-        return self.observe(), result
+        return new, result
 
     def _kelly(self, s: Portfolio, d_conv: Tensor, m_conv: Tensor) -> Tensor:
         losses = s.n_trades - s.n_wins
