@@ -481,6 +481,71 @@ def alpha_cmd(
     out.print(verdict_line(result))
 
 
+# --- backtest -------------------------------------------------------------------------------
+
+
+@app.command("backtest", context_settings=MANY_PATHS)
+@_fails_cleanly
+def backtest_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for metrics.json, trades.csv, equity.png.")],
+    policy: Annotated[
+        str, typer.Option(help="Scripted policy: flat, long, short, random or oracle.")
+    ] = "flat",
+    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
+    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    fold: Annotated[
+        int | None, typer.Option(help="One fold (default: every fold's validation period).")
+    ] = None,
+    row_unit: Annotated[
+        RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
+    ] = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Evaluate a scripted policy over every fold's validation windows at once with the trading
+    environment; write metrics.json (net/gross PnL, costs, Sharpe with bars_per_year, drawdown,
+    trades, win rate, active fraction, implausible), trades.csv and equity.png. The oracle peeks at
+    the future on purpose and must be flagged implausible."""
+    from foxhunt.backtest.evaluate import ScriptedPolicy
+    from foxhunt.backtest.run import run_backtest
+    from foxhunt.features.cache import get_or_build, load_cache
+
+    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    cfg = _config(profile, config, overrides)
+    try:
+        kind = ScriptedPolicy(policy)
+    except ValueError:
+        raise FoxhuntError(
+            "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
+        ) from None
+    if (data is None) == (cache_path is None):
+        raise FoxhuntError(
+            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt backtest --help"
+        )
+    with step("building features", quiet):
+        cache = (
+            load_cache(cache_path, cfg)
+            if cache_path is not None
+            else get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
+        )
+    n_folds = cfg.folds.n_folds
+    if fold is not None and not 0 <= fold < n_folds:
+        raise FoxhuntError("--fold", f"fold {fold} does not exist", f"use 0..{n_folds - 1}")
+    with step(f"backtesting {kind.value}", quiet):
+        body = run_backtest(cache, cfg, kind, out_dir, fold=fold)
+    write_resolved(cfg, out_dir / "backtest.config.json")
+    out.print(
+        f"{kind.value}: net {body['net_pnl']:,.0f} (gross {body['gross_pnl']:,.0f}, "
+        f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {body['sharpe_annual']:.2f} "
+        f"at {body['bars_per_year']:,.0f} bars/year, "
+        f"max drawdown {body['max_drawdown']:.2%}"
+        + ("; IMPLAUSIBLE: " + "; ".join(body["implausible_reasons"]) if body["implausible"] else "")
+    )
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 

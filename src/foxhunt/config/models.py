@@ -16,6 +16,7 @@ from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
 from foxhunt.config.features import FeaturesConfig
 from foxhunt.config.synth import SynthConfig
+from foxhunt.env.config import EnvConfig
 from foxhunt.validation.folds import FoldParams
 from foxhunt.validation.labels import LabelParams
 
@@ -41,3 +42,4 @@ class FoxhuntConfig(Frozen):
     labels: LabelParams = Field(default_factory=LabelParams)
     folds: FoldParams = Field(default_factory=FoldParams)
     alpha: AlphaConfig = Field(default_factory=AlphaConfig)
+    env: EnvConfig = Field(default_factory=EnvConfig)
