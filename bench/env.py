@@ -114,13 +114,11 @@ def main() -> int:
         fox = n * args.steps / (time.perf_counter() - t0)
         ref = numpy_reference(n, max(args.steps // 2, 2), mid_np, feats_np, cfg.episode_rows)
         rows.append({"envs": n, "foxhunt_steps_per_s": fox, "numpy_steps_per_s": ref, "ratio": fox / ref})
-    print(
-        f"{'envs':>9} {'foxhunt env-steps/s':>20} {'numpy ref (1 core)':>19} {'ratio':>7}   device {args.device}"
-    )
+    head = f"{'envs':>9} {'foxhunt env-steps/s':>20} {'numpy ref (1 core)':>19} {'ratio':>7}"
+    print(f"{head}   device {args.device}")
     for r in rows:
-        print(
-            f"{r['envs']:>9,} {r['foxhunt_steps_per_s']:>20,.0f} {r['numpy_steps_per_s']:>19,.0f} {r['ratio']:>7.2f}"
-        )
+        fox, ref = r["foxhunt_steps_per_s"], r["numpy_steps_per_s"]
+        print(f"{r['envs']:>9,} {fox:>20,.0f} {ref:>19,.0f} {r['ratio']:>7.2f}")
     hw = hardware() | {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
     print(f"hardware: {hw}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
