@@ -84,6 +84,8 @@ def main() -> int:
     ap.add_argument("--envs", default="16384,262144")
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the transition (Inductor)")
+    ap.add_argument("--cuda-graph", action="store_true", help="replay the step as a captured CUDA graph")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "env.json")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -94,16 +96,25 @@ def main() -> int:
     rows = []
     for n in (int(x) for x in args.envs.split(",")):
         env = TradingEnv(market, cfg)
+        if args.compile:
+            env._transition = torch.compile(env._transition)  # type: ignore[method-assign]
         gen = torch.Generator(device=args.device).manual_seed(0)
         starts = torch.randint(0, ROWS - cfg.episode_rows - 1, (n,), generator=gen, device=args.device)
         env.reset(starts)
         sizes = torch.tensor(env.codec.sizes, device=args.device)
 
-        def one_step(env=env, gen=gen, sizes=sizes, n=n):
-            a = (torch.rand(n, 4, generator=gen, device=args.device) * sizes).to(torch.int64)
-            return env.step(a)
+        graphed = None
+        if args.cuda_graph:
+            from foxhunt.env.graph import GraphedStep
 
-        one_step()  # warm-up
+            graphed = GraphedStep(env)
+
+        def one_step(env=env, gen=gen, sizes=sizes, n=n, graphed=graphed):
+            a = (torch.rand(n, 4, generator=gen, device=args.device) * sizes).to(torch.int64)
+            return graphed.step(a) if graphed is not None else env.step(a)
+
+        one_step()  # warm-up (and compilation)
+        one_step()
         if args.device == "cuda":
             torch.cuda.synchronize()
         t0 = time.perf_counter()
@@ -122,7 +133,9 @@ def main() -> int:
     hw = hardware() | {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
     print(f"hardware: {hw}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"hardware": hw, "rows": rows, "mode": "eager"}, indent=2))
+    mode = "compiled" if args.compile else "cuda-graph" if args.cuda_graph else "eager"
+    args.out.write_text(json.dumps({"hardware": hw, "rows": rows, "mode": mode}, indent=2))
+    print(f"mode: {mode}")
     return 0
 
 

@@ -118,7 +118,8 @@ class RewardParams(Frozen):
 
 def normalise_pnl(pnl: Tensor, capital: Tensor | float, params: RewardParams) -> Tensor:
     """``pnl / (capital * pnl_scale)``: money ($) to reward units."""
-    return pnl / (torch.as_tensor(capital, dtype=pnl.dtype, device=pnl.device) * params.pnl_scale)
+    scale = capital.to(pnl.dtype) if isinstance(capital, Tensor) else float(capital)
+    return pnl / (scale * params.pnl_scale)
 
 
 # --- the open trade's path ---------------------------------------------------------------------
@@ -259,17 +260,15 @@ def shaping_terms(trade: TradePath, capital: Tensor | float, params: RewardParam
     after = (trade.bars_after_shift / hold).clamp(0.0, 1.0)
     regime = -params.regime_shift_penalty * abs_r * after
 
-    coefficients = torch.tensor(
-        (
-            params.entry_bonus,
-            params.exit_timing_bonus,
-            params.drawdown_recovery_bonus,
-            params.regime_shift_penalty,
-        ),
-        dtype=r.dtype,
-        device=r.device,
+    # Stacked from Python scalars times a device tensor: no host-to-device copy per step (a
+    # torch.tensor of the coefficients would be one, and would break CUDA-graph capture).
+    coefficients = (
+        params.entry_bonus,
+        params.exit_timing_bonus,
+        params.drawdown_recovery_bonus,
+        params.regime_shift_penalty,
     )
-    bound = coefficients * abs_r.unsqueeze(-1)  # [N, 4]
+    bound = torch.stack([c * abs_r for c in coefficients], dim=-1)  # [N, 4]
     terms = torch.stack((entry, exit_timing, drawdown, regime), dim=-1)
     return torch.maximum(torch.minimum(terms, bound), -bound)
 

@@ -143,8 +143,9 @@ def variance_scale(var_q: Tensor, conviction: Tensor | float) -> Tensor:
     values, from round-off, count as 0). The floor composes by ``max``: conviction 1 gives exactly 1.
     """
     raw = 1.0 / (1.0 + var_q.clamp(min=0.0).sqrt())
-    floor = torch.as_tensor(conviction, dtype=raw.dtype, device=raw.device)
-    return torch.maximum(raw, floor)
+    if isinstance(conviction, Tensor):
+        return torch.maximum(raw, conviction.to(raw.dtype))
+    return raw.clamp(min=float(conviction))  # a scalar floor without a host-to-device copy
 
 
 # --- Kelly -------------------------------------------------------------------------------------
@@ -171,6 +172,20 @@ def kelly_optimal_f(wins: Tensor, losses: Tensor, sum_win: Tensor, sum_loss: Ten
     return (p - q_over_b).clamp(-1.0, 1.0)
 
 
+def _as(x: Tensor | float, dtype: torch.dtype) -> Tensor | float:
+    return x.to(dtype) if isinstance(x, Tensor) else float(x)
+
+
+def _maximum(a: Tensor | float, b: Tensor | float) -> Tensor | float:
+    if isinstance(a, Tensor) or isinstance(b, Tensor):
+        return (
+            torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
+            if not (isinstance(a, Tensor) and isinstance(b, Tensor))
+            else torch.maximum(a, b)
+        )
+    return max(a, b)
+
+
 def kelly_fraction(
     wins: Tensor,
     losses: Tensor,
@@ -193,16 +208,14 @@ def kelly_fraction(
     f* * equity / L`` contracts. No loss yet (``L = 0``) gives 1.
     """
     dtype = sum_win.dtype
-    device = sum_win.device
     f_star = kelly_optimal_f(wins, losses, sum_win, sum_loss)
     l = losses.to(dtype)
     avg_loss = sum_loss.abs() / l.clamp(min=1.0)  # L, $ per contract
-    safety = torch.maximum(
-        torch.as_tensor(direction_conviction, dtype=dtype, device=device),
-        torch.as_tensor(magnitude_conviction, dtype=dtype, device=device),
-    )
-    equity_t = torch.as_tensor(equity, dtype=dtype, device=device)
-    max_pos = torch.as_tensor(max_position, dtype=dtype, device=device)
+    # Python scalars stay scalars (broadcast in the arithmetic): a torch.as_tensor of a float is a
+    # host-to-device copy per step, which also breaks CUDA-graph capture.
+    safety = _maximum(_as(direction_conviction, dtype), _as(magnitude_conviction, dtype))
+    equity_t = _as(equity, dtype)
+    max_pos = _as(max_position, dtype)
     tiny = torch.finfo(dtype).tiny
     kelly_contracts = safety * params.kelly_fraction * f_star * equity_t / avg_loss.clamp(min=tiny)
     ratio = torch.where(avg_loss > 0, kelly_contracts / max_pos, torch.ones_like(kelly_contracts))
@@ -224,9 +237,12 @@ def kelly_cap_by_magnitude(kelly: Tensor, magnitude_fractions: Sequence[float]) 
     fractions = tuple(float(f) for f in magnitude_fractions)
     if not fractions or any(b <= a for a, b in zip(fractions, fractions[1:], strict=False)):
         raise ValueError(f"magnitude_fractions must be non-empty and increasing, got {fractions}")
-    frac = torch.tensor(fractions, dtype=kelly.dtype, device=kelly.device)
-    # count of fractions within the Kelly factor (a small tolerance keeps kelly = 0.5 allowing Half)
-    allowed = (frac <= kelly.unsqueeze(-1) * (1.0 + 1e-6)).sum(dim=-1)
+    # count of fractions within the Kelly factor (a small tolerance keeps kelly = 0.5 allowing Half);
+    # a loop over the few fractions, so no host-to-device copy of a fractions tensor per step
+    limit = kelly * (1.0 + 1e-6)
+    allowed = torch.zeros_like(kelly, dtype=torch.int64)
+    for f in fractions:
+        allowed = allowed + (limit >= f).to(torch.int64)
     return (allowed - 1).clamp(min=0)
 
 
