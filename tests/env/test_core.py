@@ -214,3 +214,42 @@ def test_reward_components_and_branch_shares() -> None:
         assert r.branch_shares.sum().item() == pytest.approx(r.net.item())
         closed_pnl = abs(r.trade_pnl.item()) / scale
         assert (r.components[:, 1:].abs() <= closed_pnl + 1e-12).all()  # shaping bounded by |trade PnL|
+
+
+def test_many_recorded_policies_match_one_by_one_runs() -> None:
+    from foxhunt.backtest.evaluate import evaluate_many, recorded, windows
+
+    mid = [100.0 + 0.25 * ((i * 7) % 11) for i in range(120)]
+    cfg = config(target_bars=3).model_copy(update={"episode_rows": 25})
+    mk = market(mid)
+    gen = torch.Generator().manual_seed(5)
+    sizes = (4, 2, 3, 3)
+    acts = torch.stack([torch.randint(0, k, (3, 120), generator=gen) for k in sizes], dim=-1)
+    many = evaluate_many(mk, cfg, 0, 120, acts)
+    starts, _ = windows(0, 120, cfg.episode_rows)
+    for p in range(3):
+        # The same policy alone: its per-row actions laid out per window and step.
+        per_step = torch.stack([acts[p, int(s) : int(s) + cfg.episode_rows - 1] for s in starts])
+        rec = evaluate(mk, cfg, 0, 120, recorded(per_step))
+        net = ((rec.gross_pnl - rec.costs) * rec.written).sum()
+        assert many["net_pnl"][p].item() == pytest.approx(net.item())
+        assert many["trades"][p].item() == rec.trade_closed.sum().item()
+
+
+def test_stop_and_trailing_stop_exits() -> None:
+    down = [100.0, 100.0, 99.5, 99.0, 99.0, 99.0]
+    env = TradingEnv(market(down), config(target_bars=50, stop_mult=5.0))  # stop at 100 x (1 - 5e-4)
+    env.reset(torch.tensor([0]))
+    env.step(act(L))
+    _, r = env.step(act(H))
+    assert r.exit_reason.item() == 2 and env.state.position.item() == 0
+    up_then_down = [100.0, 100.0, 101.0, 102.0, 101.5, 101.5]
+    trail = config(target_bars=50, stop_mult=1000.0, trailing_mult=50.0)  # trail 0.5% below the best
+    env = TradingEnv(market(up_then_down), trail)
+    env.reset(torch.tensor([0]))
+    env.step(act(L))
+    env.step(act(H))
+    _, r = env.step(act(H))  # best 102: trailing stop at 102 x (1 - 0.005) = 101.49
+    assert r.exit_reason.item() == 0
+    _, r = env.step(act(H))  # 101.5 stays above 101.49
+    assert r.exit_reason.item() == 0 and env.state.plan_stop.item() == pytest.approx(102 * (1 - 0.005))

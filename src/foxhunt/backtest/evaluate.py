@@ -129,3 +129,65 @@ def evaluate(market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Po
         rec.trade_pnl[:, t] = res.trade_pnl
         rec.closed_magnitude[:, t] = res.closed_magnitude
     return rec
+
+
+def evaluate_many(
+    market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, actions_PR4: Tensor, *, graph: bool | None = None
+) -> dict[str, Tensor]:
+    """Evaluate P recorded policies at once over rows ``[lo, hi)``; per-policy summary ``[P]``.
+
+    ``actions_PR4[p, r - lo]`` is policy p's action on row r (any integer dtype). Every policy runs
+    over the same windows, all P x W episodes in one batch; the per-step quantities are reduced on
+    the fly (no [episodes, steps] record is kept, so thousands of policies over 10^5 rows fit in
+    memory): net/gross PnL, costs, closed trades and wins, the per-step return's sum and sum of
+    squares (Sharpe per bar) and the max drawdown of each policy's summed equity path. On CUDA the
+    step is replayed as a captured graph (``graph=None``: when available).
+    """
+    p_count = actions_PR4.shape[0]
+    starts, ends = windows(lo, hi, cfg.episode_rows, market.device)
+    w_count = starts.shape[0]
+    env = TradingEnv(market, cfg)
+    env.reset(starts.repeat(p_count), ends.repeat(p_count))
+    policy_of = torch.arange(p_count, device=market.device).repeat_interleave(w_count)
+    acts = actions_PR4.to(market.device)
+    use_graph = market.device.type == "cuda" if graph is None else graph
+    stepper = None
+    if use_graph:
+        from foxhunt.env.graph import GraphedStep
+
+        stepper = GraphedStep(env)
+    f64 = torch.float64
+    zero = torch.zeros(p_count, dtype=f64, device=market.device)
+    out = {k: zero.clone() for k in ("net_pnl", "gross_pnl", "costs", "ret_sum", "ret_sq", "steps")}
+    out.update(trades=zero.clone(), wins=zero.clone())
+    equity = zero + cfg.contract.initial_capital * w_count  # each policy's windows, summed
+    peak = equity.clone()
+    drawdown = zero.clone()
+    steps = int((ends - starts).max())
+    for _ in range(steps):
+        s = env._state()
+        a = acts[policy_of, torch.clamp(s.row - lo, max=acts.shape[1] - 1)].to(torch.int64)
+        res = stepper.step(a) if stepper is not None else env.step(a)[1]
+        w = res.written.to(f64)
+        out["net_pnl"].index_add_(0, policy_of, res.net)
+        out["gross_pnl"].index_add_(0, policy_of, res.gross)
+        out["costs"].index_add_(0, policy_of, res.costs)
+        out["trades"].index_add_(0, policy_of, res.trade_closed.to(f64))
+        out["wins"].index_add_(0, policy_of, (res.trade_closed & (res.trade_pnl > 0)).to(f64))
+        step_net = torch.zeros_like(zero).index_add_(0, policy_of, res.net)
+        step_w = torch.zeros_like(zero).index_add_(0, policy_of, w)
+        ret = step_net / equity
+        live = step_w > 0
+        out["ret_sum"] += torch.where(live, ret, 0.0)
+        out["ret_sq"] += torch.where(live, ret * ret, 0.0)
+        out["steps"] += live.to(f64)
+        equity = equity + step_net
+        peak = torch.maximum(peak, equity)
+        drawdown = torch.maximum(drawdown, (peak - equity) / peak)
+    n = out["steps"].clamp(min=1.0)
+    mean = out["ret_sum"] / n
+    var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)
+    out["sharpe_per_bar"] = torch.where(var > 0, mean / var.sqrt(), torch.zeros_like(mean))
+    out["max_drawdown"] = drawdown
+    out["win_rate"] = out["wins"] / out["trades"].clamp(min=1.0)
+    return out
