@@ -97,7 +97,7 @@ def main() -> int:
     for n in (int(x) for x in args.envs.split(",")):
         env = TradingEnv(market, cfg)
         if args.compile:
-            env._transition = torch.compile(env._transition)  # type: ignore[method-assign]
+            env._transition = torch.compile(env._transition, fullgraph=True, dynamic=False)  # type: ignore[method-assign]
         gen = torch.Generator(device=args.device).manual_seed(0)
         starts = torch.randint(0, ROWS - cfg.episode_rows - 1, (n,), generator=gen, device=args.device)
         env.reset(starts)

@@ -119,6 +119,9 @@ class TradingEnv:
         self.codec = ActionCodec(cfg.branches)
         self.device = market.device
         self.dtype = market.mid.dtype
+        # Fill the codec's per-device cache now: filling it inside the first compiled step would
+        # change a guard and make torch.compile recompile the whole transition once more.
+        self.codec.fractions(self.device, self.dtype)
         self.state: Portfolio | None = None
         self.aux = None  # [N, aux width] written by the agent (one-step-lagged predictions)
 
