@@ -288,3 +288,27 @@ def test_training_and_evaluation_paths_are_bit_identical() -> None:
     assert all(torch.equal(a, b) for a, b in zip(states, seen, strict=True))
     rec = evaluate(mk, cfg, 0, 200, recorded(acts))
     assert torch.equal((rec.gross_pnl - rec.costs)[:, :steps], torch.stack(nets, 1) * rec.written[:, :steps])
+
+
+def test_hand_worked_limit_entry_then_market_exit() -> None:
+    """Buy 1 at the bid with a resting limit, filled on row 1's trade-through; timeout exit at market.
+
+    step 0 (row 0 -> 1): nothing held while the order rests; row 1 trades through 99.875: bought 1
+        at 99.875 against the mark 100: slippage 1 x (99.875 - 100) x 50 = -6.25, fee 1 -> -5.25
+    step 1 (row 1 -> 2): gross 1 x 0.5 x 50 = 25
+    step 2 (row 2 -> 3): gross 0; timeout: sell 1 at row 3's bid 100.375 vs mark 100.5:
+        slippage 6.25 + fee 1 = 7.25
+    trade net = 25 - (-5.25 + 7.25) = 23
+    """
+    mid = [100.0, 100.0, 100.5, 100.5, 100.5, 100.5]
+    low = [100.0, 99.75, 100.5, 100.5, 100.5, 100.5]
+    env = TradingEnv(market(mid, low=low), config(target_bars=2))
+    env.reset(torch.tensor([0]))
+    _, r0 = env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))
+    assert (r0.gross.item(), r0.costs.item(), env.state.position.item()) == (0.0, -5.25, 1.0)
+    _, r1 = env.step(act(H))
+    assert (r1.gross.item(), r1.costs.item()) == (25.0, 0.0)
+    _, r2 = env.step(act(H))
+    assert r2.exit_reason.item() == 3 and (r2.gross.item(), r2.costs.item()) == (0.0, 7.25)
+    assert r2.trade_closed.item() and r2.trade_pnl.item() == 23.0 and r2.closed_magnitude.item() == 0
+    assert env.state.equity.item() == 100_023.0
