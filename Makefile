@@ -17,7 +17,8 @@ $(BIN)/foxhunt: pyproject.toml
 
 install: $(BIN)/foxhunt
 
-## The main job: synthetic market -> DBN files -> ingest -> bars -> features (cache) -> leak check.
+## The main job: synthetic market -> DBN files -> ingest -> bars -> features (cache) -> leak check
+## -> alpha check (report) -> backtest of a scripted policy.
 demo: install
 	rm -rf $(DEMO_OUT)
 	$(BIN)/foxhunt data synth --profile $(PROFILE) --out $(DEMO_OUT)/market --quiet
@@ -26,6 +27,9 @@ demo: install
 	$(BIN)/foxhunt features build --data $(DEMO_OUT)/market --profile $(PROFILE) --out $(DEMO_OUT)/features --quiet
 	$(BIN)/foxhunt features build --data $(DEMO_OUT)/market --profile $(PROFILE) --row-unit snapshot --out $(DEMO_OUT)/features --quiet
 	$(BIN)/foxhunt check leaks --data $(DEMO_OUT)/market --profile $(PROFILE) --quiet
+	$(BIN)/foxhunt alpha --data $(DEMO_OUT)/market --profile $(PROFILE) --row-unit snapshot --horizons 5,20,50,200 --out $(DEMO_OUT)/alpha --quiet
+	$(BIN)/foxhunt backtest --data $(DEMO_OUT)/market --profile $(PROFILE) --policy random --out $(DEMO_OUT)/backtest --quiet
+	@echo "report: $(DEMO_OUT)/alpha/alpha.md, backtest: $(DEMO_OUT)/backtest/metrics.json"
 
 ## The tests (fast set; slow and GPU tests are opt-in: pytest -m slow / -m gpu).
 test: install
