@@ -23,6 +23,13 @@ COMMANDS = [
     ["data", "synth"],
     ["data", "bars"],
     ["config", "show"],
+    ["features"],
+    ["features", "build"],
+    ["features", "info"],
+    ["check"],
+    ["check", "leaks"],
+    ["alpha"],
+    ["backtest"],
 ]
 
 
