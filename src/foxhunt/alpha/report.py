@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -15,28 +13,13 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from foxhunt.alpha.check import MODELS, AlphaResult  # noqa: E402
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+from foxhunt.atomic import atomic_path, write_text  # noqa: E402
 
 
 def _atomic_png(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     finally:
         plt.close(fig)
 
@@ -130,13 +113,13 @@ def write_report(result: AlphaResult, out_dir: str | Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     body = result.to_dict() | {"verdict_line": verdict_line(result)}
     paths = {"json": out / "alpha.json", "md": out / "alpha.md", "decay": out / "alpha_decay.png"}
-    _atomic_text(paths["json"], json.dumps(_clean(body), indent=2) + "\n")
+    write_text(paths["json"], json.dumps(_clean(body), indent=2) + "\n")
     plot_decay(result, paths["decay"])
     if plot_regimes(result, out / "alpha_regimes.png"):
         paths["regimes"] = out / "alpha_regimes.png"
     plot_importance(result, out / "alpha_importance.png")
     paths["importance"] = out / "alpha_importance.png"
-    _atomic_text(paths["md"], markdown(result))
+    write_text(paths["md"], markdown(result))
     return paths
 
 

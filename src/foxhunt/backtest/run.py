@@ -9,9 +9,6 @@ stated in the output: rows per session in the data x 252 sessions.
 from __future__ import annotations
 
 import csv
-import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from foxhunt.atomic import atomic_path, write_json  # noqa: E402
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted  # noqa: E402
 from foxhunt.backtest.metrics import StepRecord, branch_sizes, compute_metrics, implausibility  # noqa: E402
 from foxhunt.config.models import FoxhuntConfig  # noqa: E402
@@ -99,9 +97,9 @@ def run_backtest(
         "implausible_reasons": reasons,
         "all": metrics,
     }
-    _write(out / "metrics.json", json.dumps(body, indent=2, default=float) + "\n")
-    with _atomic(out / "trades.csv") as tmp:
-        with open(tmp, "w", newline="") as fh:
+    write_json(out / "metrics.json", body, indent=2, default=float)
+    with atomic_path(out / "trades.csv") as tmp:
+        with tmp.open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=["fold", "episode", "step", "pnl", "magnitude"])
             w.writeheader()
             w.writerows(trades)
@@ -112,30 +110,7 @@ def run_backtest(
     ax.set_ylabel("cumulative net PnL ($, all windows)")
     ax.set_title(f"{policy.value}: net Sharpe {metrics['sharpe_annual']:.2f} (annualised)")
     ax.legend()
-    with _atomic(out / "equity.png") as tmp:
+    with atomic_path(out / "equity.png") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight", format="png")
     plt.close(fig)
     return body
-
-
-class _atomic:
-    """Context manager yielding a temp path in the target folder, renamed into place on success."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def __enter__(self) -> str:
-        fd, self.tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        os.close(fd)
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        else:
-            Path(self.tmp).unlink(missing_ok=True)
-
-
-def _write(path: Path, text: str) -> None:
-    with _atomic(path) as tmp, open(tmp, "w") as fh:
-        fh.write(text)

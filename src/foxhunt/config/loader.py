@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 import tomllib
 from collections.abc import Sequence
 from importlib import resources
@@ -22,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from foxhunt.atomic import write_json
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 
@@ -147,16 +146,5 @@ def config_hash(cfg: FoxhuntConfig, section: str | None = None) -> str:
 
 def write_resolved(cfg: FoxhuntConfig, path: str | Path) -> Path:
     """Write the resolved config (with its hash) as JSON, atomically, and return the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = {"config_hash": config_hash(cfg), "config": cfg.model_dump(mode="json")}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(body, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_json(path, body, indent=2, sort_keys=True)

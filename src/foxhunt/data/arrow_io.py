@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from foxhunt.atomic import atomic_path
 
 
 def to_table(columns: Any, metadata: dict[str, Any] | None = None) -> pa.Table:
@@ -34,16 +34,9 @@ def to_table(columns: Any, metadata: dict[str, Any] | None = None) -> pa.Table:
 
 def write_ipc(table: pa.Table, path: str | Path) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+    with atomic_path(path) as tmp, pa.OSFile(str(tmp), "wb") as sink:
+        with pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

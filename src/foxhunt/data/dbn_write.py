@@ -13,8 +13,6 @@ failure never leaves a half-written file.
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import databento_dbn as dbn
 import numpy as np
 import zstandard
 
+from foxhunt.atomic import atomic_path
 from foxhunt.data.arrays import BookArrays, MboArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
 from foxhunt.data.schemas import Schema
@@ -87,23 +86,16 @@ def px_to_fixed(px: np.ndarray) -> np.ndarray:
 
 
 def _atomic_write(path: Path, chunks: list[bytes]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if path.name.endswith(".zst"):
-                # A fixed level and no threads keep the bytes identical for identical input.
-                writer = zstandard.ZstdCompressor(level=3).stream_writer(fh, closefd=False)
-                for chunk in chunks:
-                    writer.write(chunk)
-                writer.flush(zstandard.FLUSH_FRAME)
-            else:
-                for chunk in chunks:
-                    fh.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp, tmp.open("wb") as fh:
+        if path.name.endswith(".zst"):
+            # A fixed level and no threads keep the bytes identical for identical input.
+            writer = zstandard.ZstdCompressor(level=3).stream_writer(fh, closefd=False)
+            for chunk in chunks:
+                writer.write(chunk)
+            writer.flush(zstandard.FLUSH_FRAME)
+        else:
+            for chunk in chunks:
+                fh.write(chunk)
 
 
 def write_records(

@@ -80,9 +80,6 @@ session_index]``) use numpy's PCG64. The same config gives the same bytes.
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -90,6 +87,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from foxhunt import __version__
+from foxhunt.atomic import write_json
 from foxhunt.config.synth import SESSION_HOURS, SynthConfig
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
@@ -456,13 +454,4 @@ def write_synthetic(
 
 
 def _write_json(path: Path, body: dict[str, object]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(body, fh, indent=2, sort_keys=True)
-            fh.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json(path, body, indent=2, sort_keys=True)

@@ -9,14 +9,13 @@ normalises calls :func:`foxhunt.validation.normalise.apply` through :meth:`FoldD
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from foxhunt.atomic import write_json
 from foxhunt.validation.folds import Fold, FoldParams, purged_walk_forward
 from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
@@ -46,18 +45,7 @@ def make_folds(
 
 def save_folds(folds: list[FoldData], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
     """Write the folds' boundaries and scalers as JSON (atomically)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = {**(extra or {}), "folds": [f.to_dict() for f in folds]}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(body, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_json(path, {**(extra or {}), "folds": [f.to_dict() for f in folds]})
 
 
 def load_scalers(path: str | Path) -> list[RobustScaler]:
