@@ -32,12 +32,21 @@ from torch import Tensor
 
 from foxhunt.env.actions import ActionCodec, Direction, OrderType
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.costs import effective_quote, limit_expired, limit_fill, limit_price, market_order
+from foxhunt.env.costs import effective_quote, limit_expired, limit_order, limit_price, market_order
 from foxhunt.env.market import MarketTensors
-from foxhunt.env.rewards import TradePath, advance_trade, open_trade, regime_move_ema, step_reward
+from foxhunt.env.rewards import BRANCHES, TradePath, advance_trade, open_trade, regime_move_ema, step_reward
 from foxhunt.env.rewards import branch_decomposition as _decompose
-from foxhunt.env.sizing import cvar_scale, kelly_cap_by_magnitude, kelly_fraction, push_return
+from foxhunt.env.sizing import (
+    conviction,
+    cvar_scale,
+    effective_max_position,
+    kelly_cap_by_magnitude,
+    kelly_fraction,
+    push_return,
+    variance_scale,
+)
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
+from foxhunt.validation.labels import barrier_prices
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
 _NORMAL = 0  # Urgency.NORMAL
@@ -295,16 +304,18 @@ class TradingEnv:
         bid1, ask1 = effective_quote(m.bid[r1], m.ask[r1], mid1, cfg.costs, c.tick_size)
 
         # 1. Decide: plan lock, target exposure, sizing.
-        direction, magnitude, order, urgency = (actions[:, k].to(self.device) for k in range(4))
+        direction, magnitude, order, urgency = actions.to(self.device).unbind(dim=1)  # codec branches
         locked = s.plan_active
         realised_dir = torch.where(locked | ~live, torch.full_like(direction, _HOLD), direction)
-        conv = torch.clamp(d_conv, cfg.sizing.conviction_min, cfg.sizing.conviction_max)
-        var_scale = torch.maximum(1.0 / (1.0 + torch.sqrt(torch.clamp(q_var, min=0.0))), conv)
-        kelly = self._kelly(s, d_conv, m_conv)
-        cap = self._kelly_cap(kelly)
-        magnitude_eff = torch.minimum(magnitude, cap)
-        cvar = cvar_scale(s.returns_ring, s.returns_count, cfg.sizing)
-        eff_max = c.max_position * cvar * conv * var_scale  # Kelly applied once, via the magnitude cap
+        conv = conviction(d_conv, cfg.sizing)
+        magnitude_eff = torch.minimum(magnitude, self._kelly_cap(self._kelly(s, d_conv, m_conv)))
+        eff_max = effective_max_position(  # Kelly applied once: through the magnitude cap above
+            c.max_position,
+            cvar_scale(s.returns_ring, s.returns_count, cfg.sizing),
+            conv,
+            1.0,
+            variance_scale(q_var, conv),
+        )
         frac = self.codec.target_exposure(
             realised_dir, magnitude_eff, s.position / torch.clamp(eff_max, min=1e-9)
         )
@@ -336,18 +347,14 @@ class TradingEnv:
 
         # 3. Move to row r+1: mark to market, then resting limit orders against row r+1.
         gross = torch.where(live, pos_a * (mid1 - mid) * c.point_value, torch.zeros_like(mid))
-        nan = torch.full_like(mid, float("nan"))
-        lim = limit_fill(order_side, order_price, m.low[r1], m.high[r1], nan, nan, order_contracts)[0]
-        lim_filled = live & lim & (order_side != 0)
-        lim_contracts = torch.where(lim_filled, order_side * order_contracts, torch.zeros_like(mid))
-        lim_fees = (
-            cfg.costs.commission_per_contract + cfg.costs.exchange_fee_per_contract
-        ) * lim_contracts.abs()
-        lim_slip = torch.where(
-            lim_filled, order_side * (order_price - mid1) * order_contracts * c.point_value, 0.0
+        unknown = torch.full_like(mid, float("nan"))  # queue and volume at the price: trade-through only
+        resting = torch.where(live, order_side, torch.zeros_like(order_side))
+        lim = limit_order(
+            resting, order_contracts, order_price, m.low[r1], m.high[r1], unknown, unknown, mid1, cfg.costs, c
         )
+        lim_filled, lim_contracts = lim.filled, lim.contracts
         pos_b = pos_a + lim_contracts
-        costs = costs + lim_fees + lim_slip
+        costs = costs + lim.fees + lim.slippage_cost
         opened_mag = torch.where((pos_a == 0) & (pos_b != 0), order_magnitude, opened_mag)
         order_age = torch.where(order_side != 0, order_age + 1, order_age)
         expired = limit_expired(order_age, order_urgency, cfg.costs)
@@ -360,8 +367,9 @@ class TradingEnv:
         pdir = torch.sign(pos_b)
         plan_active = torch.where(opened, torch.ones_like(s.plan_active), s.plan_active & (pos_b != 0))
         plan_dir = torch.where(opened, pdir, s.plan_dir)
-        plan_profit = torch.where(opened, entry * (1 + pdir * cfg.plan.profit_mult * vol), s.plan_profit)
-        plan_stop = torch.where(opened, entry * (1 - pdir * cfg.plan.stop_mult * vol), s.plan_stop)
+        profit_px, stop_px = barrier_prices(entry, vol, cfg.plan.profit_mult, cfg.plan.stop_mult, pdir)
+        plan_profit = torch.where(opened, profit_px, s.plan_profit)
+        plan_stop = torch.where(opened, stop_px, s.plan_stop)
         plan_best = torch.where(opened, entry, s.plan_best)
         plan_vol = torch.where(opened, vol, s.plan_vol)
         hold = torch.where(opened, torch.zeros_like(s.hold_time), s.hold_time + (pos_b != 0).to(torch.int64))
@@ -449,7 +457,7 @@ class TradingEnv:
             closed_magnitude=closed_mag,
             exit_reason=torch.where(live, exit_reason, 0),
             components=components,
-            branch_shares=torch.zeros(n, 4, dtype=self.dtype, device=self.device),
+            branch_shares=torch.zeros(n, len(BRANCHES), dtype=self.dtype, device=self.device),
         )
         row = torch.where(live, r + 1, r)
         new = Portfolio(

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import numba
 import numpy as np
@@ -260,17 +260,20 @@ def trailing_volatility(
 
 
 def barrier_prices(
-    entry: np.ndarray | float, vol: np.ndarray | float, profit_mult: float, stop_mult: float, side: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
+    entry: Any, vol: Any, profit_mult: float, stop_mult: float, side: Any = 1
+) -> tuple[Any, Any]:
     """Profit and stop prices of an entry: ``entry * (1 ± mult * vol)`` (side +1 long, -1 short).
 
-    Long: profit above, stop below the entry; short: the mirror image.
+    Long: profit above, stop below the entry; short: the mirror image. The one formula for the
+    labels (numpy arrays or floats, float64) and the environment's plan exits (torch tensors, with
+    ``side`` a tensor of +-1 per episode).
     """
-    if side not in (1, -1):
+    if isinstance(side, int) and side not in (1, -1):
         raise ValueError(f"side must be +1 (long) or -1 (short), got {side}")
-    e = np.asarray(entry, dtype=np.float64)
-    v = np.asarray(vol, dtype=np.float64)
-    return e * (1.0 + side * profit_mult * v), e * (1.0 - side * stop_mult * v)
+    if not hasattr(entry, "device"):  # numpy or Python numbers (torch tensors pass through)
+        entry = np.asarray(entry, dtype=np.float64)
+        vol = np.asarray(vol, dtype=np.float64)
+    return entry * (1.0 + side * profit_mult * vol), entry * (1.0 - side * stop_mult * vol)
 
 
 @numba.njit(cache=True)
