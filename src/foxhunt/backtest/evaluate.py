@@ -77,7 +77,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         move = m.mid[torch.clamp(s.row + horizon, max=m.rows - 1)] - m.mid[s.row]
         up, down = move > min_move, move < -min_move
         d = torch.where(up, int(Direction.LONG), torch.where(down, int(Direction.SHORT), flat))
-        a = torch.zeros(obs.shape[0], 4, dtype=torch.int64, device=obs.device)
+        a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
         a[:, 0], a[:, 1] = d, full
         return a
 

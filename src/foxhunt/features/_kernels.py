@@ -149,28 +149,9 @@ def rolling_max_reset(x: np.ndarray, pos: np.ndarray, window: int) -> np.ndarray
 
 @numba.njit(cache=True)
 def rolling_min_reset(x: np.ndarray, pos: np.ndarray, window: int) -> np.ndarray:
-    """Minimum of ``x`` over the last ``window`` rows of the segment (monotonic deque, O(n))."""
-    n = len(x)
-    out = np.zeros(n)
-    dq = np.empty(n, np.int64)
-    head = 0
-    tail = 0
-    for t in range(n):
-        p = pos[t]
-        if p < 0:
-            continue
-        if p == 0:
-            head = 0
-            tail = 0
-        v = x[t]
-        while tail > head and x[dq[tail - 1]] >= v:
-            tail -= 1
-        dq[tail] = t
-        tail += 1
-        if dq[head] <= t - window:
-            head += 1
-        out[t] = x[dq[head]]
-    return out
+    """Minimum of ``x`` over the last ``window`` rows of the segment: ``-max(-x)``, exact in floats
+    (``0.0 - m`` rather than ``-m`` keeps skipped rows at +0.0)."""
+    return 0.0 - rolling_max_reset(-x, pos, window)
 
 
 @numba.njit(cache=True)
