@@ -26,6 +26,7 @@ from foxhunt import __version__
 from foxhunt.config.loader import available_profiles, config_hash, load_config, write_resolved
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.schemas import RowUnit, Schema
+from foxhunt.data.sessions import iso_utc
 from foxhunt.errors import FoxhuntError
 
 app = typer.Typer(
@@ -100,10 +101,6 @@ def step(description: str, quiet: bool) -> Iterator[None]:
 
 def _config(profile: str | None, config: Path | None, sets: list[str] | None) -> FoxhuntConfig:
     return load_config(profile=profile, config_file=config, overrides=sets or ())
-
-
-def _iso(ns: int) -> str:
-    return np.datetime_as_string(np.datetime64(int(ns), "ns"), unit="ns") + "Z"
 
 
 @app.callback(invoke_without_command=True)
@@ -577,7 +574,7 @@ def check_leaks_cmd(
     else:
         for c in report.cuts:
             out.print(
-                f"cut {_iso(c.t)}: {c.rows_checked:,} rows checked, "
+                f"cut {iso_utc(c.t)}: {c.rows_checked:,} rows checked, "
                 + ("clean" if not c.leaking_columns else f"LEAK in {', '.join(c.leaking_columns)}")
             )
     if not report.clean:

@@ -12,10 +12,7 @@ from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import BookArrays, MboArrays
 from foxhunt.data.dbn_read import read_raw, to_arrays
 from foxhunt.data.ingest import check_monotonic, expand_paths, median_spread_ticks
-
-
-def _iso(ns: int) -> str:
-    return str(np.datetime_as_string(np.datetime64(int(ns), "ns"), unit="ns")) + "Z"
+from foxhunt.data.sessions import iso_utc
 
 
 def inspect_file(path: Path, cfg: DataConfig) -> dict[str, Any]:
@@ -32,8 +29,8 @@ def inspect_file(path: Path, cfg: DataConfig) -> dict[str, Any]:
         "instruments": [
             {"instrument_id": int(i), "symbol": f.instrument_symbols.get(int(i), str(int(i)))} for i in ids
         ],
-        "start": _iso(ts.min()),
-        "end": _iso(ts.max()),
+        "start": iso_utc(ts.min()),
+        "end": iso_utc(ts.max()),
         "start_ns": int(ts.min()),
         "end_ns": int(ts.max()),
         "crossed_share": None,

@@ -54,3 +54,8 @@ def session_open_ns(trade_date: int, zone: str, session_open: dt.time) -> int:
     start_day = day - dt.timedelta(days=1) if _seconds(session_open) else day
     local = pd.Timestamp(dt.datetime.combine(start_day, session_open)).tz_localize(zone)
     return int(local.tz_convert("UTC").value)
+
+
+def iso_utc(ts_ns: int, unit: str = "ns") -> str:
+    """ISO-8601 UTC text of a ns timestamp, to ``unit`` (``"ns"``, ``"s"``, ...), with a ``Z``."""
+    return str(np.datetime_as_string(np.datetime64(int(ts_ns), "ns"), unit=unit)) + "Z"

@@ -14,10 +14,7 @@ from foxhunt.data.arrow_io import to_table, write_ipc
 from foxhunt.data.bars import build_bars, build_snapshots, log_returns
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import RowUnit
-
-
-def _iso(ns: int) -> str:
-    return str(np.datetime_as_string(np.datetime64(int(ns), "ns"), unit="s")) + "Z"
+from foxhunt.data.sessions import iso_utc
 
 
 def build_and_write(paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Path) -> dict[str, Any]:
@@ -62,7 +59,7 @@ def build_and_write(paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Pa
         "files": len(md.files),
         "rows": n,
         "sessions": len(front.trade_dates),
-        "span (UTC)": f"{_iso(t0)} .. {_iso(t1)}",
+        "span (UTC)": f"{iso_utc(t0, 's')} .. {iso_utc(t1, 's')}",
         "contracts": ", ".join(md.symbol(int(i)) for i in np.unique(front.instrument_id)),
         "rolls": ", ".join(f"{r.trade_date}: {r.from_symbol}->{r.to_symbol}" for r in front.rolls) or "none",
         "crossed states (flagged)": crossed,
