@@ -24,7 +24,7 @@ SRC = Path(__file__).resolve().parents[2] / "src" / "foxhunt"
 
 def test_state_layout_matches_spec_widths_and_alignment() -> None:
     widths = {g.name: g.width for g in STATE_LAYOUT.groups}
-    assert widths == {"market": 42, "ofi": 32, "tlob": 16, "mtf": 16, "portfolio": 8, "plan": 7, "aux": 4}
+    assert widths == {"market": 42, "ofi": 32, "tlob": 16, "mtf": 16, "portfolio": 8, "plan": 7, "aux": 5}
     for g in STATE_LAYOUT.groups:
         assert g.offset % ALIGN == 0 and g.padded % ALIGN == 0 and g.padded >= g.width
     assert STATE_LAYOUT.width == 48 + 32 + 16 + 16 + 8 + 8 + 8

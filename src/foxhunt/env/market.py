@@ -32,6 +32,7 @@ class MarketTensors:
     vol: torch.Tensor  # [R] trailing per-row volatility of log returns (0 where unknown)
     segment: torch.Tensor  # [R] int64 session/contract segment id
     feature_columns: tuple[str, ...]
+    aux_targets: torch.Tensor | None = None  # [R, len(AUX_TARGETS)] float32 aux-head targets, NaN = none
 
     @property
     def rows(self) -> int:
@@ -40,6 +41,37 @@ class MarketTensors:
     @property
     def device(self) -> torch.device:
         return self.mid.device
+
+
+AUX_TARGETS = (
+    "next_return",  # log(mid[r+1] / mid[r]) / per-row vol (NaN across a segment end)
+    "direction",  # 1 up / 0 down over the longest direction-label horizon (NaN: invalid or no move)
+    "outcome",  # triple-barrier class of a long entered at r (Outcome: profit 0, stop 1, timeout 2)
+)
+
+
+def aux_targets(cache: FeatureCache, mid: np.ndarray, seg: np.ndarray, vol: np.ndarray) -> np.ndarray:
+    """The aux heads' targets per row (they look ahead: targets only, never state)."""
+    n = len(mid)
+    out = np.full((n, len(AUX_TARGETS)), np.nan, dtype=np.float32)
+    if n > 1:
+        ret = np.log(np.maximum(mid[1:], 1e-12) / np.maximum(mid[:-1], 1e-12)) / np.maximum(vol[:-1], 1e-5)
+        ret[seg[1:]] = np.nan  # row r+1 starts a new segment: no return across it
+        out[:-1, 0] = np.clip(ret, -20, 20)
+    horizons = sorted(
+        int(c[len("label.dir_h") :])
+        for c in cache.columns
+        if c.startswith("label.dir_h") and not c.endswith(".valid")
+    )
+    if horizons:
+        k = horizons[-1]
+        d = cache.column(f"label.dir_h{k}").astype(np.float32)
+        ok = cache.column(f"label.dir_h{k}.valid").astype(bool) & (d != 0)
+        out[:, 1] = np.where(ok, (d > 0).astype(np.float32), np.nan)
+    if "label.outcome" in cache.columns:
+        ok = cache.column("label.outcome.valid").astype(bool)
+        out[:, 2] = np.where(ok, cache.column("label.outcome").astype(np.float32), np.nan)
+    return out
 
 
 def state_feature_columns() -> tuple[str, ...]:
@@ -88,5 +120,6 @@ def market_tensors(
         ask=t(cache.column("ask")),
         vol=t(vol),
         segment=t(segment_ids(seg), torch.int64),
+        aux_targets=t(aux_targets(cache, mid, seg, vol), torch.float32),
         feature_columns=columns,
     )

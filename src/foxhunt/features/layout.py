@@ -47,7 +47,8 @@ PLAN_SLOTS = (
     "distance_to_stop",
     "entry_regime",
 )
-AUX_SLOTS = (
+AUX_SLOTS = (  # the agent's auxiliary heads' predictions, one step lagged (SPEC §7)
+    "next_return",  # predicted next-row log return, in trailing per-row vols
     "p_up",  # 2 * p_up - 1 of the direction head
     "p_profit",
     "p_stop",

@@ -1,0 +1,134 @@
+"""The ``[agent]`` config section: network widths, losses, learning, replay and exploration (SPEC §7).
+
+Every optional mechanism has a numeric coefficient where 0 switches it off (no boolean flags). The
+defaults are the production sizes of SPEC §7; the smoke profile shrinks the widths.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from foxhunt.config.base import Frozen
+
+
+class NetworkConfig(Frozen):
+    """Widths of the branching, dueling, distributional network (SPEC §7)."""
+
+    hidden: int = Field(256, ge=4, le=8192, description="Width of the GRN trunk and of each expert's in/out.")
+    trunk_layers: int = Field(2, ge=1, le=16, description="Gated residual blocks in the trunk.")
+    selection_hidden: int = Field(
+        16, ge=1, le=1024, description="Hidden width of each feature group's selection (VSN) gate."
+    )
+    experts: int = Field(8, ge=1, le=64, description="Experts in the mixture (K).")
+    expert_hidden: int = Field(64, ge=1, le=4096, description="Bottleneck width of each expert.")
+    head_hidden: int = Field(128, ge=4, le=4096, description="Hidden width of the value and branch heads.")
+    atoms: int = Field(51, ge=3, le=1001, description="C51 atoms per action.")
+    quantiles: tuple[float, ...] = Field(
+        (0.1, 0.3, 0.5, 0.7, 0.9),
+        description="The IQN head's fixed quantile fractions (strictly inside (0, 1)).",
+    )
+    quantile_embedding: int = Field(
+        64, ge=1, le=1024, description="Cosine embedding size of the IQN fractions."
+    )
+    aux_hidden: int = Field(64, ge=4, le=4096, description="Width of the auxiliary heads' separate trunk.")
+    order_flow_features: tuple[str, ...] = Field(
+        ("ofi.ofi_l0", "ofi.l1_imbalance_ema", "ofi.trade_flow"),
+        description="State columns the order-type and urgency branches also see (three order-flow features).",
+    )
+    noisy_sigma: float = Field(
+        0.5,
+        ge=0,
+        le=10,
+        description="NoisyNet initial sigma (factorised, x 1/sqrt(fan_in)); 0 = plain linear.",
+    )
+    support_init: float = Field(
+        1.0, gt=0, le=1e6, description="Initial half-width of the C51 support (normalised-reward units)."
+    )
+    support_growth: float = Field(
+        1.5, ge=1, le=10, description="Factor the support grows by when |targets| exceed it (never shrinks)."
+    )
+
+    @model_validator(mode="after")
+    def _quantiles(self) -> NetworkConfig:
+        if not self.quantiles or any(not 0.0 < q < 1.0 for q in self.quantiles):
+            raise ValueError("quantiles must be non-empty and strictly inside (0, 1)")
+        if list(self.quantiles) != sorted(self.quantiles):
+            raise ValueError("quantiles must be increasing")
+        return self
+
+
+class LossConfig(Frozen):
+    """Loss weights; all losses are mean-reduced (SPEC §7)."""
+
+    c51: float = Field(1.0, ge=0, description="C51 cross-entropy weight (direction, order, urgency).")
+    iqn: float = Field(0.25, ge=0, description="IQN quantile-Huber weight.")
+    huber_kappa: float = Field(1.0, gt=0, description="Quantile-Huber threshold kappa.")
+    mse: float = Field(1.0, ge=0, description="MSE on E[Q] weight (direction, order, urgency).")
+    magnitude_c51: float = Field(0.2, ge=0, description="Magnitude branch C51 weight.")
+    magnitude_mse: float = Field(4.0, ge=0, description="Magnitude branch MSE weight.")
+    aux: float = Field(1.0, ge=0, description="Auxiliary heads' loss weight (0 = aux heads untrained).")
+    cql: float = Field(0.0, ge=0, description="Conservative Q-learning penalty weight (0 = off).")
+    atom_entropy: float = Field(
+        0.01, ge=0, description="Atom-entropy bonus weight while atom utilisation < atom_utilisation_floor."
+    )
+    atom_utilisation_floor: float = Field(
+        0.5, ge=0, le=1, description="Utilisation under which the bonus acts."
+    )
+    moe_balance: float = Field(
+        1.0, ge=0, description="Multiplier of the adaptive MoE load-balance loss (0 = off)."
+    )
+
+
+class LearnConfig(Frozen):
+    """Optimisation and targets."""
+
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount per step.")
+    n_step: int = Field(3, ge=1, le=100, description="n of the n-step returns.")
+    batch: int = Field(16_384, ge=2, le=1 << 20, description="Learner batch size.")
+    lr: float = Field(3e-5, gt=0, le=1, description="Adam learning rate (peak of the cosine schedule).")
+    lr_min_share: float = Field(0.1, ge=0, le=1, description="Cosine schedule floor as a share of lr.")
+    restart_epochs: int = Field(20, ge=1, description="Warm restart period of the cosine schedule (epochs).")
+    restart_momentum: float = Field(
+        0.5, ge=0, le=1, description="Adam first moments are multiplied by this at each restart (0.5 halves)."
+    )
+    polyak: float = Field(0.005, gt=0, le=1, description="Target network update rate tau (lerp).")
+    clip_norm: float = Field(10.0, gt=0, description="Gradient-norm clip of the Q network.")
+    aux_clip_norm: float = Field(
+        10.0, gt=0, description="Gradient-norm clip of the auxiliary trunk and heads."
+    )
+    popart: float = Field(3e-4, ge=0, lt=1, description="PopArt statistics rate beta (0 = off).")
+    q_centering: float = Field(
+        1.0, ge=0, le=1, description="Share of each branch's mean Q removed before selection."
+    )
+    updates_per_epoch: int = Field(200, ge=1, description="Learner updates per epoch.")
+
+
+class ReplayConfig(Frozen):
+    capacity: int = Field(
+        1 << 20, ge=16, le=1 << 28, description="Transitions held (rounded up to a power of 2)."
+    )
+    alpha: float = Field(0.6, ge=0, le=1, description="Priority exponent (0 = uniform sampling).")
+    beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent.")
+    eps: float = Field(1e-6, gt=0, description="Priority floor added to |TD|.")
+
+
+class ExploreConfig(Frozen):
+    epsilon: float = Field(0.1, ge=0, le=1, description="Per-branch epsilon-greedy probability (0 = off).")
+    temperature: float = Field(
+        0.0, ge=0, description="Boltzmann temperature over E[Q] / |Q| reference (0 = off)."
+    )
+    temperature_floor: float = Field(0.05, gt=0, description="Lowest Boltzmann temperature when it is on.")
+    count_bonus: float = Field(
+        0.0, ge=0, description="Count bonus c / sqrt(1 + n(action)) on E[Q] (0 = off)."
+    )
+    thompson: float = Field(
+        0.5, ge=0, le=1, description="Share of direction choices made by Thompson sampling (0 = off)."
+    )
+
+
+class AgentConfig(Frozen):
+    network: NetworkConfig = Field(default_factory=NetworkConfig)
+    loss: LossConfig = Field(default_factory=LossConfig)
+    learn: LearnConfig = Field(default_factory=LearnConfig)
+    replay: ReplayConfig = Field(default_factory=ReplayConfig)
+    explore: ExploreConfig = Field(default_factory=ExploreConfig)
