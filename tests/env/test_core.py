@@ -18,10 +18,14 @@ MKT, TOUCH = int(OrderType.MARKET), int(OrderType.LIMIT_AT_TOUCH)
 N_ = int(Urgency.NORMAL)
 
 
-def market(mid, *, low=None, high=None, vol=1e-4) -> MarketTensors:
+def market(mid, *, low=None, high=None, vol=1e-4, bid_size=None, volume=None) -> MarketTensors:
     mid = torch.tensor(mid, dtype=torch.float64)
     n = len(mid)
     cols = state_feature_columns()
+
+    def opt(x):
+        return None if x is None else torch.tensor(x, dtype=torch.float64)
+
     return MarketTensors(
         features=torch.zeros(n, len(cols)),
         mid=mid,
@@ -32,6 +36,9 @@ def market(mid, *, low=None, high=None, vol=1e-4) -> MarketTensors:
         vol=torch.full((n,), vol, dtype=torch.float64),
         segment=torch.zeros(n, dtype=torch.int64),
         feature_columns=cols,
+        bid_size=opt(bid_size),
+        ask_size=opt(bid_size),
+        volume=opt(volume),
     )
 
 
@@ -90,6 +97,47 @@ def test_limit_order_fills_only_on_trade_through() -> None:
     assert env.state.position.item() == 1  # filled on row 2's trade-through
     # Booked at the limit 99.875 against the mark 100: earns the half spread (negative cost) - fee.
     assert r1.costs.item() == pytest.approx(1.0 - 0.125 * 50)
+
+
+def test_limit_at_touch_fills_after_the_queue_ahead_trades() -> None:
+    """Buy 1 at the bid 99.875 behind the 5 contracts displayed there when the order is placed.
+
+    Rows 1-4 trade at 99.875 (low = bid, never through) with 2, 3, 1, 4 contracts: 2, 5, 6 traded
+    at the price after rows 1, 2, 3. The order fills on row 3, the first time more than the 5 ahead
+    have traded (6 >= 5 + 1, costs.limit_fill), whatever the later rows display (50). Booked at
+    99.875 against the mark 100: slippage -6.25 + fee 1 = -5.25. Unknown sizes (None) or unknown
+    volume: the same rows never fill (trade-through only) and the order expires after 5 rows.
+    """
+    mid = [100.0] * 6
+    low = [100.0, 99.875, 99.875, 99.875, 99.875, 99.875]
+    sizes = [5.0, 50.0, 50.0, 50.0, 50.0, 50.0]
+    volume = [0.0, 2.0, 3.0, 1.0, 4.0, 4.0]
+    patient = act(L, 0, TOUCH, int(Urgency.PATIENT))
+    env = TradingEnv(market(mid, low=low, bid_size=sizes, volume=volume), config(target_bars=50))
+    env.reset(torch.tensor([0]))
+    env.step(patient)
+    assert env.state.order_queue.item() == 5.0 and env.state.order_volume.item() == 2.0
+    _, r1 = env.step(act(H))
+    assert env.state.position.item() == 0 and env.state.order_volume.item() == 5.0  # 5 traded: not > 5
+    _, r2 = env.step(act(H))
+    assert env.state.position.item() == 1 and env.state.order_side.item() == 0
+    assert (r1.costs.item(), r2.gross.item(), r2.costs.item()) == (0.0, 0.0, -5.25)
+    for sized, traded in ((None, volume), (sizes, None)):
+        blind = TradingEnv(market(mid, low=low, bid_size=sized, volume=traded), config(target_bars=50))
+        blind.reset(torch.tensor([0]))
+        blind.step(patient)
+        for _ in range(4):
+            blind.step(act(H))
+        assert blind.state.position.item() == 0 and blind.state.order_side.item() == 0  # expired
+
+
+def test_trade_through_fills_behind_any_queue() -> None:
+    # 1000 displayed ahead and no volume at the price, but row 1 trades through the bid: filled.
+    low = [100.0, 99.75, 100.0, 100.0, 100.0, 100.0]
+    env = TradingEnv(market([100.0] * 6, low=low, bid_size=[1000.0] * 6, volume=[0.0] * 6), config())
+    env.reset(torch.tensor([0]))
+    env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))
+    assert env.state.position.item() == 1
 
 
 def test_limit_order_expires_after_its_patience() -> None:

@@ -25,6 +25,8 @@ from foxhunt.env.costs import (
     market_order,
     net_pnl,
     patience,
+    queue_ahead,
+    volume_at_price,
 )
 
 COSTS = CostConfig()
@@ -177,6 +179,37 @@ def test_limit_buy_fills_on_trade_through_not_on_thin_touch() -> None:
     # without the order size, any volume beyond the queue fills: row 3 (52 > 50) now fills
     filled, _ = limit_fill(side, price, low, high, queue, volume)
     assert filled.tolist() == [True, False, True, True, False, False]
+
+
+def test_queue_ahead_at_placement() -> None:
+    # book 5000.00 x 5000.50 (two ticks wide), 7 bid / 9 ask displayed:
+    # 0: buy at the bid 5000.00 joins the bid queue       -> 7 ahead
+    # 1: buy inside at 5000.25 opens a new level          -> 0 ahead
+    # 2: sell at the ask 5000.50 joins the ask queue      -> 9 ahead
+    # 3: sell inside at 5000.25                           -> 0 ahead
+    # 4: buy at the bid, book unknown (NaN ask)           -> NaN (trade-through only)
+    # 5: buy at the bid, size unknown                     -> NaN
+    # 6: no order                                         -> NaN
+    side = i(1, 1, -1, -1, 1, 1, 0)
+    price = t(5000.0, 5000.25, 5000.5, 5000.25, 5000.0, 5000.0, 5000.0)
+    bid = t(*[5000.0] * 7)
+    ask = t(5000.5, 5000.5, 5000.5, 5000.5, NAN, 5000.5, 5000.5)
+    bid_size = t(7.0, 7.0, 7.0, 7.0, 7.0, NAN, 7.0)
+    ask_size = t(*[9.0] * 7)
+    ahead = queue_ahead(side, price, bid, ask, bid_size, ask_size)
+    torch.testing.assert_close(ahead, t(7.0, 0.0, 9.0, 0.0, NAN, NAN, NAN), equal_nan=True, rtol=0, atol=0)
+
+
+def test_volume_at_price_counts_rows_that_reach_the_price() -> None:
+    # buy at 5000.00: low 5000.00 reaches it (12 traded), low 5000.25 misses it, low 4999.75 goes
+    # through; sell at 5000.50: high 5000.50 reaches it; a reaching row with unknown volume is NaN
+    side = i(1, 1, 1, -1, -1, 1, 0)
+    price = t(5000.0, 5000.0, 5000.0, 5000.5, 5000.5, 5000.0, 5000.0)
+    low = t(5000.0, 5000.25, 4999.75, 4999.0, 4999.0, 5000.0, 4999.0)
+    high = t(5001.0, 5001.0, 5001.0, 5000.5, 5000.25, 5001.0, 5001.0)
+    volume = t(12.0, 12.0, 4.0, 3.0, 3.0, NAN, 5.0)
+    got = volume_at_price(side, price, low, high, volume)
+    torch.testing.assert_close(got, t(12.0, 0.0, 4.0, 3.0, 0.0, NAN, 0.0), equal_nan=True, rtol=0, atol=0)
 
 
 def test_limit_sell_symmetric_and_side_zero_never_fills() -> None:

@@ -11,7 +11,9 @@ A step at row ``r`` (the agent has seen rows <= r):
    ``sign x fraction x effective max position`` contracts; Hold trades nothing.
 2. **Execute.** A market order fills now at row r's touch plus slippage (reference: mid[r]). A
    limit order rests (replacing any resting one) and is checked against each later row; it fills
-   at its limit price when a row trades through it, or expires after its urgency's patience.
+   at its limit price when a row trades through it, or trades at it with more volume (summed since
+   placement) than the queue displayed ahead of it at placement (costs.limit_fill; trade-through
+   only where the book's sizes or the volume are unknown), or expires after its urgency's patience.
 3. **Move.** The position held through r -> r+1 is marked to market: gross = pos x (mid[r+1] -
    mid[r]) x point value. Resting orders fill against row r+1 (reference: mid[r+1]).
 4. **Exit.** A plan exits at row r+1 by profit, stop (trailing when configured) or timeout, as a
@@ -32,7 +34,15 @@ from torch import Tensor
 
 from foxhunt.env.actions import ActionCodec, Direction, OrderType
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.costs import effective_quote, limit_expired, limit_order, limit_price, market_order
+from foxhunt.env.costs import (
+    effective_quote,
+    limit_expired,
+    limit_order,
+    limit_price,
+    market_order,
+    queue_ahead,
+    volume_at_price,
+)
 from foxhunt.env.market import MarketTensors
 from foxhunt.env.rewards import BRANCHES, TradePath, advance_trade, open_trade, regime_move_ema, step_reward
 from foxhunt.env.rewards import branch_decomposition as _decompose
@@ -91,6 +101,8 @@ class Portfolio:
     order_age: Tensor  # int64 rows resting
     order_urgency: Tensor  # int64
     order_magnitude: Tensor  # int64
+    order_queue: Tensor  # contracts displayed ahead of the order when it was placed (NaN: unknown)
+    order_volume: Tensor  # contracts traded at or through the order's price since it was placed
     trade_path: TradePath  # the open trade's path for the shaping terms (rewards module)
     regime_prev: Tensor  # regime value (log per-row vol) of the previous row
     regime_ema: Tensor  # adaptive |regime change| scale
@@ -178,6 +190,8 @@ class TradingEnv:
             order_age=zi.clone(),
             order_urgency=zi.clone(),
             order_magnitude=zi.clone(),
+            order_queue=z.clone(),
+            order_volume=z.clone(),
             trade_path=TradePath.zeros(n, device=self.device, dtype=self.dtype),
             regime_prev=torch.log(torch.clamp(self.market.vol[starts], min=cfg_min_vol(self.cfg))),
             regime_ema=z.clone(),
@@ -336,6 +350,7 @@ class TradingEnv:
         order_age = torch.where(new_limit, torch.zeros_like(s.order_age), s.order_age)
         order_urgency = torch.where(new_limit, urgency, s.order_urgency)
         order_magnitude = torch.where(new_limit, magnitude_eff, s.order_magnitude)
+        order_queue = torch.where(new_limit, self._queue_ahead(side, lim_px, r), s.order_queue)
         # A market order (or a Hold while flat) cancels a resting limit order.
         cancel = live & is_market & (side != 0)
         order_side = torch.where(cancel, torch.zeros_like(order_side), order_side)
@@ -347,10 +362,13 @@ class TradingEnv:
 
         # 3. Move to row r+1: mark to market, then resting limit orders against row r+1.
         gross = torch.where(live, pos_a * (mid1 - mid) * c.point_value, torch.zeros_like(mid))
-        unknown = torch.full_like(mid, float("nan"))  # queue and volume at the price: trade-through only
         resting = torch.where(live, order_side, torch.zeros_like(order_side))
+        lo1, hi1 = m.low[r1], m.high[r1]
+        row_volume = torch.full_like(mid, float("nan")) if m.volume is None else m.volume[r1]
+        order_volume = torch.where(new_limit, torch.zeros_like(s.order_volume), s.order_volume)
+        order_volume = order_volume + volume_at_price(resting, order_price, lo1, hi1, row_volume)
         lim = limit_order(
-            resting, order_contracts, order_price, m.low[r1], m.high[r1], unknown, unknown, mid1, cfg.costs, c
+            resting, order_contracts, order_price, lo1, hi1, order_queue, order_volume, mid1, cfg.costs, c
         )
         lim_filled, lim_contracts = lim.filled, lim.contracts
         pos_b = pos_a + lim_contracts
@@ -496,6 +514,8 @@ class TradingEnv:
             order_age=order_age,
             order_urgency=order_urgency,
             order_magnitude=order_magnitude,
+            order_queue=order_queue,
+            order_volume=order_volume,
             trade_path=path,
             regime_prev=torch.where(live, regime, s.regime_prev),
             regime_ema=regime_ema,
@@ -504,6 +524,13 @@ class TradingEnv:
             returns_count=count,
         )
         return new, result
+
+    def _queue_ahead(self, side: Tensor, price: Tensor, r: Tensor) -> Tensor:
+        """Queue displayed ahead of a limit order placed at ``price`` on row ``r`` (NaN: unknown)."""
+        m = self.market
+        if m.bid_size is None or m.ask_size is None:
+            return torch.full_like(price, float("nan"))  # no sizes: trade-through only
+        return queue_ahead(side, price, m.bid[r], m.ask[r], m.bid_size[r], m.ask_size[r])
 
     def _kelly(self, s: Portfolio, d_conv: Tensor, m_conv: Tensor) -> Tensor:
         losses = s.n_trades - s.n_wins

@@ -49,9 +49,16 @@ of the order (and the order itself when ``contracts`` is given)::
 
     traded_volume_at_price >= queue_ahead + |contracts|        (> queue_ahead without contracts)
 
-When the queue or the traded volume is unknown (NaN, or a negative queue) a touch does not fill:
-only a trade-through does. Prices are compared with a tolerance of a few float ulps so that
-``bid + tick`` computed in float32 still equals a tick-aligned low. An order still unfilled when
+``queue_ahead`` (:func:`queue_ahead`) is the size displayed at the order's price on its side when it
+was placed: the touch size for an order that joins the touch, 0 for a new level inside the spread.
+``traded_volume_at_price`` (:func:`volume_at_price`, summed by the env over the rows the order
+rested) is the volume of every row whose range reached the price (``low <= price`` for a buy). The
+cache has no volume per price, so a touching row's whole volume counts: an upper bound on the volume
+at the price. When the queue or the traded volume is unknown (NaN, or a negative queue; no book,
+as on ohlcv rows, or no sizes) a touch does not fill: only a trade-through does.
+
+Prices are compared with a tolerance of a few float ulps so that ``bid + tick`` computed in float32
+still equals a tick-aligned low. An order still unfilled when
 its age (rows since placement, counted by the env) reaches :func:`patience` expires and is
 cancelled (:func:`limit_expired`).
 
@@ -205,6 +212,42 @@ def limit_price(side: Tensor, order_type: Tensor, bid: Tensor, ask: Tensor, tick
     return torch.where(s > 0, buy, torch.where(s < 0, sell, 0.5 * (bid + ask)))
 
 
+def _tol(price: Tensor) -> Tensor:
+    return _ULPS * torch.finfo(price.dtype).eps * price.abs()
+
+
+def queue_ahead(
+    side: Tensor, price: Tensor, bid: Tensor, ask: Tensor, bid_size: Tensor, ask_size: Tensor
+) -> Tensor:
+    """Contracts displayed ahead of a new limit order at ``price``: the queue it joins.
+
+    A buy at (or below) the bid joins the bid queue (``bid_size``); a buy above the bid is a new level
+    inside the spread (0 ahead); sells mirror this with the ask. NaN where the book is unknown
+    (:func:`book_known` on the raw ``bid``/``ask``, not the spread model) or the size is not finite,
+    and for ``side == 0``: such orders fill only on a trade-through (:func:`limit_fill`).
+    """
+    s = torch.sign(side)
+    tol = _tol(price)
+    size = torch.where(s > 0, bid_size, ask_size).to(price.dtype)
+    new_level = torch.where(s > 0, price > bid + tol, price < ask - tol)
+    ahead = torch.where(new_level, torch.zeros_like(size), size)
+    known = book_known(bid, ask) & (s != 0) & torch.isfinite(size)
+    return torch.where(known, ahead, torch.full_like(ahead, float("nan")))
+
+
+def volume_at_price(side: Tensor, price: Tensor, low: Tensor, high: Tensor, volume: Tensor) -> Tensor:
+    """Volume traded at or through a resting order's price on one row (0 where the row missed it).
+
+    ``volume`` (the row's traded contracts) counts when the row's range reached the price: ``low <=
+    price`` for a buy, ``high >= price`` for a sell (with :func:`limit_fill`'s tolerance). A row that
+    reached it with unknown (NaN) volume gives NaN; ``side == 0`` gives 0.
+    """
+    s = torch.sign(side)
+    tol = _tol(price)
+    reached = ((s > 0) & (low <= price + tol)) | ((s < 0) & (high >= price - tol))
+    return torch.where(reached, volume.to(price.dtype), torch.zeros_like(price))
+
+
 def limit_fill(
     side: Tensor,
     price: Tensor,
@@ -219,11 +262,12 @@ def limit_fill(
     A buy fills when ``next_low < price`` (trade-through) or ``next_low == price`` with
     ``traded_volume_at_price >= queue_ahead + |contracts|`` (``> queue_ahead`` when ``contracts`` is
     None); a sell symmetrically with ``next_high``. Unknown queue or volume (NaN, or a negative
-    queue) needs a trade-through. The fill price is the limit price (no price improvement), returned
-    for every row; ``side == 0`` never fills.
+    queue) needs a trade-through. ``queue_ahead`` comes from :func:`queue_ahead` at placement,
+    ``traded_volume_at_price`` sums :func:`volume_at_price` over the rows since. The fill price is the
+    limit price (no price improvement), returned for every row; ``side == 0`` never fills.
     """
     s = torch.sign(side)
-    tol = _ULPS * torch.finfo(price.dtype).eps * price.abs()
+    tol = _tol(price)
     buy_through = next_low < price - tol
     sell_through = next_high > price + tol
     buy_at = (next_low - price).abs() <= tol

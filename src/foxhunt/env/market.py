@@ -33,6 +33,10 @@ class MarketTensors:
     segment: torch.Tensor  # [R] int64 session/contract segment id
     feature_columns: tuple[str, ...]
     aux_targets: torch.Tensor | None = None  # [R, len(AUX_TARGETS)] float32 aux-head targets, NaN = none
+    # Queue-aware limit fills (env.costs.queue_ahead / volume_at_price); None: trade-through only.
+    bid_size: torch.Tensor | None = None  # [R] contracts displayed at the best bid, NaN where unknown
+    ask_size: torch.Tensor | None = None  # [R] contracts displayed at the best ask, NaN where unknown
+    volume: torch.Tensor | None = None  # [R] contracts traded in the row, NaN where unknown
 
     @property
     def rows(self) -> int:
@@ -90,6 +94,26 @@ def _ffill(x: np.ndarray) -> np.ndarray:
     return np.nan_to_num(out)
 
 
+def touch_sizes(cache: FeatureCache) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+    """``(bid_size, ask_size, volume)`` from the cache, NaN where unknown; None for an absent column.
+
+    A size counts only where the book is known (both touches finite, > 0 and not crossed, as
+    :func:`~foxhunt.env.costs.book_known`): ohlcv rows store 0 there, which is no queue.
+    """
+    bid, ask = cache.column("bid").astype(np.float64), cache.column("ask").astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        known = np.isfinite(bid) & np.isfinite(ask) & (bid > 0) & (ask > 0) & (ask >= bid)
+
+    def col(name: str, book: bool) -> np.ndarray | None:
+        if name not in cache.columns:
+            return None
+        x = cache.column(name).astype(np.float64)
+        ok = np.isfinite(x) & (x >= 0) & (known if book else True)
+        return np.where(ok, x, np.nan)
+
+    return col("bid_size", True), col("ask_size", True), col("volume", False)
+
+
 def market_tensors(
     cache: FeatureCache,
     fold: FoldData,
@@ -111,6 +135,8 @@ def market_tensors(
     def t(a: np.ndarray, dt: torch.dtype = dtype) -> torch.Tensor:
         return torch.as_tensor(np.array(a, copy=True), dtype=dt, device=device)
 
+    bid_size, ask_size, volume = (None if a is None else t(a) for a in touch_sizes(cache))
+
     return MarketTensors(
         features=t(x_all[:, index], torch.float32),
         mid=t(mid),
@@ -122,4 +148,7 @@ def market_tensors(
         segment=t(segment_ids(seg), torch.int64),
         aux_targets=t(aux_targets(cache, mid, seg, vol), torch.float32),
         feature_columns=columns,
+        bid_size=bid_size,
+        ask_size=ask_size,
+        volume=volume,
     )
