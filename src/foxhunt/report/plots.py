@@ -1,0 +1,239 @@
+"""PNG plots for the run report (matplotlib, Agg backend), each written atomically.
+
+Every function takes plain JSON-like data (the run summary's parts), draws what is present, and
+returns the path written, or ``None`` when there is nothing to draw (the HTML then says so).
+Values that are missing, ``None`` or non-finite are skipped, never plotted as zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
+
+from foxhunt.atomic import atomic_path  # noqa: E402
+
+DPI = 100
+MAX_POINTS = 4000
+"""Equity curves longer than this are thinned to about this many points (the last one kept)."""
+
+LOSS_KEYS = ("loss", "loss_c51", "loss_iqn", "loss_mse", "loss_aux")
+POLICY_COLOURS = {"agent": "tab:blue", "flat": "tab:grey", "long": "tab:orange"}
+
+
+def _finite(x: Any) -> float | None:
+    """``x`` as a float when it is a finite number, else ``None``."""
+    if isinstance(x, bool) or not isinstance(x, int | float):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _save(fig: Any, path: Path) -> Path:
+    try:
+        with atomic_path(path) as tmp:
+            # no Software metadata: the file carries no link and no version string
+            fig.savefig(tmp, dpi=DPI, bbox_inches="tight", format="png", metadata={"Software": None})
+    finally:
+        plt.close(fig)
+    return path
+
+
+def _series(history: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(epochs, values) of ``key`` over the history, skipping epochs where it is missing or non-finite."""
+    xs, ys = [], []
+    for i, row in enumerate(history):
+        y = _finite(row.get(key))
+        if y is None:
+            continue
+        x = _finite(row.get("epoch"))
+        xs.append(x if x is not None else float(i))
+        ys.append(y)
+    return xs, ys
+
+
+def _note_empty(ax: Any, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="grey")
+
+
+def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -> Path | None:
+    """2x2 panels by epoch: loss components; Q mean with its spread; train vs validation Sharpe;
+    atom utilisation, active fraction and gate entropy. ``None`` for an empty history."""
+    if not history:
+        return None
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    ax_loss, ax_q, ax_sharpe, ax_util = axes.ravel()
+
+    drawn = []
+    for key in LOSS_KEYS:
+        xs, ys = _series(history, key)
+        if ys:
+            ax_loss.plot(xs, ys, marker=".", label=key, lw=2.0 if key == "loss" else 1.2)
+            drawn.extend(ys)
+    if drawn and min(drawn) > 0:
+        ax_loss.set_yscale("log")
+    ax_loss.set_title("Loss by component")
+    if drawn:
+        ax_loss.legend(fontsize=8)
+    else:
+        _note_empty(ax_loss, "no loss recorded")
+
+    xs, mean = _series(history, "q_mean")
+    if mean:
+        ax_q.plot(xs, mean, marker=".", label="Q mean", color="tab:blue")
+    spread_x, spread = _series(history, "q_spread")
+    if spread:
+        ax_q2 = ax_q.twinx()
+        ax_q2.plot(spread_x, spread, marker=".", ls="--", label="Q spread", color="tab:red")
+        ax_q2.set_ylabel("Q spread", color="tab:red")
+    ax_q.set_ylabel("Q mean", color="tab:blue")
+    ax_q.set_title("Q mean (left) and spread (right)")
+    if not (mean or spread):
+        _note_empty(ax_q, "no Q statistics recorded")
+
+    any_sharpe = False
+    for key, label in (("train_sharpe", "train"), ("val_sharpe", "validation")):
+        xs, ys = _series(history, key)
+        if ys:
+            ax_sharpe.plot(xs, ys, marker=".", label=label)
+            any_sharpe = True
+    ax_sharpe.axhline(0.0, color="grey", lw=0.8, ls=":")
+    ax_sharpe.set_title("Sharpe (annualised): train vs validation")
+    if any_sharpe:
+        ax_sharpe.legend(fontsize=8)
+    else:
+        _note_empty(ax_sharpe, "no Sharpe recorded")
+
+    any_util = False
+    for key, label in (("atom_utilisation", "atom utilisation"), ("active_frac", "active fraction")):
+        xs, ys = _series(history, key)
+        if ys:
+            ax_util.plot(xs, ys, marker=".", label=label)
+            any_util = True
+    ax_util.set_ylim(-0.02, 1.02)
+    xs, ent = _series(history, "gate_entropy")
+    if ent:
+        ax_e = ax_util.twinx()
+        ax_e.plot(xs, ent, marker=".", ls="--", color="tab:purple", label="gate entropy")
+        ax_e.set_ylabel("gate entropy (nats)", color="tab:purple")
+    ax_util.set_title("Utilisation (left, fraction) and gate entropy (right)")
+    if any_util:
+        ax_util.legend(fontsize=8, loc="lower left")
+    elif not ent:
+        _note_empty(ax_util, "no utilisation recorded")
+
+    for ax in axes.ravel():
+        ax.set_xlabel("epoch")
+    fig.suptitle(f"Fold {fold}: training by epoch")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _thin(values: Sequence[Any]) -> tuple[list[int], list[float]]:
+    """(indices, finite values), thinned to about :data:`MAX_POINTS` with the last point kept."""
+    n = len(values)
+    stride = max(1, math.ceil(n / MAX_POINTS))
+    idx = list(range(0, n, stride))
+    if n and idx[-1] != n - 1:
+        idx.append(n - 1)
+    xs, ys = [], []
+    for i in idx:
+        y = _finite(values[i])
+        if y is not None:
+            xs.append(i)
+            ys.append(y)
+    return xs, ys
+
+
+def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> Path | None:
+    """Cumulative net PnL per validation bar of the agent against the flat and long baselines.
+    ``None`` when no curve has a finite point."""
+    fig, ax = plt.subplots(figsize=(9, 3.8))
+    drawn = False
+    for name in ("agent", "flat", "long", *sorted(set(equity) - {"agent", "flat", "long"})):
+        curve = equity.get(name)
+        if not curve:
+            continue
+        xs, ys = _thin(curve)
+        if ys:
+            ax.plot(xs, ys, label=name, color=POLICY_COLOURS.get(name), lw=1.6 if name == "agent" else 1.1)
+            drawn = True
+    if not drawn:
+        plt.close(fig)
+        return None
+    ax.axhline(0.0, color="black", lw=0.6)
+    ax.set_xlabel("validation bar")
+    ax.set_ylabel("cumulative net PnL ($)")
+    ax.set_title(f"Fold {fold}: validation equity, agent vs flat vs long")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+def shares(dist: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, float]:
+    """An action distribution as ``{label: share}`` summing to 1 (or all 0 when empty).
+
+    Accepts ``{label: count or share}`` or a list indexed by action value (labels "0", "1", ...);
+    missing or non-finite entries count as 0.
+    """
+    if dist is None:
+        return {}
+    items = dist.items() if isinstance(dist, Mapping) else enumerate(dist)
+    raw = {str(k): max(_finite(v) or 0.0, 0.0) for k, v in items}
+    total = sum(raw.values())
+    return {k: (v / total if total > 0 else 0.0) for k, v in raw.items()}
+
+
+def plot_actions(
+    picked: Mapping[str, Any], realised: Mapping[str, Any], fold: int, path: Path
+) -> Path | None:
+    """One panel per branch: share of validation steps per value, picked vs realised side by side.
+    ``None`` when no branch has a distribution."""
+    branches = [b for b in dict.fromkeys([*picked, *realised]) if picked.get(b) or realised.get(b)]
+    if not branches:
+        return None
+    fig, axes = plt.subplots(1, len(branches), figsize=(3.6 * len(branches), 3.4), squeeze=False)
+    for ax, branch in zip(axes[0], branches, strict=True):
+        p, r = shares(picked.get(branch)), shares(realised.get(branch))
+        labels = list(dict.fromkeys([*p, *r]))
+        xs = range(len(labels))
+        offset = 0.2 if (p and r) else 0.0  # side by side only when both exist
+        if p:
+            ax.bar([x - offset for x in xs], [p.get(k, 0.0) for k in labels], width=0.4, label="picked")
+        if r:
+            ax.bar([x + offset for x in xs], [r.get(k, 0.0) for k in labels], width=0.4, label="realised")
+        ax.set_xticks(list(xs), labels, rotation=30, ha="right", fontsize=8)
+        ax.set_xlim(-0.6, len(labels) - 0.4)
+        ax.set_ylim(0, 1.15)
+        ax.set_title(branch if (p and r) else f"{branch} ({'picked' if p else 'realised'} only)")
+        ax.legend(fontsize=7, loc="upper right", ncols=2)
+    axes[0][0].set_ylabel("share of validation steps")
+    fig.suptitle(f"Fold {fold}: action distributions (picked vs realised)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_expert_utilisation(by_fold: Mapping[int, Sequence[Any]], path: Path) -> Path | None:
+    """Share of routing weight per expert, one bar group per expert and one colour per fold.
+    ``None`` when no fold recorded utilisation."""
+    rows = {f: [_finite(v) or 0.0 for v in u] for f, u in by_fold.items() if u}
+    if not rows:
+        return None
+    n_experts = max(len(u) for u in rows.values())
+    width = 0.8 / len(rows)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * n_experts + 2), 3.4))
+    for j, (fold, util) in enumerate(rows.items()):
+        ax.bar(
+            [e - 0.4 + width * (j + 0.5) for e in range(len(util))], util, width=width, label=f"fold {fold}"
+        )
+    ax.axhline(1.0 / n_experts, color="grey", lw=0.8, ls="--", label="uniform")
+    ax.set_xticks(range(n_experts), [f"expert {e}" for e in range(n_experts)], fontsize=8)
+    ax.set_ylabel("routing share")
+    ax.set_title("Expert utilisation by fold")
+    ax.legend(fontsize=7)
+    return _save(fig, path)
