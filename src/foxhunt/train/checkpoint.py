@@ -1,0 +1,620 @@
+"""Checkpoints (SPEC §8): weights, optimizer state and extra state in one safetensors file, JSON
+metadata beside it, and a layout fingerprint that refuses to load into a different network.
+
+A checkpoint named ``P`` is the pair ``P.safetensors`` + ``P.json``:
+
+* ``P.safetensors`` holds every tensor under a prefixed key -- ``module/<name>/<state_dict key>``,
+  ``optim/<name>/state/<param id>/<key>`` (and any tensor inside the optimizer's param groups),
+  ``extra/<key>`` -- and, in its header, the whole JSON metadata document. It is written to a
+  temporary name and renamed, so it is the one authority: a checkpoint is either all there or
+  absent, never half-written.
+* ``P.json`` is the same document, pretty-printed for people and tools (written after the
+  safetensors file, also atomically; loading never needs it).
+
+The document holds the caller's ``meta`` (resolved config, fold, epoch, metrics, seed) plus
+``foxhunt_version``, ``created`` and ``fingerprint``, and the optimizers' param groups and
+non-tensor state (tuples, integer keys and tensor placeholders encoded losslessly).
+
+:class:`CheckpointStore` lays checkpoints out per fold as
+``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``. :func:`capture_rng` and
+:func:`restore_rng` put the random streams into tensors so a resumed run continues them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+from torch import Tensor, nn
+
+from foxhunt import __version__
+from foxhunt.atomic import atomic_path, write_text
+from foxhunt.env.actions import BRANCH_NAMES, ActionCodec
+from foxhunt.env.config import BranchConfig
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.layout import STATE_LAYOUT, Layout
+
+FORMAT = "foxhunt-checkpoint"
+FORMAT_VERSION = 1
+_HEADER_KEY = "foxhunt"  # safetensors header metadata key holding the JSON document
+_ADDED_META = ("foxhunt_version", "created", "fingerprint")
+
+
+class CheckpointError(FoxhuntError):
+    """A checkpoint file is missing, truncated, corrupt or not a foxhunt checkpoint."""
+
+
+class CheckpointMismatchError(CheckpointError):
+    """The checkpoint was written for a different network, state layout or action codec.
+
+    ``differences`` lists each one (the message joins them)."""
+
+    def __init__(self, where: str | Path, differences: list[str]) -> None:
+        self.differences = list(differences)
+        super().__init__(
+            where,
+            f"the checkpoint does not fit this network ({len(differences)} difference"
+            f"{'s' if len(differences) != 1 else ''}: {'; '.join(differences)})",
+            "load it with the configuration it was trained with (its .json holds the resolved config), "
+            "or train from scratch",
+        )
+
+
+# --- fingerprint --------------------------------------------------------------------------------
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _module_spec(module: nn.Module) -> dict[str, dict[str, Any]]:
+    """Every parameter and buffer (non-persistent and tied ones included) by name."""
+    spec: dict[str, dict[str, Any]] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        spec[name] = {"kind": "parameter", "shape": list(p.shape), "dtype": _dtype_name(p.dtype)}
+    for name, b in module.named_buffers(remove_duplicate=False):
+        spec[name] = {"kind": "buffer", "shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
+    return spec
+
+
+def _branch_sizes(branches: BranchConfig | ActionCodec) -> dict[str, int]:
+    codec = branches if isinstance(branches, ActionCodec) else ActionCodec(branches)
+    return dict(zip(BRANCH_NAMES, codec.sizes, strict=True))
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a checkpoint must match to be loaded: the modules' parameter and buffer names, shapes
+    and dtypes, the state layout's groups and the action branches' sizes."""
+
+    modules: dict[str, dict[str, dict[str, Any]]]  # module -> tensor name -> kind, shape, dtype
+    layout: list[dict[str, Any]]  # Layout.describe()
+    layout_align: int
+    branches: dict[str, int]  # branch name -> size
+
+    @classmethod
+    def of(
+        cls,
+        modules: Mapping[str, nn.Module],
+        branches: BranchConfig | ActionCodec,
+        layout: Layout = STATE_LAYOUT,
+    ) -> Fingerprint:
+        return cls(
+            modules={name: _module_spec(m) for name, m in modules.items()},
+            layout=layout.describe(),
+            layout_align=layout.align,
+            branches=_branch_sizes(branches),
+        )
+
+    def _body(self) -> dict[str, Any]:
+        return {
+            "modules": self.modules,
+            "layout": {"align": self.layout_align, "groups": self.layout},
+            "branches": self.branches,
+        }
+
+    @property
+    def digest(self) -> str:
+        """Short SHA-256 of the canonical JSON body."""
+        text = json.dumps(self._body(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hash": self.digest, **self._body()}
+
+    @classmethod
+    def from_json(cls, body: Mapping[str, Any]) -> Fingerprint:
+        return cls(
+            modules=body["modules"],
+            layout=body["layout"]["groups"],
+            layout_align=int(body["layout"]["align"]),
+            branches=body["branches"],
+        )
+
+    def diff(self, other: Fingerprint, here: str = "here", there: str = "in the checkpoint") -> list[str]:
+        """Human-readable differences, ``self`` being ``here`` and ``other`` ``there``; empty when
+        the two match."""
+        out: list[str] = []
+        for name in _union(self.modules, other.modules):
+            mine, theirs = self.modules.get(name), other.modules.get(name)
+            if mine is None or theirs is None:
+                out.append(f"module {name}: only {there if mine is None else here}")
+                continue
+            for t in _union(mine, theirs):
+                a, b = mine.get(t), theirs.get(t)
+                key = f"{name}.{t}"
+                if a is None or b is None:
+                    which = b if a is None else a
+                    out.append(f"{key}: {which['kind']} {_show(which)} only {here if b is None else there}")
+                    continue
+                out.extend(f"{key}: {attr} {a[attr]} {here}, {b[attr]} {there}"
+                           for attr in ("kind", "shape", "dtype") if a[attr] != b[attr])
+        out.extend(_layout_diff(self, other, here, there))
+        for name in _union(self.branches, other.branches):
+            a, b = self.branches.get(name, "absent"), other.branches.get(name, "absent")
+            if a != b:
+                out.append(f"branch {name}: {a} {here}, {b} {there}")
+        return out
+
+
+def _union(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    return list(a) + [k for k in b if k not in a]
+
+
+def _show(spec: Mapping[str, Any]) -> str:
+    return f"{spec['shape']} {spec['dtype']}"
+
+
+def _layout_diff(a: Fingerprint, b: Fingerprint, here: str, there: str) -> list[str]:
+    out: list[str] = []
+    if a.layout_align != b.layout_align:
+        out.append(f"state layout alignment: {a.layout_align} {here}, {b.layout_align} {there}")
+    ga, gb = {g["name"]: g for g in a.layout}, {g["name"]: g for g in b.layout}
+    if [n for n in ga if n in gb] != [n for n in gb if n in ga]:
+        out.append(f"state layout group order: {list(ga)} {here}, {list(gb)} {there}")
+    width_changed = False
+    for name in _union(ga, gb):
+        x, y = ga.get(name), gb.get(name)
+        if x is None or y is None:
+            out.append(f"state layout group {name}: only {here if y is None else there}")
+            width_changed = True
+            continue
+        if x["width"] != y["width"]:
+            out.append(f"state layout group {name}: width {x['width']} {here}, {y['width']} {there}")
+            width_changed = True
+        elif x["slots"] != y["slots"]:
+            only_x = [s for s in x["slots"] if s not in y["slots"]]
+            only_y = [s for s in y["slots"] if s not in x["slots"]]
+            detail = f"{here} only {only_x}, {there} only {only_y}" if only_x or only_y else "order differs"
+            out.append(f"state layout group {name}: slots differ ({detail})")
+        if not width_changed and (x["offset"], x["padded"]) != (y["offset"], y["padded"]):
+            out.append(f"state layout group {name}: offset/padded {x['offset']}/{x['padded']} {here}, "
+                       f"{y['offset']}/{y['padded']} {there}")
+    return out
+
+
+# --- lossless JSON for optimizer state and RNG states ------------------------------------------
+
+
+def _encode(value: Any, key: str, tensors: dict[str, Tensor] | None) -> Any:
+    """JSON-able form of ``value``; tensors go to ``tensors[key/...]`` and leave a placeholder."""
+    if isinstance(value, Tensor):
+        if tensors is None:
+            raise TypeError(f"{key}: unexpected tensor")
+        tensors[key] = value
+        return {"__tensor__": key}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, np.ndarray):
+        return {"__ndarray__": value.tolist(), "dtype": str(value.dtype)}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, tuple):
+        return {"__tuple__": [_encode(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]}
+    if isinstance(value, list):
+        return [_encode(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        if all(isinstance(k, str) and not k.startswith("__") for k in value):
+            return {k: _encode(v, f"{key}/{k}", tensors) for k, v in value.items()}
+        return {"__items__": [[_encode(k, f"{key}/key", None), _encode(v, f"{key}/{k}", tensors)]
+                              for k, v in value.items()]}
+    raise TypeError(f"{key}: cannot store a {type(value).__name__} in checkpoint metadata")
+
+
+def _decode(value: Any, tensors: Mapping[str, Tensor]) -> Any:
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "__tensor__" in value:
+        return tensors[value["__tensor__"]]
+    if "__ndarray__" in value:
+        return np.asarray(value["__ndarray__"], dtype=value["dtype"])
+    if "__tuple__" in value:
+        return tuple(_decode(v, tensors) for v in value["__tuple__"])
+    if "__items__" in value:
+        return {_decode(k, tensors): _decode(v, tensors) for k, v in value["__items__"]}
+    return {k: _decode(v, tensors) for k, v in value.items()}
+
+
+def _json_default(obj: Any) -> Any:
+    """Plain JSON for the caller's meta: paths, enums, pydantic models, dataclasses, numpy values."""
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, Enum):
+        return obj.value
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json")
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return asdict(obj)
+    if isinstance(obj, np.generic | np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, set | frozenset):
+        return sorted(obj)
+    if isinstance(obj, torch.dtype | torch.device):
+        return str(obj)
+    raise TypeError(
+        f"checkpoint meta cannot hold a {type(obj).__name__} (pass tensors through tensors=, "
+        f"other values as JSON types)"
+    )
+
+
+# --- save / load --------------------------------------------------------------------------------
+
+
+def checkpoint_files(path: str | Path) -> tuple[Path, Path]:
+    """``(P.safetensors, P.json)`` of a checkpoint named ``P`` (either file's path also names it)."""
+    p = Path(path)
+    if p.suffix in (".safetensors", ".json"):
+        p = p.with_suffix("")
+    return p.with_name(p.name + ".safetensors"), p.with_name(p.name + ".json")
+
+
+def _flat_for_disk(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """Detached, CPU, contiguous tensors; a tensor whose storage another one already uses is
+    cloned (safetensors refuses shared memory)."""
+    out: dict[str, Tensor] = {}
+    seen: set[int] = set()
+    for key, t in tensors.items():
+        t = t.detach().to("cpu").contiguous()
+        ptr = t.untyped_storage().data_ptr()
+        if t.numel() and ptr in seen:
+            t = t.clone()
+            ptr = t.untyped_storage().data_ptr()
+        if t.numel():
+            seen.add(ptr)
+        out[key] = t
+    return out
+
+
+def save_checkpoint(
+    path: str | Path,
+    *,
+    modules: Mapping[str, nn.Module],
+    branches: BranchConfig | ActionCodec,
+    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    tensors: Mapping[str, Tensor] | None = None,
+    meta: Mapping[str, Any] | None = None,
+    layout: Layout = STATE_LAYOUT,
+) -> Path:
+    """Write checkpoint ``path`` (``path.safetensors`` + ``path.json``) atomically; return the
+    safetensors path.
+
+    ``tensors`` is extra state (replay contents, signal registry, :func:`capture_rng` output);
+    ``meta`` the resolved config, fold, epoch, metrics, seed. ``foxhunt_version``, ``created`` and
+    ``fingerprint`` are added (replacing any the caller passed).
+    """
+    weights_path, json_path = checkpoint_files(path)
+    flat: dict[str, Tensor] = {}
+    for name, module in modules.items():
+        for key, value in module.state_dict().items():
+            if not isinstance(value, Tensor):
+                raise TypeError(f"module {name}: state_dict entry {key!r} is not a tensor")
+            flat[f"module/{name}/{key}"] = value
+    optim_doc = {
+        name: _encode(opt.state_dict(), f"optim/{name}", flat) for name, opt in (optimizers or {}).items()
+    }
+    for key, value in (tensors or {}).items():
+        flat[f"extra/{key}"] = value
+    fingerprint = Fingerprint.of(modules, branches, layout)
+    full_meta = {
+        **(meta or {}),
+        "foxhunt_version": __version__,
+        "created": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "fingerprint": fingerprint.to_json(),
+    }
+    doc = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "meta": full_meta,
+        "modules": list(modules),
+        "optimizers": optim_doc,
+        "extras": list(tensors or {}),
+    }
+    header = json.dumps(doc, default=_json_default)
+    on_disk = _flat_for_disk(flat)
+    with atomic_path(weights_path) as tmp:
+        save_file(on_disk, str(tmp), metadata={_HEADER_KEY: header})
+    write_text(json_path, json.dumps(json.loads(header), indent=2) + "\n")
+    return weights_path
+
+
+def _read_document(weights_path: Path) -> dict[str, Any]:
+    if not weights_path.is_file():
+        raise CheckpointError(weights_path, "no such checkpoint file",
+                              "check the path (a checkpoint P is the pair P.safetensors + P.json)")
+    try:
+        with safe_open(str(weights_path), framework="pt") as f:
+            header = f.metadata() or {}
+        doc = json.loads(header[_HEADER_KEY])
+    except (SafetensorError, OSError, KeyError, ValueError) as e:
+        raise CheckpointError(
+            weights_path, f"is truncated, corrupt or not a foxhunt checkpoint ({e})",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
+        ) from e
+    kind = (doc.get("format"), doc.get("format_version")) if isinstance(doc, dict) else None
+    if kind != (FORMAT, FORMAT_VERSION):
+        raise CheckpointError(
+            weights_path,
+            f"is not a version {FORMAT_VERSION} {FORMAT!r} file, the only kind this foxhunt reads",
+            "load it with the foxhunt version that wrote it",
+        )
+    return doc
+
+
+def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
+    """The ``meta`` of a checkpoint (caller's meta plus version, created time, fingerprint), read
+    from the safetensors header only."""
+    return _read_document(checkpoint_files(path)[0])["meta"]
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    modules: Mapping[str, nn.Module],
+    branches: BranchConfig | ActionCodec,
+    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    map_location: str | torch.device = "cpu",
+    layout: Layout = STATE_LAYOUT,
+) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """Load checkpoint ``path`` into ``modules`` (and ``optimizers``); return ``(meta, extras)``,
+    the extra tensors on ``map_location``.
+
+    Raises :class:`CheckpointMismatchError` listing every difference when the stored fingerprint
+    differs from that of ``modules``/``branches``/``layout`` (nothing is loaded then), and
+    :class:`CheckpointError` naming the file when it is missing or corrupt.
+    """
+    weights_path, _ = checkpoint_files(path)
+    doc = _read_document(weights_path)
+    stored = Fingerprint.from_json(doc["meta"]["fingerprint"])
+    differences = Fingerprint.of(modules, branches, layout).diff(stored)
+    if differences:
+        raise CheckpointMismatchError(weights_path, differences)
+    missing = [n for n in (optimizers or {}) if n not in doc["optimizers"]]
+    if missing:
+        raise CheckpointMismatchError(
+            weights_path, [f"optimizer {n}: given here but not in the checkpoint" for n in missing]
+        )
+    try:
+        with safe_open(str(weights_path), framework="pt", device=str(map_location)) as f:
+            flat = {key: f.get_tensor(key) for key in f.keys()}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(weights_path, f"cannot read its tensors ({e})",
+                              "use another checkpoint (the ring keeps earlier ones) or retrain") from e
+    for name, module in modules.items():
+        prefix = f"module/{name}/"
+        module.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+    for name, opt in (optimizers or {}).items():
+        try:
+            opt.load_state_dict(_decode(doc["optimizers"][name], flat))
+        except (ValueError, KeyError) as e:
+            raise CheckpointMismatchError(weights_path, [f"optimizer {name}: {e}"]) from e
+    extras = {k.removeprefix("extra/"): v for k, v in flat.items() if k.startswith("extra/")}
+    return doc["meta"], extras
+
+
+# --- random streams -----------------------------------------------------------------------------
+
+
+def _to_bytes_tensor(state: Any) -> Tensor:
+    raw = json.dumps(_encode(state, "rng", None)).encode()
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+
+
+def _from_bytes_tensor(t: Tensor) -> Any:
+    return _decode(json.loads(t.cpu().numpy().tobytes().decode()), {})
+
+
+def capture_rng(
+    generators: Mapping[str, torch.Generator | np.random.Generator] | None = None,
+) -> dict[str, Tensor]:
+    """The global torch (CPU and, when initialised, every CUDA device), numpy and Python random
+    states, plus those of the named ``generators``, as uint8 tensors keyed ``rng/...`` (pass them
+    to :func:`save_checkpoint` as extra tensors)."""
+    out: dict[str, Tensor] = {
+        "rng/torch": torch.get_rng_state(),
+        "rng/numpy": _to_bytes_tensor(np.random.get_state(legacy=False)),
+        "rng/python": _to_bytes_tensor(random.getstate()),
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        for i, state in enumerate(torch.cuda.get_rng_state_all()):
+            out[f"rng/cuda{i}"] = state
+    for name, g in (generators or {}).items():
+        if isinstance(g, torch.Generator):
+            out[f"rng/gen/{name}"] = g.get_state()
+        else:
+            out[f"rng/gen/{name}"] = _to_bytes_tensor(g.bit_generator.state)
+    return out
+
+
+def restore_rng(
+    states: Mapping[str, Tensor],
+    generators: Mapping[str, torch.Generator | np.random.Generator] | None = None,
+) -> None:
+    """Put back what :func:`capture_rng` captured (CUDA states for the devices present)."""
+    torch.set_rng_state(states["rng/torch"].cpu())
+    np.random.set_state(_from_bytes_tensor(states["rng/numpy"]))
+    random.setstate(_from_bytes_tensor(states["rng/python"]))
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            if f"rng/cuda{i}" in states:
+                torch.cuda.set_rng_state(states[f"rng/cuda{i}"].cpu(), i)
+    for name, g in (generators or {}).items():
+        key = f"rng/gen/{name}"
+        if key not in states:
+            raise CheckpointError(key, f"no saved state for the random generator {name!r}",
+                                  "capture it with capture_rng(generators={...}) before saving")
+        if isinstance(g, torch.Generator):
+            g.set_state(states[key].cpu())
+        else:
+            g.bit_generator.state = _from_bytes_tensor(states[key])
+
+
+# --- the per-run store --------------------------------------------------------------------------
+
+
+class BestEligibility(Protocol):
+    """The anomaly guard's judgement of an epoch (:class:`foxhunt.train.guard.GuardResult` is one):
+    only an epoch that ``may_be_best`` can be marked best."""
+
+    @property
+    def may_be_best(self) -> bool: ...
+
+
+@dataclass
+class CheckpointContents:
+    """What one checkpoint holds (see :func:`save_checkpoint` for each field)."""
+
+    modules: Mapping[str, nn.Module]
+    branches: BranchConfig | ActionCodec
+    optimizers: Mapping[str, torch.optim.Optimizer] = field(default_factory=dict)
+    tensors: Mapping[str, Tensor] = field(default_factory=dict)
+    meta: Mapping[str, Any] = field(default_factory=dict)
+    layout: Layout = STATE_LAYOUT
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """The last epoch a run saved: ``path`` is its checkpoint's safetensors file."""
+
+    fold: int
+    epoch: int
+    path: Path
+
+
+_RING_NAME = re.compile(r"^epoch(\d+)\.safetensors$")
+_FOLD_NAME = re.compile(r"^fold(\d+)$")
+
+
+class CheckpointStore:
+    """Checkpoints of one run: ``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``.
+
+    ``ring`` is how many recent epochs :meth:`save_ring` keeps (for rewinds);
+    ``higher_is_better`` the direction of the metric :meth:`save_best` compares.
+    """
+
+    def __init__(self, run_dir: str | Path, ring: int, *, higher_is_better: bool = True) -> None:
+        if ring < 1:
+            raise ValueError(f"ring must keep at least one checkpoint, got {ring}")
+        self.run_dir = Path(run_dir)
+        self.root = self.run_dir / "checkpoints"
+        self.ring = ring
+        self.higher_is_better = higher_is_better
+
+    def fold_dir(self, fold: int) -> Path:
+        return self.root / f"fold{fold}"
+
+    def last_path(self, fold: int) -> Path:
+        return checkpoint_files(self.fold_dir(fold) / "last")[0]
+
+    def best_path(self, fold: int) -> Path:
+        return checkpoint_files(self.fold_dir(fold) / "best")[0]
+
+    def ring_path(self, fold: int, epoch: int) -> Path:
+        return checkpoint_files(self.fold_dir(fold) / "ring" / f"epoch{epoch:04d}")[0]
+
+    def _save(self, path: Path, fold: int, epoch: int, contents: CheckpointContents, **extra: Any) -> Path:
+        return save_checkpoint(
+            path,
+            modules=contents.modules,
+            branches=contents.branches,
+            optimizers=contents.optimizers,
+            tensors=contents.tensors,
+            meta={**contents.meta, "fold": fold, "epoch": epoch, **extra},
+            layout=contents.layout,
+        )
+
+    def save_last(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
+        return self._save(self.last_path(fold), fold, epoch, contents)
+
+    def save_ring(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
+        """Save epoch ``epoch`` into the ring and delete all but the newest ``ring`` entries."""
+        path = self._save(self.ring_path(fold, epoch), fold, epoch, contents)
+        for old in self.list_ring(fold)[: -self.ring]:
+            for file in checkpoint_files(old):
+                file.unlink(missing_ok=True)
+        return path
+
+    def save_best(
+        self, fold: int, epoch: int, contents: CheckpointContents, *, metric: float, verdict: BestEligibility
+    ) -> Path | None:
+        """Save as the fold's best when the guard's ``verdict`` allows it, ``metric`` is finite and it
+        is strictly better than the stored best; return the path, or None when not saved (a flagged
+        epoch never replaces the best, however good its metric)."""
+        if not verdict.may_be_best or not math.isfinite(metric):
+            return None
+        best = self.best_metric(fold)
+        if best is not None and not (metric > best if self.higher_is_better else metric < best):
+            return None
+        return self._save(self.best_path(fold), fold, epoch, contents, best_metric=float(metric))
+
+    def best_metric(self, fold: int) -> float | None:
+        path = self.best_path(fold)
+        return float(read_checkpoint_meta(path)["best_metric"]) if path.is_file() else None
+
+    def list_ring(self, fold: int) -> list[Path]:
+        """The ring's safetensors files, oldest epoch first."""
+        ring_dir = self.fold_dir(fold) / "ring"
+        if not ring_dir.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in ring_dir.iterdir() if (m := _RING_NAME.match(p.name))]
+        return [p for _, p in sorted(found)]
+
+    def latest_ring(self, fold: int) -> Path | None:
+        ring = self.list_ring(fold)
+        return ring[-1] if ring else None
+
+    def folds(self) -> list[int]:
+        if not self.root.is_dir():
+            return []
+        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _FOLD_NAME.match(p.name)))
+
+    def resume_point(self) -> ResumePoint | None:
+        """The latest (fold, epoch) saved as ``last`` or in a ring; an unreadable ``last`` falls
+        back to the ring. None when the run saved nothing."""
+        best: ResumePoint | None = None
+        for fold in self.folds():
+            for path in [*self.list_ring(fold), self.last_path(fold)]:
+                if not path.is_file():
+                    continue
+                try:
+                    meta = read_checkpoint_meta(path)
+                except CheckpointError:
+                    continue
+                point = ResumePoint(int(meta["fold"]), int(meta["epoch"]), path)
+                if best is None or (point.fold, point.epoch) >= (best.fold, best.epoch):
+                    best = point
+        return best

@@ -1,0 +1,328 @@
+"""Checkpoints: exact round trip (weights, Adam state, extras), fingerprint refusal with named
+differences, corrupt files, atomic writes, the per-fold store (ring, best, resume) and RNG streams."""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from foxhunt.env.actions import ActionCodec
+from foxhunt.env.config import BranchConfig
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.layout import STATE_LAYOUT, build_layout
+from foxhunt.train import checkpoint
+from foxhunt.train.checkpoint import (
+    CheckpointContents,
+    CheckpointMismatchError,
+    CheckpointStore,
+    Fingerprint,
+    ResumePoint,
+    capture_rng,
+    checkpoint_files,
+    load_checkpoint,
+    read_checkpoint_meta,
+    restore_rng,
+    save_checkpoint,
+)
+
+N_IN = 8
+
+
+class Net(nn.Module):
+    def __init__(self, hidden: int = 16, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.body = nn.Sequential(nn.Linear(N_IN, hidden), nn.LayerNorm(hidden), nn.ReLU())
+        self.value = nn.Linear(hidden, 3)
+        self.register_buffer("support", torch.linspace(-1.0, 1.0, 5) + seed)
+        self.register_buffer("updates", torch.tensor(seed, dtype=torch.int64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.value(self.body(x)) * self.support.mean()
+
+
+class Tied(nn.Module):
+    """Two state_dict keys on one storage (safetensors refuses shared memory unless cloned)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        super().__init__()
+        torch.manual_seed(seed)
+        self.emb = nn.Embedding(10, 4)
+        self.head = nn.Linear(4, 10, bias=False)
+        self.head.weight = self.emb.weight
+
+
+def _step(net: Net, opt: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    opt.zero_grad()
+    net(x).pow(2).mean().backward()
+    opt.step()
+
+
+def _batches(n: int) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(123)
+    return [torch.randn(4, N_IN, generator=g) for _ in range(n)]
+
+
+def _assert_same(a: object, b: object) -> None:
+    """Recursive exact equality of optimizer state dicts (tensors bit for bit, types kept)."""
+    assert type(a) is type(b), (a, b)
+    if isinstance(a, torch.Tensor):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for k in a:
+            _assert_same(a[k], b[k])
+    elif isinstance(a, list | tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b, strict=True):
+            _assert_same(x, y)
+    else:
+        assert a == b
+
+
+def test_round_trip_restores_adam_exactly_and_the_next_step_is_bit_identical(tmp_path: Path) -> None:
+    batches = _batches(4)
+    net, tied = Net(seed=0), Tied(seed=0)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2, betas=(0.8, 0.95))
+    for x in batches[:3]:
+        _step(net, opt, x)
+    base = torch.arange(20.0)
+    extras = {"replay/obs": base, "replay/head": base[5:10], "replay/t": base.view(4, 5).t()}
+    save_checkpoint(tmp_path / "ck", modules={"network": net, "tied": tied}, branches=BranchConfig(),
+                    optimizers={"adam": opt}, tensors=extras, meta={"fold": 1, "epoch": 7, "seed": 42})
+
+    net2, tied2 = Net(seed=5), Tied(seed=5)  # different weights and buffers, other lr and betas
+    opt2 = torch.optim.Adam(net2.parameters(), lr=1e-3)
+    meta, got = load_checkpoint(tmp_path / "ck", modules={"network": net2, "tied": tied2},
+                                branches=ActionCodec(BranchConfig()), optimizers={"adam": opt2})
+
+    assert (meta["fold"], meta["epoch"], meta["seed"]) == (1, 7, 42)
+    assert meta["foxhunt_version"] and meta["created"].endswith("Z")
+    stored = Fingerprint.from_json(meta["fingerprint"])
+    assert stored.digest == meta["fingerprint"]["hash"]
+    assert stored == Fingerprint.of({"network": net, "tied": tied}, BranchConfig())
+    for k, v in net.state_dict().items():
+        assert torch.equal(v, net2.state_dict()[k]), k
+    assert tied2.head.weight is tied2.emb.weight and torch.equal(tied2.emb.weight, tied.emb.weight)
+    assert got.keys() == extras.keys()
+    for k, v in extras.items():
+        assert torch.equal(got[k], v), k
+    _assert_same(opt.state_dict(), opt2.state_dict())
+    assert opt2.param_groups[0]["lr"] == 1e-2 and opt2.param_groups[0]["betas"] == (0.8, 0.95)
+
+    _step(net, opt, batches[3])
+    _step(net2, opt2, batches[3])
+    for (name, p), p2 in zip(net.named_parameters(), net2.parameters(), strict=True):
+        assert torch.equal(p, p2), name
+
+
+def test_changed_width_is_refused_naming_the_parameter_and_both_shapes(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "ck", modules={"network": Net(hidden=16)}, branches=BranchConfig())
+    wider = Net(hidden=32, seed=3)
+    before = {k: v.clone() for k, v in wider.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError) as info:
+        load_checkpoint(tmp_path / "ck", modules={"network": wider}, branches=BranchConfig())
+    message = str(info.value)
+    assert "network.body.0.weight: shape [32, 8] here, [16, 8] in the checkpoint" in message
+    assert "network.value.weight: shape [3, 32] here, [3, 16] in the checkpoint" in message
+    assert str(checkpoint_files(tmp_path / "ck")[0]) in message
+    assert isinstance(info.value, FoxhuntError)
+    for k, v in wider.state_dict().items():  # nothing was loaded
+        assert torch.equal(v, before[k]), k
+
+
+def test_layout_and_branch_size_mismatch_are_named(tmp_path: Path) -> None:
+    save_checkpoint(tmp_path / "ck", modules={"network": Net()},
+                    branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)))
+    ofi_width = STATE_LAYOUT.group("ofi").width
+    narrower = build_layout(
+        "state", [(g.name, g.slots[:-2] if g.name == "ofi" else g.slots) for g in STATE_LAYOUT.groups],
+        STATE_LAYOUT.align,
+    )
+    with pytest.raises(CheckpointMismatchError) as info:
+        load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(), layout=narrower)
+    assert info.value.differences == [
+        f"state layout group ofi: width {ofi_width - 2} here, {ofi_width} in the checkpoint",
+        "branch magnitude: 3 here, 2 in the checkpoint",
+    ]
+    assert all(d in str(info.value) for d in info.value.differences)
+
+
+def test_fingerprint_diff_and_hash() -> None:
+    a = Fingerprint.of({"network": Net()}, BranchConfig())
+    assert a.diff(Fingerprint.of({"network": Net(seed=9)}, BranchConfig())) == []  # values do not count
+    assert a.digest == Fingerprint.from_json(json.loads(json.dumps(a.to_json()))).digest
+
+    double = Fingerprint.of({"network": Net().double()}, BranchConfig())
+    assert double.digest != a.digest
+    assert "network.value.bias: dtype float64 here, float32 in the checkpoint" in double.diff(a)
+
+    extra = Net()
+    extra.register_buffer("scale", torch.ones(2))
+    assert Fingerprint.of({"network": extra}, BranchConfig()).diff(a) == [
+        "network.scale: buffer [2] float32 only here"
+    ]
+    assert Fingerprint.of({"network": Net(), "target": Net()}, BranchConfig()).diff(a) == [
+        "module target: only here"
+    ]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "missing"])
+def test_missing_or_corrupt_file_names_the_file(tmp_path: Path, damage: str) -> None:
+    weights = save_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+    data = weights.read_bytes()
+    if damage == "truncate":
+        weights.write_bytes(data[: len(data) - 100])
+    elif damage == "garbage":
+        weights.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not a safetensors header")
+    else:
+        weights.unlink()
+    with pytest.raises(FoxhuntError) as info:
+        load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+    assert str(weights) in str(info.value)
+
+
+def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    net = Net(seed=1)
+    for epoch in (1, 2):
+        save_checkpoint(tmp_path / "ck", modules={"network": net}, branches=BranchConfig(),
+                        meta={"epoch": epoch})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
+    side = json.loads((tmp_path / "ck.json").read_text())
+    assert side["meta"] == read_checkpoint_meta(tmp_path / "ck")
+    assert side["meta"]["epoch"] == 2
+
+    with pytest.raises(TypeError):  # refused before anything is written
+        save_checkpoint(tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(),
+                        meta={"epoch": 3, "bad": object()})
+
+    def crash_mid_write(tensors: object, filename: str, metadata: object) -> None:
+        Path(filename).write_bytes(b"half a checkpoint")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpoint, "save_file", crash_mid_write)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint(tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(),
+                        meta={"epoch": 4})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
+    monkeypatch.undo()
+    into = Net(seed=7)
+    meta, _ = load_checkpoint(tmp_path / "ck.safetensors", modules={"network": into}, branches=BranchConfig())
+    assert meta["epoch"] == 2
+    assert torch.equal(into.value.weight, net.value.weight)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Stands in for the anomaly guard's result (foxhunt.train.guard.GuardResult)."""
+
+    may_be_best: bool
+
+
+CLEAN, FLAGGED = Guard(True), Guard(False)
+
+
+def _contents(net: Net, **meta: object) -> CheckpointContents:
+    return CheckpointContents(modules={"network": net}, branches=BranchConfig(), meta=meta)
+
+
+def test_ring_keeps_the_newest_n(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, ring=2)
+    for epoch in range(5):
+        store.save_ring(0, epoch, _contents(Net(seed=epoch)))
+    assert [p.name for p in store.list_ring(0)] == ["epoch0003.safetensors", "epoch0004.safetensors"]
+    assert sorted(p.name for p in (store.fold_dir(0) / "ring").iterdir()) == [
+        "epoch0003.json", "epoch0003.safetensors", "epoch0004.json", "epoch0004.safetensors"
+    ]
+    assert store.latest_ring(0) == store.ring_path(0, 4)
+    into = Net(seed=9)
+    meta, _ = load_checkpoint(store.latest_ring(0), modules={"network": into}, branches=BranchConfig())
+    assert (meta["fold"], meta["epoch"]) == (0, 4)
+    assert torch.equal(into.support, Net(seed=4).support)
+    assert store.latest_ring(1) is None
+
+
+def test_best_is_replaced_only_by_a_better_clean_metric(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, ring=3)
+    assert store.best_metric(0) is None
+    assert store.save_best(0, 0, _contents(Net(seed=0)), metric=1.0, verdict=CLEAN) is not None
+    assert store.save_best(0, 1, _contents(Net(seed=1)), metric=0.5, verdict=CLEAN) is None
+    assert store.save_best(0, 2, _contents(Net(seed=2)), metric=9.0, verdict=FLAGGED) is None
+    assert store.save_best(0, 3, _contents(Net(seed=3)), metric=1.0, verdict=CLEAN) is None  # a tie
+    assert store.save_best(0, 4, _contents(Net(seed=4)), metric=float("nan"), verdict=CLEAN) is None
+    assert store.best_metric(0) == 1.0
+    assert read_checkpoint_meta(store.best_path(0))["epoch"] == 0
+
+    assert store.save_best(0, 5, _contents(Net(seed=5)), metric=2.0, verdict=CLEAN) is not None
+    into = Net(seed=0)
+    meta, _ = load_checkpoint(store.best_path(0), modules={"network": into}, branches=BranchConfig())
+    assert (meta["epoch"], meta["best_metric"], store.best_metric(0)) == (5, 2.0, 2.0)
+    assert torch.equal(into.support, Net(seed=5).support)
+    assert store.best_metric(1) is None  # folds are independent
+
+    lower = CheckpointStore(tmp_path / "loss", ring=1, higher_is_better=False)
+    lower.save_best(0, 0, _contents(Net()), metric=1.0, verdict=CLEAN)
+    assert lower.save_best(0, 1, _contents(Net()), metric=2.0, verdict=CLEAN) is None
+    assert lower.save_best(0, 2, _contents(Net()), metric=0.5, verdict=CLEAN) is not None
+    assert lower.best_metric(0) == 0.5
+
+
+def test_resume_point_is_the_last_fold_and_epoch_saved(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, ring=2)
+    assert store.resume_point() is None
+    for fold, epochs in ((0, 3), (1, 2)):
+        for epoch in range(epochs):
+            store.save_ring(fold, epoch, _contents(Net()))
+            store.save_last(fold, epoch, _contents(Net()))
+    assert store.resume_point() == ResumePoint(1, 1, store.last_path(1))
+    store.last_path(1).write_bytes(b"\x00" * 3)  # an unreadable last falls back to the ring
+    assert store.resume_point() == ResumePoint(1, 1, store.ring_path(1, 1))
+
+
+def _draw(gens: dict) -> tuple:
+    return (
+        torch.rand(3),
+        np.random.rand(3),
+        random.random(),
+        torch.rand(3, generator=gens["torch"]),
+        gens["numpy"].random(3),
+        gens["mt"].random(2),
+    )
+
+
+def _equal(a: tuple, b: tuple) -> bool:
+    return all(
+        torch.equal(x, y) if isinstance(x, torch.Tensor) else bool(np.array_equal(x, y))
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def test_rng_capture_restore_through_a_checkpoint_reproduces_the_next_numbers(tmp_path: Path) -> None:
+    torch.manual_seed(1)
+    np.random.seed(2)
+    random.seed(3)
+    gens = {"torch": torch.Generator().manual_seed(4), "numpy": np.random.default_rng(5),
+            "mt": np.random.Generator(np.random.MT19937(6))}
+    _draw(gens)  # move every stream away from its seed
+    save_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(),
+                    tensors=capture_rng(gens))
+    expected = _draw(gens)
+    later = _draw(gens)
+    assert not _equal(expected, later)
+
+    _, extras = load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+    assert all(t.dtype == torch.uint8 for t in extras.values())
+    restore_rng(extras, gens)
+    assert _equal(_draw(gens), expected)
+    assert _equal(_draw(gens), later)
+    with pytest.raises(FoxhuntError, match="other"):
+        restore_rng(extras, {"other": torch.Generator()})
