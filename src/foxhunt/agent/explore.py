@@ -1,0 +1,103 @@
+"""Exploration: per-branch action selection from Q-values and return distributions (SPEC §7).
+
+Pure batched functions over one branch at a time (``B`` batch, ``A`` the branch's values, ``K`` C51
+atoms, ``Q`` IQN fractions). Randomness comes only from the ``generator`` argument (a
+``torch.Generator`` on the inputs' device, or ``None`` for the global one), so a seeded run is
+repeatable. Everything stays on the device: no ``.item()``, no data-dependent Python branch (a
+Python-float coefficient may pick a path, a tensor one is applied with ``torch.where``).
+
+Every mechanism's coefficient at 0 removes it: ``eps = 0`` returns the greedy actions, ``temperature =
+0`` is greedy, ``coef = 0`` adds nothing, ``share = 0`` never uses Thompson sampling.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from foxhunt.agent.distributional import expectation, sample_c51, sample_quantiles
+
+__all__ = ["boltzmann", "count_bonus", "epsilon_greedy", "greedy", "thompson_direction"]
+
+_TINY = 1e-20  # keeps log(u) finite for a uniform draw of exactly 0
+
+
+def greedy(q_BA: Tensor) -> Tensor:
+    """``argmax_a q[b, a]`` (the first maximum on ties): ``[B]`` int64."""
+    return q_BA.argmax(dim=-1)
+
+
+def epsilon_greedy(
+    actions_B: Tensor, n_values: int, eps: Tensor | float, generator: torch.Generator | None = None
+) -> Tensor:
+    """Replace each action, with probability ``eps``, by a value drawn uniformly from ``0 .. n_values-1``.
+
+    One branch: ``actions_B [B]`` int64 are the greedy choices, ``n_values`` the branch's full range
+    (``BranchConfig``), so every value of the branch is reachable. A uniform draw can equal the greedy
+    action, so the chance of a *different* action is ``eps (n - 1) / n``. Returns ``[B]`` int64.
+    """
+    dev = actions_B.device
+    random_B = torch.randint(0, n_values, actions_B.shape, generator=generator, device=dev)  # uniform
+    explore_B = torch.rand(actions_B.shape, generator=generator, device=dev) < eps  # coin per sample
+    return torch.where(explore_B, random_B, actions_B)
+
+
+def boltzmann(
+    q_BA: Tensor, temperature: Tensor | float, floor: float, generator: torch.Generator | None = None
+) -> Tensor:
+    """Sample ``a ~ softmax(q / T)`` with ``T = max(temperature, floor)``; greedy when ``temperature <= 0``.
+
+    ``q_BA`` should already be on a comparable scale (the caller divides E[Q] by its |Q| reference).
+    Sampling uses the Gumbel-max trick, ``argmax_a (q_a / T + G_a)`` with ``G = -ln(-ln U)``, which is an
+    exact draw from the softmax and needs no multinomial. Returns ``[B]`` int64.
+    """
+    u_BA = torch.rand(q_BA.shape, generator=generator, device=q_BA.device, dtype=q_BA.dtype)
+    gumbel_BA = -torch.log(-torch.log(u_BA.clamp_min(_TINY)))  # G ~ Gumbel(0, 1)   [B, A]
+    if isinstance(temperature, Tensor):
+        t = temperature.clamp_min(floor)
+        sampled_B = (q_BA / t + gumbel_BA).argmax(dim=-1)
+        return torch.where(temperature > 0, sampled_B, greedy(q_BA))
+    if temperature <= 0:  # off
+        return greedy(q_BA)
+    return (q_BA / max(temperature, floor) + gumbel_BA).argmax(dim=-1)  # [B]
+
+
+def count_bonus(q_BA: Tensor, counts_A: Tensor, coef: Tensor | float) -> Tensor:
+    """``q + c / sqrt(1 + n(a))``, the count-based exploration bonus on E[Q]; counts ``[A]`` or ``[B, A]``."""
+    return q_BA + coef * (1.0 + counts_A.to(q_BA.dtype)).rsqrt()
+
+
+def thompson_direction(
+    probs_BAK: Tensor,
+    z_K: Tensor,
+    quantiles_BAQ: Tensor,
+    taus_Q: Tensor,
+    share: Tensor | float,
+    generator: torch.Generator | None = None,
+    fallback_B: Tensor | None = None,
+) -> Tensor:
+    """Direction choice with Thompson sampling for a ``share`` of the samples: ``[B]`` int64.
+
+    For each sample, with probability ``share``: draw one ``u ~ U[0, 1)`` per action, take the C51
+    inverse-CDF sample ``F_C51^{-1}(u)`` (:func:`sample_c51`) and the IQN quantile interpolation
+    ``F_IQN^{-1}(u)`` (:func:`sample_quantiles`), average the two and take the argmax over actions.
+    Using the same ``u`` for both heads makes the average an exact draw from the quantile average of
+    the two distributions (it keeps the full spread; independent draws would halve the variance).
+    Other samples take ``fallback_B`` (the caller's greedy or ε-greedy choice), by default the
+    evaluation policy ``argmax_a (E_C51 + E_IQN) / 2`` with ``E_IQN`` the mean of the quantiles.
+
+    ``probs_BAK`` (C51 probabilities on ``z_K``) and ``quantiles_BAQ`` (at ``taus_Q``) must be in the
+    same units: de-normalise PopArt-normalised IQN outputs first.
+    """
+    b, a = probs_BAK.shape[:2]
+    dev = probs_BAK.device
+    u_BA = torch.rand((b, a), generator=generator, device=dev, dtype=probs_BAK.dtype)  # one u per action
+    draw_BA = 0.5 * (
+        sample_c51(probs_BAK, z_K, u_BA) + sample_quantiles(quantiles_BAQ, taus_Q, u_BA)
+    )  # [B, A]
+    thompson_B = draw_BA.argmax(dim=-1)  # [B]
+    if fallback_B is None:
+        mean_BA = 0.5 * (expectation(probs_BAK, z_K) + quantiles_BAQ.mean(dim=-1))  # (E_C51 + E_IQN) / 2
+        fallback_B = mean_BA.argmax(dim=-1)
+    use_B = torch.rand((b,), generator=generator, device=dev) < share  # Thompson for this sample?
+    return torch.where(use_B, thompson_B, fallback_B)
