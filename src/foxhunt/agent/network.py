@@ -1,0 +1,399 @@
+"""The branching, dueling, distributional Q network (SPEC §7).
+
+Data flow and shapes (B batch, W = ``STATE_LAYOUT.width``, G feature groups, H = ``hidden``,
+E = ``experts``, A_b the values of branch b, K = ``atoms``, Q = ``len(quantiles)``)::
+
+    state [B, W]
+      ├─ variable selection: emb_g = Linear_g(state[:, group g's real slots])   [B, G, H]
+      │                      w = softmax(MLP(state))                           [B, G]   -> NetOut.selection
+      │                      x = Σ_g w_g · emb_g                                [B, H]
+      ├─ GRN trunk: trunk_layers gated residual blocks (Lim et al. 2021)        [B, H]
+      ├─ mixture of experts: gate = softmax(Linear(state)) (zero-initialised)   [B, E]   -> NetOut.gate
+      │                      h = x + Σ_k gate_k · expert_k(x)  (residual)       [B, H]
+      ├─ value stream V(h)                                     C51 [B, 1, K], IQN [B, 1, Q], MSE [B, 1]
+      ├─ advantage streams, BRANCHES order (direction, magnitude, order_type, urgency):
+      │     direction   A(h)
+      │     magnitude   A(h ‖ E_C51[Q_direction] / Δz)   (detached)       [B, H + A_direction]
+      │     order_type  A(h ‖ state[:, order-flow columns])               [B, H + 3]
+      │     urgency     A(h ‖ state[:, order-flow columns])               [B, H + 3]
+      │   each: C51 [B, A_b, K], IQN [B, A_b, Q], MSE [B, A_b];  dueling: V + A - mean_A(A)
+      └─ auxiliary trunk (separate, shares nothing with the Q trunk): MLP(state) [B, aux_hidden]
+            next-bar return [B], direction logits [B, 2], outcome logits [B, 3] (profit/stop/timeout)
+
+Units: the C51 support ``z = v_max · linspace(-1, 1, K)`` is in the environment's reward units
+(``v_max`` is a buffer that only grows, :meth:`QNetwork.grow_support`); the IQN quantiles and the
+MSE E[Q] are in PopArt-normalised units, de-normalised by the caller (:meth:`QNetwork.expected_q`
+takes the de-normaliser). NoisyNet (factorised Gaussian) replaces the head's hidden and C51 layers
+when ``noisy_sigma > 0``; in ``eval()`` mode they use their mean weights only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.env.config import BranchConfig
+from foxhunt.env.rewards import BRANCHES
+from foxhunt.features.layout import STATE_LAYOUT
+
+SUPPORT_COVER = 0.9
+"""The support grows while the largest |target| exceeds this share of ``v_max``."""
+
+AUX_OUTPUTS = (1, 2, 3)
+"""Widths of the auxiliary outputs: next-bar return, direction logits, outcome logits."""
+
+
+@dataclass
+class BranchOut:
+    """One action branch's heads, dueling-combined."""
+
+    logits: Tensor  # [B, A, K] C51 logits, V + A - mean_A(A)
+    quantiles: Tensor  # [B, A, Q] IQN at the fixed fractions, PopArt-normalised units
+    q_mse: Tensor  # [B, A] E[Q] regression, PopArt-normalised units
+
+
+@dataclass
+class NetOut:
+    branches: tuple[BranchOut, ...]  # BRANCHES order
+    gate: Tensor  # [B, E] softmax mixture-of-experts gate
+    selection: Tensor  # [B, G] feature-group selection weights
+    aux_return: Tensor  # [B] next-bar return prediction
+    aux_direction: Tensor  # [B, 2] logits (down, up)
+    aux_outcome: Tensor  # [B, 3] logits (profit, stop, timeout)
+
+
+def _scaled_noise(eps: Tensor) -> Tensor:
+    """f(x) = sign(x)·sqrt(|x|), the factorised-noise transform of Fortunato et al. (2018), Eq. 11."""
+    return eps.sign() * eps.abs().sqrt()
+
+
+class NoisyLinear(nn.Module):
+    """Factorised Gaussian NoisyNet layer: y = (μ_w + σ_w ⊙ f(ε_out) f(ε_in)ᵀ) x + μ_b + σ_b ⊙ f(ε_out).
+
+    μ ~ U(-1/√p, 1/√p) and σ = sigma0/√p with p = in_features (Fortunato et al. 2018, §3.2). The noise
+    is held in buffers and changes only in :meth:`reset_noise`; ``eval()`` mode uses μ alone.
+    """
+
+    def __init__(self, in_features: int, out_features: int, sigma0: float) -> None:
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        bound = 1.0 / math.sqrt(in_features)
+        sigma = sigma0 / math.sqrt(in_features)
+        self.weight_mu = nn.Parameter(torch.empty(out_features, in_features).uniform_(-bound, bound))
+        self.weight_sigma = nn.Parameter(torch.full((out_features, in_features), sigma))
+        self.bias_mu = nn.Parameter(torch.empty(out_features).uniform_(-bound, bound))
+        self.bias_sigma = nn.Parameter(torch.full((out_features,), sigma))
+        self.register_buffer("eps_in", torch.zeros(in_features), persistent=False)
+        self.register_buffer("eps_out", torch.zeros(out_features), persistent=False)
+        self.reset_noise()
+
+    @torch.no_grad()
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """Draw new factorised noise (``generator`` must live on the layer's device)."""
+        dev = self.eps_in.device
+        self.eps_in.copy_(_scaled_noise(torch.randn(self.in_features, generator=generator, device=dev)))
+        self.eps_out.copy_(_scaled_noise(torch.randn(self.out_features, generator=generator, device=dev)))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training:
+            return F.linear(x, self.weight_mu, self.bias_mu)
+        weight = self.weight_mu + self.weight_sigma * torch.outer(self.eps_out, self.eps_in)
+        return F.linear(x, weight, self.bias_mu + self.bias_sigma * self.eps_out)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}"
+
+
+def _head_linear(in_features: int, out_features: int, sigma0: float) -> nn.Module:
+    return (
+        NoisyLinear(in_features, out_features, sigma0) if sigma0 > 0 else nn.Linear(in_features, out_features)
+    )
+
+
+class GatedResidualBlock(nn.Module):
+    """GRN of the Temporal Fusion Transformer (Lim et al. 2021, Eqs. 2-5), without context:
+    η2 = ELU(W2 a + b2); η1 = W1 η2 + b1; out = LayerNorm(a + GLU(η1)), GLU(γ) = σ(W4 γ + b4) ⊙ (W5 γ + b5).
+    """
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.fc2 = nn.Linear(width, width)
+        self.fc1 = nn.Linear(width, width)
+        self.glu = nn.Linear(width, 2 * width)  # [W5 | W4] stacked: F.glu gates the first half by the second
+        self.norm = nn.LayerNorm(width)
+
+    def forward(self, a_BH: Tensor) -> Tensor:
+        eta1_BH = self.fc1(F.elu(self.fc2(a_BH)))
+        return self.norm(a_BH + F.glu(self.glu(eta1_BH), dim=-1))
+
+
+class VariableSelection(nn.Module):
+    """Embeds each feature group's real slots with its own linear and mixes the embeddings with
+    softmax weights from a small network on the full state (the TFT's variable selection, per group)."""
+
+    def __init__(self, cfg: NetworkConfig) -> None:
+        super().__init__()
+        groups = STATE_LAYOUT.groups
+        self.slices = tuple(g.slice for g in groups)
+        self.embed = nn.ModuleList(nn.Linear(g.width, cfg.hidden) for g in groups)
+        self.weights = nn.Sequential(
+            nn.Linear(STATE_LAYOUT.width, cfg.selection_hidden),
+            nn.ELU(),
+            nn.Linear(cfg.selection_hidden, len(groups)),
+        )
+
+    def forward(self, state_BW: Tensor) -> tuple[Tensor, Tensor]:
+        emb_BGH = torch.stack(
+            [lin(state_BW[:, sl]) for lin, sl in zip(self.embed, self.slices, strict=True)], 1
+        )
+        sel_BG = torch.softmax(self.weights(state_BW), dim=-1)
+        return (sel_BG[..., None] * emb_BGH).sum(1), sel_BG
+
+
+class MixtureOfExperts(nn.Module):
+    """``experts`` bottleneck MLPs (H -> expert_hidden -> H, ELU between) mixed by a softmax gate on
+    the full state. The gate's weight and bias start at zero, so every expert has weight 1/E at first."""
+
+    def __init__(self, cfg: NetworkConfig) -> None:
+        super().__init__()
+        e, h, x = cfg.experts, cfg.hidden, cfg.expert_hidden
+        self.gate = nn.Linear(STATE_LAYOUT.width, e)
+        nn.init.zeros_(self.gate.weight)
+        nn.init.zeros_(self.gate.bias)
+        # All experts' weights in one tensor each (one batched matmul instead of E small ones); nn.Linear's
+        # default initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
+        self.w1_EHX = nn.Parameter(torch.empty(e, h, x).uniform_(-1 / math.sqrt(h), 1 / math.sqrt(h)))
+        self.b1_EX = nn.Parameter(torch.empty(e, x).uniform_(-1 / math.sqrt(h), 1 / math.sqrt(h)))
+        self.w2_EXH = nn.Parameter(torch.empty(e, x, h).uniform_(-1 / math.sqrt(x), 1 / math.sqrt(x)))
+        self.b2_EH = nn.Parameter(torch.empty(e, h).uniform_(-1 / math.sqrt(x), 1 / math.sqrt(x)))
+
+    def forward(self, x_BH: Tensor, state_BW: Tensor) -> tuple[Tensor, Tensor]:
+        gate_BE = torch.softmax(self.gate(state_BW), dim=-1)
+        hid_BEX = F.elu(torch.einsum("bh,ehx->bex", x_BH, self.w1_EHX) + self.b1_EX)
+        experts_BEH = torch.einsum("bex,exh->beh", hid_BEX, self.w2_EXH) + self.b2_EH
+        return (gate_BE[..., None] * experts_BEH).sum(1), gate_BE
+
+
+class DuelingStream(nn.Module):
+    """One stream of the dueling head (the value stream has one action): a hidden layer, then C51
+    logits, IQN quantiles (hidden ⊙ φ(τ), as in Dabney et al. 2018, Eq. 4) and E[Q] per action.
+
+    The hidden and C51 layers are noisy when ``noisy_sigma > 0``; the IQN and MSE output layers are
+    plain :class:`nn.Linear` so that PopArt can rescale them exactly (their input is already noisy).
+    """
+
+    def __init__(self, in_features: int, n_actions: int, cfg: NetworkConfig) -> None:
+        super().__init__()
+        self.n_actions, self.atoms = n_actions, cfg.atoms
+        self.hidden = _head_linear(in_features, cfg.head_hidden, cfg.noisy_sigma)
+        self.c51 = _head_linear(cfg.head_hidden, n_actions * cfg.atoms, cfg.noisy_sigma)
+        self.iqn = nn.Linear(cfg.head_hidden, n_actions)
+        self.mse = nn.Linear(cfg.head_hidden, n_actions)
+
+    def forward(self, x_BI: Tensor, phi_QF: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        f_BF = F.elu(self.hidden(x_BI))
+        logits_BAK = self.c51(f_BF).view(-1, self.n_actions, self.atoms)
+        quantiles_BAQ = self.iqn(f_BF[:, None, :] * phi_QF).transpose(1, 2)  # [B, Q, A] -> [B, A, Q]
+        return logits_BAK, quantiles_BAQ, self.mse(f_BF)
+
+
+def _dueling(v: Tensor, a: Tensor) -> Tensor:
+    """V + A - mean_A(A); ``v`` has a singleton action axis 1."""
+    return v + a - a.mean(1, keepdim=True)
+
+
+class QNetwork(nn.Module):
+    """The agent's network (SPEC §7); see the module docstring for the data flow."""
+
+    v_max: Tensor
+    unit_support: Tensor
+    taus: Tensor
+    tau_cos: Tensor
+    order_flow_index: Tensor
+
+    def __init__(self, cfg: AgentConfig, branches: BranchConfig) -> None:
+        super().__init__()
+        net = cfg.network
+        self.cfg = net
+        self.branch_sizes = tuple(int(getattr(branches, name)) for name in BRANCHES)
+        real = [c for g in STATE_LAYOUT.groups for c in g.names]
+        missing = [n for n in net.order_flow_features if n not in real]
+        if missing:
+            raise ValueError(
+                f"network.order_flow_features {missing} are not columns of the state layout; pick from {real}"
+            )
+        self.register_buffer(
+            "order_flow_index",
+            torch.tensor([STATE_LAYOUT.index(n) for n in net.order_flow_features], dtype=torch.long),
+        )
+        self.register_buffer("v_max", torch.tensor(net.support_init, dtype=torch.float32))
+        half = (net.atoms - 1) / 2  # (i - c) / c: exactly symmetric, exactly 0 in the middle for odd K
+        unit = (torch.arange(net.atoms, dtype=torch.float64) - half) / half
+        self.register_buffer("unit_support", unit.float())
+        taus = torch.tensor(net.quantiles, dtype=torch.float32)
+        self.register_buffer("taus", taus)
+        # cos(π i τ), i = 0 .. n-1 (Dabney et al. 2018, Eq. 4)                                 [Q, n]
+        self.register_buffer(
+            "tau_cos", torch.cos(math.pi * torch.arange(net.quantile_embedding) * taus[:, None])
+        )
+
+        self.selection = VariableSelection(net)
+        self.trunk = nn.Sequential(*(GatedResidualBlock(net.hidden) for _ in range(net.trunk_layers)))
+        self.moe = MixtureOfExperts(net)
+        self.tau_embed = nn.Linear(net.quantile_embedding, net.head_hidden)  # φ(τ), shared by every stream
+        self.value = DuelingStream(net.hidden, 1, net)
+        extra = {
+            "magnitude": self.branch_sizes[BRANCHES.index("direction")],
+            "order_type": len(net.order_flow_features),
+            "urgency": len(net.order_flow_features),
+        }
+        self.advantage = nn.ModuleList(
+            DuelingStream(net.hidden + extra.get(name, 0), size, net)
+            for name, size in zip(BRANCHES, self.branch_sizes, strict=True)
+        )
+        self.aux = nn.Sequential(
+            nn.Linear(STATE_LAYOUT.width, net.aux_hidden),
+            nn.ELU(),
+            nn.Linear(net.aux_hidden, net.aux_hidden),
+            nn.ELU(),
+            nn.Linear(net.aux_hidden, sum(AUX_OUTPUTS)),  # [return | direction logits | outcome logits]
+        )
+
+    # -- support ------------------------------------------------------------------------------------
+
+    def support(self) -> Tensor:
+        """The C51 atoms z = v_max · linspace(-1, 1, K), reward units                               [K]."""
+        return self.v_max * self.unit_support
+
+    def atom_spacing(self) -> Tensor:
+        """Δz = 2 v_max / (K - 1)                                                                    []."""
+        return 2.0 * self.v_max / (self.cfg.atoms - 1)
+
+    @torch.no_grad()
+    def grow_support(self, target_abs_max: Tensor) -> Tensor:
+        """Multiply ``v_max`` by ``support_growth`` while max |target| > 0.9·v_max; never shrinks.
+
+        Vectorised, no host sync: the number of growth steps is the smallest n >= 0 with
+        t <= 0.9·v·g^n, i.e. ceil(log(t / (0.9 v)) / log g). Non-finite targets are
+        ignored. ``support_growth == 1`` keeps the support fixed. Returns the factor applied [].
+        """
+        growth = self.cfg.support_growth
+        one = torch.ones_like(self.v_max)
+        if growth == 1.0:
+            return one
+        a = target_abs_max.detach().to(self.v_max.dtype).abs()
+        t = torch.where(torch.isfinite(a), a, torch.zeros_like(a)).amax()
+        cover = SUPPORT_COVER * self.v_max
+        # n = ceil(log(t / cover) / log g), taken a hair low so that t = cover·g^n exactly gives n, not n + 1;
+        # the where() adds the step that this (or rounding) may leave missing.
+        steps = torch.ceil(torch.log(torch.clamp_min(t / cover, 1.0)) / math.log(growth) - 1e-4).clamp_min(0)
+        factor = torch.pow(growth * one, steps)
+        factor = torch.where(t > cover * factor, factor * growth, factor)
+        self.v_max.mul_(factor)
+        return factor
+
+    # -- forward ------------------------------------------------------------------------------------
+
+    def encode(self, state_BW: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Variable selection, GRN trunk and the expert mixture: (h [B, H], gate [B, E], selection [B, G])."""
+        x_BH, sel_BG = self.selection(state_BW)
+        x_BH = self.trunk(x_BH)
+        mix_BH, gate_BE = self.moe(x_BH, state_BW)
+        return x_BH + mix_BH, gate_BE, sel_BG  # residual: the experts refine the trunk, not replace it
+
+    def heads(self, h_BH: Tensor, state_BW: Tensor) -> tuple[BranchOut, ...]:
+        """The dueling heads on the trunk output ``h``; ``state`` supplies the order-flow columns."""
+        phi_QF = F.relu(self.tau_embed(self.tau_cos))
+        v_logits, v_quant, v_mse = self.value(h_BH, phi_QF)
+        flow_BF = state_BW.index_select(1, self.order_flow_index)
+        outs: list[BranchOut] = []
+        for name, stream in zip(BRANCHES, self.advantage, strict=True):
+            if name == "magnitude":
+                # Direction's expected C51 Q per direction in atom units, E[Z]/Δz (scale-free as v_max
+                # grows). Detached: the magnitude losses (MSE x 4) must not reshape the direction
+                # distribution to make sizing easier; direction learns only from its own targets.
+                direction = outs[BRANCHES.index("direction")]
+                probs_BAK = torch.softmax(direction.logits, dim=-1)
+                e_dir_BA = (probs_BAK * self.support()).sum(-1) / self.atom_spacing()
+                x_BI = torch.cat([h_BH, e_dir_BA.detach()], dim=1)
+            elif name in ("order_type", "urgency"):
+                x_BI = torch.cat([h_BH, flow_BF], dim=1)
+            else:
+                x_BI = h_BH
+            a_logits, a_quant, a_mse = stream(x_BI, phi_QF)
+            outs.append(
+                BranchOut(
+                    logits=_dueling(v_logits, a_logits),
+                    quantiles=_dueling(v_quant, a_quant),
+                    q_mse=_dueling(v_mse, a_mse),
+                )
+            )
+        return tuple(outs)
+
+    def aux_heads(self, state_BW: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Auxiliary predictions on their own trunk: return [B], direction logits [B, 2], outcome [B, 3]."""
+        ret_B1, dir_B2, out_B3 = self.aux(state_BW).split(AUX_OUTPUTS, dim=-1)
+        return ret_B1.squeeze(-1), dir_B2, out_B3
+
+    def forward(self, state_BW: Tensor) -> NetOut:
+        h_BH, gate_BE, sel_BG = self.encode(state_BW)
+        aux_return, aux_direction, aux_outcome = self.aux_heads(state_BW)
+        return NetOut(
+            branches=self.heads(h_BH, state_BW),
+            gate=gate_BE,
+            selection=sel_BG,
+            aux_return=aux_return,
+            aux_direction=aux_direction,
+            aux_outcome=aux_outcome,
+        )
+
+    def expected_q(self, out: NetOut, denorm: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, ...]:
+        """Per branch [B, A]: (E_C51 + E_IQN) / 2 in reward units.
+
+        E_C51 = Σ_k softmax(logits)_k z_k with the current support; E_IQN = the mean of the IQN
+        quantiles, de-normalised by ``denorm`` (PopArt's; ``None`` = identity, i.e. PopArt off). The
+        de-normaliser is affine, so de-normalising the mean equals the mean of de-normalised quantiles.
+        """
+        z_K = self.support()
+        result = []
+        for b in out.branches:
+            e_c51 = (torch.softmax(b.logits, dim=-1) * z_K).sum(-1)
+            e_iqn = b.quantiles.mean(-1)
+            result.append(0.5 * (e_c51 + (denorm(e_iqn) if denorm is not None else e_iqn)))
+        return tuple(result)
+
+    # -- parameter groups ---------------------------------------------------------------------------
+
+    def reset_noise(self, generator: torch.Generator | None = None) -> None:
+        """New noise in every NoisyNet layer (no-op when ``noisy_sigma == 0``)."""
+        for m in self.modules():
+            if isinstance(m, NoisyLinear):
+                m.reset_noise(generator)
+
+    def popart_layers(self) -> list[nn.Linear]:
+        """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).
+
+        PopArt rescales each by σ/σ' (weights and biases) and adds (μ - μ')/σ' to each bias. Dueling's
+        mean subtraction cancels the shift added to an advantage stream (A + c - mean(A + c) = A - mean A),
+        so the combined output moves by the shift exactly once, through V, as PopArt requires.
+        """
+        streams = [self.value, *self.advantage]
+        return [layer for s in streams for layer in (s.iqn, s.mse)]
+
+    def aux_parameters(self) -> list[nn.Parameter]:
+        """The auxiliary trunk and heads (clipped separately from the Q network)."""
+        return list(self.aux.parameters())
+
+    def q_parameters(self) -> list[nn.Parameter]:
+        """Every parameter not in :meth:`aux_parameters`."""
+        aux = {id(p) for p in self.aux.parameters()}
+        return [p for p in self.parameters() if id(p) not in aux]
+
+    def param_count(self) -> int:
+        return sum(p.numel() for p in self.parameters())
