@@ -11,7 +11,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -2,7 +2,8 @@
 
 The validation rows of a fold are cut into consecutive windows of ``episode_rows`` rows, one
 episode each, all stepped together by one :class:`~foxhunt.env.core.TradingEnv` (the same step
-and state assembly as training). A policy is a callable ``(state [N, W], env) -> actions [N, 4]``;
+and state assembly as training). A policy is a callable ``(state [N, W], env) -> actions [N, 4]``
+(or a :class:`Decision`, as the agent returns, that steps the env with its sizing inputs);
 a recorded action array ``[E, T, 4]`` is one too (:func:`recorded`). Scripted policies give known
 answers: flat trades nothing, long and short hold one side, random picks every branch uniformly,
 and the oracle peeks at the next row's price, which must look implausibly good.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -19,10 +21,17 @@ from torch import Tensor
 from foxhunt.backtest.metrics import StepRecord
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.core import TradingEnv
+from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors
 
-Policy = Callable[[Tensor, TradingEnv], Tensor]
+
+class Decision(Protocol):
+    """A policy's richer answer (the agent's): it steps the env itself, passing its sizing inputs."""
+
+    def step(self, env: TradingEnv) -> tuple[Tensor, StepResult]: ...
+
+
+Policy = Callable[[Tensor, TradingEnv], "Tensor | Decision"]
 
 
 class ScriptedPolicy(StrEnum):
@@ -113,7 +122,8 @@ def evaluate(market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Po
     steps = int((ends - starts).max())
     rec = StepRecord.blank(len(starts), steps, market.device)
     for t in range(steps):
-        obs, res = env.step(policy(obs, env))
+        decision = policy(obs, env)
+        obs, res = env.step(decision) if isinstance(decision, Tensor) else decision.step(env)
         rec.written[:, t] = res.written
         rec.gross_pnl[:, t] = res.gross
         rec.costs[:, t] = res.costs

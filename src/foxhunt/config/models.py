@@ -11,12 +11,14 @@ from enum import StrEnum
 
 from pydantic import Field
 
+from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
 from foxhunt.config.features import FeaturesConfig
 from foxhunt.config.synth import SynthConfig
 from foxhunt.env.config import EnvConfig
+from foxhunt.train.config import TrainConfig
 from foxhunt.validation.folds import FoldParams
 from foxhunt.validation.labels import LabelParams
 
@@ -43,3 +45,5 @@ class FoxhuntConfig(Frozen):
     folds: FoldParams = Field(default_factory=FoldParams)
     alpha: AlphaConfig = Field(default_factory=AlphaConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
