@@ -1,0 +1,472 @@
+"""Prioritised replay on the device and n-step transitions (SPEC §7, issue 6 §2).
+
+* :class:`SumTree` — a sum tree held in one flat tensor (node 1 is the root, node ``i`` has children
+  ``2i`` and ``2i+1``, leaves are nodes ``C .. 2C-1``), with batched ``update`` (parents recomputed
+  level by level: ``log2 C`` vectorised passes) and batched ``find`` (a vectorised descent).
+* :class:`PrioritizedReplay` — ring-buffer storage of the transition record plus the sum tree:
+  proportional prioritisation (Schaul et al. 2016), ``P(i) = p_i^alpha / sum_j p_j^alpha`` with
+  ``p_i = |delta_i| + eps``; stratified sampling (one uniform draw in each of ``B`` equal segments of
+  the total); importance weights ``w_i = (N P(i))^-beta / max_j w_j`` (max over the batch); new items
+  enter with the running maximum priority so each is likely to be replayed at least once.
+* :class:`NStep` — turns per-step ``[N]`` env transitions into n-step transitions on the device:
+  ``R_t = sum_{k<m} gamma^k r_{t+k}`` over the ``m <= n`` steps up to and including the first done,
+  ``discount = gamma^m`` (0 if the episode ended inside the window), ``next_state`` the state after
+  the ``n`` steps. :func:`nstep_returns` is the same maths over a whole ``[T, N]`` sequence.
+
+Nothing here reads a device value back to the host in ``add``, ``sample``, ``update_priorities`` or
+``push``: the buffer's cursor and size are Python ints that the host knows because it did the adding.
+Rows flagged invalid (``valid`` False: steps after an episode had already ended) are stored with
+priority 0, so they are never sampled, instead of being filtered out (which would need the count).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+if TYPE_CHECKING:
+    from foxhunt.agent.config import ReplayConfig
+
+FieldSpec = tuple[tuple[int, ...], torch.dtype]
+
+VALID = "valid"  # optional [N] bool entry of an added batch; not stored, never sampled when False
+
+
+def transition_fields(state_width: int, n_branches: int, aux_width: int = 3) -> dict[str, FieldSpec]:
+    """The transition record's per-item shapes and dtypes (see /tmp/agent_design.md)."""
+    return {
+        "state": ((state_width,), torch.float32),
+        "action": ((n_branches,), torch.int64),
+        "reward": ((), torch.float32),
+        "discount": ((), torch.float32),
+        "next_state": ((state_width,), torch.float32),
+        "aux": ((aux_width,), torch.float32),
+    }
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+# --------------------------------------------------------------------------------------------------
+# Sum tree
+
+
+class SumTree:
+    """Sum tree over ``capacity`` leaves (a power of 2) in one flat tensor of ``2 * capacity`` nodes.
+
+    Node 0 is unused, node 1 is the root, node ``i`` has children ``2i`` and ``2i + 1``; leaf ``j`` is
+    node ``capacity + j``. Viewing the tree as ``[capacity, 2]`` makes row ``i`` the pair of children
+    of node ``i``, so one ``index_select`` reads both children. Internal nodes are always recomputed
+    from their children (never updated by deltas), so they hold exact sums of the stored leaves
+    with no drift. The default float64 keeps prefix sums over a million leaves well resolved.
+    """
+
+    def __init__(
+        self, capacity: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64
+    ) -> None:
+        if capacity < 1 or capacity & (capacity - 1):
+            raise ValueError(f"SumTree capacity must be a power of 2, got {capacity}")
+        self.capacity = capacity
+        self.depth = capacity.bit_length() - 1  # levels above the leaves
+        self.tree = torch.zeros(2 * capacity, dtype=dtype, device=device)
+        self._pairs = self.tree.view(capacity, 2)  # row i = (node 2i, node 2i+1) = children of node i
+        self._shifts = torch.arange(1, self.depth + 1, device=self.tree.device).unsqueeze(1)  # [depth, 1]
+
+    @property
+    def leaves(self) -> Tensor:
+        """The ``capacity`` leaf priorities (a view)."""
+        return self.tree[self.capacity :]
+
+    def total(self) -> Tensor:
+        """Sum of all leaves, a 0-dim tensor (a view of the root)."""
+        return self.tree[1]
+
+    def update(self, indices: Tensor, priorities: Tensor) -> None:
+        """Set leaves ``indices`` [B] to ``priorities`` [B]; for a repeated index the last write wins.
+
+        Duplicates are resolved before writing: a stable sort groups equal indices in input order and
+        every copy of an index writes the value of its last occurrence, so the scatter's result does
+        not depend on the order in which the device applies colliding writes. Then each of the
+        ``depth`` levels above is recomputed from its children in one vectorised pass (repeated
+        parents write identical values).
+        """
+        idx = indices.reshape(-1).to(torch.int64)
+        p = priorities.reshape(-1).to(self.tree.dtype)
+        if p.numel() == 1 and idx.numel() != 1:
+            p = p.expand(idx.numel())
+        sorted_idx, order = torch.sort(idx, stable=True)
+        last = torch.searchsorted(sorted_idx, idx, right=True) - 1  # sorted position of the last copy
+        nodes = idx + self.capacity
+        self.tree.index_put_((nodes,), p.index_select(0, order.index_select(0, last)))
+        ancestors = nodes.unsqueeze(0) >> self._shifts  # [depth, B]: parents, grandparents, ... root
+        for level in ancestors:
+            self.tree.index_put_((level,), self._pairs.index_select(0, level).sum(1))
+
+    def set_range(self, start: int, priorities: Tensor) -> None:
+        """Set the contiguous leaves ``start .. start + n - 1`` (no wrap), then their ancestors.
+
+        Each level's affected nodes are again contiguous, so this is ``depth`` slice sums.
+        """
+        n = priorities.shape[0] if priorities.ndim else 1
+        if n == 0:
+            return
+        if start < 0 or start + n > self.capacity:
+            raise ValueError(f"leaf range [{start}, {start + n}) is outside [0, {self.capacity})")
+        lo, hi = start + self.capacity, start + self.capacity + n  # half-open node range
+        self.tree[lo:hi] = priorities
+        for _ in range(self.depth):
+            lo, hi = lo >> 1, ((hi - 1) >> 1) + 1
+            self.tree[lo:hi] = self._pairs[lo:hi].sum(1)
+
+    def rebuild(self) -> None:
+        """Recompute every internal node from the leaves."""
+        self.set_range(0, self.leaves.clone())
+
+    def find(self, prefix_sums: Tensor) -> Tensor:
+        """Leaf indices [B] whose cumulative-sum interval holds each of ``prefix_sums`` [B].
+
+        Leaf ``j`` is returned for ``x`` in ``[cumsum_{j-1}, cumsum_j)`` (NumPy's
+        ``searchsorted(cumsum, x, side='right')``). The descent goes right when ``x >= left`` and the
+        right subtree is non-empty, so a leaf of priority 0 is never returned while the total is
+        positive, even when rounding leaves ``x`` at or just past the total.
+        """
+        x = prefix_sums.reshape(-1).to(self.tree.dtype)
+        node = torch.ones_like(x, dtype=torch.int64)
+        for _ in range(self.depth):
+            left, right = self._pairs.index_select(0, node).unbind(1)
+            go_right = (x >= left) & (right > 0)
+            x = torch.where(go_right, x - left, x)
+            node = torch.add(go_right, node, alpha=2)  # 2 node + go_right, one kernel
+        return node - self.capacity
+
+
+# --------------------------------------------------------------------------------------------------
+# Prioritised replay
+
+
+class PrioritizedReplay:
+    """Proportional prioritised replay of fixed-shape transitions, all on one device.
+
+    ``fields`` maps a name to its per-item ``(shape, dtype)`` (:func:`transition_fields`). The
+    capacity is rounded up to a power of 2. The sum tree holds ``(|td| + eps)^alpha`` per slot (0 for
+    empty or invalid slots); ``max_priority`` is the largest value written so far (1 at the start and
+    after :meth:`clear`), given to new items.
+    """
+
+    def __init__(
+        self,
+        capacity: int,
+        fields: Mapping[str, FieldSpec],
+        *,
+        alpha: float = 0.6,
+        beta: float = 0.4,
+        eps: float = 1e-6,
+        device: torch.device | str | None = None,
+        tree_dtype: torch.dtype = torch.float64,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"replay capacity must be positive, got {capacity}")
+        if not fields:
+            raise ValueError("replay needs at least one field")
+        if VALID in fields:
+            raise ValueError(f"'{VALID}' is reserved for the add() validity mask; rename that field")
+        self.capacity = next_power_of_two(capacity)
+        self.fields = {k: (tuple(shape), dtype) for k, (shape, dtype) in fields.items()}
+        self.alpha, self.beta, self.eps = float(alpha), float(beta), float(eps)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.storage = {
+            k: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
+            for k, (shape, dtype) in self.fields.items()
+        }
+        self.tree = SumTree(self.capacity, self.device, tree_dtype)
+        self.max_priority = torch.ones((), dtype=tree_dtype, device=self.device)
+        self._cursor = 0  # next slot to write
+        self._size = 0  # slots written since the last clear (<= capacity)
+
+    @classmethod
+    def from_config(
+        cls, cfg: ReplayConfig, fields: Mapping[str, FieldSpec], device: torch.device | str | None = None
+    ) -> PrioritizedReplay:
+        return cls(cfg.capacity, fields, alpha=cfg.alpha, beta=cfg.beta, eps=cfg.eps, device=device)
+
+    def __len__(self) -> int:
+        """Slots holding a transition (invalid rows included: they occupy a slot but are never drawn)."""
+        return self._size
+
+    # --- writing ------------------------------------------------------------------------------------
+
+    def _check(self, batch: Mapping[str, Tensor]) -> int:
+        missing = set(self.fields) - set(batch)
+        extra = set(batch) - set(self.fields) - {VALID}
+        if missing or extra:
+            raise KeyError(
+                f"replay batch fields {sorted(batch)} do not match the buffer's {sorted(self.fields)}"
+                f" (missing {sorted(missing)}, unexpected {sorted(extra)})"
+            )
+        n = batch[next(iter(self.fields))].shape[0]
+        for k, (shape, _) in self.fields.items():
+            got = tuple(batch[k].shape)
+            if got != (n, *shape):
+                raise ValueError(f"replay field '{k}' has shape {got}, expected {(n, *shape)}")
+        if VALID in batch and tuple(batch[VALID].shape) != (n,):
+            raise ValueError(f"replay '{VALID}' mask has shape {tuple(batch[VALID].shape)}, expected {(n,)}")
+        return n
+
+    def add(self, batch: Mapping[str, Tensor]) -> None:
+        """Append ``N`` transitions (every field ``[N, *shape]``), overwriting the oldest when full.
+
+        New items get the running maximum priority; rows whose optional ``batch['valid']`` is False
+        get priority 0 (stored, never sampled). With ``N > capacity`` only the last ``capacity`` stay.
+        """
+        n = self._check(batch)
+        if n == 0:
+            return
+        skip = max(n - self.capacity, 0)
+        if skip:
+            self._cursor = (self._cursor + skip) % self.capacity
+            n -= skip
+        prio = self.max_priority.expand(n)
+        if VALID in batch:
+            valid = batch[VALID][skip:].to(self.device)
+            prio = torch.where(valid, prio, torch.zeros((), dtype=prio.dtype, device=self.device))
+        start = self._cursor
+        first = min(n, self.capacity - start)  # rows before the ring wraps
+        for k, buf in self.storage.items():
+            src = batch[k][skip:]
+            buf[start : start + first].copy_(src[:first])
+            if first < n:
+                buf[: n - first].copy_(src[first:])
+        self.tree.set_range(start, prio[:first])
+        if first < n:
+            self.tree.set_range(0, prio[first:])
+        self._cursor = (start + n) % self.capacity
+        self._size = min(self._size + n, self.capacity)
+
+    # --- sampling -----------------------------------------------------------------------------------
+
+    def sample(
+        self, batch_size: int, generator: torch.Generator | None = None, beta: float | None = None
+    ) -> tuple[dict[str, Tensor], Tensor, Tensor]:
+        """``batch_size`` transitions drawn with probability ``P(i)``, stratified.
+
+        Returns ``(batch, indices, is_weights)``: ``batch[k]`` is ``[B, *shape]``, ``indices`` [B]
+        int64 slots (for :meth:`update_priorities`), ``is_weights`` [B] float32
+        ``(N P(i))^-beta`` divided by the batch maximum (``N`` cancels in the ratio; it is kept to
+        match the paper's formula). Draw ``b`` is uniform in ``[b, b+1) * total / B``.
+        """
+        if self._size == 0:
+            raise ValueError("cannot sample from an empty replay buffer: add transitions first")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be positive, got {batch_size}")
+        beta = self.beta if beta is None else float(beta)
+        dtype = self.tree.tree.dtype
+        total = self.tree.total()
+        u = torch.rand(batch_size, generator=generator, device=self.device, dtype=dtype)
+        strata = torch.arange(batch_size, device=self.device, dtype=dtype)
+        idx = self.tree.find((strata + u) * (total / batch_size))
+        prob = self.tree.leaves.index_select(0, idx) / total  # P(i)
+        w = (self._size * prob).pow(-beta)
+        w = (w / w.max()).to(torch.float32)
+        batch = {k: buf.index_select(0, idx) for k, buf in self.storage.items()}
+        return batch, idx, w
+
+    def update_priorities(self, indices: Tensor, td_abs: Tensor) -> None:
+        """Set the priorities of slots ``indices`` [B] to ``(|td| + eps)^alpha``; last write wins.
+
+        A non-finite ``td`` gets the running maximum priority instead of poisoning the tree.
+        """
+        p = (td_abs.detach().reshape(-1).to(self.tree.tree.dtype).abs() + self.eps).pow(self.alpha)
+        p = torch.where(torch.isfinite(p), p, self.max_priority)
+        self.tree.update(indices.to(self.device), p)
+        torch.maximum(self.max_priority, p.max(), out=self.max_priority)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def clear(self) -> None:
+        """Forget every transition (fold boundary); the running max priority returns to 1."""
+        self.tree.tree.zero_()
+        self.max_priority.fill_(1.0)
+        self._cursor = 0
+        self._size = 0
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """Flat ``{name: tensor}`` (safetensors-ready: contiguous copies of the filled slots only)."""
+        n = self._size
+        out = {f"storage.{k}": buf[:n].clone() for k, buf in self.storage.items()}
+        out["leaves"] = self.tree.leaves[:n].clone()
+        out["max_priority"] = self.max_priority.clone()
+        out["cursor"] = torch.tensor(self._cursor, dtype=torch.int64)
+        out["size"] = torch.tensor(n, dtype=torch.int64)
+        out["capacity"] = torch.tensor(self.capacity, dtype=torch.int64)
+        return out
+
+    def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
+        """Restore from :meth:`state_dict`, also into a buffer of another capacity.
+
+        Items are laid out oldest first from slot 0; a smaller buffer keeps the newest ``capacity``.
+        """
+        meta = {"leaves", "max_priority", "cursor", "size", "capacity"}
+        want = {f"storage.{k}" for k in self.fields} | meta
+        if set(state) != want:
+            raise KeyError(
+                f"replay state has keys {sorted(state)}, expected {sorted(want)} "
+                "(was it saved by a buffer with other fields?)"
+            )
+        size, cursor, old_cap = int(state["size"]), int(state["cursor"]), int(state["capacity"])
+        for k, (shape, _) in self.fields.items():
+            got = tuple(state[f"storage.{k}"].shape)
+            if got != (size, *shape):
+                raise ValueError(f"replay state field '{k}' has shape {got}, expected {(size, *shape)}")
+        # oldest first: a wrapped ring (size == old capacity) starts at the cursor
+        shift = -cursor if size == old_cap else 0
+        keep = min(size, self.capacity)
+
+        def newest(t: Tensor) -> Tensor:
+            t = t.to(self.device)
+            return torch.roll(t, shift, 0)[size - keep :] if shift else t[size - keep :]
+
+        self.clear()
+        for k, buf in self.storage.items():
+            buf[:keep].copy_(newest(state[f"storage.{k}"]))
+        self.tree.set_range(0, newest(state["leaves"]).to(self.tree.tree.dtype))
+        self.max_priority.copy_(state["max_priority"])
+        self._size = keep
+        self._cursor = keep % self.capacity
+
+
+# --------------------------------------------------------------------------------------------------
+# n-step returns
+
+
+def nstep_returns(rewards_TN: Tensor, dones_TN: Tensor, gamma: float, n: int) -> tuple[Tensor, Tensor]:
+    """n-step discounted returns and bootstrap discounts of a ``[T, N]`` sequence.
+
+    For step ``t`` let ``m = min(n, T - t)`` (the window is truncated at the sequence end). Then
+    ``R_t = sum_{k<m} gamma^k r_{t+k}`` counting only steps up to and including the first done at or
+    after ``t``, and ``discount_t = gamma^m`` if no done falls in ``t .. t+m-1``, else 0.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    T = rewards_TN.shape[0]
+    dones = dones_TN.to(torch.bool)
+    returns = torch.zeros_like(rewards_TN)
+    alive = torch.ones_like(dones)  # no done yet in t .. t+k-1
+    for k in range(min(n, T)):
+        r_k = torch.zeros_like(rewards_TN)
+        r_k[: T - k] = rewards_TN[k:]  # r_{t+k}, 0 past the end
+        d_k = torch.zeros_like(dones)
+        d_k[: T - k] = dones[k:]
+        returns = returns + gamma**k * torch.where(alive, r_k, torch.zeros_like(r_k))
+        alive = alive & ~d_k
+    t = torch.arange(T, device=rewards_TN.device)
+    steps = (T - t).clamp(max=n).unsqueeze(1)  # [T, 1] m
+    discounts = torch.pow(gamma, steps.to(rewards_TN.dtype)) * alive  # [T, N]
+    return returns, discounts
+
+
+class NStep:
+    """Accumulates ``n`` env steps of ``N`` parallel episodes and emits n-step transitions.
+
+    :meth:`push` takes one step's ``state [N, W]``, ``action [N, A]``, ``reward [N]``, ``done [N]``
+    (the episode ended with this step), ``next_state [N, W]``, ``aux [N, X]`` and optionally
+    ``valid [N]`` (False: the env did not really step this row). Once ``n`` steps are held it returns
+    the transition whose window starts at the oldest of them (state, action, aux and validity of that
+    step; the n-step reward and discount; the current ``next_state``); before that it returns None.
+    :meth:`flush` returns the ``< n`` pending windows, truncated and bootstrapped with ``gamma^m``
+    (an epoch's episodes are cut, not ended), and empties the accumulator. A window that holds a
+    done has discount 0, and its ``next_state`` (from a later episode) is never used. Every output
+    also has ``valid`` [N] bool, which :meth:`PrioritizedReplay.add` turns into priority 0.
+    """
+
+    def __init__(self, n_envs: int, n: int, gamma: float, device: torch.device | str | None = None) -> None:
+        if n < 1:
+            raise ValueError(f"n-step n must be >= 1, got {n}")
+        self.n_envs, self.n, self.gamma = n_envs, n, float(gamma)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._ring: dict[str, Tensor] | None = None  # [n, N, ...] per input
+        self._next: Tensor | None = None  # latest next_state [N, W]
+        self._head = 0  # ring slot of the oldest held step
+        self._count = 0  # steps held
+
+    def reset(self) -> None:
+        self._head = 0
+        self._count = 0
+
+    def _allocate(self, step: Mapping[str, Tensor]) -> None:
+        self._ring = {
+            k: torch.empty((self.n, *v.shape), dtype=v.dtype, device=self.device) for k, v in step.items()
+        }
+        nxt = step["state"]
+        self._next = torch.empty(nxt.shape, dtype=nxt.dtype, device=self.device)
+
+    def push(
+        self,
+        state: Tensor,
+        action: Tensor,
+        reward: Tensor,
+        done: Tensor,
+        next_state: Tensor,
+        aux: Tensor,
+        valid: Tensor | None = None,
+    ) -> dict[str, Tensor] | None:
+        """Add one env step; the n-step transition of the oldest held step once ``n`` are held."""
+        if state.shape[0] != self.n_envs:
+            raise ValueError(f"NStep was built for {self.n_envs} envs, got a step of {state.shape[0]}")
+        if valid is None:
+            valid = torch.ones(self.n_envs, dtype=torch.bool, device=self.device)
+        step = {
+            "state": state,
+            "action": action,
+            "reward": reward,
+            "done": done.to(torch.bool),
+            "aux": aux,
+            VALID: valid.to(torch.bool),
+        }
+        if self._ring is None:
+            self._allocate(step)
+        assert self._ring is not None and self._next is not None
+        slot = (self._head + self._count) % self.n
+        for k, v in step.items():
+            self._ring[k][slot].copy_(v)
+        self._next.copy_(next_state)
+        self._count += 1
+        if self._count < self.n:
+            return None
+        out = self._window(0, self.n)
+        self._head = (self._head + 1) % self.n
+        self._count -= 1
+        return out
+
+    def flush(self) -> dict[str, Tensor] | None:
+        """The pending (``< n``-step) transitions, oldest window first, ``[pending * N]`` rows; then reset."""
+        if self._count == 0:
+            return None
+        parts = [self._window(j, self._count - j) for j in range(self._count)]
+        self.reset()
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+    def _window(self, offset: int, length: int) -> dict[str, Tensor]:
+        """The transition starting ``offset`` steps after the oldest held step, over ``length`` steps."""
+        assert self._ring is not None and self._next is not None
+        ring, g = self._ring, self.gamma
+        origin = (self._head + offset) % self.n
+        reward = torch.zeros_like(ring["reward"][origin])
+        alive = torch.ones_like(ring["done"][origin])  # no done yet before step k
+        for k in range(length):
+            s = (origin + k) % self.n
+            reward = reward + g**k * torch.where(alive, ring["reward"][s], torch.zeros_like(reward))
+            alive = alive & ~ring["done"][s]
+        discount = torch.where(alive, g**length, 0.0).to(reward.dtype)
+        return {
+            "state": ring["state"][origin].clone(),
+            "action": ring["action"][origin].clone(),
+            "reward": reward,
+            "discount": discount,
+            "next_state": self._next.clone(),
+            "aux": ring["aux"][origin].clone(),
+            VALID: ring[VALID][origin].clone(),
+        }
