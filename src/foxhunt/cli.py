@@ -491,6 +491,14 @@ def backtest_cmd(
     ] = "flat",
     data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
     cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--checkpoint",
+            help="A trained checkpoint (RUN/checkpoints/fold<k>/best.safetensors) instead of --policy; "
+            "judged on its own fold's validation period.",
+        ),
+    ] = None,
     fold: Annotated[
         int | None, typer.Option(help="One fold (default: every fold's validation period).")
     ] = None,
@@ -512,12 +520,18 @@ def backtest_cmd(
 
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
-    try:
-        kind = ScriptedPolicy(policy)
-    except ValueError:
-        raise FoxhuntError(
-            "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
-        ) from None
+    if checkpoint is not None:
+        from foxhunt.train.run import CheckpointPolicy
+
+        kind = CheckpointPolicy(checkpoint, cfg)
+        cfg = kind.cfg  # the checkpoint's own resolved config (its widths, branches and folds)
+    else:
+        try:
+            kind = ScriptedPolicy(policy)
+        except ValueError:
+            raise FoxhuntError(
+                "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
+            ) from None
     if (data is None) == (cache_path is None):
         raise FoxhuntError(
             "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt backtest --help"
@@ -540,6 +554,93 @@ def backtest_cmd(
         f"at {body['bars_per_year']:,.0f} bars/year, "
         f"max drawdown {body['max_drawdown']:.2%}"
         + ("; IMPLAUSIBLE: " + "; ".join(body["implausible_reasons"]) if body["implausible"] else "")
+    )
+
+
+# --- training and the main job ----------------------------------------------------------------
+
+
+@app.command("train", context_settings=MANY_PATHS)
+@_fails_cleanly
+def train_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[Path, typer.Option("--out", help="Run folder: checkpoints, TensorBoard, folds.json.")],
+    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
+    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    resume: Annotated[
+        Path | None, typer.Option("--resume", help="Continue an interrupted run in this folder.")
+    ] = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Walk-forward training: per fold, epochs of collection from parallel episodes, learner
+    updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
+    anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics."""
+    from foxhunt.features.cache import get_or_build, load_cache
+    from foxhunt.train.run import train
+
+    cfg = _config(profile, config, list(set_ or []))
+    if resume is not None:
+        out_dir = resume
+    if (data is None) == (cache_path is None):
+        raise FoxhuntError(
+            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt train --help"
+        )
+    with step("building features", quiet):
+        cache = (
+            load_cache(cache_path, cfg)
+            if cache_path is not None
+            else get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
+        )
+    write_resolved(cfg, out_dir / "train.config.json")
+    folds = train(cache, cfg, out_dir, resume=resume is not None, log=out.print)
+    for f in folds:
+        out.print(
+            f"fold {f['fold']}: net {f['net_pnl']:,.0f} (flat {f['baselines']['flat']['net_pnl']:,.0f}, "
+            f"long {f['baselines']['long']['net_pnl']:,.0f}), Sharpe {f['sharpe_annual']:.2f}, "
+            f"{f['trades']} trades"
+        )
+
+
+@app.command("run", context_settings=MANY_PATHS)
+@_fails_cleanly
+def run_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Run folder: report.html, metrics.json, all stages.")
+    ],
+    data: Annotated[
+        list[Path] | None,
+        typer.Option("--data", help=DATA_HELP + " Default: the embedded synthetic market (planted alpha)."),
+    ] = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
+    walk-forward training -> validation backtests against flat and long -> report.html and
+    metrics.json. Uses the GPU when one is present (run.device = auto)."""
+    from foxhunt.job import run_job
+
+    cfg = _config(profile, config, list(set_ or []))
+    files = _data_paths(data, ctx) if data else None
+    summary = run_job(
+        cfg,
+        out_dir,
+        files,
+        log=(lambda _m: None) if quiet else out.print,
+        resume=resume,
+        profile=profile or ("file" if config else "default"),
+    )
+    s = summary["summary"]
+    out.print(
+        f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
+        f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
+        f"long in {s['beats_long_folds']}/{len(summary['folds'])}; report: {out_dir / 'report.html'}"
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import matplotlib
 
@@ -20,7 +20,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from foxhunt.atomic import atomic_path, write_json  # noqa: E402
-from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted  # noqa: E402
+from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted  # noqa: E402
 from foxhunt.backtest.metrics import StepRecord, branch_sizes, compute_metrics, implausibility  # noqa: E402
 from foxhunt.config.models import FoxhuntConfig  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
@@ -46,10 +46,19 @@ def _concat(records: list[StepRecord]) -> StepRecord:
     return StepRecord(**{k: torch.cat(v, dim=0) for k, v in parts.items()})
 
 
+class TrainedPolicy(Protocol):
+    """A trained policy (a checkpoint): its name and the fold it was trained on."""
+
+    value: str
+    fold: int
+
+    def policy(self, device: torch.device | str) -> Policy: ...
+
+
 def run_backtest(
     cache: FeatureCache,
     cfg: FoxhuntConfig,
-    policy: ScriptedPolicy,
+    policy: ScriptedPolicy | TrainedPolicy,
     out_dir: str | Path,
     fold: int | None = None,
     device: str = "cpu",
@@ -57,12 +66,19 @@ def run_backtest(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    if not isinstance(policy, ScriptedPolicy):  # a checkpoint is judged on its own fold only
+        fold = policy.fold
     chosen = folds if fold is None else [folds[fold]]
     records, trades, curves = [], [], []
     for fd in chosen:
         market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device=device)
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
-        rec = evaluate(market, cfg.env, lo, hi, scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index))
+        pol = (
+            scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
+            if isinstance(policy, ScriptedPolicy)
+            else policy.policy(device)
+        )
+        rec = evaluate(market, cfg.env, lo, hi, pol)
         records.append(rec)
         net = (rec.gross_pnl - rec.costs) * rec.written
         curves.append(net.sum(dim=0).cumsum(0).cpu().numpy())  # all windows of the fold, per step

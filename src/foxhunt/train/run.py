@@ -491,3 +491,27 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
             "sizes": {"envs": tr.sizes.envs, "batch": tr.sizes.batch, "replay": tr.sizes.replay_capacity},
         },
     )
+
+
+class CheckpointPolicy:
+    """A trained checkpoint as a backtest policy (greedy, the evaluation policy of SPEC §7)."""
+
+    def __init__(self, path: str | Path, cfg: FoxhuntConfig) -> None:
+        from foxhunt.train.checkpoint import read_checkpoint_meta
+
+        self.path = Path(path)
+        meta = read_checkpoint_meta(self.path)
+        self.cfg = FoxhuntConfig.model_validate(meta["config"]) if "config" in meta else cfg
+        self.fold = int(meta["fold"])
+        self.epoch = int(meta["epoch"])
+        self.value = f"checkpoint {self.path.name} (fold {self.fold}, epoch {self.epoch})"
+
+    def policy(self, device: torch.device | str):
+        agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, seed=0, replay_capacity=16)
+        load_checkpoint(
+            self.path,
+            modules={"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart},
+            branches=self.cfg.env.branches,
+            map_location=device,
+        )
+        return lambda obs, env: agent.policy(obs, Mode.GREEDY)
