@@ -5,7 +5,9 @@ BIN := $(VENV)/bin
 DEMO_OUT ?= runs/demo
 PROFILE ?= smoke
 
-.PHONY: demo test install lint bench clean
+RUN_OUT ?= runs/main
+
+.PHONY: run demo test install lint bench clean
 
 $(BIN)/foxhunt: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -17,7 +19,12 @@ $(BIN)/foxhunt: pyproject.toml
 
 install: $(BIN)/foxhunt
 
-## The main job: synthetic market -> DBN files -> ingest -> bars -> features (cache) -> leak check
+## The main job: foxhunt run (synthetic market -> ... -> training -> report.html).
+run: install
+	rm -rf $(RUN_OUT)
+	$(BIN)/foxhunt run --profile $(PROFILE) --out $(RUN_OUT)
+
+## The stages one command at a time: synthetic market -> DBN files -> ingest -> bars -> features (cache) -> leak check
 ## -> alpha check (report) -> backtest of a scripted policy.
 demo: install
 	rm -rf $(DEMO_OUT)

@@ -36,7 +36,7 @@ VALID = "valid"  # optional [N] bool entry of an added batch; not stored, never 
 
 
 def transition_fields(state_width: int, n_branches: int, aux_width: int = 3) -> dict[str, FieldSpec]:
-    """The transition record's per-item shapes and dtypes (see /tmp/agent_design.md)."""
+    """The transition record's per-item shapes and dtypes (:class:`foxhunt.agent.learner.Batch` reads it)."""
     return {
         "state": ((state_width,), torch.float32),
         "action": ((n_branches,), torch.int64),
