@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from foxhunt.env import sizing
 from foxhunt.env.sizing import (
     SizingParams,
     conviction,
@@ -23,6 +24,7 @@ from foxhunt.env.sizing import (
     kelly_fraction,
     kelly_optimal_f,
     push_return,
+    smallest_sum,
     variance_scale,
 )
 
@@ -149,6 +151,33 @@ def test_push_return_ring_buffer() -> None:
     assert count.tolist() == [1, 5]
 
 
+def test_push_return_masked_rows_unchanged() -> None:
+    ring = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]], dtype=F64)
+    out, count = push_return(ring, i(1, 2), t(0.1, 0.2), torch.tensor([True, False]))
+    close(out, t(1.0, 0.1, 3.0, 4.0, 5.0, 6.0).reshape(2, 3))  # row 0 slot 1 written; row 1 as it was
+    assert count.tolist() == [2, 2]
+
+
+def test_smallest_sum_counts_ties() -> None:
+    inf = float("inf")
+    rows = torch.tensor(
+        [
+            [0.0, -1.0, 0.0, -1.0, 2.0],  # k = 3: -1 -1 0 -> -2
+            [0.0, 0.0, 0.0, 0.0, 0.0],  # k = 4 of five equal zeros -> 0
+            [3.0, -2.0, inf, inf, inf],  # k = 2 of the two finite entries -> 1
+            [5.0, 4.0, 3.0, 2.0, 1.0],  # k = 1 -> 1
+        ],
+        dtype=F64,
+    )
+    close(smallest_sum(rows, t(3.0, 4.0, 2.0, 1.0), k_max=4), t(-2.0, 0.0, 1.0, 1.0))
+    # against a sort, on random rows with many ties
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randint(-3, 4, (200, 20), generator=gen).to(F64) * 0.01
+    k = torch.randint(1, 6, (200,), generator=gen).to(F64)
+    ref = torch.where(torch.arange(20) < k[:, None], x.sort(-1).values, 0.0).sum(-1)
+    close(smallest_sum(x, k, k_max=5), ref)
+
+
 def test_cvar_scale_hand_worked() -> None:
     params = SizingParams(cvar_confidence=0.9, cvar_window=20, cvar_min_obs=5, cvar_budget=0.005)
     base = [0.001] * 18 + [-0.02, -0.01]
@@ -175,6 +204,15 @@ def test_cvar_scale_hand_worked() -> None:
         params.model_copy(update={"cvar_weight": 0.0}),
     )
     close(off, torch.ones(6, dtype=F64))
+
+
+def test_cvar_select_and_sort_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    gen = torch.Generator().manual_seed(4)
+    returns = torch.randint(-5, 6, (300, 100), generator=gen).to(F64) * 1e-3  # many ties
+    count = torch.randint(0, 250, (300,), generator=gen)
+    selected = cvar_scale(returns, count, P)
+    monkeypatch.setattr(sizing, "MAX_SELECT_TAIL", 0)  # every tail sorts
+    close(selected, cvar_scale(returns, count, P), atol=1e-12)
 
 
 def test_cvar_tail_size_is_exact_at_95_percent() -> None:

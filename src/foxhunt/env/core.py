@@ -458,9 +458,8 @@ class TradingEnv:
         components = torch.where(live[:, None], components, torch.zeros_like(components))
         new_trade = live & (pos_c != 0) & ((pos0 == 0) | closed)
         path = open_trade(path, new_trade, torch.where(pos0 == 0, net, torch.zeros_like(net)), regime)
-        ring, count = push_return(s.returns_ring, s.returns_count, net / torch.clamp(s.equity, min=1.0))
-        ring = torch.where(live[:, None], ring, s.returns_ring)
-        count = torch.where(live, count, s.returns_count)
+        step_return = net / torch.clamp(s.equity, min=1.0)
+        ring, count = push_return(s.returns_ring, s.returns_count, step_return, live)
         result = StepResult(
             gross=torch.where(live, gross, 0.0),
             costs=torch.where(live, costs, 0.0),

@@ -1,21 +1,43 @@
-"""A CUDA-graph-captured step: the whole transition replayed as one graph launch.
+"""The step replayed as one CUDA graph, optionally fused by ``torch.compile`` (Inductor) first.
 
 Eager PyTorch launches hundreds of small kernels per step, so at 16 k envs the step is launch-bound
 (bench/env.py on an H200: 1.3e6 env-steps/s eager at 16 k envs against 4.2e7 at 1 M). A CUDA graph
 records the launches once and replays them with one call. The environment's transition is pure
-(:meth:`TradingEnv._transition`) and has no host round trip, so it can be captured as is: the
-portfolio lives in static buffers, the graph computes the next portfolio from them and copies it
-back in place, and each step only writes the actions into their static buffer and replays.
+(:meth:`TradingEnv._transition`) and has no host round trip, so it can be captured as is:
+:func:`advance` computes the next portfolio and writes it back into the state's tensors in place
+(the graph's static buffers), and each step only writes the actions into their static buffer and
+replays.
+
+With ``compile=True`` :func:`advance` (and the state assembly, ``observe=True``) is compiled with
+``torch.compile(fullgraph=True)`` before capture, so the graph replays a few fused Inductor kernels
+that write the next state straight into the state's tensors, instead of hundreds of eager kernels
+and one copy per field. :data:`COMPILE_OPTIONS` keeps the compile time reasonable (see there);
+Inductor's on-disk caches (``TORCHINDUCTOR_CACHE_DIR``, FX graph cache on by default) make a
+second process's compile of the same step a cache hit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields
 
 import torch
 from torch import Tensor
 
 from foxhunt.env.core import Portfolio, StepResult, TradingEnv
+
+COMPILE_OPTIONS: dict[str, object] = {
+    # Store a value that several consumers read instead of re-inlining its expression into each. The
+    # transition is a long chain of `where`s feeding ~60 outputs; with the default (inline unless
+    # read more than 4 times) every output's loop body carried most of the chain again, and
+    # Inductor's codegen took 40-120 s on a 2-core CPU (over 480 s on the H200 box); with 1, about
+    # 5-10 s. The stored intermediates stay inside the fused kernels (no extra memory traffic).
+    "realize_reads_threshold": 1,
+    # One block size per pointwise kernel instead of compiling and timing two: the step is
+    # memory-bound and the block size barely matters.
+    "triton.autotune_pointwise": False,
+}
+"""Inductor options for compiling the step (default mode, not max-autotune)."""
 
 
 def _pairs(a: object, b: object) -> list[tuple[Tensor, Tensor]]:
@@ -26,36 +48,73 @@ def _pairs(a: object, b: object) -> list[tuple[Tensor, Tensor]]:
     return out
 
 
+def advance(env: TradingEnv, state: Portfolio, actions: Tensor, observe: bool) -> tuple[StepResult, Tensor]:
+    """One transition of ``env`` written back into ``state``'s tensors in place; ``(result, obs)``.
+
+    Neutral convictions (scripted and evaluation policies). ``state`` must be ``env.state`` with every
+    tensor in its own storage (:func:`own_storage`). ``obs`` is the next state assembled through the
+    layout when ``observe``, else an empty tensor.
+    """
+    new, result = env._transition(state, actions, None, None, None)
+    for dst, src in _pairs(state, new):
+        if src is not dst:
+            dst.copy_(src)
+    obs = env.observe() if observe else actions.new_empty(0)
+    return result, obs
+
+
+def compiled_advance() -> Callable[[TradingEnv, Portfolio, Tensor, bool], tuple[StepResult, Tensor]]:
+    """:func:`advance` compiled whole (``fullgraph=True``) with :data:`COMPILE_OPTIONS`."""
+    return torch.compile(advance, fullgraph=True, options=COMPILE_OPTIONS)
+
+
+def own_storage(env: TradingEnv) -> Portfolio:
+    """Give every state tensor its own storage (in-place writes of one field must not touch another;
+    a fresh :class:`~foxhunt.env.rewards.TradePath` shares one zero tensor among its fields)."""
+    state = env._state()
+    env.state = Portfolio(**{f.name: _clone(getattr(state, f.name)) for f in fields(Portfolio)})
+    return env.state
+
+
 class GraphedStep:
-    """``step(actions) -> StepResult`` replaying a captured transition of ``env`` (CUDA only).
+    """``step(actions) -> StepResult`` replaying a captured step of ``env`` (CUDA only).
 
     The env must have been reset; episodes keep their fixed windows (no autoreset inside the graph).
-    Convictions are neutral (scripted and evaluation policies); the result tensors are static
-    buffers overwritten by the next replay (copy them out if you keep them).
+    Convictions are neutral (scripted and evaluation policies); the result tensors (and ``obs``, the
+    next state when ``observe``) are static buffers overwritten by the next replay (copy them out if
+    you keep them). ``compile``: fuse the step with Inductor first (module docstring); the first
+    construction for a shape compiles, ``compile_seconds`` says how long warm-up and capture took.
     """
 
-    def __init__(self, env: TradingEnv, warmup: int = 3) -> None:
+    def __init__(
+        self, env: TradingEnv, warmup: int = 3, *, compile: bool = False, observe: bool = False
+    ) -> None:
         if env.device.type != "cuda":
             raise ValueError("CUDA graphs need the environment on a CUDA device")
-        state = env._state()
+        import time
+
+        state = own_storage(env)
         n = state.row.shape[0]
         self.env = env
+        self.observe = observe
+        self.fn = compiled_advance() if compile else advance
         self.actions = torch.zeros(n, 4, dtype=torch.int64, device=env.device)
         self.actions[:, 0] = 1  # Hold while warming up
-        snapshot = Portfolio(**{f.name: _clone(getattr(state, f.name)) for f in fields(Portfolio)})
+        snapshot = [t.clone() for t, _ in _pairs(state, state)]
+        t0 = time.perf_counter()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up off the capture (allocator, lazy init)
+        with torch.cuda.stream(side):  # warm up off the capture (allocator, lazy init, compilation)
             for _ in range(warmup):
-                env._transition(state, self.actions, None, None, None)
+                self.fn(env, state, self.actions, observe)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            new, self.result = env._transition(state, self.actions, None, None, None)
-            for dst, src in _pairs(state, new):
-                dst.copy_(src)
-        for dst, src in _pairs(state, snapshot):  # capture ran the step once: undo it
-            dst.copy_(src)
+            self.result, self.obs = self.fn(env, state, self.actions, observe)
+        for (dst, _), src in zip(_pairs(state, state), snapshot, strict=True):  # warm-up and capture
+            dst.copy_(src)  # ran the step: undo them
+        torch.cuda.synchronize()
+        self.compile_seconds = time.perf_counter() - t0
 
     def step(self, actions: Tensor) -> StepResult:
         self.actions.copy_(actions)

@@ -153,8 +153,11 @@ class TradePath(NamedTuple):
         cls, n: int, *, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
     ) -> TradePath:
         """An all-flat path for ``n`` envs (episode start / fold reset)."""
-        z = torch.zeros(n, device=device, dtype=dtype)
-        return cls(z, z, z, z, z, z, torch.zeros(n, device=device, dtype=torch.bool), z)
+
+        def z() -> Tensor:  # one tensor per field: a step may write the fields in place
+            return torch.zeros(n, device=device, dtype=dtype)
+
+        return cls(z(), z(), z(), z(), z(), z(), torch.zeros(n, device=device, dtype=torch.bool), z())
 
 
 def open_trade(path: TradePath, opened: Tensor, entry_pnl: Tensor, regime: Tensor) -> TradePath:

@@ -62,10 +62,17 @@ From the trailing per-step returns of the episode (step net PnL / equity) in a `
     k    = max(1, ceil((1 - cvar_confidence) * n))                (tail size)
     CVaR = -mean(k smallest returns)                              (expected tail loss, > 0 if losing)
     raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)               (1 when CVaR <= 0)
+
+The k smallest are found by ``k_max = ceil((1 - cvar_confidence) * W)`` rounds of "the next larger
+value and how many times it occurs" (two row reductions a round, ties counted), not by sorting the
+row: the rounds fuse into one pass over the buffer under ``torch.compile``, where a sort is a
+separate, costly kernel (a segmented sort of ``N x W`` values each step). Tails larger than
+:data:`MAX_SELECT_TAIL` (an unusual config) sort instead.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -75,6 +82,8 @@ from torch import Tensor
 from foxhunt.config.base import Frozen
 
 _TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts as that integer
+MAX_SELECT_TAIL = 16
+"""Largest CVaR tail (returns) found by repeated minima; a larger one sorts the row."""
 
 
 class SizingParams(Frozen):
@@ -177,12 +186,13 @@ def _as(x: Tensor | float, dtype: torch.dtype) -> Tensor | float:
 
 
 def _maximum(a: Tensor | float, b: Tensor | float) -> Tensor | float:
-    if isinstance(a, Tensor) or isinstance(b, Tensor):
-        return (
-            torch.maximum(torch.as_tensor(a), torch.as_tensor(b))
-            if not (isinstance(a, Tensor) and isinstance(b, Tensor))
-            else torch.maximum(a, b)
-        )
+    # A Python scalar stays a scalar (a clamp bound): no host-to-device copy.
+    if isinstance(a, Tensor) and isinstance(b, Tensor):
+        return torch.maximum(a, b)
+    if isinstance(a, Tensor):
+        return a.clamp(min=float(b))
+    if isinstance(b, Tensor):
+        return b.clamp(min=float(a))
     return max(a, b)
 
 
@@ -249,16 +259,44 @@ def kelly_cap_by_magnitude(kelly: Tensor, magnitude_fractions: Sequence[float]) 
 # --- CVaR --------------------------------------------------------------------------------------
 
 
-def push_return(ring_NW: Tensor, count_N: Tensor, value_N: Tensor) -> tuple[Tensor, Tensor]:
+def push_return(
+    ring_NW: Tensor, count_N: Tensor, value_N: Tensor, mask_N: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
     """Write ``value`` into slot ``count % W`` of each row of the ring buffer; returns ``(ring, count + 1)``.
 
     Pure (returns a new buffer). ``count`` (int64) is the number of returns written since the episode
-    began; rows to be left unchanged can pass their old value back in with ``torch.where`` afterwards.
+    began. Rows where ``mask`` is False are left unchanged (ring and count): the slot is rewritten
+    with its own value, so only one element per row changes (no pass over the whole buffer).
     """
     width = ring_NW.shape[-1]
     slot = (count_N % width).unsqueeze(-1)
-    ring = ring_NW.scatter(-1, slot, value_N.to(ring_NW.dtype).unsqueeze(-1))
-    return ring, count_N + 1
+    value = value_N.to(ring_NW.dtype).unsqueeze(-1)
+    if mask_N is not None:
+        value = torch.where(mask_N.unsqueeze(-1), value, ring_NW.gather(-1, slot))
+        return ring_NW.scatter(-1, slot, value), count_N + mask_N.to(count_N.dtype)
+    return ring_NW.scatter(-1, slot, value), count_N + 1
+
+
+def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
+    """Sum of the ``k`` smallest entries of each row (``k <= k_max``, float ``[N]``), ties counted.
+
+    ``k_max`` rounds, each taking the next larger distinct value ``v`` of the row and ``min(count of
+    v, k still to take)`` copies of it. Entries of ``+inf`` (padding) are never taken while ``k`` does
+    not exceed the finite entries.
+    """
+    dtype = values_NW.dtype
+    total = torch.zeros_like(values_NW[..., 0])
+    left = k_N.to(dtype)
+    below = torch.full_like(total, float("-inf"))  # every value taken so far is <= below
+    for _ in range(k_max):
+        above = torch.where(values_NW > below.unsqueeze(-1), values_NW, float("inf"))
+        v = above.amin(dim=-1)  # the next larger distinct value
+        count = (above == v.unsqueeze(-1)).sum(dim=-1).to(dtype)
+        take = torch.minimum(count, left).clamp(min=0.0)
+        total = total + torch.where(take > 0, take * v, 0.0)
+        left = left - take
+        below = v
+    return total
 
 
 def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Tensor:
@@ -278,10 +316,14 @@ def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Ten
     slot = torch.arange(width, device=returns_NW.device, dtype=dtype)  # [W]
     valid = slot < n.unsqueeze(-1)  # [N, W]
     padded = torch.where(valid, returns_NW, torch.full_like(returns_NW, float("inf")))
-    worst_first = padded.sort(dim=-1).values  # invalid slots (+inf) sort last
     k = torch.ceil((1.0 - params.cvar_confidence) * n - _TAIL_ROUNDING).clamp(min=1.0)  # [N]
-    in_tail = slot < k.unsqueeze(-1)  # [N, W]; k <= n, so every tail slot is valid
-    tail_sum = torch.where(in_tail, worst_first, torch.zeros_like(worst_first)).sum(dim=-1)
+    k_max = max(1, math.ceil((1.0 - params.cvar_confidence) * width - _TAIL_ROUNDING))  # k <= k_max
+    if k_max <= MAX_SELECT_TAIL:
+        tail_sum = smallest_sum(padded, k, k_max)
+    else:
+        worst_first = padded.sort(dim=-1).values  # invalid slots (+inf) sort last
+        in_tail = slot < k.unsqueeze(-1)  # [N, W]; k <= n, so every tail slot is valid
+        tail_sum = torch.where(in_tail, worst_first, torch.zeros_like(worst_first)).sum(dim=-1)
     cvar = -tail_sum / k
     tiny = torch.finfo(dtype).tiny
     raw = torch.where(cvar > 0, params.cvar_budget / cvar.clamp(min=tiny), torch.ones_like(cvar))
@@ -311,7 +353,9 @@ def effective_max_position(
     if ref is None:
         raise TypeError("effective_max_position needs at least one tensor factor (batched [N] input)")
     dtype = ref.dtype if ref.is_floating_point() else torch.get_default_dtype()
-    out = torch.as_tensor(max_position, dtype=dtype, device=ref.device)
-    for factor in factors[1:]:
-        out = out * torch.as_tensor(factor, dtype=dtype, device=ref.device)
-    return out
+    # Left to right; Python scalars stay scalars, so no host-to-device copy (which a CUDA-graph
+    # capture refuses).
+    out: Tensor | float = 1.0
+    for factor in factors:
+        out = out * (factor.to(dtype) if isinstance(factor, Tensor) else float(factor))
+    return out  # type: ignore[return-value]  # a tensor: one factor is
