@@ -1,0 +1,305 @@
+"""The agent (issue 6 §4): the acting policy's exploration coefficients, the evaluation argmax,
+n-step collection from a real ``TradingEnv`` into replay, and a short learning run on a rising market."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import Tensor
+
+from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig
+from foxhunt.agent.replay import NStep
+from foxhunt.env.actions import Direction
+from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.env.core import TradingEnv
+from foxhunt.env.rewards import BRANCHES
+from foxhunt.env.sizing import SizingParams
+from foxhunt.features.layout import STATE_LAYOUT
+from tests.env.test_core import market
+
+W = STATE_LAYOUT.width
+SMALL = {
+    "hidden": 16,
+    "trunk_layers": 1,
+    "experts": 4,
+    "expert_hidden": 4,
+    "head_hidden": 16,
+    "atoms": 11,
+    "quantile_embedding": 8,
+    "aux_hidden": 8,
+}
+LONG = int(Direction.LONG)
+OFF = {"epsilon": 0.0, "temperature": 0.0, "thompson": 0.0, "count_bonus": 0.0}
+BRANCH_SETS = [
+    pytest.param(BranchConfig(), id="4x3x3x3"),
+    pytest.param(BranchConfig(direction=3), id="3x3x3x3"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny networks on a shared 2-core host: intra-op threads only add overhead."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def make_agent(
+    branches: BranchConfig | None = None,
+    *,
+    seed: int = 0,
+    network: dict | None = None,
+    explore: dict | None = None,
+    learn: dict | None = None,
+    capacity: int = 64,
+) -> Agent:
+    cfg = AgentConfig(
+        network=NetworkConfig(**{**SMALL, **(network or {})}),
+        explore=ExploreConfig(**(explore or {})),
+        learn=LearnConfig(**(learn or {})),
+    )
+    return Agent(cfg, branches or BranchConfig(), seed=seed, replay_capacity=capacity)
+
+
+def states(n: int, seed: int = 1) -> Tensor:
+    return torch.randn(n, W, generator=torch.Generator().manual_seed(seed))
+
+
+def rising_market(rows: int, step: float = 1.0, seed: int = 0):
+    """Mid rising ``step`` points a row (50 $ per contract a row, spread 0.25), random features."""
+    mkt = market([100.0 + step * i for i in range(rows)])
+    mkt.features.normal_(generator=torch.Generator().manual_seed(seed))
+    return mkt
+
+
+def env_config(episode_rows: int, target_bars: int = 2) -> EnvConfig:
+    """Two contracts at most, conviction pinned at 1 (sizing never rounds a trade to 0), $1 fees."""
+    return EnvConfig(
+        branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
+        costs=CostConfig(
+            commission_per_contract=1.0,
+            exchange_fee_per_contract=0.0,
+            slippage_ticks_per_contract=0.0,
+            immediate_slippage_ticks=0.0,
+        ),
+        contract=ContractConfig(max_position=2, initial_capital=100_000.0),
+        plan=PlanConfig(target_bars=target_bars, profit_mult=1000.0, stop_mult=1000.0),
+        sizing=SizingParams(conviction_min=1.0, cvar_weight=0.0, kelly_weight=0.0),
+        episode_rows=episode_rows,
+    )
+
+
+# --- the acting policy ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("branches", BRANCH_SETS)
+def test_epsilon_one_reaches_every_value_of_every_branch(branches: BranchConfig) -> None:
+    agent = make_agent(branches, explore={"epsilon": 1.0})
+    actions = agent.policy(states(512), Mode.EXPLORE).actions
+    assert actions.shape == (512, len(BRANCHES)) and actions.dtype == torch.int64
+    for i, name in enumerate(BRANCHES):
+        n = int(getattr(branches, name))
+        assert set(actions[:, i].tolist()) == set(range(n)), name
+
+
+@pytest.mark.parametrize("branches", BRANCH_SETS)
+def test_explore_with_every_coefficient_zero_is_the_greedy_policy(branches: BranchConfig) -> None:
+    """epsilon, temperature, Thompson share and count bonus at 0 and no NoisyNet noise: the exploring
+    policy picks the evaluation policy's actions (Q-mean centering, on by default, changes no argmax)."""
+    agent = make_agent(branches, network={"noisy_sigma": 0.0}, explore=OFF)
+    s = states(256)
+    greedy = agent.policy(s, Mode.GREEDY).actions
+    for _ in range(2):  # the second call sees non-zero action counts
+        assert torch.equal(agent.policy(s, Mode.EXPLORE).actions, greedy)
+
+
+@pytest.mark.parametrize(
+    ("network", "explore"),
+    [
+        pytest.param({"noisy_sigma": 0.0}, {"epsilon": 0.2}, id="epsilon"),
+        pytest.param({"noisy_sigma": 0.0}, {"temperature": 1.0}, id="temperature"),
+        pytest.param({"noisy_sigma": 0.0}, {"thompson": 1.0}, id="thompson"),
+        pytest.param({"noisy_sigma": 0.0}, {"count_bonus": 10.0}, id="count_bonus"),
+        pytest.param({"noisy_sigma": 0.5}, {}, id="noisy_sigma"),
+    ],
+)
+def test_each_exploration_coefficient_alone_moves_the_policy_off_greedy(network: dict, explore: dict) -> None:
+    """The converse of the test above: each mechanism switched on by itself changes some action."""
+    agent = make_agent(network=network, explore={**OFF, **explore})
+    s = states(256)
+    greedy = agent.policy(s, Mode.GREEDY).actions
+    agent.policy(s, Mode.EXPLORE)  # fills the action counts the count bonus reads
+    assert not torch.equal(agent.policy(s, Mode.EXPLORE).actions, greedy)
+
+
+def test_q_centering_has_no_effect_on_the_chosen_actions() -> None:
+    """Removing each branch's mean Q shifts all its actions equally: greedy, Boltzmann, count-bonus,
+    Thompson and epsilon choices are the same with ``q_centering`` 0 and 1 (same seed, same draws)."""
+    explore = {"epsilon": 0.1, "temperature": 0.5, "thompson": 0.5, "count_bonus": 0.05}
+    runs = []
+    for centering in (0.0, 1.0):
+        agent = make_agent(seed=3, explore=explore, learn={"q_centering": centering})
+        acts = [agent.policy(states(256, seed=k), Mode.EXPLORE).actions for k in range(3)]
+        acts.append(agent.policy(states(256), Mode.GREEDY).actions)
+        runs.append(torch.stack(acts))
+    assert torch.equal(runs[0], runs[1])
+
+
+@torch.no_grad()
+def test_greedy_policy_is_deterministic_and_the_argmax_of_mean_c51_and_iqn() -> None:
+    """Mode.GREEDY with NoisyNet layers and non-trivial PopArt statistics (mu 0.3, sigma 5): repeated
+    calls, with exploring calls (fresh noise) between them, return the same actions, which are
+    argmax_a (E_C51 + sigma E_IQN + mu) / 2 computed from the noise-free network by hand."""
+    agent = make_agent(network={"noisy_sigma": 0.5})
+    popart = agent.learner.popart
+    popart.mu.fill_(0.3)
+    popart.nu.fill_(0.3**2 + 5.0**2)
+    agent.net.v_max.fill_(2.0)
+    s = states(256)
+    first = agent.policy(s, Mode.GREEDY)
+    agent.policy(s, Mode.EXPLORE)
+    second = agent.policy(s, Mode.GREEDY)
+    for field in ("actions", "direction_conviction", "magnitude_conviction", "q_variance", "aux"):
+        assert torch.equal(getattr(first, field), getattr(second, field)), field
+    assert agent.net.training  # the policy restores the mode it found
+
+    net = agent.net
+    net.eval()
+    out = net(s)
+    net.train()
+    z = 2.0 * torch.linspace(-1.0, 1.0, agent.cfg.network.atoms)
+    for i, b in enumerate(out.branches):
+        e_c51 = (torch.softmax(b.logits, dim=-1) * z).sum(-1)  # [N, A]
+        e_iqn = 5.0 * b.quantiles.mean(-1) + 0.3
+        want = ((e_c51 + e_iqn) / 2).argmax(1)
+        assert torch.equal(first.actions[:, i], want), BRANCHES[i]
+        if i == 0:  # the hand rule is informative: the heads alone and raw IQN would pick otherwise
+            assert not torch.equal(e_c51.argmax(1), want)
+            assert not torch.equal(((e_c51 + b.quantiles.mean(-1)) / 2).argmax(1), want)
+
+
+# --- collection ----------------------------------------------------------------------------------
+
+
+def _recording(env: TradingEnv) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+    """Wrap ``env.step`` to record (picked actions, acted actions, reward, next obs) of every step.
+
+    The acted action is the picked one with the realised direction (Hold under the plan lock) and
+    magnitude (Kelly cap) where the episode was live: what replay must learn from."""
+    log: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    step = env.step
+
+    def recorded(actions: Tensor, *args: Tensor):
+        nxt, res = step(actions, *args)
+        acted = actions.clone()
+        acted[:, 0] = torch.where(res.written, res.realised_direction, acted[:, 0])
+        acted[:, 1] = torch.where(res.written, res.realised_magnitude, acted[:, 1])
+        log.append((actions.clone(), acted, res.reward.clone(), nxt.clone()))
+        return nxt, res
+
+    env.step = recorded  # type: ignore[method-assign]
+    return log
+
+
+def test_collect_one_step_transitions_are_the_env_steps() -> None:
+    """n = 1: every env step of every episode is one replay row holding the state the action was
+    taken in, the action, the env's reward, gamma (0 on the episode's last step) and the next state,
+    whose aux slots carry the policy's predictions from that step (the one-step lag)."""
+    n_env, steps, gamma = 4, 5, 0.99
+    env = TradingEnv(rising_market(24), env_config(episode_rows=5))
+    obs0 = env.reset(torch.tensor([0, 3, 7, 11]))
+    log = _recording(env)
+    agent = make_agent(env.cfg.branches, explore={"epsilon": 1.0})
+    aux_log: list[Tensor] = []
+    policy = agent.policy
+
+    def recorded_policy(s: Tensor, mode: Mode):
+        out = policy(s, mode)
+        aux_log.append(out.aux.clone())
+        return out
+
+    agent.policy = recorded_policy  # type: ignore[method-assign]
+    obs, _ = agent.collect(env, obs0, NStep(n_env, 1, gamma), steps)
+
+    rows = n_env * steps
+    assert len(agent.replay) == rows and len(log) == steps
+    st = {k: v[:rows].view(steps, n_env, *v.shape[1:]) for k, v in agent.replay.storage.items()}
+    assert st["state"].shape == (steps, n_env, W) and st["next_state"].shape == (steps, n_env, W)
+    assert st["action"].shape == (steps, n_env, len(BRANCHES)) and st["aux"].shape == (steps, n_env, 3)
+    seen = [obs0] + [nxt for *_, nxt in log[:-1]]
+    rewards = torch.stack([r for _, _, r, _ in log]).float()
+    assert bool(rewards.ne(0).any())  # trades happen: the comparison below is not 0 == 0
+    assert any(not torch.equal(picked, acted) for picked, acted, _, _ in log)  # the plan lock acted
+    for t, (_, acted, _, nxt) in enumerate(log):
+        assert torch.equal(st["state"][t], seen[t])
+        assert torch.equal(st["action"][t], acted)
+        assert torch.equal(st["next_state"][t], nxt)
+        assert torch.equal(nxt[:, STATE_LAYOUT.group("aux").slice], aux_log[t])
+    assert torch.equal(st["reward"], rewards)
+    # Episodes of 5 rows last 4 steps: the fifth step is not written (priority 0, never sampled).
+    want_discount = torch.full((steps, n_env), gamma)
+    want_discount[3:] = 0.0
+    assert torch.equal(st["discount"], want_discount)
+    assert bool(st["aux"].isnan().all())  # this market has no auxiliary targets
+    leaves = agent.replay.tree.leaves[:rows].view(steps, n_env)
+    assert bool((leaves[:4] > 0).all()) and bool((leaves[4] == 0).all())
+    assert torch.equal(obs, log[-1][3])
+
+
+def test_collect_three_step_returns() -> None:
+    n_env, steps, gamma = 3, 6, 0.9
+    env = TradingEnv(rising_market(32), env_config(episode_rows=20))
+    obs0 = env.reset(torch.tensor([0, 4, 9]))
+    log = _recording(env)
+    agent = make_agent(env.cfg.branches, explore={"epsilon": 1.0})
+    agent.collect(env, obs0, NStep(n_env, 3, gamma), steps)
+    windows = steps - 2
+    assert len(agent.replay) == n_env * windows
+    r = torch.stack([x[2] for x in log]).float()  # [steps, N]
+    want = r[:-2] + gamma * r[1:-1] + gamma**2 * r[2:]
+    got = agent.replay.storage["reward"][: n_env * windows].view(windows, n_env)
+    torch.testing.assert_close(got, want)
+    disc = agent.replay.storage["discount"][: n_env * windows]
+    torch.testing.assert_close(disc, torch.full_like(disc, gamma**3))
+    nxt = agent.replay.storage["next_state"][: n_env * windows].view(windows, n_env, W)
+    assert torch.equal(nxt[0], log[2][3]) and torch.equal(nxt[-1], log[-1][3])
+
+
+# --- a known answer ------------------------------------------------------------------------------
+
+
+def test_short_learning_run_on_a_rising_market_prefers_long() -> None:
+    """Mid rises 1 point a row: Long earns $50 per contract a row against $7.25 of costs per contract
+    and side; Short loses, Hold and Flat earn nothing. Six epochs of collection (16 episodes x 12
+    steps, epsilon 0.5) and 25 updates each move the greedy direction on flat start states from
+    almost never Long to Long in most of them."""
+    rows, n_env, steps = 48, 16, 12
+    mkt, ecfg = rising_market(rows), env_config(episode_rows=steps)
+    agent = make_agent(
+        ecfg.branches,
+        seed=4,
+        explore={"epsilon": 0.5, "thompson": 0.0},
+        learn={"lr": 1e-3, "polyak": 0.05},
+        capacity=4096,
+    )
+    starts_gen = torch.Generator().manual_seed(4)
+
+    def long_share() -> float:
+        obs = TradingEnv(mkt, ecfg).reset(torch.arange(rows - 2))  # flat, no plan: a free choice
+        return float((agent.policy(obs, Mode.GREEDY).actions[:, 0] == LONG).float().mean())
+
+    assert long_share() < 0.25
+    for _ in range(6):
+        env = TradingEnv(mkt, ecfg)
+        obs = env.reset(torch.randint(0, rows - steps - 1, (n_env,), generator=starts_gen))
+        nstep = NStep(n_env, agent.cfg.learn.n_step, agent.cfg.learn.gamma)
+        agent.collect(env, obs, nstep, steps)
+        tail = nstep.flush()
+        if tail is not None:
+            agent.replay.add(tail)
+        agent.learn(25, 128)
+    assert long_share() >= 0.75
