@@ -150,7 +150,8 @@ class Agent:
         gap_ref = 2.0 * self.signals["q_gap"].clamp(min=1e-6)
         d_gap = _top2_gap(qs[_DIRECTION])
         m_gap = _top2_gap(qs[_MAGNITUDE]) if qs[_MAGNITUDE].shape[1] > 1 else torch.ones_like(d_gap) * gap_ref
-        p_dir = torch.softmax(out.branches[_DIRECTION].logits, -1)[torch.arange(states.shape[0]), acts[:, 0]]
+        rows = torch.arange(states.shape[0], device=states.device)
+        p_dir = torch.softmax(out.branches[_DIRECTION].logits, -1)[rows, acts[:, 0]]
         mean = (p_dir * z).sum(-1)
         var = (p_dir * (z - mean[:, None]).pow(2)).sum(-1)
         q_var = var / self.signals["q_abs"].clamp(min=1e-6).pow(2)
@@ -194,7 +195,12 @@ class Agent:
                 else torch.full((obs.shape[0], 3), float("nan"), device=obs.device)
             )
             done = env.state.done | ~res.written
-            out = nstep.push(obs, pol.actions, res.reward.float(), done, nxt, aux, valid=res.written)
+            # Replay learns from the action that acted: under the plan lock the picked direction was
+            # ignored (realised Hold) and the Kelly cap may have lowered the magnitude.
+            acted = pol.actions.clone()
+            acted[:, _DIRECTION] = torch.where(res.written, res.realised_direction, acted[:, _DIRECTION])
+            acted[:, _MAGNITUDE] = torch.where(res.written, res.realised_magnitude, acted[:, _MAGNITUDE])
+            out = nstep.push(obs, acted, res.reward.float(), done, nxt, aux, valid=res.written)
             if out is not None:
                 self.replay.add(out)
             r = res.reward.to(torch.float64)
