@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.agent import Agent, Mode, UpdateMode
 from foxhunt.agent.config import AgentConfig
 from foxhunt.agent.replay import NStep
 from foxhunt.backtest.evaluate import evaluate
@@ -111,7 +111,8 @@ def one_epoch(
         graph["g"].learn(args.updates, batch)
         stats = [graph["g"].stats]
     else:
-        stats = agent.learn(args.updates, batch)
+        stats = []
+        agent.learn(args.updates, batch, sink=stats.append)
     sync(device)
     t2 = time.perf_counter()
     rec = evaluate(market, val_cfg, val_lo, market.rows, lambda o, e: agent.policy(o, Mode.GREEDY))
@@ -240,6 +241,7 @@ def main() -> int:
     torch.manual_seed(0)
     market = market_with_aux(args.device)
     agent = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=args.capacity)
+    agent.update_mode = UpdateMode.EAGER  # --graph-learn replays the update through GraphedUpdate
     train_cfg = EnvConfig(episode_rows=args.steps + 1)
     val_cfg = EnvConfig(episode_rows=args.val_episode_rows)
     gen = torch.Generator(device=device).manual_seed(3)

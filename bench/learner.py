@@ -51,8 +51,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from foxhunt.agent.agent import Agent
+from foxhunt.agent.agent import Agent, UpdateMode
 from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.agent.graph import GraphedUpdate as PackageGraphedUpdate
 from foxhunt.agent.learner import Batch
 from foxhunt.config.loader import load_config
 from foxhunt.env.config import BranchConfig
@@ -349,31 +350,16 @@ def profile_update(agent: Agent, batch: int, n: int = 5) -> dict:
     }
 
 
-class GraphedUpdate:
-    """``Learner.update`` captured as one CUDA graph on a static batch.
-
-    Replay sampling, the priority update and the ``q_abs`` EMA stay eager around the replay, as in
-    ``Agent.learn``. The capture runs ``warmup`` eager updates on a side stream first (they change
-    the agent like any update). Adam's learning rate (a float) is baked in at capture: recapture
-    after ``Learner.set_epoch``. ``priority`` and ``stats`` are the graph's static outputs,
-    overwritten by every replay: clone what must outlive the next one.
-    """
+class GraphedUpdate(PackageGraphedUpdate):
+    """The package's graphed update (:mod:`foxhunt.agent.graph`) driven like ``Agent.learn``:
+    replay sampling, the priority update and the ``q_abs`` EMA stay eager around each replay."""
 
     def __init__(self, agent: Agent, batch: int, first: Batch | None = None, warmup: int = 3) -> None:
         self.agent = agent
         if first is None:
             data, _, w = agent.replay.sample(batch, agent.gen)
             first = Batch(weight=w, **data)
-        self.static = Batch(**{f: getattr(first, f).clone() for f in Batch.__dataclass_fields__})
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                agent.learner.update(self.static)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.priority, self.stats = agent.learner.update(self.static)
+        super().__init__(agent.learner, first, warmup)
         self.q_abs_key = q_key(BRANCHES[0], "spread")
 
     def load(self, batch: Batch) -> None:
@@ -381,14 +367,10 @@ class GraphedUpdate:
             getattr(self.static, f).copy_(getattr(batch, f))
 
     def learn(self, updates: int, batch_size: int) -> None:
-        """``Agent.learn`` with the update replayed."""
         agent = self.agent
         for _ in range(updates):
             data, idx, w = agent.replay.sample(batch_size, agent.gen)
-            for k, v in data.items():
-                getattr(self.static, k).copy_(v)
-            self.static.weight.copy_(w)
-            self.graph.replay()
+            self.update(Batch(weight=w, **data))
             agent.replay.update_priorities(idx, self.priority)
             agent.signals.ema("q_abs", self.stats[self.q_abs_key].abs() + 1e-3)
 
@@ -440,6 +422,7 @@ def check_graph(device: torch.device, batch: int, steps: int = 3) -> dict[str, f
     """
     cfg = AgentConfig(network=NetworkConfig(noisy_sigma=0.0))
     a = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=1 << 16)
+    a.update_mode = UpdateMode.EAGER
     b = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=16)
     fill_replay(a, device, torch.Generator(device=device).manual_seed(5))
     batches = []
@@ -536,6 +519,7 @@ def main() -> int:
 
     t_setup = time.perf_counter()
     agent = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=args.capacity)
+    agent.update_mode = UpdateMode.EAGER  # the eager rows; the graph rows use GraphedUpdate below
     gen = torch.Generator(device=device).manual_seed(1)
     fill_replay(agent, device, gen)
     sync(device)

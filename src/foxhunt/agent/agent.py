@@ -17,6 +17,7 @@ of the chosen direction's C51 distribution in units of the running ``|Q|`` refer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,6 +27,7 @@ from torch import Tensor
 
 from foxhunt.agent import explore as ex
 from foxhunt.agent.config import AgentConfig
+from foxhunt.agent.graph import GraphedUpdate
 from foxhunt.agent.learner import Batch, Learner
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
@@ -38,6 +40,14 @@ from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.diagnostics import q_key
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+
+
+class UpdateMode(StrEnum):
+    """How ``Agent.learn`` runs the learner update."""
+
+    AUTO = "auto"  # a replayed CUDA graph on CUDA, eager elsewhere
+    EAGER = "eager"  # always eager (benchmarks compare the two)
+    GRAPH = "graph"  # always the CUDA graph (CUDA only)
 
 
 class Mode(StrEnum):
@@ -102,6 +112,8 @@ class Agent:
         )
         self.taus = torch.tensor(cfg.network.quantiles, dtype=torch.float32, device=self.device)
         self.temperature_boost = 1.0  # plateau response multiplies the Boltzmann temperature
+        self.update_mode = UpdateMode.AUTO
+        self._graph: GraphedUpdate | None = None  # CUDA: the captured learner update
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -143,7 +155,8 @@ class Agent:
                     fallback_B=a,  # the share not sampled keeps its Boltzmann / count-bonus choice
                 )
             a = ex.epsilon_greedy(a, q.shape[1], e.epsilon, self.gen)
-            self.counts[i] += torch.bincount(a, minlength=q.shape[1]).to(self.counts[i].dtype)
+            # index_add_ rather than bincount: bincount syncs with the host to size its output.
+            self.counts[i].index_add_(0, a, torch.ones_like(a, dtype=self.counts[i].dtype))
             actions.append(a)
         acts = torch.stack(actions, dim=1)
 
@@ -214,17 +227,28 @@ class Agent:
         self.signals.ema("sharpe", sharpe.float())
         return obs, {"train_sharpe": sharpe, "reward_mean": mean}
 
-    def learn(self, updates: int, batch_size: int) -> list[dict[str, Tensor]]:
-        """``updates`` learner steps from replay; per-update statistics (device tensors)."""
-        out = []
+    def learn(
+        self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None
+    ) -> None:
+        """``updates`` learner steps from replay. ``sink`` receives each update's statistics (device
+        tensors, valid until the next update: on CUDA the update is a replayed graph,
+        :class:`~foxhunt.agent.graph.GraphedUpdate`)."""
         for _ in range(updates):
             data, idx, weight = self.replay.sample(batch_size, self.gen)
             batch = Batch(weight=weight, **data)
-            priority, stats = self.learner.update(batch)
+            graph = self.update_mode is UpdateMode.GRAPH or (
+                self.update_mode is UpdateMode.AUTO and self.device.type == "cuda"
+            )
+            if graph:
+                if self._graph is None or self._graph.batch_size != batch_size:
+                    self._graph = GraphedUpdate(self.learner, batch)
+                priority, stats = self._graph.update(batch)
+            else:
+                priority, stats = self.learner.update(batch)
             self.replay.update_priorities(idx, priority)
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
-            out.append(stats)
-        return out
+            if sink is not None:
+                sink(stats)
 
     def reset(self) -> None:
         """Fold boundary: replay, counts and signals back to their cold start."""

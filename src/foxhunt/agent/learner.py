@@ -92,9 +92,11 @@ class Learner:
         self.taus = torch.tensor(cfg.network.quantiles, dtype=torch.float32, device=self.device)
         self.q_params = list(net.q_parameters())
         self.aux_params = list(net.aux_parameters())
-        self.opt = torch.optim.Adam(
-            net.parameters(), lr=cfg.learn.lr, capturable=self.device.type == "cuda", eps=1e-6
-        )
+        cuda = self.device.type == "cuda"
+        # On CUDA the update is replayed as a graph: capturable Adam with the learning rate as a
+        # device tensor, so the schedule can change it between replays without a recapture.
+        lr = torch.tensor(cfg.learn.lr, device=self.device) if cuda else cfg.learn.lr
+        self.opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, eps=1e-6)
         self.epoch = 0
 
     # --- schedule ------------------------------------------------------------------------
@@ -109,7 +111,10 @@ class Learner:
         self.epoch = epoch
         lr = cosine_lr(epoch, learn.lr, learn.lr_min_share, learn.restart_epochs)
         for g in self.opt.param_groups:
-            g["lr"] = lr
+            if isinstance(g["lr"], Tensor):
+                g["lr"].fill_(lr)
+            else:
+                g["lr"] = lr
         return lr
 
     # --- the update ----------------------------------------------------------------------
