@@ -130,14 +130,14 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() * 8 / float(np.median(times[2:]))
 
 
-def make_stepper(env: TradingEnv, mode: str, device: str):
+def make_stepper(env: TradingEnv, mode: str, device: str, dynamic: bool = False):
     """``(step(actions) -> obs-or-None, setup seconds)`` for one mode."""
     from foxhunt.env.graph import GraphedStep, compiled_advance, own_storage
 
     if mode == "eager":
         return (lambda a: env.step(a)[0]), 0.0
     if device == "cuda":
-        g = GraphedStep(env, compile=mode == "compiled", observe=True)
+        g = GraphedStep(env, compile=mode == "compiled", observe=True, dynamic_batch=dynamic)
         return (lambda a: (g.step(a), g.obs)[1]), g.compile_seconds
     if mode == "graph":
         raise SystemExit("mode 'graph' needs --device cuda")
@@ -148,6 +148,37 @@ def make_stepper(env: TradingEnv, mode: str, device: str):
     t0 = time.perf_counter()
     fn(env, env.state, hold, True)  # compiles
     return (lambda a: fn(env, env.state, a, True)[1]), time.perf_counter() - t0
+
+
+def profile_compiled(market: MarketTensors, cfg: EnvConfig, n: int) -> list[dict[str, object]]:
+    """The compiled step's kernels (no CUDA graph, so each shows), by device time over 5 steps."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from foxhunt.env.graph import compiled_advance, own_storage
+
+    env = TradingEnv(market, cfg)
+    env.reset(torch.randint(0, ROWS - cfg.episode_rows - 1, (n,), device="cuda"))
+    own_storage(env)
+    fn = compiled_advance()
+    a = (torch.rand(n, 4, device="cuda") * torch.tensor((4, 3, 3, 3), device="cuda")).long()
+    for _ in range(2):
+        fn(env, env.state, a, True)
+    sync("cuda")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
+            fn(env, env.state, a, True)
+        sync("cuda")
+    rows = [
+        {"kernel": e.key[:90], "calls": e.count, "us_per_step": e.device_time_total / 5}
+        for e in prof.key_averages()
+        if e.device_time_total > 0
+    ]
+    rows.sort(key=lambda r: -float(r["us_per_step"]))  # type: ignore[arg-type]
+    total = sum(float(r["us_per_step"]) for r in rows)  # type: ignore[misc]
+    print(f"\ncompiled step at {n:,} envs, no graph: {total:.0f} us of kernels per step")
+    for r in rows[:12]:
+        print(f"{r['us_per_step']:>9.1f} us  x{r['calls']:<3} {r['kernel']}")
+    return rows
 
 
 def sync(device: str) -> None:
@@ -163,6 +194,8 @@ def main() -> int:
     ap.add_argument("--modes", default=None, help="eager,graph,compiled (default: all the device has)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="prices and money")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "env.json")
+    ap.add_argument("--profile", action="store_true", help="CUDA: the compiled step's top kernels")
+    ap.add_argument("--dynamic", action="store_true", help="compile once for every N (dynamic batch size)")
     args = ap.parse_args()
     cuda = args.device == "cuda"
     envs = args.envs or ("16384,262144,1048576" if cuda else "16384,65536")
@@ -189,7 +222,7 @@ def main() -> int:
             env = TradingEnv(market, cfg)
             env.reset(starts)
             kernels = metrics.generated_kernel_count
-            step, setup = make_stepper(env, mode, args.device)
+            step, setup = make_stepper(env, mode, args.device, args.dynamic)
             for k in range(3):
                 obs = step(pool[k % len(pool)])
             sync(args.device)
@@ -210,6 +243,9 @@ def main() -> int:
             del env, step, obs
             if cuda:
                 torch.cuda.empty_cache()
+    if args.profile and cuda:
+        report["profile"] = profile_compiled(market, cfg, max(counts))
+        args.out.write_text(json.dumps(report, indent=2))
     head = f"{'envs':>9} {'mode':>9} {'env-steps/s':>12} {'setup s':>8} {'numpy 1 core':>13} {'ratio':>8}"
     print(f"\n{head} {'floor':>10}")
     for r in report["rows"]:

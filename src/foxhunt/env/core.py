@@ -109,6 +109,7 @@ class Portfolio:
     regime_steps: Tensor  # int64 changes folded into regime_ema
     returns_ring: Tensor  # [N, W] per-step net return ring buffer (CVaR sizing)
     returns_count: Tensor  # int64 returns pushed
+    cvar: Tensor  # CVaR factor of returns_ring (sizing.cvar_scale), computed when a return is pushed
 
 
 @dataclass
@@ -198,6 +199,7 @@ class TradingEnv:
             regime_steps=zi.clone(),
             returns_ring=torch.zeros(n, self.cfg.sizing.cvar_window, dtype=self.dtype, device=self.device),
             returns_count=zi.clone(),
+            cvar=z + 1.0,  # no returns yet: factor 1
         )
         self.aux = torch.zeros(n, STATE_LAYOUT.group("aux").width, dtype=torch.float32, device=self.device)
         return self.observe()
@@ -325,7 +327,7 @@ class TradingEnv:
         magnitude_eff = torch.minimum(magnitude, self._kelly_cap(self._kelly(s, d_conv, m_conv)))
         eff_max = effective_max_position(  # Kelly applied once: through the magnitude cap above
             c.max_position,
-            cvar_scale(s.returns_ring, s.returns_count, cfg.sizing),
+            s.cvar,  # cvar_scale of the ring as the last step left it
             conv,
             1.0,
             variance_scale(q_var, conv),
@@ -460,6 +462,11 @@ class TradingEnv:
         path = open_trade(path, new_trade, torch.where(pos0 == 0, net, torch.zeros_like(net)), regime)
         step_return = net / torch.clamp(s.equity, min=1.0)
         ring, count = push_return(s.returns_ring, s.returns_count, step_return, live)
+        # The next step's CVaR factor, computed here from the updated ring: the row reduction then
+        # feeds only this field. (Computed at the start of the step under torch.compile, Inductor
+        # fused the whole decide stage into the reduction kernel, where it ran once per lane of a
+        # row: about 10x slower than the rest of the step together.)
+        cvar = cvar_scale(ring, count, cfg.sizing)
         result = StepResult(
             gross=torch.where(live, gross, 0.0),
             costs=torch.where(live, costs, 0.0),
@@ -521,6 +528,7 @@ class TradingEnv:
             regime_steps=s.regime_steps + live.to(torch.int64),
             returns_ring=ring,
             returns_count=count,
+            cvar=cvar,
         )
         return new, result
 

@@ -1,8 +1,12 @@
 """The step replayed as one CUDA graph, optionally fused by ``torch.compile`` (Inductor) first.
 
-Eager PyTorch launches hundreds of small kernels per step, so at 16 k envs the step is launch-bound
-(bench/env.py on an H200: 1.3e6 env-steps/s eager at 16 k envs against 4.2e7 at 1 M). A CUDA graph
-records the launches once and replays them with one call. The environment's transition is pure
+Eager PyTorch launches hundreds of small kernels per step, so at 16 k envs the step is launch-bound.
+A CUDA graph records the launches once and replays them with one call. bench/env.py on an H200,
+float64, full step with state assembly (env-steps/s)::
+
+    envs     eager    graph    compiled + graph
+    16 k     1.8e6    8.9e6    1.1e8
+    1 M      4.8e7    5.6e7    2.5e8 The environment's transition is pure
 (:meth:`TradingEnv._transition`) and has no host round trip, so it can be captured as is:
 :func:`advance` computes the next portfolio and writes it back into the state's tensors in place
 (the graph's static buffers), and each step only writes the actions into their static buffer and
@@ -30,8 +34,9 @@ COMPILE_OPTIONS: dict[str, object] = {
     # Store a value that several consumers read instead of re-inlining its expression into each. The
     # transition is a long chain of `where`s feeding ~60 outputs; with the default (inline unless
     # read more than 4 times) every output's loop body carried most of the chain again, and
-    # Inductor's codegen took 40-120 s on a 2-core CPU (over 480 s on the H200 box); with 1, about
-    # 5-10 s. The stored intermediates stay inside the fused kernels (no extra memory traffic).
+    # Inductor's codegen took 40-120 s on a 2-core CPU (over 480 s on the H200 box); with 1, the
+    # whole step compiles in ~23 s on that CPU (101 s without) and 25-31 s on the H200 box, and a
+    # cache hit takes ~4 s. The stored intermediates stay inside the fused kernels.
     "realize_reads_threshold": 1,
     # One block size per pointwise kernel instead of compiling and timing two: the step is
     # memory-bound and the block size barely matters.
@@ -84,10 +89,18 @@ class GraphedStep:
     next state when ``observe``) are static buffers overwritten by the next replay (copy them out if
     you keep them). ``compile``: fuse the step with Inductor first (module docstring); the first
     construction for a shape compiles, ``compile_seconds`` says how long warm-up and capture took.
+    ``dynamic_batch``: compile for any number of episodes (one compile serves every N) instead of
+    this N (torch.compile's default: static first, dynamic from the first N that differs).
     """
 
     def __init__(
-        self, env: TradingEnv, warmup: int = 3, *, compile: bool = False, observe: bool = False
+        self,
+        env: TradingEnv,
+        warmup: int = 3,
+        *,
+        compile: bool = False,
+        observe: bool = False,
+        dynamic_batch: bool = False,
     ) -> None:
         if env.device.type != "cuda":
             raise ValueError("CUDA graphs need the environment on a CUDA device")
@@ -100,6 +113,9 @@ class GraphedStep:
         self.fn = compiled_advance() if compile else advance
         self.actions = torch.zeros(n, 4, dtype=torch.int64, device=env.device)
         self.actions[:, 0] = 1  # Hold while warming up
+        if dynamic_batch:
+            for t in (*(t for t, _ in _pairs(state, state)), env.aux, self.actions):
+                torch._dynamo.maybe_mark_dynamic(t, 0)
         snapshot = [t.clone() for t, _ in _pairs(state, state)]
         t0 = time.perf_counter()
         side = torch.cuda.Stream()

@@ -269,12 +269,15 @@ def push_return(
     with its own value, so only one element per row changes (no pass over the whole buffer).
     """
     width = ring_NW.shape[-1]
-    slot = (count_N % width).unsqueeze(-1)
-    value = value_N.to(ring_NW.dtype).unsqueeze(-1)
+    rows = torch.arange(ring_NW.shape[0], device=ring_NW.device)
+    slot = count_N % width
+    value = value_N.to(ring_NW.dtype)
     if mask_N is not None:
-        value = torch.where(mask_N.unsqueeze(-1), value, ring_NW.gather(-1, slot))
-        return ring_NW.scatter(-1, slot, value), count_N + mask_N.to(count_N.dtype)
-    return ring_NW.scatter(-1, slot, value), count_N + 1
+        value = torch.where(mask_N, value, ring_NW[rows, slot])
+    # index_put (not scatter): Inductor rewrites it in place when the step writes the ring back,
+    # instead of copying the whole [N, W] buffer twice.
+    ring = ring_NW.index_put((rows, slot), value)
+    return ring, count_N + (1 if mask_N is None else mask_N.to(count_N.dtype))
 
 
 def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
