@@ -11,8 +11,9 @@ fold's validation. An epoch:
 3. **Validate.** The greedy policy over every validation window of the fold (the backtester).
 4. **Check and keep.** Diagnostics are read back once; the anomaly guard stops the run on NaN/Inf,
    an exploding loss or an implausible validation result; the plateau detector responds to a
-   frozen learner; checkpoints: last, a ring of recent ones, and the best validation Sharpe
-   (never an anomalous one).
+   frozen learner (not after the fold's last epoch); checkpoints: last, a ring of recent ones, and
+   the best validation Sharpe (never an anomalous one; saved before a plateau response moves the
+   weights it was validated with).
 
 The reported validation metrics of a fold are those of its **last** epoch, not of its best one:
 picking the epoch by its validation score and then reporting that score would select on the
@@ -26,6 +27,7 @@ uninterrupted one exactly.
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,7 +57,14 @@ from foxhunt.train.checkpoint import (
     load_checkpoint,
     restore_rng,
 )
-from foxhunt.train.diagnostics import DiagnosticsWriter, EpochStats, console_line, q_key
+from foxhunt.train.diagnostics import (
+    HISTORY_FILE,
+    TENSORBOARD_DIR,
+    DiagnosticsWriter,
+    EpochStats,
+    console_line,
+    q_key,
+)
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
@@ -118,7 +127,9 @@ def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any
         initial_capital=cfg.env.contract.initial_capital,
         **branch_sizes(cfg.env.branches),
     )
-    reasons = implausibility(m)
+    # The run's own ceiling (train.anomaly.max_sharpe_annual), which the guard would otherwise never
+    # see: these metrics carry the flag, and the guard trusts a flag that is present.
+    reasons = implausibility(m, max_sharpe_annual=cfg.train.anomaly.max_sharpe_annual)
     out = {k: m[k] for k in METRIC_KEYS}
     out["implausible"] = reasons
     out["all"] = m
@@ -233,6 +244,7 @@ class FoldTrainer:
             t.plateau, self.agent.learner.opt, heads, generator=self.agent.gen, rewind=self.rewind
         )
         self.responses: list[str] = []
+        self.lr_scale = 1.0  # the plateau ladder's LR bumps, on top of the learner's schedule
         self.epoch = 0
         self.best_epoch = -1
 
@@ -299,6 +311,11 @@ class FoldTrainer:
             "responses": self.responses,
             "best_epoch": self.best_epoch,
             "temperature_boost": self.agent.temperature_boost,
+            "lr_scale": self.lr_scale,
+            # The guard's loss history and the plateau detector's window and rung (guard.py and
+            # plateau.py keep no state_dict of their own): a resumed run responds at the same epochs.
+            "guard": {"losses": list(self.guard._losses), "exploding": self.guard._exploding},
+            "plateau": {"window": list(self.plateau._window), "rung": self.responder._rung},
         }
 
     def resume_from(self, path: Path) -> None:
@@ -315,13 +332,23 @@ class FoldTrainer:
         self.responses = list(meta["responses"])
         self.best_epoch = int(meta["best_epoch"])
         self.agent.temperature_boost = float(meta["temperature_boost"])
+        self.lr_scale = float(meta.get("lr_scale", 1.0))
+        if "guard" in meta:
+            self.guard._losses.extend(float(x) for x in meta["guard"]["losses"])
+            self.guard._exploding = int(meta["guard"]["exploding"])
+        if "plateau" in meta:
+            self.plateau._window.extend(dict(w) for w in meta["plateau"]["window"])
+            self.responder._rung = int(meta["plateau"]["rung"])
 
     # --- one epoch --------------------------------------------------------------------------
 
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
-        lr = agent.learner.set_epoch(self.epoch)
+        lr = agent.learner.set_epoch(self.epoch) * self.lr_scale
+        if self.lr_scale != 1.0:  # set_epoch resets the lr to the schedule: a plateau LR bump lasts
+            for g in agent.learner.opt.param_groups:
+                g["lr"] = lr
         stats = EpochStats(self.device)
         n, steps = self.sizes.envs, t.steps_per_epoch
         span = self.train_hi - self.train_lo - steps - 1
@@ -336,9 +363,11 @@ class FoldTrainer:
             agent.replay.add(tail)
         t1 = time.perf_counter()
         batch = min(self.sizes.batch, len(agent.replay))
-        for s in agent.learn(self.cfg.agent.learn.updates_per_epoch, batch):
-            for k, v in s.items():
-                stats.add(k, v)
+        agent.learn(
+            self.cfg.agent.learn.updates_per_epoch,
+            batch,
+            sink=lambda st: [stats.add(k, v) for k, v in st.items()],
+        )
         stats.add("sharpe/train", collect_stats["train_sharpe"])
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
         stats.add("experts/utilisation", agent.signals["expert_utilisation"])
@@ -385,6 +414,11 @@ def train(
     """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    if not resume:  # a fresh run: nothing of an earlier run in this folder is judged or resumed as its own
+        for old in (out / "checkpoints", out / TENSORBOARD_DIR):
+            shutil.rmtree(old, ignore_errors=True)
+        for old in (out / HISTORY_FILE, out / "folds.json"):
+            old.unlink(missing_ok=True)
     device = resolve_device(cfg)
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
@@ -437,24 +471,33 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
         while tr.epoch < cfg.train.epochs:
             ep = tr.run_epoch()
             row, val = ep["row"], ep["val"]
-            verdict: GuardResult = tr.guard.check(row, {k2: v for k2, v in val.items() if k2 != "all"})
-            if tr.plateau.update(row):
-                action = tr.responder.respond()
-                if action.response is Response.TEMPERATURE_BOOST:
-                    tr.agent.temperature_boost *= action.temperature_multiplier
-                tr.responses.append(f"epoch {tr.epoch}: {action.response.value} ({action.detail})")
-                writer.event(tr.epoch, "plateau", f"{action.response.value}: {action.detail}")
+            metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
+            # The guard reads the reasons from implausible_reasons (here "implausible" is the list).
+            verdict: GuardResult = tr.guard.check(row, {**metrics, "implausible_reasons": val["implausible"]})
             tr.history.append(_report_row(tr.epoch, row))
             writer.write(tr.epoch, row)
             if tr.epoch % cfg.train.log_every == 0 or not verdict.ok:
                 tr.log(console_line(k, tr.epoch, row))
-            metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
-            contents = tr.contents(metrics)
-            store.save_last(k, tr.epoch, contents)
-            store.save_ring(k, tr.epoch, contents)
-            if store.save_best(k, tr.epoch, contents, metric=float(val["sharpe_annual"]), verdict=verdict):
+            # Best before any plateau response: it holds the weights whose validation it is marked by.
+            best = store.save_best(
+                k, tr.epoch, tr.contents(metrics), metric=float(val["sharpe_annual"]), verdict=verdict
+            )
+            # No response after the fold's last epoch: no training follows, and the last checkpoint
+            # keeps the weights whose validation the fold reports.
+            if tr.plateau.update(row) and tr.epoch + 1 < cfg.train.epochs:
+                action = tr.responder.respond()
+                if action.response is Response.TEMPERATURE_BOOST:
+                    tr.agent.temperature_boost *= action.temperature_multiplier
+                elif action.response is Response.LR_BUMP:
+                    tr.lr_scale *= cfg.train.plateau.lr_bump
+                tr.responses.append(f"epoch {tr.epoch}: {action.response.value} ({action.detail})")
+                writer.event(tr.epoch, "plateau", f"{action.response.value}: {action.detail}")
+            if best is not None:
                 tr.best_epoch = tr.epoch
                 tr.responder.note_progress()
+            contents = tr.contents(metrics)  # after the response: the resume point continues from here
+            store.save_last(k, tr.epoch, contents)
+            store.save_ring(k, tr.epoch, contents)
             if not verdict.ok:
                 anomaly = verdict.diagnosis
                 writer.event(tr.epoch, "anomaly", verdict.diagnosis)
@@ -508,10 +551,14 @@ class CheckpointPolicy:
 
     def policy(self, device: torch.device | str):
         agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, seed=0, replay_capacity=16)
-        load_checkpoint(
+        _, tensors = load_checkpoint(
             self.path,
             modules={"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart},
             branches=self.cfg.env.branches,
             map_location=device,
+        )
+        # The greedy policy's sizing inputs (conviction, Q variance) are scaled by the acting signals.
+        agent.signals.load_state_dict(
+            {k[len("signals.") :]: v for k, v in tensors.items() if k.startswith("signals.")}
         )
         return lambda obs, env: agent.policy(obs, Mode.GREEDY)

@@ -1,0 +1,178 @@
+"""The main job, ``foxhunt run``: end to end on a tiny synthetic market (report and metrics of every
+fold), and, marked slow, the smoke-trained agent's known answers on the synthetic market with and
+without planted alpha (issue 7 §2-§3)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from foxhunt.alpha.check import bootstrap_block
+from foxhunt.backtest.evaluate import evaluate
+from foxhunt.cli import app
+from foxhunt.config.loader import load_config
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.env.market import market_tensors
+from foxhunt.features.cache import get_or_build
+from foxhunt.job import run_job
+from foxhunt.report.html import money
+from foxhunt.train.run import CheckpointPolicy
+from foxhunt.validation.dataset import make_folds
+from tests.report.test_html import HEADINGS, parse
+from tests.train.test_run import TINY
+
+runner = CliRunner()
+
+# The alpha check at a tenth of its work: the job test is about the chain, not the models' fit.
+QUICK_ALPHA = (
+    "alpha.n_boot=100",
+    "alpha.permutation_repeats=1",
+    "alpha.mlp.max_epochs=2",
+    "alpha.mlp.threads=1",
+    "alpha.gbm.n_estimators=20",
+    "alpha.gbm.num_threads=1",
+)
+FOLD_KEYS = ("net_pnl", "sharpe_annual", "max_drawdown", "trades")
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
+    tmp_path: Path, one_thread: None
+) -> None:
+    sets = [a for s in (*TINY, *QUICK_ALPHA) for a in ("--set", s)]
+    result = runner.invoke(app, ["run", "--profile", "smoke", "--out", str(tmp_path), "-q", *sets])
+    assert result.exit_code == 0, result.output
+    assert "beats flat in" in result.output
+
+    body = json.loads((tmp_path / "metrics.json").read_text())
+    folds = body["folds"]
+    assert [f["fold"] for f in folds] == [0, 1]  # folds.n_folds=2: every fold
+    for f in folds:
+        for policy in (f, f["baselines"]["flat"], f["baselines"]["long"]):
+            assert all(math.isfinite(policy[k]) for k in FOLD_KEYS), policy
+        # Known answers of the baselines: flat never trades, long holds a position.
+        flat, long = f["baselines"]["flat"], f["baselines"]["long"]
+        assert (flat["net_pnl"], flat["trades"], flat["max_drawdown"]) == (0.0, 0, 0.0)
+        assert long["active_frac"] > 0.9 and long["net_pnl"] != 0.0
+        assert len(f["history"]) == 2 and f["val_rows"] > 0
+    assert body["data"]["sessions"] == 2 and body["data"]["source"].startswith("synthetic")
+    assert body["run"]["profile"] == "smoke" and body["run"]["device"] == "cpu"
+    assert body["leaks"]["passed"] and body["alpha"]["rows"]
+    assert body["summary"]["beats_flat_folds"] == sum(f["net_pnl"] > 0.0 for f in folds)
+
+    page = parse(tmp_path / "report.html")  # strict: every tag closed in order
+    assert set(HEADINGS) <= set(page.headings)
+    assert page.srcs and all(s.startswith("data:image/png;base64,") for s in page.srcs)  # self-contained
+    # The metrics section shows each fold's agent net PnL from metrics.json.
+    rows = [cells for section, _, cells in page.rows if section == "metrics"]
+    for f in folds:
+        assert any(cells[0] == str(f["fold"]) and money(f["net_pnl"]) in cells for cells in rows), f["fold"]
+
+
+# --- known answers of the smoke profile (slow: two full smoke runs, minutes each on 2 cores) ---------
+
+
+def _validation_returns(
+    run_dir: Path, fold: dict[str, Any], cfg: FoxhuntConfig
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The fold's reported policy (its last checkpoint) over its validation period again: per-bar
+    returns ``net_t / equity_before_t`` and positions in time order (the windows are consecutive),
+    and bars per year. Checks the replay against the reported Sharpe."""
+    ckpt = CheckpointPolicy(
+        run_dir / "train" / "checkpoints" / f"fold{fold['fold']}" / "last.safetensors", cfg
+    )
+    cfg = ckpt.cfg  # the checkpoint's own (the same resolved smoke config)
+    cache = get_or_build(sorted((run_dir / "market").glob("*.dbn.zst")), cfg, run_dir / "cache")
+    fd = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))[ckpt.fold]
+    market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device="cpu")
+    lo, hi = fd.fold.validation_start, fd.fold.validation_end
+    if cfg.train.validation_rows > 0:
+        hi = min(hi, lo + cfg.train.validation_rows)
+    rec = evaluate(market, cfg.env, lo, hi, ckpt.policy("cpu"))
+    w = rec.written
+    net = (rec.gross_pnl - rec.costs)[w].double().numpy()
+    equity_after = rec.equity[w].double().numpy()
+    ret = net / (equity_after - net)
+    position = rec.position[w].double().numpy()
+    sharpe = ret.mean() / ret.std() * math.sqrt(fold["bars_per_year"]) if ret.std() > 0 else 0.0
+    assert sharpe == pytest.approx(fold["sharpe_annual"], rel=1e-6, abs=1e-9)
+    return ret, position, float(fold["bars_per_year"])
+
+
+def _sharpe_interval(
+    ret: np.ndarray, position: np.ndarray, bpy: float, cfg: FoxhuntConfig
+) -> tuple[float, float, int]:
+    """95% moving-block bootstrap interval of the annualised Sharpe of ``ret``. Blocks as the alpha
+    check chooses them: at least a plan's horizon and the decorrelation lag of the position held."""
+    n = len(ret)
+    block = bootstrap_block(n, cfg.env.plan.target_bars, cfg.alpha.min_block, cfg.alpha.max_blocks, position)
+    rng = np.random.default_rng(cfg.run.seed)
+    n_blocks = -(-n // block)
+    starts = rng.integers(0, n - block + 1, size=(cfg.alpha.n_boot, n_blocks))
+    idx = (starts[:, :, None] + np.arange(block)).reshape(cfg.alpha.n_boot, -1)[:, :n]
+    reps = ret[idx]
+    sd = reps.std(axis=1)
+    sharpe = np.where(sd > 0, reps.mean(axis=1) / np.where(sd > 0, sd, 1.0), 0.0) * math.sqrt(bpy)
+    lo, hi = np.percentile(sharpe, [2.5, 97.5])
+    return float(lo), float(hi), block
+
+
+def _smoke(out: Path, *overrides: str) -> dict[str, Any]:
+    cfg = load_config(profile="smoke", overrides=list(overrides))
+    summary = run_job(cfg, out, log=lambda _m: None, profile="smoke")
+    for f in summary["folds"]:
+        print(
+            f"fold {f['fold']}: net {f['net_pnl']:.2f} (flat {f['baselines']['flat']['net_pnl']:.2f}, "
+            f"long {f['baselines']['long']['net_pnl']:.2f}), Sharpe {f['sharpe_annual']:.3f}, "
+            f"{f['trades']} trades, active {f['active_frac']:.3f}"
+        )
+    return summary
+
+
+@pytest.mark.slow
+def test_smoke_agent_beats_flat_on_the_planted_alpha(tmp_path: Path, one_thread: None) -> None:
+    folds = _smoke(tmp_path)["folds"]
+    net = sum(f["net_pnl"] for f in folds)
+    flat = sum(f["baselines"]["flat"]["net_pnl"] for f in folds)
+    print(f"planted alpha: validation net PnL {net:.2f} over {len(folds)} folds, flat {flat:.2f}")
+    assert net > flat
+
+
+@pytest.mark.slow
+def test_smoke_agent_shows_no_edge_without_alpha(tmp_path: Path, one_thread: None) -> None:
+    """On the market without planted alpha no fold's net Sharpe (nor the folds' pooled one) is above
+    zero by more than its 95% confidence interval allows."""
+    cfg = load_config(profile="smoke", overrides=["synth.alpha=0"])
+    folds = _smoke(tmp_path, "synth.alpha=0")["folds"]
+    pooled_ret, pooled_pos, found = [], [], []
+    for f in folds:
+        ret, pos, bpy = _validation_returns(tmp_path, f, cfg)
+        lo, hi, block = _sharpe_interval(ret, pos, bpy, cfg)
+        print(
+            f"no alpha, fold {f['fold']}: net Sharpe {f['sharpe_annual']:.3f}, 95% CI [{lo:.3f}, {hi:.3f}] "
+            f"({len(ret)} bars, blocks of {block})"
+        )
+        found.append((f["fold"], lo))
+        pooled_ret.append(ret)
+        pooled_pos.append(pos)
+    ret, pos = np.concatenate(pooled_ret), np.concatenate(pooled_pos)
+    lo, hi, block = _sharpe_interval(ret, pos, bpy, cfg)
+    sharpe = ret.mean() / ret.std() * math.sqrt(bpy) if ret.std() > 0 else 0.0
+    print(f"no alpha, pooled: net Sharpe {sharpe:.3f}, 95% CI [{lo:.3f}, {hi:.3f}] ({len(ret)} bars)")
+    found.append(("pooled", lo))
+    assert [(k, lo) for k, lo in found if lo > 0] == []

@@ -1,0 +1,430 @@
+"""The walk-forward training run on a tiny synthetic market: resume, determinism, fold independence,
+a fresh run in an old run's folder, the anomaly guard against the oracle, the plateau ladder on a
+frozen learner, and checkpoints that backtest like their own validation and refuse a network of
+another width (issue 7 §3).
+
+Every run here is a few seconds on one CPU thread: two folds x two epochs of 16 episodes x 16 steps
+and four learner updates of a network a few units wide. Comparisons between runs are exact (same
+seed on CPU: the same numbers), wall-clock timings aside.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+import foxhunt.train.run as run_mod
+from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.learner import cosine_lr
+from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
+from foxhunt.cli import app
+from foxhunt.config.loader import load_config
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.synth import write_synthetic
+from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.train.checkpoint import (
+    CheckpointMismatchError,
+    CheckpointStore,
+    load_checkpoint,
+    read_checkpoint_meta,
+)
+from foxhunt.train.guard import AnomalyError
+from foxhunt.train.run import CheckpointPolicy, Interrupted, train
+
+TINY = (
+    "synth.sessions=2",
+    "synth.events_per_session=40000",
+    "folds.n_folds=2",
+    "env.episode_rows=32",  # validation steps 31 rows at a time: the backtest is a sequential loop
+    "train.epochs=2",
+    "train.envs=16",
+    "train.steps_per_epoch=16",
+    "agent.learn.updates_per_epoch=4",
+    "agent.learn.batch=64",
+    "agent.replay.capacity=1024",
+    "agent.network.hidden=16",
+    "agent.network.trunk_layers=1",
+    "agent.network.selection_hidden=4",
+    "agent.network.experts=4",
+    "agent.network.expert_hidden=4",
+    "agent.network.head_hidden=16",
+    "agent.network.atoms=11",
+    "agent.network.quantile_embedding=8",
+    "agent.network.aux_hidden=8",
+)
+TIMINGS = {"epoch_s"}  # wall-clock fields of a history row: the only ones two runs may differ in
+
+runner = CliRunner()
+
+
+def tiny_cfg(*overrides: str) -> FoxhuntConfig:
+    return load_config(profile="smoke", overrides=[*TINY, *overrides])
+
+
+def quiet(_message: str) -> None:
+    pass
+
+
+def canon(x: Any, run_dir: Path | None = None) -> Any:
+    """JSON values made comparable: NaN as a string (NaN != NaN), timings dropped, the run folder's
+    path (in a rewind's detail) replaced by RUN."""
+    if isinstance(x, dict):
+        return {k: canon(v, run_dir) for k, v in x.items() if k not in TIMINGS}
+    if isinstance(x, list):
+        return [canon(v, run_dir) for v in x]
+    if isinstance(x, float) and math.isnan(x):
+        return "nan"
+    if isinstance(x, str) and run_dir is not None:
+        return x.replace(str(run_dir), "RUN")
+    return x
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-identical, NaN matching NaN (replay rows without an aux target hold NaN)."""
+    return a.dtype == b.dtype and torch.equal(a.nan_to_num(12345.0), b.nan_to_num(12345.0))
+
+
+def folds_of(run_dir: Path) -> list[dict[str, Any]]:
+    return json.loads((run_dir / "folds.json").read_text())
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
+    cfg = tiny_cfg()
+    root = tmp_path_factory.mktemp("market")
+    return get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
+
+
+@pytest.fixture(scope="module")
+def run_a(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The reference run: two folds x two epochs, seed 7, never interrupted."""
+    out = tmp_path_factory.mktemp("run_a")
+    train(cache, tiny_cfg(), out, log=quiet)
+    return out
+
+
+# --- resume and determinism ----------------------------------------------------------------------
+
+
+def test_interrupted_run_resumed_reaches_the_same_result(
+    cache: FeatureCache, run_a: Path, tmp_path: Path
+) -> None:
+    cfg = tiny_cfg()
+    store = CheckpointStore(tmp_path, ring=cfg.train.ring)
+    with pytest.raises(Interrupted):
+        train(cache, cfg, tmp_path, log=quiet, stop_after=(0, 0))  # mid-fold
+    assert read_checkpoint_meta(store.last_path(0))["epoch"] == 0 and not (tmp_path / "folds.json").exists()
+    # Resumed and stopped again after a fold's last epoch, then in the next fold, then to the end.
+    for stop in [(0, 1), (1, 0)]:
+        with pytest.raises(Interrupted):
+            train(cache, cfg, tmp_path, resume=True, log=quiet, stop_after=stop)
+    assert [f["fold"] for f in folds_of(tmp_path)] == [0]
+    resumed = train(cache, cfg, tmp_path, resume=True, log=quiet)
+    reference = folds_of(run_a)
+    assert canon(folds_of(tmp_path)) == canon(reference) == canon(json.loads(json.dumps(resumed)))
+    # The comparison has teeth: the folds traded and learned differently from each other.
+    assert [len(f["history"]) for f in reference] == [2, 2]
+    assert reference[0]["history"][1]["loss"] != reference[1]["history"][1]["loss"]
+
+
+def test_same_seed_same_run_another_seed_another_run(
+    cache: FeatureCache, run_a: Path, tmp_path: Path
+) -> None:
+    again = train(cache, tiny_cfg(), tmp_path / "again", log=quiet)
+    assert canon(json.loads(json.dumps(again))) == canon(folds_of(run_a))
+    with pytest.raises(Interrupted):
+        train(cache, tiny_cfg("run.seed=8"), tmp_path / "other", log=quiet, stop_after=(0, 0))
+    other = read_checkpoint_meta(CheckpointStore(tmp_path / "other", ring=1).last_path(0))["history"][0]
+    first = folds_of(run_a)[0]["history"][0]
+    assert other["loss"] != first["loss"] and other["q_mean"] != first["q_mean"]
+    assert other["lr"] == first["lr"]  # the schedule is not random: only the seed changed
+
+
+def test_a_fresh_run_into_an_old_run_folder_keeps_nothing_of_it(cache: FeatureCache, tmp_path: Path) -> None:
+    """Without resume, the folder's earlier checkpoints, history and finished folds are not the new
+    run's: its best is judged against its own epochs only (not the old run's best Sharpe), and a
+    later resume does not take the old run's folds for its own."""
+    one = "train.epochs=1"
+    with pytest.raises(Interrupted):  # the old run: fold 0 finished, stopped in fold 1
+        train(cache, tiny_cfg(one, "run.seed=8"), tmp_path, log=quiet, stop_after=(1, 0))
+    assert [f["fold"] for f in folds_of(tmp_path)] == [0]
+    with pytest.raises(Interrupted):
+        train(cache, tiny_cfg(one), tmp_path, log=quiet, stop_after=(0, 0))
+    store = CheckpointStore(tmp_path, ring=1)
+    assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [7, 7]
+    assert store.folds() == [0] and not (tmp_path / "folds.json").exists()
+    lines = (tmp_path / "diagnostics.jsonl").read_text().splitlines()
+    assert [(r["fold"], r["epoch"]) for r in map(json.loads, lines)] == [(0, 0)]
+
+
+def test_fold_k_plus_1_starts_from_the_same_state_whatever_fold_k_did(
+    cache: FeatureCache, run_a: Path, tmp_path: Path
+) -> None:
+    """One epoch per fold instead of two: fold 0 ends elsewhere, yet fold 1's first epoch (collection,
+    learning, validation) and its state after it (weights, optimizer, replay, signals, every random
+    stream) are bit for bit those of the two-epoch run."""
+    short = train(cache, tiny_cfg("train.epochs=1"), tmp_path, log=quiet)
+    long = folds_of(run_a)
+    assert len(short[1]["history"]) == 1
+    assert canon(short[1]["history"][0]) == canon(long[1]["history"][0])
+    ring = "checkpoints/fold1/ring/epoch0000.safetensors"
+    a, b = load_file(str(tmp_path / ring)), load_file(str(run_a / ring))
+    assert a.keys() == b.keys() and any(k.startswith("module/network/") for k in a)
+    assert [k for k in a if not same(a[k], b[k])] == []
+    # ... whereas fold 0's state after its last epoch differs between the two runs.
+    a0 = load_file(str(tmp_path / "checkpoints/fold0/last.safetensors"))
+    b0 = load_file(str(run_a / "checkpoints/fold0/last.safetensors"))
+    assert any(not same(a0[k], b0[k]) for k in a0 if k.startswith("module/network/"))
+
+
+# --- anomaly guard and plateau ladder ------------------------------------------------------------
+
+
+def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
+    cache: FeatureCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Windows of 128 rows: the oracle peeks a plan's horizon (60 rows) ahead, so in 32-row windows
+    # its plans time out at the window's end and it looks ordinary (Sharpe -0.9 on fold 0).
+    cfg = tiny_cfg("env.episode_rows=128")
+    real_validate = run_mod.validate
+    calls: list[int] = []
+
+    def validate(market, fd, cfg_, policy, bpy):  # fold 0's epoch 1 validates the oracle instead
+        calls.append(fd.fold.index)
+        if len(calls) == 2:
+            policy = scripted(ScriptedPolicy.ORACLE, cfg_.env)
+        return real_validate(market, fd, cfg_, policy, bpy)
+
+    monkeypatch.setattr(run_mod, "validate", validate)
+    with pytest.raises(AnomalyError) as err:
+        train(cache, cfg, tmp_path, log=quiet)
+    assert "fold 0 epoch 1" in str(err.value) and "exceeds the plausible ceiling 10" in str(err.value)
+    assert calls == [0, 0]  # it stopped there: no later epoch, no baselines, no fold 1
+    store = CheckpointStore(tmp_path, ring=cfg.train.ring)
+    oracle = read_checkpoint_meta(store.last_path(0))  # kept as last, for inspection
+    assert oracle["epoch"] == 1 and oracle["metrics"]["implausible"]
+    best = read_checkpoint_meta(store.best_path(0))
+    # The oracle's Sharpe beats the best one, which is still epoch 0's: the guard, not the metric, kept it.
+    assert best["epoch"] == 0 and store.best_metric(0) < oracle["metrics"]["sharpe_annual"]
+    events = [json.loads(line) for line in (tmp_path / "diagnostics.jsonl").read_text().splitlines()]
+    assert [(e["epoch"], e["event"]) for e in events if "event" in e] == [(1, "anomaly")]
+    assert not (tmp_path / "folds.json").exists()
+    # The run's own ceiling decides: raised far above the oracle's Sharpe, the same epoch passes.
+    calls.clear()
+    high = tiny_cfg("env.episode_rows=128", "train.anomaly.max_sharpe_annual=1000")
+    with pytest.raises(Interrupted):
+        train(cache, high, tmp_path / "high", log=quiet, stop_after=(0, 1))
+    passed = read_checkpoint_meta(CheckpointStore(tmp_path / "high", ring=1).last_path(0))["metrics"]
+    assert passed["implausible"] == [] and passed["sharpe_annual"] == oracle["metrics"]["sharpe_annual"]
+
+
+FROZEN = (
+    "folds.n_folds=1",
+    "train.epochs=8",
+    "train.ring=8",  # keep every epoch's checkpoint: the rewind's effect is read from the ring
+    "agent.replay.capacity=4096",  # 8 x 256 transitions: the replay never wraps (see the xfail below)
+    "train.plateau.patience=1",
+    # Shrink-perturb and temperature boost off (coefficient 1 / 0): ladder = momentum reset, LR bump, rewind.
+    "train.plateau.shrink=1",
+    "train.plateau.perturb_std=0",
+    "train.plateau.temperature_boost=1",
+    "train.plateau.lr_bump=2",
+)
+FROZEN_Q = 0.25
+BEST_EPOCH = 5  # the one epoch whose validation improves: also the epoch of the rewind
+
+
+def network_of(path: Path) -> dict[str, torch.Tensor]:
+    prefix = "module/network/"
+    return {k[len(prefix) :]: v for k, v in load_file(str(path)).items() if k.startswith(prefix)}
+
+
+def same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+
+
+@dataclass
+class FrozenRuns:
+    whole: Path  # never interrupted
+    resumed: Path  # stopped after epochs 2, 3 and 5, resumed each time
+    validated: dict[int, dict[str, torch.Tensor]]  # the network weights each epoch of `whole` validated
+
+
+@pytest.fixture(scope="module")
+def frozen(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> FrozenRuns:
+    """A frozen learner: its Q statistics read back constant (the gradient stays the real, non-zero
+    one); it validates like the flat policy, with a Sharpe of 0 except at BEST_EPOCH (one new best,
+    which restarts the ladder). Run whole, and interrupted: with one frozen epoch in the detector's
+    window (epoch 2), after the LR bump (3), after the rewind and the best epoch (5)."""
+    cfg = tiny_cfg(*FROZEN)
+    root = tmp_path_factory.mktemp("frozen")
+    validated: dict[int, dict[str, torch.Tensor]] = {}
+    real_validate, real_run_epoch = run_mod.validate, run_mod.FoldTrainer.run_epoch
+
+    def validate(market, fd, cfg_, policy, bpy):
+        return real_validate(market, fd, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy)
+
+    def run_epoch(self: run_mod.FoldTrainer) -> dict[str, Any]:
+        ep = real_run_epoch(self)
+        row = ep["row"]
+        row.update({k: FROZEN_Q for k in row if k.startswith("q/") and k.count("/") == 2})
+        ep["val"]["sharpe_annual"] = row["sharpe/val"] = 1.0 if self.epoch == BEST_EPOCH else 0.0
+        validated[self.epoch] = {k: v.clone() for k, v in self.agent.net.state_dict().items()}
+        return ep
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(run_mod, "validate", validate)
+        mp.setattr(run_mod.FoldTrainer, "run_epoch", run_epoch)
+        train(cache, cfg, root / "whole", log=quiet)
+        whole = dict(validated)
+        with pytest.raises(Interrupted):
+            train(cache, cfg, root / "resumed", log=quiet, stop_after=(0, 2))
+        for stop in [(0, 3), (0, BEST_EPOCH)]:
+            with pytest.raises(Interrupted):
+                train(cache, cfg, root / "resumed", resume=True, log=quiet, stop_after=stop)
+        train(cache, cfg, root / "resumed", resume=True, log=quiet)
+    return FrozenRuns(root / "whole", root / "resumed", whole)
+
+
+def test_plateau_ladder_responds_to_a_frozen_learner_in_order(frozen: FrozenRuns) -> None:
+    cfg = tiny_cfg(*FROZEN)
+    [fold] = folds_of(frozen.whole)
+    responses = fold["diagnostics"]["plateau_responses"]
+    # patience 1: frozen after two epochs, then the window restarts: epochs 1, 3, 5 and 7; epoch 7 is
+    # the fold's last (no training follows: no response).
+    assert [r.split(" (")[0] for r in responses] == [
+        "epoch 1: momentum_reset",
+        "epoch 3: lr_bump",
+        "epoch 5: rewind",
+    ]
+    reset = re.search(r"zeroed the optimizer state of (\d+) head parameter", responses[0])
+    assert reset is not None and int(reset.group(1)) > 0
+    assert responses[2].endswith("ring/epoch0004.safetensors)")  # the newest ring entry
+    events = [json.loads(line) for line in (frozen.whole / "diagnostics.jsonl").read_text().splitlines()]
+    assert [(e["epoch"], e["event"]) for e in events if "event" in e] == [
+        (1, "plateau"),
+        (3, "plateau"),
+        (5, "plateau"),
+    ]
+    # The LR bump lasts: every epoch after it runs at twice the schedule.
+    learn = cfg.agent.learn
+    for row in fold["history"]:
+        e = row["epoch"]
+        expected = cosine_lr(e, learn.lr, learn.lr_min_share, learn.restart_epochs) * (2 if e > 3 else 1)
+        assert row["lr"] == pytest.approx(expected, rel=1e-12), e
+    # The rewind put back epoch 4's weights; the best checkpoint (epoch 5) keeps the weights that were
+    # validated, not the rewound ones; the last one holds what the fold reports (epoch 7's).
+    store = CheckpointStore(frozen.whole, ring=cfg.train.ring)
+    assert same_weights(network_of(store.ring_path(0, 5)), network_of(store.ring_path(0, 4)))
+    assert not same_weights(network_of(store.ring_path(0, 5)), frozen.validated[5])
+    assert (
+        read_checkpoint_meta(store.best_path(0))["epoch"] == BEST_EPOCH == fold["diagnostics"]["best_epoch"]
+    )
+    assert same_weights(network_of(store.best_path(0)), frozen.validated[BEST_EPOCH])
+    assert same_weights(network_of(store.last_path(0)), frozen.validated[7])
+
+
+def test_resume_keeps_the_plateau_state(frozen: FrozenRuns) -> None:
+    """The resumed run responds at the same epochs with the same rungs, keeps the LR bump and knows
+    its best epoch: the same result as the uninterrupted one."""
+    assert canon(folds_of(frozen.resumed), frozen.resumed) == canon(folds_of(frozen.whole), frozen.whole)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="foxhunt/agent/replay.py: PrioritizedReplay.load_state_dict lays a wrapped ring out oldest "
+    "first from slot 0, so the resumed run samples other slots than the uninterrupted one",
+)
+def test_resume_after_the_replay_wrapped(cache: FeatureCache, tmp_path: Path) -> None:
+    # 12 episodes x 16 steps = 192 transitions an epoch into 256 slots: wrapped after epoch 1.
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3", "train.envs=12", "agent.replay.capacity=256")
+    train(cache, cfg, tmp_path / "whole", log=quiet)
+    with pytest.raises(Interrupted):
+        train(cache, cfg, tmp_path / "resumed", log=quiet, stop_after=(0, 1))
+    train(cache, cfg, tmp_path / "resumed", resume=True, log=quiet)
+    assert canon(folds_of(tmp_path / "resumed")) == canon(folds_of(tmp_path / "whole"))
+
+
+# --- checkpoints ---------------------------------------------------------------------------------
+
+
+def test_backtest_of_a_checkpoint_reproduces_its_validation(
+    cache: FeatureCache, run_a: Path, tmp_path: Path
+) -> None:
+    """``foxhunt backtest --checkpoint`` on fold 1's last checkpoint: the fold's reported validation
+    metrics (those of its last epoch), from the weights, PopArt and acting signals in the file."""
+    path = run_a / "checkpoints" / "fold1" / "last.safetensors"
+    result = runner.invoke(
+        app, ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(tmp_path), "-q"]
+    )
+    assert result.exit_code == 0, result.output
+    body = json.loads((tmp_path / "metrics.json").read_text())
+    fold = folds_of(run_a)[1]
+    assert body["folds"] == [1] and "fold 1, epoch 1" in body["policy"]
+    assert fold["trades"] > 0  # a policy that trades: the comparison is not flat against flat
+    for key in ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "max_drawdown", "active_frac"):
+        assert body[key] == pytest.approx(fold[key], rel=1e-9, abs=1e-9), key
+
+
+def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
+    """The greedy policy's conviction and Q variance are scaled by the acting signals (Q-gap and |Q|
+    running means), which the checkpoint holds next to the weights."""
+    path = run_a / "checkpoints" / "fold1" / "last.safetensors"
+    cfg = tiny_cfg()
+    states = torch.randn(64, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(0))
+    acted = CheckpointPolicy(path, cfg).policy("cpu")(states, None)
+    agents = [Agent(cfg.agent, cfg.env.branches, seed=0, replay_capacity=16) for _ in range(2)]
+    for agent in agents:
+        modules = {"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart}
+        _, tensors = load_checkpoint(path, modules=modules, branches=cfg.env.branches)
+    trained, cold = agents
+    trained.signals.load_state_dict({k[8:]: v for k, v in tensors.items() if k.startswith("signals.")})
+    want, cold_out = trained.policy(states, Mode.GREEDY), cold.policy(states, Mode.GREEDY)
+    assert torch.equal(acted.actions, want.actions)
+    assert torch.equal(acted.direction_conviction, want.direction_conviction)
+    assert torch.equal(acted.q_variance, want.q_variance)
+    assert not torch.equal(cold_out.direction_conviction, want.direction_conviction)  # the signals matter
+
+
+def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
+    path = run_a / "checkpoints" / "fold0" / "best.safetensors"
+    wide = tiny_cfg("agent.network.hidden=24")
+    agent = Agent(wide.agent, wide.env.branches, seed=0, replay_capacity=16)
+    modules = {"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart}
+    before = {k: v.clone() for k, v in agent.net.state_dict().items()}
+    with pytest.raises(CheckpointMismatchError) as err:
+        load_checkpoint(path, modules=modules, branches=wide.env.branches)
+    # e.g. "network.trunk.0.weight: shape [24, 106] here, [16, 106] in the checkpoint"
+    widths = re.compile(r"^network\.\S+: shape \[.*24.*\] here, \[.*16.*\] in the checkpoint$")
+    shapes = [d for d in err.value.differences if widths.match(d)]
+    assert shapes, err.value.differences
+    assert shapes[0] in str(err.value)
+    assert all(torch.equal(before[k], v) for k, v in agent.net.state_dict().items())  # nothing loaded
+    # The same width loads (the round trip of the values is the backtest test above).
+    same = tiny_cfg()
+    ok = Agent(same.agent, same.env.branches, seed=0, replay_capacity=16)
+    meta, _ = load_checkpoint(
+        path,
+        modules={"network": ok.net, "target": ok.learner.target, "popart": ok.learner.popart},
+        branches=same.env.branches,
+    )
+    assert meta["fold"] == 0 and meta["config"]["agent"]["network"]["hidden"] == 16
