@@ -18,6 +18,8 @@ from foxhunt.backtest.metrics import (
     implausibility,
     per_episode_metrics,
     sharpe_ceiling_from_auc,
+    sharpe_lower_bound,
+    trade_t_stat,
 )
 from foxhunt.env.config import BranchConfig
 
@@ -200,6 +202,7 @@ def _reference(a: dict[str, np.ndarray], kw: dict[str, Any]) -> dict[str, Any]:
         "win_rate_by_magnitude": [(tp[cm == k] > 0).mean() if (cm == k).any() else 0.0 for k in range(n_mag)],
         "trades_by_magnitude": [int((cm == k).sum()) for k in range(n_mag)],
         "avg_trade_pnl": tp.mean() if len(tp) else 0.0,
+        "trade_pnl_std": tp.std() if len(tp) else 0.0,  # population std (ddof 0)
         "mean_return_per_bar": mu,
         "sharpe_per_bar": _ratio(mu, sigma),
         "sharpe_annual": _ratio(mu, sigma) * math.sqrt(bpy),
@@ -464,6 +467,24 @@ def test_inconsistent_records_are_refused():
         dataclasses.replace(_record(a), costs=torch.zeros(4, 21, dtype=torch.float64))
 
 
+def test_sharpe_bound_and_trade_t_stat_by_hand():
+    # per-bar SR 0.05 over 10,000 bars: SE = sqrt((1 + 0.00125) / 1e4) = 0.0100062; bound at z = 3
+    m = {"sharpe_annual": 0.05 * math.sqrt(250_000), "steps": 10_000, "bars_per_year": 250_000}
+    assert sharpe_lower_bound(m, 3.0) == pytest.approx((0.05 - 3 * 0.0100062) * 500.0, rel=1e-5)
+    assert sharpe_lower_bound({"sharpe_annual": 12.0}) == 12.0  # no sample size: the point estimate
+    # 25 trades of mean 100, std 200: t = 0.5 * 5 = 2.5; t_max = 10 * sqrt(10,000 / 250,000) + 3 = 5
+    m.update(trades=25, avg_trade_pnl=100.0, trade_pnl_std=200.0)
+    assert trade_t_stat(m, 10.0, 3.0) == pytest.approx((2.5, 5.0))
+    assert trade_t_stat({**m, "trades": 9}, 10.0, 3.0) == (0.0, math.inf)  # too few trades to judge
+
+
+def test_short_lucky_window_is_not_implausible():
+    # Sharpe 13.6 over 1,800 bars of 693,000 a year: well inside one standard error (16.6)
+    m = {"sharpe_annual": 13.6, "steps": 1800, "bars_per_year": 693_000.0, "max_drawdown": 0.01, "trades": 5}
+    assert implausibility(m) == []
+    assert implausibility({**m, "steps": None}) != []  # the bare point estimate would have flagged it
+
+
 def test_branch_sizes_come_from_the_config():
     cfg = BranchConfig(direction=3, magnitude=2, magnitude_fractions=(0.5, 1.0), order_type=1, urgency=2)
     assert branch_sizes(cfg) == {"n_directions": 3, "n_magnitudes": 2, "n_order_types": 1, "n_urgencies": 2}
@@ -491,7 +512,8 @@ def test_implausibility_flags_an_oracle_and_not_a_noisy_strategy():
     oracle = _book(rng.uniform(20.0, 200.0, (8, 500)), 5, rng.uniform(100.0, 900.0, (8, 500)))
     m = compute_metrics(_record(oracle), **kw)
     reasons = implausibility(m)
-    assert len(reasons) == 2 and "Sharpe" in reasons[0] and "drawdown" in reasons[1]
+    assert len(reasons) == 3 and "Sharpe" in reasons[0] and "t-statistic" in reasons[1]
+    assert "drawdown" in reasons[2]
     # zero-edge noise: many trades, drawdowns, a Sharpe within the noise of 4000 bars
     noisy = _book(rng.normal(0.0, 300.0, (8, 500)), 5, rng.normal(0.0, 500.0, (8, 500)))
     m = compute_metrics(_record(noisy), **kw)

@@ -22,7 +22,8 @@ from foxhunt.backtest.metrics import StepRecord
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
-from foxhunt.env.market import MarketTensors
+from foxhunt.env.market import AUX_TARGETS, MarketTensors
+from foxhunt.validation.labels import Outcome
 
 
 class Decision(Protocol):
@@ -79,12 +80,19 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
     min_move = 4 * cfg.contract.tick_size  # enough to pay the spread and fees
 
     def oracle(obs: Tensor, env: TradingEnv) -> Tensor:
-        # Peeks at the price a plan's horizon ahead (a plan holds until its exit, so a one-row
-        # peek would be locked out): long before a rise, short before a fall, flat otherwise.
+        # Peeks at the future. With the triple-barrier outcome of the row (the market's aux
+        # targets: what a long entered now meets first, on the same barriers as the plan) it goes
+        # long before a profit exit and short before a stop (the mirrored short's profit), flat
+        # before a timeout; else it peeks at the price a plan's horizon ahead.
         s = env._state()
         m = env.market
         move = m.mid[torch.clamp(s.row + horizon, max=m.rows - 1)] - m.mid[s.row]
         up, down = move > min_move, move < -min_move
+        if m.aux_targets is not None:
+            outcome = m.aux_targets[s.row, AUX_TARGETS.index("outcome")]
+            known = ~torch.isnan(outcome)
+            up = torch.where(known, outcome == float(Outcome.PROFIT), up)
+            down = torch.where(known, outcome == float(Outcome.STOP), down)
         d = torch.where(up, int(Direction.LONG), torch.where(down, int(Direction.SHORT), flat))
         a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
         a[:, 0], a[:, 1] = d, full

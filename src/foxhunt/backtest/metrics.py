@@ -326,6 +326,15 @@ def per_episode_metrics(
 _DEFAULT_BRANCHES = BranchConfig()
 
 
+def _trade_std(pnl: torch.Tensor, closed: torch.Tensor, trades: torch.Tensor) -> torch.Tensor:
+    """Population std of the closed trades' net PnL (0 without trades)."""
+    zero = torch.zeros((), dtype=_F64, device=pnl.device)
+    x = torch.where(closed, pnl.to(_F64), zero)
+    mean = _div0(x.sum(), trades)
+    var = _div0(torch.where(closed, (pnl.to(_F64) - mean) ** 2, zero).sum(), trades)
+    return var.clamp(min=0).sqrt()
+
+
 def compute_metrics(
     rec: StepRecord,
     *,
@@ -414,6 +423,7 @@ def compute_metrics(
         "win_rate_by_magnitude": _div0(wins_M, trades_M),
         "trades_by_magnitude": trades_M,
         "avg_trade_pnl": _div0(torch.where(closed, rec.trade_pnl, zero).sum(), trades),
+        "trade_pnl_std": _trade_std(rec.trade_pnl, closed, trades),
         "mean_return_per_bar": mu,
         "sharpe_per_bar": sharpe,
         "sharpe_annual": sharpe * math.sqrt(bars_per_year),
@@ -514,17 +524,56 @@ def sharpe_ceiling_from_auc(
     return ceiling
 
 
+SHARPE_BOUND_Z = 3.0
+"""Standard errors below the measured Sharpe at which :func:`implausibility` compares it to the ceiling."""
+
+
+def sharpe_lower_bound(metrics: dict[str, Any], z: float = SHARPE_BOUND_Z) -> float:
+    """``(SR - z SE) sqrt(B)``, SR the per-bar Sharpe, ``SE = sqrt((1 + SR^2/2) / n)`` (Lo 2002)."""
+    sharpe = float(metrics["sharpe_annual"])
+    n = metrics.get("steps")
+    bpy = metrics.get("bars_per_year")
+    if not n or not bpy:
+        return sharpe
+    per_bar = sharpe / math.sqrt(float(bpy))
+    se = math.sqrt((1.0 + 0.5 * per_bar * per_bar) / float(n))
+    return (per_bar - z * se) * math.sqrt(float(bpy))
+
+
+MIN_TRADES_FOR_T_STAT = 10
+
+
+def trade_t_stat(metrics: dict[str, Any], max_sharpe_annual: float, z: float) -> tuple[float, float]:
+    """``(t, t_max)``: the closed trades' t-statistic ``avg / std * sqrt(trades)`` and the most a strategy
+    of annualised Sharpe ``max_sharpe_annual`` shows over the period, ``Sharpe * sqrt(years) + z``
+    (the t-statistic of a mean return grows with the square root of the time it is measured over;
+    ``years = steps / bars_per_year``). ``(0, inf)`` without enough trades or the fields."""
+    trades = int(metrics.get("trades", 0))
+    std = float(metrics.get("trade_pnl_std", 0.0))
+    n, bpy = metrics.get("steps"), metrics.get("bars_per_year")
+    if trades < MIN_TRADES_FOR_T_STAT or not n or not bpy:
+        return 0.0, math.inf
+    avg = float(metrics["avg_trade_pnl"])
+    t = math.inf if std == 0 and avg > 0 else (avg / std * math.sqrt(trades) if std > 0 else 0.0)
+    return t, max_sharpe_annual * math.sqrt(float(n) / float(bpy)) + z
+
+
 def implausibility(
     metrics: dict[str, Any],
     *,
     max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL,
     min_trades_for_drawdown_check: int = 50,
     min_drawdown: float = 1e-3,
+    z: float = SHARPE_BOUND_Z,
 ) -> list[str]:
     """Reasons a :func:`compute_metrics` result is too good to be true; empty when none.
 
-    * ``sharpe_annual > max_sharpe_annual`` (see :data:`MAX_PLAUSIBLE_SHARPE_ANNUAL` and
-      :func:`sharpe_ceiling_from_auc`);
+    * the Sharpe is above ``max_sharpe_annual`` (see :data:`MAX_PLAUSIBLE_SHARPE_ANNUAL` and
+      :func:`sharpe_ceiling_from_auc`) **beyond its sampling error**: the lower bound
+      ``(SR - z SE) sqrt(B)`` with ``SE = sqrt((1 + SR^2 / 2) / n)`` (Lo 2002, the standard error of
+      a per-bar Sharpe SR estimated from n i.i.d. returns) exceeds the ceiling. A short validation
+      window with a handful of trades can show an annualised Sharpe of 15 by luck; an oracle over
+      thousands of bars clears the bound by far. Without ``steps`` the point estimate is used;
     * ``max_drawdown < min_drawdown`` with ``trades >= min_trades_for_drawdown_check``: a strategy
       that trades this often and never loses ``min_drawdown`` of its peak equity is peeking (a
       zero-variance return series has Sharpe 0 by convention, so this check is what catches it);
@@ -540,10 +589,19 @@ def implausibility(
     if not (math.isfinite(sharpe) and math.isfinite(max_dd)):
         reasons.append(f"non-finite metrics: sharpe_annual {sharpe}, max_drawdown {max_dd}")
         return reasons
-    if sharpe > max_sharpe_annual:
+    lower = sharpe_lower_bound(metrics, z)
+    if lower > max_sharpe_annual:
         reasons.append(
-            f"annualised Sharpe {sharpe:.3g} (bars_per_year {bpy}) exceeds the plausible ceiling "
-            f"{max_sharpe_annual:.3g}: look for future information in the features or a cost bug"
+            f"annualised Sharpe {sharpe:.3g} (lower bound {lower:.3g} at z = {z:g}, bars_per_year {bpy}) "
+            f"exceeds the plausible ceiling {max_sharpe_annual:.3g}: look for future information in "
+            "the features or a cost bug"
+        )
+    t_trade, t_max = trade_t_stat(metrics, max_sharpe_annual, z)
+    if t_trade > t_max:
+        reasons.append(
+            f"closed trades' t-statistic {t_trade:.3g} over {trades} trades exceeds {t_max:.3g}, the most a "
+            f"strategy with annualised Sharpe {max_sharpe_annual:.3g} reaches over this period plus {z:g} "
+            "standard errors: look for future information in the features or a cost bug"
         )
     if trades >= min_trades_for_drawdown_check and max_dd < min_drawdown:
         reasons.append(

@@ -62,9 +62,10 @@ def aux_targets(cache: FeatureCache, mid: np.ndarray, seg: np.ndarray, vol: np.n
         ret = np.log(np.maximum(mid[1:], 1e-12) / np.maximum(mid[:-1], 1e-12)) / np.maximum(vol[:-1], 1e-5)
         ret[seg[1:]] = np.nan  # row r+1 starts a new segment: no return across it
         out[:-1, 0] = np.clip(ret, -20, 20)
+    names = cache.table.column_names  # every column, labels included (cache.columns: the features)
     horizons = sorted(
         int(c[len("label.dir_h") :])
-        for c in cache.columns
+        for c in names
         if c.startswith("label.dir_h") and not c.endswith(".valid")
     )
     if horizons:
@@ -72,7 +73,7 @@ def aux_targets(cache: FeatureCache, mid: np.ndarray, seg: np.ndarray, vol: np.n
         d = cache.column(f"label.dir_h{k}").astype(np.float32)
         ok = cache.column(f"label.dir_h{k}.valid").astype(bool) & (d != 0)
         out[:, 1] = np.where(ok, (d > 0).astype(np.float32), np.nan)
-    if "label.outcome" in cache.columns:
+    if "label.outcome" in names:
         ok = cache.column("label.outcome.valid").astype(bool)
         out[:, 2] = np.where(ok, cache.column("label.outcome").astype(np.float32), np.nan)
     return out

@@ -1,0 +1,83 @@
+"""The learner update replayed as a CUDA graph equals the eager update (CUDA only)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from foxhunt.agent.agent import Agent, UpdateMode
+from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.agent.learner import Batch
+from foxhunt.env.config import BranchConfig
+from foxhunt.features.layout import STATE_LAYOUT
+
+pytestmark = pytest.mark.gpu
+
+SMALL = dict(hidden=32, trunk_layers=1, experts=4, expert_hidden=8, head_hidden=32, atoms=21, noisy_sigma=0.0)
+
+
+def _agent(device: str) -> Agent:
+    return Agent(
+        AgentConfig(network=NetworkConfig(**SMALL)),
+        BranchConfig(),
+        device=device,
+        seed=3,
+        replay_capacity=4096,
+    )
+
+
+def _batches(n: int, size: int, device: str) -> list[Batch]:
+    g = torch.Generator(device=device).manual_seed(11)
+    w = STATE_LAYOUT.width
+
+    def one() -> Batch:
+        return Batch(
+            state=torch.randn(size, w, device=device, generator=g),
+            action=torch.stack(
+                [torch.randint(0, k, (size,), device=device, generator=g) for k in (4, 3, 3, 3)], 1
+            ),
+            reward=torch.randn(size, device=device, generator=g) * 0.1,
+            discount=torch.full((size,), 0.97, device=device),
+            next_state=torch.randn(size, w, device=device, generator=g),
+            aux=torch.full((size, 3), float("nan"), device=device),
+            weight=torch.ones(size, device=device),
+        )
+
+    return [one() for _ in range(n)]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_update_equals_eager_update() -> None:
+    from foxhunt.agent.graph import GraphedUpdate
+
+    eager, graphed = _agent("cuda"), _agent("cuda")
+    batches = _batches(6, 256, "cuda")
+    # The graph's warm-up updates change the agent: warm the eager twin with the same batches.
+    for _ in range(3):
+        eager.learner.update(batches[0])
+    g = GraphedUpdate(graphed.learner, batches[0])
+    eager.learner.update(batches[0])
+    for b in batches[1:]:
+        pe, _ = eager.learner.update(b)
+        pg, _ = g.update(b)
+        torch.testing.assert_close(pg, pe, rtol=1e-5, atol=1e-6)
+    for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
+        torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_learn_uses_the_graph_on_cuda_and_schedule_reaches_it() -> None:
+    agent = _agent("cuda")
+    for b in _batches(4, 256, "cuda"):
+        agent.replay.add(
+            {k: getattr(b, k) for k in ("state", "action", "reward", "discount", "next_state", "aux")}
+        )
+    assert agent.update_mode is UpdateMode.AUTO
+    agent.learn(2, 128)
+    assert agent._graph is not None
+    before = [p.detach().clone() for p in agent.net.parameters()]
+    for group in agent.learner.opt.param_groups:  # lr 0 through the schedule's tensor: no change
+        group["lr"].fill_(0.0)
+    agent.learn(2, 128)
+    for p, q in zip(before, agent.net.parameters(), strict=True):
+        torch.testing.assert_close(q, p)
