@@ -144,7 +144,10 @@ def test_mixture_is_residual_gate_weighted_sum_of_experts() -> None:
 def touch_all(out: NetOut, seed: int = 7) -> Tensor:
     """A loss with a non-zero gradient on every output entry (random projection plus a square)."""
     g = torch.Generator().manual_seed(seed)
-    return sum(((t * torch.randn(t.shape, generator=g)).sum() + t.square().mean()) for t in out_tensors(out))
+    return sum(
+        ((t * torch.randn(t.shape, generator=g).to(t.device)).sum() + t.square().mean())
+        for t in out_tensors(out)
+    )
 
 
 @pytest.mark.parametrize("noisy_sigma", [0.0, 0.5])
