@@ -160,8 +160,11 @@ class Fingerprint:
                     which = b if a is None else a
                     out.append(f"{key}: {which['kind']} {_show(which)} only {here if b is None else there}")
                     continue
-                out.extend(f"{key}: {attr} {a[attr]} {here}, {b[attr]} {there}"
-                           for attr in ("kind", "shape", "dtype") if a[attr] != b[attr])
+                out.extend(
+                    f"{key}: {attr} {a[attr]} {here}, {b[attr]} {there}"
+                    for attr in ("kind", "shape", "dtype")
+                    if a[attr] != b[attr]
+                )
         out.extend(_layout_diff(self, other, here, there))
         for name in _union(self.branches, other.branches):
             a, b = self.branches.get(name, "absent"), other.branches.get(name, "absent")
@@ -201,8 +204,10 @@ def _layout_diff(a: Fingerprint, b: Fingerprint, here: str, there: str) -> list[
             detail = f"{here} only {only_x}, {there} only {only_y}" if only_x or only_y else "order differs"
             out.append(f"state layout group {name}: slots differ ({detail})")
         if not width_changed and (x["offset"], x["padded"]) != (y["offset"], y["padded"]):
-            out.append(f"state layout group {name}: offset/padded {x['offset']}/{x['padded']} {here}, "
-                       f"{y['offset']}/{y['padded']} {there}")
+            out.append(
+                f"state layout group {name}: offset/padded {x['offset']}/{x['padded']} {here}, "
+                f"{y['offset']}/{y['padded']} {there}"
+            )
     return out
 
 
@@ -229,8 +234,11 @@ def _encode(value: Any, key: str, tensors: dict[str, Tensor] | None) -> Any:
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
             return {k: _encode(v, f"{key}/{k}", tensors) for k, v in value.items()}
-        return {"__items__": [[_encode(k, f"{key}/key", None), _encode(v, f"{key}/{k}", tensors)]
-                              for k, v in value.items()]}
+        return {
+            "__items__": [
+                [_encode(k, f"{key}/key", None), _encode(v, f"{key}/{k}", tensors)] for k, v in value.items()
+            ]
+        }
     raise TypeError(f"{key}: cannot store a {type(value).__name__} in checkpoint metadata")
 
 
@@ -354,15 +362,19 @@ def save_checkpoint(
 
 def _read_document(weights_path: Path) -> dict[str, Any]:
     if not weights_path.is_file():
-        raise CheckpointError(weights_path, "no such checkpoint file",
-                              "check the path (a checkpoint P is the pair P.safetensors + P.json)")
+        raise CheckpointError(
+            weights_path,
+            "no such checkpoint file",
+            "check the path (a checkpoint P is the pair P.safetensors + P.json)",
+        )
     try:
         with safe_open(str(weights_path), framework="pt") as f:
             header = f.metadata() or {}
         doc = json.loads(header[_HEADER_KEY])
     except (SafetensorError, OSError, KeyError, ValueError) as e:
         raise CheckpointError(
-            weights_path, f"is truncated, corrupt or not a foxhunt checkpoint ({e})",
+            weights_path,
+            f"is truncated, corrupt or not a foxhunt checkpoint ({e})",
             "use another checkpoint (the ring keeps earlier ones) or retrain",
         ) from e
     kind = (doc.get("format"), doc.get("format_version")) if isinstance(doc, dict) else None
@@ -412,11 +424,14 @@ def load_checkpoint(
         with safe_open(str(weights_path), framework="pt", device=str(map_location)) as f:
             flat = {key: f.get_tensor(key) for key in f.keys()}
     except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(weights_path, f"cannot read its tensors ({e})",
-                              "use another checkpoint (the ring keeps earlier ones) or retrain") from e
+        raise CheckpointError(
+            weights_path,
+            f"cannot read its tensors ({e})",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
+        ) from e
     for name, module in modules.items():
         prefix = f"module/{name}/"
-        module.load_state_dict({k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)})
+        module.load_state_dict({k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)})
     for name, opt in (optimizers or {}).items():
         try:
             opt.load_state_dict(_decode(doc["optimizers"][name], flat))
@@ -475,8 +490,11 @@ def restore_rng(
     for name, g in (generators or {}).items():
         key = f"rng/gen/{name}"
         if key not in states:
-            raise CheckpointError(key, f"no saved state for the random generator {name!r}",
-                                  "capture it with capture_rng(generators={...}) before saving")
+            raise CheckpointError(
+                key,
+                f"no saved state for the random generator {name!r}",
+                "capture it with capture_rng(generators={...}) before saving",
+            )
         if isinstance(g, torch.Generator):
             g.set_state(states[key].cpu())
         else:
