@@ -564,11 +564,14 @@ def backtest_cmd(
 @_fails_cleanly
 def train_cmd(
     ctx: typer.Context,
-    out_dir: Annotated[Path, typer.Option("--out", help="Run folder: checkpoints, TensorBoard, folds.json.")],
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Run folder: checkpoints, TensorBoard, folds.json.")
+    ] = None,
     data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
     cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
     resume: Annotated[
-        Path | None, typer.Option("--resume", help="Continue an interrupted run in this folder.")
+        Path | None,
+        typer.Option("--resume", help="Continue an interrupted run in this folder (instead of --out)."),
     ] = None,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
@@ -582,8 +585,12 @@ def train_cmd(
     from foxhunt.train.run import train
 
     cfg = _config(profile, config, list(set_ or []))
-    if resume is not None:
-        out_dir = resume
+    if (out_dir is None) == (resume is None):
+        raise FoxhuntError(
+            "--out/--resume", "pass exactly one of --out or --resume", "see foxhunt train --help"
+        )
+    out_dir = resume if resume is not None else out_dir
+    assert out_dir is not None
     if (data is None) == (cache_path is None):
         raise FoxhuntError(
             "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt train --help"

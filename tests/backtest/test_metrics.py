@@ -478,6 +478,13 @@ def test_sharpe_bound_and_trade_t_stat_by_hand():
     assert trade_t_stat({**m, "trades": 9}, 10.0, 3.0) == (0.0, math.inf)  # too few trades to judge
 
 
+def test_small_losses_are_not_a_near_zero_drawdown_leak():
+    # 80 trades, 0.07% drawdown, but 55% won: a small-size strategy, not an oracle
+    m = {"sharpe_annual": 2.0, "max_drawdown": 0.0007, "trades": 80, "win_rate": 0.55}
+    assert implausibility(m) == []
+    assert "drawdown" in implausibility({**m, "win_rate": 0.95})[0]
+
+
 def test_short_lucky_window_is_not_implausible():
     # Sharpe 13.6 over 1,800 bars of 693,000 a year: well inside one standard error (16.6)
     m = {"sharpe_annual": 13.6, "steps": 1800, "bars_per_year": 693_000.0, "max_drawdown": 0.01, "trades": 5}

@@ -95,13 +95,23 @@ def test_round_trip_restores_adam_exactly_and_the_next_step_is_bit_identical(tmp
         _step(net, opt, x)
     base = torch.arange(20.0)
     extras = {"replay/obs": base, "replay/head": base[5:10], "replay/t": base.view(4, 5).t()}
-    save_checkpoint(tmp_path / "ck", modules={"network": net, "tied": tied}, branches=BranchConfig(),
-                    optimizers={"adam": opt}, tensors=extras, meta={"fold": 1, "epoch": 7, "seed": 42})
+    save_checkpoint(
+        tmp_path / "ck",
+        modules={"network": net, "tied": tied},
+        branches=BranchConfig(),
+        optimizers={"adam": opt},
+        tensors=extras,
+        meta={"fold": 1, "epoch": 7, "seed": 42},
+    )
 
     net2, tied2 = Net(seed=5), Tied(seed=5)  # different weights and buffers, other lr and betas
     opt2 = torch.optim.Adam(net2.parameters(), lr=1e-3)
-    meta, got = load_checkpoint(tmp_path / "ck", modules={"network": net2, "tied": tied2},
-                                branches=ActionCodec(BranchConfig()), optimizers={"adam": opt2})
+    meta, got = load_checkpoint(
+        tmp_path / "ck",
+        modules={"network": net2, "tied": tied2},
+        branches=ActionCodec(BranchConfig()),
+        optimizers={"adam": opt2},
+    )
 
     assert (meta["fold"], meta["epoch"], meta["seed"]) == (1, 7, 42)
     assert meta["foxhunt_version"] and meta["created"].endswith("Z")
@@ -139,11 +149,15 @@ def test_changed_width_is_refused_naming_the_parameter_and_both_shapes(tmp_path:
 
 
 def test_layout_and_branch_size_mismatch_are_named(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path / "ck", modules={"network": Net()},
-                    branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)))
+    save_checkpoint(
+        tmp_path / "ck",
+        modules={"network": Net()},
+        branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
+    )
     ofi_width = STATE_LAYOUT.group("ofi").width
     narrower = build_layout(
-        "state", [(g.name, g.slots[:-2] if g.name == "ofi" else g.slots) for g in STATE_LAYOUT.groups],
+        "state",
+        [(g.name, g.slots[:-2] if g.name == "ofi" else g.slots) for g in STATE_LAYOUT.groups],
         STATE_LAYOUT.align,
     )
     with pytest.raises(CheckpointMismatchError) as info:
@@ -194,16 +208,21 @@ def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
 ) -> None:
     net = Net(seed=1)
     for epoch in (1, 2):
-        save_checkpoint(tmp_path / "ck", modules={"network": net}, branches=BranchConfig(),
-                        meta={"epoch": epoch})
+        save_checkpoint(
+            tmp_path / "ck", modules={"network": net}, branches=BranchConfig(), meta={"epoch": epoch}
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
     side = json.loads((tmp_path / "ck.json").read_text())
     assert side["meta"] == read_checkpoint_meta(tmp_path / "ck")
     assert side["meta"]["epoch"] == 2
 
     with pytest.raises(TypeError):  # refused before anything is written
-        save_checkpoint(tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(),
-                        meta={"epoch": 3, "bad": object()})
+        save_checkpoint(
+            tmp_path / "ck",
+            modules={"network": Net(seed=2)},
+            branches=BranchConfig(),
+            meta={"epoch": 3, "bad": object()},
+        )
 
     def crash_mid_write(tensors: object, filename: str, metadata: object) -> None:
         Path(filename).write_bytes(b"half a checkpoint")
@@ -211,8 +230,9 @@ def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
 
     monkeypatch.setattr(checkpoint, "save_file", crash_mid_write)
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(),
-                        meta={"epoch": 4})
+        save_checkpoint(
+            tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(), meta={"epoch": 4}
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
     monkeypatch.undo()
     into = Net(seed=7)
@@ -241,7 +261,10 @@ def test_ring_keeps_the_newest_n(tmp_path: Path) -> None:
         store.save_ring(0, epoch, _contents(Net(seed=epoch)))
     assert [p.name for p in store.list_ring(0)] == ["epoch0003.safetensors", "epoch0004.safetensors"]
     assert sorted(p.name for p in (store.fold_dir(0) / "ring").iterdir()) == [
-        "epoch0003.json", "epoch0003.safetensors", "epoch0004.json", "epoch0004.safetensors"
+        "epoch0003.json",
+        "epoch0003.safetensors",
+        "epoch0004.json",
+        "epoch0004.safetensors",
     ]
     assert store.latest_ring(0) == store.ring_path(0, 4)
     into = Net(seed=9)
@@ -310,11 +333,15 @@ def test_rng_capture_restore_through_a_checkpoint_reproduces_the_next_numbers(tm
     torch.manual_seed(1)
     np.random.seed(2)
     random.seed(3)
-    gens = {"torch": torch.Generator().manual_seed(4), "numpy": np.random.default_rng(5),
-            "mt": np.random.Generator(np.random.MT19937(6))}
+    gens = {
+        "torch": torch.Generator().manual_seed(4),
+        "numpy": np.random.default_rng(5),
+        "mt": np.random.Generator(np.random.MT19937(6)),
+    }
     _draw(gens)  # move every stream away from its seed
-    save_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(),
-                    tensors=capture_rng(gens))
+    save_checkpoint(
+        tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(), tensors=capture_rng(gens)
+    )
     expected = _draw(gens)
     later = _draw(gens)
     assert not _equal(expected, later)

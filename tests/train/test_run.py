@@ -243,7 +243,7 @@ FROZEN = (
     "folds.n_folds=1",
     "train.epochs=8",
     "train.ring=8",  # keep every epoch's checkpoint: the rewind's effect is read from the ring
-    "agent.replay.capacity=4096",  # 8 x 256 transitions: the replay never wraps (see the xfail below)
+    "agent.replay.capacity=4096",  # 8 x 256 transitions: the replay never wraps (a wrapped one: below)
     "train.plateau.patience=1",
     # Shrink-perturb and temperature boost off (coefficient 1 / 0): ladder = momentum reset, LR bump, rewind.
     "train.plateau.shrink=1",
@@ -351,11 +351,6 @@ def test_resume_keeps_the_plateau_state(frozen: FrozenRuns) -> None:
     assert canon(folds_of(frozen.resumed), frozen.resumed) == canon(folds_of(frozen.whole), frozen.whole)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="foxhunt/agent/replay.py: PrioritizedReplay.load_state_dict lays a wrapped ring out oldest "
-    "first from slot 0, so the resumed run samples other slots than the uninterrupted one",
-)
 def test_resume_after_the_replay_wrapped(cache: FeatureCache, tmp_path: Path) -> None:
     # 12 episodes x 16 steps = 192 transitions an epoch into 256 slots: wrapped after epoch 1.
     cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3", "train.envs=12", "agent.replay.capacity=256")

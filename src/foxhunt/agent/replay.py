@@ -307,7 +307,9 @@ class PrioritizedReplay:
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         """Restore from :meth:`state_dict`, also into a buffer of another capacity.
 
-        Items are laid out oldest first from slot 0; a smaller buffer keeps the newest ``capacity``.
+        Into a buffer of the same capacity the slots, priorities and cursor come back exactly as they
+        were, so a resumed run samples the same slots as an uninterrupted one. Into another capacity
+        items are laid out oldest first from slot 0; a smaller buffer keeps the newest ``capacity``.
         """
         meta = {"leaves", "max_priority", "cursor", "size", "capacity"}
         want = {f"storage.{k}" for k in self.fields} | meta
@@ -321,6 +323,14 @@ class PrioritizedReplay:
             got = tuple(state[f"storage.{k}"].shape)
             if got != (size, *shape):
                 raise ValueError(f"replay state field '{k}' has shape {got}, expected {(size, *shape)}")
+        if old_cap == self.capacity:  # the exact layout (resume)
+            self.clear()
+            for k, buf in self.storage.items():
+                buf[:size].copy_(state[f"storage.{k}"].to(self.device))
+            self.tree.set_range(0, state["leaves"].to(self.device, self.tree.tree.dtype))
+            self.max_priority.copy_(state["max_priority"])
+            self._size, self._cursor = size, cursor
+            return
         # oldest first: a wrapped ring (size == old capacity) starts at the cursor
         shift = -cursor if size == old_cap else 0
         keep = min(size, self.capacity)

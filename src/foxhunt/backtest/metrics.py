@@ -564,6 +564,7 @@ def implausibility(
     max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL,
     min_trades_for_drawdown_check: int = 50,
     min_drawdown: float = 1e-3,
+    min_win_rate_for_drawdown_check: float = 0.8,
     z: float = SHARPE_BOUND_Z,
 ) -> list[str]:
     """Reasons a :func:`compute_metrics` result is too good to be true; empty when none.
@@ -574,9 +575,11 @@ def implausibility(
       a per-bar Sharpe SR estimated from n i.i.d. returns) exceeds the ceiling. A short validation
       window with a handful of trades can show an annualised Sharpe of 15 by luck; an oracle over
       thousands of bars clears the bound by far. Without ``steps`` the point estimate is used;
-    * ``max_drawdown < min_drawdown`` with ``trades >= min_trades_for_drawdown_check``: a strategy
-      that trades this often and never loses ``min_drawdown`` of its peak equity is peeking (a
-      zero-variance return series has Sharpe 0 by convention, so this check is what catches it);
+    * ``max_drawdown < min_drawdown`` with ``trades >= min_trades_for_drawdown_check`` and a win
+      rate of at least ``min_win_rate_for_drawdown_check``: a strategy that trades this often, wins
+      nearly every trade and never loses ``min_drawdown`` of its peak equity is peeking (a
+      zero-variance return series has Sharpe 0 by convention, so this check is what catches it).
+      The win-rate condition spares a small-size strategy whose losses are merely small;
     * a non-finite Sharpe or drawdown.
 
     The caller sets ``metrics["implausible"]`` from the result.
@@ -603,9 +606,14 @@ def implausibility(
             f"strategy with annualised Sharpe {max_sharpe_annual:.3g} reaches over this period plus {z:g} "
             "standard errors: look for future information in the features or a cost bug"
         )
-    if trades >= min_trades_for_drawdown_check and max_dd < min_drawdown:
+    win_rate = float(metrics.get("win_rate", 1.0))
+    if (
+        trades >= min_trades_for_drawdown_check
+        and max_dd < min_drawdown
+        and win_rate >= min_win_rate_for_drawdown_check
+    ):
         reasons.append(
-            f"max drawdown {max_dd:.3g} below {min_drawdown:g} over {trades} trades: a real strategy "
-            f"loses sometimes; look for future information in the features or a cost bug"
+            f"max drawdown {max_dd:.3g} below {min_drawdown:g} over {trades} trades won at {win_rate:.0%}: "
+            "a real strategy loses sometimes; look for future information in the features or a cost bug"
         )
     return reasons

@@ -420,20 +420,34 @@ def train(
         for old in (out / HISTORY_FILE, out / "folds.json"):
             old.unlink(missing_ok=True)
     device = resolve_device(cfg)
+    # CPU runs are deterministic (resume reproduces them); both process-wide settings are restored.
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    threads = torch.get_num_threads()
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
-    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
-    store = CheckpointStore(out, ring=cfg.train.ring)
-    done_path = out / "folds.json"
-    results: list[dict[str, Any]] = json.loads(done_path.read_text()) if resume and done_path.exists() else []
-    for fd in folds[len(results) :]:
-        trainer = FoldTrainer(cache, fd, cfg, device, store, log)
-        last = store.last_path(trainer.k)
-        if resume and last.exists():
-            trainer.resume_from(last)
-            log(f"fold {trainer.k}: resumed after epoch {trainer.epoch - 1}")
-        result = _train_fold(trainer, store, stop_after)
-        results.append(result.to_dict())
-        write_json(done_path, results, default=float)
+    if device.type == "cpu" and cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+    try:
+        folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+        store = CheckpointStore(out, ring=cfg.train.ring)
+        done_path = out / "folds.json"
+        results: list[dict[str, Any]] = (
+            json.loads(done_path.read_text()) if resume and done_path.exists() else []
+        )
+        for fd in folds[len(results) :]:
+            trainer = FoldTrainer(cache, fd, cfg, device, store, log)
+            last = store.last_path(trainer.k)
+            if resume and last.exists():
+                trainer.resume_from(last)
+                log(f"fold {trainer.k}: resumed after epoch {trainer.epoch - 1}")
+            result = _train_fold(trainer, store, stop_after)
+            results.append(result.to_dict())
+            write_json(done_path, results, default=float)
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        torch.set_num_threads(threads)
     return results
 
 
