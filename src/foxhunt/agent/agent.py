@@ -196,6 +196,7 @@ class Agent:
         reward_sum = torch.zeros((), device=self.device, dtype=torch.float64)
         sq_sum = torch.zeros_like(reward_sum)
         live_sum = torch.zeros_like(reward_sum)
+        bonus_abs, total_abs = torch.zeros_like(reward_sum), torch.zeros_like(reward_sum)
         for _ in range(steps):
             pol = self.policy(obs, Mode.EXPLORE)
             self.observe_policy(pol)
@@ -217,6 +218,9 @@ class Agent:
             if out is not None:
                 self.replay.add(out)
             r = res.reward.to(torch.float64)
+            comp = res.components.abs().to(torch.float64)  # [N, len(COMPONENTS)], column 0 the PnL
+            bonus_abs += comp[:, 1:].sum()
+            total_abs += comp.sum()
             reward_sum += r.sum()
             sq_sum += (r * r).sum()
             live_sum += res.written.to(torch.float64).sum()
@@ -225,7 +229,11 @@ class Agent:
         std = (sq_sum / live_sum.clamp(min=1) - mean * mean).clamp(min=0).sqrt()
         sharpe = torch.where(std > 0, mean / std, torch.zeros_like(std))
         self.signals.ema("sharpe", sharpe.float())
-        return obs, {"train_sharpe": sharpe, "reward_mean": mean}
+        share = torch.where(
+            total_abs > 0, bonus_abs / total_abs.clamp(min=1e-12), torch.zeros_like(total_abs)
+        )
+        self.signals.ema("bonus_share", share.float())  # the shaping terms' share of |reward|
+        return obs, {"train_sharpe": sharpe, "reward_mean": mean, "bonus_share": share}
 
     def learn(
         self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None

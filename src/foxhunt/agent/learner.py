@@ -51,6 +51,7 @@ from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.diagnostics import q_key
 
 _MAGNITUDE = BRANCHES.index("magnitude")
+SUPPORT_QUANTILE = 0.99  # share of |targets| the C51 support must cover
 
 
 @dataclass
@@ -132,8 +133,13 @@ class Learner:
             probs.append(torch.softmax(b.logits[ar, a], dim=-1))  # [B, K]
             y_iqn.append(r[:, None] + d[:, None] * self.popart.denormalise(b.quantiles[ar, a]))  # [B, Q]
             y_mse.append(r + d * self.popart.denormalise(b.q_mse[ar, a]))  # [B]
-        # The support covers every target (grows, never shrinks), then C51 projects onto it.
-        reach = torch.stack([y.abs().amax() for y in y_iqn + y_mse]).amax()
+        # The support covers the targets (grows, never shrinks), then C51 projects onto it. Their
+        # 99th percentile, not their maximum: one wild early bootstrap would otherwise widen the
+        # support for good and coarsen its resolution (SPEC §7: spacing must resolve the Q scale);
+        # the rarer tail is clipped onto the end atoms by the projection.
+        reach = torch.quantile(
+            torch.cat([y.abs().flatten() for y in y_iqn + y_mse]).float(), SUPPORT_QUANTILE
+        )
         self.net.grow_support(reach)
         self.target.v_max.copy_(self.net.v_max)
         z = self.net.support()

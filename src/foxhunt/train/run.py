@@ -370,6 +370,7 @@ class FoldTrainer:
         )
         stats.add("sharpe/train", collect_stats["train_sharpe"])
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
+        stats.add("misc/bonus_share", collect_stats["bonus_share"])
         stats.add("experts/utilisation", agent.signals["expert_utilisation"])
         t2 = time.perf_counter()
         val, rec = validate(
