@@ -391,6 +391,13 @@ class FoldTrainer:
                 "time/epoch_s": t3 - t0,
             }
         )
+        # Validation action distributions, picked (every branch) and realised (after the plan lock
+        # and the Kelly cap), as shares of the written steps: actions/<picked|realised>/<branch>/<value>.
+        labels = _branch_labels(self.cfg)
+        for kind in ("picked", "realised"):
+            for branch, shares in val["all"][kind].items():
+                for name, share in zip(labels[branch], shares, strict=False):
+                    row[f"actions/{kind}/{branch}/{name}"] = float(share)
         return {"row": row, "val": val, "rec": rec}
 
 
