@@ -27,6 +27,7 @@ uninterrupted one exactly.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from collections.abc import Callable
@@ -368,7 +369,8 @@ class FoldTrainer:
             batch,
             sink=lambda st: [stats.add(k, v) for k, v in st.items()],
         )
-        stats.add("sharpe/train", collect_stats["train_sharpe"])
+        # per-step Sharpe of the collected rewards, annualised like the validation Sharpe
+        stats.add("sharpe/train", collect_stats["train_sharpe"] * math.sqrt(self.bpy))
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
         stats.add("misc/bonus_share", collect_stats["bonus_share"])
         stats.add("experts/utilisation", agent.signals["expert_utilisation"])
