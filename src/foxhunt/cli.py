@@ -265,6 +265,28 @@ DATA_HELP = "DBN files or folders: --data a.dbn.zst b.dbn.zst (or a shell glob),
 MANY_PATHS = {"allow_extra_args": True}
 
 
+def _cache_from(
+    ctx: typer.Context,
+    data: list[Path] | None,
+    cache_path: Path | None,
+    cfg: FoxhuntConfig,
+    out_dir: Path,
+    quiet: bool,
+    command: str,
+):
+    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``."""
+    from foxhunt.features.cache import get_or_build, load_cache
+
+    if (data is None) == (cache_path is None):
+        raise FoxhuntError(
+            "--data/--cache", "pass exactly one of --data or --cache", f"see foxhunt {command} --help"
+        )
+    with step("building features", quiet):
+        if cache_path is not None:
+            return load_cache(cache_path, cfg)
+        return get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
+
+
 def _data_paths(data: list[Path], ctx: typer.Context) -> list[Path]:
     extra = list(ctx.args)
     flags = [a for a in extra if a.startswith("-")]
@@ -516,7 +538,6 @@ def backtest_cmd(
     the future on purpose and must be flagged implausible."""
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
-    from foxhunt.features.cache import get_or_build, load_cache
 
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
@@ -532,16 +553,7 @@ def backtest_cmd(
             raise FoxhuntError(
                 "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
             ) from None
-    if (data is None) == (cache_path is None):
-        raise FoxhuntError(
-            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt backtest --help"
-        )
-    with step("building features", quiet):
-        cache = (
-            load_cache(cache_path, cfg)
-            if cache_path is not None
-            else get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
-        )
+    cache = _cache_from(ctx, data, cache_path, cfg, out_dir, quiet, "backtest")
     n_folds = cfg.folds.n_folds
     if fold is not None and not 0 <= fold < n_folds:
         raise FoxhuntError("--fold", f"fold {fold} does not exist", f"use 0..{n_folds - 1}")
@@ -581,7 +593,6 @@ def train_cmd(
     """Walk-forward training: per fold, epochs of collection from parallel episodes, learner
     updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
     anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics."""
-    from foxhunt.features.cache import get_or_build, load_cache
     from foxhunt.train.run import train
 
     cfg = _config(profile, config, list(set_ or []))
@@ -591,16 +602,7 @@ def train_cmd(
         )
     out_dir = resume if resume is not None else out_dir
     assert out_dir is not None
-    if (data is None) == (cache_path is None):
-        raise FoxhuntError(
-            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt train --help"
-        )
-    with step("building features", quiet):
-        cache = (
-            load_cache(cache_path, cfg)
-            if cache_path is not None
-            else get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
-        )
+    cache = _cache_from(ctx, data, cache_path, cfg, out_dir, quiet, "train")
     write_resolved(cfg, out_dir / "train.config.json")
     folds = train(cache, cfg, out_dir, resume=resume is not None, log=out.print)
     for f in folds:
