@@ -31,6 +31,7 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache, get_or_build
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import (
@@ -359,6 +360,15 @@ def test_resume_after_the_replay_wrapped(cache: FeatureCache, tmp_path: Path) ->
         train(cache, cfg, tmp_path / "resumed", log=quiet, stop_after=(0, 1))
     train(cache, cfg, tmp_path / "resumed", resume=True, log=quiet)
     assert canon(folds_of(tmp_path / "resumed")) == canon(folds_of(tmp_path / "whole"))
+
+
+def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCache, tmp_path: Path) -> None:
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=2")
+    with pytest.raises(Interrupted):
+        train(cache, cfg, tmp_path / "run", log=quiet, stop_after=(0, 0))
+    other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": cfg.run.seed + 1})})
+    with pytest.raises(FoxhuntError, match=r"run\.seed: 7 -> 8"):
+        train(cache, other, tmp_path / "run", resume=True, log=quiet)
 
 
 # --- checkpoints ---------------------------------------------------------------------------------

@@ -168,7 +168,7 @@ def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> P
         plt.close(fig)
         return None
     ax.axhline(0.0, color="black", lw=0.6)
-    ax.set_xlabel("validation bar")
+    ax.set_xlabel("step within the validation windows (all windows summed)")
     ax.set_ylabel("cumulative net PnL ($)")
     ax.set_title(f"Fold {fold}: validation equity, agent vs flat vs long")
     ax.legend(fontsize=8)

@@ -105,6 +105,15 @@ class AnomalyGuard:
         self._losses.clear()
         self._exploding = 0
 
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state (checkpoint metadata): a resumed run judges the same epochs alike."""
+        return {"losses": list(self._losses), "exploding": self._exploding}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.reset()
+        self._losses.extend(float(x) for x in state["losses"])
+        self._exploding = int(state["exploding"])
+
     def check(
         self, stats: Mapping[str, float], validation: Mapping[str, Any] | bool | None = None
     ) -> GuardResult:

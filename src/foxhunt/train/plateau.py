@@ -133,6 +133,14 @@ class PlateauDetector:
     def reset(self) -> None:
         self._window.clear()
 
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state (checkpoint metadata): the epochs in the current window."""
+        return {"window": [dict(w) for w in self._window]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._window.clear()
+        self._window.extend(dict(w) for w in state["window"])
+
     def update(self, stats: Mapping[str, float]) -> bool:
         """Add one epoch's statistics; True when the learner is frozen (the window then restarts)."""
         if self.patience == 0:
@@ -216,6 +224,13 @@ class PlateauResponder:
             Response.REWIND: self.rewind is None,
         }
         return [r for r in LADDER if not skip.get(r, False)]
+
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-ready state (checkpoint metadata): the next rung of the ladder."""
+        return {"rung": self._rung}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self._rung = int(state["rung"])
 
     def note_progress(self) -> None:
         """The learner made progress: the next plateau starts the ladder again from rung 1."""

@@ -108,6 +108,25 @@ class FoldResult:
         }
 
 
+def config_differences(stored: dict[str, Any], cfg: FoxhuntConfig) -> list[str]:
+    """``section.key: stored -> now`` for every leaf where ``cfg`` differs from a stored config dump."""
+
+    def leaves(d: Any, prefix: str = "") -> dict[str, Any]:
+        if isinstance(d, dict):
+            out: dict[str, Any] = {}
+            for k, v in d.items():
+                out.update(leaves(v, f"{prefix}{k}."))
+            return out
+        return {prefix[:-1]: d}
+
+    a, b = leaves(stored), leaves(json.loads(json.dumps(cfg.model_dump(mode="json"))))
+    return [
+        f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}"
+        for k in sorted(set(a) | set(b))
+        if a.get(k) != b.get(k)
+    ]
+
+
 def resolve_device(cfg: FoxhuntConfig) -> torch.device:
     want = cfg.run.device.value
     if want == "auto":
@@ -313,13 +332,22 @@ class FoldTrainer:
             "best_epoch": self.best_epoch,
             "temperature_boost": self.agent.temperature_boost,
             "lr_scale": self.lr_scale,
-            # The guard's loss history and the plateau detector's window and rung (guard.py and
-            # plateau.py keep no state_dict of their own): a resumed run responds at the same epochs.
-            "guard": {"losses": list(self.guard._losses), "exploding": self.guard._exploding},
-            "plateau": {"window": list(self.plateau._window), "rung": self.responder._rung},
+            # The guard's loss history and the plateau detector's window and rung: a resumed run
+            # judges and responds at the same epochs as an uninterrupted one.
+            "guard": self.guard.state_dict(),
+            "plateau": {**self.plateau.state_dict(), **self.responder.state_dict()},
         }
 
     def resume_from(self, path: Path) -> None:
+        from foxhunt.train.checkpoint import read_checkpoint_meta
+
+        differs = config_differences(read_checkpoint_meta(path).get("config", {}), self.cfg)
+        if differs:
+            raise FoxhuntError(
+                "--resume",
+                f"the config differs from the interrupted run's ({path}): {'; '.join(differs[:8])}",
+                "resume with the same profile, --config and --set values, or start a new run with --out",
+            )
         meta, tensors = load_checkpoint(
             path,
             modules=self.modules(),
@@ -335,11 +363,10 @@ class FoldTrainer:
         self.agent.temperature_boost = float(meta["temperature_boost"])
         self.lr_scale = float(meta.get("lr_scale", 1.0))
         if "guard" in meta:
-            self.guard._losses.extend(float(x) for x in meta["guard"]["losses"])
-            self.guard._exploding = int(meta["guard"]["exploding"])
+            self.guard.load_state_dict(meta["guard"])
         if "plateau" in meta:
-            self.plateau._window.extend(dict(w) for w in meta["plateau"]["window"])
-            self.responder._rung = int(meta["plateau"]["rung"])
+            self.plateau.load_state_dict(meta["plateau"])
+            self.responder.load_state_dict(meta["plateau"])
 
     # --- one epoch --------------------------------------------------------------------------
 
