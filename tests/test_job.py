@@ -154,6 +154,22 @@ def test_smoke_agent_beats_flat_on_the_planted_alpha(tmp_path: Path, one_thread:
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="the edge is not robust across seeds: validation net PnL over the 3 folds is +187.50 (seed 7), "
+    "-2,135.50 (seed 8), +440.75 (seed 9); mean -502: the agent does not yet learn the planted signal "
+    "reliably",
+)
+def test_smoke_agent_beats_flat_on_average_over_seeds(tmp_path: Path, one_thread: None) -> None:
+    nets = []
+    for seed in (7, 8, 9):
+        folds = _smoke(tmp_path / f"seed{seed}", f"run.seed={seed}")["folds"]
+        nets.append(sum(f["net_pnl"] - f["baselines"]["flat"]["net_pnl"] for f in folds))
+    print(f"planted alpha, net PnL over flat per seed: {nets}")
+    assert sum(nets) / len(nets) > 0
+
+
+@pytest.mark.slow
 def test_smoke_agent_shows_no_edge_without_alpha(tmp_path: Path, one_thread: None) -> None:
     """On the market without planted alpha no fold's net Sharpe (nor the folds' pooled one) is above
     zero by more than its 95% confidence interval allows."""
