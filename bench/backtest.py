@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from foxhunt.backtest.evaluate import evaluate_many
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -35,8 +36,11 @@ def main() -> int:
     market = env_bench.synthetic_market(args.device)
     cfg = EnvConfig(episode_rows=args.episode_rows)
     gen = torch.Generator(device=args.device).manual_seed(0)
-    sizes = torch.tensor((4, 3, 3, 3), device=args.device)
-    acts = (torch.rand(args.policies, args.rows, 4, generator=gen, device=args.device) * sizes).to(torch.int8)
+    codec = ActionCodec(cfg.branches)
+    sizes = torch.tensor(codec.sizes, device=args.device)
+    acts = (
+        torch.rand(args.policies, args.rows, len(codec.sizes), generator=gen, device=args.device) * sizes
+    ).to(torch.int8)
 
     def run(p: int) -> float:
         if args.device == "cuda":

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from torch._inductor import metrics
 
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
@@ -160,7 +161,8 @@ def profile_compiled(market: MarketTensors, cfg: EnvConfig, n: int) -> list[dict
     env.reset(torch.randint(0, ROWS - cfg.episode_rows - 1, (n,), device="cuda"))
     own_storage(env)
     fn = compiled_advance()
-    a = (torch.rand(n, 4, device="cuda") * torch.tensor((4, 3, 3, 3), device="cuda")).long()
+    sizes = torch.tensor(env.codec.sizes, device="cuda")
+    a = (torch.rand(n, len(env.codec.sizes), device="cuda") * sizes).long()
     for _ in range(2):
         fn(env, env.state, a, True)
     sync("cuda")
@@ -210,7 +212,7 @@ def main() -> int:
     bandwidth = copy_bandwidth() if cuda else None
     report = {"hardware": hw, "dtype": args.dtype, "copy_bandwidth_Bps": bandwidth, "rows": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    sizes = (4, 3, 3, 3)
+    sizes = ActionCodec(cfg.branches).sizes
     counts = [int(x) for x in envs.split(",")]
     refs = {n: numpy_reference(n, 10, mid_np, feats_np, cfg.episode_rows) for n in counts}
     for mode in modes:  # mode by mode: a slow compile cannot cost the other modes' numbers

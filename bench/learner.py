@@ -56,6 +56,7 @@ from foxhunt.agent.config import AgentConfig, NetworkConfig
 from foxhunt.agent.graph import GraphedUpdate as PackageGraphedUpdate
 from foxhunt.agent.learner import Batch
 from foxhunt.config.loader import load_config
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.config import BranchConfig
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.diagnostics import q_key
@@ -79,7 +80,7 @@ class SeedNet(nn.Module):
         expert_hidden: int = 64,
         head_hidden: int = 240,
         atoms: int = 51,
-        branches: tuple[int, ...] = (4, 3, 3, 3),
+        branches: tuple[int, ...] = ActionCodec(BranchConfig()).sizes,
     ) -> None:
         super().__init__()
         self.atoms, self.branches = atoms, branches

@@ -32,6 +32,7 @@ from foxhunt.agent.learner import Batch, Learner
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.config import BranchConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import AUX_TARGETS
@@ -100,7 +101,7 @@ class Agent:
         self.net = QNetwork(cfg, branches).to(self.device)
         self.signals = Signals(cfg.network.experts, self.device)
         self.learner = Learner(self.net, cfg, self.signals)
-        self.sizes = (branches.direction, branches.magnitude, branches.order_type, branches.urgency)
+        self.sizes = ActionCodec(branches).sizes
         self.counts = [torch.zeros(n, device=self.device) for n in self.sizes]
         self.replay = PrioritizedReplay(
             replay_capacity or cfg.replay.capacity,
@@ -181,12 +182,6 @@ class Agent:
             q_gap=d_gap.mean(),
         )
 
-    def observe_policy(self, out: PolicyOut, qs_abs: Tensor | None = None) -> None:
-        """Feed the acting statistics into the signals (collection only)."""
-        self.signals.ema("q_gap", out.q_gap)
-        if qs_abs is not None:
-            self.signals.ema("q_abs", qs_abs)
-
     # --- collection and learning ----------------------------------------------------------
 
     def collect(
@@ -199,14 +194,14 @@ class Agent:
         bonus_abs, total_abs = torch.zeros_like(reward_sum), torch.zeros_like(reward_sum)
         for _ in range(steps):
             pol = self.policy(obs, Mode.EXPLORE)
-            self.observe_policy(pol)
+            self.signals.ema("q_gap", pol.q_gap)  # acting statistics feed the signals (collection only)
             nxt, res = pol.step(env)
             aux_t = env.market.aux_targets
             rows = env.state.row - res.written.to(torch.int64)  # the row the action was taken on
             aux = (
                 aux_t[rows]
                 if aux_t is not None
-                else torch.full((obs.shape[0], 3), float("nan"), device=obs.device)
+                else torch.full((obs.shape[0], len(AUX_TARGETS)), float("nan"), device=obs.device)
             )
             done = env.state.done | ~res.written
             # Replay learns from the action that acted: under the plan lock the picked direction was
@@ -257,13 +252,6 @@ class Agent:
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
             if sink is not None:
                 sink(stats)
-
-    def reset(self) -> None:
-        """Fold boundary: replay, counts and signals back to their cold start."""
-        self.replay.clear()
-        for c in self.counts:
-            c.zero_()
-        self.learner.reset()
 
 
 def _top2_gap(q_NA: Tensor) -> Tensor:

@@ -99,18 +99,21 @@ class Learner:
         lr = torch.tensor(cfg.learn.lr, device=self.device) if cuda else cfg.learn.lr
         self.opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, eps=1e-6)
         self.epoch = 0
+        self.lr_scale = 1.0  # multiplies the schedule (the plateau ladder's learning-rate bumps)
 
     # --- schedule ------------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> float:
-        """The epoch's learning rate; at a warm restart Adam's first moments are scaled down."""
+        """The epoch's learning rate (schedule x ``lr_scale``); at a warm restart Adam's first moments
+        are scaled down. A tensor learning rate (CUDA graphs) is filled in place, so a captured update
+        sees it."""
         learn = self.cfg.learn
         if epoch > 0 and epoch % learn.restart_epochs == 0 and epoch != self.epoch:
             for state in self.opt.state.values():
                 if "exp_avg" in state:
                     state["exp_avg"].mul_(learn.restart_momentum)
         self.epoch = epoch
-        lr = cosine_lr(epoch, learn.lr, learn.lr_min_share, learn.restart_epochs)
+        lr = cosine_lr(epoch, learn.lr, learn.lr_min_share, learn.restart_epochs) * self.lr_scale
         for g in self.opt.param_groups:
             if isinstance(g["lr"], Tensor):
                 g["lr"].fill_(lr)
@@ -251,13 +254,4 @@ class Learner:
     @torch.no_grad()
     def _polyak(self) -> None:
         tau = self.cfg.learn.polyak
-        online = [p for p in self.net.parameters()]
-        target = [p for p in self.target.parameters()]
-        torch._foreach_lerp_(target, online, tau)
-
-    # --- state ---------------------------------------------------------------------------
-
-    def reset(self) -> None:
-        """A fold boundary: the target network re-syncs; signals return to cold start."""
-        self.target.load_state_dict(self.net.state_dict())
-        self.signals.reset()
+        torch._foreach_lerp_(list(self.target.parameters()), list(self.net.parameters()), tau)

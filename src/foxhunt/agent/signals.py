@@ -79,6 +79,3 @@ class Signals:
             raise KeyError(f"signal state lacks {sorted(missing)}")
         for k, v in state.items():
             self.values[k].copy_(v.to(self.device))
-
-    def names(self) -> tuple[str, ...]:
-        return tuple(self.values)

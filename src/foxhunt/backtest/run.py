@@ -21,7 +21,13 @@ import torch  # noqa: E402
 
 from foxhunt.atomic import atomic_path, write_json  # noqa: E402
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted  # noqa: E402
-from foxhunt.backtest.metrics import StepRecord, branch_sizes, compute_metrics, implausibility  # noqa: E402
+from foxhunt.backtest.metrics import (  # noqa: E402
+    MAX_PLAUSIBLE_SHARPE_ANNUAL,
+    StepRecord,
+    branch_sizes,
+    compute_metrics,
+    implausibility,
+)
 from foxhunt.config.models import FoxhuntConfig  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.features.cache import FeatureCache  # noqa: E402
@@ -29,10 +35,42 @@ from foxhunt.validation.dataset import make_folds  # noqa: E402
 
 SESSIONS_PER_YEAR = 252
 
+METRIC_KEYS = (
+    "net_pnl",
+    "gross_pnl",
+    "costs",
+    "sharpe_annual",
+    "bars_per_year",
+    "max_drawdown",
+    "trades",
+    "win_rate",
+    "active_frac",
+)
+"""The headline metrics of every backtest body (``metrics.json``, the run's folds)."""
+
 
 def bars_per_year(cache: FeatureCache) -> float:
     dates = cache.column("trade_date")
     return float(len(dates) / max(len(np.unique(dates)), 1) * SESSIONS_PER_YEAR)
+
+
+def summarise(
+    rec: StepRecord, bpy: float, cfg: FoxhuntConfig, max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL
+) -> tuple[dict[str, Any], list[str]]:
+    """``(compute_metrics of rec, implausibility reasons)`` with the config's branch sizes and capital."""
+    metrics = compute_metrics(
+        rec,
+        bars_per_year=bpy,
+        initial_capital=cfg.env.contract.initial_capital,
+        **branch_sizes(cfg.env.branches),
+    )
+    return metrics, implausibility(metrics, max_sharpe_annual=max_sharpe_annual)
+
+
+def equity_curve(rec: StepRecord) -> np.ndarray:
+    """Cumulative net PnL per step, all windows summed (written steps only)."""
+    net = (rec.gross_pnl - rec.costs) * rec.written
+    return net.sum(dim=0).cumsum(0).cpu().numpy()
 
 
 def _concat(records: list[StepRecord]) -> StepRecord:
@@ -80,8 +118,7 @@ def run_backtest(
         )
         rec = evaluate(market, cfg.env, lo, hi, pol)
         records.append(rec)
-        net = (rec.gross_pnl - rec.costs) * rec.written
-        curves.append(net.sum(dim=0).cumsum(0).cpu().numpy())  # all windows of the fold, per step
+        curves.append(equity_curve(rec))
         e_idx, t_idx = torch.nonzero(rec.trade_closed & rec.written, as_tuple=True)
         trades.extend(
             {
@@ -94,21 +131,11 @@ def run_backtest(
             for e, t in zip(e_idx.tolist(), t_idx.tolist(), strict=True)
         )
     bpy = bars_per_year(cache)
-    metrics = compute_metrics(
-        _concat(records),
-        bars_per_year=bpy,
-        initial_capital=cfg.env.contract.initial_capital,
-        **branch_sizes(cfg.env.branches),
-    )
-    reasons = implausibility(metrics)
+    metrics, reasons = summarise(_concat(records), bpy, cfg)
     body = {
         "policy": policy.value,
         "folds": [fd.fold.index for fd in chosen],
-        **{k: metrics[k] for k in ("net_pnl", "gross_pnl", "costs", "sharpe_annual", "bars_per_year")},
-        "max_drawdown": metrics["max_drawdown"],
-        "trades": metrics["trades"],
-        "win_rate": metrics["win_rate"],
-        "active_frac": metrics["active_frac"],
+        **{k: metrics[k] for k in METRIC_KEYS},
         "implausible": bool(reasons),
         "implausible_reasons": reasons,
         "all": metrics,

@@ -112,6 +112,22 @@ class ActionCodec:
         """Every joint action decoded: ``[n_joint, 4]`` int64, row ``j`` = branches of action ``j``."""
         return torch.stack(self.decode(torch.arange(self.n_joint, device=device)), dim=-1)
 
+    def value_labels(self) -> dict[str, tuple[str, ...]]:
+        """Readable name of every value of every branch (keys :data:`BRANCH_NAMES`), for reports."""
+        d, m, o, u = self.sizes
+        return dict(
+            zip(
+                BRANCH_NAMES,
+                (
+                    tuple(Direction(i).name.title() for i in range(d)),
+                    tuple(f"{f:g}x" for f in self.magnitude_fractions[:m]),
+                    tuple(OrderType(i).name.title() for i in range(o)),
+                    tuple(Urgency(i).name.title() for i in range(u)),
+                ),
+                strict=True,
+            )
+        )
+
     def label(self, joint: int) -> str:
         """Readable name of one joint action for logs and reports, e.g. ``LONG x0.5 MARKET NORMAL``."""
         if not 0 <= joint < self.n_joint:

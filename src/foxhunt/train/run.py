@@ -42,10 +42,10 @@ from foxhunt.agent.agent import Agent, Mode
 from foxhunt.agent.replay import NStep
 from foxhunt.atomic import write_json
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
-from foxhunt.backtest.metrics import StepRecord, branch_sizes, compute_metrics, implausibility
-from foxhunt.backtest.run import bars_per_year
+from foxhunt.backtest.metrics import StepRecord
+from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summarise
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.env.actions import BRANCH_NAMES, Direction, OrderType, Urgency
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
@@ -71,18 +71,6 @@ from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation.dataset import FoldData, make_folds
 
-METRIC_KEYS = (
-    "net_pnl",
-    "gross_pnl",
-    "costs",
-    "sharpe_annual",
-    "bars_per_year",
-    "max_drawdown",
-    "trades",
-    "win_rate",
-    "active_frac",
-)
-
 
 class Interrupted(Exception):
     """Raised by the ``stop_after`` hook (tests simulate an interruption with it)."""
@@ -94,7 +82,7 @@ class FoldResult:
     metrics: dict[str, Any]
     history: list[dict[str, float]]
     equity: dict[str, list[float]]
-    actions: dict[str, dict[str, dict[str, int]]]
+    actions: dict[str, dict[str, dict[str, float]]]
     diagnostics: dict[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
@@ -141,52 +129,29 @@ def resolve_device(cfg: FoxhuntConfig) -> torch.device:
 
 
 def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any]:
-    m = compute_metrics(
-        rec,
-        bars_per_year=bpy,
-        initial_capital=cfg.env.contract.initial_capital,
-        **branch_sizes(cfg.env.branches),
-    )
     # The run's own ceiling (train.anomaly.max_sharpe_annual), which the guard would otherwise never
     # see: these metrics carry the flag, and the guard trusts a flag that is present.
-    reasons = implausibility(m, max_sharpe_annual=cfg.train.anomaly.max_sharpe_annual)
-    out = {k: m[k] for k in METRIC_KEYS}
-    out["implausible"] = reasons
-    out["all"] = m
-    return out
+    m, reasons = summarise(rec, bpy, cfg, cfg.train.anomaly.max_sharpe_annual)
+    return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
 
 
 def _equity(rec: StepRecord) -> list[float]:
-    net = (rec.gross_pnl - rec.costs) * rec.written
-    curve = net.sum(dim=0).cumsum(0).cpu().numpy()
+    curve = equity_curve(rec)
     stride = max(1, len(curve) // 500)  # enough points for a plot
     return [float(x) for x in curve[::stride]]
 
 
-def _branch_labels(cfg: FoxhuntConfig) -> dict[str, list[str]]:
-    b = cfg.env.branches
+def _action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, float]]]:
+    """``{picked|realised: {branch: {value label: share of written steps}}}`` from
+    :func:`~foxhunt.backtest.metrics.compute_metrics`' distributions (picked: every branch;
+    realised: direction after the plan lock, magnitude after the Kelly cap)."""
+    labels = ActionCodec(cfg.env.branches).value_labels()
     return {
-        "direction": [Direction(i).name.title() for i in range(b.direction)],
-        "magnitude": [f"{f:g}x" for f in b.magnitude_fractions],
-        "order_type": [OrderType(i).name.title() for i in range(b.order_type)],
-        "urgency": [Urgency(i).name.title() for i in range(b.urgency)],
-    }
-
-
-def _action_counts(rec: StepRecord, cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, int]]]:
-    """Picked (every branch) and realised (direction after the plan lock, magnitude after the
-    Kelly cap) action counts over the written validation steps."""
-    labels = _branch_labels(cfg)
-    picked = (rec.picked_direction, rec.picked_magnitude, rec.picked_order, rec.picked_urgency)
-    realised = {"direction": rec.realised_direction, "magnitude": rec.realised_magnitude}
-
-    def counts(x: torch.Tensor, names: list[str]) -> dict[str, int]:
-        c = torch.bincount(x[x >= 0].flatten(), minlength=len(names)).cpu().tolist()
-        return {name: int(c[i]) for i, name in enumerate(names)}
-
-    return {
-        "picked": {br: counts(x, labels[br]) for br, x in zip(BRANCH_NAMES, picked, strict=True)},
-        "realised": {br: counts(x, labels[br]) for br, x in realised.items()},
+        kind: {
+            branch: {name: float(x) for name, x in zip(labels[branch], shares, strict=False)}
+            for branch, shares in metrics[kind].items()
+        }
+        for kind in ("picked", "realised")
     }
 
 
@@ -234,7 +199,7 @@ class FoldTrainer:
                 expert_hidden=net.expert_hidden,
                 head_hidden=net.head_hidden,
                 atoms=net.atoms,
-                branch_actions=(b.direction, b.magnitude, b.order_type, b.urgency),
+                branch_actions=ActionCodec(b).sizes,
             ),
         )
         seed = cfg.run.seed * 1000 + self.k
@@ -264,7 +229,6 @@ class FoldTrainer:
             t.plateau, self.agent.learner.opt, heads, generator=self.agent.gen, rewind=self.rewind
         )
         self.responses: list[str] = []
-        self.lr_scale = 1.0  # the plateau ladder's LR bumps, on top of the learner's schedule
         self.epoch = 0
         self.best_epoch = -1
 
@@ -331,7 +295,7 @@ class FoldTrainer:
             "responses": self.responses,
             "best_epoch": self.best_epoch,
             "temperature_boost": self.agent.temperature_boost,
-            "lr_scale": self.lr_scale,
+            "lr_scale": self.agent.learner.lr_scale,
             # The guard's loss history and the plateau detector's window and rung: a resumed run
             # judges and responds at the same epochs as an uninterrupted one.
             "guard": self.guard.state_dict(),
@@ -361,7 +325,7 @@ class FoldTrainer:
         self.responses = list(meta["responses"])
         self.best_epoch = int(meta["best_epoch"])
         self.agent.temperature_boost = float(meta["temperature_boost"])
-        self.lr_scale = float(meta.get("lr_scale", 1.0))
+        self.agent.learner.lr_scale = float(meta.get("lr_scale", 1.0))
         if "guard" in meta:
             self.guard.load_state_dict(meta["guard"])
         if "plateau" in meta:
@@ -373,10 +337,7 @@ class FoldTrainer:
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
-        lr = agent.learner.set_epoch(self.epoch) * self.lr_scale
-        if self.lr_scale != 1.0:  # set_epoch resets the lr to the schedule: a plateau LR bump lasts
-            for g in agent.learner.opt.param_groups:
-                g["lr"] = lr
+        lr = agent.learner.set_epoch(self.epoch)
         stats = EpochStats(self.device)
         n, steps = self.sizes.envs, t.steps_per_epoch
         span = self.train_hi - self.train_lo - steps - 1
@@ -422,11 +383,9 @@ class FoldTrainer:
         )
         # Validation action distributions, picked (every branch) and realised (after the plan lock
         # and the Kelly cap), as shares of the written steps: actions/<picked|realised>/<branch>/<value>.
-        labels = _branch_labels(self.cfg)
-        for kind in ("picked", "realised"):
-            for branch, shares in val["all"][kind].items():
-                for name, share in zip(labels[branch], shares, strict=False):
-                    row[f"actions/{kind}/{branch}/{name}"] = float(share)
+        for kind, branches in _action_shares(val["all"], self.cfg).items():
+            for branch, shares in branches.items():
+                row.update({f"actions/{kind}/{branch}/{name}": x for name, x in shares.items()})
         return {"row": row, "val": val, "rec": rec}
 
 
@@ -540,7 +499,7 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
                 if action.response is Response.TEMPERATURE_BOOST:
                     tr.agent.temperature_boost *= action.temperature_multiplier
                 elif action.response is Response.LR_BUMP:
-                    tr.lr_scale *= cfg.train.plateau.lr_bump
+                    tr.agent.learner.lr_scale *= cfg.train.plateau.lr_bump  # lasts past set_epoch
                 tr.responses.append(f"epoch {tr.epoch}: {action.response.value} ({action.detail})")
                 writer.event(tr.epoch, "plateau", f"{action.response.value}: {action.detail}")
             if best is not None:
@@ -576,7 +535,7 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
         metrics=metrics,
         history=tr.history,
         equity={"agent": _equity(rec), **base_curves},
-        actions=_action_counts(rec, cfg),
+        actions=_action_shares(val["all"], cfg),
         diagnostics={
             "expert_utilisation": util,
             "anomaly": anomaly,
