@@ -34,7 +34,7 @@ SMALL = {
 }
 BRANCH_CFG = BranchConfig()
 SIZES = tuple(int(getattr(BRANCH_CFG, name)) for name in BRANCHES)
-LONG = int(Direction.LONG)
+LONG, HOLD = int(Direction.LONG), int(Direction.HOLD)
 LOSS_PARTS = ("loss/c51", "loss/iqn", "loss/mse", "loss/cql", "loss/entropy", "loss/balance")
 
 
@@ -290,13 +290,17 @@ def test_restart_halves_adam_momentum_and_lr_follows_the_cosine() -> None:
 def test_double_q_targets_select_online_and_evaluate_target() -> None:
     """For a target network unlike the online one and PopArt at mu 0.2, sigma 3: per branch the
     action is a* = argmax of the online (E_C51 + E_IQN) / 2 at s', and the MSE target is
-    R + d (sigma Q_mse,target(s', a*) + mu), the IQN targets likewise from the target quantiles."""
+    R + d (sigma Q_mse,target(s', a*) + mu), the IQN targets likewise from the target quantiles.
+    Where s' is plan-locked (its plan.active slot is 1) the direction's a* is Hold, the only
+    direction that can act there."""
     learner = make_learner(agent_cfg(network={"support_growth": 1.0}))
     for p in learner.target.parameters():
         p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
     learner.popart.mu.fill_(0.2)
     learner.popart.nu.fill_(0.2**2 + 3.0**2)
     batch = make_batch(128, seed=12)
+    locked = torch.arange(128) % 2 == 1
+    batch.next_state[:, STATE_LAYOUT.index("plan.active")] = locked.float()
     r, d = batch.reward[:, None], batch.discount[:, None]
     online, target = learner.net(batch.next_state), learner.target(batch.next_state)
     q_online = learner.net.expected_q(online, learner.popart.denormalise)
@@ -307,6 +311,8 @@ def test_double_q_targets_select_online_and_evaluate_target() -> None:
         a_star = q_online[i].argmax(1)
         if i == 0:  # the two networks disagree: the test tells selection from evaluation
             assert not torch.equal(a_star, q_target[i].argmax(1))
+            assert (a_star[locked] != HOLD).any()  # the mask changes some targets
+            a_star = torch.where(locked, HOLD, a_star)
         b = target.branches[i]
         want_mse = r[:, 0] + d[:, 0] * (3.0 * b.q_mse[rows, a_star] + 0.2)
         want_iqn = r + d * (3.0 * b.quantiles[rows, a_star] + 0.2)

@@ -5,7 +5,11 @@ reward, ``d = gamma^n`` or 0 when the episode ended inside the n steps):
 
 1. **Double-Q targets.** The online network picks ``a*_b = argmax_a Q_b(s', a)`` per branch b
    (Q = (E_C51 + E_IQN) / 2, :meth:`QNetwork.expected_q`); the Polyak-averaged target network evaluates it.
-   Each branch has its own target (branching dueling Q, Tavakoli et al. 2018):
+   Each branch has its own target (branching dueling Q, Tavakoli et al. 2018). The argmax runs
+   over the *legal* actions only: in a plan-locked next state (its ``plan.active`` slot) the
+   environment turns every direction into Hold (SPEC §6 hard constraint), so Hold is the only
+   direction that can act there, and the only one replay ever trains there; a max over the
+   untrained others would bootstrap every position's value from noise.
    C51 ``m_b = Phi(R + d z, p_target(s', a*_b))`` (projection, :func:`project_c51`),
    IQN ``y_b,i = R + d theta_target,i(s', a*_b)``, MSE ``y_b = R + d Q_mse,target(s', a*_b)``.
 2. **Support and PopArt.** The C51 support grows (never shrinks) to cover ``|y|``; PopArt updates
@@ -47,10 +51,13 @@ from foxhunt.agent.distributional import (
 from foxhunt.agent.network import NetOut, QNetwork
 from foxhunt.agent.popart import PopArt
 from foxhunt.agent.signals import Signals
+from foxhunt.env.actions import Direction
 from foxhunt.env.rewards import BRANCHES
+from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.diagnostics import q_key
 
-_MAGNITUDE = BRANCHES.index("magnitude")
+_DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+_PLAN_ACTIVE = STATE_LAYOUT.index("plan.active")  # 1 while a plan locks the direction
 SUPPORT_QUANTILE = 0.99  # share of |targets| the C51 support must cover
 
 
@@ -128,6 +135,8 @@ class Learner:
         """Per branch: C51 target distributions [B, K], IQN targets [B, Q], MSE targets [B] (real units)."""
         nxt = self.net(batch.next_state)  # double Q: the online network selects
         a_star = [q.argmax(dim=1) for q in self.net.expected_q(nxt, self.popart.denormalise)]
+        locked = batch.next_state[:, _PLAN_ACTIVE] > 0.5  # only Hold is legal there
+        a_star[_DIRECTION] = torch.where(locked, int(Direction.HOLD), a_star[_DIRECTION])
         tgt = self.target(batch.next_state)  # ... the target network evaluates
         r, d = batch.reward.float(), batch.discount.float()
         ar = torch.arange(r.shape[0], device=r.device)

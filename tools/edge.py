@@ -1,0 +1,127 @@
+"""Is a one-feature edge above the trading costs? A research probe, not a test or a benchmark.
+
+For one state feature of a feature cache it prints, on the last fold's rows:
+
+* the decay curve: correlation of the feature with the mid move over K rows and the move per
+  standard deviation of the feature in ticks, next to the move's own standard deviation;
+* the round-trip cost of one contract with market orders (spread + fees, in ticks);
+* a threshold rule through the backtester on every fold's validation window: long above +thr,
+  short below -thr (in the feature's fold-normalised units), Full size, market or limit at touch,
+  under the configured plan lock; net PnL / trades / annualised Sharpe per fold.
+
+The rule is the control for the planted-alpha known answer: where it cannot beat flat after
+costs, an agent that learns the same signal cannot either.
+
+    python tools/edge.py runs/main/cache ofi.book_pressure --profile smoke [--set key=value ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from foxhunt.backtest.evaluate import evaluate
+from foxhunt.backtest.metrics import branch_sizes, compute_metrics
+from foxhunt.backtest.run import bars_per_year
+from foxhunt.config.loader import load_config
+from foxhunt.env.actions import Direction, OrderType
+from foxhunt.env.core import TradingEnv
+from foxhunt.env.market import MarketTensors, market_tensors
+from foxhunt.features.cache import open_cache
+from foxhunt.validation.dataset import make_folds
+
+HORIZONS = (1, 2, 5, 10, 20, 60)
+THRESHOLDS = (1.0, 1.5, 2.0)
+
+
+def decay(m: MarketTensors, column: str, tick: float) -> list[tuple[int, float, float, float]]:
+    """Per horizon K: (K, corr(x_t, mid_{t+K} - mid_t), ticks per sigma of x, sd of the move in ticks)."""
+    x = m.features[:, m.feature_columns.index(column)].numpy()
+    mid, seg = m.mid.numpy(), m.segment.numpy()
+    out = []
+    for k in HORIZONS:
+        move = mid[k:] - mid[:-k]
+        ok = (seg[k:] == seg[:-k]) & np.isfinite(x[:-k])
+        xs, ys = x[:-k][ok], move[ok]
+        out.append(
+            (
+                k,
+                float(np.corrcoef(xs, ys)[0, 1]),
+                float(np.polyfit(xs, ys, 1)[0] / tick),
+                float(ys.std() / tick),
+            )
+        )
+    return out
+
+
+def rule(column: str, threshold: float, order: OrderType):
+    """Long above +threshold, short below -threshold, else hold; Full size, ``order`` orders."""
+
+    def policy(obs: torch.Tensor, env: TradingEnv) -> torch.Tensor:
+        x = env.market.features[env.state.row, env.market.feature_columns.index(column)]
+        d = torch.where(
+            x > threshold,
+            int(Direction.LONG),
+            torch.where(x < -threshold, int(Direction.SHORT), int(Direction.HOLD)),
+        )
+        a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
+        a[:, 0], a[:, 1], a[:, 2] = d, env.codec.sizes[1] - 1, int(order)  # the largest magnitude
+        return a
+
+    return policy
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cache", type=Path, help="a feature cache file or the folder holding one")
+    ap.add_argument("column", help="state feature column, e.g. ofi.book_pressure")
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="config override (repeatable)")
+    args = ap.parse_args()
+    cfg = load_config(profile=args.profile, overrides=args.sets)
+    path = args.cache if args.cache.is_file() else next(args.cache.glob("*.arrow"))
+    cache = open_cache(path)
+    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    c = cfg.env.costs
+    tick = cfg.env.contract.tick_size
+    fees = (
+        2 * (c.commission_per_contract + c.exchange_fee_per_contract) / (tick * cfg.env.contract.point_value)
+    )
+    print(f"{path.name}: {cache.meta['rows']} rows; market round trip: 1 tick spread + {fees:.2f} ticks fees")
+    print(f"decay of {args.column} (last fold's rows):")
+    print("  K   corr   ticks/sigma   sd(move) ticks")
+    for k, corr, slope, sd in decay(
+        market_tensors(cache, folds[-1], vol_window=cfg.env.plan.vol_window), args.column, tick
+    ):
+        print(f"{k:3d} {corr:+.3f} {slope:12.2f} {sd:14.1f}")
+    bpy = bars_per_year(cache)
+    print(
+        f"threshold rule, plan {cfg.env.plan.target_bars} rows: validation net PnL / trades / Sharpe per fold"
+    )
+    for thr in THRESHOLDS:
+        for order in (OrderType.MARKET, OrderType.LIMIT_AT_TOUCH):
+            cells = []
+            for fd in folds:
+                m = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
+                rec = evaluate(
+                    m,
+                    cfg.env,
+                    fd.fold.validation_start,
+                    fd.fold.validation_end,
+                    rule(args.column, thr, order),
+                )
+                met = compute_metrics(
+                    rec,
+                    bars_per_year=bpy,
+                    initial_capital=cfg.env.contract.initial_capital,
+                    **branch_sizes(cfg.env.branches),
+                )
+                cells.append(f"{met['net_pnl']:+9.0f} / {met['trades']:3d} / {met['sharpe_annual']:+6.1f}")
+            print(f"  |x| > {thr:.1f} {order.name.lower():15s} " + "   ".join(cells))
+
+
+if __name__ == "__main__":
+    main()
