@@ -1,0 +1,52 @@
+"""Train one profile over several seeds on an existing feature cache; one JSON line per seed.
+
+The seed spread of the walk-forward validation net PnL is what tells a learned edge from a lucky
+initialisation (README, known limits). Each line holds the per-fold validation net PnL, trades and
+Sharpe, and the long baseline's PnL; the last line is the mean over the seeds.
+
+    python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--profile smoke] [--set k=v ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from foxhunt.config.loader import load_config
+from foxhunt.features.cache import open_cache
+from foxhunt.train.run import train
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("cache", type=Path, help="a feature cache file or the folder holding one")
+    ap.add_argument("--seeds", default="7,8,9", help="comma-separated run seeds")
+    ap.add_argument("--out", type=Path, required=True, help="folder for one training run per seed")
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--set", action="append", default=[], dest="sets", help="config override (repeatable)")
+    args = ap.parse_args()
+    cache = open_cache(args.cache if args.cache.is_file() else next(args.cache.glob("*.arrow")))
+    totals = []
+    for seed in (int(s) for s in args.seeds.split(",")):
+        cfg = load_config(profile=args.profile, overrides=[*args.sets, f"run.seed={seed}"])
+        t0 = time.perf_counter()
+        folds = train(cache, cfg, args.out / f"seed{seed}", log=lambda _: None)
+        total = sum(f["net_pnl"] for f in folds)
+        totals.append(total)
+        row = {
+            "seed": seed,
+            "net_pnl": [round(f["net_pnl"], 2) for f in folds],
+            "total": round(total, 2),
+            "trades": [f["trades"] for f in folds],
+            "sharpe": [round(f["sharpe_annual"], 2) for f in folds],
+            "long": [round(f["baselines"]["long"]["net_pnl"], 2) for f in folds],
+            "seconds": round(time.perf_counter() - t0, 1),
+        }
+        print(json.dumps(row), flush=True)
+    print(json.dumps({"mean_total": round(sum(totals) / len(totals), 2), "sets": args.sets}))
+
+
+if __name__ == "__main__":
+    main()
