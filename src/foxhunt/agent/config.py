@@ -41,6 +41,13 @@ class NetworkConfig(Frozen):
         le=10,
         description="NoisyNet initial sigma (factorised, x 1/sqrt(fan_in)); 0 = plain linear.",
     )
+    advantage_init: float = Field(
+        0.01,
+        gt=0,
+        le=1,
+        description="Scale of the advantage streams' output layers at init (1 = PyTorch's default): "
+        "near 0 every branch starts indifferent between its actions.",
+    )
     support_init: float = Field(
         1.0, gt=0, le=1e6, description="Initial half-width of the C51 support (normalised-reward units)."
     )
