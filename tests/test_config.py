@@ -71,3 +71,28 @@ def test_resolved_config_written_and_reloadable(tmp_path: Path) -> None:
     body = json.loads(path.read_text())
     assert body["config_hash"] == config_hash(cfg)
     assert FoxhuntConfig.model_validate(body["config"]) == cfg
+
+
+@pytest.mark.parametrize(
+    ("plan_key", "label_key", "value"),
+    [
+        ("env.plan.profit_mult", "labels.profit_mult", "3.0"),
+        ("env.plan.stop_mult", "labels.stop_mult", "4.0"),
+        ("env.plan.vol_window", "labels.barrier_vol_window", "50"),
+        ("env.plan.target_bars", "labels.barrier_horizon_bars", "10"),
+    ],
+)
+def test_label_barrier_and_env_plan_must_agree(plan_key: str, label_key: str, value: str) -> None:
+    """The aux outcome targets and the oracle read the labels' triple barrier as the plan's exits:
+    changing one side alone is refused naming both keys; changing both, in either order, loads."""
+    with pytest.raises(ConfigError) as err:
+        load_config("smoke", overrides=[f"{plan_key}={value}"])
+    assert plan_key in str(err.value) and label_key in str(err.value)
+    for pair in (
+        [f"{plan_key}={value}", f"{label_key}={value}"],
+        [f"{label_key}={value}", f"{plan_key}={value}"],
+    ):
+        cfg = load_config("smoke", overrides=pair)
+        assert cfg.model_dump(mode="json")["env"]["plan"][plan_key.split(".")[-1]] == pytest.approx(
+            float(value)
+        )

@@ -90,13 +90,24 @@ def _allowed(model: type[BaseModel], loc: tuple[Any, ...]) -> str:
     return "known keys here: " + ", ".join(current.model_fields)
 
 
-def validate_tree(tree: dict[str, Any], where: str = "config") -> FoxhuntConfig:
-    """Build the config model, turning pydantic's errors into one :class:`ConfigError`."""
+def validate_tree(
+    tree: dict[str, Any], where: str = "config", *, cross_checks: bool = True
+) -> FoxhuntConfig | None:
+    """Build the config model, turning pydantic's errors into one :class:`ConfigError`.
+
+    ``cross_checks=False`` lets the config's cross-field checks (errors located at the root, such
+    as the labels' barrier against the env plan) pass, returning ``None``: one ``--set`` of a pair
+    of coupled keys is checked on its own, and the pair once all overrides are applied."""
     try:
         return FoxhuntConfig.model_validate(tree)
     except ValidationError as exc:
         err = exc.errors()[0]
         loc = tuple(err["loc"])
+        if not loc:  # a model-level check across sections
+            if not cross_checks:
+                return None
+            msg = str(err["msg"]).removeprefix("Value error, ")
+            raise ConfigError(where, msg, "set the keys it names together (--set a=x --set b=x)") from exc
         key = ".".join(str(p) for p in loc)
         value = err.get("input")
         if err["type"] == "extra_forbidden":
@@ -127,8 +138,12 @@ def load_config(
     validate_tree(tree, where)  # errors in the profile itself are reported against the profile
     for assignment in overrides:
         tree = apply_override(tree, assignment)
-        validate_tree(tree, f"--set {assignment}")
-    return validate_tree(tree, where)
+        validate_tree(tree, f"--set {assignment}", cross_checks=False)
+    if overrides:
+        where = f"{where} with --set {' '.join(overrides)}"
+    cfg = validate_tree(tree, where)
+    assert cfg is not None  # cross checks on: an invalid tree raised
+    return cfg
 
 
 def canonical_json(cfg: FoxhuntConfig) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
@@ -17,6 +17,7 @@ from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
 from foxhunt.config.features import FeaturesConfig
 from foxhunt.config.synth import SynthConfig
+from foxhunt.data.schemas import RowUnit
 from foxhunt.env.config import EnvConfig
 from foxhunt.train.config import TrainConfig
 from foxhunt.validation.folds import FoldParams
@@ -54,3 +55,27 @@ class FoxhuntConfig(Frozen):
     env: EnvConfig = Field(default_factory=EnvConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+
+    @model_validator(mode="after")
+    def _barriers_are_the_plan(self) -> FoxhuntConfig:
+        """The labels' triple barrier is the env plan's exits (SPEC §5): the aux outcome targets and
+        the oracle read the labels as what a plan opened now would meet, so the two must agree."""
+        lab, plan = self.labels, self.env.plan
+        pairs = [
+            ("labels.profit_mult", lab.profit_mult, "env.plan.profit_mult", plan.profit_mult),
+            ("labels.stop_mult", lab.stop_mult, "env.plan.stop_mult", plan.stop_mult),
+            ("labels.barrier_vol_window", lab.barrier_vol_window, "env.plan.vol_window", plan.vol_window),
+        ]
+        if self.data.row_unit is RowUnit.BAR:
+            pairs.append(
+                (
+                    "labels.barrier_horizon_bars",
+                    lab.barrier_horizon_bars,
+                    "env.plan.target_bars",
+                    plan.target_bars,
+                )
+            )
+        differ = [f"{a} = {x} but {b} = {y}" for a, x, b, y in pairs if x != y]
+        if differ:
+            raise ValueError("the labels' triple barrier must be the env plan's exits: " + "; ".join(differ))
+        return self
