@@ -36,6 +36,9 @@ from typing import Any
 import torch
 
 from foxhunt.agent.replay import PrioritizedReplay, transition_fields
+from foxhunt.env.market import AUX_TARGETS
+from foxhunt.env.rewards import BRANCHES
+from foxhunt.features.layout import STATE_LAYOUT
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -125,7 +128,7 @@ def torchrl_backend(device: torch.device) -> tuple[str | None, str]:
 class FoxhuntBuffer:
     def __init__(self, args: argparse.Namespace, device: torch.device, compiled: bool) -> None:
         self.name = "foxhunt" + (" (compiled)" if compiled else "")
-        fields = transition_fields(args.width, 4)
+        fields = transition_fields(args.width, len(BRANCHES))
         self.rb = PrioritizedReplay(
             args.capacity, fields, alpha=args.alpha, beta=args.beta, eps=args.eps, device=device
         )
@@ -211,11 +214,11 @@ def transitions(n: int, width: int, device: torch.device) -> dict[str, torch.Ten
     g = torch.Generator(device=device).manual_seed(1)
     return {
         "state": torch.randn(n, width, device=device, generator=g),
-        "action": torch.randint(0, 3, (n, 4), device=device, generator=g),
+        "action": torch.randint(0, 3, (n, len(BRANCHES)), device=device, generator=g),
         "reward": torch.randn(n, device=device, generator=g),
         "discount": torch.full((n,), 0.99**3, device=device),
         "next_state": torch.randn(n, width, device=device, generator=g),
-        "aux": torch.randn(n, 3, device=device, generator=g),
+        "aux": torch.randn(n, len(AUX_TARGETS), device=device, generator=g),
     }
 
 
@@ -263,7 +266,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--capacity", type=int, default=1 << 20)
     ap.add_argument("--batch", type=int, default=16_384)
-    ap.add_argument("--width", type=int, default=136, help="state width W (STATE_LAYOUT.width)")
+    ap.add_argument(
+        "--width", type=int, default=STATE_LAYOUT.width, help="state width W (default STATE_LAYOUT.width)"
+    )
     ap.add_argument("--alpha", type=float, default=0.6)
     ap.add_argument("--beta", type=float, default=0.4)
     ap.add_argument("--eps", type=float, default=1e-6)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -21,3 +23,14 @@ def real_data_dir() -> Path:
     if not root.is_dir():
         pytest.skip(f"real data folder {root} is absent (set FOXHUNT_REAL_DATA to point at it)")
     return root
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> Iterator[None]:
+    """Tiny networks and many small ops: intra-op threads only add overhead on a shared 2-core host
+    (50x on a loaded one). Module-scoped: request it in a test, or for a whole module with
+    ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

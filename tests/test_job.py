@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from typer.testing import CliRunner
 
 from foxhunt.alpha.check import bootstrap_block
@@ -41,14 +39,6 @@ QUICK_ALPHA = (
     "alpha.gbm.num_threads=1",
 )
 FOLD_KEYS = ("net_pnl", "sharpe_annual", "max_drawdown", "trades")
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(

@@ -30,10 +30,12 @@ from foxhunt.config.loader import load_config
 from foxhunt.env.actions import Direction, OrderType
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
+from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.cache import open_cache
 from foxhunt.validation.dataset import make_folds
 
 HORIZONS = (1, 2, 5, 10, 20, 60)
+_DIR, _MAG, _ORDER = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type"))
 THRESHOLDS = (1.0, 1.5, 2.0)
 
 
@@ -68,7 +70,7 @@ def rule(column: str, threshold: float, order: OrderType):
             torch.where(x < -threshold, int(Direction.SHORT), int(Direction.HOLD)),
         )
         a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
-        a[:, 0], a[:, 1], a[:, 2] = d, env.codec.sizes[1] - 1, int(order)  # the largest magnitude
+        a[:, _DIR], a[:, _MAG], a[:, _ORDER] = d, env.codec.sizes[_MAG] - 1, int(order)  # largest size
         return a
 
     return policy

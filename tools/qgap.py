@@ -20,6 +20,7 @@ import torch
 from foxhunt.config.loader import load_config
 from foxhunt.env.actions import Direction
 from foxhunt.env.core import TradingEnv
+from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.cache import open_cache
 from foxhunt.train.checkpoint import CheckpointStore
 from foxhunt.train.run import FoldTrainer
@@ -33,7 +34,9 @@ def direction_q(trainer: FoldTrainer, rows: torch.Tensor) -> np.ndarray:
     agent = trainer.agent
     with torch.no_grad():
         agent.net.eval()
-        q = agent.net.expected_q(agent.net(obs), agent.learner.popart.denormalise)[0]
+        q = agent.net.expected_q(agent.net(obs), agent.learner.popart.denormalise)[
+            BRANCHES.index("direction")
+        ]
         agent.net.train()
     return q.cpu().numpy()
 

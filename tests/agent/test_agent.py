@@ -3,8 +3,6 @@ n-step collection from a real ``TradingEnv`` into replay, and a short learning r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -39,13 +37,7 @@ BRANCH_SETS = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny networks on a shared 2-core host: intra-op threads only add overhead."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_agent(

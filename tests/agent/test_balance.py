@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -11,15 +10,6 @@ import torch
 from foxhunt.agent.balance import adaptive_lambda, gate_entropy, load_loss, mix_experts
 
 K = 8
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Many tiny ops: intra-op threads only add overhead (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # --- adaptive lambda (SPEC §7 formula) ---------------------------------------------------------------

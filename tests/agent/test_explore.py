@@ -2,35 +2,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 from foxhunt.agent.distributional import expectation, project_c51, sample_c51, support
 from foxhunt.agent.explore import boltzmann, count_bonus, epsilon_greedy, greedy, thompson_direction
+from foxhunt.env.actions import ActionCodec
 from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
 
 BRANCH_CONFIGS = [
     pytest.param(BranchConfig(), id="4x3x3x3"),
     pytest.param(BranchConfig(direction=3), id="3x3x3x3"),
 ]
-
-
-def _sizes(cfg: BranchConfig) -> tuple[int, ...]:
-    fields = {"direction": cfg.direction, "magnitude": cfg.magnitude}
-    fields |= {"order_type": cfg.order_type, "urgency": cfg.urgency}
-    return tuple(fields[name] for name in BRANCHES)
-
-
-@pytest.fixture
-def one_thread() -> Iterator[None]:
-    """Many tiny ops: intra-op threads only add overhead (and stall on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 # --- ε-greedy --------------------------------------------------------------------------------------------
@@ -40,7 +23,7 @@ def one_thread() -> Iterator[None]:
 def test_epsilon_greedy_reaches_every_value_of_every_branch(cfg: BranchConfig) -> None:
     g = torch.Generator().manual_seed(0)
     b, eps = 4000, 0.3
-    for n in _sizes(cfg):
+    for n in ActionCodec(cfg).sizes:
         greedy_B = torch.zeros(b, dtype=torch.int64)  # greedy always picks value 0
         out = epsilon_greedy(greedy_B, n, eps, g)
         assert out.dtype == torch.int64

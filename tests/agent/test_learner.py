@@ -16,7 +16,7 @@ from foxhunt.agent.config import AgentConfig, LearnConfig, LossConfig, NetworkCo
 from foxhunt.agent.learner import Batch, Learner
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.signals import Signals
-from foxhunt.env.actions import Direction
+from foxhunt.env.actions import ActionCodec, Direction
 from foxhunt.env.config import BranchConfig
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
@@ -33,18 +33,12 @@ SMALL = {
     "aux_hidden": 8,
 }
 BRANCH_CFG = BranchConfig()
-SIZES = tuple(int(getattr(BRANCH_CFG, name)) for name in BRANCHES)
+SIZES = ActionCodec(BRANCH_CFG).sizes
 LONG, HOLD = int(Direction.LONG), int(Direction.HOLD)
 LOSS_PARTS = ("loss/c51", "loss/iqn", "loss/mse", "loss/cql", "loss/entropy", "loss/balance")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny networks on a shared 2-core host: intra-op threads only add overhead."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def agent_cfg(

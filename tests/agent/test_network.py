@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -32,13 +31,7 @@ DIRECTION, MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 ORDER, URGENCY = BRANCHES.index("order_type"), BRANCHES.index("urgency")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """The test networks are tiny: intra-op threads only add overhead (50x on a loaded 2-core host)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_net(seed: int = 0, branches: BranchConfig | None = None, **network: object) -> QNetwork:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +67,8 @@ TIMINGS = {"epoch_s"}  # wall-clock fields of a history row: the only ones two r
 
 runner = CliRunner()
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 
 def tiny_cfg(*overrides: str) -> FoxhuntConfig:
     return load_config(profile="smoke", overrides=[*TINY, *overrides])
@@ -98,14 +99,6 @@ def same(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def folds_of(run_dir: Path) -> list[dict[str, Any]]:
     return json.loads((run_dir / "folds.json").read_text())
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -165,7 +165,7 @@ class Agent:
         d_gap = _top2_gap(qs[_DIRECTION])
         m_gap = _top2_gap(qs[_MAGNITUDE]) if qs[_MAGNITUDE].shape[1] > 1 else torch.ones_like(d_gap) * gap_ref
         rows = torch.arange(states.shape[0], device=states.device)
-        p_dir = torch.softmax(out.branches[_DIRECTION].logits, -1)[rows, acts[:, 0]]
+        p_dir = torch.softmax(out.branches[_DIRECTION].logits, -1)[rows, acts[:, _DIRECTION]]
         mean = (p_dir * z).sum(-1)
         var = (p_dir * (z - mean[:, None]).pow(2)).sum(-1)
         q_var = var / self.signals["q_abs"].clamp(min=1e-6).pow(2)

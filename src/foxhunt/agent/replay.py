@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from foxhunt.env.market import AUX_TARGETS
+
 if TYPE_CHECKING:
     from foxhunt.agent.config import ReplayConfig
 
@@ -35,7 +37,9 @@ FieldSpec = tuple[tuple[int, ...], torch.dtype]
 VALID = "valid"  # optional [N] bool entry of an added batch; not stored, never sampled when False
 
 
-def transition_fields(state_width: int, n_branches: int, aux_width: int = 3) -> dict[str, FieldSpec]:
+def transition_fields(
+    state_width: int, n_branches: int, aux_width: int = len(AUX_TARGETS)
+) -> dict[str, FieldSpec]:
     """The transition record's per-item shapes and dtypes (:class:`foxhunt.agent.learner.Batch` reads it)."""
     return {
         "state": ((state_width,), torch.float32),

@@ -23,7 +23,10 @@ from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
+from foxhunt.env.rewards import BRANCHES
 from foxhunt.validation.labels import Outcome
+
+_DIR, _MAG = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
 
 class Decision(Protocol):
@@ -49,7 +52,7 @@ def _constant(direction: int, magnitude: int) -> Policy:
         a = torch.tensor(
             [direction, magnitude, int(OrderType.MARKET), int(Urgency.NORMAL)], device=obs.device
         )
-        return a.expand(n, 4).clone()
+        return a.expand(n, len(BRANCHES)).clone()
 
     return policy
 
@@ -95,7 +98,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
             down = torch.where(known, outcome == float(Outcome.STOP), down)
         d = torch.where(up, int(Direction.LONG), torch.where(down, int(Direction.SHORT), flat))
         a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
-        a[:, 0], a[:, 1] = d, full
+        a[:, _DIR], a[:, _MAG] = d, full
         return a
 
     return oracle

@@ -60,6 +60,7 @@ from foxhunt.validation.labels import barrier_prices
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
 _NORMAL = 0  # Urgency.NORMAL
+_DIR, _MAG, _ORDER, _URG = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type", "urgency"))
 
 
 def cfg_min_vol(cfg: EnvConfig) -> float:
@@ -285,15 +286,19 @@ class TradingEnv:
         new, result = self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance)
         if self.cfg.rewards.branch_decomposition > 0:
             a = actions.to(self.device)
-            ref_mag = torch.full_like(a[:, 1], self.cfg.branches.magnitude - 1)
-            a0 = torch.stack([a[:, 0], ref_mag, torch.zeros_like(a[:, 2]), torch.zeros_like(a[:, 3])], 1)
-            a1 = torch.stack([a[:, 0], a[:, 1], torch.zeros_like(a[:, 2]), torch.zeros_like(a[:, 3])], 1)
-            a2 = torch.stack([a[:, 0], a[:, 1], a[:, 2], torch.zeros_like(a[:, 3])], 1)
+            # Counterfactuals, each resetting the branches from one on to their reference values:
+            # a2 urgency Normal; a1 also a market order; a0 also the reference (largest) magnitude.
+            a2 = a.clone()
+            a2[:, _URG] = _NORMAL
+            a1 = a2.clone()
+            a1[:, _ORDER] = _MARKET
+            a0 = a1.clone()
+            a0[:, _MAG] = self.cfg.branches.magnitude - 1
             net = [
                 self._transition(s, x, direction_conviction, magnitude_conviction, q_variance)[1].net
                 for x in (a0, a1, a2)
             ]
-            sized = (a[:, 0] != _HOLD) & (a[:, 0] != _FLAT)
+            sized = (a[:, _DIR] != _HOLD) & (a[:, _DIR] != _FLAT)
             result.branch_shares = _decompose(result.net, torch.where(sized, net[0], net[1]), net[1], net[2])
         self.state = new
         return self.observe(), result

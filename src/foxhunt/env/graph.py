@@ -28,7 +28,9 @@ from dataclasses import fields
 import torch
 from torch import Tensor
 
+from foxhunt.env.actions import Direction
 from foxhunt.env.core import Portfolio, StepResult, TradingEnv
+from foxhunt.env.rewards import BRANCHES
 
 COMPILE_OPTIONS: dict[str, object] = {
     # Store a value that several consumers read instead of re-inlining its expression into each. The
@@ -111,8 +113,8 @@ class GraphedStep:
         self.env = env
         self.observe = observe
         self.fn = compiled_advance() if compile else advance
-        self.actions = torch.zeros(n, 4, dtype=torch.int64, device=env.device)
-        self.actions[:, 0] = 1  # Hold while warming up
+        self.actions = torch.zeros(n, len(BRANCHES), dtype=torch.int64, device=env.device)
+        self.actions[:, BRANCHES.index("direction")] = int(Direction.HOLD)  # Hold while warming up
         if dynamic_batch:
             for t in (*(t for t, _ in _pairs(state, state)), env.aux, self.actions):
                 torch._dynamo.maybe_mark_dynamic(t, 0)

@@ -26,6 +26,7 @@ from enum import StrEnum
 
 import torch
 
+from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.config import SizingConfig, SizingMode
 
 _F32, _F64, _I64 = 4, 8, 8
@@ -50,7 +51,7 @@ class RunSizes:
         return f"{self.envs} envs, batch {self.batch}, replay {self.replay_capacity} ({where})"
 
 
-def transition_bytes(state_width: int, n_branches: int = 4) -> int:
+def transition_bytes(state_width: int, n_branches: int = len(BRANCHES)) -> int:
     """Replay bytes per transition: ``s_t`` and ``s_{t+n}`` (float32, ``state_width`` each), one int64
     action per branch, float32 n-step return and discount, a done byte, and the float64 sum-tree
     leaf with its share of the inner nodes (2 x 8)."""
@@ -127,7 +128,7 @@ def sizes_for_memory(
     replay_capacity: int,
     sizing: SizingConfig,
     activation_bytes: int,
-    n_branches: int = 4,
+    n_branches: int = len(BRANCHES),
 ) -> RunSizes:
     """The module docstring's sizes for ``free_bytes`` of free device memory (pure)."""
     _check(state_width, activation_bytes, envs=envs, batch=batch, replay_capacity=replay_capacity)
@@ -153,7 +154,7 @@ def size_run(
     replay_capacity: int,
     sizing: SizingConfig,
     activation_bytes: int,
-    n_branches: int = 4,
+    n_branches: int = len(BRANCHES),
     free_memory_bytes: int | None = None,
 ) -> RunSizes:
     """The run's sizes on ``device``: the profile's values (``envs``, ``batch``, ``replay_capacity``)
