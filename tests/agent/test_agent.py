@@ -8,11 +8,12 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent.agent import Agent, Mode
-from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig
+from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig, ReplayConfig
 from foxhunt.agent.replay import NStep
 from foxhunt.env.actions import Direction
 from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
 from foxhunt.env.core import TradingEnv
+from foxhunt.env.market import AUX_TARGETS
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.env.sizing import SizingParams
 from foxhunt.features.layout import STATE_LAYOUT
@@ -47,12 +48,14 @@ def make_agent(
     network: dict | None = None,
     explore: dict | None = None,
     learn: dict | None = None,
+    replay: dict | None = None,
     capacity: int = 64,
 ) -> Agent:
     cfg = AgentConfig(
         network=NetworkConfig(**{**SMALL, **(network or {})}),
         explore=ExploreConfig(**(explore or {})),
         learn=LearnConfig(**(learn or {})),
+        replay=ReplayConfig(**(replay or {})),
     )
     return Agent(cfg, branches or BranchConfig(), seed=seed, replay_capacity=capacity)
 
@@ -295,3 +298,34 @@ def test_short_learning_run_on_a_rising_market_prefers_long() -> None:
             agent.replay.add(tail)
         agent.learn(25, 128)
     assert long_share() >= 0.75
+
+
+@pytest.mark.parametrize("boost", [0.0, 20.0])
+def test_decision_boost_draws_free_states_more_often(boost: float) -> None:
+    """A replay of 1,024 transitions, one in ten from a state free to choose a direction (the rest
+    plan-locked). After updates with ``decision_boost`` the free ones are drawn about
+    ``(1 + boost)^alpha`` times as often as their priorities alone would give; without it, about
+    at their share."""
+    agent = make_agent(learn={"lr": 1e-3}, replay={"decision_boost": boost}, capacity=1024)
+    n, active = 1024, STATE_LAYOUT.index("plan.active")
+    s = states(n)
+    free = torch.arange(n) % 10 == 0
+    s[:, active] = (~free).float()
+    agent.replay.add(
+        {
+            "state": s,
+            "action": torch.zeros(n, len(BRANCHES), dtype=torch.int64),
+            "reward": torch.randn(n, generator=torch.Generator().manual_seed(2)),
+            "discount": torch.full((n,), 0.9),
+            "next_state": s,
+            "aux": torch.full((n, len(AUX_TARGETS)), float("nan")),
+        }
+    )
+    for _ in range(4):  # every slot is drawn and re-prioritised at least once with high probability
+        agent.learn(16, 256)
+    drawn, _, _ = agent.replay.sample(4096, torch.Generator().manual_seed(3))
+    share = float((drawn["state"][:, active] < 0.5).float().mean())
+    if boost == 0:
+        assert 0.04 < share < 0.2
+    else:
+        assert share > 0.35  # (1 + 20)^0.6 = 6.2 times their 10%: about 40%

@@ -41,6 +41,7 @@ from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.diagnostics import q_key
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+_PLAN_ACTIVE = STATE_LAYOUT.index("plan.active")  # 1 while a plan locks the direction
 
 
 class UpdateMode(StrEnum):
@@ -248,6 +249,10 @@ class Agent:
                 priority, stats = self._graph.update(batch)
             else:
                 priority, stats = self.learner.update(batch)
+            boost = self.cfg.replay.decision_boost
+            if boost > 0:  # decisions are rare under a plan lock: draw them more often (ReplayConfig)
+                free = batch.state[:, _PLAN_ACTIVE] < 0.5
+                priority = priority * (1.0 + boost * free.to(priority.dtype))
             self.replay.update_priorities(idx, priority)
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
             if sink is not None:

@@ -6,9 +6,21 @@ defaults are the production sizes of SPEC §7; the smoke profile shrinks the wid
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
+
+
+class Symmetry(StrEnum):
+    """What the network's Q function is constrained to respect."""
+
+    NONE = "none"
+    # Long/short mirror equivariance: Q(s, Long) = Q(M s, Short) exactly (STATE_MIRROR, the network's
+    # docstring). No unconditional drift, and no edge from even features (volatility, spread, time)
+    # alone, can be learned as a preference for one side.
+    MIRROR = "mirror"
 
 
 class NetworkConfig(Frozen):
@@ -47,6 +59,11 @@ class NetworkConfig(Frozen):
         le=1,
         description="Scale of the advantage streams' output layers at init (1 = PyTorch's default): "
         "near 0 every branch starts indifferent between its actions.",
+    )
+    symmetry: Symmetry = Field(
+        Symmetry.NONE,
+        description="none, or mirror: Q is long/short equivariant (the outputs on a state and on its "
+        "mirror image averaged; twice the forward cost).",
     )
     support_init: float = Field(
         1.0, gt=0, le=1e6, description="Initial half-width of the C51 support (normalised-reward units)."
@@ -117,6 +134,13 @@ class ReplayConfig(Frozen):
     alpha: float = Field(0.6, ge=0, le=1, description="Priority exponent (0 = uniform sampling).")
     beta: float = Field(0.4, ge=0, le=1, description="Importance-weight exponent.")
     eps: float = Field(1e-6, gt=0, description="Priority floor added to |TD|.")
+    decision_boost: float = Field(
+        0.0,
+        ge=0,
+        le=1000,
+        description="Priority x (1 + boost) for transitions from a state free to choose a direction (no "
+        "plan lock); under a long lock they are a few % of replay (0 = off).",
+    )
 
 
 class ExploreConfig(Frozen):

@@ -37,10 +37,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.agent.config import AgentConfig, NetworkConfig, Symmetry
+from foxhunt.env.actions import Direction
 from foxhunt.env.config import BranchConfig
 from foxhunt.env.rewards import BRANCHES
-from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR
+from foxhunt.validation.labels import Outcome
 
 SUPPORT_COVER = 0.9
 """The support grows while the largest |target| exceeds this share of ``v_max``."""
@@ -233,6 +235,17 @@ class QNetwork(nn.Module):
             torch.tensor([STATE_LAYOUT.index(n) for n in net.order_flow_features], dtype=torch.long),
         )
         self.register_buffer("v_max", torch.tensor(net.support_init, dtype=torch.float32))
+        # The long/short mirror (Symmetry.MIRROR): the state's permutation and signs, and each
+        # output's relabelling (Long <-> Short; aux direction down <-> up; a long's profit <-> stop).
+        self.register_buffer("mirror_source", torch.tensor(STATE_MIRROR.source, dtype=torch.long))
+        self.register_buffer("mirror_sign", torch.tensor(STATE_MIRROR.sign, dtype=torch.float32))
+        swap = list(range(self.branch_sizes[BRANCHES.index("direction")]))
+        swap[Direction.LONG], swap[Direction.SHORT] = int(Direction.SHORT), int(Direction.LONG)
+        self.register_buffer("mirror_direction", torch.tensor(swap, dtype=torch.long))
+        self.register_buffer("mirror_up_down", torch.tensor([1, 0], dtype=torch.long))
+        outcome = [int(o) for o in Outcome]
+        outcome[Outcome.PROFIT], outcome[Outcome.STOP] = int(Outcome.STOP), int(Outcome.PROFIT)
+        self.register_buffer("mirror_outcome", torch.tensor(outcome, dtype=torch.long))
         half = (net.atoms - 1) / 2  # (i - c) / c: exactly symmetric, exactly 0 in the middle for odd K
         unit = (torch.arange(net.atoms, dtype=torch.float64) - half) / half
         self.register_buffer("unit_support", unit.float())
@@ -353,6 +366,53 @@ class QNetwork(nn.Module):
         return ret_B1.squeeze(-1), dir_B2, out_B3
 
     def forward(self, state_BW: Tensor) -> NetOut:
+        if self.cfg.symmetry is Symmetry.MIRROR:
+            return self._equivariant(state_BW)
+        return self._forward(state_BW)
+
+    def mirror_state(self, state_BW: Tensor) -> Tensor:
+        """The long/short mirror image of states (:data:`STATE_MIRROR`)                          [B, W]."""
+        return state_BW.index_select(1, self.mirror_source) * self.mirror_sign
+
+    def _equivariant(self, state_BW: Tensor) -> NetOut:
+        """Outputs symmetrised over the mirror group {I, M}: ``out(s) = (f(s) + P f(M s)) / 2``.
+
+        ``P`` relabels the mirrored outputs: Long <-> Short in the direction branch (its C51 logits,
+        IQN quantiles and E[Q]), up <-> down in the aux direction logits, profit <-> stop in the aux
+        outcome of a long (exact with equal profit and stop multiples), and the aux return negated.
+        Then ``out(M s) = P out(s)`` holds exactly, whatever the weights: the gap Q(Long) - Q(Short) is
+        an odd function of the state, 0 on a state that is its own mirror image. Averaging logits (a
+        geometric mixture) keeps every output a valid logit; gate and selection weights are averaged.
+        """
+        b = state_BW.shape[0]
+        both = self._forward(torch.cat([state_BW, self.mirror_state(state_BW)]))
+
+        def sym(x: Tensor, perm: Tensor | None = None) -> Tensor:
+            own, image = x[:b], x[b:]
+            return 0.5 * (own + (image if perm is None else image.index_select(1, perm)))
+
+        branches = tuple(
+            BranchOut(
+                logits=sym(o.logits, perm),
+                quantiles=sym(o.quantiles, perm),
+                q_mse=sym(o.q_mse, perm),
+            )
+            for o, perm in zip(
+                both.branches,
+                [self.mirror_direction if n == "direction" else None for n in BRANCHES],
+                strict=True,
+            )
+        )
+        return NetOut(
+            branches=branches,
+            gate=sym(both.gate),
+            selection=sym(both.selection),
+            aux_return=0.5 * (both.aux_return[:b] - both.aux_return[b:]),
+            aux_direction=sym(both.aux_direction, self.mirror_up_down),
+            aux_outcome=sym(both.aux_outcome, self.mirror_outcome),
+        )
+
+    def _forward(self, state_BW: Tensor) -> NetOut:
         h_BH, gate_BE, sel_BG = self.encode(state_BW)
         aux_return, aux_direction, aux_outcome = self.aux_heads(state_BW)
         return NetOut(

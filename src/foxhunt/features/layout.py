@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -54,6 +54,13 @@ AUX_SLOTS = (  # the agent's auxiliary heads' predictions, one step lagged (SPEC
     "p_stop",
     "p_timeout",
 )
+# The env-written groups under the long/short mirror (see :class:`Mirror`): a mirrored position is
+# the opposite one with the same PnL, so only the signed slots change; the aux heads' outcome
+# probabilities are those of a long, whose profit barrier is the mirrored short's stop.
+PORTFOLIO_MIRROR_ODD = frozenset({"position"})
+PLAN_MIRROR_ODD = frozenset({"direction"})  # distances to the barriers are already plan-relative
+AUX_MIRROR_ODD = frozenset({"next_return", "p_up"})
+AUX_MIRROR_SWAPS = (("p_profit", "p_stop"),)
 
 
 @dataclass(frozen=True)
@@ -123,6 +130,41 @@ class Layout:
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Mirror:
+    """The long/short mirror image of a layout's rows: ``M(s)[:, i] = sign[i] * s[:, source[i]]``.
+
+    The mirror maps a market to the one whose prices move the other way (``p -> K / p``: every log
+    return negated, bid and ask sides and buyer and seller swapped). A state slot is *even* (a
+    volatility, a spread, a PnL: unchanged), *odd* (a return, an imbalance, a position: negated) or
+    one of a swapped pair (bid share <-> ask share; ``dist_high <-> -dist_low``). Applying it twice
+    is the identity. The Q network can be made equivariant under it (``agent.network.symmetry``), so
+    a training window's drift cannot be learned as a preference for one side; the features'
+    declarations are checked against a mirrored market by ``tests/features/test_mirror.py``.
+    """
+
+    source: tuple[int, ...]
+    sign: tuple[float, ...]
+
+
+def build_mirror(layout: Layout, odd: Iterable[str], swaps: Iterable[tuple[str, str]]) -> Mirror:
+    """The :class:`Mirror` of ``layout`` from full column names (``group.slot``); others are even."""
+    odd = set(odd)
+    source = list(range(layout.width))
+    for a, b in swaps:
+        i, j = layout.index(a), layout.index(b)
+        if source[i] != i or source[j] != j:
+            raise ValueError(f"mirror swaps {a!r} <-> {b!r}, but one of them is already swapped")
+        if (a in odd) != (b in odd):
+            raise ValueError(f"mirror pair {a!r} <-> {b!r} must be both odd or both even (an involution)")
+        source[i], source[j] = j, i
+    unknown = odd - set(layout.columns)
+    if unknown:
+        raise ValueError(f"mirror names odd columns not in the {layout.kind} layout: {sorted(unknown)}")
+    sign = tuple(-1.0 if c in odd else 1.0 for c in layout.columns)
+    return Mirror(source=tuple(source), sign=sign)
+
+
 def build_layout(kind: str, groups: Sequence[tuple[str, tuple[str, ...]]], align: int) -> Layout:
     out: list[Group] = []
     offset = 0
@@ -145,6 +187,28 @@ STATE_LAYOUT = build_layout(
     + [("portfolio", PORTFOLIO_SLOTS), ("plan", PLAN_SLOTS), ("aux", AUX_SLOTS)],
     ALIGN,
 )
+
+
+def _qualified(group: str, slots: Iterable[str]) -> list[str]:
+    return [f"{group}.{s}" for s in slots]
+
+
+STATE_MIRROR = build_mirror(
+    STATE_LAYOUT,
+    odd=[c for g in STATE_FEATURE_GROUPS for c in _qualified(g, FAMILIES[g].MIRROR_ODD)]
+    + _qualified("portfolio", PORTFOLIO_MIRROR_ODD)
+    + _qualified("plan", PLAN_MIRROR_ODD)
+    + _qualified("aux", AUX_MIRROR_ODD),
+    swaps=[
+        (f"{g}.{a}", f"{g}.{b}")
+        for g, pairs in [
+            *((g, FAMILIES[g].MIRROR_SWAPS) for g in STATE_FEATURE_GROUPS),
+            ("aux", AUX_MIRROR_SWAPS),
+        ]
+        for a, b in pairs
+    ],
+)
+"""The long/short mirror of the RL state (:class:`Mirror`)."""
 
 STACK_FAMILIES: dict[RowUnit, tuple[str, ...]] = {
     RowUnit.BAR: ("market", "ofi", "tlob", "mtf"),

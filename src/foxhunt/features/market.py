@@ -163,6 +163,19 @@ def _slot_names(p: Params) -> tuple[str, ...]:
 
 SLOTS: tuple[str, ...] = _slot_names(Params())
 
+# The long/short mirror (prices p -> K/p, bid <-> ask, buyer <-> seller: every log return negated):
+# the slots it negates and the pairs it swaps; every other slot is unchanged. The state layout
+# composes these into one permutation and sign (foxhunt.features.layout.STATE_MIRROR), and
+# tests/features/test_mirror.py checks them against the features of a mirrored market.
+MIRROR_ODD: frozenset[str] = frozenset(
+    s
+    for s in SLOTS
+    if s.startswith(("ret_", "mom_", "trend_", "range_pos", "rsi_", "bb_b", "dist_", "macd", "efficiency"))
+    or s == "cusum"
+)
+_DIST_HIGH, _DIST_LOW = (s for s in SLOTS if s.startswith("dist_"))
+MIRROR_SWAPS: tuple[tuple[str, str], ...] = ((_DIST_HIGH, _DIST_LOW),)  # dist_high <-> -dist_low
+
 
 def _div(num: np.ndarray, den: np.ndarray, ok: np.ndarray, lo: float, hi: float) -> np.ndarray:
     """``clip(num / den, lo, hi)`` where ``ok`` and ``den > 0``, else 0."""

@@ -114,6 +114,26 @@ SLOTS: tuple[str, ...] = (
 )
 NEEDS_BOOK = True
 
+# The long/short mirror (prices p -> K/p, bid <-> ask, buyer <-> seller: every log return negated):
+# the slots it negates and the pairs it swaps; every other slot is unchanged. The state layout
+# composes these into one permutation and sign (foxhunt.features.layout.STATE_MIRROR), and
+# tests/features/test_mirror.py checks them against the features of a mirrored market.
+MIRROR_ODD: frozenset[str] = frozenset(
+    s
+    for s in SLOTS
+    if s.startswith(("ofi_", "l1_imbalance", "aggression"))
+    or s
+    in (
+        "book_pressure",
+        "trade_flow",
+        "queue_depletion_asym",
+        "intrabar_momentum",
+        "order_count_imbalance",
+        "microprice_residual",
+    )
+)
+MIRROR_SWAPS: tuple[tuple[str, str], ...] = ()
+
 _WIDTH = len(SLOTS)
 _S = {name: i for i, name in enumerate(SLOTS)}  # slot -> column, for the kernels
 _S_OFI_L0 = _S["ofi_l0"]

@@ -67,6 +67,19 @@ SLOTS: tuple[str, ...] = (
 )
 NEEDS_BOOK = True
 
+# The long/short mirror (prices p -> K/p, bid <-> ask, buyer <-> seller: every log return negated):
+# the slots it negates and the pairs it swaps; every other slot is unchanged. The state layout
+# composes these into one permutation and sign (foxhunt.features.layout.STATE_MIRROR), and
+# tests/features/test_mirror.py checks them against the features of a mirrored market.
+MIRROR_ODD: frozenset[str] = frozenset(s for s in SLOTS if s.startswith("imbalance_"))
+MIRROR_SWAPS: tuple[tuple[str, str], ...] = (
+    ("bid_share_l0", "ask_share_l0"),
+    ("bid_share_l1_2", "ask_share_l1_2"),
+    ("bid_share_l3_5", "ask_share_l3_5"),
+    ("bid_slope", "ask_slope"),
+    ("bid_gap", "ask_gap"),
+)
+
 _WIDTH = len(SLOTS)
 _S = {name: i for i, name in enumerate(SLOTS)}  # slot -> column, for the kernels
 _S_BID_SHARE_L0 = _S["bid_share_l0"]
