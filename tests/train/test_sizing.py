@@ -23,8 +23,9 @@ GIB = 1 << 30
 
 
 def test_byte_estimates_hand_worked() -> None:
-    # 2 x 4 x 100 (states) + 8 x 4 (actions) + 2 x 4 (return, discount) + 1 (done) + 2 x 8 (sum tree)
-    assert transition_bytes(100, 4) == 800 + 32 + 8 + 1 + 16
+    # 2 x 4 x 100 (states) + 8 x 4 (actions) + 2 x 4 (return, discount) + 3 x 4 (aux targets)
+    # + 2 x 8 (sum tree)
+    assert transition_bytes(100, 4) == 800 + 32 + 8 + 12 + 16
     assert env_bytes(100, 4000) == 800 + 1024 + 1000
     units = 3 * 10 + 6 * 8 * 2 + 2 * 2 * (4 + 8) + 2 + 2 * 6 * 3 + 3 * 5 * (1 + 4 + 3)
     got = activation_bytes_per_sample(
@@ -53,10 +54,10 @@ def test_sizes_follow_free_memory_hand_worked() -> None:
     sizing = SizingConfig(memory_share=0.5, replay_share=0.5, batch_share=0.25, max_scale=1024.0)
     got = size_run("cuda", W, sizing=sizing, activation_bytes=ACT, free_memory_bytes=8 * GIB, **PROFILE)
     budget = 4 * GIB
-    # replay: 2 GiB / 857 B = 2,505,815 -> 2^21; batch: 1 GiB / 1e5 B = 10,737 -> 2^13;
+    # replay: 2 GiB / 868 B = 2,474,059 -> 2^21; batch: 1 GiB / 1e5 B = 10,737 -> 2^13;
     # envs: 1 GiB / (800 + 1024 + 25,000) B = 40,029 -> 2^15
     assert got == RunSizes(1 << 15, 1 << 13, 1 << 21, SizingSource.MEMORY, budget)
-    assert 2 * GIB // transition_bytes(W) == 2_505_815 and GIB // env_bytes(W, ACT) == 40_029
+    assert 2 * GIB // transition_bytes(W) == 2_474_059 and GIB // env_bytes(W, ACT) == 40_029
     # 4x the free memory: every size 4x (they are powers of two well above the floors)
     big = size_run("cuda", W, sizing=sizing, activation_bytes=ACT, free_memory_bytes=32 * GIB, **PROFILE)
     assert (big.envs, big.batch, big.replay_capacity) == (

@@ -20,12 +20,15 @@ rough upper bounds; the shares leave the rest of the device for the allocator an
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import torch
 
+from foxhunt.agent.replay import transition_fields
+from foxhunt.env.market import AUX_TARGETS
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.config import SizingConfig, SizingMode
 
@@ -51,11 +54,16 @@ class RunSizes:
         return f"{self.envs} envs, batch {self.batch}, replay {self.replay_capacity} ({where})"
 
 
-def transition_bytes(state_width: int, n_branches: int = len(BRANCHES)) -> int:
-    """Replay bytes per transition: ``s_t`` and ``s_{t+n}`` (float32, ``state_width`` each), one int64
-    action per branch, float32 n-step return and discount, a done byte, and the float64 sum-tree
-    leaf with its share of the inner nodes (2 x 8)."""
-    return 2 * _F32 * state_width + _I64 * n_branches + 2 * _F32 + 1 + 2 * _F64
+def transition_bytes(
+    state_width: int, n_branches: int = len(BRANCHES), aux_width: int = len(AUX_TARGETS)
+) -> int:
+    """Replay bytes per transition: every field of the replay's transition record
+    (:func:`~foxhunt.agent.replay.transition_fields`: ``s_t`` and ``s_{t+n}``, one int64 action per
+    branch, the n-step return and discount, the aux targets), plus the float64 sum-tree leaf with
+    its share of the inner nodes (2 x 8)."""
+    fields = transition_fields(state_width, n_branches, aux_width).values()
+    record = sum(math.prod(shape) * torch.empty((), dtype=dtype).element_size() for shape, dtype in fields)
+    return record + 2 * _F64
 
 
 def activation_bytes_per_sample(
