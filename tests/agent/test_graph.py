@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from foxhunt.agent.agent import Agent, UpdateMode
-from foxhunt.agent.config import AgentConfig, LearnConfig, NetworkConfig
+from foxhunt.agent.config import AgentConfig, LearnConfig, NetworkConfig, Symmetry
 from foxhunt.agent.learner import Batch
 from foxhunt.env.config import BranchConfig
 from foxhunt.features.layout import STATE_LAYOUT
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.gpu
 SMALL = dict(hidden=32, trunk_layers=1, experts=4, expert_hidden=8, head_hidden=32, atoms=21, noisy_sigma=0.0)
 
 
-def _agent(device: str, popart: float = 3e-4) -> Agent:
-    cfg = AgentConfig(network=NetworkConfig(**SMALL), learn=LearnConfig(popart=popart))
+def _agent(device: str, popart: float = 3e-4, symmetry: Symmetry = Symmetry.NONE) -> Agent:
+    cfg = AgentConfig(network=NetworkConfig(**SMALL, symmetry=symmetry), learn=LearnConfig(popart=popart))
     return Agent(cfg, BranchConfig(), device=device, seed=3, replay_capacity=4096)
 
 
@@ -42,10 +42,11 @@ def _batches(n: int, size: int, device: str) -> list[Batch]:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_graphed_update_equals_eager_update() -> None:
+@pytest.mark.parametrize("symmetry", list(Symmetry))
+def test_graphed_update_equals_eager_update(symmetry: Symmetry) -> None:
     from foxhunt.agent.graph import GraphedUpdate
 
-    eager, graphed = _agent("cuda"), _agent("cuda")
+    eager, graphed = _agent("cuda", symmetry=symmetry), _agent("cuda", symmetry=symmetry)
     batches = _batches(6, 256, "cuda")
     # The graph's warm-up updates change the agent: warm the eager twin with the same batches.
     for _ in range(3):
