@@ -96,3 +96,15 @@ def test_label_barrier_and_env_plan_must_agree(plan_key: str, label_key: str, va
         assert cfg.model_dump(mode="json")["env"]["plan"][plan_key.split(".")[-1]] == pytest.approx(
             float(value)
         )
+
+
+def test_snapshot_rows_compare_the_snapshot_barrier_with_the_plan() -> None:
+    """For snapshot rows the plan's timeout (rows) is the snapshot barrier's, not the bar one's."""
+    cfg = load_config("smoke", overrides=["data.row_unit=snapshot"])
+    assert cfg.labels.barrier_horizon_snapshots == cfg.env.plan.target_bars
+    with pytest.raises(ConfigError) as err:
+        load_config("smoke", overrides=["data.row_unit=snapshot", "labels.barrier_horizon_snapshots=200"])
+    assert "labels.barrier_horizon_snapshots" in str(err.value) and "env.plan.target_bars" in str(err.value)
+    # the bar barrier no longer binds snapshot rows, and the snapshot one does not bind bar rows
+    load_config("smoke", overrides=["data.row_unit=snapshot", "labels.barrier_horizon_bars=10"])
+    load_config("smoke", overrides=["labels.barrier_horizon_snapshots=200"])

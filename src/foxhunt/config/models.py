@@ -66,15 +66,15 @@ class FoxhuntConfig(Frozen):
             ("labels.stop_mult", lab.stop_mult, "env.plan.stop_mult", plan.stop_mult),
             ("labels.barrier_vol_window", lab.barrier_vol_window, "env.plan.vol_window", plan.vol_window),
         ]
-        if self.data.row_unit is RowUnit.BAR:
-            pairs.append(
-                (
-                    "labels.barrier_horizon_bars",
-                    lab.barrier_horizon_bars,
-                    "env.plan.target_bars",
-                    plan.target_bars,
-                )
-            )
+        # The plan's timeout counts rows of the configured unit; so does the label's of that unit.
+        horizon_key = (
+            "labels.barrier_horizon_bars"
+            if self.data.row_unit is RowUnit.BAR
+            else "labels.barrier_horizon_snapshots"
+        )
+        pairs.append(
+            (horizon_key, lab.barrier_horizon(self.data.row_unit), "env.plan.target_bars", plan.target_bars)
+        )
         differ = [f"{a} = {x} but {b} = {y}" for a, x, b, y in pairs if x != y]
         if differ:
             raise ValueError("the labels' triple barrier must be the env plan's exits: " + "; ".join(differ))

@@ -100,7 +100,10 @@ class LabelParams(Frozen):
         60, ge=1, le=_MAX_HORIZON, description="Triple-barrier timeout in rows for row_unit = bar."
     )
     barrier_horizon_snapshots: int = Field(
-        200, ge=1, le=_MAX_HORIZON, description="Triple-barrier timeout in rows for row_unit = snapshot."
+        60,
+        ge=1,
+        le=_MAX_HORIZON,
+        description="Triple-barrier timeout in rows for row_unit = snapshot (= env.plan.target_bars there).",
     )
 
     @field_validator("bar_horizons", "snapshot_horizons")
