@@ -25,6 +25,10 @@ Units: the C51 support ``z = v_max · linspace(-1, 1, K)`` is in the environment
 MSE E[Q] are in PopArt-normalised units, de-normalised by the caller (:meth:`QNetwork.expected_q`
 takes the de-normaliser). NoisyNet (factorised Gaussian) replaces the head's hidden and C51 layers
 when ``noisy_sigma > 0``; in ``eval()`` mode they use their mean weights only.
+
+With ``symmetry = mirror`` all of the above runs once on ``[state; M state]`` (``STATE_MIRROR``,
+``[2B, W]``) and every output is the mean of its two halves, the mirror's relabelled
+(:meth:`QNetwork._equivariant`): the network is long/short equivariant by construction.
 """
 
 from __future__ import annotations
