@@ -15,7 +15,7 @@ import pytest
 
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.features.cache import compute_features
-from foxhunt.features.frame import RowInput
+from foxhunt.features.frame import EventInput, RowInput
 from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR, Mirror, build_layout, build_mirror
 
 # The multiplicative mirror is exact for log returns; features that read prices in ticks (spread,
@@ -30,20 +30,17 @@ def mirror_rows(inp: RowInput) -> RowInput:
     def flip(p: np.ndarray) -> np.ndarray:
         return k / p
 
-    ev = inp.events
-    events = (
-        None
-        if ev is None
-        else dataclasses.replace(
-            ev,
-            bid_px=flip(ev.ask_px),
-            ask_px=flip(ev.bid_px),
-            bid_sz=ev.ask_sz,
-            ask_sz=ev.bid_sz,
-            bid_ct=ev.ask_ct,
-            ask_ct=ev.bid_ct,
-        )
-    )
+    def sides(book: RowInput | EventInput) -> dict[str, np.ndarray]:
+        return {
+            "bid_px": flip(book.ask_px),
+            "ask_px": flip(book.bid_px),
+            "bid_sz": book.ask_sz,
+            "ask_sz": book.bid_sz,
+            "bid_ct": book.ask_ct,
+            "ask_ct": book.bid_ct,
+        }
+
+    events = None if inp.events is None else dataclasses.replace(inp.events, **sides(inp.events))
     return dataclasses.replace(
         inp,
         open=flip(inp.open),
@@ -53,13 +50,8 @@ def mirror_rows(inp: RowInput) -> RowInput:
         vwap=flip(inp.vwap),
         buy_volume=inp.sell_volume,
         sell_volume=inp.buy_volume,
-        bid_px=flip(inp.ask_px),
-        ask_px=flip(inp.bid_px),
-        bid_sz=inp.ask_sz,
-        ask_sz=inp.bid_sz,
-        bid_ct=inp.ask_ct,
-        ask_ct=inp.bid_ct,
         events=events,
+        **sides(inp),
     )
 
 

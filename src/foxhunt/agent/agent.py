@@ -28,7 +28,7 @@ from torch import Tensor
 from foxhunt.agent import explore as ex
 from foxhunt.agent.config import AgentConfig
 from foxhunt.agent.graph import GraphedUpdate
-from foxhunt.agent.learner import Batch, Learner
+from foxhunt.agent.learner import Batch, Learner, plan_locked
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
@@ -41,7 +41,6 @@ from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.diagnostics import q_key
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
-_PLAN_ACTIVE = STATE_LAYOUT.index("plan.active")  # 1 while a plan locks the direction
 
 
 class UpdateMode(StrEnum):
@@ -251,7 +250,7 @@ class Agent:
                 priority, stats = self.learner.update(batch)
             boost = self.cfg.replay.decision_boost
             if boost > 0:  # decisions are rare under a plan lock: draw them more often (ReplayConfig)
-                free = batch.state[:, _PLAN_ACTIVE] < 0.5
+                free = ~plan_locked(batch.state)
                 priority = priority * (1.0 + boost * free.to(priority.dtype))
             self.replay.update_priorities(idx, priority)
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)

@@ -74,6 +74,11 @@ class Batch:
     weight: Tensor  # [B] importance-sampling weights (1 for uniform replay)
 
 
+def plan_locked(state_BW: Tensor) -> Tensor:
+    """Rows whose plan locks the direction (its ``plan.active`` slot is 1): only Hold acts there [B]."""
+    return state_BW[:, _PLAN_ACTIVE] > 0.5
+
+
 def cosine_lr(epoch: int, lr: float, floor_share: float, period: int) -> float:
     """Cosine annealing with warm restarts every ``period`` epochs (SGDR, Loshchilov & Hutter)."""
     t = epoch % period
@@ -135,7 +140,7 @@ class Learner:
         """Per branch: C51 target distributions [B, K], IQN targets [B, Q], MSE targets [B] (real units)."""
         nxt = self.net(batch.next_state)  # double Q: the online network selects
         a_star = [q.argmax(dim=1) for q in self.net.expected_q(nxt, self.popart.denormalise)]
-        locked = batch.next_state[:, _PLAN_ACTIVE] > 0.5  # only Hold is legal there
+        locked = plan_locked(batch.next_state)  # only Hold is legal there
         a_star[_DIRECTION] = torch.where(locked, int(Direction.HOLD), a_star[_DIRECTION])
         tgt = self.target(batch.next_state)  # ... the target network evaluates
         r, d = batch.reward.float(), batch.discount.float()

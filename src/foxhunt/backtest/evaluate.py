@@ -47,12 +47,19 @@ class ScriptedPolicy(StrEnum):
 
 
 def _constant(direction: int, magnitude: int) -> Policy:
+    value = {
+        "direction": direction,
+        "magnitude": magnitude,
+        "order_type": int(OrderType.MARKET),
+        "urgency": int(Urgency.NORMAL),
+    }
+
     def policy(obs: Tensor, env: TradingEnv) -> Tensor:
-        n = obs.shape[0]
-        a = torch.tensor(
-            [direction, magnitude, int(OrderType.MARKET), int(Urgency.NORMAL)], device=obs.device
-        )
-        return a.expand(n, len(BRANCHES)).clone()
+        # Filled from Python scalars on the device: no host-to-device copy per step.
+        a = torch.empty(obs.shape[0], len(BRANCHES), dtype=torch.int64, device=obs.device)
+        for i, name in enumerate(BRANCHES):
+            a[:, i] = value[name]
+        return a
 
     return policy
 

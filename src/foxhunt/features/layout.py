@@ -189,24 +189,18 @@ STATE_LAYOUT = build_layout(
 )
 
 
-def _qualified(group: str, slots: Iterable[str]) -> list[str]:
-    return [f"{group}.{s}" for s in slots]
-
-
+# Per state group: the slots the mirror negates and the pairs it swaps (feature families declare
+# their own; the env-written groups are declared above).
+_MIRROR_DECLARED: dict[str, tuple[frozenset[str], tuple[tuple[str, str], ...]]] = {
+    **{g: (FAMILIES[g].MIRROR_ODD, FAMILIES[g].MIRROR_SWAPS) for g in STATE_FEATURE_GROUPS},
+    "portfolio": (PORTFOLIO_MIRROR_ODD, ()),
+    "plan": (PLAN_MIRROR_ODD, ()),
+    "aux": (AUX_MIRROR_ODD, AUX_MIRROR_SWAPS),
+}
 STATE_MIRROR = build_mirror(
     STATE_LAYOUT,
-    odd=[c for g in STATE_FEATURE_GROUPS for c in _qualified(g, FAMILIES[g].MIRROR_ODD)]
-    + _qualified("portfolio", PORTFOLIO_MIRROR_ODD)
-    + _qualified("plan", PLAN_MIRROR_ODD)
-    + _qualified("aux", AUX_MIRROR_ODD),
-    swaps=[
-        (f"{g}.{a}", f"{g}.{b}")
-        for g, pairs in [
-            *((g, FAMILIES[g].MIRROR_SWAPS) for g in STATE_FEATURE_GROUPS),
-            ("aux", AUX_MIRROR_SWAPS),
-        ]
-        for a, b in pairs
-    ],
+    odd=[f"{g}.{s}" for g, (odd, _) in _MIRROR_DECLARED.items() for s in odd],
+    swaps=[(f"{g}.{a}", f"{g}.{b}") for g, (_, pairs) in _MIRROR_DECLARED.items() for a, b in pairs],
 )
 """The long/short mirror of the RL state (:class:`Mirror`)."""
 

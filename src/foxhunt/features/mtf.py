@@ -105,10 +105,7 @@ def _slot_names(p: Params) -> tuple[str, ...]:
 
 SLOTS: tuple[str, ...] = _slot_names(Params())
 
-# The long/short mirror (prices p -> K/p, bid <-> ask, buyer <-> seller: every log return negated):
-# the slots it negates and the pairs it swaps; every other slot is unchanged. The state layout
-# composes these into one permutation and sign (foxhunt.features.layout.STATE_MIRROR), and
-# tests/features/test_mirror.py checks them against the features of a mirrored market.
+# The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(
     s for s in SLOTS if s.endswith(("_ret_bps", "_mom_z", "_close_pos", "_range_pos", "_trend_tstat"))
 )

@@ -1,6 +1,12 @@
 """The feature families, by name. A family is any object with the contract of
 :mod:`foxhunt.features` (``SLOTS``, ``NEEDS_BOOK``, ``Params``, ``compute``): the five modules
 below, or one a test builds (the leak-guard test registers a deliberately leaky one).
+
+A family in the RL state also declares how its slots behave under the long/short mirror (prices
+``p -> K/p``, bid <-> ask, buyer <-> seller: every log return negated): ``MIRROR_ODD``, the slots
+the mirror negates, and ``MIRROR_SWAPS``, the pairs it exchanges; every other slot is unchanged.
+:data:`foxhunt.features.layout.STATE_MIRROR` composes them, and ``tests/features/test_mirror.py``
+checks them against the features of a mirrored market.
 """
 
 from __future__ import annotations

@@ -67,10 +67,7 @@ SLOTS: tuple[str, ...] = (
 )
 NEEDS_BOOK = True
 
-# The long/short mirror (prices p -> K/p, bid <-> ask, buyer <-> seller: every log return negated):
-# the slots it negates and the pairs it swaps; every other slot is unchanged. The state layout
-# composes these into one permutation and sign (foxhunt.features.layout.STATE_MIRROR), and
-# tests/features/test_mirror.py checks them against the features of a mirrored market.
+# The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(s for s in SLOTS if s.startswith("imbalance_"))
 MIRROR_SWAPS: tuple[tuple[str, str], ...] = (
     ("bid_share_l0", "ask_share_l0"),
