@@ -144,19 +144,16 @@ def test_smoke_agent_beats_flat_on_the_planted_alpha(tmp_path: Path, one_thread:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="the edge is not robust across seeds: validation net PnL over the 3 folds is +94.50 (seed 7), "
-    "-982.75 (seed 8), +46.00 (seed 9); mean -280.75: the agent learns the planted signal, but with market "
-    "orders its edge does not clear the costs on this market (README, known limits)",
-)
 def test_smoke_agent_beats_flat_on_average_over_seeds(tmp_path: Path, one_thread: None) -> None:
+    """Not one lucky initialisation: over seeds 7, 8 and 9 the validation net PnL beats flat on
+    average and for at least two of the three seeds."""
     nets = []
     for seed in (7, 8, 9):
         folds = _smoke(tmp_path / f"seed{seed}", f"run.seed={seed}")["folds"]
         nets.append(sum(f["net_pnl"] - f["baselines"]["flat"]["net_pnl"] for f in folds))
     print(f"planted alpha, net PnL over flat per seed: {nets}")
     assert sum(nets) / len(nets) > 0
+    assert sum(n > 0 for n in nets) >= 2
 
 
 @pytest.mark.slow

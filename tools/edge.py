@@ -7,7 +7,9 @@ For one state feature of a feature cache it prints, on the last fold's rows:
 * the round-trip cost of one contract with market orders (spread + fees, in ticks);
 * a threshold rule through the backtester on every fold's validation window: long above +thr,
   short below -thr (in the feature's fold-normalised units), Full size, market or limit at touch,
-  under the configured plan lock; net PnL / trades / annualised Sharpe per fold.
+  under the configured plan lock; net PnL / trades / annualised Sharpe per fold;
+* the look-ahead oracle per fold: its Sharpe and closed trades' t-statistic against the most the
+  anomaly guard's Sharpe ceiling (``train.anomaly.max_sharpe_annual``) allows.
 
 The rule is the control for the planted-alpha known answer: where it cannot beat flat after
 costs, an agent that learns the same signal cannot either.
@@ -23,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from foxhunt.backtest.evaluate import evaluate
-from foxhunt.backtest.metrics import branch_sizes, compute_metrics
+from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.metrics import SHARPE_BOUND_Z, branch_sizes, compute_metrics, trade_t_stat
 from foxhunt.backtest.run import bars_per_year
 from foxhunt.config.loader import load_config
 from foxhunt.env.actions import Direction, OrderType
@@ -103,26 +105,38 @@ def main() -> None:
     print(
         f"threshold rule, plan {cfg.env.plan.target_bars} rows: validation net PnL / trades / Sharpe per fold"
     )
-    for thr in THRESHOLDS:
-        for order in (OrderType.MARKET, OrderType.LIMIT_AT_TOUCH):
-            cells = []
-            for fd in folds:
-                m = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
-                rec = evaluate(
-                    m,
-                    cfg.env,
-                    fd.fold.validation_start,
-                    fd.fold.validation_end,
-                    rule(args.column, thr, order),
-                )
-                met = compute_metrics(
+
+    def per_fold(policy) -> list[dict]:
+        """The policy's validation metrics on every fold."""
+        out = []
+        for fd in folds:
+            m = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
+            rec = evaluate(m, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
+            out.append(
+                compute_metrics(
                     rec,
                     bars_per_year=bpy,
                     initial_capital=cfg.env.contract.initial_capital,
                     **branch_sizes(cfg.env.branches),
                 )
-                cells.append(f"{met['net_pnl']:+9.0f} / {met['trades']:3d} / {met['sharpe_annual']:+6.1f}")
+            )
+        return out
+
+    for thr in THRESHOLDS:
+        for order in (OrderType.MARKET, OrderType.LIMIT_AT_TOUCH):
+            cells = [
+                f"{met['net_pnl']:+9.0f} / {met['trades']:3d} / {met['sharpe_annual']:+6.1f}"
+                for met in per_fold(rule(args.column, thr, order))
+            ]
             print(f"  |x| > {thr:.1f} {order.name.lower():15s} " + "   ".join(cells))
+    # The look-ahead oracle against the anomaly guard's ceiling: the guard must stop it in every fold
+    # while the rules above (a plausible edge) stay below it.
+    ceiling = cfg.train.anomaly.max_sharpe_annual
+    cells = []
+    for met in per_fold(scripted(ScriptedPolicy.ORACLE, cfg.env)):
+        t, t_max = trade_t_stat(met, ceiling, SHARPE_BOUND_Z)
+        cells.append(f"Sharpe {met['sharpe_annual']:+6.1f}, trade t {t:5.2f} vs {t_max:5.2f}")
+    print(f"oracle (guard ceiling Sharpe {ceiling:g}): " + "   ".join(cells))
 
 
 if __name__ == "__main__":

@@ -264,6 +264,45 @@ def test_collect_three_step_returns() -> None:
     assert torch.equal(nxt[0], log[2][3]) and torch.equal(nxt[-1], log[-1][3])
 
 
+def test_collect_decision_windows_run_to_the_next_decision_state() -> None:
+    """bootstrap = decision: each replayed window runs from its step to the next plan-free state
+    (at most n steps; the epoch's tail truncated by the flush), recomputed here from the recorded
+    env steps; with 2-bar plans most windows close early, so the check has teeth."""
+    n_env, steps, gamma, n = 3, 12, 0.9, 6
+    env = TradingEnv(rising_market(40), env_config(episode_rows=30, target_bars=2))
+    obs0 = env.reset(torch.tensor([0, 4, 9]))
+    log = _recording(env)
+    agent = make_agent(
+        env.cfg.branches,
+        explore={"epsilon": 1.0},
+        learn={"bootstrap": "decision", "n_step": n, "gamma": gamma},
+        capacity=64,
+    )
+    acc = agent.nstep(n_env)
+    agent.collect(env, obs0, acc, steps)
+    agent.replay.add(acc.flush())
+    active = STATE_LAYOUT.index("plan.active")
+    obs = [obs0] + [x[3] for x in log]  # [steps + 1] states [N, W]
+    r = torch.stack([x[2] for x in log]).float()  # [steps, N]
+    want_r, want_d, early = [], [], 0
+    for t in range(steps):  # pushed windows first (t < steps - n + 1), then the flushed tail
+        for e in range(n_env):
+            ret, m = 0.0, 0
+            while m < min(n, steps - t):
+                ret += gamma**m * float(r[t + m, e])
+                m += 1
+                if obs[t + m][e, active] < 0.5:  # the next decision state ends the window
+                    break
+            early += m < min(n, steps - t)
+            want_r.append(ret)
+            want_d.append(gamma**m)
+    got_r = agent.replay.storage["reward"][: steps * n_env]
+    got_d = agent.replay.storage["discount"][: steps * n_env]
+    torch.testing.assert_close(got_r, torch.tensor(want_r), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got_d, torch.tensor(want_d), rtol=1e-5, atol=1e-6)
+    assert early > steps * n_env // 2
+
+
 # --- a known answer ------------------------------------------------------------------------------
 
 

@@ -80,6 +80,74 @@ def test_nstep_accumulator_equals_nstep_returns(n):
     assert acc.flush() is None  # flush empties it
 
 
+def test_nstep_decision_windows_hand_worked():
+    """Windows that stop at the next decision state (slot 0 of the state > 0.5), gamma = 1/2, n = 4.
+
+    env 0: s0 free, s1 s2 locked, s3 s4 free (a plan entered at t=0 exits before s3)
+    env 1: never reaches a stop state (a plan longer than the window)
+    env 2: its episode ends with step 1 (discount 0 from then on)
+    Rewards are t + 1 at step t for every env.
+    """
+    states = torch.tensor(
+        [
+            [[1.0, 0], [1, 0], [1, 0]],
+            [[0, 1], [0, 1], [0, 1]],
+            [[0, 2], [0, 2], [1, 2]],
+            [[1, 3], [0, 3], [0, 3]],
+            [[1, 4], [0, 4], [0, 4]],
+        ]
+    )  # [t, env, W]; slot 1 is t, to read back which state a window bootstraps from
+    acc = NStep(3, 4, 0.5, stop=lambda s: s[:, 0] > 0.5)
+    outs = []
+    for t in range(4):
+        done = torch.tensor([False, False, t == 1])
+        out = acc.push(
+            states[t], torch.zeros(3, 1), torch.full((3,), t + 1.0), done, states[t + 1], torch.zeros(3, 1)
+        )
+        if out is not None:
+            outs.append(out)
+    outs.append(acc.flush())
+    got = {k: torch.cat([o[k] for o in outs]) for k in ("reward", "discount")}
+    bootstrap_t = torch.cat([o["next_state"][:, 1] for o in outs])
+    # window start t = 0, 1, 2, 3 (rows of 3 envs each)
+    want_reward = [
+        1 + 2 / 2 + 3 / 4,
+        1 + 2 / 2 + 3 / 4 + 4 / 8,
+        1 + 2 / 2,  # t=0: env 0 stops at s3
+        2 + 3 / 2,
+        2 + 3 / 2 + 4 / 4,
+        2,  # t=1: env 2 ends with this step
+        3,
+        3 + 4 / 2,
+        3 + 4 / 2,  # t=2: env 0 stops at s3 at once
+        4,
+        4,
+        4,  # t=3
+    ]
+    want_discount = [1 / 8, 1 / 16, 0, 1 / 4, 1 / 8, 0, 1 / 2, 1 / 4, 1 / 4, 1 / 2, 1 / 2, 1 / 2]
+    torch.testing.assert_close(got["reward"], torch.tensor(want_reward))
+    torch.testing.assert_close(got["discount"], torch.tensor(want_discount))
+    used = got["discount"] > 0
+    want_from = torch.tensor([3.0, 4, 2, 3, 4, 2, 3, 4, 4, 4, 4, 4])
+    assert torch.equal(bootstrap_t[used], want_from[used])
+
+
+def test_nstep_without_stop_states_is_plain_nstep():
+    """A stop predicate that never fires gives the plain n-step transitions exactly."""
+    T, N, W, n, gamma = 9, 5, 3, 4, 0.9
+    g = torch.Generator().manual_seed(1)
+    rewards, dones = torch.randn(T, N, generator=g), torch.rand(T, N, generator=g) < 0.2
+    states = torch.randn(T + 1, N, W, generator=g)
+    plain, never = NStep(N, n, gamma), NStep(N, n, gamma, stop=lambda s: s[:, 0] > 1e9)
+    for t in range(T):
+        args = (states[t], torch.zeros(N, 1), rewards[t], dones[t], states[t + 1], torch.zeros(N, 1))
+        a, b = plain.push(*args), never.push(*args)
+        if a is not None:
+            assert all(torch.equal(a[k], b[k]) for k in a)
+    a, b = plain.flush(), never.flush()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_nstep_rejects_wrong_env_count():
     acc = NStep(4, 3, 0.99)
     with pytest.raises(ValueError, match="built for 4 envs"):

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent import explore as ex
-from foxhunt.agent.config import AgentConfig
+from foxhunt.agent.config import AgentConfig, Bootstrap
 from foxhunt.agent.graph import GraphedUpdate
 from foxhunt.agent.learner import Batch, Learner, plan_locked
 from foxhunt.agent.network import QNetwork
@@ -184,6 +184,12 @@ class Agent:
 
     # --- collection and learning ----------------------------------------------------------
 
+    def nstep(self, n_envs: int) -> NStep:
+        """The n-step accumulator of this agent's learn config for ``n_envs`` parallel episodes."""
+        learn = self.cfg.learn
+        stop = _decision_state if learn.bootstrap is Bootstrap.DECISION else None
+        return NStep(n_envs, learn.n_step, learn.gamma, self.device, stop=stop)
+
     def collect(
         self, env: TradingEnv, obs: Tensor, nstep: NStep, steps: int
     ) -> tuple[Tensor, dict[str, Tensor]]:
@@ -256,6 +262,11 @@ class Agent:
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
             if sink is not None:
                 sink(stats)
+
+
+def _decision_state(state_NW: Tensor) -> Tensor:
+    """States where the direction acts again (no plan lock): where a ``Bootstrap.DECISION`` window ends."""
+    return ~plan_locked(state_NW)
 
 
 def _top2_gap(q_NA: Tensor) -> Tensor:

@@ -23,6 +23,17 @@ class Symmetry(StrEnum):
     MIRROR = "mirror"
 
 
+class Bootstrap(StrEnum):
+    """Where an n-step window stops and bootstraps from the target network."""
+
+    # A fixed n steps after the transition (fewer at an episode's end).
+    STEPS = "steps"
+    # At the next decision state (plan-free: the direction acts again), at most n steps later. A
+    # plan is one option (semi-MDP): the entry's target is the plan's discounted PnL plus the next
+    # decision's value, learned without a chain of bootstraps through the locked states between.
+    DECISION = "decision"
+
+
 class NetworkConfig(Frozen):
     """Widths of the branching, dueling, distributional network (SPEC §7)."""
 
@@ -107,7 +118,14 @@ class LearnConfig(Frozen):
     """Optimisation and targets."""
 
     gamma: float = Field(0.99, gt=0, le=1, description="Discount per step.")
-    n_step: int = Field(3, ge=1, le=100, description="n of the n-step returns.")
+    n_step: int = Field(
+        3, ge=1, le=1000, description="n of the n-step returns (the longest window under decision)."
+    )
+    bootstrap: Bootstrap = Field(
+        Bootstrap.STEPS,
+        description="steps: bootstrap n steps later; decision: at the next plan-free state, at most n "
+        "steps later (set n_step above env.plan.target_bars so a whole plan fits one window).",
+    )
     batch: int = Field(16_384, ge=2, le=1 << 20, description="Learner batch size.")
     lr: float = Field(3e-5, gt=0, le=1, description="Adam learning rate (peak of the cosine schedule).")
     lr_min_share: float = Field(0.1, ge=0, le=1, description="Cosine schedule floor as a share of lr.")

@@ -11,7 +11,9 @@
 * :class:`NStep` — turns per-step ``[N]`` env transitions into n-step transitions on the device:
   ``R_t = sum_{k<m} gamma^k r_{t+k}`` over the ``m <= n`` steps up to and including the first done,
   ``discount = gamma^m`` (0 if the episode ended inside the window), ``next_state`` the state after
-  the ``n`` steps. :func:`nstep_returns` is the same maths over a whole ``[T, N]`` sequence.
+  the ``m`` steps; with a ``stop`` predicate the window also ends at the first later state it holds
+  for (the next decision state: a plan is one option). :func:`nstep_returns` is the plain maths over
+  a whole ``[T, N]`` sequence.
 
 Nothing here reads a device value back to the host in ``add``, ``sample``, ``update_priorities`` or
 ``push``: the buffer's cursor and size are Python ints that the host knows because it did the adding.
@@ -21,7 +23,7 @@ priority 0, so they are never sampled, instead of being filtered out (which woul
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -383,26 +385,43 @@ def nstep_returns(rewards_TN: Tensor, dones_TN: Tensor, gamma: float, n: int) ->
 
 
 class NStep:
-    """Accumulates ``n`` env steps of ``N`` parallel episodes and emits n-step transitions.
+    """Accumulates up to ``n`` env steps of ``N`` parallel episodes and emits n-step transitions.
 
     :meth:`push` takes one step's ``state [N, W]``, ``action [N, A]``, ``reward [N]``, ``done [N]``
     (the episode ended with this step), ``next_state [N, W]``, ``aux [N, X]`` and optionally
     ``valid [N]`` (False: the env did not really step this row). Once ``n`` steps are held it returns
     the transition whose window starts at the oldest of them (state, action, aux and validity of that
-    step; the n-step reward and discount; the current ``next_state``); before that it returns None.
-    :meth:`flush` returns the ``< n`` pending windows, truncated and bootstrapped with ``gamma^m``
-    (an epoch's episodes are cut, not ended), and empties the accumulator. A window that holds a
-    done has discount 0, and its ``next_state`` (from a later episode) is never used. Every output
-    also has ``valid`` [N] bool, which :meth:`PrioritizedReplay.add` turns into priority 0.
+    step; the windowed reward and discount; the state the window bootstraps from); before that it
+    returns None. :meth:`flush` returns the ``< n`` pending windows, truncated and bootstrapped with
+    ``gamma^m`` (an epoch's episodes are cut, not ended), and empties the accumulator. A window that
+    holds a done has discount 0, and its ``next_state`` (from a later episode) is never used. Every
+    output also has ``valid`` [N] bool, which :meth:`PrioritizedReplay.add` turns into priority 0.
+
+    ``stop`` (optional, a predicate on states ``[N, W] -> [N]`` bool) ends a window early at the first
+    later state it holds for: the window of step ``t`` covers steps ``t .. t+m-1`` where ``s_{t+m}`` is
+    the first stop state (``m <= n``), and bootstraps from ``s_{t+m}`` with ``gamma^m``. With
+    ``stop = not plan-locked`` a position's whole plan is one window, an option in the semi-MDP sense
+    (Sutton, Precup & Singh 1999): the entry decision's target is the plan's discounted PnL plus the
+    discounted value of the next decision state, not a chain of bootstraps through locked states
+    (:class:`~foxhunt.agent.config.Bootstrap`).
     """
 
-    def __init__(self, n_envs: int, n: int, gamma: float, device: torch.device | str | None = None) -> None:
+    def __init__(
+        self,
+        n_envs: int,
+        n: int,
+        gamma: float,
+        device: torch.device | str | None = None,
+        stop: Callable[[Tensor], Tensor] | None = None,
+    ) -> None:
         if n < 1:
             raise ValueError(f"n-step n must be >= 1, got {n}")
         self.n_envs, self.n, self.gamma = n_envs, n, float(gamma)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.stop = stop
         self._ring: dict[str, Tensor] | None = None  # [n, N, ...] per input
         self._next: Tensor | None = None  # latest next_state [N, W]
+        self._next_stop: Tensor | None = None  # stop(latest next_state) [N]
         self._head = 0  # ring slot of the oldest held step
         self._count = 0  # steps held
 
@@ -416,6 +435,12 @@ class NStep:
         }
         nxt = step["state"]
         self._next = torch.empty(nxt.shape, dtype=nxt.dtype, device=self.device)
+        self._next_stop = torch.zeros(self.n_envs, dtype=torch.bool, device=self.device)
+
+    def _stops(self, states: Tensor) -> Tensor:
+        if self.stop is None:
+            return torch.zeros(states.shape[0], dtype=torch.bool, device=states.device)
+        return self.stop(states).to(torch.bool)
 
     def push(
         self,
@@ -434,6 +459,7 @@ class NStep:
             valid = torch.ones(self.n_envs, dtype=torch.bool, device=self.device)
         step = {
             "state": state,
+            "stop": self._stops(state),  # does a window that reaches this state end at it?
             "action": action,
             "reward": reward,
             "done": done.to(torch.bool),
@@ -442,11 +468,12 @@ class NStep:
         }
         if self._ring is None:
             self._allocate(step)
-        assert self._ring is not None and self._next is not None
+        assert self._ring is not None and self._next is not None and self._next_stop is not None
         slot = (self._head + self._count) % self.n
         for k, v in step.items():
             self._ring[k][slot].copy_(v)
         self._next.copy_(next_state)
+        self._next_stop.copy_(self._stops(next_state))
         self._count += 1
         if self._count < self.n:
             return None
@@ -464,23 +491,44 @@ class NStep:
         return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
     def _window(self, offset: int, length: int) -> dict[str, Tensor]:
-        """The transition starting ``offset`` steps after the oldest held step, over ``length`` steps."""
-        assert self._ring is not None and self._next is not None
+        """The transition starting ``offset`` steps after the oldest held step, over at most ``length`` steps.
+
+        Vectorised over the window (a fixed handful of kernels whatever ``n``): with ``L = length``
+        and ``k = 0 .. L-1`` the window's steps, ``end_k`` says the window ends after step ``k`` (the
+        episode ended with it, or ``s_{t+k+1}`` is a stop state); step ``k`` counts while no earlier
+        step ended the window; ``m`` is one past the first ending step (``L`` if none); the discount
+        is ``gamma^m``, or 0 when the first ending step was a done.
+        """
+        assert self._ring is not None and self._next is not None and self._next_stop is not None
         ring, g = self._ring, self.gamma
-        origin = (self._head + offset) % self.n
-        reward = torch.zeros_like(ring["reward"][origin])
-        alive = torch.ones_like(ring["done"][origin])  # no done yet before step k
-        for k in range(length):
-            s = (origin + k) % self.n
-            reward = reward + g**k * torch.where(alive, ring["reward"][s], torch.zeros_like(reward))
-            alive = alive & ~ring["done"][s]
-        discount = torch.where(alive, g**length, 0.0).to(reward.dtype)
+        order = (self._head + offset + torch.arange(length, device=self.device)) % self.n  # [L] slots
+        reward = ring["reward"][order]  # [L, N]
+        done = ring["done"][order]
+        # stop flag of the state after each step: the next slot's state, the latest next_state last
+        after = torch.cat([ring["stop"][order[1:]], self._next_stop.unsqueeze(0)])  # [L, N]
+        end = done | after
+        ended_before = torch.cumsum(end.to(torch.int32), 0) - end.to(torch.int32)  # [L, N] ends before k
+        counts = ended_before == 0
+        k = torch.arange(length, device=self.device, dtype=reward.dtype)
+        powers = torch.pow(g, k).unsqueeze(1)  # [L, 1] gamma^k
+        ret = (powers * torch.where(counts, reward, torch.zeros_like(reward))).sum(0)
+        any_end = end.any(0)
+        first = torch.argmax(end.to(torch.int32), 0)  # first ending step (0 if none: masked below)
+        m = torch.where(any_end, first + 1, torch.full_like(first, length))  # [N] steps in the window
+        envs = torch.arange(self.n_envs, device=self.device)
+        terminal = any_end & done[first, envs]
+        discount = torch.where(terminal, 0.0, torch.pow(g, m.to(ret.dtype)))  # gamma^m, 0 at a done
+        # the bootstrap state s_{t+m}: held in the ring for m < L, the latest next_state for m = L
+        slot = order[m.clamp(max=length - 1)]
+        inside = ring["state"][slot, envs]  # [N, W]
+        next_state = torch.where((m < length).unsqueeze(1), inside, self._next)
+        origin = order[0]
         return {
             "state": ring["state"][origin].clone(),
             "action": ring["action"][origin].clone(),
-            "reward": reward,
-            "discount": discount,
-            "next_state": self._next.clone(),
+            "reward": ret,
+            "discount": discount.to(ret.dtype),
+            "next_state": next_state,
             "aux": ring["aux"][origin].clone(),
             VALID: ring[VALID][origin].clone(),
         }

@@ -92,17 +92,18 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
     def oracle(obs: Tensor, env: TradingEnv) -> Tensor:
         # Peeks at the future. With the triple-barrier outcome of the row (the market's aux
         # targets: what a long entered now meets first, on the same barriers as the plan) it goes
-        # long before a profit exit and short before a stop (the mirrored short's profit), flat
-        # before a timeout; else it peeks at the price a plan's horizon ahead.
+        # long before a profit exit and short before a stop (the mirrored short's profit); before
+        # a timeout, and without the outcome, it peeks at the price a plan's horizon ahead, where
+        # the timeout exits, and takes the side that move pays by more than the costs.
         s = env._state()
         m = env.market
         move = m.mid[torch.clamp(s.row + horizon, max=m.rows - 1)] - m.mid[s.row]
         up, down = move > min_move, move < -min_move
         if m.aux_targets is not None:
             outcome = m.aux_targets[s.row, AUX_TARGETS.index("outcome")]
-            known = ~torch.isnan(outcome)
-            up = torch.where(known, outcome == float(Outcome.PROFIT), up)
-            down = torch.where(known, outcome == float(Outcome.STOP), down)
+            barrier = ~torch.isnan(outcome) & (outcome != float(Outcome.TIMEOUT))
+            up = torch.where(barrier, outcome == float(Outcome.PROFIT), up)
+            down = torch.where(barrier, outcome == float(Outcome.STOP), down)
         d = torch.where(up, int(Direction.LONG), torch.where(down, int(Direction.SHORT), flat))
         a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
         a[:, _DIR], a[:, _MAG] = d, full

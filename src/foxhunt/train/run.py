@@ -39,7 +39,6 @@ import numpy as np
 import torch
 
 from foxhunt.agent.agent import Agent, Mode
-from foxhunt.agent.replay import NStep
 from foxhunt.atomic import write_json
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.metrics import StepRecord
@@ -345,7 +344,7 @@ class FoldTrainer:
         starts = self.train_lo + (u * span).to(torch.int64)
         env = TradingEnv(self.market, self.env_cfg)
         obs = env.reset(starts, starts + steps)
-        nstep = NStep(n, self.cfg.agent.learn.n_step, self.cfg.agent.learn.gamma, self.device)
+        nstep = agent.nstep(n)
         obs, collect_stats = agent.collect(env, obs, nstep, steps)
         tail = nstep.flush()  # the epoch's episodes are truncated, not ended: bootstrap the tail
         if tail is not None:
