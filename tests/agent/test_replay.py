@@ -80,7 +80,8 @@ def test_nstep_accumulator_equals_nstep_returns(n):
     assert acc.flush() is None  # flush empties it
 
 
-def test_nstep_decision_windows_hand_worked():
+@pytest.mark.parametrize("device", DEVICES)
+def test_nstep_decision_windows_hand_worked(device):
     """Windows that stop at the next decision state (slot 0 of the state > 0.5), gamma = 1/2, n = 4.
 
     env 0: s0 free, s1 s2 locked, s3 s4 free (a plan entered at t=0 exits before s3)
@@ -96,19 +97,24 @@ def test_nstep_decision_windows_hand_worked():
             [[1, 3], [0, 3], [0, 3]],
             [[1, 4], [0, 4], [0, 4]],
         ]
-    )  # [t, env, W]; slot 1 is t, to read back which state a window bootstraps from
-    acc = NStep(3, 4, 0.5, stop=lambda s: s[:, 0] > 0.5)
+    ).to(device)  # [t, env, W]; slot 1 is t, to read back which state a window bootstraps from
+    acc = NStep(3, 4, 0.5, device, stop=lambda s: s[:, 0] > 0.5)
     outs = []
     for t in range(4):
-        done = torch.tensor([False, False, t == 1])
+        done = torch.tensor([False, False, t == 1], device=device)
         out = acc.push(
-            states[t], torch.zeros(3, 1), torch.full((3,), t + 1.0), done, states[t + 1], torch.zeros(3, 1)
+            states[t],
+            torch.zeros(3, 1, device=device),
+            torch.full((3,), t + 1.0, device=device),
+            done,
+            states[t + 1],
+            torch.zeros(3, 1, device=device),
         )
         if out is not None:
             outs.append(out)
     outs.append(acc.flush())
-    got = {k: torch.cat([o[k] for o in outs]) for k in ("reward", "discount")}
-    bootstrap_t = torch.cat([o["next_state"][:, 1] for o in outs])
+    got = {k: torch.cat([o[k] for o in outs]).cpu() for k in ("reward", "discount")}
+    bootstrap_t = torch.cat([o["next_state"][:, 1] for o in outs]).cpu()
     # window start t = 0, 1, 2, 3 (rows of 3 envs each)
     want_reward = [
         1 + 2 / 2 + 3 / 4,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from foxhunt.env.market import AUX_TARGETS
+from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.config import SizingConfig, SizingMode, TrainConfig
 from foxhunt.train.sizing import (
     RunSizes,
@@ -27,6 +29,10 @@ def test_byte_estimates_hand_worked() -> None:
     # + 2 x 8 (sum tree)
     assert transition_bytes(100, 4) == 800 + 32 + 8 + 12 + 16
     assert env_bytes(100, 4000) == 800 + 1024 + 1000
+    # the n-step ring: per held step a 100-wide float32 state, an int64 action per branch, the float32
+    # reward and aux targets, three bool flags
+    held = 400 + 8 * len(BRANCHES) + 4 * (1 + len(AUX_TARGETS)) + 3
+    assert env_bytes(100, 4000, n_step=21) == 800 + 1024 + 1000 + 21 * held
     units = 3 * 10 + 6 * 8 * 2 + 2 * 2 * (4 + 8) + 2 + 2 * 6 * 3 + 3 * 5 * (1 + 4 + 3)
     got = activation_bytes_per_sample(
         10,

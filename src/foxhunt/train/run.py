@@ -200,6 +200,7 @@ class FoldTrainer:
                 atoms=net.atoms,
                 branch_actions=ActionCodec(b).sizes,
             ),
+            n_step=cfg.agent.learn.n_step,
         )
         seed = cfg.run.seed * 1000 + self.k
         self.agent = Agent(

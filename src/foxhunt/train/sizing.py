@@ -101,10 +101,14 @@ def activation_bytes_per_sample(
     return 4 * _F32 * units
 
 
-def env_bytes(state_width: int, activation_bytes: int) -> int:
+def env_bytes(state_width: int, activation_bytes: int, n_step: int = 0) -> int:
     """Bytes per parallel episode: its observation and next row (float32), ~128 float64 portfolio,
-    plan and reward trackers, and a policy forward without gradient (a quarter of a learner sample)."""
-    return 2 * _F32 * state_width + 128 * _F64 + activation_bytes // 4
+    plan and reward trackers, a policy forward without gradient (a quarter of a learner sample), and
+    the n-step accumulator's ring of ``n_step`` held steps (:class:`~foxhunt.agent.replay.NStep`:
+    per step the float32 state, an int64 action per branch, the float32 reward and aux targets and
+    three bool flags), which dominates under ``bootstrap = decision`` with a long window."""
+    held_step = _F32 * state_width + _I64 * len(BRANCHES) + _F32 * (1 + len(AUX_TARGETS)) + 3
+    return 2 * _F32 * state_width + 128 * _F64 + activation_bytes // 4 + n_step * held_step
 
 
 def _floor2(x: float) -> int:
@@ -137,6 +141,7 @@ def sizes_for_memory(
     sizing: SizingConfig,
     activation_bytes: int,
     n_branches: int = len(BRANCHES),
+    n_step: int = 0,
 ) -> RunSizes:
     """The module docstring's sizes for ``free_bytes`` of free device memory (pure)."""
     _check(state_width, activation_bytes, envs=envs, batch=batch, replay_capacity=replay_capacity)
@@ -146,7 +151,7 @@ def sizes_for_memory(
     env_share = 1.0 - sizing.replay_share - sizing.batch_share
     replay_n = _floor2(budget * sizing.replay_share / transition_bytes(state_width, n_branches))
     batch_n = _floor2(budget * sizing.batch_share / activation_bytes)
-    envs_n = _floor2(budget * env_share / env_bytes(state_width, activation_bytes))
+    envs_n = _floor2(budget * env_share / env_bytes(state_width, activation_bytes, n_step))
     replay_n = _clamp(replay_n, replay_capacity, sizing.min_replay, sizing.max_scale)
     batch_n = min(_clamp(batch_n, batch, sizing.min_batch, sizing.max_scale), replay_n)
     envs_n = _clamp(envs_n, envs, sizing.min_envs, sizing.max_scale)
@@ -163,6 +168,7 @@ def size_run(
     sizing: SizingConfig,
     activation_bytes: int,
     n_branches: int = len(BRANCHES),
+    n_step: int = 0,
     free_memory_bytes: int | None = None,
 ) -> RunSizes:
     """The run's sizes on ``device``: the profile's values (``envs``, ``batch``, ``replay_capacity``)
@@ -183,4 +189,5 @@ def size_run(
         sizing=sizing,
         activation_bytes=activation_bytes,
         n_branches=n_branches,
+        n_step=n_step,
     )
