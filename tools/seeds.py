@@ -2,7 +2,8 @@
 
 The seed spread of the walk-forward validation net PnL is what tells a learned edge from a lucky
 initialisation (README, known limits). Each line holds the per-fold validation net PnL, trades and
-Sharpe, and the long baseline's PnL; the last line is the mean over the seeds.
+Sharpe, and the long baseline's PnL (or ``stopped``: the anomaly guard's diagnosis); the last line
+is the mean over the seeds that finished and the count of stopped ones.
 
     python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from foxhunt.config.loader import load_config
 from foxhunt.features.cache import open_cache
+from foxhunt.train.guard import AnomalyError
 from foxhunt.train.run import train
 
 
@@ -40,14 +42,19 @@ def main() -> None:
             totals = [_report(row) for row in rows]
     else:
         totals = [_report(_one_seed(*job)) for job in jobs]
-    print(json.dumps({"mean_total": round(sum(totals) / len(totals), 2), "sets": args.sets}))
+    done = [t for t in totals if t is not None]
+    mean = round(sum(done) / len(done), 2) if done else None
+    print(json.dumps({"mean_total": mean, "stopped": len(totals) - len(done), "sets": args.sets}))
 
 
 def _one_seed(cache_path: Path, profile: str, sets: list[str], seed: int, out: Path) -> dict:
     cache = open_cache(cache_path if cache_path.is_file() else next(cache_path.glob("*.arrow")))
     cfg = load_config(profile=profile, overrides=[*sets, f"run.seed={seed}"])
     t0 = time.perf_counter()
-    folds = train(cache, cfg, out / f"seed{seed}", log=lambda _: None)
+    try:
+        folds = train(cache, cfg, out / f"seed{seed}", log=lambda _: None)
+    except AnomalyError as err:  # one seed's stopped run is a result, not the end of the study
+        return {"seed": seed, "stopped": str(err), "seconds": round(time.perf_counter() - t0, 1)}
     total = sum(f["net_pnl"] for f in folds)
     return {
         "seed": seed,
@@ -60,9 +67,9 @@ def _one_seed(cache_path: Path, profile: str, sets: list[str], seed: int, out: P
     }
 
 
-def _report(row: dict) -> float:
+def _report(row: dict) -> float | None:
     print(json.dumps(row), flush=True)
-    return row["total"]
+    return row.get("total")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,19 @@ class FoxhuntError(Exception):
         self.fix = fix
         super().__init__(f"{self.where}: {problem} (fix: {fix})")
 
+    def __reduce__(self):
+        # Exception pickles as cls(*args) by default, which a subclass with another signature (the
+        # anomaly guard's error takes its result) cannot take: rebuild from the fields instead, so
+        # an error raised in a worker process (tools/seeds.py --jobs) reaches the parent intact.
+        return _rebuild, (type(self), self.args, self.__dict__)
+
+
+def _rebuild(cls: type[FoxhuntError], args: tuple, state: dict) -> FoxhuntError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, *args)
+    err.__dict__.update(state)
+    return err
+
 
 class ConfigError(FoxhuntError):
     """A configuration key or value is unknown or invalid."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import pickle
 from typing import Any
 
 import numpy as np
@@ -91,6 +92,20 @@ def test_non_finite_statistics_stop_at_once(key: str, value: float) -> None:
     assert isinstance(err.value, FoxhuntError) and err.value.result.verdict is Verdict.ANOMALOUS
     # a non-finite statistic outside loss/, grad/, q/ is not the guard's business (validation has its own)
     assert guard.check({**_healthy(1.0), "atoms/utilisation": math.nan}).verdict is Verdict.OK
+
+
+def test_the_guards_error_survives_a_process_boundary() -> None:
+    """Pickled and unpickled (as a worker process's error reaches its parent), the error keeps its
+    class, message, fields and verdict; before, unpickling called AnomalyError(message) and failed."""
+    guard = AnomalyGuard()
+    with pytest.raises(AnomalyError) as err:
+        guard.check_or_raise({**_healthy(1.0), "grad/aux": math.inf}, where="fold 2 epoch 1")
+    back = pickle.loads(pickle.dumps(err.value))
+    assert type(back) is AnomalyError and str(back) == str(err.value)
+    assert (back.where, back.problem, back.fix) == (err.value.where, err.value.problem, err.value.fix)
+    assert back.result == err.value.result and back.exit_code == 3
+    plain = pickle.loads(pickle.dumps(FoxhuntError("a.toml", "bad key", "remove it")))
+    assert str(plain) == "a.toml: bad key (fix: remove it)"
 
 
 def test_exploding_loss_after_warmup() -> None:
