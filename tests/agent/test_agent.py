@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.agent import AUX_RETURN_BOUND, Agent, Mode
 from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig, ReplayConfig
 from foxhunt.agent.replay import NStep
 from foxhunt.env.actions import Direction
@@ -145,6 +145,24 @@ def test_q_centering_has_no_effect_on_the_chosen_actions() -> None:
 
 
 @torch.no_grad()
+def test_the_aux_return_fed_to_the_next_state_is_bounded_and_odd() -> None:
+    """The next-return prediction re-enters the state; a runaway aux head (output scaled x1e6) must
+    reach the slot saturated at +-AUX_RETURN_BOUND with its sign, and a small one nearly unchanged."""
+    agent = make_agent()
+    last = agent.net.aux[-1]
+    obs = states(256)
+    raw = agent.net(obs).aux_return
+    slot = agent.policy(obs, Mode.GREEDY).aux[:, 0]
+    torch.testing.assert_close(slot, AUX_RETURN_BOUND * torch.tanh(raw / AUX_RETURN_BOUND))
+    with torch.no_grad():
+        last.weight.mul_(1e6)
+        last.bias.mul_(1e6)
+    raw = agent.net(obs).aux_return
+    slot = agent.policy(obs, Mode.GREEDY).aux[:, 0]
+    assert raw.abs().max() > 1e4
+    assert slot.abs().max() <= AUX_RETURN_BOUND and torch.equal(torch.sign(slot), torch.sign(raw))
+
+
 def test_greedy_policy_is_deterministic_and_the_argmax_of_mean_c51_and_iqn() -> None:
     """Mode.GREEDY with NoisyNet layers and non-trivial PopArt statistics (mu 0.3, sigma 5): repeated
     calls, with exploring calls (fresh noise) between them, return the same actions, which are

@@ -42,6 +42,14 @@ from foxhunt.train.diagnostics import q_key
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
+AUX_RETURN_BOUND = 4.0
+"""Soft bound (per-row vols) of the next-return prediction written into the next state's
+``aux.next_return`` slot: ``b tanh(x / b)``. The slot feeds the network's own output back as an
+input, and unbounded that loop can run away: a prediction out of the training range gives an input
+out of range, answered by a larger prediction (alpha-6 market, seed 14, fold 2: the slot reached 3e11
+within an epoch and the aux gradient overflowed at lr 3e-3). The targets have unit scale (|x| > 4 is
+rare); tanh is odd, so the long/short mirror of the slot still holds. The loss sees the raw output."""
+
 
 class UpdateMode(StrEnum):
     """How ``Agent.learn`` runs the learner update."""
@@ -170,8 +178,9 @@ class Agent:
         var = (p_dir * (z - mean[:, None]).pow(2)).sum(-1)
         q_var = var / self.signals["q_abs"].clamp(min=1e-6).pow(2)
         p_up = torch.softmax(out.aux_direction, -1)[:, 1]
+        ret = AUX_RETURN_BOUND * torch.tanh(out.aux_return / AUX_RETURN_BOUND)  # bounded: see the constant
         aux = torch.cat(
-            [out.aux_return[:, None], (2.0 * p_up - 1.0)[:, None], torch.softmax(out.aux_outcome, -1)], dim=1
+            [ret[:, None], (2.0 * p_up - 1.0)[:, None], torch.softmax(out.aux_outcome, -1)], dim=1
         )
         return PolicyOut(
             actions=acts,
