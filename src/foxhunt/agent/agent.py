@@ -265,7 +265,7 @@ class Agent:
                 priority, stats = self.learner.update(batch)
             boost = self.cfg.replay.decision_boost
             if boost > 0:  # decisions are rare under a plan lock: draw them more often (ReplayConfig)
-                free = ~plan_locked(batch.state)
+                free = _decision_state(batch.state)
                 priority = priority * (1.0 + boost * free.to(priority.dtype))
             self.replay.update_priorities(idx, priority)
             self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
