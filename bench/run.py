@@ -12,6 +12,10 @@ file, best of ``--repeat`` runs, after one warm-up run that also compiles numba 
   of 2 M events/s.
 * Synthetic market: ``foxhunt.data.synth.simulate_session`` book events/s on one core, and the
   same including the DBN write (``write_synthetic``), against the goal of 200 k events/s.
+
+The other stages have their own script beside this one, in the same form (a table, JSON in
+bench/results/): features.py, alpha.py, env.py, replay.py, learner.py, epoch.py, backtest.py, and
+cli_startup.py (``foxhunt --help`` and every subcommand's help against ``python -c pass``).
 """
 
 from __future__ import annotations

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import databento as db
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
@@ -135,3 +139,147 @@ def test_rebuild_book_writes_a_dbn_file_databento_reads(real_data_dir: Path, tmp
     assert report["schema"] == "mbp-10" and report["records"] == len(records)
     assert report["instruments"] == [{"instrument_id": 17077, "symbol": "ESH4"}]
     assert report["median_spread_ticks"] == 1.0 and report["crossed_share"] < 0.01
+
+
+# --- the console: start-up, help, progress, --quiet/--verbose, TOML ---------------------------------
+
+STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \S")
+# Modules that cost seconds to import: `foxhunt --help` must not wait for any of them.
+HEAVY = ("torch", "lightgbm", "sklearn", "pandas", "matplotlib", "numba", "scipy")
+
+
+def all_commands(groups: bool = True) -> list[list[str]]:
+    """Every command of the CLI (and group, the root ``[]`` first), read from the app itself, so a
+    new command is covered at once."""
+    found: list[list[str]] = []
+
+    def walk(cmd: object, path: list[str]) -> None:
+        subs = getattr(cmd, "commands", {})  # a group's subcommands
+        if groups or not subs:
+            found.append(path)
+        for name, sub in subs.items():
+            walk(sub, [*path, name])
+
+    walk(typer.main.get_command(app), [])
+    return found
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command line in a fresh process, stdout and stderr captured (so neither is a terminal)."""
+    return subprocess.run(
+        [sys.executable, "-m", "foxhunt.cli", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
+
+
+def test_importing_the_cli_imports_nothing_heavy() -> None:
+    code = f"import sys, foxhunt.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("cmd", all_commands(), ids=lambda c: " ".join(c) or "root")
+def test_help_names_values_as_a_person_types_them(cmd: list[str]) -> None:
+    result = runner.invoke(app, [*cmd, "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    for python_type in ("list[", "<class", "<bool>", "<str>", "<int>", "<path>", "<float>"):
+        assert python_type not in result.output, python_type
+    if cmd in all_commands(groups=False):
+        assert "--quiet" in result.output and "--verbose" in result.output
+
+
+def test_help_shows_readable_value_names() -> None:
+    text = runner.invoke(app, ["backtest", "--help"], env={"COLUMNS": "200"}).output
+    for shown in ("PATH...", "DIR", "FILE", "KEY=VALUE", "NAME", "bar|snapshot"):
+        assert shown in text, shown
+    assert "PATH" in runner.invoke(app, ["data", "inspect", "--help"]).output
+
+
+def test_shell_completion_is_switched_on() -> None:
+    text = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "--install-completion" in text and "--show-completion" in text
+    script = runner.invoke(app, ["--show-completion", "bash"])
+    assert script.exit_code == 0 and "complete -o default -F" in script.output
+
+
+def test_config_show_toml_round_trips_through_config(tmp_path: Path) -> None:
+    sets = ["--set", "data.bar_seconds=60", "--set", "folds.n_folds=2"]
+    shown = runner.invoke(app, ["config", "show", "--profile", "smoke", *sets, "--toml"])
+    assert shown.exit_code == 0, shown.output
+    assert "[data]" in shown.stdout and "bar_seconds = 60" in shown.stdout
+    path = tmp_path / "mine.toml"
+    path.write_text(shown.stdout)
+    asked = json.loads(runner.invoke(app, ["config", "show", "--profile", "smoke", *sets, "--json"]).stdout)
+    again = runner.invoke(app, ["config", "show", "--config", str(path), "--json"])
+    assert again.exit_code == 0, again.output
+    body = json.loads(again.stdout)
+    assert body["config_hash"] == asked["config_hash"] and body["config"] == asked["config"]
+    # The plain default differs: the equality above is not an accident of defaults.
+    default = json.loads(runner.invoke(app, ["config", "show", "--json"]).stdout)
+    assert default["config_hash"] != body["config_hash"]
+
+
+def test_quiet_and_verbose_together_are_refused() -> None:
+    result = runner.invoke(app, ["config", "show", "-q", "-v"])
+    assert result.exit_code == 2 and "--quiet/--verbose" in result.output
+
+
+def test_progress_lines_are_stamped_off_a_terminal_and_quiet_prints_only_the_result(tmp_path: Path) -> None:
+    """In-process (fast); the same through a real process and pipe below (slow: each process pays the
+    config's imports, torch included)."""
+    synth = ["data", "synth", "--sessions", "1", "--events-per-session", "1000", "--seed", "3"]
+    normal = runner.invoke(app, [*synth, "--out", str(tmp_path / "a")])
+    assert normal.exit_code == 0, normal.output
+    lines = normal.stderr.splitlines()
+    assert len(lines) == 2 and all(STAMPED.match(x) for x in lines), normal.stderr
+    assert lines[0].endswith("simulating 1 session(s) ...")
+    assert re.search(r"simulating 1 session\(s\): done in \d+s$", lines[1])
+    written = [Path(x).name for x in normal.stdout.split()]
+    assert written == ["synth-ESZ6-20260302.mbp-10.dbn.zst", "synth-ESZ6-20260302.trades.dbn.zst"]
+    quiet = runner.invoke(app, [*synth, "--out", str(tmp_path / "b"), "-q"])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+    assert [Path(x).name for x in quiet.stdout.split()] == written  # the result, and nothing else
+
+
+@pytest.mark.slow
+def test_a_process_writing_to_a_pipe_gets_stamped_lines_and_quiet_only_the_result(tmp_path: Path) -> None:
+    synth = ["data", "synth", "--sessions", "1", "--events-per-session", "1000", "--seed", "3"]
+    normal = cli(*synth, "--out", str(tmp_path / "a"), cwd=tmp_path)
+    assert normal.returncode == 0, normal.stderr
+    lines = normal.stderr.splitlines()
+    assert lines and all(STAMPED.match(x) for x in lines), normal.stderr
+    assert any(x.endswith("simulating 1 session(s) ...") for x in lines)
+    assert re.search(r"simulating 1 session\(s\): done in \d+s$", lines[-1])
+    written = [Path(x).name for x in normal.stdout.split()]
+    assert written == ["synth-ESZ6-20260302.mbp-10.dbn.zst", "synth-ESZ6-20260302.trades.dbn.zst"]
+    quiet = cli(*synth, "--out", str(tmp_path / "b"), "--quiet", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert [Path(x).name for x in quiet.stdout.split()] == written  # the result, and nothing else
+
+
+@pytest.mark.slow
+def test_training_prints_one_short_stamped_line_per_epoch(tmp_path: Path) -> None:
+    from tests.train.test_run import TINY
+
+    sets = [a for s in TINY for a in ("--set", s)]
+    market = cli("data", "synth", "--out", str(tmp_path / "m"), "-q", "--profile=smoke", *sets, cwd=tmp_path)
+    assert market.returncode == 0, market.stderr
+    files = market.stdout.split()
+    run = ["--out", str(tmp_path / "run"), "--profile", "smoke", *sets]
+    done = cli("train", "--data", *files, *run, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert all(STAMPED.match(x) for x in lines), done.stderr
+    epochs = [x.split(" ", 1)[1] for x in lines if " val net " in x]
+    # TINY: 2 folds x 2 epochs, each logged (smoke logs every epoch)
+    assert [e.split("  ")[0] for e in epochs] == [
+        "fold 1/2 epoch 1/2",
+        "fold 1/2 epoch 2/2",
+        "fold 2/2 epoch 1/2",
+        "fold 2/2 epoch 2/2",
+    ]
+    for e in epochs:
+        assert len(e) < 100 and re.search(r"val net [+-][\d,]+\.\d\d  trades \d+  Sharpe ", e), e
+        assert "atoms" not in e and "gate" not in e
+    assert "ETA" in epochs[0] and "ETA" not in epochs[-1]  # nothing left after the last epoch
+    assert any("done" in x for x in lines) and "fold 0: net" in done.stdout  # bars' ends, the result

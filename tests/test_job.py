@@ -80,19 +80,15 @@ def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
 def _validation_returns(
     run_dir: Path, fold: dict[str, Any], cfg: FoxhuntConfig
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """The fold's reported policy (its last checkpoint) over its validation period again: per-bar
+    """The fold's reported policy (the checkpoint it names) over its validation period again: per-bar
     returns ``net_t / equity_before_t`` and positions in time order (the windows are consecutive),
     and bars per year. Checks the replay against the reported Sharpe."""
-    ckpt = CheckpointPolicy(
-        run_dir / "train" / "checkpoints" / f"fold{fold['fold']}" / "last.safetensors", cfg
-    )
+    ckpt = CheckpointPolicy(run_dir / "train" / fold["checkpoint_file"], cfg)
     cfg = ckpt.cfg  # the checkpoint's own (the same resolved smoke config)
     cache = get_or_build(sorted((run_dir / "market").glob("*.dbn.zst")), cfg, run_dir / "cache")
     fd = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))[ckpt.fold]
     market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device="cpu")
-    lo, hi = fd.fold.validation_start, fd.fold.validation_end
-    if cfg.train.validation_rows > 0:
-        hi = min(hi, lo + cfg.train.validation_rows)
+    lo, hi = fd.fold.validation_start, fd.fold.validation_end  # reported over the whole period
     rec = evaluate(market, cfg.env, lo, hi, ckpt.policy("cpu"))
     w = rec.written
     net = (rec.gross_pnl - rec.costs)[w].double().numpy()

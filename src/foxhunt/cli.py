@@ -14,36 +14,88 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import numpy as np
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from foxhunt import __version__
-from foxhunt.config.loader import available_profiles, config_hash, load_config, write_resolved
-from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import Reporter, Verbosity
 from foxhunt.data.schemas import RowUnit, Schema
-from foxhunt.data.sessions import iso_utc
 from foxhunt.errors import FoxhuntError
 
-app = typer.Typer(
+if TYPE_CHECKING:
+    from foxhunt.config.models import FoxhuntConfig
+
+# Start-up time: `foxhunt --help` must not wait for torch, LightGBM, numba or pandas (seconds), so
+# this module imports only typer, rich and light foxhunt modules at the top; every command imports
+# what it needs (the config too: its models pull in the stages' parameter classes) in its body.
+# tests/test_cli.py checks this in a fresh interpreter.
+
+# Python names of types read badly in help (typer writes `<list[Path]>`, `<bool>` for a flag): the
+# value an option takes is named the way a person types it.
+_TYPE_WORDS = {"path": "PATH", "str": "TEXT", "int": "N", "float": "NUMBER"}
+
+
+def _readable_type(label: str) -> str:
+    """``<list[Path]>`` -> ``PATH...``, ``<int>`` -> ``N``, ``<bar|snapshot>`` -> ``bar|snapshot``."""
+    inner = label.strip("<>")
+    many = inner.startswith("list[")
+    inner = inner.removeprefix("list[").removesuffix("]")
+    word = _TYPE_WORDS.get(inner.lower(), inner if "|" in inner else inner.upper())
+    return word + ("..." if many else "")
+
+
+def _readable(params: list[Any], ctx: Any) -> list[Any]:
+    from typer.core import TyperArgument, TyperOption
+
+    for p in params:
+        if isinstance(p, TyperOption) and p.metavar is None:
+            # A flag takes no value: nothing beside it; another option its readable type.
+            p.metavar = "" if p.is_flag else _readable_type(p.display_type(ctx))
+        elif isinstance(p, TyperArgument) and p.metavar is not None:
+            # typer shows an argument's Python type beside its metavar: the metavar says it all.
+            p.display_type_rich = lambda ctx: None
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _readable(super().get_params(ctx), ctx)
+
+
+class _Group(typer.core.TyperGroup):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _readable(super().get_params(ctx), ctx)
+
+
+class _App(typer.Typer):
+    """A typer app whose groups and commands show readable value names in their help."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=_Group, **kwargs)
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("cls", _Command)
+        return super().command(*args, **kwargs)
+
+
+app = _App(
     help="foxhunt: deep-RL research for index futures from limit-order-book data (Databento DBN).",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
-data_app = typer.Typer(
+data_app = _App(
     help="Market data: inspect DBN files, rebuild books from MBO, generate the synthetic market, build bars.",
     no_args_is_help=True,
 )
-config_app = typer.Typer(help="Show the resolved configuration and the profiles.", no_args_is_help=True)
-features_app = typer.Typer(
+config_app = _App(help="Show the resolved configuration and the profiles.", no_args_is_help=True)
+features_app = _App(
     help="Features: build the cached feature stack (Arrow IPC) and inspect a cache.", no_args_is_help=True
 )
-check_app = typer.Typer(help="Checks on data and features: the look-ahead leak guard.", no_args_is_help=True)
+check_app = _App(help="Checks on data and features: the look-ahead leak guard.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
 app.add_typer(check_app, name="check")
@@ -55,14 +107,23 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", help="Packaged profile: smoke (CPU), localdev, production."),
+    typer.Option("--profile", metavar="NAME", help="Packaged profile: smoke (CPU), localdev, production."),
 ]
-ConfigOpt = Annotated[Path | None, typer.Option("--config", help="A TOML config file instead of a profile.")]
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", metavar="FILE", help="A TOML config file instead of a profile.")
+]
 SetOpt = Annotated[
     list[str] | None,
-    typer.Option("--set", help="Override one value, e.g. --set data.bar_seconds=60 (repeatable)."),
+    typer.Option(
+        "--set", metavar="KEY=VALUE", help="Override one value, e.g. --set data.bar_seconds=60 (repeatable)."
+    ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")]
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", "-q", help="Print only the result and errors (no progress).")
+]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", "-v", help="Also print the long diagnostic lines (every statistic).")
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,26 +142,34 @@ def _fails_cleanly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _reporter(quiet: bool, verbose: bool = False) -> Reporter:
+    """The progress display of a command: bars on a terminal, timestamped lines otherwise."""
+    if quiet and verbose:
+        raise FoxhuntError("--quiet/--verbose", "both given", "pass at most one of them")
+    level = Verbosity.QUIET if quiet else Verbosity.VERBOSE if verbose else Verbosity.NORMAL
+    return Reporter.for_stderr(level, console)
+
+
 @contextmanager
-def step(description: str, quiet: bool) -> Iterator[None]:
-    """A transient spinner with elapsed time for a step that may take seconds."""
-    if quiet or not console.is_terminal:
-        yield
-        return
-    with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as progress:
-        progress.add_task(description, total=None)
+def step(description: str, progress: Reporter | bool) -> Iterator[None]:
+    """A step without a count (a spinner with elapsed time, or a start and an end line).
+    ``progress`` may be a command's ``--quiet`` flag instead of its reporter."""
+    rep = _reporter(progress) if isinstance(progress, bool) else progress
+    with rep.task(description):
         yield
 
 
 def _config(profile: str | None, config: Path | None, sets: list[str] | None) -> FoxhuntConfig:
+    from foxhunt.config.loader import load_config
+
     return load_config(profile=profile, config_file=config, overrides=sets or ())
+
+
+def write_resolved(cfg: FoxhuntConfig, path: Path) -> Path:
+    """:func:`foxhunt.config.loader.write_resolved`, imported when a command runs (start-up time)."""
+    from foxhunt.config import loader
+
+    return loader.write_resolved(cfg, path)
 
 
 @app.callback(invoke_without_command=True)
@@ -124,16 +193,37 @@ def config_show(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_toml: Annotated[
+        bool, typer.Option("--toml", help="Print TOML that --config FILE reads back (the same hash).")
+    ] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Print the resolved configuration and its hash."""
+    """Print the resolved configuration and its hash (a table, --json, or --toml to save and edit:
+    `foxhunt config show --profile smoke --toml > my.toml`, then `--config my.toml`)."""
+    from foxhunt.config.loader import config_hash
+    from foxhunt.config.toml_text import config_toml
+
+    _reporter(quiet, verbose)  # nothing to show while it runs; the flags are checked as everywhere
+    if as_json and as_toml:
+        raise FoxhuntError("--json/--toml", "both given", "pass at most one of them")
     cfg = _config(profile, config, set_)
-    body = {"config_hash": config_hash(cfg), "config": cfg.model_dump(mode="json")}
+    digest = config_hash(cfg)
+    if as_toml:
+        # Plain write: rich would wrap long lines and read [section] headers as markup.
+        sys.stdout.write(config_toml(cfg, f"foxhunt config {digest}: use it with --config FILE"))
+        return
+    body = {"config_hash": digest, "config": cfg.model_dump(mode="json")}
     out.print_json(json.dumps(body)) if as_json else out.print(body)
 
 
 @config_app.command("profiles")
-def config_profiles() -> None:
+@_fails_cleanly
+def config_profiles(quiet: QuietOpt = False, verbose: VerboseOpt = False) -> None:
     """List the packaged profiles."""
+    from foxhunt.config.loader import available_profiles
+
+    _reporter(quiet, verbose)
     for name in available_profiles():
         out.print(name)
 
@@ -144,20 +234,22 @@ def config_profiles() -> None:
 @data_app.command("inspect")
 @_fails_cleanly
 def data_inspect(
-    paths: Annotated[list[Path], typer.Argument(help="DBN files or directories of them.")],
+    paths: Annotated[list[Path], typer.Argument(metavar="PATH", help="DBN files or directories of them.")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Per file: schema, dataset, records, instruments, time span; for book data the share of
     crossed/locked states and the median spread in ticks."""
     from foxhunt.data.inspect import inspect_files
 
+    progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, set_)
-    with step("inspecting", quiet):
-        reports = inspect_files(paths, cfg.data)
+    with step("inspecting", progress):
+        reports = inspect_files(paths, cfg.data, cfg.instrument)
     if as_json:
         out.print_json(json.dumps({"files": reports}))
         return
@@ -168,6 +260,7 @@ def data_inspect(
         "dataset",
         "records",
         "instruments",
+        "contract (tick x point value)",
         "start (UTC)",
         "end (UTC)",
         "crossed",
@@ -181,6 +274,12 @@ def data_inspect(
             r["dataset"],
             f"{r['records']:,}",
             ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
+            (
+                f"{r['instrument']['tick_size']:g} x {r['instrument']['point_value']:g} "
+                f"{r['instrument']['currency']} ({r['instrument']['source']})"
+                if r["instrument"]
+                else "unknown (--json says why)"
+            ),
             r["start"],
             r["end"],
             "" if r["crossed_share"] is None else f"{r['crossed_share']:.2%}",
@@ -192,12 +291,15 @@ def data_inspect(
 @data_app.command("rebuild-book")
 @_fails_cleanly
 def data_rebuild_book(
-    source: Annotated[Path, typer.Argument(help="An MBO file (.mbo.dbn or .mbo.dbn.zst).")],
-    out_path: Annotated[Path, typer.Option("--out", help="Output MBP-10 DBN file (.dbn.zst).")],
+    source: Annotated[Path, typer.Argument(metavar="FILE", help="An MBO file (.mbo.dbn or .mbo.dbn.zst).")],
+    out_path: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="Output MBP-10 DBN file (.dbn.zst).")
+    ],
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Rebuild the 10-level book from MBO events (numba book builder) and write it as a genuine
     DBN MBP-10 file that Databento's DBNStore and `foxhunt data inspect` read back."""
@@ -205,9 +307,10 @@ def data_rebuild_book(
     from foxhunt.data.dbn_read import read_dbn
     from foxhunt.data.dbn_write import write_book
 
+    progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, set_)
     f, mbo = read_dbn(source, expect=Schema.MBO)
-    with step("rebuilding book", quiet):
+    with step("rebuilding book", progress):
         result = rebuild_book(mbo, levels=Schema.MBP_10.levels)  # type: ignore[arg-type]
         write_book(out_path, result.book, symbols=f.instrument_symbols, dataset=f.dataset)
     stem = out_path.name.removesuffix(".zst").removesuffix(".dbn")
@@ -222,22 +325,27 @@ def data_rebuild_book(
 @data_app.command("synth")
 @_fails_cleanly
 def data_synth(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the DBN files.")],
+    out_dir: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for the DBN files.")],
     seed: Annotated[int | None, typer.Option(help="Random seed (default: the config's).")] = None,
     sessions: Annotated[int | None, typer.Option(help="Number of trading sessions.")] = None,
     alpha: Annotated[float | None, typer.Option(help="Planted alpha strength (0 = no signal).")] = None,
     events_per_session: Annotated[int | None, typer.Option(help="Book events per session.")] = None,
     schemas: Annotated[
-        str, typer.Option(help="Comma-separated schemas to write: mbp-10, trades, mbo, ohlcv-1m.")
+        str,
+        typer.Option(
+            metavar="SCHEMA,...", help="Comma-separated schemas to write: mbp-10, trades, mbo, ohlcv-1m."
+        ),
     ] = "mbp-10,trades",
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Generate the synthetic ES market as genuine DBN files (deterministic for a seed)."""
     from foxhunt.data.synth import write_synthetic
 
+    progress = _reporter(quiet, verbose)
     overrides = list(set_ or [])
     for key, value in (
         ("seed", seed),
@@ -252,7 +360,7 @@ def data_synth(
         wanted = tuple(Schema(s.strip()) for s in schemas.split(",") if s.strip())
     except ValueError as exc:
         raise FoxhuntError("--schemas", str(exc), "use mbp-10, trades, mbo, ohlcv-1m") from None
-    with step(f"simulating {cfg.synth.sessions} session(s)", quiet):
+    with step(f"simulating {cfg.synth.sessions} session(s)", progress):
         files = write_synthetic(cfg.synth, out_dir, schemas=wanted)
     write_resolved(cfg, out_dir / "synth.config.json")
     for p in files:
@@ -271,20 +379,31 @@ def _cache_from(
     cache_path: Path | None,
     cfg: FoxhuntConfig,
     out_dir: Path,
-    quiet: bool,
+    progress: Reporter,
     command: str,
-):
-    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``."""
-    from foxhunt.features.cache import get_or_build, load_cache
+    asked: list[str] | None,
+) -> tuple[Any, FoxhuntConfig]:
+    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``, and the
+    config to use with it: with ``--cache``, the cache's own row unit, data source, features and
+    labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
+    checkpoint's config, which the cache must match as it is)."""
+    from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
 
     if (data is None) == (cache_path is None):
         raise FoxhuntError(
             "--data/--cache", "pass exactly one of --data or --cache", f"see foxhunt {command} --help"
         )
-    with step("building features", quiet):
-        if cache_path is not None:
-            return load_cache(cache_path, cfg)
-        return get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache")
+    if cache_path is not None:
+        with step("opening the feature cache", progress):
+            if asked is not None:
+                cfg = config_from_cache(cache_path, cfg, asked)
+            return load_cache(cache_path, cfg), cfg
+    return get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache", progress=progress), cfg
+
+
+def _set_keys(overrides: list[str]) -> list[str]:
+    """The ``section.key`` names of ``--set section.key=value`` assignments."""
+    return [a.partition("=")[0].strip() for a in overrides]
 
 
 def _data_paths(data: list[Path], ctx: typer.Context) -> list[Path]:
@@ -299,27 +418,33 @@ def _data_paths(data: list[Path], ctx: typer.Context) -> list[Path]:
 @_fails_cleanly
 def data_bars(
     ctx: typer.Context,
-    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for bars.arrow (or snapshots.arrow).")],
+    data: Annotated[list[Path], typer.Option("--data", metavar="PATH...", help=DATA_HELP)],
+    out_dir: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for bars.arrow (or snapshots.arrow).")
+    ],
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Ingest DBN files, pick the front month, build bars (or snapshot rows), write them as Arrow
     IPC with the resolved config beside them, and print a summary."""
     from foxhunt.data.summary import build_and_write
 
+    progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, set_)
     paths = _data_paths(data, ctx)
-    with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), quiet):
+    with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), progress):
         summary = build_and_write(paths, cfg, out_dir)
     write_resolved(cfg, out_dir / "bars.config.json")
     table = Table(title=f"{summary['row_unit']} rows -> {summary['path']}", show_header=False)
     for key, value in summary.items():
-        if key not in ("path",):
+        if key not in ("path", "masked"):
             table.add_row(key, str(value))
     out.print(table)
+    if summary["masked"]:  # what the input lacked (top of book, no trades), on one line
+        out.print(summary["masked"], soft_wrap=True)
 
 
 # --- features ---------------------------------------------------------------------------------
@@ -329,8 +454,8 @@ def data_bars(
 @_fails_cleanly
 def features_build(
     ctx: typer.Context,
-    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the cache file.")],
+    data: Annotated[list[Path], typer.Option("--data", metavar="PATH...", help=DATA_HELP)],
+    out_dir: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for the cache file.")],
     row_unit: Annotated[
         RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
     ] = None,
@@ -341,20 +466,23 @@ def features_build(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Ingest DBN files and write the feature cache: causal features of every family, labels,
     and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config."""
     from foxhunt.features.cache import get_or_build
 
+    progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
-    with step("building features", quiet):
-        cache = get_or_build(_data_paths(data, ctx), cfg, out_dir, regenerate=regenerate)
+    cache = get_or_build(_data_paths(data, ctx), cfg, out_dir, regenerate=regenerate, progress=progress)
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     _print_cache_summary(cache)
 
 
 def _cache_stats(cache) -> list[dict[str, Any]]:
+    import numpy as np
+
     x = cache.features()
     cov = (x != 0).mean(axis=0) if len(x) else np.zeros(x.shape[1])
     out = []
@@ -374,6 +502,8 @@ def _cache_stats(cache) -> list[dict[str, Any]]:
 
 
 def _print_cache_summary(cache) -> None:
+    import numpy as np
+
     meta = cache.meta
     stats = _cache_stats(cache)
     dead = [s["name"] for s in stats if s["coverage"] == 0.0]
@@ -383,19 +513,26 @@ def _print_cache_summary(cache) -> None:
         f"mean coverage {np.mean([s['coverage'] for s in stats]) if stats else 0:.1%}; "
         f"{len(dead)} columns never non-zero" + (f": {', '.join(dead[:12])}" if dead else "")
     )
+    from foxhunt.features.stack import mask_note
+
+    if note := mask_note(meta.get("masked", {})):  # what the input lacked (top of book, no trades)
+        out.print(note, soft_wrap=True)
 
 
 @features_app.command("info")
 @_fails_cleanly
 def features_info(
-    cache_path: Annotated[Path, typer.Argument(help="A feature cache file (.arrow).")],
+    cache_path: Annotated[Path, typer.Argument(metavar="FILE", help="A feature cache file (.arrow).")],
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Print a cache's metadata and per-column statistics (mean, std, min, max, coverage =
     share of non-zero values)."""
     from foxhunt.features.cache import open_cache
 
-    cache = open_cache(cache_path)
+    with step("reading the cache", _reporter(quiet, verbose)):
+        cache = open_cache(cache_path)
     meta, stats = cache.meta, _cache_stats(cache)
     if as_json:
         body = {
@@ -437,19 +574,25 @@ def features_info(
 @_fails_cleanly
 def alpha_cmd(
     ctx: typer.Context,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for alpha.json, alpha.md and the plots.")],
-    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
-    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for alpha.json, alpha.md and the plots.")
+    ],
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH...", help=DATA_HELP)] = None,
+    cache_path: Annotated[
+        Path | None, typer.Option("--cache", metavar="FILE", help="A feature cache built before.")
+    ] = None,
     row_unit: Annotated[
         RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
     ] = None,
     horizons: Annotated[
-        str | None, typer.Option(help="Comma-separated horizons in rows, e.g. 5,20,50,200,500.")
+        str | None,
+        typer.Option(metavar="N,N,...", help="Comma-separated horizons in rows, e.g. 5,20,50,200,500."),
     ] = None,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Does the data carry signal before any RL? The leak guard runs first on the data; then an
     MLP and LightGBM predict the direction of the move over each horizon on purged walk-forward
@@ -458,9 +601,10 @@ def alpha_cmd(
     from foxhunt.alpha.check import run_alpha
     from foxhunt.alpha.report import verdict_line, write_report
     from foxhunt.data.ingest import load_market
-    from foxhunt.features.cache import get_or_build, load_cache
-    from foxhunt.validation.leaks import LeakFoundError, check_leaks
+    from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
+    from foxhunt.validation.leaks import cache_sources, check_leaks
 
+    progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     if horizons:
         overrides.append(f"alpha.horizons=[{horizons}]")
@@ -470,30 +614,19 @@ def alpha_cmd(
             "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt alpha --help"
         )
     if cache_path is not None:
+        cfg = config_from_cache(cache_path, cfg, _set_keys(overrides))
         cache = load_cache(cache_path, cfg)
-        files = [Path(s["path"]) for s in cache.meta["sources"] if "path" in s]
-        if len(files) != len(cache.meta["sources"]) or not all(p.is_file() for p in files):
-            raise FoxhuntError(
-                cache_path,
-                "the cache's source files are not where they were, so the leak guard cannot run",
-                "pass the DBN files with --data instead",
-            )
+        files = cache_sources(cache, cache_path)
     else:
         files = _data_paths(data or [], ctx)
-    with step("leak guard", quiet):
+    with step("leak guard", progress):
         report = check_leaks(load_market(files, cfg.data), cfg)
-    if not report.clean:
-        raise LeakFoundError(
-            "alpha check",
-            f"stopped by the leak guard: look-ahead in {', '.join(report.leaking_columns)}",
-            "fix the named feature columns; no alpha result is reported on leaking features",
-        )
+    report.raise_if_leaking("alpha check", "no alpha result is reported on a leak")
+    out.print(report.verdict, markup=False, highlight=False, soft_wrap=True)
     if cache_path is None:
-        with step("building features", quiet):
-            cache = get_or_build(files, cfg, out_dir / "cache")
+        cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
     chosen = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
-    with step("fitting MLP and LightGBM per fold and horizon", quiet):
-        result = run_alpha(cache, cfg, tuple(chosen))
+    result = run_alpha(cache, cfg, tuple(chosen), progress=progress)
     result.leak_guard = report.to_dict()
     write_report(result, out_dir)
     write_resolved(cfg, out_dir / "alpha.config.json")
@@ -507,16 +640,21 @@ def alpha_cmd(
 @_fails_cleanly
 def backtest_cmd(
     ctx: typer.Context,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for metrics.json, trades.csv, equity.png.")],
+    out_dir: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for metrics.json, trades.csv, equity.png.")
+    ],
     policy: Annotated[
-        str, typer.Option(help="Scripted policy: flat, long, short, random or oracle.")
+        str, typer.Option(metavar="NAME", help="Scripted policy: flat, long, short, random or oracle.")
     ] = "flat",
-    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
-    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH...", help=DATA_HELP)] = None,
+    cache_path: Annotated[
+        Path | None, typer.Option("--cache", metavar="FILE", help="A feature cache built before.")
+    ] = None,
     checkpoint: Annotated[
         Path | None,
         typer.Option(
             "--checkpoint",
+            metavar="FILE",
             help="A trained checkpoint (RUN/checkpoints/fold<k>/best.safetensors) instead of --policy; "
             "judged on its own fold's validation period.",
         ),
@@ -531,6 +669,7 @@ def backtest_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Evaluate a scripted policy over every fold's validation windows at once with the trading
     environment; write metrics.json (net/gross PnL, costs, Sharpe with bars_per_year, drawdown,
@@ -539,6 +678,7 @@ def backtest_cmd(
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
 
+    progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
     if checkpoint is not None:
@@ -553,19 +693,60 @@ def backtest_cmd(
             raise FoxhuntError(
                 "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
             ) from None
-    cache = _cache_from(ctx, data, cache_path, cfg, out_dir, quiet, "backtest")
+    asked = None if checkpoint is not None else _set_keys(overrides)
+    if data is not None and cache_path is None:
+        from foxhunt.data.instrument import instrument_of_files
+
+        instrument_of_files(_data_paths(data, ctx), cfg.instrument)  # an unknown contract: refused now
+    cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "backtest", asked)
     n_folds = cfg.folds.n_folds
     if fold is not None and not 0 <= fold < n_folds:
         raise FoxhuntError("--fold", f"fold {fold} does not exist", f"use 0..{n_folds - 1}")
-    with step(f"backtesting {kind.value}", quiet):
-        body = run_backtest(cache, cfg, kind, out_dir, fold=fold)
+    body = run_backtest(cache, cfg, kind, out_dir, fold=fold, progress=progress)
     write_resolved(cfg, out_dir / "backtest.config.json")
     out.print(
-        f"{kind.value}: net {body['net_pnl']:,.0f} (gross {body['gross_pnl']:,.0f}, "
+        f"{kind.value} on {body['instrument']['symbol']}: net {body['net_pnl']:,.0f} "
+        f"(gross {body['gross_pnl']:,.0f}, "
         f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {body['sharpe_annual']:.2f} "
         f"at {body['bars_per_year']:,.0f} bars/year, "
         f"max drawdown {body['max_drawdown']:.2%}"
         + ("; IMPLAUSIBLE: " + "; ".join(body["implausible_reasons"]) if body["implausible"] else "")
+    )
+
+
+@app.command("export")
+@_fails_cleanly
+def export_cmd(
+    checkpoint: Annotated[
+        Path,
+        typer.Argument(
+            metavar="CKPT", help="A training checkpoint, e.g. RUN/checkpoints/fold0/best.safetensors."
+        ),
+    ],
+    out_path: Annotated[
+        Path, typer.Option("--out", metavar="FILE", help="The export FILE.safetensors (FILE.json beside it).")
+    ],
+    cache_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache", metavar="FILE", help="The cache the run trained on: stores the fold's normaliser too."
+        ),
+    ] = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Write a weights-only export of a checkpoint: network weights, acting signals and metadata
+    (config, fold, layout fingerprint), without replay buffer, optimizer state or random streams.
+    `foxhunt backtest --checkpoint` and foxhunt.api.load_policy read it like the checkpoint."""
+    from foxhunt.api import export_weights
+    from foxhunt.train.checkpoint import checkpoint_files
+
+    source = checkpoint_files(checkpoint)[0]
+    with step("exporting the weights", _reporter(quiet, verbose)):
+        path = export_weights(source, out_path, cache=cache_path)
+    out.print(
+        f"{source} ({source.stat().st_size / 1e6:.2f} MB) -> {path} ({path.stat().st_size / 1e6:.2f} MB)"
+        + (", with the fold's normaliser" if cache_path is not None else "")
     )
 
 
@@ -577,24 +758,32 @@ def backtest_cmd(
 def train_cmd(
     ctx: typer.Context,
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Run folder: checkpoints, TensorBoard, folds.json.")
+        Path | None,
+        typer.Option("--out", metavar="DIR", help="Run folder: checkpoints, TensorBoard, folds.json."),
     ] = None,
-    data: Annotated[list[Path] | None, typer.Option("--data", help=DATA_HELP)] = None,
-    cache_path: Annotated[Path | None, typer.Option("--cache", help="A feature cache built before.")] = None,
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH...", help=DATA_HELP)] = None,
+    cache_path: Annotated[
+        Path | None, typer.Option("--cache", metavar="FILE", help="A feature cache built before.")
+    ] = None,
     resume: Annotated[
         Path | None,
-        typer.Option("--resume", help="Continue an interrupted run in this folder (instead of --out)."),
+        typer.Option(
+            "--resume", metavar="DIR", help="Continue an interrupted run in this folder (instead of --out)."
+        ),
     ] = None,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """Walk-forward training: per fold, epochs of collection from parallel episodes, learner
     updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
     anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics."""
     from foxhunt.train.run import train
+    from foxhunt.validation.leaks import cache_sources, guard
 
+    progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
     if (out_dir is None) == (resume is None):
         raise FoxhuntError(
@@ -602,9 +791,22 @@ def train_cmd(
         )
     out_dir = resume if resume is not None else out_dir
     assert out_dir is not None
-    cache = _cache_from(ctx, data, cache_path, cfg, out_dir, quiet, "train")
+    asked = _set_keys(list(set_ or []))
+    # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
+    # on the files the cache was built from (they must still be where they were).
+    stopped = "nothing is trained on a leak"
+    if cache_path is None and data is not None:
+        with step("leak guard", progress):
+            leaks = guard(_data_paths(data, ctx), cfg, "foxhunt train", stopped)
+    cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked)
+    if cache_path is not None:
+        with step("leak guard", progress):
+            leaks = guard(cache_sources(cache, cache_path), cfg, "foxhunt train", stopped)
+    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
     write_resolved(cfg, out_dir / "train.config.json")
-    folds = train(cache, cfg, out_dir, resume=resume is not None, log=out.print)
+    folds = train(
+        cache, cfg, out_dir, resume=resume is not None, progress=progress, leak_guard=leaks.summary()
+    )
     for f in folds:
         out.print(
             f"fold {f['fold']}: net {f['net_pnl']:,.0f} (flat {f['baselines']['flat']['net_pnl']:,.0f}, "
@@ -618,30 +820,36 @@ def train_cmd(
 def run_cmd(
     ctx: typer.Context,
     out_dir: Annotated[
-        Path, typer.Option("--out", help="Run folder: report.html, metrics.json, all stages.")
+        Path, typer.Option("--out", metavar="DIR", help="Run folder: report.html, metrics.json, all stages.")
     ],
     data: Annotated[
         list[Path] | None,
-        typer.Option("--data", help=DATA_HELP + " Default: the embedded synthetic market (planted alpha)."),
+        typer.Option(
+            "--data",
+            metavar="PATH...",
+            help=DATA_HELP + " Default: the embedded synthetic market (planted alpha).",
+        ),
     ] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue an interrupted run in --out.")] = False,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
     """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
     walk-forward training -> validation backtests against flat and long -> report.html and
     metrics.json. Uses the GPU when one is present (run.device = auto)."""
     from foxhunt.job import run_job
 
+    progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
     files = _data_paths(data, ctx) if data else None
     summary = run_job(
         cfg,
         out_dir,
         files,
-        log=(lambda _m: None) if quiet else out.print,
+        progress=progress,
         resume=resume,
         profile=profile or ("file" if config else "default"),
     )
@@ -660,7 +868,7 @@ def run_cmd(
 @_fails_cleanly
 def check_leaks_cmd(
     ctx: typer.Context,
-    data: Annotated[list[Path], typer.Option("--data", help=DATA_HELP)],
+    data: Annotated[list[Path], typer.Option("--data", metavar="PATH...", help=DATA_HELP)],
     row_unit: Annotated[
         RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
     ] = None,
@@ -669,15 +877,21 @@ def check_leaks_cmd(
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
 ) -> None:
-    """Future-perturbation leak check: change every event after a cut, recompute the features,
-    and require every row at or before the cut to be identical. Exits 3 naming leaking columns."""
+    """The leak guard: change every event after a cut (prices, sizes, and times and counts: events
+    deleted, inserted and re-timed), recompute the features, and require every row at or before the
+    cut to be identical; refit each fold's normaliser with the rows outside its training replaced
+    and require it unchanged; require each fold's purge to cover the label span and the embargo.
+    Exits 3 naming the leaking columns or settings."""
     from foxhunt.data.ingest import load_market
-    from foxhunt.validation.leaks import LeakFoundError, check_leaks
+    from foxhunt.data.sessions import iso_utc
+    from foxhunt.validation.leaks import check_leaks
 
+    progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
-    with step("checking for look-ahead leaks", quiet):
+    with step("checking for look-ahead leaks", progress):
         report = check_leaks(load_market(_data_paths(data, ctx), cfg.data), cfg)
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
@@ -687,14 +901,11 @@ def check_leaks_cmd(
                 f"cut {iso_utc(c.t)}: {c.rows_checked:,} rows checked, "
                 + ("clean" if not c.leaking_columns else f"LEAK in {', '.join(c.leaking_columns)}")
             )
-    if not report.clean:
-        raise LeakFoundError(
-            "features",
-            f"look-ahead leak in {', '.join(report.leaking_columns)}",
-            "fix the named columns so they use only data at or before each row",
-        )
     if not as_json:
-        out.print(f"no leak: {report.columns} columns x {report.rows:,} rows, {len(report.cuts)} cuts")
+        out.print(report.verdict, markup=False, highlight=False, soft_wrap=True)
+    report.raise_if_leaking(
+        "check leaks", "a row may use only data at or before it, a fold's normaliser only its training rows"
+    )
 
 
 def run() -> None:  # pragma: no cover - console script shim for `python -m foxhunt`

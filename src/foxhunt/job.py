@@ -9,6 +9,7 @@ summary (``metrics.json``, with a ``folds`` list: validation ``net_pnl``, ``shar
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -21,8 +22,24 @@ import foxhunt
 from foxhunt.atomic import write_json
 from foxhunt.config.loader import config_hash, write_resolved
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import Reporter, reporter_or_lines
 from foxhunt.data.sessions import iso_utc
-from foxhunt.validation.leaks import LeakFoundError
+from foxhunt.report.schema import LAST_EPOCH_KEY
+
+
+def _symbols(files: list[Path]) -> str:
+    """The symbols the DBN files' metadata headers name (their records are not decoded)."""
+    import databento as db
+    import databento_dbn as dbn
+    from databento.common.error import BentoError
+
+    found: set[str] = set()
+    for p in files:
+        try:
+            found.update(str(s) for s in db.DBNStore.from_file(p).symbols or ())
+        except (OSError, ValueError, BentoError, dbn.DBNError):  # ingested already: the name is cosmetic
+            continue
+    return ", ".join(sorted(found))
 
 
 def _data_summary(cache, files: list[Path], synthetic: bool, cfg: FoxhuntConfig) -> dict[str, Any]:
@@ -33,24 +50,32 @@ def _data_summary(cache, files: list[Path], synthetic: bool, cfg: FoxhuntConfig)
         if synthetic
         else ", ".join(str(p) for p in files)
     )
+    # The report's title names the data, never the settings profile.
+    name = source if synthetic else files[0].name + (f" and {len(files) - 1} more" if len(files) > 1 else "")
     return {
+        "synthetic": synthetic,
+        "name": name,
+        "files": [p.name for p in files],
+        "instrument": _symbols(files),
         "source": source,
         "rows": int(len(ts)),
         "row_unit": cfg.data.row_unit.value,
         "sessions": int(len(dates)),
-        "first": iso_utc(int(ts[0])) if len(ts) else "",
-        "last": iso_utc(int(ts[-1])) if len(ts) else "",
+        "first": iso_utc(int(ts[0]), "ms") if len(ts) else "",
+        "last": iso_utc(int(ts[-1]), "ms") if len(ts) else "",
         "features": int(cache.features().shape[1]),
     }
 
 
-def _alpha_summary(alpha: dict[str, Any]) -> dict[str, Any]:
+def _alpha_summary(alpha: dict[str, Any], line: str, plots: list[str]) -> dict[str, Any]:
+    """The alpha check for metrics.json: verdict, its one line, AUC rows and the PNGs (paths relative
+    to the run folder; the report embeds them)."""
     rows = []
     for h in alpha["horizons"]:
         for model, auc in h["auc"].items():
             lo, hi = h["auc_ci"][model]
             rows.append({"model": model, "horizon": h["horizon"], "auc": auc, "auc_lo": lo, "auc_hi": hi})
-    return {"verdict": alpha["verdict"], "rows": rows}
+    return {"verdict": alpha["verdict"], "verdict_line": line, "rows": rows, "plots": plots}
 
 
 def run_job(
@@ -61,18 +86,23 @@ def run_job(
     log: Callable[[str], None] = print,
     resume: bool = False,
     profile: str = "default",
+    progress: Reporter | None = None,
 ) -> dict[str, Any]:
-    """The whole pipeline into ``out_dir``; returns the summary written as ``metrics.json``."""
+    """The whole pipeline into ``out_dir``; returns the summary written as ``metrics.json``.
+
+    ``progress`` shows each stage's bars and lines; without it the lines go to ``log``."""
     from foxhunt.alpha.check import run_alpha
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
-    from foxhunt.data.ingest import load_market
     from foxhunt.data.synth import write_synthetic
     from foxhunt.features.cache import get_or_build
     from foxhunt.report.html import write_report
+    from foxhunt.train.guard import AnomalyError
     from foxhunt.train.run import resolve_device, train
-    from foxhunt.validation.leaks import check_leaks
+    from foxhunt.validation.leaks import guard
 
+    rep = reporter_or_lines(progress, log)
+    log = rep.say  # every line below goes through the reporter (stamped, or silenced by --quiet)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -80,29 +110,30 @@ def run_job(
     write_resolved(cfg, out / "run.config.json")
     synthetic = not data
     if synthetic:
-        log(f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}")
-        files = write_synthetic(cfg.synth, out / "market")
+        with rep.task(f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}"):
+            files = write_synthetic(cfg.synth, out / "market")
     else:
         files = list(data or [])
-    log("leak guard")
-    leaks = check_leaks(load_market(files, cfg.data), cfg)
-    if not leaks.clean:
-        raise LeakFoundError(
-            "foxhunt run",
-            f"stopped by the leak guard: look-ahead in {', '.join(leaks.leaking_columns)}",
-            "fix the named feature columns; nothing is trained on leaking features",
-        )
-    log("features")
-    cache = get_or_build(files, cfg, out / "cache")
-    log("alpha check")
+    with rep.task("leak guard"):
+        leaks = guard(files, cfg, "foxhunt run", "nothing is trained on a leak")
+    log(leaks.verdict)
+    cache = get_or_build(files, cfg, out / "cache", progress=rep)
     horizons = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
-    alpha = run_alpha(cache, cfg, tuple(horizons))
+    alpha = run_alpha(cache, cfg, tuple(horizons), progress=rep)
     alpha.leak_guard = leaks.to_dict()
-    write_alpha(alpha, out / "alpha")
+    alpha_paths = write_alpha(alpha, out / "alpha")
     log(verdict_line(alpha))
     device = resolve_device(cfg)
     log(f"training on {device}")
-    folds = train(cache, cfg, out / "train", resume=resume, log=log)
+    stopped: AnomalyError | None = None
+    try:
+        folds = train(cache, cfg, out / "train", resume=resume, progress=rep, leak_guard=leaks.summary())
+    except AnomalyError as err:
+        # A stopped run still gets its report (the folds it finished and where it stopped); the
+        # error is raised again once the report is written, so the command still fails.
+        stopped = err
+        done = out / "train" / "folds.json"
+        folds = json.loads(done.read_text()) if done.is_file() else []
     summary: dict[str, Any] = {
         "run": {
             "profile": profile,
@@ -114,17 +145,36 @@ def run_job(
             "elapsed_s": time.perf_counter() - t0,
         },
         "data": _data_summary(cache, files, synthetic, cfg),
-        "leaks": {"passed": leaks.clean, "columns_checked": leaks.columns},
-        "alpha": _alpha_summary(alpha.to_dict()),
+        "leaks": {
+            "passed": leaks.clean,
+            "columns_checked": leaks.columns,
+            "verdict": leaks.verdict,
+            "leaking_columns": leaks.leaking_columns,
+        },
+        "leak_guard": leaks.summary(),
+        "alpha": _alpha_summary(
+            alpha.to_dict(),
+            verdict_line(alpha),
+            [str(p.relative_to(out)) for p in alpha_paths.values() if p.suffix == ".png"],
+        ),
         "folds": folds,
         "summary": {
-            "mean_net_pnl": float(np.mean([f["net_pnl"] for f in folds])),
-            "mean_sharpe_annual": float(np.mean([f["sharpe_annual"] for f in folds])),
+            # Every fold's numbers are from the checkpoint it names (folds[k].checkpoint, .epoch).
+            "reported_checkpoint": sorted({f["checkpoint"] for f in folds}),
+            "mean_net_pnl": float(np.mean([f["net_pnl"] for f in folds])) if folds else None,
+            "mean_sharpe_annual": float(np.mean([f["sharpe_annual"] for f in folds])) if folds else None,
+            "mean_net_pnl_last_epoch": (
+                float(np.mean([f[LAST_EPOCH_KEY]["net_pnl"] for f in folds])) if folds else None
+            ),
             "beats_flat_folds": sum(f["net_pnl"] > f["baselines"]["flat"]["net_pnl"] for f in folds),
             "beats_long_folds": sum(f["net_pnl"] > f["baselines"]["long"]["net_pnl"] for f in folds),
         },
     }
+    if stopped is not None:
+        summary["stopped"] = {"where": stopped.where, "diagnosis": stopped.result.diagnosis}
     write_json(out / "metrics.json", summary, indent=2, default=float)
     write_report(out, summary)
     log(f"report: {out / 'report.html'}")
+    if stopped is not None:
+        raise stopped
     return summary

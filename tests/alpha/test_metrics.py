@@ -127,6 +127,34 @@ def test_bootstrap_hand_worked_two_blocks():
     assert ci["log_loss"].hi == pytest.approx(loss_b)
 
 
+def test_bonferroni_level_hand_worked():
+    # 2 models x 5 horizons at a 5% family error: each interval at 1 - 0.05 / 10 = 99.5%
+    assert metrics.bonferroni_level(0.05, 10) == pytest.approx(0.995)
+    assert metrics.bonferroni_level(0.05, 1) == pytest.approx(0.95)
+    with pytest.raises(ValueError, match="n_tests"):
+        metrics.bonferroni_level(0.05, 0)
+
+
+def test_percentile_interval_takes_the_level_tails():
+    # replicates 0.000, 0.001, ..., 1.000: the 5% / 95% percentiles of a 90% interval are 0.05 / 0.95,
+    # of a 99% interval 0.005 / 0.995
+    reps = np.arange(1001) / 1000
+    iv90 = metrics._percentile_interval(0.5, reps, level=0.90)
+    iv99 = metrics._percentile_interval(0.5, reps, level=0.99)
+    assert (iv90.lo, iv90.hi) == (pytest.approx(0.05), pytest.approx(0.95))
+    assert (iv99.lo, iv99.hi) == (pytest.approx(0.005), pytest.approx(0.995))
+
+
+def test_bootstrap_level_widens_the_same_replicates():
+    y, p = _noise(5000, 4)
+    wide = block_bootstrap(y, p, block=20, n_boot=500, seed=3, level=0.995)["auc"]
+    narrow = block_bootstrap(y, p, block=20, n_boot=500, seed=3)["auc"]  # 95%, the default
+    assert wide.estimate == narrow.estimate
+    assert wide.lo < narrow.lo and wide.hi > narrow.hi
+    with pytest.raises(ValueError, match="level"):
+        block_bootstrap(y, p, block=20, n_boot=100, level=1.0)
+
+
 def test_bootstrap_one_block_is_the_sample():
     y, p = _noise(1000, 0)
     ci = block_bootstrap(y, p, block=1000, n_boot=50)  # every replicate draws the one block

@@ -12,6 +12,7 @@ import torch
 
 from foxhunt.backtest.metrics import (
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
+    UNDEFINED,
     StepRecord,
     branch_sizes,
     compute_metrics,
@@ -150,7 +151,7 @@ def _episode_ref(a: dict[str, np.ndarray], e: int, bpy: float, n_dir: int) -> di
         "gross_pnl": a["gross_pnl"][e, idx].sum(),
         "costs": a["costs"][e, idx].sum(),
         "trades": len(tp),
-        "win_rate": (tp > 0).mean() if len(tp) else 0.0,
+        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: SPEC §9's sentinel
         "avg_trade_pnl": tp.mean() if len(tp) else 0.0,
         "mean_return_per_bar": mu,
         "sharpe_per_bar": _ratio(mu, sigma),
@@ -198,8 +199,10 @@ def _reference(a: dict[str, np.ndarray], kw: dict[str, Any]) -> dict[str, Any]:
         "gross_pnl": sum(ep["gross_pnl"] for ep in eps),
         "costs": sum(ep["costs"] for ep in eps),
         "trades": len(tp),
-        "win_rate": (tp > 0).mean() if len(tp) else 0.0,
-        "win_rate_by_magnitude": [(tp[cm == k] > 0).mean() if (cm == k).any() else 0.0 for k in range(n_mag)],
+        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: SPEC §9's sentinel
+        "win_rate_by_magnitude": [
+            (tp[cm == k] > 0).mean() if (cm == k).any() else -1.0 for k in range(n_mag)
+        ],
         "trades_by_magnitude": [int((cm == k).sum()) for k in range(n_mag)],
         "avg_trade_pnl": tp.mean() if len(tp) else 0.0,
         "trade_pnl_std": tp.std() if len(tp) else 0.0,  # population std (ddof 0)
@@ -320,13 +323,14 @@ def test_closing_trades_binned_by_the_magnitude_they_closed():
     rec.realised_magnitude[0] = rec.picked_magnitude[0]
     rec.picked_order[0] = 0
     rec.picked_urgency[0] = 0
-    rec.trade_closed[0] = torch.tensor([False, True, True, False])
-    rec.trade_pnl[0] = _f64([0.0, 120.0, -30.0, 0.0])
-    rec.closed_magnitude[0] = torch.tensor([-1, FULL, QUARTER, -1])
+    rec.trade_closed[0, :, 0] = torch.tensor([False, True, True, False])  # one trade slot per step
+    rec.trade_pnl[0, :, 0] = _f64([0.0, 120.0, -30.0, 0.0])
+    rec.closed_magnitude[0, :, 0] = torch.tensor([-1, FULL, QUARTER, -1])
     got = compute_metrics(rec, **_kw(SIZE_SETS[0]))
-    # the +120 close happened on a step whose action was Quarter, yet it is a Full trade's close
+    # the +120 close happened on a step whose action was Quarter, yet it is a Full trade's close;
+    # no Half trade closed: its win rate is undefined (-1, SPEC §9), not 0
     assert got["trades_by_magnitude"] == [1, 0, 1]
-    assert got["win_rate_by_magnitude"] == [0.0, 0.0, 1.0]
+    assert got["win_rate_by_magnitude"] == [0.0, -1.0, 1.0]
     assert got["win_rate"] == 0.5 and got["avg_trade_pnl"] == 45.0
     assert got["picked"]["magnitude"] == [0.75, 0.0, 0.25]
     assert got["contracts_traded"] == 8.0 + 6.0 + 2.0 and got["turnover"] == 4.0
@@ -415,7 +419,9 @@ def test_direction_entropy_hand_worked():
 def test_nothing_written_gives_zeros(shape: tuple[int, int]):
     rec = StepRecord.blank(*shape)
     got = _flat(compute_metrics(rec, **_kw(SIZE_SETS[0])))
-    assert all(v == 0.0 for k, v in got.items() if k not in ("bars_per_year", "episodes"))
+    rates = {k for k in got if k.startswith("win_rate")}
+    assert all(v == 0.0 for k, v in got.items() if k not in ("bars_per_year", "episodes", *rates))
+    assert all(got[k] == UNDEFINED for k in rates)  # no trade: undefined, not 0
     ep = per_episode_metrics(rec, **_ep_kw(_kw(SIZE_SETS[0])))
     assert all(t.shape == (shape[0],) for t in ep.values())
     assert (ep["final_equity"] == C0).all() and (ep["sharpe_annual"] == 0).all()
@@ -431,13 +437,15 @@ def _flat_book(n: int, net: np.ndarray | None = None) -> dict[str, np.ndarray]:
     return a
 
 
-def test_degenerate_cases_give_zero_not_nan():
+def test_degenerate_cases_give_zero_or_the_sentinel_not_nan():
     kw = _kw(SIZE_SETS[0])
-    # no PnL at all: zero variance, no drawdown, no trades
+    # no PnL at all: zero variance, no drawdown, no trades; win rates undefined: -1 (SPEC §9), not 0
     got = compute_metrics(_record(_flat_book(20)), **kw)
     assert got["sharpe_annual"] == got["sortino_annual"] == got["calmar"] == 0.0
-    assert got["win_rate"] == got["avg_trade_pnl"] == got["max_drawdown"] == 0.0
-    assert got["win_rate_by_magnitude"] == [0.0, 0.0, 0.0] and got["trades"] == 0
+    assert got["avg_trade_pnl"] == got["max_drawdown"] == 0.0 and got["trades"] == 0
+    assert got["win_rate"] == UNDEFINED == -1.0 and got["win_rate_by_magnitude"] == [-1.0, -1.0, -1.0]
+    ep = per_episode_metrics(_record(_flat_book(20)), **_ep_kw(kw))
+    assert ep["win_rate"].tolist() == [-1.0]
     # a constant 0.1% return per bar: zero variance up to rounding -> Sharpe 0 (the drawdown
     # check of implausibility is what flags it); no losing bar -> Sortino 0; no drawdown -> Calmar 0
     equity = C0 * 1.001 ** np.arange(1, 31)
@@ -463,7 +471,7 @@ def test_inconsistent_records_are_refused():
         compute_metrics(_record(a), **{**kw, "n_magnitudes": 0})
     with pytest.raises(TypeError, match=r"StepRecord.equity is torch.float32, expected torch.float64"):
         dataclasses.replace(_record(a), equity=torch.zeros(4, 20))
-    with pytest.raises(ValueError, match="every field must match written"):
+    with pytest.raises(ValueError, match=r"it must be \(4, 20\) on cpu \(written: \(4, 20\)\)"):
         dataclasses.replace(_record(a), costs=torch.zeros(4, 21, dtype=torch.float64))
 
 

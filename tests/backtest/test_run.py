@@ -55,7 +55,8 @@ def test_flat_oracle_and_outputs(market: Path, tmp_path: Path) -> None:
     assert oracle["implausible"] and oracle["net_pnl"] > 0 and oracle["win_rate"] > 0.8
     rows = list(csv.DictReader((tmp_path / "oracle" / "trades.csv").open()))
     assert len(rows) == oracle["trades"]
-    assert sum(float(r["pnl"]) for r in rows) == pytest.approx(oracle["net_pnl"], rel=1e-9)
+    assert sum(float(r["net_pnl"]) for r in rows) == pytest.approx(oracle["net_pnl"], rel=1e-9)
+    assert flat["win_rate"] == -1.0  # no trade: undefined (SPEC §9), not 0
     assert (tmp_path / "oracle" / "equity.png").read_bytes()[:4] == b"\x89PNG"
     bad = runner.invoke(
         app, ["backtest", "--data", str(market), "--policy", "psychic", "--out", str(tmp_path / "x")]

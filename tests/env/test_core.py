@@ -9,8 +9,9 @@ from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.metrics import branch_sizes, compute_metrics
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
-from foxhunt.env.core import TradingEnv
+from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
+from foxhunt.env.trades import ClosedTrades, ExitReason
 from foxhunt.features.layout import STATE_LAYOUT
 
 L, S, H, F = int(Direction.LONG), int(Direction.SHORT), int(Direction.HOLD), int(Direction.FLAT)
@@ -61,6 +62,13 @@ def act(d: int, m: int = 1, o: int = MKT, u: int = N_) -> torch.Tensor:
     return torch.tensor([[d, m, o, u]])
 
 
+def _one_trade(r: StepResult) -> ClosedTrades:
+    """The one trade a single-episode step closed, as Python numbers."""
+    assert int(r.trades.closed.sum()) == 1
+    k = int(r.trades.closed[0].nonzero()[0, 0])
+    return ClosedTrades(*(x[0, k].item() for x in r.trades))
+
+
 def test_hand_worked_market_round_trip() -> None:
     """Long 2 at the ask at row 0, held through 100 -> 100.5 -> 101, timeout exit at row 3's bid.
 
@@ -80,7 +88,9 @@ def test_hand_worked_market_round_trip() -> None:
     _, r2 = env.step(act(H))
     assert r2.exit_reason.item() == 3 and env.state.position.item() == 0  # timeout after 2 rows
     assert (r2.gross.item(), r2.costs.item()) == (0.0, 14.5)
-    assert r2.trade_closed.item() and r2.trade_pnl.item() == 71.0 and r2.closed_magnitude.item() == 1
+    t = _one_trade(r2)
+    assert (t.pnl, t.magnitude, t.size, t.side, t.reason) == (71.0, 1, 2.0, 1.0, ExitReason.TIMEOUT)
+    assert (t.entry_price, t.exit_price, t.entry_row, t.exit_row) == (100.125, 100.875, 0, 3)
     assert env.state.equity.item() == 100_071.0 and env.state.n_wins.item() == 1
 
 
@@ -260,7 +270,7 @@ def test_reward_components_and_branch_shares() -> None:
     for a in (act(L, 0, TOUCH), act(H), act(H), act(H), act(S)):
         _, r = env.step(a)
         assert r.branch_shares.sum().item() == pytest.approx(r.net.item())
-        closed_pnl = abs(r.trade_pnl.item()) / scale
+        closed_pnl = r.trades.pnl.abs().sum().item() / scale
         assert (r.components[:, 1:].abs() <= closed_pnl + 1e-12).all()  # shaping bounded by |trade PnL|
 
 
@@ -281,7 +291,7 @@ def test_many_recorded_policies_match_one_by_one_runs() -> None:
         rec = evaluate(mk, cfg, 0, 120, recorded(per_step))
         net = ((rec.gross_pnl - rec.costs) * rec.written).sum()
         assert many["net_pnl"][p].item() == pytest.approx(net.item())
-        assert many["trades"][p].item() == rec.trade_closed.sum().item()
+        assert many["trades"][p].item() == rec.trades()[0].sum().item()
 
 
 def test_stop_and_trailing_stop_exits() -> None:
@@ -358,5 +368,6 @@ def test_hand_worked_limit_entry_then_market_exit() -> None:
     assert (r1.gross.item(), r1.costs.item()) == (25.0, 0.0)
     _, r2 = env.step(act(H))
     assert r2.exit_reason.item() == 3 and (r2.gross.item(), r2.costs.item()) == (0.0, 7.25)
-    assert r2.trade_closed.item() and r2.trade_pnl.item() == 23.0 and r2.closed_magnitude.item() == 0
+    t = _one_trade(r2)
+    assert (t.pnl, t.magnitude, t.size, t.entry_price, t.exit_price) == (23.0, 0, 1.0, 99.875, 100.375)
     assert env.state.equity.item() == 100_023.0

@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from foxhunt.data.instrument import product_instrument
 from foxhunt.env.actions import OrderType, Urgency
-from foxhunt.env.config import ContractConfig, CostConfig
+from foxhunt.env.config import CostConfig
 from foxhunt.env.costs import (
     Fill,
     effective_quote,
@@ -30,7 +31,7 @@ from foxhunt.env.costs import (
 )
 
 COSTS = CostConfig()
-ES = ContractConfig()
+ES = product_instrument("ES")  # the built-in table's ES: tick 0.25, $50 per point
 TICK = ES.tick_size
 F64 = torch.float64
 NAN = float("nan")
@@ -87,14 +88,15 @@ def test_market_immediate_urgency() -> None:
 
 
 def test_ohlcv_spread_model() -> None:
-    # book unknown (NaN, 0, crossed): mid 5000.00 -/+ 1 tick / 2 = 4999.875 / 5000.125
-    # buy 1 Normal -> 5000.125; sell 2 Normal -> 4999.875 - 0.02 x 1 x 0.25 = 4999.87;
-    # buy 1 on a crossed book (bid 5001 > ask 5000) -> the spread model too -> 5000.125
+    # book unknown (NaN, 0, crossed): mid 5000.00 -/+ 1 tick / 2 = 4999.875 / 5000.125, and the
+    # modelled fill goes on the tick grid against the trader (buy up, sell down):
+    # buy 1 Normal -> 5000.125 -> 5000.25; sell 2 Normal -> 4999.875 - 0.02 x 1 x 0.25 = 4999.87
+    # -> 4999.75; buy 1 on a crossed book (bid 5001 > ask 5000) -> the spread model too -> 5000.25
     bid = t(NAN, 0.0, 5001.0)
     ask = t(NAN, 0.0, 5000.0)
     mid = t(5000.0, 5000.0, 5000.0)
     price = market_fill_price(i(1, -1, 1), i(1, 2, 1), bid, ask, i(0, 0, 0), COSTS, TICK, mid=mid)
-    close(price, t(5000.125, 4999.87, 5000.125))
+    close(price, t(5000.25, 4999.75, 5000.25))
     # a two-tick spread model: buy 1 at 5000 + 2 x 0.25 / 2 = 5000.25
     wide = CostConfig(spread_model_ticks=2.0)
     close(market_fill_price(i(1), i(1), t(NAN), t(NAN), i(0), wide, TICK, mid=t(5000.0)), t(5000.25))

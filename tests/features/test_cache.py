@@ -146,7 +146,7 @@ def test_stale_cache_is_refused_and_regeneration_can_be_disabled(
     fresh = get_or_build([market_dir], cfg, tmp_path)  # regeneration on: a new file, same values
     assert fresh.path != built.path and fresh.meta["schema_hash"] != built.meta["schema_hash"]
     np.testing.assert_array_equal(fresh.features(), built.features())
-    with pytest.raises(CacheMismatchError, match="data_source|config"):
+    with pytest.raises(CacheMismatchError, match=r"settings differ: data.bar_seconds cached 30, now 60"):
         load_cache(fresh.path, _cfg("data.bar_seconds=60"))
 
 

@@ -9,6 +9,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pytest
 
 from foxhunt.errors import FoxhuntError
@@ -17,6 +19,7 @@ from foxhunt.report.html import duration, money, pct
 from foxhunt.report.plots import shares
 
 HEADINGS = (
+    "Verdict",
     "Run",
     "Data",
     "Leak guard",
@@ -114,6 +117,12 @@ def _metrics(net: float, sharpe: float, dd: float, trades: int, win: float, acti
     }
 
 
+def minutes(start: str, n: int) -> list[str]:
+    """``n`` ISO-8601 UTC times a minute apart from ``start``, as ``report.series`` writes them."""
+    times = np.datetime64(start, "ms") + np.arange(n) * np.timedelta64(60_000, "ms")
+    return [f"{t}Z" for t in np.datetime_as_string(times, unit="ms")]
+
+
 def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
     history = [
         {
@@ -147,7 +156,11 @@ def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
             "long": _metrics(-12.5, -0.4, 0.1, 1, 0.0, 1.0),
         },
         "history": history,
+        "checkpoint": "best",
+        "epoch": 1 if k == 0 else 2,
+        "last_epoch": {"epoch": 2, **_metrics(net - 100.0, 0.5, 0.06, 40, 0.5, 0.4)},
         "equity": {
+            "time": minutes(f"2025-01-{10 + k:02d}T14:30", 50),
             "agent": [net * i / 49 for i in range(50)],
             "flat": [0.0] * 50,
             "long": [-12.5 * i / 49 for i in range(50)],
@@ -185,7 +198,10 @@ def full_summary() -> dict[str, Any]:
             "elapsed_s": 125.0,
         },
         "data": {
+            "synthetic": True,
+            "name": "synthetic ES market (seed 7, planted alpha 1.0)",
             "source": "synthetic (planted alpha 1.0)",
+            "instrument": "ESZ6",
             "rows": 120_000,
             "row_unit": "5s bars",
             "sessions": 10,
@@ -195,7 +211,9 @@ def full_summary() -> dict[str, Any]:
         },
         "leaks": {"passed": True, "columns_checked": 48},
         "alpha": {
-            "verdict": "signal at 95%",
+            "verdict": "signal",
+            "verdict_line": "Verdict: signal at 95% (best: lightgbm AUC 0.561 at horizon 10).",
+            "plots": ["alpha/alpha_decay.png", "alpha/alpha_importance.png"],
             "rows": [{"model": "lightgbm", "horizon": 10, "auc": 0.5612, "auc_lo": 0.55, "auc_hi": 0.57}],
         },
         "folds": [_fold(0, 1234.5, False), _fold(1, -56.3, ["annualised Sharpe 42 exceeds the ceiling"])],
@@ -210,9 +228,20 @@ def full_summary() -> dict[str, Any]:
     return summary
 
 
+def write_alpha_pngs(run_dir: Path) -> None:
+    """The two alpha plots ``full_summary`` names, as the alpha check would leave them."""
+    (run_dir / "alpha").mkdir(parents=True, exist_ok=True)
+    for name in ("alpha_decay", "alpha_importance"):
+        fig, ax = plt.subplots(figsize=(3, 2))
+        ax.plot([1, 2, 3], [0.5, 0.55, 0.52])
+        fig.savefig(run_dir / "alpha" / f"{name}.png", format="png")
+        plt.close(fig)
+
+
 @pytest.fixture(scope="module")
 def full_report(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, StrictParser]:
     run_dir = tmp_path_factory.mktemp("run")
+    write_alpha_pngs(run_dir)
     path = write_report(run_dir, full_summary())
     return path, parse(path)
 
@@ -238,24 +267,25 @@ def test_metrics_table_has_one_row_per_fold_with_its_numbers(full_report: tuple[
             fold_rows.setdefault(cells[0], (attrs, cells))
     # first table: fold | net PnL agent/flat/long | Sharpe agent/flat/long | max drawdown ... | trades ...
     attrs0, row0 = fold_rows["0"]
-    assert row0[1:4] == ["$1,234.50", "$0.00", "-$12.50"]
-    assert row0[4:7] == ["1.23", "0.00", "-0.40"]
-    assert row0[7] == "5.00%"
-    assert row0[10] == "42"
+    assert row0[1] == "best, epoch 1"  # the agent's checkpoint, named in its row
+    assert row0[2:5] == ["$1,234.50", "$0.00", "-$12.50"]
+    assert row0[5:8] == ["1.23", "0.00", "-0.40"]
+    assert row0[8] == "5.00%"
+    assert row0[11] == "42"
     assert "98,280" in row0
     assert attrs0.get("class") != "implausible" and "IMPLAUSIBLE" not in row0[-1]
     attrs1, row1 = fold_rows["1"]
-    assert row1[1] == "-$56.30"
+    assert row1[2] == "-$56.30"
     assert attrs1.get("class") == "implausible"
     assert "IMPLAUSIBLE" in row1[-1] and "Sharpe 42" in row1[-1]
     mean = next(cells for attrs, cells in metric_rows if attrs.get("class") == "mean")
-    assert mean[1] == "$589.10"  # (1234.50 - 56.30) / 2
+    assert mean[2] == "$589.10"  # (1234.50 - 56.30) / 2
 
 
 def test_images_are_embedded_pngs_also_written_to_plots(full_report: tuple[Path, StrictParser]) -> None:
     path, p = full_report
-    # 2 folds x (training, equity, actions) + expert utilisation
-    assert len(p.srcs) == 7
+    # 2 alpha plots + 2 folds x (training, equity, actions) + expert utilisation
+    assert len(p.srcs) == 9
     for src in p.srcs:
         head, _, data = src.partition(",")
         assert head == "data:image/png;base64"
@@ -296,7 +326,8 @@ def test_missing_optional_parts_render_with_notes(tmp_path: Path) -> None:
     assert "Validation equity curves not available for fold 0" in text
     assert p.srcs == []
     row = next(cells for sec, _, cells in p.rows if sec == "metrics" and cells and cells[0] == "0")
-    assert row[1] == "$3.50" and row[2] == "n/a"  # agent net PnL; flat baseline absent
+    assert row[1] == "n/a"  # no checkpoint recorded
+    assert row[2] == "$3.50" and row[3] == "n/a"  # agent net PnL; flat baseline absent
 
 
 def test_empty_history_only_skips_that_fold(tmp_path: Path) -> None:

@@ -207,11 +207,11 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
     real_validate = run_mod.validate
     calls: list[int] = []
 
-    def validate(market, fd, cfg_, policy, bpy):  # fold 0's epoch 1 validates the oracle instead
+    def validate(market, fd, cfg_, policy, bpy, *, whole=False):  # fold 0's epoch 1 validates the oracle
         calls.append(fd.fold.index)
         if len(calls) == 2:
             policy = scripted(ScriptedPolicy.ORACLE, cfg_.env)
-        return real_validate(market, fd, cfg_, policy, bpy)
+        return real_validate(market, fd, cfg_, policy, bpy, whole=whole)
 
     monkeypatch.setattr(run_mod, "validate", validate)
     with pytest.raises(AnomalyError) as err:
@@ -280,8 +280,8 @@ def frozen(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Fro
     validated: dict[int, dict[str, torch.Tensor]] = {}
     real_validate, real_run_epoch = run_mod.validate, run_mod.FoldTrainer.run_epoch
 
-    def validate(market, fd, cfg_, policy, bpy):
-        return real_validate(market, fd, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy)
+    def validate(market, fd, cfg_, policy, bpy, *, whole=False):
+        return real_validate(market, fd, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy, whole=whole)
 
     def run_epoch(self: run_mod.FoldTrainer) -> dict[str, Any]:
         ep = real_run_epoch(self)
@@ -374,8 +374,9 @@ def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCach
 def test_backtest_of_a_checkpoint_reproduces_its_validation(
     cache: FeatureCache, run_a: Path, tmp_path: Path
 ) -> None:
-    """``foxhunt backtest --checkpoint`` on fold 1's last checkpoint: the fold's reported validation
-    metrics (those of its last epoch), from the weights, PopArt and acting signals in the file."""
+    """``foxhunt backtest --checkpoint`` on fold 1's last checkpoint: the fold's last-epoch validation
+    metrics, from the weights, PopArt and acting signals in the file (the best checkpoint against the
+    reported metrics: tests/report/test_checkpoint_numbers.py)."""
     path = run_a / "checkpoints" / "fold1" / "last.safetensors"
     result = runner.invoke(
         app, ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(tmp_path), "-q"]
@@ -384,9 +385,10 @@ def test_backtest_of_a_checkpoint_reproduces_its_validation(
     body = json.loads((tmp_path / "metrics.json").read_text())
     fold = folds_of(run_a)[1]
     assert body["folds"] == [1] and "fold 1, epoch 1" in body["policy"]
-    assert fold["trades"] > 0  # a policy that trades: the comparison is not flat against flat
+    last = fold["last_epoch"]
+    assert last["epoch"] == 1 and last["trades"] > 0  # a policy that trades: not flat against flat
     for key in ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "max_drawdown", "active_frac"):
-        assert body[key] == pytest.approx(fold[key], rel=1e-9, abs=1e-9), key
+        assert body[key] == pytest.approx(last[key], rel=1e-9, abs=1e-9), key
 
 
 def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:

@@ -1,4 +1,10 @@
-"""The leak guard: clean on every family and both row units; a planted forward window is caught."""
+"""The leak guard: clean on every family and both row units; each planted leak is caught and named.
+
+Planted leaks (issue 14 item 4): a forward window of prices, a feature reading the next row's event
+count (future activity with prices untouched: only the timing perturbation sees it), a fold
+normaliser fitted on every row, and folds with the purge switched off. Each is refused by the
+``foxhunt check leaks`` command with exit 3, naming the column or the setting.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import foxhunt.validation.dataset
+import foxhunt.validation.folds
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.synth import SynthConfig
@@ -20,7 +28,11 @@ from foxhunt.features.cache import compute_features
 from foxhunt.features.layout import STACK_FAMILIES
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import FAMILIES
-from foxhunt.validation.leaks import check_leaks, perturb_after
+from foxhunt.validation import leaks
+from foxhunt.validation.folds import FoldParams, purged_walk_forward
+from foxhunt.validation.leaks import Timing, check_leaks, perturb_after, purge_problems
+
+runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
@@ -28,44 +40,79 @@ def md():
     return synthetic_market(SynthConfig(seed=21, sessions=2, events_per_session=15_000, alpha=0.5))
 
 
+@pytest.fixture(scope="module")
+def market_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("leak_market")
+    write_synthetic(SynthConfig(seed=4, sessions=2, events_per_session=12_000), out)
+    return out
+
+
 @pytest.mark.parametrize("row_unit", list(RowUnit))
 def test_every_family_is_clean(md, row_unit: RowUnit) -> None:
     cfg = load_config("smoke", overrides=[f"data.row_unit={row_unit.value}"])
     report = check_leaks(md, cfg)
-    assert report.clean, report.leaking_columns
+    assert report.clean, report.problems()
     families = {c.split(".")[0] for c in compute_features(rows_from_market(md, cfg.data), cfg).columns}
     assert families == set(STACK_FAMILIES[row_unit])
     assert all(c.rows_checked > 0 for c in report.cuts) and report.rows > max(
         c.rows_checked for c in report.cuts
     )
+    assert report.folds_checked == cfg.folds.n_folds  # the normaliser and purge checks ran
+    assert report.verdict.startswith("Leak guard: clean") and "event times and counts" in report.verdict
 
 
-def test_the_perturbation_really_changes_the_future(md) -> None:
-    book = md.books[next(iter(md.books))]
+def test_the_perturbation_changes_values_times_and_counts_after_the_cut_only(md) -> None:
+    iid = next(iter(md.books))
+    book, trades = md.books[iid], md.trades[iid]
     t = int(book.ts_event[len(book) // 2])
-    other = perturb_after(md, t).books[next(iter(md.books))]
+    before = int(np.searchsorted(book.ts_event, t, "right"))
+    other = perturb_after(md, t, seed=3)  # Timing.INSERT
+    ob, ot = other.books[iid], other.trades[iid]
+    # Up to the cut: every field of every event as it was.
+    for name in ("ts_event", "bid_px", "ask_sz", "bid_ct"):
+        assert np.array_equal(getattr(ob, name)[:before], getattr(book, name)[:before])
+    k_tr = int(np.searchsorted(trades.ts_event, t, "right"))
+    assert np.array_equal(ot.ts_event[:k_tr], trades.ts_event[:k_tr])
+    # After it: other events (some deleted, some inserted), at other times, still sorted and after t.
+    fewer = perturb_after(md, t, seed=3, timing=Timing.DELETE)
+    for orig, new, less in (
+        (book.ts_event, ob.ts_event, fewer.books[iid].ts_event),
+        (trades.ts_event, ot.ts_event, fewer.trades[iid].ts_event),
+    ):
+        k = int(np.searchsorted(orig, t, "right"))
+        tail, new_tail = orig[k:], new[k:]
+        assert len(tail) < len(new_tail) and len(less) - k < len(tail)
+        assert (new_tail > t).all() and (np.diff(new) >= 0).all() and (np.diff(less) >= 0).all()
+        assert len(np.setdiff1d(new_tail, tail)) > len(tail) // 4  # most times moved
+    assert not other.crossed[iid].any()
+    # Timing.NONE: every event keeps its place and only its values change.
+    same = perturb_after(md, t, seed=3, timing=Timing.NONE).books[iid]
+    assert np.array_equal(same.ts_event, book.ts_event)
     after = book.ts_event > t
-    assert np.array_equal(other.bid_px[~after], book.bid_px[~after])
-    assert (other.bid_sz[after] != book.bid_sz[after]).all()
-    assert not other.crossed().any()
+    assert np.array_equal(same.bid_px[~after], book.bid_px[~after])
+    assert (same.bid_sz[after] != book.bid_sz[after]).all()
 
 
-def _leaky_family(horizon: int) -> SimpleNamespace:
-    def compute(inp, params):
-        fwd = np.zeros((len(inp), 1), np.float32)
-        c = np.nan_to_num(inp.close)
-        fwd[:-horizon, 0] = np.sign(c[horizon:] - c[:-horizon])  # peeks `horizon` rows ahead
-        return fwd
+def _family(name: str, compute) -> SimpleNamespace:
+    return SimpleNamespace(SLOTS=(name,), NEEDS_BOOK=False, compute=compute)
 
-    return SimpleNamespace(SLOTS=("forward_move",), NEEDS_BOOK=False, compute=compute)
+
+def _with_family(monkeypatch, cfg, name: str, family) -> dict:
+    monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], name))
+    params = {n: getattr(cfg.features, n) for n in FAMILIES} | {name: None}
+    monkeypatch.setattr("foxhunt.features.cache._feature_params", lambda cfg: params)
+    return {**FAMILIES, name: family}
 
 
 def test_a_forward_window_is_caught_and_named(md, monkeypatch) -> None:
+    def compute(inp, params):
+        fwd = np.zeros((len(inp), 1), np.float32)
+        c = np.nan_to_num(inp.close)
+        fwd[:-5, 0] = np.sign(c[5:] - c[:-5])  # peeks 5 rows ahead
+        return fwd
+
     cfg = load_config("smoke")
-    registry = {**FAMILIES, "leaky": _leaky_family(5)}
-    monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], "leaky"))
-    params = {name: getattr(cfg.features, name) for name in FAMILIES} | {"leaky": None}
-    monkeypatch.setattr("foxhunt.features.cache._feature_params", lambda cfg: params)
+    registry = _with_family(monkeypatch, cfg, "leaky", _family("forward_move", compute))
     report = check_leaks(md, cfg, registry=registry)
     assert not report.clean
     assert report.leaking_columns == ["leaky.forward_move"]
@@ -73,9 +120,110 @@ def test_a_forward_window_is_caught_and_named(md, monkeypatch) -> None:
         assert cut.first_leaking_row is not None and cut.first_leaking_row >= cut.rows_checked - 5
 
 
-def test_cli_on_clean_data(tmp_path: Path) -> None:
-    write_synthetic(SynthConfig(seed=4, sessions=1, events_per_session=12_000), tmp_path)
-    result = CliRunner().invoke(app, ["check", "leaks", "--data", str(tmp_path), "--json", "-q"])
+def test_the_next_rows_event_count_is_caught_only_by_the_timing_perturbation(md, monkeypatch) -> None:
+    """Future activity with prices untouched: escaped the value-only guard (issue 14 item 4)."""
+
+    def compute(inp, params):
+        out = np.zeros((len(inp), 1), np.float32)
+        out[:-1, 0] = inp.event_count[1:]  # how busy the next bar will be
+        return out
+
+    cfg = load_config("smoke")
+    registry = _with_family(monkeypatch, cfg, "busy", _family("next_events", compute))
+    report = check_leaks(md, cfg, registry=registry)
+    assert report.leaking_columns == ["busy.next_events"]
+    assert all(c.leaking_columns == ["busy.next_events"] for c in report.cuts)  # every cut sees it
+    def values_only(md, t, seed=0, tick=0.25, timing=None):
+        return perturb_after(md, t, seed, tick=tick, timing=Timing.NONE)
+
+    monkeypatch.setattr(leaks, "perturb_after", values_only)
+    assert check_leaks(md, cfg, registry=registry).clean  # what the guard saw before
+
+
+# --- the fold checks ------------------------------------------------------------------------------
+
+
+def test_purge_problems_hand_worked() -> None:
+    # n = 100, 3 folds, validation from row 40, label span 5: fold 0 trains on rows 0..34, a gap of 6.
+    folds = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=5)
+    assert purge_problems(folds, 5, 0, "training") == []
+    # The gap must exceed max(span, embargo_rows): 6 rows do not cover an embargo of 6.
+    (line,) = [p for p in purge_problems(folds, 5, 6, "training") if "fold 0" in p]
+    assert "training row 34 is 6 rows before validation row 40" in line and "folds.embargo_rows 6" in line
+    unpurged = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=0)
+    found = purge_problems(unpurged, 5, 0, "training")
+    assert len(found) == 3 and "label window [39, 44]" in found[0] and "label span 5" in found[0]
+
+
+def _check_cli(market_dir: Path, *sets: str):
+    args = ["check", "leaks", "--data", str(market_dir), "-q"]
+    for s in sets:
+        args += ["--set", s]
+    return runner.invoke(app, args)
+
+
+def test_a_normaliser_fitted_on_every_row_is_refused(md, market_dir: Path, monkeypatch) -> None:
+    real_fit = foxhunt.validation.dataset.fit_robust
+
+    def fit_on_all_rows(x, train_rows, columns, clip=5.0):
+        return real_fit(x, np.arange(len(x)), columns, clip=clip)  # the planted leak
+
+    monkeypatch.setattr(foxhunt.validation.dataset, "fit_robust", fit_on_all_rows)
+    report = check_leaks(md, load_config("smoke"))
+    assert report.leaking_columns == [] and report.fold_problems == []
+    assert report.scaler_folds == [0, 1, 2] and "market.ret_lag1" in report.scaler_columns
+    result = _check_cli(market_dir)
+    assert result.exit_code == 3, result.output
+    assert "fold normaliser" in result.output and "market." in result.output
+
+
+def test_folds_without_purge_are_refused(market_dir: Path, monkeypatch) -> None:
+    def no_purge(train, validation_start, validation_end, label_span, embargo):
+        t = np.asarray(train, np.int64)
+        return t[(t < validation_start) | (t >= validation_end)], 0, 0  # the purge switched off
+
+    monkeypatch.setattr(foxhunt.validation.folds, "purge_and_embargo", no_purge)
+    result = _check_cli(market_dir)
+    assert result.exit_code == 3, result.output
+    assert "is not purged" in result.output and "folds.embargo_rows 0" in result.output
+    assert "label span 60 rows" in result.output  # smoke: the 60-bar horizon of the labels
+
+
+def test_cli_on_clean_data(market_dir: Path) -> None:
+    result = runner.invoke(app, ["check", "leaks", "--data", str(market_dir), "--json", "-q"])
     assert result.exit_code == 0, result.output
     body = json.loads(result.stdout)
     assert body["clean"] and body["leaking_columns"] == [] and len(body["cuts"]) == 4
+    assert body["verdict"].startswith("Leak guard: clean") and body["scaler_columns"] == []
+
+
+# --- the guard in front of the commands, and its verdict in their reports ------------------------
+
+
+@pytest.mark.slow
+def test_train_from_a_cache_and_run_carry_the_verdict(market_dir: Path, tmp_path: Path, one_thread) -> None:
+    from tests.test_job import QUICK_ALPHA
+    from tests.train.test_run import TINY
+
+    sets = ["--profile", "smoke", *(a for s in (*TINY, *QUICK_ALPHA) for a in ("--set", s))]
+    built = runner.invoke(
+        app, ["features", "build", "--data", str(market_dir), "--out", str(tmp_path / "c"), "-q", *sets]
+    )
+    assert built.exit_code == 0, built.output
+    (cache,) = (tmp_path / "c").glob("*.arrow")
+    trained = runner.invoke(app, ["train", "--cache", str(cache), "--out", str(tmp_path / "t"), "-q", *sets])
+    assert trained.exit_code == 0, trained.output
+    verdict = next(line for line in trained.output.splitlines() if line.startswith("Leak guard: clean"))
+    folds = json.loads((tmp_path / "t" / "folds.json").read_text())
+    assert [f["leak_guard"]["verdict"] for f in folds] == [verdict] * len(folds)
+
+    ran = runner.invoke(
+        app, ["run", "--data", str(market_dir), "--out", str(tmp_path / "r"), "-q", *sets]
+    )
+    assert ran.exit_code == 0, ran.output
+    body = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert body["leak_guard"]["clean"] and body["leak_guard"]["verdict"] == verdict
+    assert all(f["leak_guard"]["verdict"] == verdict for f in body["folds"])
+    assert verdict in (tmp_path / "r" / "alpha" / "alpha.md").read_text()
+    alpha = json.loads((tmp_path / "r" / "alpha" / "alpha.json").read_text())
+    assert alpha["leak_guard"]["verdict"] == verdict

@@ -13,7 +13,19 @@ class AlphaConfig(Frozen):
         None, description="Direction horizons in rows (None: the labels section's for the row unit)."
     )
     n_boot: int = Field(
-        1000, ge=100, le=20_000, description="Block-bootstrap replicates for the 95% intervals."
+        1000,
+        ge=100,
+        le=20_000,
+        description="Block-bootstrap replicates per interval (the Bonferroni tails are 0.05 / (2 m) each).",
+    )
+    family_error: float = Field(
+        0.05,
+        gt=0.0,
+        le=0.2,
+        description=(
+            "Family-wise error of the verdict over all models x horizons: each of the m intervals is "
+            "Bonferroni-adjusted to the level 1 - family_error / m."
+        ),
     )
     min_block: int = Field(
         20, ge=1, le=100_000, description="Shortest bootstrap block in rows (blocks are max(horizon, this))."

@@ -1,4 +1,4 @@
-"""Direction-forecast metrics and a fast block bootstrap of their 95% intervals (pure numpy).
+"""Direction-forecast metrics and a fast block bootstrap of their intervals (pure numpy).
 
 Binary problem throughout: ``y`` in {0, 1} (1 = the mid went up over the horizon), ``p`` the
 forecast probability of 1; ``P`` positives, ``N`` negatives, ``n = P + N`` rows.
@@ -38,9 +38,12 @@ Binning error: the binned AUC differs from the exact one only through pairs insi
 quantile bins (2.5e-4 with 2000 bins) and far less in practice (within a narrow bin the
 concordance is close to 1/2). The replicate AUCs are shifted by the full-sample difference
 ``AUC - AUC_binned`` so that the interval and the exact estimate refer to the same statistic.
-Intervals are 95% percentile intervals of the ``B`` replicates (NaN replicates, where a class is
-absent, are left out). Cost: ``O(n log n)`` to set up, ``B J 2M`` multiply-adds in BLAS; memory is
-bounded by chunking over replicates and over blocks (about 300 MiB peak at n = 600k, L = 20).
+Intervals are percentile intervals of the ``B`` replicates at a chosen two-sided ``level`` (the
+``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles; 95% unless told; NaN replicates, where a class
+is absent, are left out). The alpha check asks for the Bonferroni level :func:`bonferroni_level`,
+so that its intervals over all models x horizons hold together (see :mod:`foxhunt.alpha.check`).
+Cost: ``O(n log n)`` to set up, ``B J 2M`` multiply-adds in BLAS; memory is bounded
+by chunking over replicates and over blocks (about 300 MiB peak at n = 600k, L = 20).
 Measured on 2 cores, B = 1000, M = 2000: n = 200k, L = 50 in 0.3-0.6 s; n = 600k, L = 20 in ~2 s.
 """
 
@@ -60,7 +63,7 @@ _COUNT_SUB_ENTRIES = 2**18  # bincount sub-chunk for the multiplicities (stays i
 
 @dataclass(frozen=True)
 class Interval:
-    """A point estimate with a (95%) interval ``[lo, hi]``; NaN fields mean "not computable"."""
+    """A point estimate with an interval ``[lo, hi]``; NaN fields mean "not computable"."""
 
     estimate: float
     lo: float
@@ -186,18 +189,39 @@ def _block_multiplicities(rng: np.random.Generator, n_rep: int, n_blocks: int) -
     return w
 
 
-def _percentile_interval(estimate: float, reps: np.ndarray) -> Interval:
+def bonferroni_level(family_error: float, n_tests: int) -> float:
+    """Two-sided level ``1 - family_error / n_tests`` of each of ``n_tests`` intervals, so that all of
+    them cover their true values together with probability at least ``1 - family_error``.
+
+    Bonferroni: ``P(some interval misses) <= sum_i P(interval i misses) = n_tests * family_error /
+    n_tests``, whatever the dependence between the tests (horizons share rows, models share labels).
+    """
+    if not 0.0 < family_error < 1.0 or n_tests < 1:
+        raise ValueError(
+            f"bonferroni_level: need 0 < family_error < 1 and n_tests >= 1, got {family_error}, {n_tests}"
+        )
+    return 1.0 - family_error / n_tests
+
+
+def _percentile_interval(estimate: float, reps: np.ndarray, level: float = 0.95) -> Interval:
     finite = reps[np.isfinite(reps)]
     if not math.isfinite(estimate) or len(finite) == 0:
         return Interval(float(estimate), float("nan"), float("nan"))
-    lo, hi = np.percentile(finite, [2.5, 97.5])
+    tail = 100.0 * (1.0 - level) / 2.0  # percent of the replicates below lo, and above hi
+    lo, hi = np.percentile(finite, [tail, 100.0 - tail])
     return Interval(float(estimate), float(lo), float(hi))
 
 
 def block_bootstrap(
-    y: np.ndarray, p: np.ndarray, block: int, n_boot: int = 1000, seed: int = 0, bins: int = 2000
+    y: np.ndarray,
+    p: np.ndarray,
+    block: int,
+    n_boot: int = 1000,
+    seed: int = 0,
+    bins: int = 2000,
+    level: float = 0.95,
 ) -> dict[str, Interval]:
-    """95% block-bootstrap intervals of AUC, accuracy and log-loss (method in the module docstring).
+    """Block-bootstrap intervals of AUC, accuracy and log-loss (method in the module docstring).
 
     Args:
         y: [n] labels in {0, 1}, in time order.
@@ -206,16 +230,20 @@ def block_bootstrap(
         n_boot: replicates ``B``.
         seed: seeds the block draws (same seed, same intervals).
         bins: score bins ``M`` for the replicate AUCs (the estimate itself is exact).
+        level: two-sided coverage of each interval (0.95: the 2.5% and 97.5% percentiles).
 
     Returns:
         ``{"auc", "accuracy", "log_loss"}`` -> :class:`Interval` (estimate on the full sample,
-        exact; ``lo``/``hi`` the 2.5% / 97.5% percentiles of the replicates).
+        exact; ``lo``/``hi`` the ``(1 - level) / 2`` and ``(1 + level) / 2`` percentiles of the
+        replicates).
     """
     y, p = _check(y, p, "block_bootstrap")
     if block < 1 or n_boot < 1:
         raise ValueError(
             f"block_bootstrap: block and n_boot must be >= 1, got block={block}, n_boot={n_boot}"
         )
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"block_bootstrap: level must lie in (0, 1), got {level}")
     n = len(y)
     estimates = {"auc": auc(y, p), "accuracy": accuracy(y, p), "log_loss": log_loss(y, p)}
 
@@ -271,4 +299,6 @@ def block_bootstrap(
         reps["auc"].append(_auc_from_counts(counts_BK[:, :m], counts_BK[:, m:]) + auc_shift)
         reps["accuracy"].append(scal_B3[:, 0] / scal_B3[:, 2])
         reps["log_loss"].append(scal_B3[:, 1] / scal_B3[:, 2])
-    return {name: _percentile_interval(estimates[name], np.concatenate(reps[name])) for name in reps}
+    return {
+        name: _percentile_interval(estimates[name], np.concatenate(reps[name]), level) for name in reps
+    }

@@ -35,13 +35,23 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _family(result: AlphaResult) -> str:
+    """The error the verdict controls, e.g. "family-wise 95% over 2 models x 3 horizons"."""
+    return (
+        f"family-wise {1 - result.family_error:.0%} over {len(MODELS)} models x "
+        f"{len(result.horizons)} horizons, Bonferroni: each interval at {result.interval_level:.2%}"
+    )
+
+
 def verdict_line(result: AlphaResult) -> str:
     k, model, auc = result.best()
-    if result.verdict == "signal":
-        return f"Verdict: signal at 95% (best: {model} AUC {auc:.3f} at horizon {k})."
+    found = result.signal_tests()
+    if found:
+        where = ", ".join(f"{m} at {h}" for h, m in found)
+        return f"Verdict: signal, {_family(result)} (AUC above 0.5 pooled and in every fold: {where})."
     return (
-        "Verdict: no signal at 95% (every AUC interval contains 0.5; "
-        f"best point estimate {model} {auc:.3f} at horizon {k})."
+        f"Verdict: no signal, {_family(result)} (no model and horizon has its pooled and every fold's "
+        f"AUC interval above 0.5; best point estimate {model} {auc:.3f} at horizon {k})."
     )
 
 
@@ -57,7 +67,7 @@ def plot_decay(result: AlphaResult, path: Path) -> None:
     ax.axhline(0.5, color="grey", lw=1, ls="--")
     ax.set_xscale("log" if len(ks) > 1 and max(ks) / max(min(ks), 1) > 8 else "linear")
     ax.set_xlabel(f"horizon ({result.row_unit} rows)")
-    ax.set_ylabel("validation AUC (pooled, 95% block-bootstrap band)")
+    ax.set_ylabel(f"validation AUC (pooled, {result.interval_level:.2%} block-bootstrap band)")
     ax.set_title("Horizon decay")
     ax.legend()
     _atomic_png(fig, path)
@@ -135,13 +145,16 @@ def markdown(result: AlphaResult) -> str:
         "",
         f"{result.rows:,} {result.row_unit} rows x {result.columns} features ({result.data_source}); "
         f"{len(result.fold_summaries)} purged walk-forward folds; target: up vs down over the horizon, "
-        "rows without a move left out. Intervals: 95% block bootstrap over time (blocks >= horizon), "
-        "per model and horizon; with several horizons and two models, one interval above 0.5 by chance "
-        "is possible, so read the decay curve as a whole.",
+        f"rows without a move left out. Intervals: block bootstrap over time (blocks >= horizon) at "
+        f"{result.interval_level:.2%} each, Bonferroni-adjusted for the {result.family_size} tests "
+        f"({len(MODELS)} models x {len(result.horizons)} horizons) so that together they hold at "
+        f"{1 - result.family_error:.0%}. Signal needs, for one model and horizon, the pooled AUC interval "
+        "and every fold's own interval wholly above 0.5 (an interval below 0.5 is not signal).",
         "",
-        "| horizon | n val | base rate | window (median ms, < 1 ms) | model | AUC [95% CI] "
-        "| accuracy [95% CI] | log-loss |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| horizon | n val | base rate | window (median ms, < 1 ms) | model "
+        f"| AUC [{result.interval_level:.2%} CI] | accuracy [{result.interval_level:.2%} CI] | log-loss "
+        "| fold AUC intervals |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for h in result.horizons:
         for m in MODELS:
@@ -149,10 +162,15 @@ def markdown(result: AlphaResult) -> str:
             auc_ci = f"{_fmt(p['auc']['estimate'])} [{_fmt(p['auc']['lo'])}, {_fmt(p['auc']['hi'])}]"
             acc = p["accuracy"]
             acc_ci = f"{_fmt(acc['estimate'])} [{_fmt(acc['lo'])}, {_fmt(acc['hi'])}]"
+            folds = "; ".join(
+                f"{_fmt(row[m.value]['auc_lo'])}-{_fmt(row[m.value]['auc_hi'])}"
+                for row in h.folds
+                if m.value in row
+            )
             lines.append(
                 f"| {h.horizon} | {h.n_val:,} | {_fmt(h.base_rate)} | "
                 f"{_fmt(h.window_ms_median)}, {_fmt(h.window_under_1ms)} | {m.value} | {auc_ci} | {acc_ci} | "
-                f"{_fmt(p['log_loss']['estimate'])} |"
+                f"{_fmt(p['log_loss']['estimate'])} | {folds or 'n/a'} |"
             )
     lines += ["", "## Reading it", ""]
     if result.data_source == "ohlcv":
@@ -183,7 +201,7 @@ def markdown(result: AlphaResult) -> str:
         lg = result.leak_guard
         lines += [
             "",
-            f"Leak guard: {'clean' if lg.get('clean') else 'LEAK'} ({len(lg.get('cuts', []))} cuts).",
+            lg.get("verdict") or f"Leak guard: {'clean' if lg.get('clean') else 'LEAK'}.",
         ]
     lines += [
         "",

@@ -7,6 +7,19 @@ and state assembly as training). A policy is a callable ``(state [N, W], env) ->
 a recorded action array ``[E, T, 4]`` is one too (:func:`recorded`). Scripted policies give known
 answers: flat trades nothing, long and short hold one side, random picks every branch uniformly,
 and the oracle peeks at the next row's price, which must look implausibly good.
+
+**The long (short) baseline** is "always long under the env's rules", not buy-and-hold: it holds one
+long position and, because the plan lock binds every policy alike (SPEC §6), the position leaves
+when its plan exits (profit, stop, or the timeout after ``plan.target_bars`` rows) and the baseline
+buys again on the next step, paying a round trip per plan; each window's last row closes the last
+one. Its trade count is therefore the number of plans the windows hold, and ``metrics.json``'s
+``exit_reasons`` says which exits made them. On snapshot rows ``target_bars`` counts book updates
+(seconds of trading), so on ESH4 2023-12-25 ``long`` holds 903 plans, 864 ended by the timeout and
+39 by a window's end, and its costs are those 903 round trips. That is the price of the plan lock,
+which is what the agent is judged against. For the buy-and-hold figure give the plan a timeout of
+at least a window (``env.plan.target_bars`` >= ``env.episode_rows``) and barriers out of reach
+(large ``env.plan.profit_mult`` and ``stop_mult``; the ``labels.`` barrier settings must match, the
+config says which): one trade per window, closed at its end (tests/backtest/test_trades.py).
 """
 
 from __future__ import annotations
@@ -18,12 +31,13 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from foxhunt.backtest.metrics import StepRecord
+from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.env.rewards import BRANCHES
+from foxhunt.env.trades import STAGES
 from foxhunt.validation.labels import Outcome
 
 _DIR, _MAG = BRANCHES.index("direction"), BRANCHES.index("magnitude")
@@ -87,7 +101,6 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         return random_policy
 
     horizon = cfg.plan.target_bars
-    min_move = 4 * cfg.contract.tick_size  # enough to pay the spread and fees
 
     def oracle(obs: Tensor, env: TradingEnv) -> Tensor:
         # Peeks at the future. With the triple-barrier outcome of the row (the market's aux
@@ -97,6 +110,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         # the timeout exits, and takes the side that move pays by more than the costs.
         s = env._state()
         m = env.market
+        min_move = 4 * m.instrument.tick_size  # enough to pay the spread and fees
         move = m.mid[torch.clamp(s.row + horizon, max=m.rows - 1)] - m.mid[s.row]
         up, down = move > min_move, move < -min_move
         if m.aux_targets is not None:
@@ -139,7 +153,9 @@ def evaluate(market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Po
     env = TradingEnv(market, cfg)
     obs = env.reset(starts, ends)
     steps = int((ends - starts).max())
-    rec = StepRecord.blank(len(starts), steps, market.device)
+    rec = StepRecord.blank(len(starts), steps, market.device, trade_slots=STAGES, ledger=True)
+    detail, contracts = rec.trade_detail, rec.contracts
+    assert detail is not None and contracts is not None  # ledger=True
     for t in range(steps):
         decision = policy(obs, env)
         obs, res = env.step(decision) if isinstance(decision, Tensor) else decision.step(env)
@@ -154,9 +170,12 @@ def evaluate(market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Po
         rec.picked_urgency[:, t] = res.picked[:, 3]
         rec.realised_direction[:, t] = res.realised_direction
         rec.realised_magnitude[:, t] = res.realised_magnitude
-        rec.trade_closed[:, t] = res.trade_closed
-        rec.trade_pnl[:, t] = res.trade_pnl
-        rec.closed_magnitude[:, t] = res.closed_magnitude
+        contracts[:, t] = res.fills.abs().sum(dim=1)
+        rec.trade_closed[:, t] = res.trades.closed
+        rec.trade_pnl[:, t] = res.trades.pnl
+        rec.closed_magnitude[:, t] = res.trades.magnitude
+        for name in TradeDetail._fields:
+            getattr(detail, name)[:, t] = getattr(res.trades, name)
     return rec
 
 
@@ -201,8 +220,9 @@ def evaluate_many(
         out["net_pnl"].index_add_(0, policy_of, res.net)
         out["gross_pnl"].index_add_(0, policy_of, res.gross)
         out["costs"].index_add_(0, policy_of, res.costs)
-        out["trades"].index_add_(0, policy_of, res.trade_closed.to(f64))
-        out["wins"].index_add_(0, policy_of, (res.trade_closed & (res.trade_pnl > 0)).to(f64))
+        closed = res.trades.closed
+        out["trades"].index_add_(0, policy_of, closed.sum(dim=1).to(f64))
+        out["wins"].index_add_(0, policy_of, (closed & (res.trades.pnl > 0)).sum(dim=1).to(f64))
         step_net = torch.zeros_like(zero).index_add_(0, policy_of, res.net)
         step_w = torch.zeros_like(zero).index_add_(0, policy_of, w)
         ret = step_net / equity
@@ -218,5 +238,6 @@ def evaluate_many(
     var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)
     out["sharpe_per_bar"] = torch.where(var > 0, mean / var.sqrt(), torch.zeros_like(mean))
     out["max_drawdown"] = drawdown
-    out["win_rate"] = out["wins"] / out["trades"].clamp(min=1.0)
+    has = out["trades"] > 0
+    out["win_rate"] = torch.where(has, out["wins"] / out["trades"].clamp(min=1.0), UNDEFINED)
     return out

@@ -25,7 +25,8 @@ Per step (written steps only)::
 Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
 
     net_pnl, gross_pnl, costs = sum_w net_t, sum_w gross_t, sum_w costs_t
-    trades            = #{t written: trade_closed_t}
+    trades            = #{(t, k) written: trade_closed_t,k}   (k: the step's trade slots; the env
+                        closes at most one trade per fill and has three fills a step)
     win_rate          = #{closed: trade_pnl > 0} / trades            (a 0 PnL trade is no win)
     win_rate_by_magnitude[m] = the same over closed trades with closed_magnitude == m: a closing
                         trade is binned by the magnitude it closed, not by the action of the step
@@ -41,14 +42,19 @@ Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
     direction_entropy = -sum_k p_k ln p_k  (nats), p_k = share of steps whose picked direction is k
     picked[branch][k] = share of written steps whose picked value of the branch is k (every written
                         step counts in every branch, Hold and Flat included); realised likewise
-    contracts_traded  = sum_w dpos_t;  turnover = contracts_traded / n (contracts per step)
+    contracts_traded  = sum_w fills_t;  turnover = contracts_traded / n (contracts per step)
+                        fills_t = the contracts of every fill of the step where recorded
+                        (``contracts``: a round trip inside one step trades 2 x its size with
+                        dpos_t = 0), else dpos_t
     exposure          = mean(|position_t|) (contracts)
 
-Degenerate cases give 0, never NaN: no written steps, no trades (win rates, average trade),
-no closed trade of a magnitude, zero variance (``sigma <= 1e-10 |mu|``, which also catches the
-rounding residue of a constant series; likewise ``delta`` for Sortino, so a series without a
-losing bar has Sortino 0), zero drawdown (Calmar). The aggregate pools every written step of
-every episode (its Sharpe is not the mean of the episodes' Sharpes).
+Undefined win rates are the sentinel :data:`UNDEFINED` (-1, SPEC §9; "n/a" in reports): no closed
+trade (win_rate), no closed trade of a magnitude (win_rate_by_magnitude). Other degenerate cases
+give 0, never NaN: no written steps, no trades (average trade), zero variance
+(``sigma <= 1e-10 |mu|``, which also catches the rounding residue of a constant series; likewise
+``delta`` for Sortino, so a series without a losing bar has Sortino 0), zero drawdown (Calmar).
+The aggregate pools every written step of every episode (its Sharpe is not the mean of the
+episodes' Sharpes).
 
 :func:`implausibility` lists the reasons a result is too good to be true (SPEC §9: the oracle
 that peeks at the future must be flagged); :func:`sharpe_ceiling_from_auc` derives a Sharpe
@@ -58,6 +64,7 @@ ceiling from the alpha check's AUC.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -77,6 +84,9 @@ tens on many instruments with rebates we do not get); a backtest there has a lea
 far more likely than an edge. Prefer :func:`sharpe_ceiling_from_auc` when the alpha check ran.
 """
 
+UNDEFINED = -1.0
+"""A metric that is undefined for the run (a win rate without closed trades): SPEC §9's sentinel."""
+
 _INT_FIELDS = (
     "picked_direction",
     "picked_magnitude",
@@ -84,10 +94,41 @@ _INT_FIELDS = (
     "picked_urgency",
     "realised_direction",
     "realised_magnitude",
-    "closed_magnitude",
 )
-_FLOAT_FIELDS = ("gross_pnl", "costs", "position", "equity", "trade_pnl")
-_BOOL_FIELDS = ("written", "trade_closed")
+_FLOAT_FIELDS = ("gross_pnl", "costs", "position", "equity")
+_BOOL_FIELDS = ("written",)
+_TRADE_FIELDS = {"trade_closed": torch.bool, "trade_pnl": _F64, "closed_magnitude": torch.int64}
+"""The per-trade fields, ``[E, T, K]``: K trade slots per step (an ``[E, T]`` tensor is K = 1)."""
+
+
+class TradeDetail(NamedTuple):
+    """The rest of each closed trade (``trades.csv``), ``[E, T, K]`` like ``trade_closed``.
+
+    Read only where ``trade_closed``; the env's :class:`~foxhunt.env.trades.ClosedTrades` fields.
+    """
+
+    gross: torch.Tensor  # float64 $ marks while held
+    costs: torch.Tensor  # float64 $ fees and slippage of its fills
+    side: torch.Tensor  # float64 +1 long, -1 short
+    size: torch.Tensor  # float64 contracts
+    entry_price: torch.Tensor  # float64
+    exit_price: torch.Tensor  # float64
+    entry_row: torch.Tensor  # int64 row of the market data
+    exit_row: torch.Tensor  # int64
+    reason: torch.Tensor  # int64 foxhunt.env.trades.ExitReason
+
+    @classmethod
+    def blank(cls, shape: tuple[int, ...], device: torch.device | str | None) -> TradeDetail:
+        def f() -> torch.Tensor:
+            return torch.zeros(shape, dtype=_F64, device=device)
+
+        def i() -> torch.Tensor:
+            return torch.full(shape, -1, dtype=torch.int64, device=device)
+
+        return cls(f(), f(), f(), f(), f(), f(), i(), i(), i())
+
+
+_DETAIL_INT = ("entry_row", "exit_row", "reason")
 
 
 @dataclass(frozen=True)
@@ -121,31 +162,51 @@ class StepRecord:
     realised_magnitude: torch.Tensor
     """int64: magnitude that happened after the hard constraints (-1 unwritten)."""
     trade_closed: torch.Tensor
-    """bool: a trade (round trip or reduction) closed at this step."""
+    """bool ``[E, T, K]``: slot k of step t holds a trade (a round trip) that closed at this step."""
     trade_pnl: torch.Tensor
-    """float64: net PnL of the trade that closed ($; read only where ``trade_closed``)."""
+    """float64 ``[E, T, K]``: net PnL of the trade that closed ($; read only where ``trade_closed``)."""
     closed_magnitude: torch.Tensor
-    """int64: magnitude index the closing trade had when it was opened (-1 when none closed)."""
+    """int64 ``[E, T, K]``: magnitude index the closing trade was opened with (-1 when none closed)."""
+    contracts: torch.Tensor | None = None
+    """float64 ``[E, T]``: contracts of every fill of the step; None: ``|Δposition|`` stands for it."""
+    trade_detail: TradeDetail | None = None
+    """The closed trades' sides, sizes, prices, rows and exit reasons (``trades.csv``); None: not kept."""
 
     def __post_init__(self) -> None:
         shape, device = self.written.shape, self.written.device
         if self.written.dim() != 2:
             raise ValueError(f"StepRecord.written must be [E, T], got shape {tuple(shape)}")
+        for name in _TRADE_FIELDS:  # [E, T] is one trade slot per step
+            x = getattr(self, name)
+            if isinstance(x, torch.Tensor) and x.dim() == 2:
+                object.__setattr__(self, name, x.unsqueeze(-1))
+        slots = tuple(self.trade_closed.shape[2:]) if isinstance(self.trade_closed, torch.Tensor) else ()
+        trade_shape = (*shape, *slots)
         want = {**dict.fromkeys(_BOOL_FIELDS, torch.bool), **dict.fromkeys(_FLOAT_FIELDS, _F64)}
         want.update(dict.fromkeys(_INT_FIELDS, torch.int64))
-        for f in fields(self):
-            x = getattr(self, f.name)
+        checks: list[tuple[str, object, tuple[int, ...], torch.dtype]] = [
+            (name, getattr(self, name), tuple(shape), dtype) for name, dtype in want.items()
+        ]
+        checks += [(name, getattr(self, name), trade_shape, dtype) for name, dtype in _TRADE_FIELDS.items()]
+        if self.contracts is not None:
+            checks.append(("contracts", self.contracts, tuple(shape), _F64))
+        if self.trade_detail is not None:
+            checks += [
+                (f"trade_detail.{name}", x, trade_shape, torch.int64 if name in _DETAIL_INT else _F64)
+                for name, x in self.trade_detail._asdict().items()
+            ]
+        if len(slots) != 1:
+            raise ValueError(f"StepRecord.trade_closed must be [E, T] or [E, T, K], got {trade_shape}")
+        for name, x, want_shape, dtype in checks:
             if not isinstance(x, torch.Tensor):
-                raise TypeError(f"StepRecord.{f.name} must be a torch.Tensor, got {type(x).__name__}")
-            if x.shape != shape or x.device != device:
+                raise TypeError(f"StepRecord.{name} must be a torch.Tensor, got {type(x).__name__}")
+            if tuple(x.shape) != want_shape or x.device != device:
                 raise ValueError(
-                    f"StepRecord.{f.name} is {tuple(x.shape)} on {x.device}; every field must match "
-                    f"written: {tuple(shape)} on {device}"
+                    f"StepRecord.{name} is {tuple(x.shape)} on {x.device}; it must be {want_shape} on "
+                    f"{device} (written: {tuple(shape)})"
                 )
-            if x.dtype != want[f.name]:
-                raise TypeError(
-                    f"StepRecord.{f.name} is {x.dtype}, expected {want[f.name]} (convert with .to())"
-                )
+            if x.dtype != dtype:
+                raise TypeError(f"StepRecord.{name} is {x.dtype}, expected {dtype} (convert with .to())")
 
     @property
     def device(self) -> torch.device:
@@ -159,18 +220,74 @@ class StepRecord:
     def n_steps(self) -> int:
         return int(self.written.shape[1])
 
+    @property
+    def trade_slots(self) -> int:
+        return int(self.trade_closed.shape[2])
+
     @classmethod
-    def blank(cls, n_episodes: int, n_steps: int, device: torch.device | str | None = None) -> StepRecord:
-        """A record with nothing written yet (money 0, actions -1), for an evaluator to fill in place."""
+    def blank(
+        cls,
+        n_episodes: int,
+        n_steps: int,
+        device: torch.device | str | None = None,
+        *,
+        trade_slots: int = 1,
+        ledger: bool = False,
+    ) -> StepRecord:
+        """A record with nothing written yet (money 0, actions -1), for an evaluator to fill in place.
+
+        ``ledger``: also the fills' ``contracts`` and the :class:`TradeDetail` of the closed trades.
+        """
         shape = (n_episodes, n_steps)
-        kw: dict[str, torch.Tensor] = {}
+        trade_shape = (*shape, trade_slots)
+        kw: dict[str, Any] = {}
         for name in _BOOL_FIELDS:
             kw[name] = torch.zeros(shape, dtype=torch.bool, device=device)
         for name in _FLOAT_FIELDS:
             kw[name] = torch.zeros(shape, dtype=_F64, device=device)
         for name in _INT_FIELDS:
             kw[name] = torch.full(shape, -1, dtype=torch.int64, device=device)
+        kw["trade_closed"] = torch.zeros(trade_shape, dtype=torch.bool, device=device)
+        kw["trade_pnl"] = torch.zeros(trade_shape, dtype=_F64, device=device)
+        kw["closed_magnitude"] = torch.full(trade_shape, -1, dtype=torch.int64, device=device)
+        if ledger:
+            kw["contracts"] = torch.zeros(shape, dtype=_F64, device=device)
+            kw["trade_detail"] = TradeDetail.blank(trade_shape, device)
         return cls(**kw)
+
+    @classmethod
+    def concat(cls, records: Sequence[StepRecord]) -> StepRecord:
+        """The episodes of ``records`` in one record, shorter ones padded with unwritten steps.
+
+        The fills' ``contracts`` and the trade detail are kept when every record has them.
+        """
+        slots = {r.trade_slots for r in records}
+        if len(slots) != 1:
+            raise ValueError(f"cannot concatenate StepRecords with different trade slots {sorted(slots)}")
+        steps = max(r.n_steps for r in records)
+        ledger = all(r.contracts is not None and r.trade_detail is not None for r in records)
+        parts: dict[str, list[Any]] = {}
+        for r in records:
+            pad_steps = steps - r.n_steps
+            blank = cls.blank(r.n_episodes, pad_steps, r.device, trade_slots=r.trade_slots, ledger=ledger)
+            for f in fields(cls):
+                x, pad = getattr(r, f.name), getattr(blank, f.name)
+                if pad is not None:
+                    parts.setdefault(f.name, []).append(_cat([x, pad], dim=1))
+        return cls(**{k: _cat(v, dim=0) for k, v in parts.items()})
+
+    def trades(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(closed, pnl, magnitude)`` of the closed trades on written steps, each ``[E, T * K]``."""
+        e, tk = self.n_episodes, self.n_steps * self.trade_slots
+        closed = (self.trade_closed & self.written[:, :, None]).reshape(e, tk)
+        return closed, self.trade_pnl.reshape(e, tk), self.closed_magnitude.reshape(e, tk)
+
+
+def _cat(xs: list[Any], dim: int) -> Any:
+    """``torch.cat`` of tensors, or field by field of NamedTuples of tensors."""
+    if isinstance(xs[0], tuple):
+        return type(xs[0])(*(torch.cat(list(z), dim=dim) for z in zip(*xs, strict=True)))
+    return torch.cat(xs, dim=dim)
 
 
 def branch_sizes(branches: BranchConfig) -> dict[str, int]:
@@ -191,7 +308,7 @@ class _Series(NamedTuple):
     net: torch.Tensor  # [E, T] net PnL, 0 where unwritten
     ret: torch.Tensor  # [E, T] r_t = net_t / eq_before_t, 0 where unwritten
     eq_before: torch.Tensor  # [E, T] equity before the step (C0 at the first written step)
-    dpos: torch.Tensor  # [E, T] |Δposition|, 0 where unwritten
+    dpos: torch.Tensor  # [E, T] contracts traded (fills_t), 0 where unwritten
     max_dd: torch.Tensor  # [E] max_t dd_t, 0 for an episode without written steps
     final_equity: torch.Tensor  # [E] equity after the last written step, C0 if none
     n: torch.Tensor  # [E] written steps, float64
@@ -214,7 +331,8 @@ def _series(rec: StepRecord, initial_capital: float) -> _Series:
     final_equity = eq_pad.gather(1, prev1_ET[:, T:])[:, 0]
     net = torch.where(w, rec.gross_pnl - rec.costs, zero)
     ret = torch.where(w, net / eq_before, zero)
-    dpos = torch.where(w, (rec.position - pos_before).abs(), zero)
+    fills = (rec.position - pos_before).abs() if rec.contracts is None else rec.contracts
+    dpos = torch.where(w, fills, zero)
     # peak_t = max(C0, max_{s<=t, written} equity_s); unwritten steps never raise the peak
     peak = torch.cummax(torch.where(w, rec.equity, -math.inf), dim=1).values.clamp(min=initial_capital)
     dd = torch.where(w, (peak - rec.equity) / peak, zero)
@@ -226,6 +344,11 @@ def _div0(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """``num / den`` where ``den > 0``, else 0 (no NaN from 0/0)."""
     pos = den > 0
     return torch.where(pos, num / torch.where(pos, den, torch.ones_like(den)), torch.zeros_like(num))
+
+
+def _rate(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
+    """``num / den`` where ``den > 0``, else :data:`UNDEFINED` (a win rate without trades)."""
+    return torch.where(den > 0, _div0(num, den), torch.full_like(num, UNDEFINED))
 
 
 def _ratio_if_spread(mu: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
@@ -290,9 +413,9 @@ def per_episode_metrics(
     _check_args(bars_per_year, initial_capital, n_directions=n_directions)
     s = _series(rec, initial_capital)
     w, n, zero = s.w, s.n, torch.zeros((), dtype=_F64, device=rec.device)
-    closed = w & rec.trade_closed
+    closed, pnl, _ = rec.trades()
     trades = closed.sum(dim=1).to(_F64)
-    wins = (closed & (rec.trade_pnl > 0)).sum(dim=1).to(_F64)
+    wins = (closed & (pnl > 0)).sum(dim=1).to(_F64)
     mu, sharpe, sortino = _risk(s.ret, w, n, dim=1)
     root_b = math.sqrt(bars_per_year)
     annual_return = mu * bars_per_year
@@ -303,8 +426,8 @@ def per_episode_metrics(
         "gross_pnl": torch.where(w, rec.gross_pnl, zero).sum(dim=1),
         "costs": torch.where(w, rec.costs, zero).sum(dim=1),
         "trades": trades,
-        "win_rate": _div0(wins, trades),
-        "avg_trade_pnl": _div0(torch.where(closed, rec.trade_pnl, zero).sum(dim=1), trades),
+        "win_rate": _rate(wins, trades),
+        "avg_trade_pnl": _div0(torch.where(closed, pnl, zero).sum(dim=1), trades),
         "mean_return_per_bar": mu,
         "sharpe_per_bar": sharpe,
         "sharpe_annual": sharpe * root_b,
@@ -373,13 +496,13 @@ def compute_metrics(
     s = _series(rec, initial_capital)
     w, zero = s.w, torch.zeros((), dtype=_F64, device=rec.device)
     n = s.n.sum()
-    closed = w & rec.trade_closed
+    closed, pnl, magnitude = rec.trades()  # [E, T * K]
 
     # closing trades binned by the magnitude they closed (SPEC §10.13), [M]
-    trades_M = _counts(rec.closed_magnitude, closed, n_magnitudes).sum(dim=0)
-    wins_M = _counts(rec.closed_magnitude, closed & (rec.trade_pnl > 0), n_magnitudes).sum(dim=0)
+    trades_M = _counts(magnitude, closed, n_magnitudes).sum(dim=0)
+    wins_M = _counts(magnitude, closed & (pnl > 0), n_magnitudes).sum(dim=0)
     trades = closed.sum().to(_F64)
-    wins = (closed & (rec.trade_pnl > 0)).sum().to(_F64)
+    wins = (closed & (pnl > 0)).sum().to(_F64)
 
     mu, sharpe, sortino = _risk(s.ret, w, n, dim=None)
     max_dd = torch.cat([s.max_dd, zero.reshape(1)]).amax()
@@ -405,11 +528,11 @@ def compute_metrics(
         {f"realised {k} outside [0, {sizes[k]})": outside(x, sizes[k], w) for k, x in realised_src.items()}
     )
     problems[f"closed trade with closed_magnitude outside [0, {n_magnitudes})"] = outside(
-        rec.closed_magnitude, n_magnitudes, closed
+        magnitude, n_magnitudes, closed
     )
     for name in ("gross_pnl", "costs", "position", "equity"):
         problems[f"non-finite {name}"] = (w & ~torch.isfinite(getattr(rec, name))).sum()
-    problems["closed trade with non-finite trade_pnl"] = (closed & ~torch.isfinite(rec.trade_pnl)).sum()
+    problems["closed trade with non-finite trade_pnl"] = (closed & ~torch.isfinite(pnl)).sum()
     problems["equity before the step <= 0"] = (w & ~(s.eq_before > 0)).sum()
 
     out: dict[str, torch.Tensor] = {
@@ -419,11 +542,11 @@ def compute_metrics(
         "gross_pnl": torch.where(w, rec.gross_pnl, zero).sum(),
         "costs": torch.where(w, rec.costs, zero).sum(),
         "trades": trades,
-        "win_rate": _div0(wins, trades),
-        "win_rate_by_magnitude": _div0(wins_M, trades_M),
+        "win_rate": _rate(wins, trades),
+        "win_rate_by_magnitude": _rate(wins_M, trades_M),
         "trades_by_magnitude": trades_M,
-        "avg_trade_pnl": _div0(torch.where(closed, rec.trade_pnl, zero).sum(), trades),
-        "trade_pnl_std": _trade_std(rec.trade_pnl, closed, trades),
+        "avg_trade_pnl": _div0(torch.where(closed, pnl, zero).sum(), trades),
+        "trade_pnl_std": _trade_std(pnl, closed, trades),
         "mean_return_per_bar": mu,
         "sharpe_per_bar": sharpe,
         "sharpe_annual": sharpe * math.sqrt(bars_per_year),

@@ -3,12 +3,12 @@
 The cache's rows are split into the configured purged walk-forward folds; for each selected fold
 the environment runs the policy over the fold's validation rows (normalised with the fold's
 training scaler) and the per-step records of all folds are reduced together. ``bars_per_year`` is
-stated in the output: rows per session in the data x 252 sessions.
+stated in the output with the ``annualisation`` sentence of how (the instrument's session calendar,
+foxhunt.backtest.annualise), and the ``instrument`` the prices and dollars are of.
 """
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -20,6 +20,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from foxhunt.atomic import atomic_path, write_json  # noqa: E402
+from foxhunt.backtest.annualise import Annualisation, annualisation  # noqa: E402
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted  # noqa: E402
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
@@ -28,12 +29,14 @@ from foxhunt.backtest.metrics import (  # noqa: E402
     compute_metrics,
     implausibility,
 )
+from foxhunt.backtest.trades import exit_reasons, trade_rows, write_trades_csv  # noqa: E402
 from foxhunt.config.models import FoxhuntConfig  # noqa: E402
+from foxhunt.console import SILENT, Reporter  # noqa: E402
+from foxhunt.data.instrument import Instrument, instrument_of_cache  # noqa: E402
+from foxhunt.data.schemas import BarKind, RowUnit  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.features.cache import FeatureCache  # noqa: E402
 from foxhunt.validation.dataset import make_folds  # noqa: E402
-
-SESSIONS_PER_YEAR = 252
 
 METRIC_KEYS = (
     "net_pnl",
@@ -49,9 +52,22 @@ METRIC_KEYS = (
 """The headline metrics of every backtest body (``metrics.json``, the run's folds)."""
 
 
-def bars_per_year(cache: FeatureCache) -> float:
-    dates = cache.column("trade_date")
-    return float(len(dates) / max(len(np.unique(dates)), 1) * SESSIONS_PER_YEAR)
+def cache_annualisation(cache: FeatureCache, instrument: Instrument | None = None) -> Annualisation:
+    """Bars per year of the cache's rows from ``instrument``'s session calendar (None: the cache's)."""
+    ins = instrument if instrument is not None else instrument_of_cache(cache.meta)
+    data = cache.meta.get("config", {}).get("data", {})
+    return annualisation(
+        RowUnit(cache.meta["row_unit"]),
+        BarKind(data.get("bar_kind", BarKind.TIME.value)),
+        float(data.get("bar_seconds", 0)),
+        cache.column("ts"),
+        cache.column("segment_start"),
+        ins,
+    )
+
+
+def bars_per_year(cache: FeatureCache, instrument: Instrument | None = None) -> float:
+    return cache_annualisation(cache, instrument).bars_per_year
 
 
 def summarise(
@@ -73,17 +89,6 @@ def equity_curve(rec: StepRecord) -> np.ndarray:
     return net.sum(dim=0).cumsum(0).cpu().numpy()
 
 
-def _concat(records: list[StepRecord]) -> StepRecord:
-    steps = max(r.written.shape[1] for r in records)
-    parts: dict[str, list[torch.Tensor]] = {}
-    for r in records:
-        pad = steps - r.written.shape[1]
-        blank = StepRecord.blank(r.written.shape[0], pad, r.written.device)
-        for name in r.__dataclass_fields__:
-            parts.setdefault(name, []).append(torch.cat([getattr(r, name), getattr(blank, name)], dim=1))
-    return StepRecord(**{k: torch.cat(v, dim=0) for k, v in parts.items()})
-
-
 class TrainedPolicy(Protocol):
     """A trained policy (a checkpoint): its name and the fold it was trained on."""
 
@@ -100,6 +105,7 @@ def run_backtest(
     out_dir: str | Path,
     fold: int | None = None,
     device: str = "cpu",
+    progress: Reporter = SILENT,
 ) -> dict[str, Any]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -107,9 +113,12 @@ def run_backtest(
     if not isinstance(policy, ScriptedPolicy):  # a checkpoint is judged on its own fold only
         fold = policy.fold
     chosen = folds if fold is None else [folds[fold]]
+    instrument = instrument_of_cache(cache.meta, cfg.instrument)  # the config's overrides win
     records, trades, curves = [], [], []
-    for fd in chosen:
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device=device)
+    for fd in progress.track(chosen, f"backtest {policy.value}, folds"):
+        market = market_tensors(
+            cache, fd, vol_window=cfg.env.plan.vol_window, device=device, instrument=instrument
+        )
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         pol = (
             scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
@@ -119,33 +128,23 @@ def run_backtest(
         rec = evaluate(market, cfg.env, lo, hi, pol)
         records.append(rec)
         curves.append(equity_curve(rec))
-        e_idx, t_idx = torch.nonzero(rec.trade_closed & rec.written, as_tuple=True)
-        trades.extend(
-            {
-                "fold": fd.fold.index,
-                "episode": int(e),
-                "step": int(t),
-                "pnl": float(rec.trade_pnl[e, t]),
-                "magnitude": int(rec.closed_magnitude[e, t]),
-            }
-            for e, t in zip(e_idx.tolist(), t_idx.tolist(), strict=True)
-        )
-    bpy = bars_per_year(cache)
-    metrics, reasons = summarise(_concat(records), bpy, cfg)
+        trades.extend(trade_rows(rec, cache.column("ts"), fd.fold.index))
+    annual = cache_annualisation(cache, instrument)
+    bpy = annual.bars_per_year
+    metrics, reasons = summarise(StepRecord.concat(records), bpy, cfg)
     body = {
         "policy": policy.value,
         "folds": [fd.fold.index for fd in chosen],
         **{k: metrics[k] for k in METRIC_KEYS},
+        "exit_reasons": exit_reasons(trades),
+        "annualisation": annual.text,
+        "instrument": instrument.to_dict(),
         "implausible": bool(reasons),
         "implausible_reasons": reasons,
         "all": metrics,
     }
     write_json(out / "metrics.json", body, indent=2, default=float)
-    with atomic_path(out / "trades.csv") as tmp:
-        with tmp.open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=["fold", "episode", "step", "pnl", "magnitude"])
-            w.writeheader()
-            w.writerows(trades)
+    write_trades_csv(out / "trades.csv", trades)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")

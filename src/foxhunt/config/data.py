@@ -48,8 +48,12 @@ class DataConfig(Frozen):
         dt.time(16, 0),
         description="Session close, exchange local time; the daily halt runs close..open.",
     )
-    tick_size: float = Field(0.25, gt=0, description="Minimum price increment (ES: 0.25 index points).")
-    point_value: float = Field(50.0, gt=0, description="Currency per index point per contract (ES: $50).")
+    tick_size: float = Field(
+        0.25,
+        gt=0,
+        description="Tick the feature stage measures spreads in (ES: 0.25). Execution, PnL and "
+        "annualisation read the data's instrument instead ([instrument]; foxhunt.data.instrument).",
+    )
 
     @field_validator("session_timezone")
     @classmethod

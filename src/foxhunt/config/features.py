@@ -4,9 +4,16 @@ Each feature family owns its parameters (``foxhunt.features.<family>.Params``); 
 their composition, so ``--set features.market.<field>=...`` reaches the family directly. (The
 ``[labels]`` and ``[folds]`` sections are ``foxhunt.validation.labels.LabelParams`` and
 ``foxhunt.validation.folds.FoldParams``.)
+
+A researcher's own families join through ``plugins`` (module paths, ``.py`` files or names of
+``foxhunt.features`` entry points; docs/feature-plugins.md) with their settings under
+``plugin_params.<family name>``, validated by the plug-in's own ``Params`` when it is loaded
+(:mod:`foxhunt.features.plugins`). Both fields are part of the cache key like every other field.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import Field
 
@@ -25,4 +32,13 @@ class FeaturesConfig(Frozen):
     mtf: MtfParams = Field(default_factory=MtfParams, description="slower-timeframe family (16 slots).")
     snapshot: SnapshotParams = Field(
         default_factory=SnapshotParams, description="snapshot-only extras (6 slots)."
+    )
+    plugins: tuple[str, ...] = Field(
+        (),
+        description="User feature families: module paths (mypkg.myfamily), .py files or names of "
+        "foxhunt.features entry points; their columns follow the built-in ones (docs/feature-plugins.md).",
+    )
+    plugin_params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Settings of each plug-in family by its NAME, checked by the plug-in's Params.",
     )

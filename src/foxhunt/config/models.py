@@ -16,6 +16,7 @@ from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Frozen
 from foxhunt.config.data import DataConfig
 from foxhunt.config.features import FeaturesConfig
+from foxhunt.config.instrument import InstrumentConfig
 from foxhunt.config.synth import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.env.config import EnvConfig
@@ -47,6 +48,9 @@ class FoxhuntConfig(Frozen):
 
     run: RunConfig = Field(default_factory=RunConfig)
     data: DataConfig = Field(default_factory=DataConfig)
+    instrument: InstrumentConfig = Field(
+        default_factory=InstrumentConfig, description="Contract spec overrides (None: from the data)."
+    )
     synth: SynthConfig = Field(default_factory=lambda: SynthConfig())
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
     labels: LabelParams = Field(default_factory=LabelParams)

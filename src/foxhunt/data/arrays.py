@@ -93,6 +93,29 @@ class BookArrays(_Columns):
         """[n] float64 mid price, NaN where either side is empty."""
         return 0.5 * (self.bid_px[:, 0] + self.ask_px[:, 0])
 
+    def with_levels(self, n_levels: int) -> BookArrays:
+        """The same states with ``n_levels`` levels per side: deeper levels cut off, missing ones
+        added empty (NaN price, size and count 0), so books of every depth concatenate."""
+        have = self.levels
+        if have == n_levels:
+            return self
+        n = len(self.ts_event)
+
+        def fit(a: np.ndarray, empty: float) -> np.ndarray:
+            if have > n_levels:
+                return a[:, :n_levels].copy()
+            return np.concatenate([a, np.full((n, n_levels - have), empty, a.dtype)], axis=1)
+
+        return dataclasses.replace(
+            self,
+            bid_px=fit(self.bid_px, np.nan),
+            ask_px=fit(self.ask_px, np.nan),
+            bid_sz=fit(self.bid_sz, 0),
+            ask_sz=fit(self.ask_sz, 0),
+            bid_ct=fit(self.bid_ct, 0),
+            ask_ct=fit(self.ask_ct, 0),
+        )
+
 
 @dataclass(frozen=True, eq=False)
 class TradeArrays(_Columns):

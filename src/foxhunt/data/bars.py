@@ -13,6 +13,11 @@ open/high/low/close of the mid price and of the trade price (NaN when the bar ha
 volume, buy and sell volume by aggressor side, trade count, VWAP, event count (book states) and
 the book state at the bar's close (the last state at or before it, within the session).
 
+Book data without trade records (MBP-10 rebuilt from MBO, BBO files): time bars are built from
+the book states alone (mid OHLC); in a session that no input carrying trades covers, volume, trade
+prices, trade count and VWAP are 0/NaN with ``volume_mask`` and ``flow_mask`` False. Volume bars
+need trades.
+
 ``data_source = ohlcv``: bars are aggregated from OHLCV records (the bar length must be a
 multiple of the OHLCV interval); book fields and the mid are 0 with ``book_mask`` False, and the
 aggressor split, trade count and VWAP are 0 with ``flow_mask`` False.
@@ -34,10 +39,10 @@ import numpy as np
 from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays, TradeArrays, _Columns
 from foxhunt.data.continuous import FrontMonth, front_month
-from foxhunt.data.ingest import MarketData
+from foxhunt.data.ingest import MarketData, as_flags, ohlcv_settings, trade_coverage
 from foxhunt.data.schemas import BarKind, DataSource
 from foxhunt.data.sessions import in_halt, session_dates, session_open_ns
-from foxhunt.errors import BarSpecError
+from foxhunt.errors import BarSpecError, DataError
 
 NS = 1_000_000_000
 
@@ -72,6 +77,7 @@ class Bars(_Columns):
     ask_ct: np.ndarray  # [n, L]
     book_mask: np.ndarray  # bool: mid and book fields are real (False for ohlcv data, or no book yet)
     flow_mask: np.ndarray  # bool: aggressor split, trade count, vwap are real
+    volume_mask: np.ndarray  # bool: volume is real (False: no input with trades covers the session)
 
     def starts_segment(self) -> np.ndarray:
         """[n] bool: the bar opens a new session or contract (always True for the first bar).
@@ -109,6 +115,7 @@ class BarSeries:
     book_bar: np.ndarray | None = None  # [m] int64 bar index of each state (non-decreasing)
     trades: TradeArrays | None = None  # [k] continuous trades that fell into a bar
     trade_bar: np.ndarray | None = None  # [k] int64 bar index of each trade
+    book_levels: int = 0  # levels per side with real data (1: top of book, 0: no book)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,17 @@ class SnapshotRows:
     trades_before: np.ndarray  # [n] int64: trades with ts_event <= the state's ts_event
     front: FrontMonth
     halt_dropped: int
+    volume_mask: np.ndarray | None = None  # [n] bool: an input with trades covers the session
+    book_levels: int = 0  # levels per side with real data (1: top of book)
+
+
+def volume_known(md: MarketData, cfg: DataConfig, dates: np.ndarray, instruments: np.ndarray) -> np.ndarray:
+    """[n] bool: rows whose session and contract an input carrying trades covers (a volume of 0
+    there means nothing traded; elsewhere there is no trade data: book-only input)."""
+    out = np.zeros(len(dates), bool)
+    for iid, first, last in trade_coverage(md, cfg):
+        out |= (instruments == iid) & (dates >= first) & (dates <= last)
+    return out
 
 
 def _continuous(parts: dict[int, object], front: FrontMonth, cfg: DataConfig, cls):
@@ -187,6 +205,7 @@ def _aggregate(
     ts_close: np.ndarray,
     bar_date: np.ndarray,
     bar_instrument: np.ndarray,
+    traded: np.ndarray,
 ) -> Bars:
     n = len(ts_open)
     mid = book.mid()
@@ -243,7 +262,8 @@ def _aggregate(
         bid_ct=at_close(book.bid_ct, 0),
         ask_ct=at_close(book.ask_ct, 0),
         book_mask=last_ok.copy(),  # False until the session has a book state
-        flow_mask=np.ones(n, bool),
+        flow_mask=traded,
+        volume_mask=traded.copy(),
     )
 
 
@@ -268,6 +288,13 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
     else:
         trades, trade_date, dropped_t = _empty_trades(), np.zeros(0, np.int64), 0
     all_dates = np.unique(np.concatenate([book_date, trade_date]))
+    if cfg.bar_kind is BarKind.VOLUME and not len(trades):
+        raise BarSpecError(
+            "data.bar_kind",
+            "volume bars need trades and the book data has no trade records",
+            f"pass --set data.bar_kind={BarKind.TIME.value} (time bars from the book states) "
+            "or add trades files",
+        )
     if cfg.bar_kind is BarKind.TIME:
         bar_ns = cfg.bar_seconds * NS
         # Key = (session index, bucket since the session open): ordered like time.
@@ -320,7 +347,16 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
         ts_open, ts_close = np.minimum(first_t, first_b), bar_end
     bar_instrument = front.front_for(bar_date)
     bars = _aggregate(
-        book, book_bar, book_date, trades, trade_bar, ts_open, ts_close, bar_date, bar_instrument
+        book,
+        book_bar,
+        book_date,
+        trades,
+        trade_bar,
+        ts_open,
+        ts_close,
+        bar_date,
+        bar_instrument,
+        volume_known(md, cfg, bar_date, bar_instrument),
     )
     return BarSeries(
         bars=bars,
@@ -330,6 +366,7 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
         book_bar=book_bar.astype(np.int64),
         trades=trades,
         trade_bar=trade_bar.astype(np.int64),
+        book_levels=md.book_levels,
     )
 
 
@@ -338,14 +375,14 @@ def _ohlcv_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries
 
     bar_ns = cfg.bar_seconds * NS
     src_ns = md.ohlcv_bar_ns
-    if bar_ns % src_ns:
+    sets = ohlcv_settings(src_ns, cfg)  # every setting at once, so one round trip fixes them
+    if sets:
         raise BarSpecError(
-            "data.bar_seconds",
-            f"{cfg.bar_seconds} s bars cannot be built from {src_ns // NS} s OHLCV records",
-            f"set data.bar_seconds to a multiple of {src_ns // NS}",
+            "data.bar_kind" if cfg.bar_kind is not BarKind.TIME else "data.bar_seconds",
+            f"{'volume bars' if cfg.bar_kind is BarKind.VOLUME else f'{cfg.bar_seconds} s bars'} cannot be "
+            f"built from {src_ns // NS} s OHLCV records (time bars of a multiple of {src_ns // NS} s can)",
+            f"pass {as_flags(sets)}",
         )
-    if cfg.bar_kind is not BarKind.TIME:
-        raise BarSpecError("data.bar_kind", "volume bars need trades", "use bar_kind = time with ohlcv data")
     src, dates, dropped = _continuous(md.ohlcv, front, cfg, OhlcvArrays)
     all_dates = np.unique(dates)
     span = np.int64(2 * 86_400 * NS // bar_ns + 1)
@@ -390,22 +427,42 @@ def _ohlcv_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries
         ask_ct=zeros_l.astype(np.int64),
         book_mask=np.zeros(n, bool),
         flow_mask=np.zeros(n, bool),
+        volume_mask=np.ones(n, bool),
     )
     return BarSeries(bars=bars, front=front, halt_dropped=dropped)
+
+
+def _no_rows(md: MarketData, what: str, dropped: int) -> DataError:
+    where = md.files[0].path if len(md.files) == 1 else f"{len(md.files)} input files"
+    return DataError(
+        where,
+        f"no {what}: every one of the {dropped:,} book states and trades of the front-month series lies "
+        "in the daily halt (data.session_close .. data.session_open)",
+        "check data.session_timezone, data.session_open and data.session_close for this market",
+    )
 
 
 def build_bars(md: MarketData, cfg: DataConfig) -> BarSeries:
     """Bars of the continuous front-month series for ``cfg.data_source``."""
     front = front_month(md, cfg)
     if cfg.data_source is DataSource.OHLCV:
-        return _ohlcv_bars(md, cfg, front)
-    return _book_bars(md, cfg, front)
+        series = _ohlcv_bars(md, cfg, front)
+    else:
+        series = _book_bars(md, cfg, front)
+    if not len(series.bars):
+        raise _no_rows(md, "bars", series.halt_dropped)
+    return series
 
 
 def build_snapshots(md: MarketData, cfg: DataConfig) -> SnapshotRows:
     """Snapshot rows (one per book state) of the continuous front-month series."""
     if cfg.data_source is DataSource.OHLCV:
-        raise BarSpecError("data.row_unit", "snapshot rows need book data", "set data.data_source=mbp10")
+        raise BarSpecError(
+            "data.row_unit",
+            "snapshot rows need book data and data_source is 'ohlcv'",
+            f"pass {as_flags(ohlcv_settings(md.ohlcv_bar_ns, cfg))} for OHLCV bars, or "
+            f"--set data.data_source={DataSource.MBP10.value} with book files",
+        )
     front = front_month(md, cfg)
     book, date, dropped = _continuous(md.books, front, cfg, BookArrays)
     # Recomputed on the selected rows: cheap, and cannot drift from the book it describes.
@@ -414,6 +471,8 @@ def build_snapshots(md: MarketData, cfg: DataConfig) -> SnapshotRows:
         trades, _, dropped_t = _continuous(md.trades, front, cfg, TradeArrays)
     else:
         trades, dropped_t = _empty_trades(), 0
+    if not len(book):
+        raise _no_rows(md, "snapshot rows", dropped + dropped_t)
     before = np.searchsorted(trades.ts_event, book.ts_event, "right").astype(np.int64)
     return SnapshotRows(
         book=book,
@@ -423,4 +482,6 @@ def build_snapshots(md: MarketData, cfg: DataConfig) -> SnapshotRows:
         trades_before=before,
         front=front,
         halt_dropped=dropped + dropped_t,
+        volume_mask=volume_known(md, cfg, date, book.instrument_id),
+        book_levels=md.book_levels,
     )

@@ -192,6 +192,29 @@ def read_raw(path: str | Path) -> DbnFile:
     )
 
 
+def peek_schema(path: str | Path) -> Schema | None:
+    """The schema in a DBN file's metadata header, decoding nothing else (None if unknown).
+
+    Lets ingest check that a whole set of inputs fits the configured data source before it decodes
+    any records, so a mixed folder is refused in one message. Any problem (missing, empty, not DBN,
+    corrupt, mixed or unsupported schema) gives None: :func:`read_raw` then reports it properly.
+    DBN layout: ``b"DBN"``, a version byte, the metadata length (u32 little-endian), the metadata.
+    """
+    try:
+        with open(path, "rb") as fh:
+            compressed = fh.read(4) == _ZSTD_MAGIC
+            fh.seek(0)
+            stream = zstandard.ZstdDecompressor().stream_reader(fh) if compressed else fh
+            head = stream.read(8)
+            if len(head) < 8 or head[:3] != _DBN_MAGIC:
+                return None
+            body = stream.read(int.from_bytes(head[4:8], "little"))
+        schema = dbn.Metadata.decode(head + body).schema
+        return None if schema is None else Schema(str(schema))
+    except (OSError, ValueError, zstandard.ZstdError, dbn.DBNError):
+        return None
+
+
 # --- column conversion ------------------------------------------------------------------------
 
 

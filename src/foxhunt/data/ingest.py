@@ -1,10 +1,18 @@
 """Ingest many DBN files at once: validate, merge in time order, split by instrument.
 
 :func:`load_market` is the one entry point the later stages use. It reads every file with
-:mod:`foxhunt.data.dbn_read`, checks what ``data_source`` needs (``mbp10``: MBP-10 or MBO books,
-trades; ``ohlcv``: OHLCV bars), rebuilds MBO into MBP-10 book states, applies the crossed-book
-policy, and returns per-instrument arrays sorted by ``ts_event`` plus a report of what it counted.
+:mod:`foxhunt.data.dbn_read`, checks what ``data_source`` needs (``mbp10``: book files, MBP-10,
+MBO or top of book, and trades; ``ohlcv``: OHLCV bars), rebuilds MBO into MBP-10 book states,
+applies the crossed-book policy, and returns per-instrument arrays sorted by ``ts_event`` plus a
+report of what it counted. Trades come from trades files and, where no trades file covers them,
+from the trade records the book streams carry (:func:`_uncovered`).
 Nothing is written; any problem raises a typed :class:`~foxhunt.errors.DataError` naming the file.
+
+Before decoding anything, :func:`check_inputs` reads every file's schema from its header and
+refuses a set of inputs that does not fit the configuration in *one* message naming every fix at
+once (the files to drop, or all the ``--set`` overrides of the other data source). Top-of-book
+files (MBP-1, TBBO, BBO) are book data with one level: their books are padded to ``cfg.levels``
+with empty levels and :attr:`MarketData.book_levels` says how deep the real book is.
 """
 
 from __future__ import annotations
@@ -24,8 +32,9 @@ from foxhunt.data.arrays import (
     OhlcvArrays,
     TradeArrays,
 )
-from foxhunt.data.dbn_read import DbnFile, read_raw, to_arrays
-from foxhunt.data.schemas import CrossedPolicy, DataSource, Schema
+from foxhunt.data.dbn_read import DbnFile, peek_schema, read_raw, to_arrays
+from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RowUnit, Schema
+from foxhunt.data.sessions import session_dates
 from foxhunt.errors import (
     CrossedBookError,
     MissingFileError,
@@ -35,16 +44,19 @@ from foxhunt.errors import (
 
 DBN_SUFFIXES = (".dbn", ".dbn.zst")
 
+BOOK_SCHEMAS = (Schema.MBP_10, Schema.MBO, Schema.MBP_1, Schema.TBBO, Schema.BBO_1S, Schema.BBO_1M)
+OHLCV_SCHEMAS = (Schema.OHLCV_1S, Schema.OHLCV_1M, Schema.OHLCV_1H, Schema.OHLCV_1D)
+# The files each data source reads, and the kind of file it cannot do without.
 ACCEPTED: dict[DataSource, tuple[Schema, ...]] = {
-    DataSource.MBP10: (Schema.MBP_10, Schema.MBO, Schema.TRADES, Schema.DEFINITION),
-    DataSource.OHLCV: (
-        Schema.OHLCV_1S,
-        Schema.OHLCV_1M,
-        Schema.OHLCV_1H,
-        Schema.OHLCV_1D,
-        Schema.DEFINITION,
-    ),
+    DataSource.MBP10: (*BOOK_SCHEMAS, Schema.TRADES, Schema.DEFINITION),
+    DataSource.OHLCV: (*OHLCV_SCHEMAS, Schema.DEFINITION),
 }
+PRIMARY: dict[DataSource, tuple[Schema, ...]] = {
+    DataSource.MBP10: BOOK_SCHEMAS,
+    DataSource.OHLCV: OHLCV_SCHEMAS,
+}
+_NS = 1_000_000_000
+_NAMES_SHOWN = 4  # file names listed per schema in a refusal before "+N more"
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
@@ -62,6 +74,91 @@ def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
         else:
             out.append(p)
     return out
+
+
+def ohlcv_settings(bar_ns: int, cfg: DataConfig) -> list[str]:
+    """The ``data.*`` overrides that ``cfg`` needs to build bars from OHLCV records of ``bar_ns``."""
+    sets: list[str] = []
+    if cfg.row_unit is RowUnit.SNAPSHOT:
+        sets.append(f"data.row_unit={RowUnit.BAR.value}")
+    if cfg.bar_kind is BarKind.VOLUME:
+        sets.append(f"data.bar_kind={BarKind.TIME.value}")
+    step = bar_ns // _NS
+    if step and cfg.bar_seconds % step:
+        sets.append(f"data.bar_seconds={-(-cfg.bar_seconds // step) * step}")  # next multiple up
+    return sets
+
+
+def as_flags(sets: Sequence[str]) -> str:
+    return " ".join(f"--set {s}" for s in sets)
+
+
+def _file_list(paths: Sequence[Path], schemas: dict[Path, Schema], *, named: bool = True) -> str:
+    """``2 ohlcv-1m files (a, b)``, one group per schema, names shortened past a few."""
+    groups: dict[Schema, list[str]] = {}
+    for p in paths:
+        groups.setdefault(schemas[p], []).append(p.name)
+    parts = []
+    for schema, files in groups.items():
+        text = f"{len(files)} {schema.value} file{'s' * (len(files) > 1)}"
+        if named:
+            more = len(files) - _NAMES_SHOWN
+            text += f" ({', '.join(files[:_NAMES_SHOWN])}{f', +{more} more' if more > 0 else ''})"
+        parts.append(text)
+    return ", ".join(parts)
+
+
+def _option(
+    source: DataSource, files: list[Path], schemas: dict[Path, Schema], cfg: DataConfig
+) -> tuple[list[Path], list[str]] | None:
+    """(files to drop, --set overrides) that make ``source`` work on ``files``, or None if it has
+    none of its primary files. OHLCV keeps one interval (the finest: it builds the most bar lengths)."""
+    keep = [p for p in files if schemas[p] in ACCEPTED[source]]
+    if not any(schemas[p] in PRIMARY[source] for p in keep):
+        return None
+    sets = [f"data.data_source={source.value}"] if source is not cfg.data_source else []
+    if source is DataSource.OHLCV:
+        finest = min((schemas[p] for p in keep if schemas[p].is_ohlcv), key=lambda s: s.bar_ns)
+        keep = [p for p in keep if not schemas[p].is_ohlcv or schemas[p] is finest]
+        sets += ohlcv_settings(finest.bar_ns, cfg)
+    return [p for p in files if p not in keep], sets
+
+
+def check_inputs(given: Sequence[str | Path], files: list[Path], cfg: DataConfig) -> None:
+    """Refuse, in one line that names every fix, inputs that ``cfg.data_source`` cannot read whole.
+
+    A fix is a set of files to drop and/or the ``--set`` overrides of the other data source (its
+    bar settings included), so one round trip is enough. Schemas are read from the file headers
+    only; a file whose header cannot be read is left to :func:`read_raw` to report.
+    """
+    schemas = {p: s for p in files if (s := peek_schema(p)) is not None}
+    known = [p for p in files if p in schemas]
+    current = _option(cfg.data_source, known, schemas, cfg)
+    if current is not None and not current[0]:
+        # Every file is used as configured; bar settings that do not fit are refused where the
+        # bars are built. Once refusing anyway, the fix below names them too.
+        return
+    other = DataSource.OHLCV if cfg.data_source is DataSource.MBP10 else DataSource.MBP10
+    options = [o for o in (current, _option(other, known, schemas, cfg)) if o is not None]
+    if not options:
+        return  # nothing this source or the other could use: the no-book/no-OHLCV refusal below
+    fixes = []
+    for drop, sets in options:
+        words = [f"drop the {_file_list(drop, schemas)}"] if drop else []
+        words += [f"pass {as_flags(sets)}"] if sets else []
+        fixes.append(" and ".join(words))
+    refused = [p for p in known if schemas[p] not in ACCEPTED[cfg.data_source]]
+    kinds = {s.value for s in schemas.values()}
+    if refused:
+        lack = f"cannot use the {_file_list(refused, schemas, named=False)}"
+    elif current is not None:
+        lack = "needs OHLCV files of one interval"
+    else:
+        lack = f"needs {' / '.join(s.value for s in PRIMARY[cfg.data_source])} files"
+    problem = f"the inputs are {', '.join(sorted(kinds))} files; data_source '{cfg.data_source.value}' {lack}"
+    dirs = [Path(g) for g in given if Path(g).is_dir()]
+    where = dirs[0] if len(dirs) == 1 else (refused or known)[0]
+    raise SchemaMismatchError(where, problem, "; or ".join(fixes))
 
 
 @dataclass
@@ -90,6 +187,14 @@ class MarketData:
     """Everything ingested, per instrument, each array sorted by ``ts_event`` (stable)."""
 
     books: dict[int, BookArrays] = field(default_factory=dict)
+    # Levels per side that carry real data: cfg.levels for MBP-10/MBO, 1 when any book file is
+    # top of book (MBP-1, TBBO, BBO; the rest are padded empty), 0 without books.
+    book_levels: int = 0
+    # (instrument, first session, last session) of every input file that carries trades (a trades
+    # file, or a book file with trade records): where a volume of 0 means "nothing traded" rather
+    # than "no trade data". A fact about the inputs, not the market, so no row learns from it what
+    # happens later. None (data built in memory): the sessions of ``trades``.
+    trade_coverage: list[tuple[int, int, int]] | None = None
     crossed: dict[int, np.ndarray] = field(default_factory=dict)  # [n] bool per book state
     trades: dict[int, TradeArrays] = field(default_factory=dict)
     ohlcv: dict[int, OhlcvArrays] = field(default_factory=dict)
@@ -179,8 +284,8 @@ def trades_in(arrays: BookArrays | MboArrays) -> TradeArrays:
 
 
 def read_book_file(f: DbnFile, cfg: DataConfig) -> tuple[BookArrays, TradeArrays, FileReport]:
-    """Book states of one MBP-10 or MBO file (MBO is rebuilt), validated, the trades the
-    stream carries, and the file's report."""
+    """Book states of one book file (MBO is rebuilt; every book has ``cfg.levels`` levels, the
+    missing ones empty), validated, the trades the stream carries, and the file's report."""
     arrays = to_arrays(f)
     report = FileReport(
         path=str(f.path),
@@ -199,16 +304,52 @@ def read_book_file(f: DbnFile, cfg: DataConfig) -> tuple[BookArrays, TradeArrays
     else:
         assert isinstance(arrays, BookArrays)
         check_monotonic(f.path, arrays.ts_event, arrays.instrument_id)
-        book = arrays
+        book = arrays.with_levels(cfg.levels)
     report.median_spread_ticks = median_spread_ticks(book, cfg.tick_size)
     return book, trades_in(arrays), report
+
+
+def _cover(md: MarketData, trades: TradeArrays, cfg: DataConfig) -> None:
+    """Record the sessions one file's trades cover, per instrument (nothing for a file without)."""
+    assert md.trade_coverage is not None
+    for iid in np.unique(trades.instrument_id):
+        ts = trades.ts_event[trades.instrument_id == iid]
+        first, last = session_dates(ts[[0, -1]], cfg.session_timezone, cfg.session_open)
+        md.trade_coverage.append((int(iid), int(first), int(last)))
+
+
+def trade_coverage(md: MarketData, cfg: DataConfig) -> list[tuple[int, int, int]]:
+    """:attr:`MarketData.trade_coverage`, or for data built in memory the span of its trades."""
+    if md.trade_coverage is not None:
+        return md.trade_coverage
+    out: list[tuple[int, int, int]] = []
+    for iid, trades in md.trades.items():
+        if len(trades):
+            first, last = session_dates(trades.ts_event[[0, -1]], cfg.session_timezone, cfg.session_open)
+            out.append((int(iid), int(first), int(last)))
+    return out
+
+
+def _uncovered(carried: TradeArrays, trade_files: list[TradeArrays]) -> TradeArrays:
+    """The trades a book stream carries that no trades file covers: a trades file is the
+    authority for its instruments over its own time span (taking both would count every trade
+    twice), and the book streams fill in the rest (a day of MBO beside a trades file of another)."""
+    keep = np.ones(len(carried), bool)
+    for part in trade_files:
+        for iid in np.unique(part.instrument_id):
+            ts = part.ts_event[part.instrument_id == iid]
+            keep &= ~(
+                (carried.instrument_id == iid) & (carried.ts_event >= ts[0]) & (carried.ts_event <= ts[-1])
+            )
+    return carried if keep.all() else carried.take(keep)
 
 
 def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
     """Read, validate, merge and split every file under ``paths`` for ``cfg.data_source``."""
     files = expand_paths(paths)
+    check_inputs(paths, files, cfg)
     accepted = ACCEPTED[cfg.data_source]
-    md = MarketData()
+    md = MarketData(trade_coverage=[])
     book_parts: list[BookArrays] = []
     crossed_parts: list[np.ndarray] = []
     trade_parts: list[TradeArrays] = []
@@ -232,10 +373,13 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
                 hint,
             )
         md.symbols.update(f.instrument_symbols)
-        if f.schema in (Schema.MBP_10, Schema.MBO):
+        if f.schema in BOOK_SCHEMAS:
             book, carried, report = read_book_file(f, cfg)
+            depth = 1 if f.schema.is_top_of_book else cfg.levels
+            md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
             book, crossed = _apply_crossed_policy(path, book, cfg, report)
             carried_trades.append(carried)
+            _cover(md, carried, cfg)
             book_parts.append(book)
             crossed_parts.append(crossed)
         else:
@@ -252,6 +396,7 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
             if isinstance(arrays, TradeArrays):
                 check_monotonic(path, arrays.ts_event, arrays.instrument_id)
                 trade_parts.append(arrays)
+                _cover(md, arrays, cfg)
             elif isinstance(arrays, OhlcvArrays):
                 check_monotonic(path, arrays.ts_event, arrays.instrument_id)
                 ohlcv_parts.append(arrays)
@@ -282,13 +427,10 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
             sel = all_books.instrument_id == iid
             md.books[int(iid)] = all_books.take(sel)
             md.crossed[int(iid)] = all_crossed[sel]
-    if trade_parts:
-        merged_trades = _merge_sorted(trade_parts, TradeArrays)
-        md.trades = _split(merged_trades, merged_trades.instrument_id)  # type: ignore[assignment]
-    elif carried_trades and sum(len(t) for t in carried_trades):
-        # No trades file: use the trade records the book streams carry (never both, which would
-        # count every trade twice).
-        merged_trades = _merge_sorted(carried_trades, TradeArrays)
+    all_trades = trade_parts + [_uncovered(c, trade_parts) for c in carried_trades]
+    all_trades = [t for t in all_trades if len(t)]
+    if all_trades:
+        merged_trades = _merge_sorted(all_trades, TradeArrays)
         md.trades = _split(merged_trades, merged_trades.instrument_id)  # type: ignore[assignment]
     if ohlcv_parts:
         merged = _merge_sorted(ohlcv_parts, OhlcvArrays)
@@ -297,8 +439,9 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
     if cfg.data_source is DataSource.MBP10 and not md.books:
         raise SchemaMismatchError(
             files[0] if files else "--data",
-            "no book file (MBP-10 or MBO) among the inputs; data_source 'mbp10' needs one",
-            "add the MBP-10/MBO files or set data.data_source=ohlcv",
+            "no book file among the inputs; data_source 'mbp10' needs one "
+            f"({' / '.join(s.value for s in BOOK_SCHEMAS)})",
+            "add the book files or pass --set data.data_source=ohlcv with OHLCV files",
         )
     if cfg.data_source is DataSource.OHLCV and not md.ohlcv:
         raise SchemaMismatchError(

@@ -37,6 +37,11 @@ class Schema(StrEnum):
         return self in (Schema.MBP_10, Schema.MBP_1, Schema.TBBO, Schema.BBO_1S, Schema.BBO_1M)
 
     @property
+    def is_top_of_book(self) -> bool:
+        """Book schemas with the best bid and ask only (levels 2..10 absent)."""
+        return self.is_book and self.levels == 1
+
+    @property
     def has_typed_arrays(self) -> bool:
         """Whether :func:`foxhunt.data.dbn_read.to_arrays` converts this schema."""
         return self not in (Schema.STATISTICS, Schema.STATUS, Schema.IMBALANCE)
@@ -74,7 +79,10 @@ class Schema(StrEnum):
 class DataSource(StrEnum):
     """Where bars and features come from (SPEC §2). Part of every cache key."""
 
-    MBP10 = "mbp10"  # 10-level book (MBP-10 files, or MBO rebuilt into MBP-10) plus trades
+    # Book data: MBP-10 files or MBO rebuilt into MBP-10 (10 levels), or top-of-book files (MBP-1,
+    # TBBO, BBO: the depth features are masked); trades from trades files or the book streams
+    # (without any, the volume features are masked).
+    MBP10 = "mbp10"
     OHLCV = "ohlcv"  # OHLCV bars only: book fields are 0 and masked
 
 
@@ -105,3 +113,23 @@ class RollRule(StrEnum):
     PRIOR_SESSION_VOLUME = "prior_session_volume"
     # The contract with the most volume in the session itself (what a daily data vendor reports).
     SAME_SESSION_VOLUME = "same_session_volume"
+
+
+class MaskReason(StrEnum):
+    """Why a feature column is forced to 0 (and masked) for the given input."""
+
+    TOP_OF_BOOK = "top_of_book"  # the book has the touch only: the column needs levels 2..10
+    NO_TRADES = "no_trades"  # the rows have no trade records: the column needs traded volume
+
+    @property
+    def kind(self) -> str:
+        """What the masked columns measure."""
+        return {MaskReason.TOP_OF_BOOK: "book-depth", MaskReason.NO_TRADES: "volume/trade"}[self]
+
+    @property
+    def cause(self) -> str:
+        """What the input lacks."""
+        return {
+            MaskReason.TOP_OF_BOOK: "top-of-book data: levels 2-10 absent",
+            MaskReason.NO_TRADES: "no trade records: book-only data",
+        }[self]

@@ -38,7 +38,8 @@ class BranchConfig(Frozen):
 
 
 class CostConfig(Frozen):
-    """ES defaults: CME exchange and clearing fees plus a retail-institutional commission."""
+    """ES defaults: CME exchange and clearing fees plus a retail-institutional commission (per contract,
+    in the contract's currency; set them for another product)."""
 
     commission_per_contract: float = Field(
         0.85, ge=0, description="Broker commission per contract per side ($)."
@@ -62,8 +63,9 @@ class CostConfig(Frozen):
 
 
 class ContractConfig(Frozen):
-    tick_size: float = Field(0.25, gt=0, description="Minimum price increment (ES: 0.25).")
-    point_value: float = Field(50.0, gt=0, description="$ per index point per contract (ES: $50).")
+    """Position limit and account. The contract's tick size and point value are not settings here:
+    they come from the data's instrument (``[instrument]`` overrides; foxhunt.data.instrument)."""
+
     max_position: int = Field(
         10, ge=1, le=10_000, description="Largest position in contracts before scaling."
     )

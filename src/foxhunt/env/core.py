@@ -19,8 +19,12 @@ A step at row ``r`` (the agent has seen rows <= r):
 4. **Exit.** A plan exits at row r+1 by profit, stop (trailing when configured) or timeout, as a
    market order at row r+1's touch; these are the outcome labels' classes. Equity below the
    capital floor flattens the position and ends the episode.
-5. **Record.** Gross PnL, costs (fees + slippage vs the mark) and net PnL are separate; a closed
-   trade (position back to 0 or reversed) records its net PnL and the magnitude it was opened with.
+5. **Record.** Gross PnL, costs (fees + slippage vs the mark) and net PnL are separate. Every fill
+   is booked in the trade ledger (:mod:`foxhunt.env.trades`): a fill that takes the position to 0
+   or reverses it closes a trade, one that leaves 0 or reverses it opens one, so a round trip
+   inside one step and both legs of a reversal are trades too. The step's closed trades
+   (``[N, STAGES]``, one slot per fill) carry their net PnL, side, size, prices, rows and exit
+   reason, and their PnL sums to the steps' net PnL.
 
 Prices and money are float64 by default (``dtype``); the state handed to the agent is float32.
 """
@@ -35,6 +39,7 @@ from torch import Tensor
 from foxhunt.env.actions import ActionCodec, Direction, OrderType
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.costs import (
+    book_known,
     effective_quote,
     limit_expired,
     limit_order,
@@ -55,10 +60,17 @@ from foxhunt.env.sizing import (
     push_return,
     variance_scale,
 )
+from foxhunt.env.trades import ClosedTrades, ExitReason, OpenTrade, book_fill, by_stage, mark
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.labels import barrier_prices
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
+_PROFIT, _STOP, _TIMEOUT = int(ExitReason.PROFIT), int(ExitReason.STOP), int(ExitReason.TIMEOUT)
+_FLOOR, _WINDOW_END, _AGENT_CLOSE = (
+    int(ExitReason.CAPITAL_FLOOR),
+    int(ExitReason.WINDOW_END),
+    int(ExitReason.AGENT_CLOSE),
+)
 _NORMAL = 0  # Urgency.NORMAL
 _DIR, _MAG, _ORDER, _URG = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type", "urgency"))
 
@@ -79,14 +91,12 @@ class Portfolio:
     peak_equity: Tensor  # $
     costs_paid: Tensor  # $ cumulative
     hold_time: Tensor  # int64 rows in the current trade
-    trade_gross: Tensor  # $ gross PnL of the current trade (its unrealised PnL)
-    trade_costs: Tensor  # $ costs of the current trade
-    trade_max: Tensor  # $ intra-trade maximum of trade_gross - trade_costs
+    trade: OpenTrade  # the open trade in the ledger (its gross - costs: the unrealised PnL)
+    trade_max: Tensor  # $ intra-trade maximum of the open trade's gross - costs
     trade_min: Tensor  # $ intra-trade minimum
     peak_step: Tensor  # int64 hold_time at the trade's PnL peak
-    opened_magnitude: Tensor  # int64 magnitude index the trade was opened with
     time_since_trade: Tensor  # int64 rows since the last fill
-    n_trades: Tensor  # int64 closed trades
+    n_trades: Tensor  # int64 closed trades (every close in the ledger)
     n_wins: Tensor  # int64
     sum_win: Tensor  # $
     sum_loss: Tensor  # $ (positive)
@@ -125,10 +135,11 @@ class StepResult:
     picked: Tensor  # [N, 4] int64 branch choices
     realised_direction: Tensor  # int64 direction after the plan lock
     realised_magnitude: Tensor  # int64 magnitude after the Kelly cap
-    trade_closed: Tensor  # bool
-    trade_pnl: Tensor  # $ net PnL of the closed trade
-    closed_magnitude: Tensor  # int64 (-1 when no trade closed)
-    exit_reason: Tensor  # int64: 0 none, 1 profit, 2 stop, 3 timeout, 4 capital floor, 5 episode end
+    trades: ClosedTrades  # [N, STAGES] the trades this step closed, one slot per fill stage
+    fills: Tensor  # [N, STAGES] signed contracts of the step's fills (FillStage order: order, resting, exit)
+    fill_price: Tensor  # [N, STAGES] their prices (the reference where nothing filled)
+    fill_costs: Tensor  # [N, STAGES] $ their fees + slippage against the reference
+    exit_reason: Tensor  # int64 ExitReason of the forced exit at row r+1 (0 none, 1-5)
     components: Tensor  # [N, len(COMPONENTS)] reward terms (pnl, entry, exit timing, ...)
     branch_shares: Tensor  # [N, 4] direction/magnitude/order/urgency shares of net PnL (0 when off)
 
@@ -169,12 +180,10 @@ class TradingEnv:
             peak_equity=z + capital,
             costs_paid=z.clone(),
             hold_time=zi.clone(),
-            trade_gross=z.clone(),
-            trade_costs=z.clone(),
+            trade=OpenTrade.flat(n, device=self.device, dtype=self.dtype),
             trade_max=z.clone(),
             trade_min=z.clone(),
             peak_step=zi.clone(),
-            opened_magnitude=zi - 1,
             time_since_trade=zi.clone(),
             n_trades=zi.clone(),
             n_wins=zi.clone(),
@@ -229,7 +238,7 @@ class TradingEnv:
     def _portfolio_slots(self, s: Portfolio) -> Tensor:
         c = self.cfg.contract
         capital = c.initial_capital
-        unreal = s.trade_gross - s.trade_costs
+        unreal = s.trade.gross - s.trade.costs
         slots = torch.stack(
             [
                 s.position / c.max_position,
@@ -313,6 +322,7 @@ class TradingEnv:
     ) -> tuple[Portfolio, StepResult]:
         """The pure transition: ``(portfolio, actions) -> (next portfolio, step result)``."""
         m, cfg, c = self.market, self.cfg, self.cfg.contract
+        ins = m.instrument  # tick grid and point value of the data's contract
         n = s.row.shape[0]
         one = torch.ones(n, dtype=self.dtype, device=self.device)
         d_conv = one if direction_conviction is None else direction_conviction.to(self.dtype)
@@ -321,8 +331,7 @@ class TradingEnv:
         live = ~s.done
         r, r1 = s.row, torch.clamp(s.row + 1, max=m.rows - 1)
         mid, mid1 = m.mid[r], m.mid[r1]
-        bid, ask = effective_quote(m.bid[r], m.ask[r], mid, cfg.costs, c.tick_size)
-        bid1, ask1 = effective_quote(m.bid[r1], m.ask[r1], mid1, cfg.costs, c.tick_size)
+        bid, ask = effective_quote(m.bid[r], m.ask[r], mid, cfg.costs, ins.tick_size)
 
         # 1. Decide: plan lock, target exposure, sizing.
         direction, magnitude, order, urgency = actions.to(self.device).unbind(dim=1)  # codec branches
@@ -347,10 +356,13 @@ class TradingEnv:
 
         # 2a. Market orders fill now at row r (reference mid[r]).
         mkt_side = torch.where(is_market, side, torch.zeros_like(side))
-        fill_now = market_order(mkt_side, delta.abs(), bid, ask, mid, urgency, cfg.costs, c)
+        # The raw quote: where it is unknown the fill is modelled on the grid, inside [low, high].
+        fill_now = market_order(
+            mkt_side, delta.abs(), m.bid[r], m.ask[r], mid, urgency, cfg.costs, ins, m.low[r], m.high[r]
+        )
         # 2b. A new limit order replaces the resting one.
         new_limit = live & ~is_market & (side != 0)
-        lim_px = limit_price(side, order, bid, ask, c.tick_size)
+        lim_px = limit_price(side, order, bid, ask, ins.tick_size, book=book_known(m.bid[r], m.ask[r]))
         order_side = torch.where(new_limit, side, s.order_side)
         order_contracts = torch.where(new_limit, delta.abs(), s.order_contracts)
         order_price = torch.where(new_limit, lim_px, s.order_price)
@@ -364,23 +376,31 @@ class TradingEnv:
 
         pos0 = s.position
         pos_a = pos0 + fill_now.contracts
-        costs = fill_now.fees + fill_now.slippage_cost
-        opened_mag = torch.where((pos0 == 0) & (pos_a != 0), magnitude_eff, s.opened_magnitude)
+        order_costs = fill_now.fees + fill_now.slippage_cost
+        costs = order_costs
+        agent_close = torch.full_like(s.hold_time, _AGENT_CLOSE)
+        trade, closed_order = book_fill(
+            s.trade, pos0, fill_now.contracts, fill_now.price, order_costs, r, magnitude_eff, agent_close
+        )
 
         # 3. Move to row r+1: mark to market, then resting limit orders against row r+1.
-        gross = torch.where(live, pos_a * (mid1 - mid) * c.point_value, torch.zeros_like(mid))
+        gross = torch.where(live, pos_a * (mid1 - mid) * ins.point_value, torch.zeros_like(mid))
+        trade = mark(trade, gross)
         resting = torch.where(live, order_side, torch.zeros_like(order_side))
         lo1, hi1 = m.low[r1], m.high[r1]
         row_volume = torch.full_like(mid, float("nan")) if m.volume is None else m.volume[r1]
         order_volume = torch.where(new_limit, torch.zeros_like(s.order_volume), s.order_volume)
         order_volume = order_volume + volume_at_price(resting, order_price, lo1, hi1, row_volume)
         lim = limit_order(
-            resting, order_contracts, order_price, lo1, hi1, order_queue, order_volume, mid1, cfg.costs, c
+            resting, order_contracts, order_price, lo1, hi1, order_queue, order_volume, mid1, cfg.costs, ins
         )
         lim_filled, lim_contracts = lim.filled, lim.contracts
         pos_b = pos_a + lim_contracts
-        costs = costs + lim.fees + lim.slippage_cost
-        opened_mag = torch.where((pos_a == 0) & (pos_b != 0), order_magnitude, opened_mag)
+        lim_costs = lim.fees + lim.slippage_cost
+        costs = costs + lim_costs
+        trade, closed_resting = book_fill(
+            trade, pos_a, lim_contracts, lim.price, lim_costs, r1, order_magnitude, agent_close
+        )
         order_age = torch.where(order_side != 0, order_age + 1, order_age)
         expired = limit_expired(order_age, order_urgency, cfg.costs)
         order_side = torch.where(lim_filled | expired, torch.zeros_like(order_side), order_side)
@@ -410,44 +430,58 @@ class TradingEnv:
         hit_stop = plan_active & torch.where(plan_dir > 0, lo <= plan_stop, hi >= plan_stop)
         timeout = plan_active & (hold >= cfg.plan.target_bars)
         exit_reason = torch.zeros_like(s.hold_time)
-        exit_reason = torch.where(timeout, torch.full_like(exit_reason, 3), exit_reason)
-        exit_reason = torch.where(hit_profit, torch.full_like(exit_reason, 1), exit_reason)
-        exit_reason = torch.where(hit_stop, torch.full_like(exit_reason, 2), exit_reason)  # stop wins ties
+        exit_reason = torch.where(timeout, torch.full_like(exit_reason, _TIMEOUT), exit_reason)
+        exit_reason = torch.where(hit_profit, torch.full_like(exit_reason, _PROFIT), exit_reason)
+        # The stop wins ties.
+        exit_reason = torch.where(hit_stop, torch.full_like(exit_reason, _STOP), exit_reason)
         equity_b = s.equity + gross - costs
         floor = live & (equity_b < cfg.contract.capital_floor * c.initial_capital)
-        exit_reason = torch.where(floor, torch.full_like(exit_reason, 4), exit_reason)
+        exit_reason = torch.where(floor, torch.full_like(exit_reason, _FLOOR), exit_reason)
         # The episode's last row closes whatever is open, so every trade is accounted for.
         last = live & (r1 >= s.end) & (exit_reason == 0)
-        exit_reason = torch.where(last, torch.full_like(exit_reason, 5), exit_reason)
+        exit_reason = torch.where(last, torch.full_like(exit_reason, _WINDOW_END), exit_reason)
         exiting = live & (exit_reason > 0) & (pos_b != 0)
         exit_fill = market_order(
             torch.where(exiting, -torch.sign(pos_b), torch.zeros_like(pos_b)),
             pos_b.abs(),
-            bid1,
-            ask1,
+            m.bid[r1],
+            m.ask[r1],
             mid1,
             torch.zeros_like(urgency),
             cfg.costs,
-            c,
+            ins,
+            lo1,
+            hi1,
         )
         pos_c = pos_b + exit_fill.contracts
-        costs = costs + exit_fill.fees + exit_fill.slippage_cost
+        exit_costs = exit_fill.fees + exit_fill.slippage_cost
+        costs = costs + exit_costs
+        no_open = torch.full_like(s.trade.magnitude, -1)  # an exit opens nothing
+        trade, closed_exit = book_fill(
+            trade, pos_b, exit_fill.contracts, exit_fill.price, exit_costs, r1, no_open, exit_reason
+        )
         plan_active = plan_active & ~exiting
         order_side = torch.where(floor, torch.zeros_like(order_side), order_side)
 
         # 5. Accounting: trades, equity, the record.
         net = gross - costs
-        trade_gross = torch.where(pos0 == 0, torch.zeros_like(gross), s.trade_gross) + gross
-        trade_costs = torch.where(pos0 == 0, torch.zeros_like(gross), s.trade_costs) + costs
-        trade_net = trade_gross - trade_costs
-        closed = live & (pos0 != 0) & ((pos_c == 0) | (torch.sign(pos_c) != torch.sign(pos0)))
-        win = closed & (trade_net > 0)
-        lost = closed & (trade_net < 0)
-        per_contract = trade_net / torch.clamp(pos0.abs(), min=1.0)
-        closed_mag = torch.where(closed, s.opened_magnitude, torch.full_like(s.opened_magnitude, -1))
-        reset_trade = closed | (pos_c == 0)
-        new_max = torch.maximum(s.trade_max, trade_net)
-        peak_step = torch.where(trade_net >= s.trade_max, hold, s.peak_step)
+        trades = by_stage([closed_order, closed_resting, closed_exit])  # [N, STAGES]
+        win_NS = trades.closed & (trades.pnl > 0)
+        lost_NS = trades.closed & (trades.pnl < 0)
+        per_contract_NS = trades.pnl / torch.clamp(trades.size, min=1.0)
+        # `closed`: the trade held into the step closed (the shaping terms are paid on it). The trade
+        # open after the step is that same trade only where nothing closed.
+        any_closed = trades.closed.any(dim=1)
+        closed = live & (pos0 != 0) & any_closed
+        continuing = (pos0 != 0) & ~any_closed
+        trade_net = trade.gross - trade.costs  # the open trade's unrealised PnL after costs
+        base_max = torch.where(continuing, s.trade_max, torch.zeros_like(s.trade_max))
+        base_min = torch.where(continuing, s.trade_min, torch.zeros_like(s.trade_min))
+        reset_trade = pos_c == 0
+        new_max = torch.maximum(base_max, trade_net)
+        peak_step = torch.where(
+            trade_net >= base_max, hold, torch.where(continuing, s.peak_step, torch.zeros_like(s.peak_step))
+        )
         traded = (fill_now.contracts != 0) | (lim_contracts != 0) | (exit_fill.contracts != 0)
         equity = torch.where(live, equity_b - exit_fill.fees - exit_fill.slippage_cost, s.equity)
         # Rewards: advance the held trade, pay the step (and the shaping terms on a close), then
@@ -481,9 +515,10 @@ class TradingEnv:
             picked=torch.where(live[:, None], actions.to(self.device), -1),
             realised_direction=torch.where(live, realised_dir, -1),
             realised_magnitude=torch.where(live, magnitude_eff, -1),
-            trade_closed=closed,
-            trade_pnl=torch.where(closed, trade_net, 0.0),
-            closed_magnitude=closed_mag,
+            trades=trades,
+            fills=torch.stack([fill_now.contracts, lim_contracts, exit_fill.contracts], dim=1),
+            fill_price=torch.stack([fill_now.price, lim.price, exit_fill.price], dim=1),
+            fill_costs=torch.stack([order_costs, lim_costs, exit_costs], dim=1),
             exit_reason=torch.where(live, exit_reason, 0),
             components=components,
             branch_shares=torch.zeros(n, len(BRANCHES), dtype=self.dtype, device=self.device),
@@ -498,21 +533,17 @@ class TradingEnv:
             peak_equity=torch.maximum(s.peak_equity, equity),
             costs_paid=s.costs_paid + torch.where(live, costs, 0.0),
             hold_time=torch.where(pos_c == 0, torch.zeros_like(hold), hold),
-            trade_gross=torch.where(reset_trade, torch.zeros_like(trade_gross), trade_gross),
-            trade_costs=torch.where(reset_trade, torch.zeros_like(trade_costs), trade_costs),
+            trade=trade,
             trade_max=torch.where(reset_trade, torch.zeros_like(new_max), new_max),
-            trade_min=torch.where(
-                reset_trade, torch.zeros_like(new_max), torch.minimum(s.trade_min, trade_net)
-            ),
+            trade_min=torch.where(reset_trade, torch.zeros_like(new_max), torch.minimum(base_min, trade_net)),
             peak_step=torch.where(reset_trade, torch.zeros_like(peak_step), peak_step),
-            opened_magnitude=torch.where(pos_c == 0, torch.full_like(opened_mag, -1), opened_mag),
             time_since_trade=torch.where(
                 traded, torch.zeros_like(s.time_since_trade), s.time_since_trade + 1
             ),
-            n_trades=s.n_trades + closed.to(torch.int64),
-            n_wins=s.n_wins + win.to(torch.int64),
-            sum_win=s.sum_win + torch.where(win, per_contract, 0.0),
-            sum_loss=s.sum_loss + torch.where(lost, -per_contract, 0.0),
+            n_trades=s.n_trades + trades.closed.sum(dim=1),
+            n_wins=s.n_wins + win_NS.sum(dim=1),
+            sum_win=s.sum_win + torch.where(win_NS, per_contract_NS, 0.0).sum(dim=1),
+            sum_loss=s.sum_loss + torch.where(lost_NS, -per_contract_NS, 0.0).sum(dim=1),
             plan_active=plan_active & (pos_c != 0),
             plan_dir=plan_dir,
             plan_profit=plan_profit,

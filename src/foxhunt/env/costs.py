@@ -2,7 +2,9 @@
 
 Every function takes ``[N]`` tensors (any broadcastable shape works) and returns tensors on the
 inputs' device: no ``.item()``, no Python loop over N, no host round trip, so the env step can be
-compiled or graph-captured. Prices are in index points, money in contract currency ($ for ES).
+compiled or graph-captured. Prices are in price units (index points for ES), money in the contract's
+currency; the tick size and point value come from the data's
+:class:`~foxhunt.data.instrument.Instrument` (the one source of every contract number).
 
 Conventions
 -----------
@@ -25,12 +27,22 @@ Fees, per side (:func:`fees`)::
     fees = (commission_per_contract + exchange_fee_per_contract) * |contracts|
 
 Market orders (:func:`market_fill_price`) cross the spread and pay slippage in the trade's
-direction (an expected cost, not rounded to a tick)::
+direction::
 
     touch     = ask if buy, bid if sell                    (from effective_quote)
     slip_tick = slippage_ticks_per_contract * max(|contracts| - 1, 0)
                 + immediate_slippage_ticks * [urgency == IMMEDIATE]
     fill      = touch + side * slip_tick * tick_size
+
+Where the book is known the touch is a quoted price (on the tick grid) and the slippage an expected
+size impact averaged over the order's contracts, which need not lie on the grid (a three-contract
+sweep at 5000.25, 5000.25, 5000.50 averages 5000.33). Where the book is unknown (ohlcv bars) the
+modelled price is anchored to what traded (:func:`tick_round`, :func:`into_range`)::
+
+    fill = clamp(ceil_tick(fill) if buy else floor_tick(fill), low, high)
+
+the tick grid rounded against the trader (buy up, sell down), then never outside the bar's traded
+range ``[low, high]`` (a buy when the bar closed at its high pays the high).
 
 Limit orders (:func:`limit_price`, :func:`limit_fill`)::
 
@@ -38,6 +50,9 @@ Limit orders (:func:`limit_price`, :func:`limit_fill`)::
     LIMIT_INSIDE:   buy at bid + tick, sell at ask - tick (a new level, queue ahead 0);
                     when the spread is one tick or less that price would lock or cross the book,
                     so the order stays at the touch (joins bid / ask) instead.
+
+Where the book is unknown the modelled touch is put on the grid away from the market (buy down,
+sell up): a resting order rests at a price that can trade.
 
 A limit order placed on row t rests from row t+1; on each later row it fills, all or nothing and at
 its limit price (no price improvement), when that row's prices trade **through** it::
@@ -80,10 +95,12 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from foxhunt.data.instrument import Instrument
 from foxhunt.env.actions import OrderType, Urgency
-from foxhunt.env.config import ContractConfig, CostConfig
+from foxhunt.env.config import CostConfig
 
 _ULPS = 8.0  # price comparison tolerance, in units of the dtype's epsilon x |price|
+_TICK_TOL = 1e-6  # a price within this many ticks of a grid line is on it (float division residue)
 # Plain ints for tensor comparisons: torch.compile (dynamo) mis-traces `tensor == IntEnum member`.
 _MARKET = int(OrderType.MARKET)
 _LIMIT_INSIDE = int(OrderType.LIMIT_INSIDE)
@@ -120,6 +137,25 @@ def effective_quote(
         mid = torch.full_like(bid, float("nan"))
     half = 0.5 * costs.spread_model_ticks * tick_size
     return torch.where(known, bid, mid - half), torch.where(known, ask, mid + half)
+
+
+def tick_round(price: Tensor, side: Tensor, tick_size: float) -> Tensor:
+    """``price`` on the tick grid (multiples of ``tick_size``): buys rounded up, sells down.
+
+    Rows with ``side == 0`` are returned unchanged. A price within 1e-6 ticks of a grid line counts
+    as on it (``5000.25 / 0.25`` is exact, ``1.09035 / 0.00005`` is not).
+    """
+    s = torch.sign(side).to(price.dtype)
+    ticks = price / tick_size
+    up = torch.ceil(ticks - _TICK_TOL) * tick_size
+    down = torch.floor(ticks + _TICK_TOL) * tick_size
+    return torch.where(s > 0, up, torch.where(s < 0, down, price))
+
+
+def into_range(price: Tensor, low: Tensor, high: Tensor) -> Tensor:
+    """``price`` clamped into ``[low, high]`` where both are finite (a bar's traded range)."""
+    ok = torch.isfinite(low) & torch.isfinite(high) & (low <= high)
+    return torch.where(ok, torch.minimum(torch.maximum(price, low), high), price)
 
 
 def fees(contracts: Tensor, costs: CostConfig) -> Tensor:
@@ -159,17 +195,25 @@ def market_fill_price(
     costs: CostConfig,
     tick_size: float,
     mid: Tensor | None = None,
+    low: Tensor | None = None,
+    high: Tensor | None = None,
 ) -> Tensor:
     """Fill price of a market order: the far touch plus slippage in the trade's direction.
 
     Buys pay ``ask + slip``, sells receive ``bid - slip`` (``slip`` = :func:`slippage_ticks` x tick);
-    rows with ``side == 0`` get the quote mid. ``mid`` feeds the spread model where the book is unknown.
+    rows with ``side == 0`` get the quote mid. ``mid`` feeds the spread model where the book is
+    unknown; there the price is put on the tick grid (buy up, sell down) and, with ``low`` and
+    ``high`` (the row's traded range), clamped into it.
     """
     q_bid, q_ask = effective_quote(bid, ask, mid, costs, tick_size)
     s = _sign(side, q_bid)
     touch = torch.where(s > 0, q_ask, torch.where(s < 0, q_bid, 0.5 * (q_bid + q_ask)))
     slip = slippage_ticks(_size(contracts, q_bid), urgency, costs) * tick_size  # in the price dtype
-    return touch + s * slip
+    price = touch + s * slip
+    modelled = tick_round(price, s, tick_size)
+    if low is not None and high is not None:
+        modelled = into_range(modelled, low.to(price.dtype), high.to(price.dtype))
+    return torch.where(book_known(bid, ask) | (s == 0), price, modelled)
 
 
 def market_order(
@@ -180,28 +224,42 @@ def market_order(
     mid: Tensor,
     urgency: Tensor,
     costs: CostConfig,
-    contract: ContractConfig,
+    instrument: Instrument,
+    low: Tensor | None = None,
+    high: Tensor | None = None,
 ) -> Fill:
     """Execute market orders now: fills every row with ``side != 0`` and ``contracts != 0``.
 
     ``mid`` is the reference (mark) price: it prices the spread model and the slippage cost.
+    ``low``/``high`` bound a modelled fill where the book is unknown (:func:`market_fill_price`).
     """
-    price = market_fill_price(side, contracts, bid, ask, urgency, costs, contract.tick_size, mid=mid)
+    price = market_fill_price(
+        side, contracts, bid, ask, urgency, costs, instrument.tick_size, mid=mid, low=low, high=high
+    )
     filled = (side != 0) & (contracts != 0)
-    return _fill(filled, side, contracts, price, mid, costs, contract.point_value)
+    return _fill(filled, side, contracts, price, mid, costs, instrument.point_value)
 
 
 # --- limit orders -----------------------------------------------------------------------------
 
 
-def limit_price(side: Tensor, order_type: Tensor, bid: Tensor, ask: Tensor, tick_size: float) -> Tensor:
+def limit_price(
+    side: Tensor,
+    order_type: Tensor,
+    bid: Tensor,
+    ask: Tensor,
+    tick_size: float,
+    book: Tensor | None = None,
+) -> Tensor:
     """Limit price: at the touch, or one tick inside when the spread is at least two ticks.
 
     ``LIMIT_AT_TOUCH``: buy at bid, sell at ask. ``LIMIT_INSIDE``: buy at bid + tick, sell at
     ask - tick; with a spread of one tick (or a locked book) that would lock or cross, so it stays at
     the touch. ``MARKET`` rows get the far touch (ask for a buy, bid for a sell: the price a market
     order crosses to) and ``side == 0`` rows the mid; the env routes those through
-    :func:`market_order`. Pass a quote from :func:`effective_quote` when the book may be unknown.
+    :func:`market_order`. Pass a quote from :func:`effective_quote` when the book may be unknown,
+    with ``book`` (:func:`book_known` of the raw quote): where it is False the modelled price is put
+    on the tick grid away from the market (buy down, sell up).
     """
     s = _sign(side, bid)
     spread_ticks = torch.round((ask - bid) / tick_size)
@@ -209,7 +267,11 @@ def limit_price(side: Tensor, order_type: Tensor, bid: Tensor, ask: Tensor, tick
     improve = inside.to(bid.dtype) * tick_size
     buy = torch.where(order_type == _MARKET, ask, bid + improve)
     sell = torch.where(order_type == _MARKET, bid, ask - improve)
-    return torch.where(s > 0, buy, torch.where(s < 0, sell, 0.5 * (bid + ask)))
+    price = torch.where(s > 0, buy, torch.where(s < 0, sell, 0.5 * (bid + ask)))
+    if book is None:
+        return price
+    keep = book | (s == 0) | (order_type == _MARKET)  # MARKET rows: the touch market_order models
+    return torch.where(keep, price, tick_round(price, -s, tick_size))
 
 
 def _tol(price: Tensor) -> Tensor:
@@ -297,7 +359,7 @@ def limit_order(
     traded_volume_at_price: Tensor,
     mid: Tensor,
     costs: CostConfig,
-    contract: ContractConfig,
+    instrument: Instrument,
 ) -> Fill:
     """Check resting limit orders against the next row and book the fills as a :class:`Fill`.
 
@@ -307,7 +369,7 @@ def limit_order(
         side, price, next_low, next_high, queue_ahead, traded_volume_at_price, contracts=contracts
     )
     filled = filled & (contracts != 0)
-    return _fill(filled, side, contracts, fill_price, mid, costs, contract.point_value)
+    return _fill(filled, side, contracts, fill_price, mid, costs, instrument.point_value)
 
 
 def patience(urgency: Tensor, costs: CostConfig) -> Tensor:

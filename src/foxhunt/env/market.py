@@ -2,17 +2,20 @@
 
 Built from a feature cache and a fold (:class:`~foxhunt.validation.dataset.FoldData`): the state's
 feature groups (market, ofi, tlob, mtf, in :data:`~foxhunt.features.layout.STATE_LAYOUT` order)
-normalised with the fold's training-row scaler (the one normalisation path), and the raw prices
-execution needs (mid path, high/low, touch, a trailing volatility for plan barriers).
+normalised with the fold's training-row scaler (the one normalisation path), the raw prices
+execution needs (mid path, high/low, touch, a trailing volatility for plan barriers) and the
+instrument they are prices of (tick grid, point value: foxhunt.data.instrument).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
+from foxhunt.config.instrument import InstrumentConfig
+from foxhunt.data.instrument import Instrument, instrument_of_cache, product_instrument
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.dataset import FoldData
@@ -37,6 +40,9 @@ class MarketTensors:
     bid_size: torch.Tensor | None = None  # [R] contracts displayed at the best bid, NaN where unknown
     ask_size: torch.Tensor | None = None  # [R] contracts displayed at the best ask, NaN where unknown
     volume: torch.Tensor | None = None  # [R] contracts traded in the row, NaN where unknown
+    # The contract the prices are of. market_tensors always sets the data's; a market assembled by
+    # hand (tests) gets the built-in table's ES, the contract its hand-worked numbers assume.
+    instrument: Instrument = field(default_factory=lambda: product_instrument("ES"))
 
     @property
     def rows(self) -> int:
@@ -122,7 +128,13 @@ def market_tensors(
     vol_window: int,
     device: torch.device | str = "cpu",
     dtype: torch.dtype = torch.float64,
+    instrument: Instrument | None = None,
+    overrides: InstrumentConfig | None = None,
 ) -> MarketTensors:
+    """The fold's market on ``device``; ``instrument`` None: the cache's own (its source files'
+    definitions or symbols, with ``overrides``, the config's ``[instrument]``)."""
+    if instrument is None:
+        instrument = instrument_of_cache(cache.meta, overrides)
     columns = state_feature_columns()
     missing = [c for c in columns if c not in cache.columns]
     if missing:
@@ -152,4 +164,5 @@ def market_tensors(
         bid_size=bid_size,
         ask_size=ask_size,
         volume=volume,
+        instrument=instrument,
     )

@@ -33,15 +33,16 @@ import numpy as np
 import pyarrow as pa
 
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
-from foxhunt.data.schemas import RowUnit
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
-from foxhunt.features.layout import STACK_FAMILIES, STATE_LAYOUT
+from foxhunt.features.layout import STATE_LAYOUT, stack_families
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.registry import FAMILIES
+from foxhunt.features.plugins import load_plugins
+from foxhunt.features.registry import FAMILIES, with_plugins
 from foxhunt.features.stack import FeatureMatrix, compute_stack
 from foxhunt.validation.labels import compute_labels, label_span
 
@@ -71,12 +72,13 @@ class CacheMismatchError(FoxhuntError):
     """A cache file does not match the running code, config or sources."""
 
 
-def _families(row_unit: RowUnit) -> tuple[str, ...]:
-    return STACK_FAMILIES[row_unit]
+def _families(cfg: FoxhuntConfig) -> tuple[str, ...]:
+    return stack_families(cfg.data.row_unit, load_plugins(cfg.features))
 
 
 def _feature_params(cfg: FoxhuntConfig) -> dict[str, Any]:
-    return {name: getattr(cfg.features, name) for name in type(cfg.features).model_fields}
+    builtin = {name: getattr(cfg.features, name) for name in type(cfg.features).model_fields}
+    return builtin | {name: p.params for name, p in load_plugins(cfg.features).items()}
 
 
 def horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:
@@ -87,18 +89,24 @@ def barrier_horizon(cfg: FoxhuntConfig) -> int:
     return int(cfg.labels.barrier_horizon(cfg.data.row_unit))
 
 
+# The config sections that change cached values (not seeds, devices or training).
+VALUE_SECTIONS = ("data", "features", "labels")
+
+
 def value_config(cfg: FoxhuntConfig) -> dict[str, Any]:
     """The config sections that change cached values (not seeds, devices or training)."""
     dump = cfg.model_dump(mode="json")
-    return {"data": dump["data"], "features": dump["features"], "labels": dump["labels"]}
+    return {section: dump[section] for section in VALUE_SECTIONS}
 
 
 def schema_hash(cfg: FoxhuntConfig) -> str:
     """Hash of the running code and settings that produce the cache's values."""
     modules = [importlib.import_module(m) for m in HASHED_MODULES if _importable(m)]
-    modules += [FAMILIES[name] for name in _families(cfg.data.row_unit)]
+    plugins = load_plugins(cfg.features)
+    modules += [FAMILIES[name] for name in _families(cfg) if name not in plugins]
     parts = [f"format={FORMAT_VERSION}"]
     parts += [f"{m.__name__}={module_fingerprint(m)}" for m in modules]
+    parts += [f"plugin {name}={p.fingerprint()}" for name, p in plugins.items()]  # the plug-in's code
     parts.append("state_layout=" + digest(STATE_LAYOUT.describe()))
     parts.append("config=" + digest(value_config(cfg)))
     return combine(parts)[:32]
@@ -133,7 +141,8 @@ def cache_path(out_dir: Path, cfg: FoxhuntConfig, key: str) -> Path:
 
 def compute_features(inp: RowInput, cfg: FoxhuntConfig, registry=None) -> FeatureMatrix:
     """The configured stack on ``inp`` (the leak guard and the cache both call this)."""
-    return compute_stack(inp, _families(cfg.data.row_unit), _feature_params(cfg), registry)
+    families = with_plugins(load_plugins(cfg.features)) | dict(registry or {})
+    return compute_stack(inp, _families(cfg), _feature_params(cfg), families)
 
 
 def label_columns(inp: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
@@ -162,7 +171,7 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
         "ask": pa.array(inp.ask_px[:, 0].astype(np.float64)),
         "bid_size": pa.array(inp.bid_sz[:, 0].astype(np.float64)),
         "ask_size": pa.array(inp.ask_sz[:, 0].astype(np.float64)),
-        "volume": pa.array(inp.volume.astype(np.float64)),
+        "volume": pa.array(np.where(inp.volume_known(), inp.volume, np.nan)),  # NaN: no trade data
     }
     for j, name in enumerate(fm.columns):
         cols[name] = pa.array(np.ascontiguousarray(fm.values[:, j]))
@@ -195,6 +204,8 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "config": value_config(cfg),
         "coverage": {c: round(float(v), 6) for c, v in zip(fm.columns, coverage, strict=True)},
+        # Columns set to 0 because the input lacks book depth or trades (column -> MaskReason).
+        "masked": {c: r.value for c, r in fm.masked.items()},
         "label_span": label_span(horizons(cfg), barrier_horizon(cfg)),
         "horizons": list(horizons(cfg)),
     }
@@ -280,36 +291,146 @@ def load_cache(
     expected = expected_meta(cfg, sources if sources is not None else cache.meta.get("sources", []))
     diff = differences(cache.meta, expected)
     if diff:
-        detail = "; ".join(
-            f"{f}: cached {str(cache.meta.get(f))[:60]!s} != now {str(expected[f])[:60]!s}" for f in diff
+        if "config" in diff and "schema_hash" in diff:
+            diff.remove("schema_hash")  # the settings are hashed into it: name them, not the hash
+        detail = "; ".join(_describe(f, cache.meta.get(f), expected[f]) for f in diff)
+        fix = (
+            "rebuild it: foxhunt features build --data ... (or delete the file)"
+            if {"format_version", "schema_hash", "sources"} & set(diff)
+            else "use the settings the cache was built with (drop the --set/--row-unit that differ), "
+            "or build a cache with yours: foxhunt features build --data ..."
         )
-        raise CacheMismatchError(
-            cache.path,
-            f"stale feature cache ({detail})",
-            "rebuild it: foxhunt features build --data ... (or delete the file)",
-        )
+        raise CacheMismatchError(cache.path, f"stale feature cache ({detail})", fix)
     return cache
 
 
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _describe(field: str, cached: Any, now: Any) -> str:
+    """One mismatching field in words, whole values only (never cut mid-word)."""
+    if field == "config":
+        a, b = _leaves(cached or {}), _leaves(now)
+        keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
+        return "settings differ: " + ", ".join(f"{k} cached {a.get(k)!r}, now {b.get(k)!r}" for k in keys)
+    if field == "sources":
+        return "built from other input files"
+    if field == "schema_hash":
+        return "schema_hash differs: built by other feature code"
+    return f"{field} cached {cached!r}, now {now!r}"
+
+
+def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str] = ()) -> FoxhuntConfig:
+    """``cfg`` with its value sections (row unit, data source, features, labels) taken from the cache.
+
+    A command given ``--cache FILE`` reads what the cache holds from the cache, not from a profile
+    the user has to repeat. ``asked`` are the ``section.key`` names the user set explicitly (``--set``,
+    ``--row-unit``): one that contradicts the cache is refused, naming both values, rather than
+    silently dropped.
+    """
+    from foxhunt.config.loader import validate_tree
+
+    cache = open_cache(path)
+    stored = cache.meta.get("config", {})
+    dump = cfg.model_dump(mode="json")
+    conflicts = []
+    for key in asked:
+        section, *parts = key.split(".")
+        if section not in VALUE_SECTIONS or section not in stored or not parts:
+            continue
+        cached, now = stored[section], dump[section]
+        for part in parts:
+            cached = cached.get(part) if isinstance(cached, dict) else None
+            now = now.get(part) if isinstance(now, dict) else None
+        if cached != now:
+            conflicts.append(f"{key}={now!r} (the cache has {cached!r})")
+    if conflicts:
+        raise CacheMismatchError(
+            cache.path,
+            "the cache was built with other settings than asked: " + ", ".join(conflicts),
+            "drop those settings to use this cache as it is, or build one with them "
+            "(foxhunt features build --data ... --set ...)",
+        )
+    dump.update({section: stored[section] for section in VALUE_SECTIONS if section in stored})
+    merged = validate_tree(dump, f"the settings of cache {cache.path.name}")
+    assert merged is not None  # cross checks on: an invalid tree raised
+    return merged
+
+
 def get_or_build(
-    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: str | Path, *, regenerate: bool = True
+    paths: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    out_dir: str | Path,
+    *,
+    regenerate: bool = True,
+    progress: Reporter = SILENT,
 ) -> FeatureCache:
     """The cache for ``paths`` under ``cfg``: loaded if a valid one exists, else built (same code)."""
     files = expand_paths(paths)
-    sources = [file_fingerprint(p) for p in files]
+    sources = []
+    with progress.task(f"hashing {len(files)} input file(s)", total=len(files), announce=False) as task:
+        for p in files:
+            sources.append(file_fingerprint(p))
+            task.advance()
     schema = schema_hash(cfg)
     path = cache_path(Path(out_dir), cfg, cache_key(sources, cfg, schema))
     if path.is_file():
         try:
-            return load_cache(path, cfg, sources)
+            cache = load_cache(path, cfg, sources)
+            progress.say(f"features: reusing {path}")
+            return cache
         except CacheMismatchError:
             if not regenerate:
                 raise
     elif not regenerate:
         _explain_missing(Path(out_dir), cfg, sources)
-    md = load_market(files, cfg.data)
-    build_cache(md, cfg, path, sources)
+    with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
+        md = load_market(files, cfg.data)
+        task.update(description="features: computing rows, features and labels")
+        task.advance()
+        build_cache(md, cfg, path, sources)
+        task.advance()
+    _remove_orphans(path, sources, cfg)
     return load_cache(path, cfg, sources)
+
+
+def _remove_orphans(kept: Path, sources: list[dict[str, Any]], cfg: FoxhuntConfig) -> None:
+    """Delete the caches of the same sources and row unit that the running code can never load.
+
+    A cache whose schema hash is not the running code's is refused by :func:`load_cache` forever
+    after a code change, so without this every change of code would leave one more dead file
+    beside the new one. Caches of other sources, row units or settings are kept: they are valid.
+    """
+    wanted = sorted(s["sha256"] for s in sources)
+    for other in kept.parent.glob(f"features-{cfg.data.row_unit.value}-*.arrow"):
+        if other == kept:
+            continue
+        try:
+            meta = read_meta(other)
+        except (CacheMismatchError, pa.ArrowInvalid, OSError):
+            continue  # not ours to judge (a foreign or half-readable file): leave it
+        same_sources = sorted(s.get("sha256", "") for s in meta.get("sources", [])) == wanted
+        if same_sources and not _loadable(meta, cfg):
+            other.unlink(missing_ok=True)
+
+
+def _loadable(meta: dict[str, Any], cfg: FoxhuntConfig) -> bool:
+    """Whether the running code would accept a cache of ``meta`` under the settings it was built with."""
+    from foxhunt.config.loader import validate_tree
+
+    dump = cfg.model_dump(mode="json")
+    dump.update({s: meta["config"][s] for s in VALUE_SECTIONS if s in meta.get("config", {})})
+    try:
+        own = validate_tree(dump, "cache")
+    except FoxhuntError:
+        return False  # settings the running code no longer accepts
+    return own is not None and meta.get("schema_hash") == schema_hash(own)
 
 
 def _explain_missing(out_dir: Path, cfg: FoxhuntConfig, sources: list[dict[str, Any]]) -> None:

@@ -73,6 +73,11 @@ class RowInput:
     book_mask: np.ndarray  # bool: the book fields are real
     flow_mask: np.ndarray  # bool: the aggressor split / trade count are real
     events: EventInput | None  # None without book data
+    # What the input lacks, for the stack to mask the columns that need it (SPEC §3, 0 = no signal):
+    # book levels with real data (1 = top of book only; None = all ``levels``), and per row
+    # whether traded volume is known (None = every row; False where the session has no trades).
+    book_levels: int | None = None
+    volume_mask: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -80,6 +85,15 @@ class RowInput:
     @property
     def levels(self) -> int:
         return int(self.bid_px.shape[1])
+
+    def volume_known(self) -> np.ndarray:
+        """[n] bool: the row's traded volume is known (0 there means nothing traded)."""
+        return np.ones(len(self.ts), bool) if self.volume_mask is None else self.volume_mask
+
+    @property
+    def top_of_book(self) -> bool:
+        """The book has real data at the touch only (MBP-1, TBBO, BBO input)."""
+        return self.book_levels == 1
 
     def prefix(self, k: int) -> RowInput:
         """The first ``k`` rows (and their events): what was known at ``ts[k - 1]``.
@@ -180,6 +194,8 @@ def from_bars(series: BarSeries, data_source: DataSource, tick_size: float) -> R
         book_mask=b.book_mask.copy(),
         flow_mask=b.flow_mask.copy(),
         events=events,
+        book_levels=series.book_levels or None,
+        volume_mask=b.volume_mask.copy(),
     )
 
 
@@ -229,6 +245,8 @@ def from_snapshots(rows: SnapshotRows, tick_size: float) -> RowInput:
         bid_ct=_f(book.bid_ct),
         ask_ct=_f(book.ask_ct),
         book_mask=np.ones(n, bool),
-        flow_mask=np.ones(n, bool),
+        flow_mask=np.ones(n, bool) if rows.volume_mask is None else rows.volume_mask.copy(),
         events=_events(book, np.arange(n), seg),
+        book_levels=rows.book_levels or None,
+        volume_mask=rows.volume_mask,
     )

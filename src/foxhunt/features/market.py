@@ -171,6 +171,8 @@ MIRROR_ODD: frozenset[str] = frozenset(
     or s == "cusum"
 )
 _DIST_HIGH, _DIST_LOW = (s for s in SLOTS if s.startswith("dist_"))
+# Slots that need traded volume: the stack sets them to 0 (masked) on rows without trades.
+TRADE_SLOTS: tuple[str, ...] = tuple(s for s in SLOTS if s.startswith("volume_"))
 MIRROR_SWAPS: tuple[tuple[str, str], ...] = ((_DIST_HIGH, _DIST_LOW),)  # dist_high <-> -dist_low
 
 

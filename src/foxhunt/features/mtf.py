@@ -110,6 +110,8 @@ MIRROR_ODD: frozenset[str] = frozenset(
     s for s in SLOTS if s.endswith(("_ret_bps", "_mom_z", "_close_pos", "_range_pos", "_trend_tstat"))
 )
 MIRROR_SWAPS: tuple[tuple[str, str], ...] = ()
+# Slots that need traded volume: the stack sets them to 0 (masked) on rows without trades.
+TRADE_SLOTS: tuple[str, ...] = tuple(s for s in SLOTS if s.endswith("_volume_ratio"))
 
 
 @numba.njit(cache=True)

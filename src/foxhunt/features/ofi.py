@@ -113,6 +113,24 @@ SLOTS: tuple[str, ...] = (
     "ofi_l0_ema",
 )
 NEEDS_BOOK = True
+# Slots that need the book beyond the touch (levels 1-9, or all levels summed): the stack sets
+# them to 0 (masked) on top-of-book input. Slots that need trades: 0 (masked) on rows without.
+DEPTH_SLOTS: tuple[str, ...] = (
+    "ofi_l1",
+    "ofi_l2",
+    "ofi_l3",
+    "ofi_l4",
+    "ofi_deep",
+    "ofi_total",
+    "ofi_accel",
+    "ofi_ema_fast",
+    "ofi_ema_mid",
+    "ofi_ema_slow",
+    "book_pressure",
+    "order_count_flux",
+    "order_count_imbalance",
+)
+TRADE_SLOTS: tuple[str, ...] = ("vpin", "toxicity_gradient", "aggression", "aggression_row", "trade_flow")
 
 # The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(

@@ -42,6 +42,8 @@ SLOTS: tuple[str, ...] = (
     "microprice_drift",
 )
 NEEDS_BOOK = True
+# Slots that need trades: the stack sets them to 0 (masked) on rows without trades.
+TRADE_SLOTS: tuple[str, ...] = ("time_since_trade",)
 
 _WIDTH = len(SLOTS)
 _S = {name: i for i, name in enumerate(SLOTS)}  # slot -> column, for the kernels

@@ -69,6 +69,8 @@ NEEDS_BOOK = True
 
 # The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(s for s in SLOTS if s.startswith("imbalance_"))
+# Slots that need the book beyond the touch: the stack sets them to 0 (masked) on top-of-book input.
+DEPTH_SLOTS: tuple[str, ...] = tuple(s for s in SLOTS if s != "imbalance_1")
 MIRROR_SWAPS: tuple[tuple[str, str], ...] = (
     ("bid_share_l0", "ask_share_l0"),
     ("bid_share_l1_2", "ask_share_l1_2"),

@@ -1,20 +1,26 @@
 """The run report: one self-contained ``report.html`` (inline CSS, PNGs as base64 data URIs, no
 external link or script) plus the PNGs in ``plots/``, from the run summary (``metrics.json``).
 
-Only ``folds`` is required; every other part may be missing or ``None`` and its section then says
-"not available". Within a fold, missing metrics print as "n/a". Every piece of text from the summary
-goes through :func:`html.escape`.
+It opens with a verdict block (:mod:`foxhunt.report.verdict`): the data, the leak guard, the alpha
+verdict, the agent against its baselines, which checkpoint the numbers come from (the best epoch,
+the last one beside it) and whether the anomaly guard stopped the run, with a WARNING for every fold
+where the agent never traded or its result is implausible.
+
+Only ``folds`` is required (it may be empty only when the summary says the run was ``stopped``);
+every other part may be missing or ``None`` and its section then says "not available". Within a
+fold, missing metrics print as "n/a". Every piece of text from the summary goes through
+:func:`html.escape`.
 
 Units: money in $ with 2 decimals; Sharpe annualised (per-bar Sharpe x sqrt(bars per year), the
 bars per year stated per fold) with 2 decimals; max drawdown, win rate and active fraction as
 percentages (max drawdown of peak equity, as ``foxhunt.backtest.metrics`` defines it).
+
+The page fits a narrow window: every table scrolls inside its own box, images shrink to the page.
 """
 
 from __future__ import annotations
 
 import base64
-import html
-import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +28,35 @@ from typing import Any
 from foxhunt.atomic import write_text
 from foxhunt.errors import FoxhuntError
 from foxhunt.report import plots
+from foxhunt.report.fmt import (
+    NA,
+    count,
+    duration,
+    esc,
+    fixed,
+    fold_id,
+    implausible_reasons,
+    kv,
+    mapping,
+    mean,
+    money,
+    note,
+    num,
+    pct,
+    policies,
+    policy_names,
+    rate,
+    table,
+    td,
+    text,
+)
+from foxhunt.report.schema import LAST_EPOCH_KEY
+from foxhunt.report.verdict import data_title, verdict_body
 
-POLICIES = ("agent", "flat", "long")
+__all__ = ["ReportInputError", "check_summary", "duration", "money", "pct", "render", "write_report"]
 
 SECTIONS: tuple[tuple[str, str], ...] = (
+    ("verdict", "Verdict"),
     ("run", "Run"),
     ("data", "Data"),
     ("leaks", "Leak guard"),
@@ -39,23 +70,30 @@ SECTIONS: tuple[tuple[str, str], ...] = (
 """(anchor, heading) of every section, in order."""
 
 CSS = """
+*, *::before, *::after { box-sizing: border-box; }
 body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 1.5em auto;
        max-width: 1250px; padding: 0 1em; color: #1b1b1b; line-height: 1.4; }
-h1 { border-bottom: 2px solid #333; padding-bottom: .2em; }
+h1 { border-bottom: 2px solid #333; padding-bottom: .2em; font-size: 1.6em; overflow-wrap: anywhere; }
 h2 { margin-top: 1.8em; border-bottom: 1px solid #bbb; }
-nav a { margin-right: 1em; }
-table { border-collapse: collapse; margin: .6em 0; font-size: 0.88em; }
-th, td { border: 1px solid #ccc; padding: .25em .55em; }
+nav { display: flex; flex-wrap: wrap; gap: .2em 1em; }
+.scroll { overflow-x: auto; max-width: 100%; margin: .6em 0; }
+table { border-collapse: collapse; font-size: 0.88em; }
+th, td { border: 1px solid #ccc; padding: .25em .55em; vertical-align: top; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
-table.kv th { text-align: left; }
+table.kv th { text-align: left; white-space: nowrap; }
+table.kv td { overflow-wrap: anywhere; }
+table.verdict { font-size: 0.95em; width: 100%; }
 tr.mean td { font-weight: bold; background: #fafafa; }
 tr.implausible td, td.implausible { background: #ffd9d9; }
+tr.idle td, td.idle { background: #fff3cd; }
+.warning { background: #fff3cd; border-left: 4px solid #b36b00; padding: .4em .7em; margin: .5em 0; }
 .bad { color: #b00020; font-weight: bold; }
 .good { color: #1b7f3b; font-weight: bold; }
 .na { color: #777; font-style: italic; }
-img { max-width: 100%; border: 1px solid #ddd; margin: .4em 0; }
-.small { font-size: 0.85em; color: #555; }
+img { max-width: 100%; height: auto; border: 1px solid #ddd; margin: .4em 0; display: block; }
+.small { font-size: 0.85em; color: #555; overflow-wrap: anywhere; }
+code { overflow-wrap: anywhere; }
 """
 
 
@@ -63,94 +101,19 @@ class ReportInputError(FoxhuntError, ValueError):
     """The run summary given to :func:`write_report` lacks a required part or has the wrong shape."""
 
 
-# --- formatting --------------------------------------------------------------------------------
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x))
-
-
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, int | float):
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
-NA = '<span class="na">n/a</span>'
-
-
-def money(x: Any) -> str:
-    """``$1,234.50`` / ``-$56.79``; "n/a" for a missing or non-finite value."""
-    v = _num(x)
-    if v is None:
-        return NA
-    return f"{'-' if v < 0 else ''}${abs(v):,.2f}"
-
-
-def fixed(x: Any, digits: int = 2) -> str:
-    v = _num(x)
-    return NA if v is None else f"{v:,.{digits}f}"
-
-
-def pct(x: Any, digits: int = 1) -> str:
-    v = _num(x)
-    return NA if v is None else f"{100.0 * v:.{digits}f}%"
-
-
-def count(x: Any) -> str:
-    v = _num(x)
-    if v is None:
-        return NA
-    return f"{int(v):,}" if v == int(v) else f"{v:,.1f}"
-
-
-def duration(x: Any) -> str:
-    v = _num(x)
-    if v is None:
-        return NA
-    if v < 60:
-        return f"{v:.1f} s"
-    h, rest = divmod(int(round(v)), 3600)
-    m, s = divmod(rest, 60)
-    return f"{h} h {m:02d} min {s:02d} s" if h else f"{m} min {s:02d} s"
-
-
-def text(x: Any) -> str:
-    return NA if x is None or x == "" else _e(x)
-
-
-def _note(message: str) -> str:
-    return f'<p class="na">{_e(message)}</p>'
-
-
-def _td(content: str, cls: str = "num") -> str:
-    return f'<td class="{cls}">{content}</td>' if cls else f"<td>{content}</td>"
-
-
-def _kv(pairs: Sequence[tuple[str, str]]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{v}</td></tr>" for k, v in pairs)
-    return f'<table class="kv">{rows}</table>'
-
-
 def _section(anchor: str, body: str) -> str:
     title = dict(SECTIONS)[anchor]
-    return f'<section id="{anchor}">\n<h2>{_e(title)}</h2>\n{body}\n</section>\n'
+    return f'<section id="{anchor}">\n<h2>{esc(title)}</h2>\n{body}\n</section>\n'
 
 
-def _img(path: Path | None, alt: str, missing: str) -> str:
+def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
     if path is None:
-        return _note(missing)
+        return note(missing)
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return (
-        f'<img src="data:image/png;base64,{data}" alt="{_e(alt)}">'
-        f'<div class="small">{_e(f"plots/{path.name}")}</div>'
+        f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
+        f'<div class="small">{esc(label or f"plots/{path.name}")}</div>'
     )
-
-
-def _mapping(summary: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:
-    part = summary.get(key)
-    return part if isinstance(part, Mapping) and part else None
 
 
 # --- input checks ------------------------------------------------------------------------------
@@ -171,7 +134,8 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
             "pass the run summary with its 'folds' list (one dict per walk-forward fold)",
         )
     folds = summary["folds"]
-    if not isinstance(folds, list | tuple) or not folds:
+    stopped = mapping(summary, "stopped") is not None  # a stopped run reports what it finished
+    if not isinstance(folds, list | tuple) or (not folds and not stopped):
         raise ReportInputError(
             "summary['folds']",
             f"expected a non-empty list of fold dicts, got {folds!r:.80}",
@@ -187,45 +151,18 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
     return list(folds)
 
 
-def _fold_id(fold: Mapping[str, Any], i: int) -> int:
-    v = _num(fold.get("fold"))
-    return int(v) if v is not None else i
-
-
-def _policies(fold: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    """``{"agent": fold, "flat": ..., "long": ...}``, an absent baseline as an empty dict."""
-    base = fold.get("baselines") if isinstance(fold.get("baselines"), Mapping) else {}
-    out: dict[str, Mapping[str, Any]] = {"agent": fold}
-    for name in ("flat", "long"):
-        b = base.get(name)
-        out[name] = b if isinstance(b, Mapping) else {}
-    return out
-
-
-def implausible_reasons(metrics: Mapping[str, Any]) -> list[str]:
-    """Why a result was flagged implausible: ``implausible`` as a list of reasons, or ``True`` with
-    optional ``implausible_reasons``; empty when not flagged."""
-    flag = metrics.get("implausible")
-    if isinstance(flag, list | tuple):
-        return [str(r) for r in flag]
-    if flag is True:
-        extra = metrics.get("implausible_reasons")
-        return [str(r) for r in extra] if isinstance(extra, list | tuple) and extra else ["flagged"]
-    return []
-
-
 # --- sections ----------------------------------------------------------------------------------
 
 
 def _run_section(summary: Mapping[str, Any]) -> str:
-    run = _mapping(summary, "run")
+    run = mapping(summary, "run")
     if run is None:
-        return _section("run", _note("Run information not available."))
+        return _section("run", note("Run information not available."))
     return _section(
         "run",
-        _kv(
+        kv(
             [
-                ("profile", text(run.get("profile"))),
+                ("settings profile", text(run.get("profile"))),
                 ("config hash", text(run.get("config_hash"))),
                 ("seed", text(run.get("seed"))),
                 ("device", text(run.get("device"))),
@@ -238,21 +175,24 @@ def _run_section(summary: Mapping[str, Any]) -> str:
 
 
 def _data_section(summary: Mapping[str, Any]) -> str:
-    data = _mapping(summary, "data")
+    data = mapping(summary, "data")
     if data is None:
-        return _section("data", _note("Data summary not available."))
-    source = data.get("source")
+        return _section("data", note("Data summary not available."))
+    source = data.get("files") or data.get("source")
     if isinstance(source, list | tuple):
-        source_html = "<br>".join(_e(s) for s in source) or NA
+        source_html = "<br>".join(esc(s) for s in source) or NA
     else:
         source_html = text(source)
+    kind = "synthetic (generated)" if data.get("synthetic") else ("DBN files" if data.get("files") else None)
     unit = data.get("row_unit")
     return _section(
         "data",
-        _kv(
+        kv(
             [
+                ("kind", text(kind)),
                 ("source", source_html),
-                ("rows", count(data.get("rows")) + (f" ({_e(unit)})" if unit else "")),
+                ("instrument", text(data.get("instrument"))),
+                ("rows", count(data.get("rows")) + (f" ({esc(unit)} rows)" if unit else "")),
                 ("sessions", count(data.get("sessions"))),
                 ("first", text(data.get("first"))),
                 ("last", text(data.get("last"))),
@@ -263,39 +203,46 @@ def _data_section(summary: Mapping[str, Any]) -> str:
 
 
 def _leaks_section(summary: Mapping[str, Any]) -> str:
-    leaks = _mapping(summary, "leaks")
+    leaks = mapping(summary, "leaks")
     if leaks is None or not isinstance(leaks.get("passed"), bool):
-        return _section("leaks", _note("Leak guard result not available."))
+        return _section("leaks", note("Leak guard result not available."))
     checked = count(leaks.get("columns_checked"))
     if leaks["passed"]:
         body = f'<p><span class="good">passed</span>: no leak found in {checked} columns checked.</p>'
     else:
-        body = f'<p><span class="bad">FAILED</span>: a leak was found ({checked} columns checked).</p>'
+        cols = leaks.get("leaking_columns")
+        named = f" in {esc(', '.join(map(str, cols)))}" if isinstance(cols, list | tuple) and cols else ""
+        body = f'<p><span class="bad">FAILED</span>: a leak was found{named} ({checked} columns checked).</p>'
     return _section("leaks", body)
 
 
-def _alpha_section(summary: Mapping[str, Any]) -> str:
-    alpha = _mapping(summary, "alpha")
+def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> str:
+    alpha = mapping(summary, "alpha")
     if alpha is None:
-        return _section("alpha", _note("Alpha check not available (not run, or no results recorded)."))
-    parts = [f"<p><b>Verdict:</b> {text(alpha.get('verdict'))}</p>"]
+        return _section("alpha", note("Alpha check not available (not run, or no results recorded)."))
+    line = alpha.get("verdict_line")  # the alpha check's own sentence, "Verdict: ..."
+    parts = [f"<p>{esc(line)}</p>" if line else f"<p><b>Verdict:</b> {text(alpha.get('verdict'))}</p>"]
     rows = [r for r in alpha.get("rows") or [] if isinstance(r, Mapping)]
     if rows:
         body = "".join(
             "<tr>"
-            + _td(text(r.get("model")), "")
-            + _td(count(r.get("horizon")))
-            + _td(fixed(r.get("auc"), 3))
-            + _td(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]")
+            + td(text(r.get("model")), "")
+            + td(count(r.get("horizon")))
+            + td(fixed(r.get("auc"), 3))
+            + td(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]")
             + "</tr>"
             for r in rows
         )
         parts.append(
-            "<table><tr><th>model</th><th>horizon (rows)</th><th>validation AUC</th>"
-            f"<th>95% interval</th></tr>{body}</table>"
+            table(
+                "<tr><th>model</th><th>horizon (rows)</th><th>validation AUC</th>"
+                f"<th>95% interval</th></tr>{body}"
+            )
         )
     else:
-        parts.append(_note("No per-model AUC rows recorded."))
+        parts.append(note("No per-model AUC rows recorded."))
+    for rel, path in alpha_pngs:
+        parts.append(_img(path, f"alpha check: {rel}", f"Alpha plot {rel} not found.", label=rel))
     return _section("alpha", "\n".join(parts))
 
 
@@ -304,109 +251,112 @@ METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("sharpe_annual", "Sharpe (annual)", fixed),
     ("max_drawdown", "Max drawdown", lambda x: pct(x, 2)),
     ("trades", "Trades", count),
-    ("win_rate", "Win rate", pct),
+    ("win_rate", "Win rate", rate),
     ("active_frac", "Active fraction", pct),
 )
-
-
-def _mean(values: Sequence[Any]) -> float | None:
-    vs = [v for v in (_num(x) for x in values) if v is not None]
-    return sum(vs) / len(vs) if vs else None
 
 
 def _flag_cell(pols: Mapping[str, Mapping[str, Any]]) -> str:
     flagged = {name: implausible_reasons(m) for name, m in pols.items()}
     flagged = {k: v for k, v in flagged.items() if v}
     if not flagged:
-        return _td("no", "")
-    items = "; ".join(f"{_e(name)}: {_e(', '.join(reasons))}" for name, reasons in flagged.items())
-    return _td(f'<span class="bad">IMPLAUSIBLE</span> {items}', "implausible")
+        return td("no", "")
+    items = "; ".join(f"{esc(name)}: {esc(', '.join(reasons))}" for name, reasons in flagged.items())
+    return td(f'<span class="bad">IMPLAUSIBLE</span> {items}', "implausible")
 
 
-def _metrics_section(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]]) -> str:
+def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
+    kind = fold.get("checkpoint")
+    return td(f"{esc(kind)}, epoch {count(fold.get('epoch'))}" if kind else NA, "")
+
+
+def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    n = len(names)
     head1 = (
-        '<tr><th rowspan="2">fold</th>'
-        + "".join(f'<th colspan="3">{_e(title)}</th>' for _, title, _ in METRIC_COLUMNS)
+        '<tr><th rowspan="2">fold</th><th rowspan="2">agent checkpoint</th>'
+        + "".join(f'<th colspan="{n}">{esc(title)}</th>' for _, title, _ in METRIC_COLUMNS)
         + '<th rowspan="2">bars / year</th><th rowspan="2">implausible</th></tr>'
     )
-    head2 = "<tr>" + "".join(f"<th>{p}</th>" for _ in METRIC_COLUMNS for p in POLICIES) + "</tr>"
-    rows, per_fold = [], [_policies(f) for f in folds]
+    head2 = "<tr>" + "".join(f"<th>{esc(p)}</th>" for _ in METRIC_COLUMNS for p in names) + "</tr>"
+    rows, per_fold = [], [policies(f, names) for f in folds]
     for i, (fold, pols) in enumerate(zip(folds, per_fold, strict=True)):
-        cells = [_td(str(_fold_id(fold, i)))]
-        cells += [_td(fmt(pols[p].get(key))) for key, _, fmt in METRIC_COLUMNS for p in POLICIES]
-        cells += [_td(fixed(fold.get("bars_per_year"), 0)), _flag_cell(pols)]
-        cls = ' class="implausible"' if implausible_reasons(fold) else ""
-        rows.append(f"<tr{cls}>{''.join(cells)}</tr>")
+        cells = [td(str(fold_id(fold, i))), _checkpoint_cell(fold)]
+        cells += [td(fmt(pols[p].get(key))) for key, _, fmt in METRIC_COLUMNS for p in names]
+        cells += [td(fixed(fold.get("bars_per_year"), 0)), _flag_cell(pols)]
+        # an implausible row is red, a row where the agent never traded amber (the verdict warns of both)
+        cls = "implausible" if implausible_reasons(fold) else ("idle" if num(fold.get("trades")) == 0 else "")
+        attr = f' class="{cls}"' if cls else ""
+        rows.append(f"<tr{attr}>{''.join(cells)}</tr>")
     n_flagged = sum(bool(implausible_reasons(f)) for f in folds)
-    mean_cells = [_td(f"mean of {len(folds)}", "")]
+    mean_cells = [td(f"mean of {len(folds)}", ""), td("", "")]
     mean_cells += [
-        _td(fmt(_mean([pols[p].get(key) for pols in per_fold])))
+        td(fmt(mean([pols[p].get(key) for pols in per_fold])))
         for key, _, fmt in METRIC_COLUMNS
-        for p in POLICIES
+        for p in names
     ]
     mean_cells += [
-        _td(fixed(_mean([f.get("bars_per_year") for f in folds]), 0)),
-        _td(f"{n_flagged} of {len(folds)} folds (agent)", ""),
+        td(fixed(mean([f.get("bars_per_year") for f in folds]), 0)),
+        td(f"{n_flagged} of {len(folds)} folds (agent)", ""),
     ]
     rows.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
-    table = f"<table>{head1}{head2}{''.join(rows)}</table>"
+    return table(f"{head1}{head2}{''.join(rows)}")
 
-    note = (
-        '<p class="small">Validation period of each fold. Sharpe is annualised: per-bar Sharpe x '
-        "sqrt(bars per year), with the bars per year of each fold stated; max drawdown is the largest "
-        "fall from peak equity as a share of that peak; win rate is over closed trades; active fraction "
-        "is the share of bars holding a position. Baselines: flat never trades; long holds a long "
-        "position throughout.</p>"
+
+def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
+    """The reported checkpoint's numbers beside the last epoch's, over the same validation rows."""
+    if not any(isinstance(f.get(LAST_EPOCH_KEY), Mapping) for f in folds):
+        return note("The last epoch's validation numbers were not recorded.")
+    keys = (("net_pnl", "net PnL", money), ("sharpe_annual", "Sharpe", fixed), ("trades", "trades", count))
+    rows = []
+    for i, f in enumerate(folds):
+        last = f.get(LAST_EPOCH_KEY) if isinstance(f.get(LAST_EPOCH_KEY), Mapping) else {}
+        rows.append(
+            "<tr>"
+            + td(str(fold_id(f, i)))
+            + _checkpoint_cell(f)
+            + "".join(td(fmt(f.get(k))) for k, _, fmt in keys)
+            + td(f"last, epoch {count(last.get('epoch'))}", "")
+            + "".join(td(fmt(last.get(k))) for k, _, fmt in keys)
+            + "</tr>"
+        )
+    head = (
+        '<tr><th rowspan="2">fold</th><th colspan="4">reported (agent columns above)</th>'
+        '<th colspan="4">last epoch</th></tr><tr><th>checkpoint</th>'
+        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
+        + "<th>checkpoint</th>"
+        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
+        + "</tr>"
     )
+    return "<h3>Best epoch (reported) vs last epoch</h3>" + table(head + "".join(rows))
 
-    # agent PnL breakdown and sizes
+
+def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    if not folds:
+        return _section("metrics", note("No fold completed: no validation metrics."))
+    note_html = (
+        '<p class="small">Validation period of each fold, the agent at the checkpoint named per fold. '
+        "Sharpe is annualised: per-bar Sharpe x sqrt(bars per year), with the bars per year of each fold "
+        "stated; max drawdown is the largest fall from peak equity as a share of that peak; win rate is "
+        "over closed trades; active fraction is the share of bars holding a position. Baselines: flat "
+        "never trades; long holds a long position throughout.</p>"
+    )
     brows = "".join(
         "<tr>"
-        + _td(str(_fold_id(f, i)))
-        + _td(count(f.get("train_rows")))
-        + _td(count(f.get("val_rows")))
-        + _td(money(f.get("gross_pnl")))
-        + _td(money(f.get("costs")))
-        + _td(money(f.get("net_pnl")))
+        + td(str(fold_id(f, i)))
+        + td(count(f.get("train_rows")))
+        + td(count(f.get("val_rows")))
+        + td(money(f.get("gross_pnl")))
+        + td(money(f.get("costs")))
+        + td(money(f.get("net_pnl")))
         + "</tr>"
         for i, f in enumerate(folds)
     )
-    breakdown = (
-        "<h3>Agent PnL breakdown</h3><table><tr><th>fold</th><th>train rows</th><th>validation rows</th>"
-        f"<th>gross PnL</th><th>costs</th><th>net PnL</th></tr>{brows}</table>"
+    breakdown = "<h3>Agent PnL breakdown</h3>" + table(
+        "<tr><th>fold</th><th>train rows</th><th>validation rows</th>"
+        f"<th>gross PnL</th><th>costs</th><th>net PnL</th></tr>{brows}"
     )
-    return _section("metrics", f"{_verdict(summary, folds, per_fold)}\n{table}\n{note}\n{breakdown}")
-
-
-def _verdict(
-    summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]], per_fold: Sequence[Mapping[str, Any]]
-) -> str:
-    """One sentence: in how many folds the agent's net PnL beat each baseline, and the means."""
-    n = len(folds)
-
-    def beats(base: str) -> int:
-        return sum(
-            1
-            for pols in per_fold
-            if _num(pols["agent"].get("net_pnl")) is not None
-            and _num(pols[base].get("net_pnl")) is not None
-            and pols["agent"]["net_pnl"] > pols[base]["net_pnl"]
-        )
-
-    given = _mapping(summary, "summary") or {}
-    values = {
-        "beats_flat_folds": given.get("beats_flat_folds", beats("flat")),
-        "beats_long_folds": given.get("beats_long_folds", beats("long")),
-        "mean_net_pnl": given.get("mean_net_pnl", _mean([f.get("net_pnl") for f in folds])),
-        "mean_sharpe_annual": given.get("mean_sharpe_annual", _mean([f.get("sharpe_annual") for f in folds])),
-    }
-    source = "" if given else ' <span class="small">(computed from the folds; no run summary given)</span>'
-    return (
-        f"<p>Agent net PnL beats flat in <b>{count(values['beats_flat_folds'])} of {n}</b> folds and "
-        f"always-long in <b>{count(values['beats_long_folds'])} of {n}</b>; mean net PnL "
-        f"<b>{money(values['mean_net_pnl'])}</b>, mean annual Sharpe "
-        f"<b>{fixed(values['mean_sharpe_annual'])}</b>.{source}</p>"
-    )
+    body = f"{_metrics_table(folds, names)}\n{note_html}\n{_best_vs_last(folds)}\n{breakdown}"
+    return _section("metrics", body)
 
 
 def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -419,14 +369,13 @@ def _per_fold_images(
 ) -> str:
     parts = []
     for i, fold in enumerate(folds):
-        k = _fold_id(fold, i)
+        k = fold_id(fold, i)
         parts.append(f"<h3>Fold {k}</h3>")
-        parts.append(
-            _img(images.get((anchor, i)), f"{dict(SECTIONS)[anchor]}, fold {k}", missing.format(k=k))
-        )
+        alt = f"{dict(SECTIONS)[anchor]}, fold {k}"
+        parts.append(_img(images.get((anchor, i)), alt, missing.format(k=k)))
         if anchor == "actions":
             parts.append(_action_table(fold))
-    return _section(anchor, "\n".join(parts))
+    return _section(anchor, "\n".join(parts) or note("No fold completed."))
 
 
 def _action_table(fold: Mapping[str, Any]) -> str:
@@ -439,13 +388,13 @@ def _action_table(fold: Mapping[str, Any]) -> str:
 
     def cell(dist: Any) -> str:
         s = plots.shares(dist)
-        return " &middot; ".join(f"{_e(k)} {pct(v)}" for k, v in s.items()) if s else NA
+        return " &middot; ".join(f"{esc(k)} {pct(v)}" for k, v in s.items()) if s else NA
 
     rows = "".join(
-        f"<tr><td>{_e(b)}</td><td>{cell(picked.get(b))}</td><td>{cell(realised.get(b))}</td></tr>"
+        f"<tr><td>{esc(b)}</td><td>{cell(picked.get(b))}</td><td>{cell(realised.get(b))}</td></tr>"
         for b in branches
     )
-    return f"<table><tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}</table>"
+    return table(f"<tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}")
 
 
 def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> str:
@@ -453,45 +402,47 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
     for i, fold in enumerate(folds):
         diag = fold.get("diagnostics") if isinstance(fold.get("diagnostics"), Mapping) else {}
         hist = _history(fold)
-        best = _num(diag.get("best_epoch"))
-        at = next((r for r in hist if best is not None and _num(r.get("epoch")) == best), None)
+        best = num(diag.get("best_epoch"))
+        at = next((r for r in hist if best is not None and num(r.get("epoch")) == best), None)
         at = at if at is not None else (hist[-1] if hist else {})
         shown = text(at.get("epoch")) if at else NA
         util = diag.get("expert_utilisation")
         util_html = " ".join(pct(u) for u in util) if isinstance(util, list | tuple) and util else NA
         anomaly = diag.get("anomaly")
-        anomaly_html = f'<span class="bad">{_e(anomaly)}</span>' if anomaly else "none"
+        anomaly_html = f'<span class="bad">{esc(anomaly)}</span>' if anomaly else "none"
         responses = [str(r) for r in diag.get("plateau_responses") or []]
         resp_html = (
-            "<ul>" + "".join(f"<li>{_e(r)}</li>" for r in responses) + "</ul>" if responses else "none"
+            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in responses) + "</ul>" if responses else "none"
         )
         rows.append(
             "<tr>"
-            + _td(str(_fold_id(fold, i)))
-            + _td(fixed(best, 0))
-            + _td(str(len(hist)))
-            + _td(shown)
-            + _td(fixed(at.get("val_sharpe")))
-            + _td(fixed(at.get("gate_entropy"), 3))
-            + _td(pct(at.get("atom_utilisation")))
-            + _td(fixed(at.get("grad_norm"), 3))
-            + _td(util_html)
-            + _td(anomaly_html, "implausible" if anomaly else "")
-            + _td(resp_html, "")
+            + td(str(fold_id(fold, i)))
+            + td(fixed(best, 0))
+            + td(str(len(hist)))
+            + td(shown)
+            + td(fixed(at.get("val_sharpe")))
+            + td(fixed(at.get("gate_entropy"), 3))
+            + td(pct(at.get("atom_utilisation")))
+            + td(fixed(at.get("grad_norm"), 3))
+            + td(util_html)
+            + td(anomaly_html, "implausible" if anomaly else "")
+            + td(resp_html, "")
             + "</tr>"
         )
-    table = (
-        "<table><tr><th>fold</th><th>best epoch</th><th>epochs run</th><th>epoch shown</th>"
+    tbl = table(
+        "<tr><th>fold</th><th>best epoch</th><th>epochs run</th><th>epoch shown</th>"
         "<th>val Sharpe</th><th>gate entropy (nats)</th><th>atom utilisation</th><th>grad norm</th>"
         "<th>expert utilisation</th><th>anomaly</th><th>plateau responses</th></tr>"
-        f"{''.join(rows)}</table>"
+        f"{''.join(rows)}"
     )
-    note = (
+    note_html = (
         '<p class="small">Per-epoch values are shown at the best epoch (the last recorded epoch when '
-        "the best one is not in the history).</p>"
+        "the best one is not in the history); the val Sharpe here is the epoch's own validation, over "
+        "the first train.validation_rows rows when that setting caps it. Expert utilisation is the "
+        "last epoch's.</p>"
     )
     img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
-    return _section("diagnostics", f"{table}\n{note}\n{img}")
+    return _section("diagnostics", f"{tbl}\n{note_html}\n{img}")
 
 
 # --- entry point -------------------------------------------------------------------------------
@@ -502,7 +453,7 @@ def _draw(
 ) -> tuple[dict[tuple[str, int], Any], Path | None]:
     images: dict[tuple[str, int], Path | None] = {}
     expert: dict[int, list[Any]] = {}
-    ids = [_fold_id(fold, i) for i, fold in enumerate(folds)]
+    ids = [fold_id(fold, i) for i, fold in enumerate(folds)]
     for i, fold in enumerate(folds):
         k = ids[i]
         stem = f"fold{k}" if ids.count(k) == 1 else f"fold{k}_entry{i}"  # never two folds on one file
@@ -525,18 +476,38 @@ def _draw(
     return images, plots.plot_expert_utilisation(expert, plot_dir / "expert_utilisation.png")
 
 
-def render(summary: Mapping[str, Any], images: Mapping[tuple[str, int], Any], expert_png: Path | None) -> str:
+def alpha_plots(summary: Mapping[str, Any], run_dir: Path) -> list[tuple[str, Path | None]]:
+    """``(path as recorded, file or None when absent)`` of each alpha-check plot the summary names
+    (``alpha.plots``: paths relative to the run folder)."""
+    alpha = mapping(summary, "alpha") or {}
+    named = alpha.get("plots")
+    if not isinstance(named, list | tuple):
+        return []
+    out = []
+    for rel in named:
+        path = run_dir / str(rel)
+        out.append((str(rel), path if path.is_file() else None))
+    return out
+
+
+def render(
+    summary: Mapping[str, Any],
+    images: Mapping[tuple[str, int], Any],
+    expert_png: Path | None,
+    alpha_pngs: Sequence[tuple[str, Path | None]] = (),
+) -> str:
     """The report's HTML from the summary and the PNGs drawn for it."""
     folds = check_summary(summary)
-    run = _mapping(summary, "run") or {}
-    title = f"foxhunt run report: {run.get('profile', 'run')}"
-    nav = "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in SECTIONS)
+    names = policy_names(folds)
+    title = f"foxhunt run report: {data_title(summary)}"
+    nav = "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in SECTIONS)
     body = [
+        _section("verdict", verdict_body(summary, folds, names)),
         _run_section(summary),
         _data_section(summary),
         _leaks_section(summary),
-        _alpha_section(summary),
-        _metrics_section(summary, folds),
+        _alpha_section(summary, alpha_pngs),
+        _metrics_section(folds, names),
         _per_fold_images("training", folds, images, "No training history recorded for fold {k}."),
         _per_fold_images("equity", folds, images, "Validation equity curves not available for fold {k}."),
         _per_fold_images("actions", folds, images, "Action distributions not available for fold {k}."),
@@ -544,8 +515,9 @@ def render(summary: Mapping[str, Any], images: Mapping[tuple[str, int], Any], ex
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{_e(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{_e(title)}</h1>\n<nav>{nav}</nav>\n{''.join(body)}</body>\n</html>\n"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{esc(title)}</h1>\n<nav>{nav}</nav>\n{''.join(body)}</body>\n</html>\n"
     )
 
 
@@ -556,4 +528,5 @@ def write_report(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:
     folds = check_summary(summary)
     run_dir = Path(run_dir)
     images, expert_png = _draw(folds, run_dir / "plots")
-    return write_text(run_dir / "report.html", render(summary, images, expert_png))
+    page = render(summary, images, expert_png, alpha_plots(summary, run_dir))
+    return write_text(run_dir / "report.html", page)

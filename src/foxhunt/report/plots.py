@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from foxhunt.atomic import atomic_path  # noqa: E402
+from foxhunt.report.schema import EQUITY_TIME_KEY  # noqa: E402
 
 DPI = 100
 MAX_POINTS = 4000
@@ -151,16 +153,33 @@ def _thin(values: Sequence[Any]) -> tuple[list[int], list[float]]:
     return xs, ys
 
 
+def _times(text: Sequence[Any]) -> np.ndarray | None:
+    """ISO-8601 UTC texts (``...Z``) as datetime64[ms]; ``None`` when any is not one."""
+    try:
+        return np.array([str(t).removesuffix("Z") for t in text], dtype="datetime64[ms]")
+    except (ValueError, TypeError):
+        return None
+
+
 def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> Path | None:
-    """Cumulative net PnL per validation bar of the agent against the flat and long baselines.
-    ``None`` when no curve has a finite point."""
+    """Cumulative net PnL of the agent against the baselines over the validation period, against
+    the time of the rows (``equity["time"]``, ISO-8601 UTC, as :mod:`foxhunt.report.series` writes
+    it) or, for a summary without times, against the point's index. ``None`` when no curve has a
+    finite point."""
+    times = _times(equity[EQUITY_TIME_KEY]) if isinstance(equity.get(EQUITY_TIME_KEY), list) else None
+    names = [n for n in equity if n != EQUITY_TIME_KEY]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     drawn = False
-    for name in ("agent", "flat", "long", *sorted(set(equity) - {"agent", "flat", "long"})):
+    for name in ("agent", "flat", "long", *sorted(set(names) - {"agent", "flat", "long"})):
         curve = equity.get(name)
-        if not curve:
+        if not curve or name not in names:
             continue
-        xs, ys = _thin(curve)
+        if times is not None and len(times) == len(curve):
+            idx = [i for i, y in enumerate(curve) if _finite(y) is not None]
+            xs: Any = times[idx]
+            ys = [float(curve[i]) for i in idx]
+        else:
+            xs, ys = _thin(curve)
         if ys:
             ax.plot(xs, ys, label=name, color=POLICY_COLOURS.get(name), lw=1.6 if name == "agent" else 1.1)
             drawn = True
@@ -168,9 +187,13 @@ def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> P
         plt.close(fig)
         return None
     ax.axhline(0.0, color="black", lw=0.6)
-    ax.set_xlabel("step within the validation windows (all windows summed)")
+    if times is not None:
+        ax.set_xlabel("time of the validation row (UTC); straight segments cross the gaps between sessions")
+        fig.autofmt_xdate()
+    else:
+        ax.set_xlabel("point of the validation period (no timestamps recorded)")
     ax.set_ylabel("cumulative net PnL ($)")
-    ax.set_title(f"Fold {fold}: validation equity, agent vs flat vs long")
+    ax.set_title(f"Fold {fold}: validation equity, agent vs baselines")
     ax.legend(fontsize=8)
     return _save(fig, path)
 

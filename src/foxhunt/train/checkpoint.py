@@ -15,6 +15,12 @@ The document holds the caller's ``meta`` (resolved config, fold, epoch, metrics,
 ``foxhunt_version``, ``created`` and ``fingerprint``, and the optimizers' param groups and
 non-tensor state (tuples, integer keys and tensor placeholders encoded losslessly).
 
+:func:`export_weights` writes a **weights-only export** of a training checkpoint in the same format:
+the acting modules and signals and the metadata, without the replay buffer, optimizer state and
+random streams (a few hundred kB instead of megabytes). It loads like a checkpoint for acting; a
+module it does not store loads its stand-in's weights (the document's ``stand_ins``: the target
+network is the online one), and resuming training from it is refused.
+
 :class:`CheckpointStore` lays checkpoints out per fold as
 ``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``. :func:`capture_rng` and
 :func:`restore_rng` put the random streams into tensors so a resumed run continues them.
@@ -46,6 +52,7 @@ from foxhunt.env.actions import BRANCH_NAMES, ActionCodec
 from foxhunt.env.config import BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
+from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
 FORMAT_VERSION = 1
@@ -325,7 +332,7 @@ def save_checkpoint(
     ``meta`` the resolved config, fold, epoch, metrics, seed. ``foxhunt_version``, ``created`` and
     ``fingerprint`` are added (replacing any the caller passed).
     """
-    weights_path, json_path = checkpoint_files(path)
+    weights_path = checkpoint_files(path)[0]
     flat: dict[str, Tensor] = {}
     for name, module in modules.items():
         for key, value in module.state_dict().items():
@@ -352,11 +359,16 @@ def save_checkpoint(
         "optimizers": optim_doc,
         "extras": list(tensors or {}),
     }
+    return _write(weights_path, flat, doc)
+
+
+def _write(weights_path: Path, flat: Mapping[str, Tensor], doc: Mapping[str, Any]) -> Path:
+    """The safetensors file (tensors + the document in its header), then the JSON beside it."""
     header = json.dumps(doc, default=_json_default)
     on_disk = _flat_for_disk(flat)
     with atomic_path(weights_path) as tmp:
         save_file(on_disk, str(tmp), metadata={_HEADER_KEY: header})
-    write_text(json_path, json.dumps(json.loads(header), indent=2) + "\n")
+    write_text(checkpoint_files(weights_path)[1], json.dumps(json.loads(header), indent=2) + "\n")
     return weights_path
 
 
@@ -416,9 +428,22 @@ def load_checkpoint(
     if differences:
         raise CheckpointMismatchError(weights_path, differences)
     missing = [n for n in (optimizers or {}) if n not in doc["optimizers"]]
+    if missing and "export" in doc["meta"]:
+        raise CheckpointError(
+            weights_path,
+            "is a weights-only export (no optimizer or replay state), which acts but cannot resume training",
+            "resume from the full checkpoint it was exported from",
+        )
     if missing:
         raise CheckpointMismatchError(
             weights_path, [f"optimizer {n}: given here but not in the checkpoint" for n in missing]
+        )
+    # A module an export does not store loads the weights of its stand-in (STAND_INS).
+    source = {name: doc.get("stand_ins", {}).get(name, name) for name in modules}
+    absent = [n for n in modules if source[n] not in doc["modules"]]
+    if absent:
+        raise CheckpointMismatchError(
+            weights_path, [f"module {n}: given here but no weights stored in the file" for n in absent]
         )
     try:
         with safe_open(str(weights_path), framework="pt", device=str(map_location)) as f:
@@ -430,7 +455,7 @@ def load_checkpoint(
             "use another checkpoint (the ring keeps earlier ones) or retrain",
         ) from e
     for name, module in modules.items():
-        prefix = f"module/{name}/"
+        prefix = f"module/{source[name]}/"
         module.load_state_dict({k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)})
     for name, opt in (optimizers or {}).items():
         try:
@@ -439,6 +464,66 @@ def load_checkpoint(
             raise CheckpointMismatchError(weights_path, [f"optimizer {name}: {e}"]) from e
     extras = {k.removeprefix("extra/"): v for k, v in flat.items() if k.startswith("extra/")}
     return doc["meta"], extras
+
+
+# --- weights-only export ------------------------------------------------------------------------
+
+ACTING_MODULES = ("network", "popart")
+"""The modules a trained policy acts with: the Q network and PopArt, whose statistics turn the
+network's normalised Q values into dollars (the greedy argmax and the sizing read them)."""
+ACTING_EXTRAS = ("signals.",)
+"""Prefixes of the extra tensors the acting policy reads: the running signals (``q_gap``, ``q_abs``)
+that scale its conviction and Q-variance sizing inputs."""
+STAND_INS = {"target": "network"}
+"""Modules an export leaves out and what a loader puts in their place: the target network only
+serves the learner's bootstrap, so it loads the online network's weights (a learner starts so)."""
+
+
+def export_weights(path: str | Path, out: str | Path, *, scaler: RobustScaler | None = None) -> Path:
+    """Write the weights-only export of training checkpoint ``path`` as ``out`` (``out.safetensors``
+    + ``out.json``); return the safetensors path.
+
+    The export keeps what acting needs: the :data:`ACTING_MODULES` weights, the
+    :data:`ACTING_EXTRAS` tensors and the whole metadata (resolved config, fold, epoch, metrics,
+    layout fingerprint); it drops the replay buffer, the optimizer state, the visit counts, the random
+    streams and the target network (:data:`STAND_INS`). ``scaler``, the fold's training-row
+    normaliser, is stored in the metadata as ``normaliser`` when given, so the file alone turns raw
+    feature rows into the states the network was trained on. The export loads wherever the checkpoint
+    does (:func:`load_checkpoint`, ``foxhunt backtest --checkpoint``) and gives the same actions;
+    resuming training from it is refused.
+
+    Example::
+
+        export_weights("runs/main/train/checkpoints/fold0/best.safetensors", "exports/fold0")
+    """
+    source = checkpoint_files(path)[0]
+    doc = _read_document(source)
+    lacking = [m for m in ACTING_MODULES if m not in doc["modules"]]
+    if lacking:
+        raise CheckpointError(
+            source,
+            f"holds no {', '.join(lacking)} module, so it is not a trained agent's checkpoint",
+            "export a checkpoint that foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+        )
+    keep = tuple(f"module/{m}/" for m in ACTING_MODULES) + tuple(f"extra/{p}" for p in ACTING_EXTRAS)
+    try:
+        with safe_open(str(source), framework="pt") as f:
+            flat = {key: f.get_tensor(key) for key in f.keys() if key.startswith(keep)}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(source, f"cannot read its tensors ({e})", "export another checkpoint") from e
+    meta = {**doc["meta"], "export": {"source": str(source), "weights_only": True}}
+    if scaler is not None:
+        meta["normaliser"] = scaler.to_dict()
+    export = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "meta": meta,
+        "modules": [m for m in doc["modules"] if m in ACTING_MODULES],
+        "stand_ins": {m: s for m, s in STAND_INS.items() if m in doc["modules"]},
+        "optimizers": {},
+        "extras": [k.removeprefix("extra/") for k in flat if k.startswith("extra/")],
+    }
+    return _write(checkpoint_files(out)[0], flat, export)
 
 
 # --- random streams -----------------------------------------------------------------------------

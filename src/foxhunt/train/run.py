@@ -15,9 +15,12 @@ fold's validation. An epoch:
    the best validation Sharpe (never an anomalous one; saved before a plateau response moves the
    weights it was validated with).
 
-The reported validation metrics of a fold are those of its **last** epoch, not of its best one:
-picking the epoch by its validation score and then reporting that score would select on the
-validation period (the best checkpoint is kept for inspection and for rewinds).
+The reported validation metrics of a fold (its ``net_pnl``, ``sharpe_annual``, equity and action
+shares) are those of ``best.safetensors`` evaluated over the fold's whole validation period exactly
+as ``foxhunt backtest --checkpoint`` evaluates it, so the report and a backtest of that file agree;
+``checkpoint`` and ``epoch`` say which file and epoch. Because the best epoch is picked on the
+validation period, its numbers are optimistic: the last epoch, over the same rows, is reported
+beside them (``last_epoch``). A fold with no eligible best epoch reports its last one.
 
 ``--resume`` continues from the last checkpoint: weights, optimizer, PopArt, signals, replay,
 visit counts and every random generator are restored, so on CPU the resumed run reproduces the
@@ -40,16 +43,19 @@ import torch
 
 from foxhunt.agent.agent import Agent, Mode
 from foxhunt.atomic import write_json
-from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted, windows
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summarise
+from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.env.actions import ActionCodec
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.report.schema import BEST_RULE, LAST_EPOCH_KEY, ReportedCheckpoint
+from foxhunt.report.series import equity_series, net_by_row
 from foxhunt.train.checkpoint import (
     CheckpointContents,
     CheckpointStore,
@@ -58,7 +64,10 @@ from foxhunt.train.checkpoint import (
     restore_rng,
 )
 from foxhunt.train.diagnostics import (
+    EPOCH_SECONDS,
     HISTORY_FILE,
+    LOSS_TOTAL,
+    SHARPE_VAL,
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
@@ -80,7 +89,7 @@ class FoldResult:
     fold: int
     metrics: dict[str, Any]
     history: list[dict[str, float]]
-    equity: dict[str, list[float]]
+    equity: dict[str, list]  # report.series.equity_series: "time" (ISO text) and a curve per policy
     actions: dict[str, dict[str, dict[str, float]]]
     diagnostics: dict[str, Any]
 
@@ -134,10 +143,12 @@ def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any
     return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
 
 
-def _equity(rec: StepRecord) -> list[float]:
-    curve = equity_curve(rec)
-    stride = max(1, len(curve) // 500)  # enough points for a plot
-    return [float(x) for x in curve[::stride]]
+def _net_by_row(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray:
+    """Net PnL per validation row in time order, of a record over the whole validation period."""
+    lo, hi = fd.fold.validation_start, fd.fold.validation_end
+    starts, _ = windows(lo, hi, cfg.env.episode_rows)
+    net = ((rec.gross_pnl - rec.costs) * rec.written).cpu().numpy()
+    return net_by_row(net, rec.written.cpu().numpy(), starts.numpy(), lo, hi)
 
 
 def _action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, float]]]:
@@ -154,19 +165,32 @@ def _action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dic
     }
 
 
-def validate(
-    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float
-) -> tuple[dict, StepRecord]:
-    lo, hi = fd.fold.validation_start, fd.fold.validation_end
+def capped(fd: FoldData, cfg: FoxhuntConfig) -> bool:
+    """Whether train.validation_rows cuts the per-epoch validation short of the fold's whole period."""
     cap = cfg.train.validation_rows
-    if cap > 0:
-        hi = min(hi, lo + cap)
+    return 0 < cap < fd.fold.validation_end - fd.fold.validation_start
+
+
+def validate(
+    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float, *, whole: bool = False
+) -> tuple[dict, StepRecord]:
+    """The policy over the fold's validation rows: the first train.validation_rows of them per epoch,
+    or (``whole``) all of them, as ``foxhunt backtest`` evaluates a checkpoint."""
+    lo, hi = fd.fold.validation_start, fd.fold.validation_end
+    if not whole and capped(fd, cfg):
+        hi = lo + cfg.train.validation_rows
     rec = evaluate(market, cfg.env, lo, hi, policy)
     return _summarise(rec, bpy, cfg), rec
 
 
 class FoldTrainer:
     """Trains one fold's agent; every piece of its state is checkpointable."""
+
+    # What a person sees (set by train(); a trainer built elsewhere shows nothing): the reporter,
+    # the whole run's epoch count (for the ETA) and the number of folds of the run.
+    progress: Reporter = SILENT
+    overall: Task | None = None
+    n_folds: int = 1
 
     def __init__(
         self,
@@ -181,6 +205,7 @@ class FoldTrainer:
         self.k = fd.fold.index
         self.market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device=device)
         self.bpy = bars_per_year(cache)
+        self.ts = cache.column("ts")  # the report's equity curves are drawn against time
         t, net = cfg.train, cfg.agent.network
         b = cfg.env.branches
         self.sizes = size_run(
@@ -352,11 +377,16 @@ class FoldTrainer:
             agent.replay.add(tail)
         t1 = time.perf_counter()
         batch = min(self.sizes.batch, len(agent.replay))
-        agent.learn(
-            self.cfg.agent.learn.updates_per_epoch,
-            batch,
-            sink=lambda st: [stats.add(k, v) for k, v in st.items()],
-        )
+        updates = self.cfg.agent.learn.updates_per_epoch
+        where = f"fold {self.k + 1}/{self.n_folds} epoch {self.epoch + 1}/{t.epochs}: updates"
+        with self.progress.task(where, total=updates, announce=False) as bar:
+
+            def sink(st: dict[str, torch.Tensor]) -> None:
+                for k, v in st.items():
+                    stats.add(k, v)
+                bar.advance()  # a host-side count: no device read
+
+            agent.learn(updates, batch, sink=sink)
         # per-step Sharpe of the collected rewards, annualised like the validation Sharpe
         stats.add("sharpe/train", collect_stats["train_sharpe"] * math.sqrt(self.bpy))
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
@@ -390,11 +420,13 @@ class FoldTrainer:
 
 
 def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: float) -> tuple[dict, dict]:
+    """Flat and long over the same (whole) validation period as the reported checkpoint: metrics
+    and net PnL per row."""
     metrics, curves = {}, {}
     for kind in (ScriptedPolicy.FLAT, ScriptedPolicy.LONG):
-        m, rec = validate(market, fd, cfg, scripted(kind, cfg.env, seed=cfg.run.seed), bpy)
+        m, rec = validate(market, fd, cfg, scripted(kind, cfg.env, seed=cfg.run.seed), bpy, whole=True)
         metrics[kind.value] = {k: v for k, v in m.items() if k != "all"}
-        curves[kind.value] = _equity(rec)
+        curves[kind.value] = _net_by_row(rec, fd, cfg)
     return metrics, curves
 
 
@@ -406,8 +438,15 @@ def train(
     resume: bool = False,
     log: Callable[[str], None] = print,
     stop_after: tuple[int, int] | None = None,
+    progress: Reporter | None = None,
+    leak_guard: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``)."""
+    """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``).
+
+    ``progress`` shows bars and one line per epoch (:func:`foxhunt.console.epoch_line`); without it
+    the epoch lines go to ``log``. ``leak_guard`` (the guard's summary, run by the caller on the
+    cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result."""
+    rep = reporter_or_lines(progress, log)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if not resume:  # a fresh run: nothing of an earlier run in this folder is judged or resumed as its own
@@ -432,15 +471,20 @@ def train(
         results: list[dict[str, Any]] = (
             json.loads(done_path.read_text()) if resume and done_path.exists() else []
         )
-        for fd in folds[len(results) :]:
-            trainer = FoldTrainer(cache, fd, cfg, device, store, log)
-            last = store.last_path(trainer.k)
-            if resume and last.exists():
-                trainer.resume_from(last)
-                log(f"fold {trainer.k}: resumed after epoch {trainer.epoch - 1}")
-            result = _train_fold(trainer, store, stop_after)
-            results.append(result.to_dict())
-            write_json(done_path, results, default=float)
+        pending = folds[len(results) :]
+        with rep.task("training", total=len(pending) * cfg.train.epochs) as overall:
+            for fd in pending:
+                trainer = FoldTrainer(cache, fd, cfg, device, store, rep.say)
+                trainer.progress, trainer.overall, trainer.n_folds = rep, overall, len(folds)
+                overall.update(description=f"training (fold {trainer.k + 1}/{len(folds)}) epochs")
+                last = store.last_path(trainer.k)
+                if resume and last.exists():
+                    trainer.resume_from(last)
+                    overall.update(total=(overall.total or 0) - trainer.epoch)  # epochs done before
+                    rep.say(f"fold {trainer.k + 1}/{len(folds)}: resumed after epoch {trainer.epoch}")
+                result = _train_fold(trainer, store, stop_after)
+                results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
+                write_json(done_path, results, default=float)
     finally:
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.set_num_threads(threads)
@@ -472,6 +516,23 @@ def _report_row(epoch: int, row: dict[str, float]) -> dict[str, float]:
     }
 
 
+def _epoch_line(tr: FoldTrainer, row: dict[str, float]) -> str:
+    """The short epoch line of :func:`foxhunt.console.epoch_line` from an epoch's diagnostics row."""
+    nan = float("nan")
+    return epoch_line(
+        tr.k,
+        tr.n_folds,
+        tr.epoch,
+        tr.cfg.train.epochs,
+        val_net=row.get("misc/val_net_pnl", nan),
+        trades=row.get("misc/val_trades", nan),
+        sharpe=row.get(SHARPE_VAL, nan),
+        loss=row.get(LOSS_TOTAL, nan),
+        seconds=row.get(EPOCH_SECONDS, nan),
+        eta_s=tr.overall.eta_s if tr.overall is not None else None,
+    )
+
+
 def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, int] | None) -> FoldResult:
     cfg, k = tr.cfg, tr.k
     writer = DiagnosticsWriter(store.run_dir, k)
@@ -486,8 +547,11 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
             verdict: GuardResult = tr.guard.check(row, {**metrics, "implausible_reasons": val["implausible"]})
             tr.history.append(_report_row(tr.epoch, row))
             writer.write(tr.epoch, row)
+            if tr.overall is not None:
+                tr.overall.advance()
             if tr.epoch % cfg.train.log_every == 0 or not verdict.ok:
-                tr.log(console_line(k, tr.epoch, row))
+                tr.log(_epoch_line(tr, row))
+                tr.progress.detail(console_line(k, tr.epoch, row))
             # Best before any plateau response: it holds the weights whose validation it is marked by.
             best = store.save_best(
                 k, tr.epoch, tr.contents(metrics), metric=float(val["sharpe_annual"]), verdict=verdict
@@ -518,23 +582,60 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
             tr.epoch += 1
     finally:
         writer.close()
-    if final is None:  # resumed after the fold's last epoch: validate the restored policy once
-        val, rec = validate(tr.market, tr.fd, cfg, lambda o, e: tr.agent.policy(o, Mode.GREEDY), tr.bpy)
+    return _fold_result(tr, store, final, anomaly)
+
+
+def _fold_result(
+    tr: FoldTrainer, store: CheckpointStore, final: dict[str, Any] | None, anomaly: str | None
+) -> FoldResult:
+    """A trained fold's result: the reported checkpoint (best, else last) and the last epoch over the
+    whole validation period, the baselines over the same rows, equity in time order, diagnostics."""
+    cfg, k = tr.cfg, tr.k
+    # The last epoch's policy over the whole validation period (the epoch's own validation already
+    # is that unless train.validation_rows cut it short, or the run resumed after the last epoch).
+    if final is None or capped(tr.fd, cfg):
+        last_val, last_rec = validate(
+            tr.market, tr.fd, cfg, lambda o, e: tr.agent.policy(o, Mode.GREEDY), tr.bpy, whole=True
+        )
     else:
-        val, rec = final["val"], final["rec"]
+        last_val, last_rec = final["val"], final["rec"]
+    last_epoch = tr.epoch - 1
+    # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
+    # (the same loader, policy and rows), so every number the report shows is that file's.
+    best_path = store.best_path(k)
+    if tr.best_epoch >= 0 and best_path.is_file():
+        reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
+        val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy, whole=True)
+        epoch = ckpt.epoch
+    else:
+        reported, epoch, val, rec = ReportedCheckpoint.LAST, last_epoch, last_val, last_rec
     base, base_curves = _baselines(tr.market, tr.fd, cfg, tr.bpy)
     metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
+    rule = BEST_RULE + (
+        f" (each epoch judged on the first {cfg.train.validation_rows:,} validation rows)"
+        if capped(tr.fd, cfg)
+        else ""
+    )
     metrics.update(
+        checkpoint=reported.value,
+        epoch=epoch,
+        checkpoint_file=str(best_path.relative_to(store.run_dir))
+        if reported is ReportedCheckpoint.BEST
+        else str(store.last_path(k).relative_to(store.run_dir)),
+        best_rule=rule,
         train_rows=len(tr.fd.fold.train),
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
+    metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()
     return FoldResult(
         fold=k,
         metrics=metrics,
         history=tr.history,
-        equity={"agent": _equity(rec), **base_curves},
+        equity=equity_series(
+            {"agent": _net_by_row(rec, tr.fd, cfg), **base_curves}, tr.ts, tr.fd.fold.validation_start
+        ),
         actions=_action_shares(val["all"], cfg),
         diagnostics={
             "expert_utilisation": util,

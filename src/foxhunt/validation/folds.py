@@ -34,6 +34,7 @@ import numpy as np
 from pydantic import Field
 
 from foxhunt.config.base import Frozen
+from foxhunt.errors import FoxhuntError
 
 
 class FoldScheme(StrEnum):
@@ -124,13 +125,31 @@ def purge_and_embargo(
     return t[keep], int(purged.sum()), int(embargoed.sum())
 
 
-def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> ValueError:
-    return ValueError(
-        f"purged_walk_forward: {n_rows} rows are too few for {params.n_folds} {params.scheme} folds "
-        f"(min_train_fraction {params.min_train_fraction}, embargo "
-        f"{max(params.embargo_rows, label_span)} rows from label span {label_span} and embargo_rows "
-        f"{params.embargo_rows}): {problem}; supply more rows, or lower n_folds, the label horizons "
-        "or embargo_rows"
+class TooFewRowsError(FoxhuntError, ValueError):
+    """The rows cannot hold the asked folds (a ValueError too, for callers of the pure function)."""
+
+
+def _feasible_folds(n_rows: int, params: FoldParams, label_span: int) -> int:
+    """The largest fold count below ``params.n_folds`` that ``n_rows`` rows can hold (0: none)."""
+    for k in range(params.n_folds - 1, 0, -1):
+        try:
+            purged_walk_forward(n_rows, params.model_copy(update={"n_folds": k}), label_span)
+        except TooFewRowsError:
+            continue
+        return k
+    return 0
+
+
+def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> TooFewRowsError:
+    k = _feasible_folds(n_rows, params, label_span)
+    fewer = f"--set folds.n_folds={k}" if k else "fewer folds cannot help"
+    return TooFewRowsError(
+        "folds",
+        f"{n_rows} rows are too few for {params.n_folds} {params.scheme} folds (embargo "
+        f"{max(params.embargo_rows, label_span)} rows, min_train_fraction {params.min_train_fraction}): "
+        f"{problem}",
+        f"{fewer}; or more rows from the same data: --row-unit snapshot or a smaller "
+        "--set data.bar_seconds=...; or more data files",
     )
 
 

@@ -1,13 +1,33 @@
-"""The leak guard: change the future, recompute, and demand that the past did not move (SPEC §5).
+"""The leak guard: change what a row must not see, recompute, and demand that it did not move (SPEC §5).
 
-For each cut time ``t``: every raw event after ``t`` is perturbed (book prices shifted by a random
-walk of whole ticks on both sides, sizes and order counts rescaled, trade prices, sizes and
-aggressor sides redrawn; an OHLCV record counts as an event at its *close*, open + interval), the
-rows and features are recomputed through the normal pipeline, and every feature row known at or
-before ``t`` must be bit-identical to the unperturbed one. A column that changes names a leak.
+Three checks, each through the code the commands run, so a leak planted anywhere (a feature
+family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks`` and in front of
+``alpha``, ``train`` and ``run``, not only by the unit tests:
+
+1. **Features** (:func:`perturb_after`). For each cut time ``t`` every raw event after ``t`` is
+   changed: its values (book prices shifted by a random walk of whole ticks on both sides, sizes
+   and order counts rescaled, trade prices, sizes and aggressor sides redrawn) and its timing and
+   number (:class:`Timing`: cuts alternate between inserting events, a copy of the first event
+   after ``t`` and of a share of the others, and deleting them, the first one and a share of the
+   others, so the activity right after the cut always changes, in one direction; every event left
+   is re-timed within half the gaps to its neighbours, so the order holds and all stay after
+   ``t``; OHLCV records, known at their *close*, are inserted into free slots or deleted). The
+   rows and features are recomputed through the normal pipeline, and every row known at or before
+   ``t`` must be bit-identical: its time, and every feature column. A column that changes names a
+   leak: a family that reads the next row's price, size, event count or timing.
+2. **Normalisers** (:func:`scaler_leaks`). Per fold, the feature values of every row outside the
+   fold's training rows are replaced; the folds and their scalers are rebuilt by
+   :func:`foxhunt.validation.dataset.make_folds` (the one path of training and the alpha check) and
+   the fold's scaler must be bit-identical. A normaliser fitted on more than the training rows
+   names the columns whose statistics moved.
+3. **Folds** (:func:`purge_problems`). The folds that training and the alpha check build must keep
+   every training row's label window out of validation: ``min(validation) - max(train before it)
+   > max(folds.embargo_rows, label span)`` (the purge covers the label span and the embargo; SPEC
+   §5: embargo at least the longest label horizon), and no training row inside the block or in the
+   embargo after it. A violation names the fold, the row and the settings.
 
 The old system's forward-window trend feature lifted accuracy from 0.49 to 0.75 (honest: 0.50);
-this check catches that class of bug whatever module it hides in, because it tests the output.
+the first check catches that class of bug whatever module it hides in, because it tests the output.
 """
 
 from __future__ import annotations
@@ -15,21 +35,38 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.data.ingest import MarketData
+from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
+from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import compute_features
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import Family
+from foxhunt.validation.dataset import make_folds
+from foxhunt.validation.folds import Fold
 
 DEFAULT_CUTS = (0.2, 0.45, 0.7, 0.9)
+EVENT_SHARE = 0.3  # share of the events after a cut that are copied (Timing.INSERT) or deleted (DELETE)
+MAX_RETIME_NS = 250_000_000  # re-timing moves an event by at most this (and half the gap to a neighbour)
+ROWS_MOVED = "the rows themselves (their number or times before the cut: the row builder reads ahead)"
+
+
+class Timing(StrEnum):
+    """How :func:`perturb_after` changes the events after the cut besides their values."""
+
+    INSERT = "insert"  # copies inserted (the first event's always), then every event re-timed
+    DELETE = "delete"  # events deleted (the first one always), then the rest re-timed
+    NONE = "none"  # values only: every event keeps its time and place
 
 
 class LeakFoundError(FoxhuntError):
-    """Features at or before a cut changed when only the future changed."""
+    """Something a row must not see (the future, validation rows) changed what it holds."""
 
     exit_code = 3
 
@@ -47,87 +84,301 @@ class LeakReport:
     columns: int
     rows: int
     cuts: list[CutResult]
+    # Check 2: columns whose fold normaliser moved when only rows outside the fold's training changed.
+    scaler_columns: list[str] = field(default_factory=list)
+    scaler_folds: list[int] = field(default_factory=list)
+    # Check 3: one line per fold whose purge/embargo is short, naming fold, row and settings.
+    fold_problems: list[str] = field(default_factory=list)
+    folds_checked: int = 0  # folds whose scalers and purge were checked (0: too few rows for folds)
+    fold_note: str = ""  # why the fold checks did not run, if they did not
 
     @property
     def clean(self) -> bool:
-        return all(not c.leaking_columns for c in self.cuts)
+        return not (self.leaking_columns or self.scaler_columns or self.fold_problems)
 
     @property
     def leaking_columns(self) -> list[str]:
+        """Feature columns that moved when only the future changed (check 1)."""
         return sorted({col for c in self.cuts for col in c.leaking_columns})
+
+    def problems(self) -> list[str]:
+        """One line per finding, naming the columns or settings."""
+        out = []
+        if self.leaking_columns:
+            named = [ROWS_MOVED if c == "<rows>" else c for c in self.leaking_columns]
+            out.append(f"look-ahead in {', '.join(named)}")
+        if self.scaler_columns:
+            cols, more = self.scaler_columns[:8], len(self.scaler_columns) - 8
+            out.append(
+                f"the fold normaliser of fold(s) {', '.join(map(str, self.scaler_folds))} changed when only "
+                f"rows outside training changed (fitted beyond the training rows) in {', '.join(cols)}"
+                + (f" and {more} more columns" if more > 0 else "")
+            )
+        out.extend(self.fold_problems)
+        return out
+
+    @property
+    def verdict(self) -> str:
+        """The one line the commands print and the reports carry."""
+        if not self.clean:
+            return "Leak guard: LEAK: " + "; ".join(self.problems())
+        folds = (
+            f"fold normalisers fitted on training rows only and purge >= label span + embargo in "
+            f"{self.folds_checked} folds"
+            if self.folds_checked
+            else f"fold checks not run ({self.fold_note})"
+        )
+        return (
+            f"Leak guard: clean: {self.columns} columns x {self.rows:,} rows unchanged before "
+            f"{len(self.cuts)} cuts (future prices, sizes, event times and counts perturbed); {folds}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The short form carried by folds.json and metrics.json."""
+        return {
+            "clean": self.clean,
+            "verdict": self.verdict,
+            "leaking_columns": self.leaking_columns,
+            "problems": self.problems(),
+        }
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "clean": self.clean,
+            **self.summary(),
             "rows": self.rows,
             "columns": self.columns,
-            "leaking_columns": self.leaking_columns,
             "cuts": [dataclasses.asdict(c) for c in self.cuts],
+            "scaler_columns": self.scaler_columns,
+            "scaler_folds": self.scaler_folds,
+            "fold_problems": self.fold_problems,
+            "folds_checked": self.folds_checked,
+            "fold_note": self.fold_note,
         }
 
+    def raise_if_leaking(self, where: str, consequence: str) -> None:
+        """Raise :class:`LeakFoundError` (exit 3) naming every finding unless clean."""
+        if not self.clean:
+            raise LeakFoundError(
+                where,
+                "stopped by the leak guard: " + "; ".join(self.problems()),
+                f"fix the named feature columns or settings; {consequence}",
+            )
 
-def _replace(obj, **changes):
-    return dataclasses.replace(obj, **changes)
+
+# --- check 1: the future changes, the past must not --------------------------------------------
 
 
-def perturb_after(md: MarketData, t_cut: int, seed: int = 0) -> MarketData:
-    """A copy of ``md`` in which every event after ``t_cut`` is different (and still valid)."""
+def _retime(ts: np.ndarray, t_cut: int, rng: np.random.Generator) -> np.ndarray:
+    """New times for the sorted events ``ts`` (all > ``t_cut``): each moves by at most half the gap
+    to either neighbour (and :data:`MAX_RETIME_NS`), so the order holds and all stay after the cut."""
+    prev = np.concatenate([[t_cut], ts[:-1]])
+    nxt = np.concatenate([ts[1:], ts[-1:]])
+    lo = -np.minimum((ts - prev) // 2, MAX_RETIME_NS)
+    hi = np.minimum((nxt - ts) // 2, MAX_RETIME_NS)
+    return ts + lo + np.floor(rng.random(len(ts)) * (hi - lo + 1)).astype(np.int64)
+
+
+def _reshape_events(tail, t_cut: int, rng: np.random.Generator, timing: Timing):
+    """``tail`` (events after the cut, sorted) with events copied or deleted (:class:`Timing`) and
+    the rest re-timed; a copy is inserted at its original's time, right after it."""
+    chosen = rng.random(len(tail)) < EVENT_SHARE
+    chosen[0] = True  # the first event after the cut: the next row's activity always changes
+    if timing is Timing.INSERT:
+        index = np.sort(np.concatenate([np.arange(len(tail)), np.flatnonzero(chosen)]), kind="stable")
+    else:
+        index = np.flatnonzero(~chosen)
+    out = tail.take(index)
+    if not len(out):
+        return out
+    ts = _retime(out.ts_event.astype(np.int64), t_cut, rng)
+    moved = {"ts_event": ts}
+    if hasattr(out, "ts_recv"):
+        moved["ts_recv"] = out.ts_recv + (ts - out.ts_event)  # the same capture latency
+    return dataclasses.replace(out, **moved)
+
+
+def _split_at(arrays, t_cut: int, known_until: np.ndarray):
+    start = int(np.searchsorted(known_until, t_cut, "right"))  # sorted: the events after are a suffix
+    return arrays.take(slice(0, start)), arrays.take(slice(start, None))
+
+
+def _perturb_book(book: BookArrays, t_cut: int, rng: np.random.Generator, tick: float, timing: Timing):
+    head, tail = _split_at(book, t_cut, book.ts_event)
+    if not len(tail):
+        return book
+    if timing is not Timing.NONE:
+        tail = _reshape_events(tail, t_cut, rng, timing)
+    k = len(tail)
+    shift = np.cumsum(rng.integers(-3, 4, k)) * tick  # a random walk of whole ticks
+    scale = rng.integers(2, 5, k)
+    extra = rng.integers(1, 4, k)
+    tail = dataclasses.replace(
+        tail,
+        bid_px=tail.bid_px + shift[:, None],
+        ask_px=tail.ask_px + shift[:, None],
+        price=tail.price + shift,
+        bid_sz=tail.bid_sz * scale[:, None],
+        ask_sz=tail.ask_sz * scale[:, None],
+        bid_ct=np.where(tail.bid_ct > 0, tail.bid_ct + extra[:, None], 0),
+        ask_ct=np.where(tail.ask_ct > 0, tail.ask_ct + extra[:, None], 0),
+        size=tail.size * 3 + 1,
+    )
+    return BookArrays.concat([head, tail])
+
+
+def _perturb_trades(tr: TradeArrays, t_cut: int, rng: np.random.Generator, tick: float, timing: Timing):
+    head, tail = _split_at(tr, t_cut, tr.ts_event)
+    if not len(tail):
+        return tr
+    if timing is not Timing.NONE:
+        tail = _reshape_events(tail, t_cut, rng, timing)
+    k = len(tail)
+    tail = dataclasses.replace(
+        tail,
+        price=tail.price + np.cumsum(rng.integers(-3, 4, k)) * tick,
+        size=rng.integers(1, 50, k).astype(tail.size.dtype),
+        side=np.where(rng.random(k) < 0.5, ord("B"), ord("A")).astype(np.uint8),
+    )
+    return TradeArrays.concat([head, tail])
+
+
+def _perturb_ohlcv(
+    bars: OhlcvArrays, t_cut: int, bar_ns: int, rng: np.random.Generator, tick: float, timing: Timing
+):
+    head, tail = _split_at(bars, t_cut, bars.ts_event + bar_ns)  # a record is known at its close
+    if not len(tail):
+        return bars
+    chosen = rng.random(len(tail)) < EVENT_SHARE
+    chosen[0] = True
+    if timing is Timing.DELETE:
+        tail = tail.take(~chosen)
+    elif timing is Timing.INSERT:
+        # New records one interval after chosen ones, where that slot is free (a record's time is
+        # its interval: it cannot move within it).
+        slots = tail.ts_event + bar_ns
+        free = chosen & ~np.isin(slots, tail.ts_event)
+        added = dataclasses.replace(tail.take(free), ts_event=slots[free])
+        tail = OhlcvArrays.concat([tail, added])
+        tail = tail.take(np.argsort(tail.ts_event, kind="stable"))
+    k = len(tail)
+    up = np.cumsum(rng.integers(-4, 5, k)) * tick
+    tail = dataclasses.replace(
+        tail,
+        open=tail.open + up,
+        high=tail.high + up + 2 * tick,
+        low=tail.low + up - 2 * tick,
+        close=tail.close + up,
+        volume=rng.integers(1, 5000, k).astype(tail.volume.dtype),
+    )
+    return OhlcvArrays.concat([head, tail])
+
+
+def perturb_after(
+    md: MarketData, t_cut: int, seed: int = 0, *, tick: float = 0.25, timing: Timing = Timing.INSERT
+) -> MarketData:
+    """A copy of ``md`` in which every event after ``t_cut`` is different (and still valid): its
+    values, and its time and number as ``timing`` says (module docstring)."""
     rng = np.random.default_rng(seed)
-    books, trades, ohlcv = {}, {}, {}
-    for iid, book in md.books.items():
-        after = book.ts_event > t_cut
-        k = int(after.sum())
-        if not k:
-            books[iid] = book
-            continue
-        tick = 0.25
-        shift = np.zeros(len(book))
-        shift[after] = np.cumsum(rng.integers(-3, 4, k)) * tick  # a random walk of whole ticks
-        scale = np.ones(len(book), np.int64)
-        scale[after] = rng.integers(2, 5, k)
-        extra = np.zeros(len(book), np.int64)
-        extra[after] = rng.integers(1, 4, k)
-        books[iid] = _replace(
-            book,
-            bid_px=book.bid_px + shift[:, None],
-            ask_px=book.ask_px + shift[:, None],
-            price=book.price + shift,
-            bid_sz=book.bid_sz * scale[:, None],
-            ask_sz=book.ask_sz * scale[:, None],
-            bid_ct=np.where(book.bid_ct > 0, book.bid_ct + extra[:, None], 0),
-            ask_ct=np.where(book.ask_ct > 0, book.ask_ct + extra[:, None], 0),
-            size=np.where(after, book.size * 3 + 1, book.size),
-        )
-    for iid, tr in md.trades.items():
-        after = tr.ts_event > t_cut
-        k = int(after.sum())
-        price, size, side = tr.price.copy(), tr.size.copy(), tr.side.copy()
-        price[after] += np.cumsum(rng.integers(-3, 4, k)) * 0.25
-        size[after] = rng.integers(1, 50, k)
-        side[after] = np.where(rng.random(k) < 0.5, ord("B"), ord("A")).astype(np.uint8)
-        trades[iid] = _replace(tr, price=price, size=size, side=side)
-    for iid, bars in md.ohlcv.items():
-        after = bars.ts_event + md.ohlcv_bar_ns > t_cut  # an OHLCV record is known at its close
-        k = int(after.sum())
-        up = np.zeros(len(bars))
-        up[after] = np.cumsum(rng.integers(-4, 5, k)) * 0.25
-        volume = bars.volume.copy()
-        volume[after] = rng.integers(1, 5000, k)
-        ohlcv[iid] = _replace(
-            bars,
-            open=bars.open + up,
-            high=bars.high + up + np.where(after, 0.5, 0.0),
-            low=bars.low + up - np.where(after, 0.5, 0.0),
-            close=bars.close + up,
-            volume=volume,
-        )
+    books = {iid: _perturb_book(b, t_cut, rng, tick, timing) for iid, b in md.books.items()}
+    trades = {iid: _perturb_trades(t, t_cut, rng, tick, timing) for iid, t in md.trades.items()}
+    ohlcv = {
+        iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()
+    }
     return dataclasses.replace(
         md,
-        books=books or md.books,
-        trades=trades or md.trades,
-        ohlcv=ohlcv or md.ohlcv,
-        crossed={iid: b.crossed() for iid, b in books.items()} if books else md.crossed,
+        books=books,
+        trades=trades,
+        ohlcv=ohlcv,
+        crossed={iid: b.crossed() for iid, b in books.items()},
     )
+
+
+def _cut_result(base_ts, base_values, other_ts, other_values, columns, t_cut: int) -> CutResult:
+    known = int(np.searchsorted(base_ts, t_cut, "right"))
+    known_other = int(np.searchsorted(other_ts, t_cut, "right"))
+    res = CutResult(t=t_cut, rows_checked=known)
+    if known_other != known or not np.array_equal(base_ts[:known], other_ts[:known]):
+        res.leaking_columns = ["<rows>"]  # the rows themselves (their count or times) moved
+        return res
+    a, b = base_values[:known], other_values[:known]
+    differs = ~((a == b) | (np.isnan(a) & np.isnan(b)))
+    bad_cols = np.flatnonzero(differs.any(axis=0))
+    res.leaking_columns = [columns[c] for c in bad_cols]
+    if len(bad_cols):
+        res.first_leaking_row = int(np.flatnonzero(differs.any(axis=1))[0])
+    return res
+
+
+# --- check 2: fold normalisers see training rows only --------------------------------------------
+
+
+def scaler_leaks(
+    x: np.ndarray, columns: Sequence[str], cfg: FoxhuntConfig, label_span: int, seed: int = 0
+) -> tuple[list[str], list[int], list[Fold]]:
+    """(columns, folds) whose scaler from :func:`make_folds` moved when every row outside the fold's
+    training rows was replaced, and the folds built on ``x``."""
+    base = make_folds(x, tuple(columns), cfg.folds, label_span)
+    rng = np.random.default_rng(seed)
+    bad_cols: set[int] = set()
+    bad_folds: list[int] = []
+    for fd in base:
+        outside = np.ones(len(x), bool)
+        outside[fd.fold.train] = False
+        other = x.copy()
+        # Non-zero and far from the data: a fit that reads these rows cannot come out the same.
+        other[outside] = (rng.normal(size=(int(outside.sum()), x.shape[1])) * 100.0 + 1e3).astype(x.dtype)
+        redone = make_folds(other, tuple(columns), cfg.folds, label_span)[fd.fold.index]
+        moved = (redone.scaler.median != fd.scaler.median) | (redone.scaler.scale != fd.scaler.scale)
+        if not np.array_equal(redone.fold.train, fd.fold.train):
+            moved[:] = True  # the folds themselves depend on feature values
+        if moved.any():
+            bad_folds.append(fd.fold.index)
+            bad_cols.update(np.flatnonzero(moved).tolist())
+    return [columns[j] for j in sorted(bad_cols)], bad_folds, [fd.fold for fd in base]
+
+
+# --- check 3: the purge covers the label span and the embargo -------------------------------------
+
+
+def purge_problems(folds: Sequence[Fold], label_span: int, embargo_rows: int, user: str) -> list[str]:
+    """One line per fold of ``user`` (who builds them) whose training rows come closer to validation
+    than the label span and the embargo allow (module docstring, check 3); empty when all hold."""
+    need = max(int(embargo_rows), int(label_span))
+    settings = f"label span {label_span} rows, folds.embargo_rows {embargo_rows}"
+    out = []
+    for f in folds:
+        train = np.asarray(f.train, np.int64)
+        vs, ve = f.validation_start, f.validation_end
+        inside = train[(train >= vs) & (train < ve)]
+        before, after = train[train < vs], train[train >= ve]
+        if len(inside):
+            out.append(f"{user} fold {f.index}: training row {int(inside[0])} lies in its validation block")
+        if len(before) and vs - int(before.max()) <= need:
+            last = int(before.max())
+            out.append(
+                f"{user} fold {f.index}: training row {last} is {vs - last} rows before validation row {vs}, "
+                f"so its label window [{last}, {last + label_span}] is not purged ({settings}: the gap "
+                f"must exceed {need} rows)"
+            )
+        if len(after) and int(after.min()) - (ve - 1) <= need:
+            out.append(
+                f"{user} fold {f.index}: training row {int(after.min())} is inside the embargo after "
+                f"validation row {ve - 1} ({settings}: the gap must exceed {need} rows)"
+            )
+    return out
+
+
+def fold_spans(cfg: FoxhuntConfig) -> dict[str, int]:
+    """The label span each fold builder uses: training (every label of the cache) and the alpha
+    check (its longest direction horizon)."""
+    unit = cfg.data.row_unit
+    return {
+        "training": cfg.labels.span(unit),
+        "alpha check": max(cfg.alpha.horizons or cfg.labels.horizons(unit)),
+    }
+
+
+# --- all three -------------------------------------------------------------------------------------
 
 
 def check_leaks(
@@ -138,7 +389,7 @@ def check_leaks(
     registry: Mapping[str, Family] | None = None,
     seed: int = 0,
 ) -> LeakReport:
-    """Run the future-perturbation check at ``cuts`` (fractions of the row timeline)."""
+    """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline)."""
     inp = rows_from_market(md, cfg.data)
     base = compute_features(inp, cfg, registry)
     n = len(inp)
@@ -146,20 +397,44 @@ def check_leaks(
     for j, frac in enumerate(cuts):
         row = int(np.clip(round(frac * (n - 1)), 0, n - 1))
         t_cut = int(inp.ts[row])
-        other_inp = rows_from_market(perturb_after(md, t_cut, seed=seed + j), cfg.data)
+        timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
+        other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
+        other_inp = rows_from_market(other_md, cfg.data)
         other = compute_features(other_inp, cfg, registry)
-        known = int(np.searchsorted(inp.ts, t_cut, "right"))
-        known_other = int(np.searchsorted(other_inp.ts, t_cut, "right"))
-        res = CutResult(t=t_cut, rows_checked=known)
-        if known_other != known or not np.array_equal(inp.ts[:known], other_inp.ts[:known]):
-            res.leaking_columns = ["<rows>"]  # the rows themselves (their count or times) moved
-            results.append(res)
-            continue
-        a, b = base.values[:known], other.values[:known]
-        differs = ~((a == b) | (np.isnan(a) & np.isnan(b)))
-        bad_cols = np.flatnonzero(differs.any(axis=0))
-        res.leaking_columns = [base.columns[c] for c in bad_cols]
-        if len(bad_cols):
-            res.first_leaking_row = int(np.flatnonzero(differs.any(axis=1))[0])
-        results.append(res)
-    return LeakReport(columns=base.values.shape[1], rows=n, cuts=results)
+        results.append(_cut_result(inp.ts, base.values, other_inp.ts, other.values, base.columns, t_cut))
+    report = LeakReport(columns=base.values.shape[1], rows=n, cuts=results)
+    users_by_span: dict[int, list[str]] = {}
+    for user, span in fold_spans(cfg).items():
+        users_by_span.setdefault(span, []).append(user)
+    try:
+        for span, users in users_by_span.items():
+            user = " and ".join(users)
+            cols, bad_folds, folds = scaler_leaks(base.values, base.columns, cfg, span, seed=seed)
+            report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
+            report.scaler_folds = sorted(set(report.scaler_folds) | set(bad_folds))
+            report.fold_problems += purge_problems(folds, span, cfg.folds.embargo_rows, user)
+            report.folds_checked = len(folds)
+    except ValueError as exc:  # too few rows for the configured folds: nothing to train or check on
+        report.folds_checked = 0
+        report.fold_note = f"too few rows for the folds: {exc}"
+    return report
+
+
+def cache_sources(cache: Any, cache_path: str | Path) -> list[Path]:
+    """The DBN files a cache was built from, for running the guard in front of a ``--cache`` command;
+    refused (exit 2) when they are no longer where they were."""
+    files = [Path(s["path"]) for s in cache.meta["sources"] if "path" in s]
+    if len(files) != len(cache.meta["sources"]) or not all(p.is_file() for p in files):
+        raise FoxhuntError(
+            cache_path,
+            "the cache's source files are not where they were, so the leak guard cannot run",
+            "pass the DBN files with --data instead",
+        )
+    return files
+
+
+def guard(files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str) -> LeakReport:
+    """The leak guard in front of a command: the report when clean, else :class:`LeakFoundError`."""
+    report = check_leaks(load_market(files, cfg.data), cfg)
+    report.raise_if_leaking(where, consequence)
+    return report

@@ -1,0 +1,433 @@
+"""The public Python API: every stage of the pipeline as a function, for notebooks and scripts.
+
+The command line (``foxhunt ...``) and this module run the same code; this one returns Python
+objects instead of writing files. A session goes::
+
+    from foxhunt import api
+
+    cfg = api.config("smoke", overrides=["folds.n_folds=2"])
+    files = api.synthetic_market("market", cfg)          # or your own DBN files
+    cache = api.build_features(files, cfg, "cache")       # built once, reused after
+    folds = api.make_folds(cache, cfg)                     # purged walk-forward folds
+    flat = api.backtest(cache, "flat", cfg=cfg, fold=1)
+
+    def imbalance_sign(states, rows):                      # any callable is a policy
+        s = rows.feature("ofi.l1_imbalance_ema_slow")
+        return torch.where(s > 0, api.Direction.LONG, api.Direction.SHORT)
+
+    mine = api.backtest(cache, imbalance_sign, cfg=cfg, fold=1)
+    print(mine.metrics["net_pnl"], flat.metrics["net_pnl"])
+
+A **policy** is a callable ``policy(states, rows) -> actions``: ``states`` is the ``[N, W]`` float32
+batch of RL states (:data:`~foxhunt.features.layout.STATE_LAYOUT`, features normalised with the
+fold's training-row scaler), ``rows`` a :class:`Rows` describing the N rows acted on (row index,
+position, the fold's market). It answers either ``[N]`` directions (:class:`Direction` values:
+the order is then a full-size market order of normal urgency, as the scripted policies trade) or
+``[N, 4]`` branch indices (direction, magnitude, order type, urgency; see
+:mod:`foxhunt.env.actions`). Every policy is judged by the same environment, costs and metrics as
+``foxhunt backtest``: the validation rows of one fold, cut into windows stepped together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.metrics import StepRecord
+from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summarise
+from foxhunt.config.loader import load_config
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.ingest import MarketData, load_market
+from foxhunt.env.actions import BRANCH_NAMES, Direction, OrderType, Urgency
+from foxhunt.env.core import TradingEnv
+from foxhunt.env.market import MarketTensors, market_tensors
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.cache import FeatureCache, get_or_build, load_cache
+from foxhunt.validation.dataset import FoldData
+from foxhunt.validation.dataset import make_folds as _make_folds
+from foxhunt.validation.normalise import RobustScaler
+
+__all__ = [
+    "BacktestResult",
+    "Direction",
+    "OrderType",
+    "Rows",
+    "ScriptedPolicy",
+    "TrainedAgent",
+    "Urgency",
+    "backtest",
+    "build_features",
+    "checkpoint_path",
+    "config",
+    "export_weights",
+    "fold_market",
+    "load_data",
+    "load_policy",
+    "make_folds",
+    "open_features",
+    "synthetic_market",
+    "train",
+]
+
+UserPolicy = Callable[[Tensor, "Rows"], Tensor]
+"""``policy(states [N, W], rows) -> [N] directions or [N, 4] branch indices`` (module docs)."""
+
+
+# --- configuration and data --------------------------------------------------------------------
+
+
+def config(
+    profile: str | None = None, *, file: str | Path | None = None, overrides: Sequence[str] = ()
+) -> FoxhuntConfig:
+    """The resolved configuration: a packaged profile (``smoke``, ``localdev``, ``production``) or a
+    TOML ``file``, with ``section.key=value`` overrides (the command line's ``--set``).
+
+    Example::
+
+        cfg = api.config("smoke", overrides=["data.bar_seconds=60", "folds.n_folds=2"])
+        cfg.data.bar_seconds  # 60
+    """
+    return load_config(profile=profile, config_file=file, overrides=overrides)
+
+
+def synthetic_market(out_dir: str | Path, cfg: FoxhuntConfig) -> list[Path]:
+    """Write the synthetic ES market of ``cfg.synth`` (seeded, planted alpha ``cfg.synth.alpha``) as
+    DBN files (MBP-10 and trades per session) into ``out_dir``; return their paths.
+
+    Example::
+
+        files = api.synthetic_market("market", api.config("smoke", overrides=["synth.sessions=2"]))
+    """
+    from foxhunt.data.synth import write_synthetic
+
+    return write_synthetic(cfg.synth, out_dir)
+
+
+def load_data(paths: Sequence[str | Path], cfg: FoxhuntConfig) -> MarketData:
+    """Read, validate and merge DBN files (or folders of them) for ``cfg.data.data_source``: the
+    order books, trades or OHLCV bars per instrument, sorted by event time.
+
+    Example::
+
+        md = api.load_data(["data/es/"], cfg)
+        {iid: len(book.ts_event) for iid, book in md.books.items()}
+    """
+    return load_market(paths, cfg.data)
+
+
+# --- features and folds ------------------------------------------------------------------------
+
+
+def build_features(
+    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: str | Path, *, regenerate: bool = True
+) -> FeatureCache:
+    """The feature cache of ``paths`` under ``cfg`` in ``out_dir``: opened when a current one is
+    there, built otherwise (``regenerate=False``: refuse instead, saying what differs).
+
+    Example::
+
+        cache = api.build_features(files, cfg, "cache")
+        cache.meta["rows"], cache.columns[:3]
+    """
+    return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
+
+
+def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:
+    """Open the cache file ``path``, refusing it unless it was built by this code under ``cfg``.
+
+    Example::
+
+        cache = api.open_features("cache/features-bar-mbp10-0123abcd.arrow", cfg)
+    """
+    return load_cache(path, cfg)
+
+
+def make_folds(cache: FeatureCache, cfg: FoxhuntConfig) -> list[FoldData]:
+    """The purged walk-forward folds of ``cache`` (``cfg.folds``), each with the robust scaler fitted
+    on its own training rows. ``fold.fold.validation_start`` / ``validation_end`` bound the rows a
+    backtest of that fold judges.
+
+    Example::
+
+        for fd in api.make_folds(cache, cfg):
+            print(fd.fold.index, fd.fold.validation_start, fd.fold.validation_end)
+    """
+    return _make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+
+
+def fold_market(
+    cache: FeatureCache, fold: FoldData, cfg: FoxhuntConfig, device: torch.device | str = "cpu"
+) -> MarketTensors:
+    """Every row of ``cache`` as tensors on ``device``, features normalised with ``fold``'s scaler:
+    what the environment steps over.
+
+    Example::
+
+        market = api.fold_market(cache, api.make_folds(cache, cfg)[0], cfg)
+        market.features.shape  # [rows, state feature columns]
+    """
+    return market_tensors(cache, fold, vol_window=cfg.env.plan.vol_window, device=device)
+
+
+# --- policies -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Rows:
+    """What a policy knows of the N rows it acts on besides the states (tensors ``[N]``)."""
+
+    index: Tensor
+    """int64: the row of the cache each episode is at."""
+    position: Tensor
+    """float64: signed contracts held."""
+    market: MarketTensors
+    """The fold's market (normalised features, prices), for lookups by row."""
+
+    def feature(self, column: str) -> Tensor:
+        """The normalised value of state feature ``column`` (e.g. ``"ofi.l1_imbalance_ema_slow"``) at these
+        rows: the same number the state's slot holds."""
+        try:
+            j = self.market.feature_columns.index(column)
+        except ValueError:
+            raise KeyError(f"{column!r} is not a state feature column (see STATE_LAYOUT.columns)") from None
+        return self.market.features[self.index, j]
+
+    @property
+    def mid(self) -> Tensor:
+        """The price (mid of the book, or the bar's close) at these rows."""
+        return self.market.mid[self.index]
+
+
+def _user_policy(fn: UserPolicy, cfg: FoxhuntConfig) -> Policy:
+    """``fn(states, rows)`` as the backtester's ``(states, env) -> [N, 4]`` policy."""
+    full = cfg.env.branches.magnitude - 1
+    order, urgency = int(OrderType.MARKET), int(Urgency.NORMAL)
+
+    def policy(obs: Tensor, env: TradingEnv) -> Tensor:
+        s = env.state
+        out = torch.as_tensor(fn(obs, Rows(index=s.row, position=s.position, market=env.market)))
+        n = obs.shape[0]
+        if out.shape == (n,):  # directions: a full-size market order of normal urgency
+            a = torch.empty(n, len(BRANCH_NAMES), dtype=torch.int64, device=obs.device)
+            for i, value in enumerate((out.to(obs.device), full, order, urgency)):  # BRANCH_NAMES order
+                a[:, i] = value
+            return a
+        if out.shape != (n, len(BRANCH_NAMES)):
+            raise ValueError(
+                f"a policy must return [{n}] directions or [{n}, {len(BRANCH_NAMES)}] branch indices "
+                f"({', '.join(BRANCH_NAMES)}), got shape {list(out.shape)}"
+            )
+        return out.to(device=obs.device, dtype=torch.int64)
+
+    return policy
+
+
+class TrainedAgent:
+    """A trained checkpoint (or its weights-only export) as a greedy policy.
+
+    ``cfg`` is the checkpoint's own resolved config, ``fold`` and ``epoch`` where it was saved,
+    ``scaler`` the fold's normaliser when the export stored one (else None). It acts on states
+    (:meth:`act`) and backtests like any policy (:func:`backtest` judges it on its own fold).
+    """
+
+    def __init__(
+        self, path: str | Path, cfg: FoxhuntConfig | None = None, device: torch.device | str = "cpu"
+    ) -> None:
+        from foxhunt.train.checkpoint import read_checkpoint_meta
+        from foxhunt.train.run import CheckpointPolicy
+
+        self.path = Path(path)
+        self._checkpoint = CheckpointPolicy(self.path, cfg if cfg is not None else load_config())
+        self.cfg: FoxhuntConfig = self._checkpoint.cfg
+        self.fold: int = self._checkpoint.fold
+        self.epoch: int = self._checkpoint.epoch
+        self.value: str = self._checkpoint.value
+        meta = read_checkpoint_meta(self.path)
+        self.scaler = RobustScaler.from_dict(meta["normaliser"]) if "normaliser" in meta else None
+        self.device = torch.device(device)
+        self._greedy: Policy | None = None
+
+    def policy(self, device: torch.device | str) -> Policy:
+        """The backtester's policy on ``device`` (a fresh agent holding the checkpoint's weights)."""
+        return self._checkpoint.policy(device)
+
+    def act(self, states: Tensor) -> Tensor:
+        """Greedy ``[N, 4]`` branch actions for ``[N, W]`` states (direction, magnitude, order type,
+        urgency).
+
+        Example::
+
+            agent = api.load_policy("run/checkpoints/fold0/best.safetensors")
+            agent.act(torch.zeros(5, STATE_LAYOUT.width))[:, 0]  # directions
+        """
+        if self._greedy is None:
+            self._greedy = self.policy(self.device)
+        return self._greedy(states.to(self.device), None).actions  # type: ignore[arg-type, union-attr]
+
+
+def load_policy(
+    path: str | Path, cfg: FoxhuntConfig | None = None, device: torch.device | str = "cpu"
+) -> TrainedAgent:
+    """Load a checkpoint (``RUN/checkpoints/fold<k>/best.safetensors``) or a weights-only export as
+    a :class:`TrainedAgent`. ``cfg`` only matters for an old checkpoint without a stored config.
+
+    Example::
+
+        agent = api.load_policy("run/train/checkpoints/fold1/best.safetensors")
+        result = api.backtest(cache, agent)  # on its own fold, with its own config
+    """
+    return TrainedAgent(path, cfg, device)
+
+
+def checkpoint_path(run_dir: str | Path, fold: int, which: str = "best") -> Path:
+    """The ``best`` or ``last`` checkpoint of ``fold`` in a training run folder.
+
+    Example::
+
+        api.checkpoint_path("runs/main/train", 0)  # .../checkpoints/fold0/best.safetensors
+    """
+    from foxhunt.train.checkpoint import CheckpointStore
+
+    store = CheckpointStore(run_dir, ring=1)
+    if which not in ("best", "last"):
+        raise ValueError(f"which must be 'best' or 'last', got {which!r}")
+    return store.best_path(fold) if which == "best" else store.last_path(fold)
+
+
+# --- backtest, train, export --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class BacktestResult:
+    """One policy judged on one fold's validation rows."""
+
+    policy: str
+    fold: int
+    metrics: dict[str, Any]
+    """The headline metrics (net/gross PnL, costs, Sharpe, drawdown, trades, ...: ``METRIC_KEYS``)."""
+    implausible_reasons: list[str]
+    """Why the result looks too good to be true (empty: plausible)."""
+    all_metrics: dict[str, Any]
+    """Every metric of :func:`foxhunt.backtest.metrics.compute_metrics`."""
+    record: StepRecord
+    """The per-step record ``[episodes, steps]``."""
+
+    def equity(self) -> np.ndarray:
+        """Cumulative net PnL per step, all validation windows summed."""
+        return equity_curve(self.record)
+
+
+def backtest(
+    cache: FeatureCache,
+    policy: UserPolicy | ScriptedPolicy | str | TrainedAgent,
+    *,
+    cfg: FoxhuntConfig | None = None,
+    fold: int | FoldData | None = None,
+    device: torch.device | str = "cpu",
+) -> BacktestResult:
+    """Judge ``policy`` on the validation rows of ``fold`` with the environment, costs and metrics of
+    ``foxhunt backtest``.
+
+    ``policy`` is a callable ``(states, rows) -> actions`` (module docs), a scripted policy
+    (``"flat"``, ``"long"``, ``"short"``, ``"random"``, ``"oracle"``) or a :class:`TrainedAgent`,
+    which defaults ``cfg`` to its own config and ``fold`` to the fold it was trained on.
+
+    Example::
+
+        def momentum(states, rows):
+            up = rows.feature("market.ret_lag1") > 0
+            return torch.where(up, api.Direction.LONG, api.Direction.FLAT)
+
+        r = api.backtest(cache, momentum, cfg=cfg, fold=0)
+        r.metrics["net_pnl"], r.metrics["trades"], r.implausible_reasons
+    """
+    if isinstance(policy, TrainedAgent):
+        cfg = cfg if cfg is not None else policy.cfg
+        fold = fold if fold is not None else policy.fold
+    if cfg is None or fold is None:
+        raise FoxhuntError(
+            "backtest", "a policy other than a trained agent needs cfg and fold", "pass cfg=... and fold=k"
+        )
+    if isinstance(fold, FoldData):
+        fd = fold
+    else:
+        folds = make_folds(cache, cfg)
+        if not 0 <= fold < len(folds):
+            raise FoxhuntError("fold", f"fold {fold} does not exist", f"use 0..{len(folds) - 1}")
+        fd = folds[fold]
+    k = fd.fold.index
+    if isinstance(policy, str) and not isinstance(policy, ScriptedPolicy):
+        try:
+            policy = ScriptedPolicy(policy)
+        except ValueError:
+            raise FoxhuntError(
+                "policy", f"unknown scripted policy {policy!r}", "use flat, long, short, random or oracle"
+            ) from None
+    if isinstance(policy, ScriptedPolicy):
+        name, pol = policy.value, scripted(policy, cfg.env, seed=cfg.run.seed + k)  # as foxhunt backtest
+    elif isinstance(policy, TrainedAgent):
+        name, pol = policy.value, policy.policy(device)
+    else:
+        name, pol = getattr(policy, "__name__", "custom"), _user_policy(policy, cfg)
+    market = fold_market(cache, fd, cfg, device)
+    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, pol)
+    metrics, reasons = summarise(rec, bars_per_year(cache), cfg)
+    return BacktestResult(
+        policy=name,
+        fold=k,
+        metrics={key: metrics[key] for key in METRIC_KEYS},
+        implausible_reasons=reasons,
+        all_metrics=metrics,
+        record=rec,
+    )
+
+
+def train(
+    cache: FeatureCache,
+    cfg: FoxhuntConfig,
+    out_dir: str | Path,
+    *,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Walk-forward training of a fresh agent per fold (``foxhunt train``): checkpoints under
+    ``out_dir/checkpoints``, diagnostics, ``folds.json``; returns each fold's validation metrics.
+
+    Example::
+
+        folds = api.train(cache, cfg, "run")
+        agent = api.load_policy(api.checkpoint_path("run", 0))
+    """
+    from foxhunt.train.run import train as run_training
+
+    return run_training(cache, cfg, out_dir, resume=resume, log=log)
+
+
+def export_weights(
+    checkpoint: str | Path, out: str | Path, *, cache: FeatureCache | str | Path | None = None
+) -> Path:
+    """Write the weights-only export of ``checkpoint`` as ``out`` (``out.safetensors`` + ``out.json``):
+    network weights, signals and metadata, no replay or optimizer state. With ``cache`` (the one the
+    run trained on) the checkpoint fold's normaliser is stored too. Returns the safetensors path.
+
+    Example::
+
+        path = api.export_weights("run/checkpoints/fold0/best.safetensors", "fold0", cache=cache)
+        path.stat().st_size  # a few hundred kB
+    """
+    from foxhunt.train.checkpoint import export_weights as export
+    from foxhunt.train.run import CheckpointPolicy
+
+    scaler = None
+    if cache is not None:
+        trained = CheckpointPolicy(checkpoint, load_config())
+        opened = cache if isinstance(cache, FeatureCache) else load_cache(cache, trained.cfg)
+        scaler = make_folds(opened, trained.cfg)[trained.fold].scaler
+    return export(checkpoint, out, scaler=scaler)

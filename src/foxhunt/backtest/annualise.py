@@ -1,0 +1,92 @@
+"""Bars per year: how many rows a year of trading holds, from the instrument's session calendar.
+
+Annualised Sharpe, Sortino and return scale per-row figures by ``B`` = bars per year (backtest
+metrics). ``B`` is a property of the contract and the row unit, not of the file: a file of part
+sessions must not inflate or deflate every Sharpe. With ``S`` the instrument's session seconds per
+day (23 h for CME Globex products) and ``D`` its trading days per year (252):
+
+* **time bars** of ``bar_seconds``: ``B = S / bar_seconds x D`` (ES, 60 s bars:
+  82,800 / 60 x 252 = 347,760);
+* **snapshot rows and volume bars** have no fixed length, so their rate is measured: ``rate`` =
+  rows per hour over the time the data covers (per segment, first row to last row, so halts and
+  gaps between sessions or contracts do not count; a segment of ``k`` rows spans ``k - 1``
+  intervals) and ``B = rate x S / 3600 x D``. A file of two hours of one session then annualises
+  at its own activity, not at its rows-per-session x 252.
+
+Every backtest states ``B`` and, as ``annualisation``, the sentence of how it was obtained.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from foxhunt.data.instrument import Instrument
+from foxhunt.data.schemas import BarKind, RowUnit
+
+_NS_PER_HOUR = 3_600_000_000_000
+
+
+class Annualisation(NamedTuple):
+    bars_per_year: float
+    text: str  # how bars_per_year was obtained, for metrics.json and the report
+
+
+def time_bars_per_year(bar_seconds: float, instrument: Instrument) -> float:
+    """``session seconds / bar_seconds x trading days``."""
+    if bar_seconds <= 0:
+        raise ValueError(f"bar_seconds must be positive, got {bar_seconds}")
+    return instrument.session_seconds / bar_seconds * instrument.trading_days
+
+
+def observed_rows_per_hour(ts_ns: np.ndarray, segment_start: np.ndarray) -> float:
+    """Rows per hour over the time the segments cover: ``sum(k_s - 1) / sum(last_s - first_s)``.
+
+    ``ts_ns`` [n] int64 row times, ``segment_start`` [n] bool (the first row always starts one).
+    Raises ValueError when the rows cover no time (one row per segment, or equal timestamps).
+    """
+    ts = np.asarray(ts_ns, dtype=np.int64)
+    n = len(ts)
+    if n == 0:
+        raise ValueError("no rows to measure a row rate from")
+    start = np.asarray(segment_start, dtype=bool).copy()
+    start[0] = True
+    seg = np.cumsum(start) - 1  # [n] segment index
+    n_seg = int(seg[-1]) + 1
+    first = np.full(n_seg, np.iinfo(np.int64).max)
+    last = np.full(n_seg, np.iinfo(np.int64).min)
+    np.minimum.at(first, seg, ts)
+    np.maximum.at(last, seg, ts)
+    covered_ns = float(np.sum(last - first))
+    intervals = n - n_seg
+    if covered_ns <= 0 or intervals <= 0:
+        raise ValueError(
+            f"{n} rows in {n_seg} segments cover no time: no row rate to annualise with "
+            "(use time bars: data.row_unit=bar, data.bar_kind=time)"
+        )
+    return intervals / (covered_ns / _NS_PER_HOUR)
+
+
+def annualisation(
+    row_unit: RowUnit,
+    bar_kind: BarKind,
+    bar_seconds: float,
+    ts_ns: np.ndarray,
+    segment_start: np.ndarray,
+    instrument: Instrument,
+) -> Annualisation:
+    """Bars per year of rows of ``row_unit`` / ``bar_kind`` of ``instrument`` (module docstring)."""
+    hours, days = instrument.session_hours, instrument.trading_days
+    calendar = f"{instrument.symbol} sessions of {hours:g} h x {days} trading days"
+    if row_unit is RowUnit.BAR and bar_kind is BarKind.TIME:
+        bpy = time_bars_per_year(bar_seconds, instrument)
+        return Annualisation(bpy, f"{bar_seconds:g}-second time bars: {calendar} / {bar_seconds:g} s")
+    rate = observed_rows_per_hour(ts_ns, segment_start)
+    bpy = rate * hours * days
+    what = "snapshot rows" if row_unit is RowUnit.SNAPSHOT else "volume bars"
+    return Annualisation(
+        bpy,
+        f"{what} at the observed {rate:,.1f} rows per hour of the data's sessions (first to last row "
+        f"of each) x {calendar}",
+    )

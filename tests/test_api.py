@@ -1,0 +1,255 @@
+"""The public Python API (``foxhunt.api``) on a tiny synthetic market: custom policies judged by the
+same seam as ``foxhunt backtest``, training, loading a checkpoint and acting with it, and the
+weights-only export (smaller than 1 MB for the smoke network, and backtesting like the checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from typer.testing import CliRunner
+
+from foxhunt import api
+from foxhunt.backtest.run import METRIC_KEYS, run_backtest
+from foxhunt.cli import app
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.cache import FeatureCache
+from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.train.checkpoint import CheckpointError, checkpoint_files, load_checkpoint
+
+# A market of 2 sessions x 20k book events: about 5,200 30-second bars, two folds.
+TINY_MARKET = (
+    "synth.sessions=2",
+    "synth.events_per_session=20000",
+    "folds.n_folds=2",
+    "env.episode_rows=32",
+)
+# Training at the smoke network's sizes (and its replay capacity: what makes a checkpoint heavy) for
+# one epoch of a few updates; the plain network, so that the briefly trained policy trades.
+ONE_EPOCH = (
+    "train.epochs=1",
+    "train.envs=16",
+    "train.steps_per_epoch=16",
+    "agent.learn.updates_per_epoch=4",
+    "agent.learn.batch=64",
+    "agent.network.symmetry=none",
+)
+SIGNAL = "ofi.l1_imbalance_ema_slow"
+FOLD = 1
+
+runner = CliRunner()
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def cfg() -> FoxhuntConfig:
+    return api.config("smoke", overrides=TINY_MARKET)
+
+
+@pytest.fixture(scope="module")
+def cache(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
+    root = tmp_path_factory.mktemp("api")
+    return api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache")
+
+
+def test_import_foxhunt_is_light_and_reaches_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    code = "import sys, foxhunt; print('torch' in sys.modules, 'foxhunt.api' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]
+    import foxhunt
+
+    monkeypatch.delattr(foxhunt, "api")  # as after a bare `import foxhunt`: the package's __getattr__ answers
+    assert foxhunt.api is api and foxhunt.api.backtest is api.backtest
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = foxhunt.nothing  # type: ignore[attr-defined]
+
+
+def test_every_public_function_has_a_docstring_with_an_example() -> None:
+    public = [getattr(api, n) for n in api.__all__ if callable(getattr(api, n))]
+    functions = [f for f in public if type(f).__name__ == "function"]
+    assert len(functions) >= 12
+    missing = [f.__name__ for f in functions if "Example::" not in (f.__doc__ or "")]
+    assert not missing
+
+
+def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
+    cache: FeatureCache, cfg: FoxhuntConfig, tmp_path: Path
+) -> None:
+    """A callable that always answers Long is the scripted "long" policy: the API gives the same
+    numbers for both, and the same as ``run_backtest`` (``foxhunt backtest``) on that fold."""
+
+    def always_long(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        return torch.full((states.shape[0],), int(api.Direction.LONG))
+
+    mine = api.backtest(cache, always_long, cfg=cfg, fold=FOLD)
+    scripted = api.backtest(cache, "long", cfg=cfg, fold=FOLD)
+    command = run_backtest(cache, cfg, api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
+    assert mine.policy == "always_long" and mine.fold == FOLD
+    assert mine.metrics["trades"] > 0 and mine.metrics["costs"] > 0
+    for key in METRIC_KEYS:
+        assert mine.metrics[key] == scripted.metrics[key] == pytest.approx(command[key], rel=1e-12), key
+    assert mine.equity()[-1] == pytest.approx(mine.metrics["net_pnl"], rel=1e-9)
+
+
+def test_the_policy_sees_its_rows_and_its_directions_are_traded(
+    cache: FeatureCache, cfg: FoxhuntConfig
+) -> None:
+    """``rows`` describes the rows the states were built from (the feature equals the state's slot,
+    the rows lie in the fold's validation block), and an [N] answer is traded as that direction,
+    full size, market order."""
+    fd = api.make_folds(cache, cfg)[FOLD]
+    seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def imbalance_sign(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        s = rows.feature(SIGNAL)
+        seen.append((s, states[:, STATE_LAYOUT.index(SIGNAL)], rows.index))
+        return torch.where(s > 0, int(api.Direction.LONG), int(api.Direction.SHORT))
+
+    result = api.backtest(cache, imbalance_sign, cfg=cfg, fold=fd)
+    rec = result.record
+    assert len(seen) == rec.written.shape[1]
+    for t, (feature, slot, index) in enumerate(seen):
+        assert torch.equal(feature, slot)
+        live = rec.written[:, t]
+        assert bool(((index >= fd.fold.validation_start) & (index < fd.fold.validation_end))[live].all())
+        want = torch.where(feature > 0, int(api.Direction.LONG), int(api.Direction.SHORT))
+        assert torch.equal(rec.picked_direction[live, t], want[live])
+    written = rec.written
+    assert set(rec.picked_magnitude[written].tolist()) == {cfg.env.branches.magnitude - 1}
+    assert set(rec.picked_order[written].tolist()) == {int(api.OrderType.MARKET)}
+    assert {int(api.Direction.LONG), int(api.Direction.SHORT)} <= set(rec.picked_direction[written].tolist())
+
+
+def test_branch_actions_and_mistakes(cache: FeatureCache, cfg: FoxhuntConfig) -> None:
+    def flat_orders(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        a = torch.zeros(states.shape[0], 4, dtype=torch.int64)
+        a[:, 0] = int(api.Direction.FLAT)
+        return a
+
+    flat = api.backtest(cache, flat_orders, cfg=cfg, fold=0)
+    assert (flat.metrics["trades"], flat.metrics["net_pnl"], flat.metrics["costs"]) == (0, 0.0, 0.0)
+    with pytest.raises(ValueError, match=r"\[\d+, 4\] branch indices .* got shape \[\d+, 3\]"):
+        api.backtest(cache, lambda s, r: torch.zeros(s.shape[0], 3, dtype=torch.int64), cfg=cfg, fold=0)
+    with pytest.raises(FoxhuntError, match="needs cfg and fold"):
+        api.backtest(cache, flat_orders, fold=0)
+    with pytest.raises(FoxhuntError, match="fold 2 does not exist"):
+        api.backtest(cache, "flat", cfg=cfg, fold=2)
+    with pytest.raises(FoxhuntError, match="'psychic'"):
+        api.backtest(cache, "psychic", cfg=cfg, fold=0)
+
+
+# --- train, load, act, export ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
+    metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
+    and a few updates."""
+    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.train.run import FoldTrainer
+
+    cfg = api.config(
+        "smoke", overrides=[*TINY_MARKET, "agent.learn.updates_per_epoch=4", "agent.network.symmetry=none"]
+    )
+    store = CheckpointStore(tmp_path_factory.mktemp("checkpoint"), ring=1)
+    fd = api.make_folds(cache, cfg)[FOLD]
+    trainer = FoldTrainer(cache, fd, cfg, torch.device("cpu"), store, lambda m: None)
+    trainer.run_epoch()
+    return store.save_last(FOLD, 0, trainer.contents({}))
+
+
+@pytest.fixture(scope="module")
+def run_dir(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("run")
+    trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH])
+    folds = api.train(cache, trained, out, log=lambda m: None)
+    assert [f["fold"] for f in folds] == [0, 1]
+    return out
+
+
+@pytest.mark.slow  # two folds of training: half a minute on a shared CPU
+def test_train_load_and_act(run_dir: Path, cache: FeatureCache) -> None:
+    """The trained agent loads with its own config and fold, acts on states, and its API backtest is
+    the validation the run reported for that fold (the last epoch)."""
+    reported = json.loads((run_dir / "folds.json").read_text())[FOLD]
+    agent = api.load_policy(api.checkpoint_path(run_dir, FOLD, "last"))
+    assert agent.fold == FOLD and agent.cfg.train.epochs == 1 and agent.scaler is None
+    actions = agent.act(torch.randn(8, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(0)))
+    assert actions.shape == (8, 4) and actions.dtype == torch.int64
+    result = api.backtest(cache, agent)
+    assert result.fold == FOLD and reported["trades"] > 0
+    for key in ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual"):
+        assert result.metrics[key] == pytest.approx(reported[key], rel=1e-9, abs=1e-9), key
+
+
+def test_weights_only_export_is_small_and_backtests_like_the_checkpoint(
+    checkpoint: Path, cache: FeatureCache, cfg: FoxhuntConfig, tmp_path: Path
+) -> None:
+    full = checkpoint
+    export = tmp_path / "fold1-weights"
+    result = runner.invoke(app, ["export", str(full), "--out", str(export), "--cache", str(cache.path)])
+    assert result.exit_code == 0, result.output
+    light = checkpoint_files(export)[0]
+    # The smoke network's weights without the replay buffer, optimizer state and random streams.
+    assert light.stat().st_size < 1_000_000 < full.stat().st_size
+    with safe_open(str(full), framework="pt") as f:
+        dropped = {k.split("/")[0] + "/" + k.split("/")[1].split(".")[0] for k in f.keys()}
+    assert {"extra/replay", "optim/adam", "module/target"} <= dropped
+    with safe_open(str(light), framework="pt") as f:
+        keys = list(f.keys())
+    assert keys and all(k.startswith(("module/network/", "module/popart/", "extra/signals.")) for k in keys)
+    meta = json.loads(checkpoint_files(export)[1].read_text())["meta"]
+    assert meta["normaliser"] == api.make_folds(cache, cfg)[FOLD].scaler.to_dict()
+    assert meta["fold"] == FOLD and meta["fingerprint"] == json.loads(checkpoint_files(full)[1].read_text())[
+        "meta"
+    ]["fingerprint"]
+
+    bodies = []
+    for path, out in ((full, tmp_path / "bt-full"), (light, tmp_path / "bt-export")):
+        args = ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(out), "-q"]
+        res = runner.invoke(app, args)
+        assert res.exit_code == 0, res.output
+        bodies.append(json.loads((out / "metrics.json").read_text()))
+    assert bodies[0]["trades"] > 0
+    assert {k: bodies[0][k] for k in METRIC_KEYS} == {k: bodies[1][k] for k in METRIC_KEYS}
+    assert bodies[0]["all"] == bodies[1]["all"]
+
+    states = torch.randn(64, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(1))
+    agent = api.load_policy(light)
+    assert torch.equal(agent.act(states), api.load_policy(full).act(states))
+    assert agent.scaler is not None and agent.scaler.columns == tuple(cache.columns)
+
+
+def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> None:
+    from foxhunt.agent.agent import Agent
+
+    full = checkpoint
+    light = api.export_weights(full, tmp_path / "fold1")
+    agent = api.load_policy(full)
+    a = Agent(agent.cfg.agent, agent.cfg.env.branches, seed=0, replay_capacity=16)
+    modules = {"network": a.net, "target": a.learner.target, "popart": a.learner.popart}
+    with pytest.raises(CheckpointError, match="weights-only export .* cannot resume training"):
+        load_checkpoint(
+            light, modules=modules, branches=agent.cfg.env.branches, optimizers={"adam": a.learner.opt}
+        )
+    # For acting it loads, the target network standing in as the online one.
+    load_checkpoint(light, modules=modules, branches=agent.cfg.env.branches)
+    online, target = a.net.state_dict(), a.learner.target.state_dict()
+    assert all(torch.equal(online[k], target[k]) for k in online)
+    with pytest.raises(CheckpointError, match="not a trained agent's checkpoint"):
+        api.export_weights(_plain_checkpoint(tmp_path), tmp_path / "nothing")
+
+
+def _plain_checkpoint(tmp_path: Path) -> Path:
+    from foxhunt.train.checkpoint import save_checkpoint
+
+    branches = api.config().env.branches
+    return save_checkpoint(tmp_path / "plain", modules={"net": torch.nn.Linear(2, 2)}, branches=branches)
