@@ -283,3 +283,14 @@ def test_training_prints_one_short_stamped_line_per_epoch(tmp_path: Path) -> Non
         assert "atoms" not in e and "gate" not in e
     assert "ETA" in epochs[0] and "ETA" not in epochs[-1]  # nothing left after the last epoch
     assert any("done" in x for x in lines) and "fold 0: net" in done.stdout  # bars' ends, the result
+
+
+def test_a_short_real_file_is_one_line_naming_the_fixes(real_data_dir: Path, tmp_path: Path) -> None:
+    # Two hours of ESH4 MBO give 120 thirty-second bars: too few for 3 folds with a 60-row label
+    # span. This was a 53-line traceback (exit 1); it is one line (exit 2) naming every fix.
+    mbo = real_data_dir / "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+    result = runner.invoke(app, ["alpha", "--data", str(mbo), "--out", str(tmp_path / "a"), "-q"])
+    assert result.exit_code == 2, result.output
+    (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error")]
+    assert "120 rows are too few" in line and "--row-unit snapshot" in line and "data.bar_seconds" in line
+    assert "Traceback" not in result.output and not (tmp_path / "a" / "alpha.json").exists()

@@ -53,7 +53,9 @@ def _readable(params: list[Any], ctx: Any) -> list[Any]:
     for p in params:
         if isinstance(p, TyperOption) and p.metavar is None:
             # A flag takes no value: nothing beside it; another option its readable type.
-            p.metavar = "" if p.is_flag else _readable_type(p.display_type(ctx))
+            # display_type is newer typer's (0.2x); older releases only have the click type's name.
+            shown = p.display_type(ctx) if hasattr(p, "display_type") else getattr(p.type, "name", "")
+            p.metavar = "" if p.is_flag else _readable_type(shown)
         elif isinstance(p, TyperArgument) and p.metavar is not None:
             # typer shows an argument's Python type beside its metavar: the metavar says it all.
             p.display_type_rich = lambda ctx: None

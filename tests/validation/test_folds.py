@@ -181,3 +181,21 @@ def test_fold_params_reject_bad_values(bad):
 
 def test_fold_params_fields_are_documented():
     assert all(f.description for f in FoldParams.model_fields.values())
+
+
+def test_too_few_rows_names_every_fix_with_numbers() -> None:
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.validation.folds import TooFewRowsError
+
+    # 120 rows, label span 60: v0 = 60 rows before the first block, minus the 60-row embargo = 0
+    # training rows. 122 rows give v0 = 61 and one training row; no fold count below 3 helps.
+    with pytest.raises(TooFewRowsError) as err:
+        purged_walk_forward(120, FoldParams(n_folds=3), 60)
+    text = str(err.value)
+    assert isinstance(err.value, FoxhuntError) and isinstance(err.value, ValueError)
+    assert "need at least 122 rows" in text and "fewer folds cannot help" in text
+    assert "--row-unit snapshot" in text and "data.bar_seconds" in text and "\n" not in text
+    assert len(purged_walk_forward(122, FoldParams(n_folds=3), 60)) == 3
+    # 2 rows after a 200-row first window hold 2 blocks but not 3: the message names n_folds=2.
+    with pytest.raises(TooFewRowsError, match=r"--set folds.n_folds=2"):
+        purged_walk_forward(202, FoldParams(n_folds=3, min_train_fraction=0.99), 1)

@@ -129,27 +129,55 @@ class TooFewRowsError(FoxhuntError, ValueError):
     """The rows cannot hold the asked folds (a ValueError too, for callers of the pure function)."""
 
 
+def _shortfall(n: int, params: FoldParams, label_span: int) -> str | None:
+    """Why ``n`` rows cannot hold ``params``'s folds (None: they can); pure arithmetic."""
+    k = params.n_folds
+    e = max(params.embargo_rows, int(label_span))
+    v0 = int(round(params.min_train_fraction * n))
+    if (n - v0) // k < 1:
+        return f"{n - v0} rows after the first training window for {k} blocks"
+    first_train = v0 - e
+    if first_train < 1:
+        return f"the first training window keeps {first_train} rows (need >= 1)"
+    if params.scheme is FoldScheme.ROLLING and params.rolling_train_rows is not None:
+        if params.rolling_train_rows > first_train:
+            return (
+                f"rolling_train_rows {params.rolling_train_rows} exceeds the {first_train} rows "
+                "before the first block"
+            )
+    return None
+
+
 def _feasible_folds(n_rows: int, params: FoldParams, label_span: int) -> int:
     """The largest fold count below ``params.n_folds`` that ``n_rows`` rows can hold (0: none)."""
     for k in range(params.n_folds - 1, 0, -1):
-        try:
-            purged_walk_forward(n_rows, params.model_copy(update={"n_folds": k}), label_span)
-        except TooFewRowsError:
-            continue
-        return k
+        if _shortfall(n_rows, params.model_copy(update={"n_folds": k}), label_span) is None:
+            return k
     return 0
+
+
+def _rows_needed(n_rows: int, params: FoldParams, label_span: int) -> int:
+    """The fewest rows (above ``n_rows``) that hold ``params``'s folds: doubling, then bisection."""
+    lo, hi = n_rows, max(2 * n_rows, 2)
+    while _shortfall(hi, params, label_span) is not None:
+        lo, hi = hi, 2 * hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if _shortfall(mid, params, label_span) is None else (mid, hi)
+    return hi
 
 
 def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> TooFewRowsError:
     k = _feasible_folds(n_rows, params, label_span)
     fewer = f"--set folds.n_folds={k}" if k else "fewer folds cannot help"
+    need = _rows_needed(n_rows, params, label_span)
     return TooFewRowsError(
         "folds",
         f"{n_rows} rows are too few for {params.n_folds} {params.scheme} folds (embargo "
         f"{max(params.embargo_rows, label_span)} rows, min_train_fraction {params.min_train_fraction}): "
-        f"{problem}",
-        f"{fewer}; or more rows from the same data: --row-unit snapshot or a smaller "
-        "--set data.bar_seconds=...; or more data files",
+        f"{problem}; they need at least {need} rows",
+        f"{fewer}; or at least {need / n_rows:.3g}x the rows from the same data: --row-unit snapshot, or "
+        f"--set data.bar_seconds=... at most {n_rows / need:.3g}x the current; or more data files",
     )
 
 
@@ -158,26 +186,16 @@ def purged_walk_forward(n_rows: int, params: FoldParams, label_span: int) -> lis
     if label_span < 0:
         raise ValueError(f"label_span must be >= 0 rows, got {label_span}")
     n, k = int(n_rows), params.n_folds
+    problem = _shortfall(n, params, label_span)
+    if problem is not None:
+        raise _too_short(n, params, label_span, problem)
     e = max(params.embargo_rows, int(label_span))
     v0 = int(round(params.min_train_fraction * n))
     bounds = [v0 + (i * (n - v0)) // k for i in range(k + 1)]
-    if bounds[1] - bounds[0] < 1:
-        problem = f"{n - v0} rows after the first training window for {k} blocks"
-        raise _too_short(n, params, label_span, problem)
     first_train = v0 - e
-    if first_train < 1:
-        problem = f"the first training window keeps {first_train} rows (need >= 1)"
-        raise _too_short(n, params, label_span, problem)
     width = first_train
-    if params.scheme is FoldScheme.ROLLING:
-        width = first_train if params.rolling_train_rows is None else params.rolling_train_rows
-        if width > first_train:
-            raise _too_short(
-                n,
-                params,
-                label_span,
-                f"rolling_train_rows {width} exceeds the {first_train} rows before the first block",
-            )
+    if params.scheme is FoldScheme.ROLLING and params.rolling_train_rows is not None:
+        width = params.rolling_train_rows
     folds = []
     for i in range(k):
         vs, ve = bounds[i], bounds[i + 1]
