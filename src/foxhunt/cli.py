@@ -438,7 +438,7 @@ def data_bars(
     cfg = _config(profile, config, set_)
     paths = _data_paths(data, ctx)
     with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), progress):
-        summary = build_and_write(paths, cfg, out_dir)
+        summary = build_and_write(paths, cfg, out_dir, progress)
     write_resolved(cfg, out_dir / "bars.config.json")
     table = Table(title=f"{summary['row_unit']} rows -> {summary['path']}", show_header=False)
     for key, value in summary.items():
@@ -622,7 +622,7 @@ def alpha_cmd(
     else:
         files = _data_paths(data or [], ctx)
     with step("leak guard", progress):
-        report = check_leaks(load_market(files, cfg.data), cfg)
+        report = check_leaks(load_market(files, cfg.data, progress), cfg)
     report.raise_if_leaking("alpha check", "no alpha result is reported on a leak")
     out.print(report.verdict, markup=False, highlight=False, soft_wrap=True)
     if cache_path is None:
@@ -894,7 +894,7 @@ def check_leaks_cmd(
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
     with step("checking for look-ahead leaks", progress):
-        report = check_leaks(load_market(_data_paths(data, ctx), cfg.data), cfg)
+        report = check_leaks(load_market(_data_paths(data, ctx), cfg.data, progress), cfg)
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:

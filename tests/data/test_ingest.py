@@ -79,3 +79,13 @@ def test_real_mbo_trades_come_from_its_trade_records(real_data_dir: Path) -> Non
     t = md.trades[17077]
     assert len(t) == int((mbo.action == ACTION_TRADE).sum()) > 0
     assert np.all(np.diff(t.ts_event) >= 0) and np.all(t.size > 0)
+
+
+def test_ingest_reports_each_file_read(real_data_dir: Path) -> None:
+    from foxhunt.console import Reporter
+
+    lines: list[str] = []
+    files = sorted((real_data_dir / "cme-es").glob("futures_*ohlcv*.dbn.zst"))
+    load_market(files, DataConfig(data_source=DataSource.OHLCV, bar_seconds=60), Reporter.lines(lines.append))
+    n = len(files)
+    assert lines == ["ingest: reading DBN files ...", f"ingest: reading DBN files: done {n}/{n} in 0s"]

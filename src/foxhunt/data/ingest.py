@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.config.data import DataConfig
+from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import (
     ACTION_TRADE,
     BookArrays,
@@ -344,8 +345,9 @@ def _uncovered(carried: TradeArrays, trade_files: list[TradeArrays]) -> TradeArr
     return carried if keep.all() else carried.take(keep)
 
 
-def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
-    """Read, validate, merge and split every file under ``paths`` for ``cfg.data_source``."""
+def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter = SILENT) -> MarketData:
+    """Read, validate, merge and split every file under ``paths`` for ``cfg.data_source``
+    (``progress`` counts the files read)."""
     files = expand_paths(paths)
     check_inputs(paths, files, cfg)
     accepted = ACCEPTED[cfg.data_source]
@@ -357,7 +359,7 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig) -> MarketData:
     ohlcv_parts: list[OhlcvArrays] = []
     ohlcv_schemas: set[Schema] = set()
     defs: list[DefinitionArrays] = []
-    for path in files:
+    for path in progress.track(files, "ingest: reading DBN files"):
         f = read_raw(path)
         if f.schema not in accepted:
             other = DataSource.OHLCV if f.schema.is_ohlcv else DataSource.MBP10

@@ -10,6 +10,7 @@ import numpy as np
 
 from foxhunt.config.loader import config_hash
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import to_table, write_ipc
 from foxhunt.data.bars import build_bars, build_snapshots, log_returns
 from foxhunt.data.ingest import MarketData, load_market
@@ -56,9 +57,11 @@ def masked_note(md: MarketData, masked: dict[str, list[str]], volume_mask: np.nd
     return ("masked: " + "; ".join(parts)) if parts else ""
 
 
-def build_and_write(paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Path) -> dict[str, Any]:
+def build_and_write(
+    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Path, progress: Reporter = SILENT
+) -> dict[str, Any]:
     """Build the configured rows from ``paths`` and write them to ``out_dir``; return a summary."""
-    md = load_market(paths, cfg.data)
+    md = load_market(paths, cfg.data, progress)
     crossed = int(sum(int(c.sum()) for c in md.crossed.values()))
     dropped = int(sum(r.dropped for r in md.files))
     meta: dict[str, Any] = {

@@ -391,7 +391,7 @@ def get_or_build(
     elif not regenerate:
         _explain_missing(Path(out_dir), cfg, sources)
     with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
-        md = load_market(files, cfg.data)
+        md = load_market(files, cfg.data, progress)
         task.update(description="features: computing rows, features and labels")
         task.advance()
         build_cache(md, cfg, path, sources)
