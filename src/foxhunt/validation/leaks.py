@@ -123,7 +123,8 @@ class LeakReport:
         if not self.clean:
             return "Leak guard: LEAK: " + "; ".join(self.problems())
         folds = (
-            f"fold normalisers fitted on training rows only and purge >= label span + embargo in "
+            f"fold normalisers fitted on training rows only and every training row more than "
+            f"max(label span, folds.embargo_rows) rows from validation (purge and embargo) in "
             f"{self.folds_checked} folds"
             if self.folds_checked
             else f"fold checks not run ({self.fold_note})"
