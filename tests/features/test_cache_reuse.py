@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -141,3 +142,23 @@ def test_a_cache_the_running_code_cannot_load_is_replaced_not_kept(market_dir: P
     rebuilt = get_or_build([market_dir], cfg, tmp_path)
     assert rebuilt.path == first.path
     assert not orphan.exists() and other.path.exists()
+
+
+def test_features_count_ticks_of_the_data_instrument(market_dir: Path, tmp_path: Path) -> None:
+    # The synthetic market trades ESZ6: the table's ES tick, 0.25. Naming another tick for the
+    # contract changes every tick-counted feature by the ratio, and the cache key with it.
+    es = get_or_build([market_dir], load_config("smoke", overrides=["data.row_unit=snapshot"]), tmp_path)
+    half = get_or_build(
+        [market_dir],
+        load_config(
+            "smoke",
+            overrides=["data.row_unit=snapshot", "instrument.tick_size=0.5", "instrument.point_value=50"],
+        ),
+        tmp_path,
+    )
+    assert es.meta["instrument"]["tick_size"] == 0.25 and es.meta["instrument"]["root"] == "ES"
+    assert half.meta["instrument"]["tick_size"] == 0.5 and half.path != es.path
+    a, b = es.column("snapshot.microprice_drift"), half.column("snapshot.microprice_drift")
+    moved = np.abs(a) > 0
+    assert moved.sum() > 100
+    np.testing.assert_allclose(b[moved], a[moved] / 2, rtol=1e-5)

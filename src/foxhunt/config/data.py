@@ -51,8 +51,8 @@ class DataConfig(Frozen):
     tick_size: float = Field(
         0.25,
         gt=0,
-        description="Tick the feature stage measures spreads in (ES: 0.25). Execution, PnL and "
-        "annualisation read the data's instrument instead ([instrument]; foxhunt.data.instrument).",
+        description="Tick of hand-built markets and of the leak guard's recomputation; a feature cache "
+        "counts spreads in its data's own instrument tick ([instrument]; foxhunt.data.instrument).",
     )
 
     @field_validator("session_timezone")

@@ -36,6 +36,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
+from foxhunt.data.instrument import instrument_of_files
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
@@ -90,7 +91,7 @@ def barrier_horizon(cfg: FoxhuntConfig) -> int:
 
 
 # The config sections that change cached values (not seeds, devices or training).
-VALUE_SECTIONS = ("data", "features", "labels")
+VALUE_SECTIONS = ("data", "features", "labels", "instrument")
 
 
 def value_config(cfg: FoxhuntConfig) -> dict[str, Any]:
@@ -184,8 +185,13 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
 
 
 def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[dict[str, Any]]) -> Path:
-    """Compute rows, features and labels from ``md`` and write the cache file atomically."""
-    inp = rows_from_market(md, cfg.data)
+    """Compute rows, features and labels from ``md`` and write the cache file atomically.
+
+    Spreads and book distances are measured in the data's own tick (its instrument: definitions,
+    the built-in table, or ``[instrument]``), so a 6E or CL cache is not scaled by ES's 0.25.
+    """
+    instrument = instrument_of_files([s["path"] for s in sources], cfg.instrument, where="--data")
+    inp = rows_from_market(md, cfg.data, tick_size=instrument.tick_size)
     fm = compute_features(inp, cfg)
     labels = label_columns(inp, cfg)
     schema = schema_hash(cfg)
@@ -206,6 +212,7 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
         "coverage": {c: round(float(v), 6) for c, v in zip(fm.columns, coverage, strict=True)},
         # Columns set to 0 because the input lacks book depth or trades (column -> MaskReason).
         "masked": {c: r.value for c, r in fm.masked.items()},
+        "instrument": instrument.to_dict(),
         "label_span": label_span(horizons(cfg), barrier_horizon(cfg)),
         "horizons": list(horizons(cfg)),
     }
