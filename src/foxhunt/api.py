@@ -173,7 +173,9 @@ def fold_market(
         market = api.fold_market(cache, api.make_folds(cache, cfg)[0], cfg)
         market.features.shape  # [rows, state feature columns]
     """
-    return market_tensors(cache, fold, vol_window=cfg.env.plan.vol_window, device=device)
+    return market_tensors(
+        cache, fold, vol_window=cfg.env.plan.vol_window, device=device, overrides=cfg.instrument
+    )
 
 
 # --- policies -----------------------------------------------------------------------------------
@@ -378,7 +380,7 @@ def backtest(
         name, pol = getattr(policy, "__name__", "custom"), _user_policy(policy, cfg)
     market = fold_market(cache, fd, cfg, device)
     rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, pol)
-    metrics, reasons = summarise(rec, bars_per_year(cache), cfg)
+    metrics, reasons = summarise(rec, bars_per_year(cache, market.instrument), cfg)
     return BacktestResult(
         policy=name,
         fold=k,

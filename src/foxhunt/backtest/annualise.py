@@ -24,6 +24,7 @@ import numpy as np
 
 from foxhunt.data.instrument import Instrument
 from foxhunt.data.schemas import BarKind, RowUnit
+from foxhunt.errors import DataError
 
 _NS_PER_HOUR = 3_600_000_000_000
 
@@ -40,16 +41,24 @@ def time_bars_per_year(bar_seconds: float, instrument: Instrument) -> float:
     return instrument.session_seconds / bar_seconds * instrument.trading_days
 
 
+class NoRowRateError(DataError, ValueError):
+    """Rows without a fixed length that cover no time: nothing to annualise their Sharpe with."""
+
+
+_TIME_BARS = "use time bars (--set data.row_unit=bar --set data.bar_kind=time) or more data"
+
+
 def observed_rows_per_hour(ts_ns: np.ndarray, segment_start: np.ndarray) -> float:
     """Rows per hour over the time the segments cover: ``sum(k_s - 1) / sum(last_s - first_s)``.
 
     ``ts_ns`` [n] int64 row times, ``segment_start`` [n] bool (the first row always starts one).
-    Raises ValueError when the rows cover no time (one row per segment, or equal timestamps).
+    Raises :class:`NoRowRateError` (a ValueError too) when the rows cover no time (one row per
+    segment, or equal timestamps): the CLI prints it as one line.
     """
     ts = np.asarray(ts_ns, dtype=np.int64)
     n = len(ts)
     if n == 0:
-        raise ValueError("no rows to measure a row rate from")
+        raise NoRowRateError("data.row_unit", "no rows to measure a row rate from", _TIME_BARS)
     start = np.asarray(segment_start, dtype=bool).copy()
     start[0] = True
     seg = np.cumsum(start) - 1  # [n] segment index
@@ -61,9 +70,10 @@ def observed_rows_per_hour(ts_ns: np.ndarray, segment_start: np.ndarray) -> floa
     covered_ns = float(np.sum(last - first))
     intervals = n - n_seg
     if covered_ns <= 0 or intervals <= 0:
-        raise ValueError(
-            f"{n} rows in {n_seg} segments cover no time: no row rate to annualise with "
-            "(use time bars: data.row_unit=bar, data.bar_kind=time)"
+        raise NoRowRateError(
+            "data.row_unit",
+            f"{n} rows in {n_seg} segments cover no time: no row rate to annualise with",
+            _TIME_BARS,
         )
     return intervals / (covered_ns / _NS_PER_HOUR)
 

@@ -483,7 +483,7 @@ class TradingEnv:
             trade_net >= base_max, hold, torch.where(continuing, s.peak_step, torch.zeros_like(s.peak_step))
         )
         traded = (fill_now.contracts != 0) | (lim_contracts != 0) | (exit_fill.contracts != 0)
-        equity = torch.where(live, equity_b - exit_fill.fees - exit_fill.slippage_cost, s.equity)
+        equity = torch.where(live, equity_b - exit_costs, s.equity)
         # Rewards: advance the held trade, pay the step (and the shaping terms on a close), then
         # open the new trade's path (rewards module: this order handles a reversal in one step).
         regime = torch.log(torch.clamp(m.vol[r1], min=cfg.plan.min_vol))
