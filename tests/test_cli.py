@@ -294,3 +294,24 @@ def test_a_short_real_file_is_one_line_naming_the_fixes(real_data_dir: Path, tmp
     (line,) = [ln for ln in result.output.splitlines() if ln.startswith("error")]
     assert "120 rows are too few" in line and "--row-unit snapshot" in line and "data.bar_seconds" in line
     assert "Traceback" not in result.output and not (tmp_path / "a" / "alpha.json").exists()
+
+
+def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result = runner.invoke(
+        app,
+        ["data", "synth", "--out", str(blocker / "m"), "--sessions", "1", "--events-per-session", "2000"],
+    )
+    assert result.exit_code == 2, result.output
+    assert "Not a directory" in result.output and "writable --out" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_corrupt_file_is_one_line_before_any_contract_lookup(tmp_path: Path) -> None:
+    bad = tmp_path / "x.mbp-10.dbn.zst"
+    bad.write_bytes(b"\x28\xb5\x2f\xfd" + b"garbage" * 4)  # zstd magic, then nothing readable
+    out = str(tmp_path / "o")
+    result = runner.invoke(app, ["backtest", "--data", str(bad), "--policy", "long", "--out", out])
+    assert result.exit_code == 2, result.output
+    assert "not a readable DBN file" in result.output and "Traceback" not in result.output

@@ -140,6 +140,14 @@ def _fails_cleanly(fn: F) -> F:
         except FoxhuntError as exc:
             console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
             raise typer.Exit(exc.exit_code) from None
+        except OSError as exc:  # an output that cannot be written (read-only folder, full disk, ...)
+            where = exc.filename or "output"
+            console.print(
+                f"[bold red]error[/]: {where}: {exc.strerror or exc} (fix: choose a writable --out path)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -602,9 +610,8 @@ def alpha_cmd(
     feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
     from foxhunt.alpha.check import run_alpha
     from foxhunt.alpha.report import verdict_line, write_report
-    from foxhunt.data.ingest import load_market
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
-    from foxhunt.validation.leaks import cache_sources, check_leaks
+    from foxhunt.validation.leaks import cache_sources, guard
 
     progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
@@ -622,8 +629,7 @@ def alpha_cmd(
     else:
         files = _data_paths(data or [], ctx)
     with step("leak guard", progress):
-        report = check_leaks(load_market(files, cfg.data, progress), cfg)
-    report.raise_if_leaking("alpha check", "no alpha result is reported on a leak")
+        report = guard(files, cfg, "alpha check", "no alpha result is reported on a leak", progress)
     out.print(report.verdict, markup=False, highlight=False, soft_wrap=True)
     if cache_path is None:
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)

@@ -192,13 +192,11 @@ def read_raw(path: str | Path) -> DbnFile:
     )
 
 
-def peek_schema(path: str | Path) -> Schema | None:
-    """The schema in a DBN file's metadata header, decoding nothing else (None if unknown).
+def peek_metadata(path: str | Path) -> dbn.Metadata | None:
+    """A DBN file's metadata header, decoding no records (None if it cannot be read as DBN).
 
-    Lets ingest check that a whole set of inputs fits the configured data source before it decodes
-    any records, so a mixed folder is refused in one message. Any problem (missing, empty, not DBN,
-    corrupt, mixed or unsupported schema) gives None: :func:`read_raw` then reports it properly.
     DBN layout: ``b"DBN"``, a version byte, the metadata length (u32 little-endian), the metadata.
+    Any problem (missing, empty, not DBN, corrupt) gives None: :func:`read_raw` reports it properly.
     """
     try:
         with open(path, "rb") as fh:
@@ -209,9 +207,23 @@ def peek_schema(path: str | Path) -> Schema | None:
             if len(head) < 8 or head[:3] != _DBN_MAGIC:
                 return None
             body = stream.read(int.from_bytes(head[4:8], "little"))
-        schema = dbn.Metadata.decode(head + body).schema
-        return None if schema is None else Schema(str(schema))
+        return dbn.Metadata.decode(head + body)
     except (OSError, ValueError, zstandard.ZstdError, dbn.DBNError):
+        return None
+
+
+def peek_schema(path: str | Path) -> Schema | None:
+    """The schema in a DBN file's metadata header, decoding nothing else (None if unknown).
+
+    Lets ingest check that a whole set of inputs fits the configured data source before it decodes
+    any records, so a mixed folder is refused in one message (a mixed or unsupported schema: None).
+    """
+    meta = peek_metadata(path)
+    if meta is None or meta.schema is None:
+        return None
+    try:
+        return Schema(str(meta.schema))
+    except ValueError:
         return None
 
 

@@ -19,7 +19,6 @@ the data by product root, since tick and multiplier are properties of the produc
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
@@ -362,18 +361,12 @@ def _apply(
 
 def _header(path: Path) -> Any:
     """The DBN metadata of ``path`` without decoding its records (reads the header bytes only)."""
-    import databento_dbn as dbn
-    import zstandard
+    from foxhunt.data.dbn_read import peek_metadata
 
-    with path.open("rb") as fh:
-        magic = fh.read(4)
-        fh.seek(0)
-        stream = zstandard.ZstdDecompressor().stream_reader(fh) if magic == b"\x28\xb5\x2f\xfd" else fh
-        head = stream.read(8)
-        if head[:3] != b"DBN" or len(head) < 8:
-            raise InstrumentError(path, "not a DBN file (no DBN header)", "pass Databento DBN files")
-        (length,) = struct.unpack("<I", head[4:8])
-        return dbn.Metadata.decode(head + stream.read(length))
+    meta = peek_metadata(path)
+    if meta is None:
+        raise InstrumentError(path, "not a readable DBN file (no DBN header)", "pass Databento DBN files")
+    return meta
 
 
 def file_symbols(path: str | Path) -> tuple[list[str], list[Definition]]:

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.errors import FoxhuntError
@@ -434,8 +435,10 @@ def cache_sources(cache: Any, cache_path: str | Path) -> list[Path]:
     return files
 
 
-def guard(files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str) -> LeakReport:
+def guard(
+    files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str, progress: Reporter = SILENT
+) -> LeakReport:
     """The leak guard in front of a command: the report when clean, else :class:`LeakFoundError`."""
-    report = check_leaks(load_market(files, cfg.data), cfg)
+    report = check_leaks(load_market(files, cfg.data, progress), cfg)
     report.raise_if_leaking(where, consequence)
     return report
