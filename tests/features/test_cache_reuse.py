@@ -162,3 +162,19 @@ def test_features_count_ticks_of_the_data_instrument(market_dir: Path, tmp_path:
     moved = np.abs(a) > 0
     assert moved.sum() > 100
     np.testing.assert_allclose(b[moved], a[moved] / 2, rtol=1e-5)
+
+
+def test_a_cache_without_its_sources_keeps_the_instrument_it_was_built_with(
+    market_dir: Path, tmp_path: Path
+) -> None:
+    from foxhunt.config.instrument import InstrumentConfig
+    from foxhunt.data.instrument import instrument_of_cache
+
+    built = get_or_build([market_dir], load_config("smoke"), tmp_path)
+    # Copied to another machine without the DBN files: the recorded instrument still names the contract.
+    meta = json.loads(json.dumps(built.meta))
+    for s in meta["sources"]:
+        s["path"] = str(tmp_path / "gone" / s["name"])
+    ins = instrument_of_cache(meta)
+    assert (ins.root, ins.tick_size, ins.point_value) == ("ES", 0.25, 50.0)
+    assert instrument_of_cache(meta, InstrumentConfig(point_value=5.0)).point_value == 5.0

@@ -408,11 +408,25 @@ def instrument_of_files(
 
 
 def instrument_of_cache(meta: dict[str, Any], overrides: InstrumentConfig | None = None) -> Instrument:
-    """The instrument of a feature cache: resolved from its source files (named in its metadata).
-
-    When the sources are gone (a cache copied without its data), only complete overrides
-    (``instrument.tick_size`` and ``instrument.point_value``) can name the contract.
+    """The instrument of a feature cache: the one it records (its features were counted in that
+    tick), with ``overrides`` applied; a cache written before caches recorded it is resolved from its
+    source files (named in its metadata), or, where those are gone, from complete overrides only.
     """
+    recorded = meta.get("instrument")
+    if recorded:
+        base = Instrument(
+            root=recorded["root"],
+            contracts=tuple(recorded["contracts"]),
+            tick_size=float(recorded["tick_size"]),
+            point_value=float(recorded["point_value"]),
+            currency=recorded["currency"],
+            session_hours=float(recorded["session_hours"]),
+            trading_days=int(recorded["trading_days"]),
+            source=InstrumentSource(recorded["source"]),
+            overridden=tuple(recorded.get("overridden", ())),
+        )
+        over = _apply(base, overrides or InstrumentConfig(), base.contracts, {base.root}, "the feature cache")
+        return replace(over, overridden=tuple(dict.fromkeys(base.overridden + over.overridden)))
     paths = [Path(s["path"]) for s in meta.get("sources", []) if s.get("path")]
     present = [p for p in paths if p.is_file()]
     where = f"the feature cache's sources ({', '.join(p.name for p in paths) or 'none recorded'})"
