@@ -205,7 +205,6 @@ def main() -> int:
     torch.manual_seed(0)
     market = synthetic_market(args.device, getattr(torch, args.dtype))
     cfg = EnvConfig(episode_rows=256)
-    assert cfg.rewards.branch_decomposition == 0, "one transition per step (decomposition off)"
     mid_np = market.mid.cpu().numpy()
     feats_np = np.random.default_rng(0).normal(size=(ROWS, 128)).astype(np.float32)
     hw = hardware() | {"device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}

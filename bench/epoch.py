@@ -45,7 +45,6 @@ import torch
 
 from foxhunt.agent.agent import Agent, Mode, UpdateMode
 from foxhunt.agent.config import AgentConfig
-from foxhunt.agent.replay import NStep
 from foxhunt.backtest.evaluate import evaluate
 from foxhunt.backtest.metrics import branch_sizes, compute_metrics
 from foxhunt.config.loader import load_config
@@ -55,8 +54,8 @@ from foxhunt.env.market import AUX_TARGETS, MarketTensors
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
-from env import ROWS, synthetic_market  # noqa: E402
-from learner import GraphedUpdate, graphed, timed  # noqa: E402
+from env import ROWS, make_stepper, synthetic_market  # noqa: E402
+from learner import GraphedUpdate, bare_step, graphed, make_adam, timed  # noqa: E402
 
 REQUIRED_S, GOAL_S = 16.0, 4.0
 
@@ -95,27 +94,21 @@ def one_epoch(
     t0 = time.perf_counter()
     span = val_lo - steps - 2
     starts = (torch.rand(n, generator=gen, device=device) * span).to(torch.int64)
-    env = TradingEnv(market, train_cfg)
-    obs = env.reset(starts, starts + steps)
-    nstep = NStep(n, agent.cfg.learn.n_step, agent.cfg.learn.gamma, device)
-    obs, _ = agent.collect(env, obs, nstep, steps)
-    tail = nstep.flush()  # the epoch's episodes are truncated, not ended: bootstrap the tail
-    if tail is not None:
-        agent.replay.add(tail)
+    stats_c = agent.collect(market, train_cfg, starts, steps)  # the step `train` runs (Agent.collect)
     sync(device)
     t1 = time.perf_counter()
     batch = min(args.batch, len(agent.replay))
-    if args.graph_learn:  # the update replayed as a CUDA graph (captured at the first epoch)
+    stats: list[dict[str, torch.Tensor]] = []
+    if args.graph_learn:  # bench/learner.py's GraphedUpdate (its own capture), for comparison
         if "g" not in graph:
             graph["g"] = GraphedUpdate(agent, batch)
         graph["g"].learn(args.updates, batch)
         stats = [graph["g"].stats]
-    else:
-        stats = []
+    else:  # Agent.learn as `train` runs it (UpdateMode.AUTO: a replayed CUDA graph on CUDA)
         agent.learn(args.updates, batch, sink=stats.append)
     sync(device)
     t2 = time.perf_counter()
-    rec = evaluate(market, val_cfg, val_lo, market.rows, lambda o, e: agent.policy(o, Mode.GREEDY))
+    rec = evaluate(market, val_cfg, val_lo, market.rows, agent.greedy_policy())  # as `train` validates
     sync(device)
     t3 = time.perf_counter()
     metrics = compute_metrics(
@@ -125,6 +118,7 @@ def one_epoch(
         **branch_sizes(val_cfg.branches),
     )
     loss = float(stats[-1]["loss/total"])  # run_epoch's one host read of the statistics
+    del stats_c
     t4 = time.perf_counter()
     return {
         "collect_s": t1 - t0,
@@ -164,16 +158,41 @@ def probe(
     actions = agent.policy(obs, Mode.GREEDY).actions
     out["env_step_ms"] = timed(lambda: env.step(actions), device, its, reps, warmup=1)["ms"]
     if device.type == "cuda":  # host-device synchronisations inside each part (where in the source)
-        nstep = NStep(n, agent.cfg.learn.n_step, agent.cfg.learn.gamma, device)
         batch = min(args.batch, len(agent.replay))
         parts: dict[str, Callable[[], object]] = {
             "policy_greedy": lambda: agent.policy(obs, Mode.GREEDY),
             "policy_explore": lambda: agent.policy(obs, Mode.EXPLORE),
             "env_step": lambda: env.step(actions),
-            "collect_4_steps": lambda: agent.collect(env, env.reset(starts), nstep, 4),
+            "collect_4_steps": lambda: agent.collect(market, EnvConfig(episode_rows=5), starts, 4),
             "learn_1": lambda: agent.learn(1, batch),
         }
         out["syncs"] = {name: syncs(fn) for name, fn in parts.items()}
+    return out
+
+
+def references(agent: Agent, market: MarketTensors, cfg: EnvConfig, args: argparse.Namespace) -> dict:
+    """The same run's references (CUDA): the env step alone (compiled + CUDA graph, bench/env.py's
+    ``compiled`` mode) at the collection's batch, and a bare forward+backward+Adam of a copy of the
+    network on one replay batch (plain and as a CUDA graph, bench/learner.py's ``bare_step``)."""
+    import copy
+
+    device = agent.device
+    out: dict[str, float] = {}
+    env = TradingEnv(market, cfg)
+    gen = torch.Generator(device=device).manual_seed(5)
+    span = market.rows - cfg.episode_rows - 2
+    env.reset((torch.rand(args.envs, generator=gen, device=device) * span).long())
+    sizes = torch.tensor(env.codec.sizes, device=device)
+    a = (torch.rand(args.envs, len(env.codec.sizes), generator=gen, device=device) * sizes).long()
+    step, out["env_alone_setup_s"] = make_stepper(env, "compiled", device.type)
+    out["env_alone_ms"] = timed(lambda: step(a), device, 20, 3)["ms"]
+    out["env_alone_steps_per_s"] = args.envs / (out["env_alone_ms"] / 1e3)
+    net = copy.deepcopy(agent.net)
+    x = agent.replay.sample(min(args.batch, len(agent.replay)), agent.gen)[0]["state"]
+    bare = bare_step(net, make_adam(net, agent.cfg.learn.lr, device), x)
+    out["bare_update_ms"] = timed(bare, device, 10, 3)["ms"]
+    if device.type == "cuda":
+        out["bare_update_graph_ms"] = timed(graphed(bare), device, 10, 3)["ms"]
     return out
 
 
@@ -213,6 +232,7 @@ def main() -> int:
         action="store_true",
         help="replay Learner.update as a CUDA graph (bench/learner.py's GraphedUpdate) instead of eager",
     )
+    ap.add_argument("--eager-learn", action="store_true", help="the eager learner update (not train's graph)")
     ap.add_argument("--probe", action="store_true", help="time the policy and env step alone per batch size")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and the smoke network (CPU check)")
     ap.add_argument("--out", type=Path, default=None)
@@ -241,7 +261,7 @@ def main() -> int:
     torch.manual_seed(0)
     market = market_with_aux(args.device)
     agent = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=args.capacity)
-    agent.update_mode = UpdateMode.EAGER  # --graph-learn replays the update through GraphedUpdate
+    agent.update_mode = UpdateMode.EAGER if args.eager_learn else UpdateMode.AUTO
     train_cfg = EnvConfig(episode_rows=args.steps + 1)
     val_cfg = EnvConfig(episode_rows=args.val_episode_rows)
     gen = torch.Generator(device=device).manual_seed(3)
@@ -309,7 +329,7 @@ def main() -> int:
     doc["validation_windows"] = []
     for rows in (int(w) for w in args.extra_val_windows.split(",") if w):
         cfg_w = EnvConfig(episode_rows=rows)
-        greedy = lambda o, e: agent.policy(o, Mode.GREEDY)  # noqa: E731
+        greedy = agent.greedy_policy()
         sync(device)
         t0 = time.perf_counter()
         rec = evaluate(market, cfg_w, market.rows - args.val_rows, market.rows, greedy)
@@ -342,6 +362,36 @@ def main() -> int:
         f"collect {u['collect_ms_per_step']:.2f} ms/step ({u['env_steps_per_s']:,.0f} env-steps/s), "
         f"learn {u['learn_ms_per_update']:.2f} ms/update, validate {u['validate_ms_per_step']:.2f} ms/step "
         f"over {last['val_steps']} steps x {last['val_episodes']} episodes"
+    )
+    # The issue's table for the path `train` runs, beside the references measured in this run.
+    ref = references(agent, market, train_cfg, args)
+    coll = agent.collector(market, train_cfg, args.envs, args.steps)
+    val_graphs = list(agent.greedy_policy().graphs.values())
+    compile_s = {
+        "collection_capture_s": coll.compile_seconds,
+        "validation_capture_s": sum(g.compile_seconds for g in val_graphs),  # type: ignore[attr-defined]
+    }
+    learn_ms = u["learn_ms_per_update"]
+    bare_ms = ref.get("bare_update_graph_ms", ref["bare_update_ms"])
+    table = [
+        ("env step alone, compiled + graph (env-steps/s)", ref["env_alone_steps_per_s"], 2e8),
+        ("collection in training (env-steps/s)", u["env_steps_per_s"], 2e7),
+        (f"validation of {args.val_rows:,} rows (s)", last["validate_s"], 0.5),
+        ("learner update (ms)", learn_ms, None),
+        ("learner update / bare, graph vs graph", learn_ms / bare_ms, 1.5),
+        ("one epoch (s)", last["total_s"], GOAL_S),
+    ]
+    doc["references"], doc["compile"] = ref, compile_s
+    doc["table"] = [{"what": w, "now": v, "goal": g} for w, v, g in table]
+    args.out.write_text(json.dumps(doc, indent=2))
+    print(f"\n{'what':<50} {'now':>12} {'goal':>10}")
+    for w, v, g in table:
+        print(f"{w:<50} {v:>12.4g} {'' if g is None else format(g, '.3g'):>10}")
+    print(
+        f"bare fwd+bwd+Adam {ref['bare_update_ms']:.2f} ms eager, "
+        f"{ref.get('bare_update_graph_ms', float('nan')):.2f} ms graph; compile/capture (paid once): "
+        + ", ".join(f"{k} {v:.1f}" for k, v in compile_s.items())
+        + f", env alone {ref['env_alone_setup_s']:.1f} s"
     )
     print(f"wrote {args.out}")
     return 0

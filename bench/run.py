@@ -14,8 +14,9 @@ file, best of ``--repeat`` runs, after one warm-up run that also compiles numba 
   same including the DBN write (``write_synthetic``), against the goal of 200 k events/s.
 
 The other stages have their own script beside this one, in the same form (a table, JSON in
-bench/results/): features.py, alpha.py, env.py, replay.py, learner.py, epoch.py, backtest.py, and
-cli_startup.py (``foxhunt --help`` and every subcommand's help against ``python -c pass``).
+bench/results/): features.py, alpha.py, env.py, replay.py, learner.py, epoch.py, backtest.py,
+cli_startup.py (``foxhunt --help`` and every subcommand's help against ``python -c pass``) and
+stages.py (where ``foxhunt run`` spends its time, stage by stage).
 """
 
 from __future__ import annotations

@@ -304,7 +304,7 @@ def test_an_output_that_cannot_be_written_is_one_line(tmp_path: Path) -> None:
         ["data", "synth", "--out", str(blocker / "m"), "--sessions", "1", "--events-per-session", "2000"],
     )
     assert result.exit_code == 2, result.output
-    assert "Not a directory" in result.output and "writable --out" in result.output
+    assert "is a file, so nothing can be written under it" in result.output and "--out" in result.output
     assert "Traceback" not in result.output
 
 

@@ -12,7 +12,10 @@ For one state feature of a feature cache it prints, on the last fold's rows:
   anomaly guard's Sharpe ceiling (``train.anomaly.max_sharpe_annual``) allows.
 
 The rule is the control for the planted-alpha known answer: where it cannot beat flat after
-costs, an agent that learns the same signal cannot either.
+costs, an agent that learns the same signal cannot either. The rule itself is the package's
+(:func:`foxhunt.backtest.reference.threshold_rule`); ``foxhunt edge`` runs the reference setting of
+it (the planted signal's carrier, 1.5 sd, market orders) beside flat and long and writes JSON, and
+every training report shows it beside the agent. This probe is the wider grid around it.
 
     python tools/edge.py runs/main/cache ofi.book_pressure --profile smoke [--set key=value ...]
 """
@@ -23,21 +26,18 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.metrics import SHARPE_BOUND_Z, branch_sizes, compute_metrics, trade_t_stat
+from foxhunt.backtest.reference import threshold_rule
 from foxhunt.backtest.run import bars_per_year
 from foxhunt.config.loader import load_config
-from foxhunt.env.actions import Direction, OrderType
-from foxhunt.env.core import TradingEnv
+from foxhunt.env.actions import OrderType
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.cache import open_cache
 from foxhunt.validation.dataset import make_folds
 
 HORIZONS = (1, 2, 5, 10, 20, 60)
-_DIR, _MAG, _ORDER = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type"))
 THRESHOLDS = (1.0, 1.5, 2.0)
 
 
@@ -59,23 +59,6 @@ def decay(m: MarketTensors, column: str, tick: float) -> list[tuple[int, float, 
             )
         )
     return out
-
-
-def rule(column: str, threshold: float, order: OrderType):
-    """Long above +threshold, short below -threshold, else hold; Full size, ``order`` orders."""
-
-    def policy(obs: torch.Tensor, env: TradingEnv) -> torch.Tensor:
-        x = env.market.features[env.state.row, env.market.feature_columns.index(column)]
-        d = torch.where(
-            x > threshold,
-            int(Direction.LONG),
-            torch.where(x < -threshold, int(Direction.SHORT), int(Direction.HOLD)),
-        )
-        a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
-        a[:, _DIR], a[:, _MAG], a[:, _ORDER] = d, env.codec.sizes[_MAG] - 1, int(order)  # largest size
-        return a
-
-    return policy
 
 
 def main() -> None:
@@ -126,7 +109,7 @@ def main() -> None:
         for order in (OrderType.MARKET, OrderType.LIMIT_AT_TOUCH):
             cells = [
                 f"{met['net_pnl']:+9.0f} / {met['trades']:3d} / {met['sharpe_annual']:+6.1f}"
-                for met in per_fold(rule(args.column, thr, order))
+                for met in per_fold(threshold_rule(args.column, thr, order))
             ]
             print(f"  |x| > {thr:.1f} {order.name.lower():15s} " + "   ".join(cells))
     # The look-ahead oracle against the anomaly guard's ceiling: the guard must stop it in every fold

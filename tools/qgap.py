@@ -2,7 +2,10 @@
 direction gap Q(Long) - Q(Short) with one state feature over the fold's validation rows.
 
 A research probe (README, known limits): validation PnL is too noisy over a few sessions to tell
-learning from luck, while this correlation moves within an epoch. Each row is read from a flat
+learning from luck, while this correlation moves within an epoch. Training records the same
+correlation with the planted signal's carrier every epoch on a synthetic market
+(``q/direction_gap_corr`` in TensorBoard, the report's diagnostics); this probe takes any column and
+adds the greedy action shares. Each row is read from a flat
 portfolio at the validation row (an episode reset there), with the greedy network (no noise).
 
     python tools/qgap.py runs/main/cache ofi.book_pressure --fold 2 --seed 8 [--profile smoke] [--set k=v]
@@ -19,26 +22,11 @@ import torch
 
 from foxhunt.config.loader import load_config
 from foxhunt.env.actions import Direction
-from foxhunt.env.core import TradingEnv
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.cache import open_cache
 from foxhunt.train.checkpoint import CheckpointStore
+from foxhunt.train.diagnostics import direction_q, gap_correlation
 from foxhunt.train.run import FoldTrainer
 from foxhunt.validation.dataset import make_folds
-
-
-def direction_q(trainer: FoldTrainer, rows: torch.Tensor) -> np.ndarray:
-    """Greedy E[Q] of the direction branch at a flat portfolio on each of ``rows``       [N, D]."""
-    env = TradingEnv(trainer.market, trainer.cfg.env.model_copy(update={"episode_rows": 2}))
-    obs = env.reset(rows, rows + 1)
-    agent = trainer.agent
-    with torch.no_grad():
-        agent.net.eval()
-        q = agent.net.expected_q(agent.net(obs), agent.learner.popart.denormalise)[
-            BRANCHES.index("direction")
-        ]
-        agent.net.train()
-    return q.cpu().numpy()
 
 
 def main() -> None:
@@ -61,8 +49,6 @@ def main() -> None:
     trainer = FoldTrainer(cache, fd, cfg, torch.device("cpu"), store, log=lambda _: None)
     rows = torch.arange(fd.fold.validation_start, fd.fold.validation_end - 1)
     x = trainer.market.features[rows, trainer.market.feature_columns.index(args.column)].numpy()
-    ok = np.isfinite(x)
-    long_, short = int(Direction.LONG), int(Direction.SHORT)
     names = [d.name[0] for d in Direction][: cfg.env.branches.direction]
     print(f"fold {fd.fold.index}, seed {cfg.run.seed}, {len(rows)} validation rows, feature {args.column}")
     print("epoch  corr(gap, x)  sd(gap)  mean(gap)  val net PnL  trades  greedy " + "/".join(names))
@@ -72,9 +58,9 @@ def main() -> None:
             trainer.epoch = epoch
             val = trainer.run_epoch()["val"]
             pnl, trades = float(val["net_pnl"]), int(val["trades"])
-        q = direction_q(trainer, rows)
-        gap = q[:, long_] - q[:, short]
-        corr = float(np.corrcoef(gap[ok], x[ok])[0, 1]) if gap[ok].std() > 0 else float("nan")
+        q = direction_q(trainer.agent, trainer.market, trainer.cfg.env, rows)
+        gap = q[:, int(Direction.LONG)] - q[:, int(Direction.SHORT)]
+        corr = gap_correlation(gap, x)  # what training records each epoch (q/direction_gap_corr)
         shares = np.bincount(q.argmax(1), minlength=q.shape[1]) / len(q)
         print(
             f"{epoch:5d}  {corr:+12.3f}  {gap.std():7.4f}  {gap.mean():+9.4f}  {pnl:11.2f}  {trades:6d}  "

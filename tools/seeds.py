@@ -1,9 +1,10 @@
 """Train one profile over several seeds on an existing feature cache; one JSON line per seed.
 
-The seed spread of the walk-forward validation net PnL is what tells a learned edge from a lucky
-initialisation (README, known limits). Each line holds the per-fold validation net PnL, trades and
-Sharpe, and the long baseline's PnL (or ``stopped``: the anomaly guard's diagnosis); the last line
-is the mean over the seeds that finished and the count of stopped ones.
+``foxhunt seeds`` is the command (it builds the cache from ``--data`` or the embedded synthetic
+market, and writes seeds.json and seeds.png); this probe runs the same :func:`train_one_seed` on a
+cache built before, so a study can reuse one cache across settings. Each line holds the per-fold
+validation net PnL, trades, Sharpe and the baselines' net PnL (or ``stopped``: the anomaly guard's
+diagnosis); the last line is the capture's mean and 95% interval over the seeds that finished.
 
     python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
 
@@ -15,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+from foxhunt.backtest.reference import planted_column
 from foxhunt.config.loader import load_config
+from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import open_cache
-from foxhunt.train.guard import AnomalyError
-from foxhunt.train.run import train
+from foxhunt.train.seeds import run_seeds, summarise_seeds
+from foxhunt.validation.leaks import cache_sources
 
 
 def main() -> None:
@@ -34,42 +35,19 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], dest="sets", help="config override (repeatable)")
     ap.add_argument("--jobs", type=int, default=1, help="seeds trained at once, one process each")
     args = ap.parse_args()
+    cfg = load_config(profile=args.profile, overrides=args.sets)
+    path = args.cache if args.cache.is_file() else next(args.cache.glob("*.arrow"))
     seeds = [int(s) for s in args.seeds.split(",")]
-    jobs = [(args.cache, args.profile, args.sets, seed, args.out) for seed in seeds]
-    if args.jobs > 1:
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            rows = pool.map(_one_seed, *zip(*jobs, strict=True))
-            totals = [_report(row) for row in rows]
-    else:
-        totals = [_report(_one_seed(*job)) for job in jobs]
-    done = [t for t in totals if t is not None]
-    mean = round(sum(done) / len(done), 2) if done else None
-    print(json.dumps({"mean_total": mean, "stopped": len(totals) - len(done), "sets": args.sets}))
-
-
-def _one_seed(cache_path: Path, profile: str, sets: list[str], seed: int, out: Path) -> dict:
-    cache = open_cache(cache_path if cache_path.is_file() else next(cache_path.glob("*.arrow")))
-    cfg = load_config(profile=profile, overrides=[*sets, f"run.seed={seed}"])
-    t0 = time.perf_counter()
+    # the planted signal's column when the cache was built from a synthetic market (its synth.json)
     try:
-        folds = train(cache, cfg, out / f"seed{seed}", log=lambda _: None)
-    except AnomalyError as err:  # one seed's stopped run is a result, not the end of the study
-        return {"seed": seed, "stopped": str(err), "seconds": round(time.perf_counter() - t0, 1)}
-    total = sum(f["net_pnl"] for f in folds)
-    return {
-        "seed": seed,
-        "net_pnl": [round(f["net_pnl"], 2) for f in folds],
-        "total": round(total, 2),
-        "trades": [f["trades"] for f in folds],
-        "sharpe": [round(f["sharpe_annual"], 2) for f in folds],
-        "long": [round(f["baselines"]["long"]["net_pnl"], 2) for f in folds],
-        "seconds": round(time.perf_counter() - t0, 1),
-    }
-
-
-def _report(row: dict) -> float | None:
-    print(json.dumps(row), flush=True)
-    return row.get("total")
+        planted = planted_column(cache_sources(open_cache(path), path))
+    except FoxhuntError:  # the sources moved: the direction-gap diagnostic is n/a
+        planted = None
+    results = run_seeds(cfg, path, seeds, args.out, workers=args.jobs, planted=planted)
+    for r in results:
+        print(json.dumps(r.to_dict()), flush=True)
+    body = summarise_seeds(results, reference=None)
+    print(json.dumps({"capture": body["capture"], "beats_flat": body["beats_flat"], "sets": args.sets}))
 
 
 if __name__ == "__main__":

@@ -397,10 +397,12 @@ def train(
     out_dir: str | Path,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[str], None] = print,
 ) -> list[dict[str, Any]]:
     """Walk-forward training of a fresh agent per fold (``foxhunt train``): checkpoints under
     ``out_dir/checkpoints``, diagnostics, ``folds.json``; returns each fold's validation metrics.
+    A folder that already holds a run is refused unless ``overwrite`` (or ``resume``) is given.
 
     Example::
 
@@ -409,7 +411,7 @@ def train(
     """
     from foxhunt.train.run import train as run_training
 
-    return run_training(cache, cfg, out_dir, resume=resume, log=log)
+    return run_training(cache, cfg, out_dir, resume=resume, overwrite=overwrite, log=log)
 
 
 def export_weights(
@@ -417,19 +419,22 @@ def export_weights(
 ) -> Path:
     """Write the weights-only export of ``checkpoint`` as ``out`` (``out.safetensors`` + ``out.json``):
     network weights, signals and metadata, no replay or optimizer state. With ``cache`` (the one the
-    run trained on) the checkpoint fold's normaliser is stored too. Returns the safetensors path.
+    run trained on) the checkpoint fold's normaliser and the data's instrument are stored too.
+    Returns the safetensors path.
 
     Example::
 
         path = api.export_weights("run/checkpoints/fold0/best.safetensors", "fold0", cache=cache)
         path.stat().st_size  # a few hundred kB
     """
+    from foxhunt.data.instrument import instrument_of_cache
     from foxhunt.train.checkpoint import export_weights as export
     from foxhunt.train.run import CheckpointPolicy
 
-    scaler = None
+    scaler = instrument = None
     if cache is not None:
         trained = CheckpointPolicy(checkpoint, load_config())
         opened = cache if isinstance(cache, FeatureCache) else load_cache(cache, trained.cfg)
         scaler = make_folds(opened, trained.cfg)[trained.fold].scaler
-    return export(checkpoint, out, scaler=scaler)
+        instrument = instrument_of_cache(opened.meta, trained.cfg.instrument).to_dict()
+    return export(checkpoint, out, scaler=scaler, instrument=instrument)

@@ -1,10 +1,16 @@
 """Atomic file writes: every artefact is written to a temporary name beside it and renamed into
-place, so a failure (bad input, a crash, an interrupt) never leaves a half-written file."""
+place, so a failure (bad input, a crash, an interrupt) never leaves a half-written file.
+
+A process killed outright (``kill -9``, the machine going down) cannot delete its temporary file:
+the temporary name carries the writer's process id, and :func:`remove_stale_temps` (called when a
+command starts writing into a folder) deletes those whose process is gone.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,6 +20,14 @@ from typing import Any
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
+TEMP_SUFFIX = ".tmp"
+# ``.<name>.<pid>.<random>.tmp`` (the random part is mkstemp's); the one place that spells it.
+_TEMP_NAME = re.compile(r"^\.(?P<name>.+)\.(?P<pid>\d+)\.(?P<random>[^.]+)" + re.escape(TEMP_SUFFIX) + "$")
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.{os.getpid()}."
+
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -21,7 +35,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     delete it if it raises."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
     os.close(fd)
     try:
         yield Path(tmp)
@@ -42,3 +56,42 @@ def write_text(path: str | Path, text: str) -> Path:
 def write_json(path: str | Path, body: Any, **dump: Any) -> Path:
     """``json.dumps(body, **dump)`` plus a newline, atomically."""
     return write_text(path, json.dumps(body, **dump) + "\n")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (signal 0 checks without signalling)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
+
+
+def is_stale_temp(path: Path) -> bool:
+    """A temporary file of :func:`atomic_path` whose writer is gone (or of an older name form, which
+    names no writer). A live writer's file is kept: another process may be writing into the folder."""
+    if not (path.name.startswith(".") and path.name.endswith(TEMP_SUFFIX)):
+        return False
+    m = _TEMP_NAME.match(path.name)
+    return m is None or not _alive(int(m["pid"]))
+
+
+def remove_stale_temps(folder: str | Path) -> list[Path]:
+    """Delete the stale temporary files (:func:`is_stale_temp`) in ``folder`` and its subfolders
+    (hidden folders, such as a virtualenv or .git, are not entered); return what was deleted."""
+    removed: list[Path] = []
+    root = Path(folder)
+    if not root.is_dir():
+        return removed
+    for here, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        for name in files:
+            p = Path(here) / name
+            if is_stale_temp(p):
+                p.unlink(missing_ok=True)
+                removed.append(p)
+    return removed

@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from foxhunt import __version__
 from foxhunt.console import Reporter, Verbosity
 from foxhunt.data.schemas import RowUnit, Schema
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, OutOfMemoryError
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
@@ -105,11 +106,14 @@ app.add_typer(config_app, name="config")
 
 console = Console(stderr=True)
 # Wide when piped (CI logs, files): rich would otherwise squeeze tables into 80 columns.
-out = Console(width=None if sys.stdout.isatty() else 160)
+# Result lines carry paths and names from the user and the data: printed as text, never as markup.
+out = Console(width=None if sys.stdout.isatty() else 160, markup=False)
 
 ProfileOpt = Annotated[
     str | None,
-    typer.Option("--profile", metavar="NAME", help="Packaged profile: smoke (CPU), localdev, production."),
+    typer.Option(
+        "--profile", metavar="NAME", help="Packaged profile: smoke (CPU), gpu, localdev, production."
+    ),
 ]
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", metavar="FILE", help="A TOML config file instead of a profile.")
@@ -126,28 +130,65 @@ QuietOpt = Annotated[
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", "-v", help="Also print the long diagnostic lines (every statistic).")
 ]
+OverwriteOpt = Annotated[
+    bool,
+    typer.Option("--overwrite", help="Replace the result already in --out (without it: refused)."),
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+# ``foxhunt --debug``: a programming error shows its traceback (set by the root callback per call).
+_debug = False
+# typer's own exits and usage errors pass through _fails_cleanly: click's exception base, found
+# through typer (typer 0.2x vendors click; older releases use click itself).
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_TYPER_EXITS = (typer.Exit, typer.Abort, _CLICK_ERROR)
+
+
+def _error_line(label: str, text: str) -> None:
+    """One line on stderr; ``text`` (paths, values from data) is escaped, never read as Rich markup."""
+    line = " ".join(text.splitlines())
+    console.print(f"[bold red]{label}[/]: {escape(line)}", highlight=False, soft_wrap=True)
+
+
 def _fails_cleanly(fn: F) -> F:
-    """Turn a :class:`FoxhuntError` into one line on stderr and exit status 2."""
+    """Every failure a user can cause ends in one line on stderr and exit status 2: a
+    :class:`FoxhuntError`, an output that cannot be written (``OSError``), a request larger than
+    the memory (``MemoryError``). Anything else is a programming error: one line and exit 1, or
+    its traceback under ``foxhunt --debug``."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except FoxhuntError as exc:
-            console.print(f"[bold red]error[/]: {exc}", highlight=False, soft_wrap=True)
+            _error_line("error", str(exc))
             raise typer.Exit(exc.exit_code) from None
+        except MemoryError as exc:
+            err = OutOfMemoryError(
+                "memory",
+                f"the request needs more memory than this process may use ({type(exc).__name__}: {exc})",
+                "ask for less (fewer --events-per-session or sessions, less data, a smaller replay or "
+                "batch) or free memory",
+            )
+            _error_line("error", str(err))
+            raise typer.Exit(err.exit_code) from None
         except OSError as exc:  # an output that cannot be written (read-only folder, full disk, ...)
             where = exc.filename or "output"
-            console.print(
-                f"[bold red]error[/]: {where}: {exc.strerror or exc} (fix: choose a writable --out path)",
-                highlight=False,
-                soft_wrap=True,
-            )
+            _error_line("error", f"{where}: {exc.strerror or exc} (fix: choose a writable --out path)")
             raise typer.Exit(2) from None
+        except _TYPER_EXITS:
+            raise
+        except Exception as exc:
+            if _debug:
+                raise
+            _error_line(
+                "internal error",
+                f"{type(exc).__name__}: {exc} (a bug in foxhunt, not in the input: "
+                "rerun with --debug for the traceback and report it)",
+            )
+            raise typer.Exit(1) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -185,9 +226,17 @@ def write_resolved(cfg: FoxhuntConfig, path: Path) -> Path:
 @app.callback(invoke_without_command=True)
 def main(
     version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug", help="Show the traceback of an internal error (without it: one line, exit 1)."
+        ),
+    ] = False,
 ) -> None:
     """foxhunt turns Databento order-book data into causal features, checks for signal, and trains
     a distributional RL trading agent judged by purged walk-forward backtests."""
+    global _debug
+    _debug = debug
     if version:
         out.print(__version__)
         raise typer.Exit(0)
@@ -310,15 +359,18 @@ def data_rebuild_book(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Rebuild the 10-level book from MBO events (numba book builder) and write it as a genuine
     DBN MBP-10 file that Databento's DBNStore and `foxhunt data inspect` read back."""
     from foxhunt.data.book import rebuild_book
     from foxhunt.data.dbn_read import read_dbn
     from foxhunt.data.dbn_write import write_book
+    from foxhunt.outputs import claim_file
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, set_)
+    claim_file(out_path, overwrite=overwrite)
     f, mbo = read_dbn(source, expect=Schema.MBO)
     with step("rebuilding book", progress):
         result = rebuild_book(mbo, levels=Schema.MBP_10.levels)  # type: ignore[arg-type]
@@ -351,9 +403,11 @@ def data_synth(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Generate the synthetic ES market as genuine DBN files (deterministic for a seed)."""
-    from foxhunt.data.synth import write_synthetic
+    from foxhunt.data.synth import MANIFEST_NAME, write_synthetic
+    from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
     overrides = list(set_ or [])
@@ -370,6 +424,7 @@ def data_synth(
         wanted = tuple(Schema(s.strip()) for s in schemas.split(",") if s.strip())
     except ValueError as exc:
         raise FoxhuntError("--schemas", str(exc), "use mbp-10, trades, mbo, ohlcv-1m") from None
+    claim_folder(out_dir, (MANIFEST_NAME, "synth.config.json"), overwrite=overwrite)
     with step(f"simulating {cfg.synth.sessions} session(s)", progress):
         files = write_synthetic(cfg.synth, out_dir, schemas=wanted)
     write_resolved(cfg, out_dir / "synth.config.json")
@@ -437,14 +492,17 @@ def data_bars(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Ingest DBN files, pick the front month, build bars (or snapshot rows), write them as Arrow
     IPC with the resolved config beside them, and print a summary."""
     from foxhunt.data.summary import build_and_write
+    from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, set_)
     paths = _data_paths(data, ctx)
+    claim_folder(out_dir, ("bars.arrow", "snapshots.arrow", "bars.config.json"), overwrite=overwrite)
     with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), progress):
         summary = build_and_write(paths, cfg, out_dir, progress)
     write_resolved(cfg, out_dir / "bars.config.json")
@@ -481,10 +539,14 @@ def features_build(
     """Ingest DBN files and write the feature cache: causal features of every family, labels,
     and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config."""
     from foxhunt.features.cache import get_or_build
+    from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
+    # No --overwrite: a cache file's name is the key of its inputs and config, so building it again
+    # would write the same thing (it is reused); the folder is checked and cleaned of stale temps.
+    claim_folder(out_dir, ())
     cache = get_or_build(_data_paths(data, ctx), cfg, out_dir, regenerate=regenerate, progress=progress)
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     _print_cache_summary(cache)
@@ -603,14 +665,16 @@ def alpha_cmd(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Does the data carry signal before any RL? The leak guard runs first on the data; then an
     MLP and LightGBM predict the direction of the move over each horizon on purged walk-forward
     folds, with block-bootstrap confidence intervals, a horizon-decay curve, regime tables and
     feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
-    from foxhunt.alpha.check import run_alpha
+    from foxhunt.alpha.check import check_horizons, run_alpha
     from foxhunt.alpha.report import verdict_line, write_report
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
+    from foxhunt.outputs import claim_folder
     from foxhunt.validation.leaks import cache_sources, guard
 
     progress = _reporter(quiet, verbose)
@@ -622,6 +686,9 @@ def alpha_cmd(
         raise FoxhuntError(
             "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt alpha --help"
         )
+    if cfg.alpha.horizons is not None:  # before the cache is built: a bad horizon writes nothing
+        check_horizons(cfg.alpha.horizons, "--horizons" if horizons else "alpha.horizons")
+    claim_folder(out_dir, ("alpha.json", "alpha.config.json"), overwrite=overwrite)
     if cache_path is not None:
         cfg = config_from_cache(cache_path, cfg, _set_keys(overrides))
         cache = load_cache(cache_path, cfg)
@@ -678,6 +745,7 @@ def backtest_cmd(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Evaluate a scripted policy over every fold's validation windows at once with the trading
     environment; write metrics.json (net/gross PnL, costs, Sharpe with bars_per_year, drawdown,
@@ -685,10 +753,12 @@ def backtest_cmd(
     the future on purpose and must be flagged implausible."""
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
+    from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
     overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
     cfg = _config(profile, config, overrides)
+    claim_folder(out_dir, ("metrics.json", "trades.csv", "backtest.config.json"), overwrite=overwrite)
     if checkpoint is not None:
         from foxhunt.train.run import CheckpointPolicy
 
@@ -722,6 +792,77 @@ def backtest_cmd(
     )
 
 
+@app.command("serve", context_settings=MANY_PATHS)
+@_fails_cleanly
+def serve_cmd(
+    ctx: typer.Context,
+    checkpoint: Annotated[
+        Path,
+        typer.Option(
+            "--checkpoint",
+            metavar="FILE",
+            help="A weights-only export with its fold's normaliser (foxhunt export CKPT --out F --cache C).",
+        ),
+    ],
+    out_dir: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for ledger.sqlite, decisions.csv, summary.")
+    ],
+    replay: Annotated[
+        list[Path] | None, typer.Option("--replay", metavar="PATH...", help="DBN files to replay.")
+    ] = None,
+    speed: Annotated[
+        str, typer.Option("--speed", metavar="X|max", help="Replay pace: X times the recorded pace, or max.")
+    ] = "max",
+    live: Annotated[
+        str | None, typer.Option("--live", metavar="DATASET", help="Databento live dataset, e.g. GLBX.MDP3.")
+    ] = None,
+    symbols: Annotated[
+        list[str] | None, typer.Option("--symbols", metavar="SYMBOL", help="Live symbols, e.g. ES.c.0.")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", metavar="P", help="Status endpoint on 127.0.0.1:P (/state ...).")
+    ] = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Run a trained agent on a stream of book data with paper execution: a replay of DBN files
+    (--replay) or Databento's live feed (--live, key from DATABENTO_API_KEY). Decisions, fills and
+    PnL go to a SQLite ledger under --out (a restart continues from its last commit); the serve
+    settings (--set serve.warmup_rows=..., serve.on_fault=flatten|hold) come from the config."""
+    if (replay is None) == (live is None):
+        raise FoxhuntError("--replay/--live", "pass exactly one of them", "see foxhunt serve --help")
+    cfg = _config(profile, config, set_)
+    from foxhunt.serve.service import Service
+    from foxhunt.serve.source import LiveSource, ReplaySource, api_key
+
+    if live is not None:
+        api_key()  # no key: one line, before anything is loaded
+        source: Any = LiveSource(live, symbols or ["ES.c.0"])
+    else:
+        pace = None if speed == "max" else float(speed) if speed.replace(".", "", 1).isdigit() else -1.0
+        if pace is not None and pace <= 0:
+            raise FoxhuntError("--speed", f"{speed!r} is not a positive number or max", "e.g. --speed 10")
+        source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
+    log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
+    _reporter(quiet, verbose)  # --quiet with --verbose: one line
+    service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose)
+    if port is not None:
+        from foxhunt.serve.http import start_status_server
+
+        start_status_server(service, port)
+    try:
+        summary = service.run()
+    finally:
+        service.close()
+    out.print(
+        f"served {summary['decisions']} decisions, net {summary['net_pnl']:,.2f}, "
+        f"position {summary['position']:g}, {summary['faults']} faults -> {out_dir / 'decisions.csv'}"
+    )
+
+
 @app.command("export")
 @_fails_cleanly
 def export_cmd(
@@ -742,14 +883,17 @@ def export_cmd(
     ] = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Write a weights-only export of a checkpoint: network weights, acting signals and metadata
     (config, fold, layout fingerprint), without replay buffer, optimizer state or random streams.
     `foxhunt backtest --checkpoint` and foxhunt.api.load_policy read it like the checkpoint."""
     from foxhunt.api import export_weights
+    from foxhunt.outputs import claim_file
     from foxhunt.train.checkpoint import checkpoint_files
 
     source = checkpoint_files(checkpoint)[0]
+    claim_file(out_path, overwrite=overwrite)
     with step("exporting the weights", _reporter(quiet, verbose)):
         path = export_weights(source, out_path, cache=cache_path)
     out.print(
@@ -784,11 +928,15 @@ def train_cmd(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """Walk-forward training: per fold, epochs of collection from parallel episodes, learner
     updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
     anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics."""
-    from foxhunt.train.run import train
+    from foxhunt.backtest.reference import planted_column
+    from foxhunt.features.cache import config_from_cache
+    from foxhunt.outputs import claim_run
+    from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train
     from foxhunt.validation.leaks import cache_sources, guard
 
     progress = _reporter(quiet, verbose)
@@ -800,6 +948,12 @@ def train_cmd(
     out_dir = resume if resume is not None else out_dir
     assert out_dir is not None
     asked = _set_keys(list(set_ or []))
+    if cache_path is not None and data is None:  # the config as it will run: the cache's own settings
+        cfg = config_from_cache(cache_path, cfg, asked)
+        asked = None  # the cache is opened with that config as it is
+    # Before anything is built or written: a finished run is not replaced unasked, and a resume
+    # runs the whole config the run recorded.
+    claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume is not None, overwrite=overwrite)
     # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
     # on the files the cache was built from (they must still be where they were).
     stopped = "nothing is trained on a leak"
@@ -811,15 +965,25 @@ def train_cmd(
         with step("leak guard", progress):
             leaks = guard(cache_sources(cache, cache_path), cfg, "foxhunt train", stopped)
     out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
-    write_resolved(cfg, out_dir / "train.config.json")
-    folds = train(
-        cache, cfg, out_dir, resume=resume is not None, progress=progress, leak_guard=leaks.summary()
+    files = cache_sources(cache, cache_path) if cache_path is not None else _data_paths(data or [], ctx)
+    folds = train(  # records its config (train.config.json) once the checks above have passed
+        cache,
+        cfg,
+        out_dir,
+        resume=resume is not None,
+        overwrite=overwrite,
+        progress=progress,
+        leak_guard=leaks.summary(),
+        planted=planted_column(files),
     )
     for f in folds:
+        rule = f["baselines"].get("rule")
+        versus = f", rule {rule['net_pnl']:,.0f}" if rule else ""
+        capture = f", capture {f['capture']:.0%}" if f.get("capture") is not None else ""
         out.print(
             f"fold {f['fold']}: net {f['net_pnl']:,.0f} (flat {f['baselines']['flat']['net_pnl']:,.0f}, "
-            f"long {f['baselines']['long']['net_pnl']:,.0f}), Sharpe {f['sharpe_annual']:.2f}, "
-            f"{f['trades']} trades"
+            f"long {f['baselines']['long']['net_pnl']:,.0f}{versus}{capture}), "
+            f"Sharpe {f['sharpe_annual']:.2f}, {f['trades']} trades"
         )
 
 
@@ -844,6 +1008,7 @@ def run_cmd(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
 ) -> None:
     """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
     walk-forward training -> validation backtests against flat and long -> report.html and
@@ -859,6 +1024,7 @@ def run_cmd(
         files,
         progress=progress,
         resume=resume,
+        overwrite=overwrite,
         profile=profile or ("file" if config else "default"),
     )
     s = summary["summary"]
@@ -866,6 +1032,159 @@ def run_cmd(
         f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
         f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
         f"long in {s['beats_long_folds']}/{len(summary['folds'])}; report: {out_dir / 'report.html'}"
+    )
+
+
+def _market_files(
+    ctx: typer.Context, data: list[Path] | None, cfg: FoxhuntConfig, out_dir: Path
+) -> list[Path]:
+    """``--data PATH...``, or the embedded synthetic market (the config's ``[synth]``) written into
+    ``out_dir/market`` when no data is given (as ``foxhunt run`` does)."""
+    from foxhunt.data.synth import write_synthetic
+
+    if data:
+        return _data_paths(data, ctx)
+    return write_synthetic(cfg.synth, out_dir / "market")
+
+
+@app.command("edge", context_settings=MANY_PATHS)
+@_fails_cleanly
+def edge_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[Path, typer.Option("--out", metavar="DIR", help="Folder for edge.json.")],
+    data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data", metavar="PATH...", help=DATA_HELP + " Default: the embedded synthetic market."
+        ),
+    ] = None,
+    cache_path: Annotated[
+        Path | None, typer.Option("--cache", metavar="FILE", help="A feature cache built before.")
+    ] = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The edge an agent is measured against: the reference rule of the planted signal (synth.signal:
+    long above +1.5 sd of its carrier feature, short below -1.5 sd, market orders, under the plan lock)
+    beside flat and always-long, per fold over the validation periods. Writes edge.json."""
+    from foxhunt.atomic import write_json
+    from foxhunt.backtest.reference import RULE, edge
+    from foxhunt.features.cache import get_or_build
+
+    progress = _reporter(quiet, verbose)
+    cfg = _config(profile, config, list(set_ or []))
+    if data is not None and cache_path is not None:
+        raise FoxhuntError(
+            "--data/--cache", "pass at most one of --data or --cache", "see foxhunt edge --help"
+        )
+    if cache_path is not None:
+        asked = _set_keys(set_ or [])
+        cache, cfg = _cache_from(ctx, None, cache_path, cfg, out_dir, progress, "edge", asked)
+    else:
+        files = _market_files(ctx, data, cfg, out_dir)
+        cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+    with step("reference rule, flat and long per fold", progress):
+        result = edge(cache, cfg)
+    write_json(out_dir / "edge.json", result, indent=2, default=float)
+    write_resolved(cfg, out_dir / "edge.config.json")
+    out.print(result["rule"]["text"] + f", {result['rule']['plan_rows']}-row plans", markup=False)
+    for row in result["folds"]:
+        cells = [
+            f"{name} {row[name]['net_pnl']:+,.0f} ({row[name]['trades']} trades, "
+            f"Sharpe {row[name]['sharpe_annual']:+.1f})"
+            for name in (RULE, "flat", "long")
+        ]
+        out.print(f"fold {row['fold']}: " + "; ".join(cells), markup=False)
+    total = result["total"]
+    out.print(
+        f"total: rule {total[RULE]:+,.0f}, flat {total['flat']:+,.0f}, long {total['long']:+,.0f}; "
+        f"{out_dir / 'edge.json'}",
+        markup=False,
+    )
+
+
+@app.command("seeds", context_settings=MANY_PATHS)
+@_fails_cleanly
+def seeds_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[
+        Path, typer.Option("--out", metavar="DIR", help="Folder for seeds.json, seeds.png, a run per seed.")
+    ],
+    seeds: Annotated[str, typer.Option(metavar="N,N,...", help="Comma-separated run seeds, e.g. 7,8,9.")],
+    data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data", metavar="PATH...", help=DATA_HELP + " Default: the embedded synthetic market."
+        ),
+    ] = None,
+    workers: Annotated[int, typer.Option(metavar="N", help="Seeds trained at once, one process each.")] = 1,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    overwrite: OverwriteOpt = False,
+) -> None:
+    """One profile over several seeds: builds the features once, trains every seed (WORKERS at once,
+    spawned processes), and writes seeds.json (per seed and fold: net PnL, trades, Sharpe; the
+    reference rule, flat and long per fold; the capture's mean, standard error and 95% interval; the
+    seeds that beat flat) and seeds.png."""
+    from foxhunt.atomic import write_json
+    from foxhunt.backtest.reference import edge, planted_column
+    from foxhunt.features.cache import get_or_build
+    from foxhunt.outputs import claim_folder
+    from foxhunt.report.plots import plot_seeds
+    from foxhunt.train.seeds import SEEDS_FILE, SEEDS_PLOT, run_seeds, seed_folder, summarise_seeds
+    from foxhunt.validation.leaks import guard
+
+    try:
+        chosen = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        chosen = []
+    if not chosen or len(set(chosen)) != len(chosen) or min(chosen) < 0:
+        raise FoxhuntError("--seeds", f"{seeds!r} is not a list of distinct seeds", "pass e.g. --seeds 7,8,9")
+    if workers < 1:
+        raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
+    progress = _reporter(quiet, verbose)
+    cfg = _config(profile, config, list(set_ or []))
+    # The seed runs live under out_dir, so claiming it claims them (each is retrained from scratch).
+    finished = (SEEDS_FILE, "seeds.config.json", *(seed_folder(Path(), s).name for s in chosen))
+    claim_folder(out_dir, finished, overwrite=overwrite)
+    files = _market_files(ctx, data, cfg, out_dir)
+    with step("leak guard", progress):
+        leaks = guard(files, cfg, "foxhunt seeds", "nothing is trained on a leak")
+    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
+    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+    with step("reference rule, flat and long per fold", progress):
+        try:
+            reference = edge(cache, cfg)
+        except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
+            reference = None
+    write_resolved(cfg, out_dir / "seeds.config.json")
+    with step(f"training {len(chosen)} seeds, {min(workers, len(chosen))} at once", progress):
+        results = run_seeds(
+            cfg, cache.path, chosen, out_dir, workers=workers, planted=planted_column(files)
+        )
+    summary = summarise_seeds(results, reference) | {"profile": profile, "sets": list(set_ or [])}
+    write_json(out_dir / SEEDS_FILE, summary, indent=2, default=float)
+    plot_seeds(summary, out_dir / SEEDS_PLOT)
+    for r in results:
+        if r.stopped:
+            out.print(f"seed {r.seed}: stopped ({r.stopped})", markup=False)
+            continue
+        nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in r.folds)
+        cap = f"{r.capture:.0%}" if r.capture is not None else "n/a"
+        out.print(f"seed {r.seed}: net {nets} (total {r.total:+,.0f}), capture {cap}", markup=False)
+    c = summary["capture"]
+    ci = f" [{c['lo']:.0%}, {c['hi']:.0%}]" if c["lo"] is not None else ""
+    mean = f"{c['mean']:.0%}{ci}" if c["mean"] is not None else "n/a"
+    out.print(
+        f"mean capture {mean} over {c['n']} seeds; {summary['beats_flat']}/{summary['finished']} beat flat; "
+        f"{out_dir / SEEDS_FILE}",
+        markup=False,
     )
 
 

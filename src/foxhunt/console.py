@@ -251,7 +251,7 @@ class Reporter:
 
             self._bars = Progress(
                 SpinnerColumn(),
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),  # names from data, never markup
                 BarColumn(),  # pulses for a step without a count
                 TimeElapsedColumn(),
                 _count_and_eta(),

@@ -82,3 +82,31 @@ class CrossedBookError(DataError):
 
 class BarSpecError(DataError):
     """The requested bar length cannot be built from the input (for example 30 s from 1 min)."""
+
+
+# --- outputs and runs -------------------------------------------------------------------------
+
+
+class OutputError(FoxhuntError):
+    """An output path cannot be written (a file where a folder goes, a read-only folder), or holds a
+    finished result that only ``--overwrite`` may replace."""
+
+
+class ResumeError(FoxhuntError):
+    """``--resume`` names no run folder, or a run recorded with another configuration."""
+
+
+class OutOfMemoryError(FoxhuntError):
+    """The request needs more memory than the machine (or the process's limit) gives."""
+
+
+# --- market data content ----------------------------------------------------------------------
+
+
+class BadTradePriceError(DataError):
+    """A trade carries an undefined, non-finite or non-positive price."""
+
+
+class DuplicateInputError(DataError):
+    """The same data arrives twice: a file given twice (or with its folder), or two files of one
+    kind holding the same instrument over overlapping times."""

@@ -4,7 +4,8 @@ With no data it first generates the embedded synthetic market (the profile's ``[
 planted alpha on) as DBN files, so the whole pipeline runs on a fresh machine with nothing else.
 Every stage is the same code the individual commands run; the job only chains them and gathers one
 summary (``metrics.json``, with a ``folds`` list: validation ``net_pnl``, ``sharpe_annual``,
-``max_drawdown``, ``trades`` and the ``baselines`` flat and long) that ``report.html`` renders.
+``max_drawdown``, ``trades``, the ``baselines`` flat, long and the reference ``rule``, and the
+``capture`` agent / rule: :mod:`foxhunt.backtest.reference`) that ``report.html`` renders.
 """
 
 from __future__ import annotations
@@ -24,7 +25,13 @@ from foxhunt.config.loader import config_hash, write_resolved
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import Reporter, reporter_or_lines
 from foxhunt.data.sessions import iso_utc
+from foxhunt.outputs import claim_run
 from foxhunt.report.schema import LAST_EPOCH_KEY
+
+# The job's resolved config, written once its data has been read: a resume is compared with it.
+RECORDED_CONFIG = "run.config.json"
+# What a started job leaves in its folder: a new job there needs --overwrite (or --resume).
+JOB_RESULTS = (RECORDED_CONFIG, "metrics.json", "report.html", "train")
 
 
 def _symbols(files: list[Path]) -> str:
@@ -85,15 +92,20 @@ def run_job(
     *,
     log: Callable[[str], None] = print,
     resume: bool = False,
+    overwrite: bool = False,
     profile: str = "default",
     progress: Reporter | None = None,
 ) -> dict[str, Any]:
     """The whole pipeline into ``out_dir``; returns the summary written as ``metrics.json``.
 
-    ``progress`` shows each stage's bars and lines; without it the lines go to ``log``."""
-    from foxhunt.alpha.check import run_alpha
+    ``progress`` shows each stage's bars and lines; without it the lines go to ``log``. A folder
+    holding another job is refused unless ``overwrite``; ``resume`` needs the folder and the config
+    it recorded, checked before anything is written. ``run.config.json`` is written once the data
+    has passed the leak guard: data that cannot be read leaves nothing behind."""
+    from foxhunt.alpha.check import check_horizons, run_alpha
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
+    from foxhunt.backtest.reference import planted_column, total_capture
     from foxhunt.data.synth import write_synthetic
     from foxhunt.features.cache import get_or_build
     from foxhunt.report.html import write_report
@@ -103,11 +115,11 @@ def run_job(
 
     rep = reporter_or_lines(progress, log)
     log = rep.say  # every line below goes through the reporter (stamped, or silenced by --quiet)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    if cfg.alpha.horizons is not None:  # refused before any stage runs, not after the cache
+        check_horizons(cfg.alpha.horizons)
+    out = claim_run(out_dir, cfg, RECORDED_CONFIG, JOB_RESULTS, resume=resume, overwrite=overwrite)
     t0 = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    write_resolved(cfg, out / "run.config.json")
     synthetic = not data
     if synthetic:
         with rep.task(f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}"):
@@ -117,6 +129,7 @@ def run_job(
     with rep.task("leak guard"):
         leaks = guard(files, cfg, "foxhunt run", "nothing is trained on a leak")
     log(leaks.verdict)
+    write_resolved(cfg, out / RECORDED_CONFIG)
     cache = get_or_build(files, cfg, out / "cache", progress=rep)
     horizons = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
     alpha = run_alpha(cache, cfg, tuple(horizons), progress=rep)
@@ -127,7 +140,16 @@ def run_job(
     log(f"training on {device}")
     stopped: AnomalyError | None = None
     try:
-        folds = train(cache, cfg, out / "train", resume=resume, progress=rep, leak_guard=leaks.summary())
+        folds = train(
+            cache,
+            cfg,
+            out / "train",
+            resume=resume and (out / "train").is_dir(),  # a job stopped before training starts it
+            overwrite=overwrite,
+            progress=rep,
+            leak_guard=leaks.summary(),
+            planted=planted_column(files),
+        )
     except AnomalyError as err:
         # A stopped run still gets its report (the folds it finished and where it stopped); the
         # error is raised again once the report is written, so the command still fails.
@@ -168,6 +190,9 @@ def run_job(
             ),
             "beats_flat_folds": sum(f["net_pnl"] > f["baselines"]["flat"]["net_pnl"] for f in folds),
             "beats_long_folds": sum(f["net_pnl"] > f["baselines"]["long"]["net_pnl"] for f in folds),
+            # The agent's net PnL summed over the folds / the reference rule's (None where the rule
+            # made <= 0 in all: no edge to capture; foxhunt.backtest.reference); per fold: folds[k].capture.
+            "capture": total_capture(folds),
         },
     }
     if stopped is not None:

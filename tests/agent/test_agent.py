@@ -3,13 +3,14 @@ n-step collection from a real ``TradingEnv`` into replay, and a short learning r
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import Tensor
 
 from foxhunt.agent.agent import AUX_RETURN_BOUND, Agent, Mode
 from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig, ReplayConfig
-from foxhunt.agent.replay import NStep
 from foxhunt.env.actions import Direction
 from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
 from foxhunt.env.core import TradingEnv
@@ -131,17 +132,11 @@ def test_each_exploration_coefficient_alone_moves_the_policy_off_greedy(network:
     assert not torch.equal(agent.policy(s, Mode.EXPLORE).actions, greedy)
 
 
-def test_q_centering_has_no_effect_on_the_chosen_actions() -> None:
-    """Removing each branch's mean Q shifts all its actions equally: greedy, Boltzmann, count-bonus,
-    Thompson and epsilon choices are the same with ``q_centering`` 0 and 1 (same seed, same draws)."""
-    explore = {"epsilon": 0.1, "temperature": 0.5, "thompson": 0.5, "count_bonus": 0.05}
-    runs = []
-    for centering in (0.0, 1.0):
-        agent = make_agent(seed=3, explore=explore, learn={"q_centering": centering})
-        acts = [agent.policy(states(256, seed=k), Mode.EXPLORE).actions for k in range(3)]
-        acts.append(agent.policy(states(256), Mode.GREEDY).actions)
-        runs.append(torch.stack(acts))
-    assert torch.equal(runs[0], runs[1])
+def test_q_mean_centering_is_gone() -> None:
+    """Removing a branch's mean Q shifts all its actions equally, so it never changed a choice (issue 22):
+    the key is removed, and a config that still sets it is refused rather than silently ignored."""
+    with pytest.raises(ValueError, match="q_centering"):
+        LearnConfig.model_validate({"q_centering": 1.0})
 
 
 @torch.no_grad()
@@ -196,6 +191,12 @@ def test_greedy_policy_is_deterministic_and_the_argmax_of_mean_c51_and_iqn() -> 
 
 
 # --- collection ----------------------------------------------------------------------------------
+#
+# Agent.collect runs the fused step (collect.Collector: policy, in-place env transition, staging,
+# then the n-step windows of the whole epoch at once). The reference below is the plain loop it
+# replaces: Agent.policy, TradingEnv.step, NStep push one step at a time, then flush. Two agents
+# built alike draw the same random numbers, so the facts checked on the reference's recorded env
+# steps are checked on the fast path's replay through their equality.
 
 
 def _recording(env: TradingEnv) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
@@ -218,31 +219,76 @@ def _recording(env: TradingEnv) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
     return log
 
 
+def reference_collect(agent: Agent, env: TradingEnv, obs: Tensor, steps: int) -> dict[str, Tensor]:
+    """The eager reference of ``Agent.collect``: one policy call, env step and n-step push at a time."""
+    nstep = agent.nstep(obs.shape[0])
+    sums = torch.zeros(5, dtype=torch.float64)
+    for _ in range(steps):
+        pol = agent.policy(obs, Mode.EXPLORE)
+        agent.signals.ema("q_gap", pol.q_gap)
+        nxt, res = pol.step(env)
+        aux_t = env.market.aux_targets
+        rows = env.state.row - res.written.to(torch.int64)
+        aux = aux_t[rows] if aux_t is not None else torch.full((obs.shape[0], len(AUX_TARGETS)), float("nan"))
+        acted = pol.actions.clone()
+        acted[:, 0] = torch.where(res.written, res.realised_direction, acted[:, 0])
+        acted[:, 1] = torch.where(res.written, res.realised_magnitude, acted[:, 1])
+        done = env.state.done | ~res.written
+        out = nstep.push(obs, acted, res.reward.float(), done, nxt, aux, valid=res.written)
+        if out is not None:
+            agent.replay.add(out)
+        r, comp = res.reward.double(), res.components.abs().double()
+        live = res.written.double().sum()
+        sums += torch.stack([r.sum(), (r * r).sum(), live, comp[:, 1:].sum(), comp.sum()])
+        obs = nxt
+    tail = nstep.flush()
+    if tail is not None:
+        agent.replay.add(tail)
+    mean = sums[0] / sums[2].clamp(min=1)
+    std = (sums[1] / sums[2].clamp(min=1) - mean * mean).clamp(min=0).sqrt()
+    return {"train_sharpe": torch.where(std > 0, mean / std, 0.0), "reward_mean": mean}
+
+
+def collect_pair(
+    mkt, ecfg: EnvConfig, starts: Tensor, steps: int, **agent_kwargs
+) -> tuple[Agent, list, Tensor, dict[str, Tensor]]:
+    """The fast path's agent, the reference's recorded steps and first obs; asserts the two agents'
+    replay, counts, signals and statistics agree (reward sums: float32 rounding of the window sum
+    order, 1e-6; everything else exactly)."""
+    fast, ref = make_agent(ecfg.branches, **agent_kwargs), make_agent(ecfg.branches, **agent_kwargs)
+    env = TradingEnv(mkt, ecfg)
+    obs0 = env.reset(starts)
+    log = _recording(env)
+    want = reference_collect(ref, env, obs0, steps)
+    got = fast.collect(mkt, ecfg, starts, steps)
+    assert len(fast.replay) == len(ref.replay)
+    for k, buf in fast.replay.storage.items():
+        if k == "reward":
+            torch.testing.assert_close(buf, ref.replay.storage[k], rtol=1e-6, atol=1e-6)
+        else:
+            assert torch.equal(buf.nan_to_num(-7.0), ref.replay.storage[k].nan_to_num(-7.0)), k
+    assert torch.equal(fast.replay.tree.tree, ref.replay.tree.tree)
+    for a, b in zip(fast.counts, ref.counts, strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(fast.signals["q_gap"], ref.signals["q_gap"])
+    for k, v in want.items():
+        torch.testing.assert_close(got[k], v.to(got[k].dtype))
+    return fast, log, obs0, got
+
+
 def test_collect_one_step_transitions_are_the_env_steps() -> None:
     """n = 1: every env step of every episode is one replay row holding the state the action was
     taken in, the action, the env's reward, gamma (0 on the episode's last step) and the next state,
     whose aux slots carry the policy's predictions from that step (the one-step lag)."""
     n_env, steps, gamma = 4, 5, 0.99
-    env = TradingEnv(rising_market(24), env_config(episode_rows=5))
-    obs0 = env.reset(torch.tensor([0, 3, 7, 11]))
-    log = _recording(env)
-    agent = make_agent(env.cfg.branches, explore={"epsilon": 1.0})
-    aux_log: list[Tensor] = []
-    policy = agent.policy
-
-    def recorded_policy(s: Tensor, mode: Mode):
-        out = policy(s, mode)
-        aux_log.append(out.aux.clone())
-        return out
-
-    agent.policy = recorded_policy  # type: ignore[method-assign]
-    obs, _ = agent.collect(env, obs0, NStep(n_env, 1, gamma), steps)
-
+    mkt, ecfg = rising_market(24), env_config(episode_rows=5)
+    agent, log, obs0, _ = collect_pair(
+        mkt, ecfg, torch.tensor([0, 3, 7, 11]), steps,
+        explore={"epsilon": 1.0}, learn={"n_step": 1, "gamma": gamma}
+    )
     rows = n_env * steps
     assert len(agent.replay) == rows and len(log) == steps
     st = {k: v[:rows].view(steps, n_env, *v.shape[1:]) for k, v in agent.replay.storage.items()}
-    assert st["state"].shape == (steps, n_env, W) and st["next_state"].shape == (steps, n_env, W)
-    assert st["action"].shape == (steps, n_env, len(BRANCHES)) and st["aux"].shape == (steps, n_env, 3)
     seen = [obs0] + [nxt for *_, nxt in log[:-1]]
     rewards = torch.stack([r for _, _, r, _ in log]).float()
     assert bool(rewards.ne(0).any())  # trades happen: the comparison below is not 0 == 0
@@ -251,7 +297,6 @@ def test_collect_one_step_transitions_are_the_env_steps() -> None:
         assert torch.equal(st["state"][t], seen[t])
         assert torch.equal(st["action"][t], acted)
         assert torch.equal(st["next_state"][t], nxt)
-        assert torch.equal(nxt[:, STATE_LAYOUT.group("aux").slice], aux_log[t])
     assert torch.equal(st["reward"], rewards)
     # Episodes of 5 rows last 4 steps: the fifth step is not written (priority 0, never sampled).
     want_discount = torch.full((steps, n_env), gamma)
@@ -260,18 +305,17 @@ def test_collect_one_step_transitions_are_the_env_steps() -> None:
     assert bool(st["aux"].isnan().all())  # this market has no auxiliary targets
     leaves = agent.replay.tree.leaves[:rows].view(steps, n_env)
     assert bool((leaves[:4] > 0).all()) and bool((leaves[4] == 0).all())
-    assert torch.equal(obs, log[-1][3])
 
 
 def test_collect_three_step_returns() -> None:
     n_env, steps, gamma = 3, 6, 0.9
-    env = TradingEnv(rising_market(32), env_config(episode_rows=20))
-    obs0 = env.reset(torch.tensor([0, 4, 9]))
-    log = _recording(env)
-    agent = make_agent(env.cfg.branches, explore={"epsilon": 1.0})
-    agent.collect(env, obs0, NStep(n_env, 3, gamma), steps)
+    mkt, ecfg = rising_market(32), env_config(episode_rows=20)
+    agent, log, _, _ = collect_pair(
+        mkt, ecfg, torch.tensor([0, 4, 9]), steps,
+        explore={"epsilon": 1.0}, learn={"n_step": 3, "gamma": gamma}
+    )
     windows = steps - 2
-    assert len(agent.replay) == n_env * windows
+    assert len(agent.replay) == n_env * steps  # the last two steps' windows: the truncated tail
     r = torch.stack([x[2] for x in log]).float()  # [steps, N]
     want = r[:-2] + gamma * r[1:-1] + gamma**2 * r[2:]
     got = agent.replay.storage["reward"][: n_env * windows].view(windows, n_env)
@@ -280,25 +324,25 @@ def test_collect_three_step_returns() -> None:
     torch.testing.assert_close(disc, torch.full_like(disc, gamma**3))
     nxt = agent.replay.storage["next_state"][: n_env * windows].view(windows, n_env, W)
     assert torch.equal(nxt[0], log[2][3]) and torch.equal(nxt[-1], log[-1][3])
+    tail = agent.replay.storage["reward"][n_env * windows : n_env * steps].view(2, n_env)
+    torch.testing.assert_close(tail, torch.stack([r[-2] + gamma * r[-1], r[-1]]))
 
 
 def test_collect_decision_windows_run_to_the_next_decision_state() -> None:
     """bootstrap = decision: each replayed window runs from its step to the next plan-free state
-    (at most n steps; the epoch's tail truncated by the flush), recomputed here from the recorded
-    env steps; with 2-bar plans most windows close early, so the check has teeth."""
+    (at most n steps; the epoch's tail truncated), recomputed here from the recorded env steps;
+    with 2-bar plans most windows close early, so the check has teeth."""
     n_env, steps, gamma, n = 3, 12, 0.9, 6
-    env = TradingEnv(rising_market(40), env_config(episode_rows=30, target_bars=2))
-    obs0 = env.reset(torch.tensor([0, 4, 9]))
-    log = _recording(env)
-    agent = make_agent(
-        env.cfg.branches,
+    mkt, ecfg = rising_market(40), env_config(episode_rows=30, target_bars=2)
+    agent, log, obs0, _ = collect_pair(
+        mkt,
+        ecfg,
+        torch.tensor([0, 4, 9]),
+        steps,
         explore={"epsilon": 1.0},
         learn={"bootstrap": "decision", "n_step": n, "gamma": gamma},
         capacity=64,
     )
-    acc = agent.nstep(n_env)
-    agent.collect(env, obs0, acc, steps)
-    agent.replay.add(acc.flush())
     active = STATE_LAYOUT.index("plan.active")
     obs = [obs0] + [x[3] for x in log]  # [steps + 1] states [N, W]
     r = torch.stack([x[2] for x in log]).float()  # [steps, N]
@@ -319,6 +363,40 @@ def test_collect_decision_windows_run_to_the_next_decision_state() -> None:
     torch.testing.assert_close(got_r, torch.tensor(want_r), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(got_d, torch.tensor(want_d), rtol=1e-5, atol=1e-6)
     assert early > steps * n_env // 2
+
+
+def test_collect_with_every_exploration_term_and_aux_targets_equals_the_reference() -> None:
+    """Noisy layers, Boltzmann, Thompson, count bonus and epsilon all drawing, aux targets present,
+    episodes ending inside the epoch and n = 3: the fast path's replay, counts and signals equal the
+    plain loop's (collect_pair), and a second epoch on the same collector (state reset in place)
+    still does."""
+    rows, n_env, steps = 40, 6, 9
+    mkt = rising_market(rows)
+    mkt = dataclasses.replace(
+        mkt, aux_targets=torch.randn(rows, len(AUX_TARGETS), generator=torch.Generator().manual_seed(5))
+    )
+    ecfg = env_config(episode_rows=7)
+    kw = {
+        "explore": {"epsilon": 0.2, "temperature": 1.0, "thompson": 0.5, "count_bonus": 0.1},
+        "network": {"noisy_sigma": 0.5},
+        "learn": {"n_step": 3},
+        "capacity": 256,
+    }
+    starts = torch.tensor([0, 2, 5, 11, 20, 30])
+    fast, log, _, stats = collect_pair(mkt, ecfg, starts, steps, **kw)
+    assert bool(fast.replay.storage["aux"][: n_env * steps].isfinite().all())
+    assert stats["reward_mean"] != 0
+    # A second epoch through the same (cached) collector against a reference continued alike.
+    ref = make_agent(ecfg.branches, **kw)
+    env = TradingEnv(mkt, ecfg)
+    reference_collect(ref, env, env.reset(starts), steps)
+    starts2 = torch.tensor([1, 3, 8, 13, 22, 31])
+    reference_collect(ref, env, env.reset(starts2), steps)
+    fast.collect(mkt, ecfg, starts2, steps)
+    got, want = fast.replay.storage["reward"], ref.replay.storage["reward"]
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(fast.replay.storage["action"], ref.replay.storage["action"])
+    assert torch.equal(fast.replay.storage["next_state"], ref.replay.storage["next_state"])
 
 
 # --- a known answer ------------------------------------------------------------------------------
@@ -346,13 +424,7 @@ def test_short_learning_run_on_a_rising_market_prefers_long() -> None:
 
     assert long_share() < 0.25
     for _ in range(6):
-        env = TradingEnv(mkt, ecfg)
-        obs = env.reset(torch.randint(0, rows - steps - 1, (n_env,), generator=starts_gen))
-        nstep = NStep(n_env, agent.cfg.learn.n_step, agent.cfg.learn.gamma)
-        agent.collect(env, obs, nstep, steps)
-        tail = nstep.flush()
-        if tail is not None:
-            agent.replay.add(tail)
+        agent.collect(mkt, ecfg, torch.randint(0, rows - steps - 1, (n_env,), generator=starts_gen), steps)
         agent.learn(25, 128)
     assert long_share() >= 0.75
 

@@ -20,7 +20,6 @@ from foxhunt.env.rewards import (
     RewardParams,
     TradePath,
     advance_trade,
-    branch_decomposition,
     normalise_pnl,
     open_trade,
     regime_move_ema,
@@ -254,32 +253,14 @@ def test_shaping_terms_bounded_by_trade_pnl(
                 assert abs(term) <= c * abs(r) * (1 + 1e-12) + 1e-15
 
 
-# --- branch decomposition ------------------------------------------------------------------------------
+# --- branch decomposition (removed) -------------------------------------------------------------------
 
 
-def test_branch_decomposition_hand_worked() -> None:
-    # Long Full (4 contracts) vs reference Half (2); the bar moves +2 points = $100 per contract.
-    # Market Normal costs $2.25 fees + $6.25 half spread = $8.50 per contract.
-    # a0 Half  Market Normal:   2 x 100 - 2 x 8.5 = 183
-    # a1 Full  Market Normal:   4 x 100 - 4 x 8.5 = 366          -> magnitude 183
-    # a2 Full  LimitAtTouch Normal: 400 - 4 x (2.25 - 6.25) = 416 -> order type +50 (spread earned)
-    # a3 Full  LimitAtTouch Immediate: filled 1 bar later, 1.5 points worse: 416 - 4 x 75 = 116 -> -300
-    shares = branch_decomposition(t(116.0), t(183.0), t(366.0), t(416.0))
-    close(shares, t(183.0, 183.0, 50.0, -300.0).unsqueeze(0))
-    close(shares.sum(-1), t(116.0))
-    assert len(BRANCHES) == shares.shape[-1] == 4
-
-
-def test_branch_decomposition_sums_to_net_pnl() -> None:
-    gen = torch.Generator().manual_seed(3)
-    net, ref, mag, order = (torch.randn(4096, generator=gen, dtype=torch.float32) * 1e3 for _ in range(4))
-    shares = branch_decomposition(net, ref, mag, order)
-    assert shares.shape == (4096, 4)
-    torch.testing.assert_close(shares.sum(-1), net, rtol=0, atol=1e-3)
-    # the reference branch values get share 0 (net equal along the chain)
-    zero = branch_decomposition(ref, ref, ref, ref)
-    assert torch.count_nonzero(zero[:, 1:]) == 0
-    close(zero[:, 0], ref)
+def test_branch_decomposition_is_gone() -> None:
+    """It was computed and never read by the learner (issue 22): its weight is an unknown key now."""
+    with pytest.raises(ValidationError, match="branch_decomposition"):
+        RewardParams.model_validate({"branch_decomposition": 1.0})
+    assert BRANCHES == ("direction", "magnitude", "order_type", "urgency")  # the action branches stay
 
 
 # --- batching, compilation, devices -------------------------------------------------------------------
@@ -314,7 +295,7 @@ def test_step_reward_traces_without_graph_break() -> None:
         path = advance_trade(path, holding, step, regime, ema, p)
         reward, comp = step_reward(step, holding, path, CAPITAL, p)
         path = open_trade(path, ~holding, step, regime)
-        return reward + comp.sum(-1) + path.pnl + branch_decomposition(step, step, step, step).sum(-1)
+        return reward + comp.sum(-1) + path.pnl
 
     compiled = torch.compile(fn, backend="eager", fullgraph=True)
     path = open_trade(
@@ -334,6 +315,3 @@ def test_cuda_matches_cpu() -> None:
     for a, g in zip((cpu[0], cpu[1], *cpu[2]), (gpu[0], gpu[1], *gpu[2]), strict=True):
         assert g.device.type == "cuda"
         torch.testing.assert_close(g.cpu(), a)
-    shares = branch_decomposition(*(x.cuda() for x in (t(116.0), t(183.0), t(366.0), t(416.0))))
-    assert shares.device.type == "cuda"
-    close(shares.cpu(), t(183.0, 183.0, 50.0, -300.0).unsqueeze(0))

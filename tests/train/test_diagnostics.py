@@ -165,3 +165,27 @@ def test_console_line_shows_the_values() -> None:
     ):
         assert text in line, (text, line)
     assert console_line(0, 0, {"loss/total": 2.0}) == "fold 0 epoch 0 | loss 2"
+
+
+# --- learner or gambler: the direction gap against the planted signal ---------------------------
+
+
+def test_gap_correlation_hand_worked_and_undefined_cases() -> None:
+    from foxhunt.train.diagnostics import gap_correlation
+
+    gap = np.array([1.0, 2.0, 3.0, 4.0])
+    # x = 2 gap + 1 except the NaN row, which is left out: a perfect correlation
+    assert gap_correlation(gap, np.array([3.0, np.nan, 7.0, 9.0])) == pytest.approx(1.0)
+    assert gap_correlation(-gap, np.array([3.0, 5.0, 7.0, 9.0])) == pytest.approx(-1.0)
+    # corr([1, 2, 3, 4], [1, 3, 2, 4]) = 0.8 (hand: cov 1.0 / var 1.25)
+    assert gap_correlation(gap, np.array([1.0, 3.0, 2.0, 4.0])) == pytest.approx(0.8)
+    # a network whose gap is constant has no correlation yet: NaN, not 0
+    assert math.isnan(gap_correlation(np.full(4, 0.3), np.array([1.0, 3.0, 2.0, 4.0])))
+
+
+def test_gap_rows_cover_the_validation_block_evenly() -> None:
+    from foxhunt.train.diagnostics import gap_rows
+
+    assert gap_rows(10, 15).tolist() == [10, 11, 12, 13]  # every row with a next row
+    # 5 of rows 0..999: 0, 249.75, 499.5, 749.25, 999 rounded (half to even)
+    assert gap_rows(0, 1001, most=5).tolist() == [0, 250, 500, 749, 999]

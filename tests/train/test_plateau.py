@@ -179,6 +179,21 @@ def test_ladder_skips_rungs_configured_off() -> None:
     assert got == [Response.MOMENTUM_RESET, Response.TEMPERATURE_BOOST, Response.NONE]
 
 
+def test_temperature_rung_is_skipped_when_exploration_has_no_temperature() -> None:
+    """Boltzmann off (temperature 0): boosting it changes nothing, so the third plateau bumps the LR."""
+    _, head, opt = _trained_adam()
+    lr0 = opt.param_groups[0]["lr"]
+    cfg = PlateauConfig(temperature_boost=3.0, lr_bump=2.0)
+    resp = PlateauResponder(cfg, opt, head.parameters(), generator=torch.Generator(), temperature=0.0)
+    got = [resp.respond() for _ in range(3)]
+    assert [a.response for a in got] == [Response.MOMENTUM_RESET, Response.SHRINK_PERTURB, Response.LR_BUMP]
+    assert all(a.temperature_multiplier == 1.0 for a in got)
+    assert opt.param_groups[0]["lr"] == pytest.approx(2 * lr0)  # the third plateau did something
+    # with a temperature the rung is taken as configured
+    on = PlateauResponder(cfg, opt, head.parameters(), generator=torch.Generator(), temperature=0.5)
+    assert [on.respond().response for _ in range(3)][-1] is Response.TEMPERATURE_BOOST
+
+
 def test_injected_frozen_learner_gets_a_momentum_reset() -> None:
     """Detector and responder together, as the run loop wires them."""
     _, head, opt = _trained_adam()

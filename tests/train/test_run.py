@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -30,7 +32,7 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, OutputError
 from foxhunt.features.cache import FeatureCache, get_or_build
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import (
@@ -147,8 +149,14 @@ def test_interrupted_run_resumed_reaches_the_same_result(
 def test_same_seed_same_run_another_seed_another_run(
     cache: FeatureCache, run_a: Path, tmp_path: Path
 ) -> None:
+    random.seed(123)  # the process-wide generators of another process: not the run's to depend on
+    np.random.seed(456)
     again = train(cache, tiny_cfg(), tmp_path / "again", log=quiet)
     assert canon(json.loads(json.dumps(again))) == canon(folds_of(run_a))
+    # Every checkpoint tensor the same, the recorded numpy and Python generator states included.
+    for name in ("fold0/last", "fold1/best"):
+        a, b = (load_file(str(d / f"checkpoints/{name}.safetensors")) for d in (run_a, tmp_path / "again"))
+        assert a.keys() == b.keys() and [k for k in a if not same(a[k], b[k])] == []
     with pytest.raises(Interrupted):
         train(cache, tiny_cfg("run.seed=8"), tmp_path / "other", log=quiet, stop_after=(0, 0))
     other = read_checkpoint_meta(CheckpointStore(tmp_path / "other", ring=1).last_path(0))["history"][0]
@@ -165,8 +173,11 @@ def test_a_fresh_run_into_an_old_run_folder_keeps_nothing_of_it(cache: FeatureCa
     with pytest.raises(Interrupted):  # the old run: fold 0 finished, stopped in fold 1
         train(cache, tiny_cfg(one, "run.seed=8"), tmp_path, log=quiet, stop_after=(1, 0))
     assert [f["fold"] for f in folds_of(tmp_path)] == [0]
-    with pytest.raises(Interrupted):
+    with pytest.raises(OutputError, match="already holds a result"):  # not without being asked
         train(cache, tiny_cfg(one), tmp_path, log=quiet, stop_after=(0, 0))
+    assert [f["fold"] for f in folds_of(tmp_path)] == [0]
+    with pytest.raises(Interrupted):
+        train(cache, tiny_cfg(one), tmp_path, overwrite=True, log=quiet, stop_after=(0, 0))
     store = CheckpointStore(tmp_path, ring=1)
     assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [7, 7]
     assert store.folds() == [0] and not (tmp_path / "folds.json").exists()

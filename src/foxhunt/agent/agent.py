@@ -6,8 +6,9 @@ heads' predictions, which the caller writes into the environment's aux slots bef
 they appear in the *next* state (a one-step lag, identical in training and evaluation:
 :meth:`PolicyOut.step`). ``Mode.GREEDY`` is the evaluation policy: argmax of (E_C51 + E_IQN) / 2 per
 branch with the noisy layers at their means and no exploration. ``Mode.EXPLORE`` adds, each with
-its coefficient (0 = off): Q-mean centering, a count bonus, Boltzmann sampling with a temperature
-floor, Thompson sampling for the direction branch, and per-branch epsilon-greedy.
+its coefficient (0 = off): a count bonus, Boltzmann sampling with a temperature floor, Thompson
+sampling for the direction branch, and per-branch epsilon-greedy. (There is no Q-mean centering:
+removing a branch's mean Q shifts all its actions equally, so no choice above could change.)
 
 Conviction (the sizing's ``q_gap`` input, clamped there to ``[conviction_min, 1]``) is the gap
 between a branch's best and second-best E[Q] over twice its running mean (the ``q_gap`` signal),
@@ -26,6 +27,7 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent import explore as ex
+from foxhunt.agent.collect import Collector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap
 from foxhunt.agent.graph import GraphedUpdate
 from foxhunt.agent.learner import Batch, Learner, plan_locked
@@ -33,9 +35,10 @@ from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
 from foxhunt.env.actions import ActionCodec
-from foxhunt.env.config import BranchConfig
+from foxhunt.env.config import BranchConfig, EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
-from foxhunt.env.market import AUX_TARGETS
+from foxhunt.env.graph import CapturablePolicy
+from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.diagnostics import q_key
@@ -123,6 +126,10 @@ class Agent:
         self.temperature_boost = 1.0  # plateau response multiplies the Boltzmann temperature
         self.update_mode = UpdateMode.AUTO
         self._graph: GraphedUpdate | None = None  # CUDA: the captured learner update
+        self.step_mode = StepMode.AUTO  # how collection runs its step (agent.collect)
+        self._collector: Collector | None = None
+        self._collector_key: tuple | None = None
+        self._greedy: CapturablePolicy | None = None
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -143,7 +150,6 @@ class Agent:
             if mode is Mode.GREEDY:
                 actions.append(ex.greedy(q))
                 continue
-            q = q - self.cfg.learn.q_centering * q.mean(dim=1, keepdim=True)  # Q-mean centering
             q = ex.count_bonus(q, self.counts[i], e.count_bonus)
             if e.temperature > 0:
                 scale = self.signals["q_abs"].clamp(min=1e-6)
@@ -191,6 +197,14 @@ class Agent:
             q_gap=d_gap.mean(),
         )
 
+    def greedy_policy(self) -> CapturablePolicy:
+        """The evaluation policy as a backtest policy ``(state, env) -> PolicyOut``, marked capturable:
+        on CUDA :func:`~foxhunt.backtest.evaluate.evaluate` replays it with the env step as one CUDA
+        graph per window shape, captured once and reused by every epoch's validation."""
+        if self._greedy is None:
+            self._greedy = CapturablePolicy(lambda obs, env: self.policy(obs, Mode.GREEDY))
+        return self._greedy
+
     # --- collection and learning ----------------------------------------------------------
 
     def nstep(self, n_envs: int) -> NStep:
@@ -199,51 +213,27 @@ class Agent:
         stop = _decision_state if learn.bootstrap is Bootstrap.DECISION else None
         return NStep(n_envs, learn.n_step, learn.gamma, self.device, stop=stop)
 
+    def collector(self, market: MarketTensors, env_cfg: EnvConfig, n_envs: int, steps: int) -> Collector:
+        """The collection step for ``n_envs`` episodes of ``steps`` steps on ``market`` (built once, then
+        reused: on CUDA its captured graph and compiled step serve every epoch of the fold)."""
+        key = (id(market), id(env_cfg), n_envs, steps, self.step_mode)
+        if self._collector is None or self._collector_key != key:
+            env = TradingEnv(market, env_cfg)
+            self._collector = Collector(self, env, n_envs, steps, self.step_mode)
+            self._collector_key = key
+        return self._collector
+
     def collect(
-        self, env: TradingEnv, obs: Tensor, nstep: NStep, steps: int
-    ) -> tuple[Tensor, dict[str, Tensor]]:
-        """``steps`` steps of all env episodes into replay (n-step), on the device; returns the last obs."""
-        reward_sum = torch.zeros((), device=self.device, dtype=torch.float64)
-        sq_sum = torch.zeros_like(reward_sum)
-        live_sum = torch.zeros_like(reward_sum)
-        bonus_abs, total_abs = torch.zeros_like(reward_sum), torch.zeros_like(reward_sum)
-        for _ in range(steps):
-            pol = self.policy(obs, Mode.EXPLORE)
-            self.signals.ema("q_gap", pol.q_gap)  # acting statistics feed the signals (collection only)
-            nxt, res = pol.step(env)
-            aux_t = env.market.aux_targets
-            rows = env.state.row - res.written.to(torch.int64)  # the row the action was taken on
-            aux = (
-                aux_t[rows]
-                if aux_t is not None
-                else torch.full((obs.shape[0], len(AUX_TARGETS)), float("nan"), device=obs.device)
-            )
-            done = env.state.done | ~res.written
-            # Replay learns from the action that acted: under the plan lock the picked direction was
-            # ignored (realised Hold) and the Kelly cap may have lowered the magnitude.
-            acted = pol.actions.clone()
-            acted[:, _DIRECTION] = torch.where(res.written, res.realised_direction, acted[:, _DIRECTION])
-            acted[:, _MAGNITUDE] = torch.where(res.written, res.realised_magnitude, acted[:, _MAGNITUDE])
-            out = nstep.push(obs, acted, res.reward.float(), done, nxt, aux, valid=res.written)
-            if out is not None:
-                self.replay.add(out)
-            r = res.reward.to(torch.float64)
-            comp = res.components.abs().to(torch.float64)  # [N, len(COMPONENTS)], column 0 the PnL
-            bonus_abs += comp[:, 1:].sum()
-            total_abs += comp.sum()
-            reward_sum += r.sum()
-            sq_sum += (r * r).sum()
-            live_sum += res.written.to(torch.float64).sum()
-            obs = nxt
-        mean = reward_sum / live_sum.clamp(min=1)
-        std = (sq_sum / live_sum.clamp(min=1) - mean * mean).clamp(min=0).sqrt()
-        sharpe = torch.where(std > 0, mean / std, torch.zeros_like(std))
-        self.signals.ema("sharpe", sharpe.float())
-        share = torch.where(
-            total_abs > 0, bonus_abs / total_abs.clamp(min=1e-12), torch.zeros_like(total_abs)
-        )
-        self.signals.ema("bonus_share", share.float())  # the shaping terms' share of |reward|
-        return obs, {"train_sharpe": sharpe, "reward_mean": mean, "bonus_share": share}
+        self, market: MarketTensors, env_cfg: EnvConfig, starts: Tensor, steps: int
+    ) -> dict[str, Tensor]:
+        """``steps`` steps of the exploring policy in episodes starting at rows ``starts`` [N] (each
+        ``env_cfg.episode_rows`` long; training sets ``steps + 1``) into
+        replay (n-step windows, the epoch's tail truncated and bootstrapped); statistics on the device.
+
+        The step (policy, env transition, staging) is :class:`~foxhunt.agent.collect.Collector`'s:
+        on CUDA compiled and replayed as a CUDA graph (``step_mode``), on the CPU eager.
+        """
+        return self.collector(market, env_cfg, int(starts.shape[0]), steps).collect(starts)
 
     def learn(
         self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None

@@ -139,9 +139,6 @@ class LearnConfig(Frozen):
         10.0, gt=0, description="Gradient-norm clip of the auxiliary trunk and heads."
     )
     popart: float = Field(3e-4, ge=0, lt=1, description="PopArt statistics rate beta (0 = off).")
-    q_centering: float = Field(
-        1.0, ge=0, le=1, description="Share of each branch's mean Q removed before selection."
-    )
     updates_per_epoch: int = Field(200, ge=1, description="Learner updates per epoch.")
 
 

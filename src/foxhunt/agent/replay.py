@@ -532,3 +532,40 @@ class NStep:
             "aux": ring["aux"][origin].clone(),
             VALID: ring[VALID][origin].clone(),
         }
+
+
+def nstep_windows(
+    reward_TN: Tensor, done_TN: Tensor, stop_TN: Tensor, gamma: float, n: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Every n-step window of a whole ``[T, N]`` sequence at once: ``(return, discount, m)`` ``[T, N]``.
+
+    The windows :class:`NStep` gives for the same steps pushed one by one and then flushed (the
+    sequence's tail truncated and bootstrapped), computed in one vectorised pass: the window of step
+    ``t`` covers ``t .. t+m-1`` with ``m <= min(n, T - t)``; it ends early after the first step ``k``
+    where the episode ended (``done_TN``) or the state after it is a stop state (``stop_TN[t+k]``
+    holds for ``s_{t+k+1}``). ``return = sum_{k<m} gamma^k r_{t+k}``; ``discount = gamma^m``, 0 when
+    the window ended on a done; the window bootstraps from ``s_{t+m}``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    T, N = reward_TN.shape
+    L = min(n, T)
+
+    def windows_TNL(x: Tensor, fill: float | bool) -> Tensor:  # [T, N, L]: x[t + k] at [t, :, k]
+        return torch.cat([x, x.new_full((L - 1, N), fill)]).unfold(0, L, 1)
+
+    reward = windows_TNL(reward_TN, 0.0)
+    done = windows_TNL(done_TN.to(torch.bool), False)
+    end = done | windows_TNL(stop_TN.to(torch.bool), False)  # padding past T never ends a window
+    ended_before = torch.cumsum(end.to(torch.int32), -1) - end.to(torch.int32)
+    counts = ended_before == 0  # no earlier step ended the window (padded rewards are 0)
+    k = torch.arange(L, device=reward_TN.device, dtype=reward_TN.dtype)
+    ret = (torch.pow(gamma, k) * torch.where(counts, reward, torch.zeros_like(reward))).sum(-1)
+    any_end = end.any(-1)
+    first = torch.argmax(end.to(torch.int32), -1, keepdim=True)  # first ending step (0 if none)
+    t = torch.arange(T, device=reward_TN.device)
+    length = (T - t).clamp(max=n).unsqueeze(1).expand(T, N)  # steps before the sequence ends
+    m = torch.where(any_end, first.squeeze(-1) + 1, length)
+    terminal = any_end & done.gather(-1, first).squeeze(-1)
+    discount = torch.where(terminal, 0.0, torch.pow(gamma, m.to(ret.dtype)))
+    return ret, discount.to(ret.dtype), m

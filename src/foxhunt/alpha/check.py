@@ -54,6 +54,7 @@ from foxhunt.alpha.models import ModelKind, fit
 from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
+from foxhunt.errors import ConfigError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.labels import direction_labels
@@ -219,6 +220,19 @@ def _intervals(
     return {name: ci.to_dict() for name, ci in cis.items()}, block
 
 
+def check_horizons(horizons: tuple[int, ...], where: str = "alpha.horizons") -> tuple[int, ...]:
+    """The horizons, refused unless each is at least one row: a move over 0 rows (or fewer) is no
+    move. Commands call it before building anything, so a bad --horizons writes nothing."""
+    bad = [h for h in horizons if h < 1]
+    if bad or not horizons:
+        raise ConfigError(
+            where,
+            f"horizons must be whole numbers of rows >= 1, got {list(horizons)}",
+            "give positive horizons, e.g. --horizons 5,20,50",
+        )
+    return horizons
+
+
 def run_alpha(
     cache: FeatureCache,
     cfg: FoxhuntConfig,
@@ -227,6 +241,7 @@ def run_alpha(
     progress: Reporter = SILENT,
 ) -> AlphaResult:
     """The whole check on a loaded cache (the leak guard is run by the caller, before this)."""
+    check_horizons(horizons)
     seed = cfg.run.seed if seed is None else seed
     acfg = cfg.alpha
     columns = cache.columns

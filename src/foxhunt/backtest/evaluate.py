@@ -24,6 +24,7 @@ config says which): one trade per window, closed at its end (tests/backtest/test
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
@@ -34,7 +35,8 @@ from torch import Tensor
 from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.core import Portfolio, StepResult, TradingEnv
+from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.env.trades import STAGES
@@ -79,15 +81,16 @@ def _constant(direction: int, magnitude: int) -> Policy:
 
 
 def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
-    """A scripted policy (Full size, market orders, Normal urgency unless random)."""
+    """A scripted policy (Full size, market orders, Normal urgency unless random). All but random
+    are pure functions of the device state, marked capturable (one CUDA graph per step on CUDA)."""
     full = cfg.branches.magnitude - 1
     flat = int(Direction.FLAT) if cfg.branches.direction > int(Direction.FLAT) else int(Direction.HOLD)
     if kind is ScriptedPolicy.FLAT:
-        return _constant(flat, 0)
+        return CapturablePolicy(_constant(flat, 0))
     if kind is ScriptedPolicy.LONG:
-        return _constant(int(Direction.LONG), full)
+        return CapturablePolicy(_constant(int(Direction.LONG), full))
     if kind is ScriptedPolicy.SHORT:
-        return _constant(int(Direction.SHORT), full)
+        return CapturablePolicy(_constant(int(Direction.SHORT), full))
     if kind is ScriptedPolicy.RANDOM:
         gen: dict[str, torch.Generator] = {}
 
@@ -123,7 +126,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         a[:, _DIR], a[:, _MAG] = d, full
         return a
 
-    return oracle
+    return CapturablePolicy(oracle)
 
 
 def recorded(actions_ETA: Tensor) -> Policy:
@@ -147,36 +150,173 @@ def windows(lo: int, hi: int, episode_rows: int, device: torch.device | str = "c
     return starts, ends
 
 
-def evaluate(market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Policy) -> StepRecord:
-    """Run ``policy`` over every window of rows ``[lo, hi)`` at once; the per-step record."""
+def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portfolio) -> None:
+    """Write one step's result into column ``t`` of ``rec`` (``t`` a ``[1]`` device index or an int)."""
+    detail, contracts = rec.trade_detail, rec.contracts
+    assert detail is not None and contracts is not None  # ledger=True
+    cols = [
+        (rec.written, res.written),
+        (rec.gross_pnl, res.gross),
+        (rec.costs, res.costs),
+        (rec.position, state.position),
+        (rec.equity, state.equity),
+        (rec.picked_direction, res.picked[:, 0]),
+        (rec.picked_magnitude, res.picked[:, 1]),
+        (rec.picked_order, res.picked[:, 2]),
+        (rec.picked_urgency, res.picked[:, 3]),
+        (rec.realised_direction, res.realised_direction),
+        (rec.realised_magnitude, res.realised_magnitude),
+        (contracts, res.fills.abs().sum(dim=1)),
+        (rec.trade_closed, res.trades.closed),
+        (rec.trade_pnl, res.trades.pnl),
+        (rec.closed_magnitude, res.trades.magnitude),
+        *((getattr(detail, name), getattr(res.trades, name)) for name in TradeDetail._fields),
+    ]
+    for dst, src in cols:
+        if isinstance(t, int):
+            dst[:, t] = src
+        else:  # a device index: no host value, so the write can be captured in a CUDA graph
+            dst.index_copy_(1, t, src.unsqueeze(1).to(dst.dtype))
+
+
+def evaluate(
+    market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Policy, *, graph: bool | None = None
+) -> StepRecord:
+    """Run ``policy`` over every window of rows ``[lo, hi)`` at once; the per-step record.
+
+    A :class:`~foxhunt.env.graph.CapturablePolicy` (a pure function of the state on the device, as
+    the agent's greedy policy is) runs on CUDA as one captured step per window shape
+    (``graph=None``: when available): policy, env step (Inductor-compiled) and the record's writes
+    replayed once per step (:class:`GraphedEvaluation`), cached on the policy and reused by every
+    later evaluation of the same rows (each epoch's validation). Other policies step eagerly.
+    """
+    use_graph = market.device.type == "cuda" and isinstance(policy, CapturablePolicy)
+    if graph is not None:
+        use_graph = graph
+    if use_graph:
+        return GraphedEvaluation.of(market, cfg, lo, hi, policy).run()
     starts, ends = windows(lo, hi, cfg.episode_rows, market.device)
     env = TradingEnv(market, cfg)
     obs = env.reset(starts, ends)
     steps = int((ends - starts).max())
     rec = StepRecord.blank(len(starts), steps, market.device, trade_slots=STAGES, ledger=True)
-    detail, contracts = rec.trade_detail, rec.contracts
-    assert detail is not None and contracts is not None  # ledger=True
     for t in range(steps):
         decision = policy(obs, env)
         obs, res = env.step(decision) if isinstance(decision, Tensor) else decision.step(env)
-        rec.written[:, t] = res.written
-        rec.gross_pnl[:, t] = res.gross
-        rec.costs[:, t] = res.costs
-        rec.position[:, t] = env.state.position
-        rec.equity[:, t] = env.state.equity
-        rec.picked_direction[:, t] = res.picked[:, 0]
-        rec.picked_magnitude[:, t] = res.picked[:, 1]
-        rec.picked_order[:, t] = res.picked[:, 2]
-        rec.picked_urgency[:, t] = res.picked[:, 3]
-        rec.realised_direction[:, t] = res.realised_direction
-        rec.realised_magnitude[:, t] = res.realised_magnitude
-        contracts[:, t] = res.fills.abs().sum(dim=1)
-        rec.trade_closed[:, t] = res.trades.closed
-        rec.trade_pnl[:, t] = res.trades.pnl
-        rec.closed_magnitude[:, t] = res.trades.magnitude
-        for name in TradeDetail._fields:
-            getattr(detail, name)[:, t] = getattr(res.trades, name)
+        _record_step(rec, t, res, env._state())
     return rec
+
+
+class GraphedEvaluation:
+    """:func:`evaluate` of a capturable policy as one CUDA graph per step, replayed ``steps`` times.
+
+    The step writes its record column at a device-side counter; the env is reset in place before
+    each run, so one capture serves every evaluation of the same windows. ``compile_seconds``: the
+    warm-up (Inductor's compile of the env step on first use) and the capture.
+    """
+
+    @classmethod
+    def of(cls, market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Policy) -> GraphedEvaluation:
+        cache = policy.graphs if isinstance(policy, CapturablePolicy) else {}
+        key = (id(market), id(cfg), lo, hi)
+        if key not in cache:
+            cache[key] = cls(market, cfg, lo, hi, policy)
+        return cache[key]
+
+    def __init__(
+        self,
+        market: MarketTensors,
+        cfg: EnvConfig,
+        lo: int,
+        hi: int,
+        policy: Policy,
+        *,
+        graph: bool | None = None,
+        compile: bool | None = None,
+    ) -> None:
+        """``graph``: capture the step (None: on CUDA); ``compile``: compile the env step with Inductor
+        (None: on CUDA from ``COMPILE_MIN_BATCH`` windows). Without a graph the same step function
+        runs eagerly (the CPU equivalence tests)."""
+        import time
+
+        from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
+
+        cuda = market.device.type == "cuda"
+        graph = cuda if graph is None else graph
+        self.market, self.cfg, self.policy = market, cfg, policy  # kept: the cache key holds their ids
+        self.starts, self.ends = windows(lo, hi, cfg.episode_rows, market.device)
+        self.steps = int((self.ends - self.starts).max())
+        self.env = TradingEnv(market, cfg)
+        self.obs = reset_in_place(self.env, self.starts, self.ends).clone()
+        if compile is None:
+            compile = cuda and len(self.starts) >= COMPILE_MIN_BATCH
+        self.advance = compiled_advance() if compile else advance
+        n = len(self.starts)
+        self.rec = StepRecord.blank(n, self.steps, market.device, trade_slots=STAGES, ledger=True)
+        self.t = torch.zeros(1, dtype=torch.int64, device=market.device)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.compile_seconds = 0.0
+        if not graph:
+            return
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (compile, lazy init) off the capture; run() resets
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        torch.cuda.synchronize()
+        self.compile_seconds = time.perf_counter() - t0
+
+    def _step(self) -> None:
+        env = self.env
+        state = env._state()
+        decision = self.policy(self.obs, env)
+        if isinstance(decision, Tensor):
+            res, nxt = self.advance(env, state, decision, True)
+        else:
+            assert env.aux is not None
+            env.aux.copy_(decision.aux)  # type: ignore[attr-defined]  # seen in the next state
+            res, nxt = self.advance(
+                env,
+                state,
+                decision.actions,  # type: ignore[attr-defined]
+                True,
+                decision.direction_conviction,  # type: ignore[attr-defined]
+                decision.magnitude_conviction,  # type: ignore[attr-defined]
+                decision.q_variance,  # type: ignore[attr-defined]
+            )
+        _record_step(self.rec, self.t, res, state)
+        self.obs.copy_(nxt)
+        self.t += 1
+
+    def run(self) -> StepRecord:
+        """Reset the windows in place, replay every step; a copy of the record (the next run reuses it)."""
+        from foxhunt.env.graph import reset_in_place
+
+        self.obs.copy_(reset_in_place(self.env, self.starts, self.ends))
+        self.t.zero_()
+        for _ in range(self.steps):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+        return _clone(self.rec)
+
+
+def _clone(rec: StepRecord) -> StepRecord:
+    detail = rec.trade_detail
+    kw = {
+        f.name: getattr(rec, f.name).clone()
+        for f in dataclasses.fields(rec)
+        if isinstance(getattr(rec, f.name), Tensor)
+    }
+    if detail is not None:
+        kw["trade_detail"] = TradeDetail(*(x.clone() for x in detail))
+    return dataclasses.replace(rec, **kw)
 
 
 def evaluate_many(
@@ -201,9 +341,10 @@ def evaluate_many(
     use_graph = market.device.type == "cuda" if graph is None else graph
     stepper = None
     if use_graph:
-        from foxhunt.env.graph import GraphedStep
+        from foxhunt.env.graph import COMPILE_MIN_BATCH, GraphedStep
 
-        stepper = GraphedStep(env)
+        # Inductor-fused for large batches (1,000 policies: 1.8 s for 100 k bars), then one replay a step
+        stepper = GraphedStep(env, compile=p_count * w_count >= COMPILE_MIN_BATCH)
     f64 = torch.float64
     zero = torch.zeros(p_count, dtype=f64, device=market.device)
     out = {k: zero.clone() for k in ("net_pnl", "gross_pnl", "costs", "ret_sum", "ret_sq", "steps")}
@@ -217,13 +358,14 @@ def evaluate_many(
         a = acts[policy_of, torch.clamp(s.row - lo, max=acts.shape[1] - 1)].to(torch.int64)
         res = stepper.step(a) if stepper is not None else env.step(a)[1]
         w = res.written.to(f64)
-        out["net_pnl"].index_add_(0, policy_of, res.net)
-        out["gross_pnl"].index_add_(0, policy_of, res.gross)
-        out["costs"].index_add_(0, policy_of, res.costs)
+        net = res.net.to(f64)  # the sums stay float64 for a float32 market too
+        out["net_pnl"].index_add_(0, policy_of, net)
+        out["gross_pnl"].index_add_(0, policy_of, res.gross.to(f64))
+        out["costs"].index_add_(0, policy_of, res.costs.to(f64))
         closed = res.trades.closed
         out["trades"].index_add_(0, policy_of, closed.sum(dim=1).to(f64))
         out["wins"].index_add_(0, policy_of, (closed & (res.trades.pnl > 0)).sum(dim=1).to(f64))
-        step_net = torch.zeros_like(zero).index_add_(0, policy_of, res.net)
+        step_net = torch.zeros_like(zero).index_add_(0, policy_of, net)
         step_w = torch.zeros_like(zero).index_add_(0, policy_of, w)
         ret = step_net / equity
         live = step_w > 0

@@ -9,6 +9,7 @@ foxhunt.backtest.annualise), and the ``instrument`` the prices and dollars are o
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,6 +22,7 @@ import torch  # noqa: E402
 
 from foxhunt.atomic import atomic_path, write_json  # noqa: E402
 from foxhunt.backtest.annualise import Annualisation, annualisation  # noqa: E402
+from foxhunt.backtest.decisions import DecisionLog, write_decisions_csv  # noqa: E402
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted  # noqa: E402
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
@@ -35,8 +37,10 @@ from foxhunt.console import SILENT, Reporter  # noqa: E402
 from foxhunt.data.instrument import Instrument, instrument_of_cache  # noqa: E402
 from foxhunt.data.schemas import BarKind, RowUnit  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
+from foxhunt.errors import FoxhuntError  # noqa: E402
 from foxhunt.features.cache import FeatureCache  # noqa: E402
 from foxhunt.validation.dataset import make_folds  # noqa: E402
+from foxhunt.validation.normalise import RobustScaler  # noqa: E402
 
 METRIC_KEYS = (
     "net_pnl",
@@ -98,6 +102,30 @@ class TrainedPolicy(Protocol):
     def policy(self, device: torch.device | str) -> Policy: ...
 
 
+def stored_normaliser(policy: TrainedPolicy, columns: list[str]) -> RobustScaler | None:
+    """The fold normaliser a weights-only export stores (None: the cache's fold is fitted as usual).
+
+    On the cache the run trained on it equals the fold's own; on other data (a later file, the one
+    ``foxhunt serve`` replays) it is the scaling the network learned, so both judge it alike."""
+    path = getattr(policy, "path", None)
+    if path is None:
+        return None
+    from foxhunt.train.checkpoint import read_checkpoint_meta
+
+    meta = read_checkpoint_meta(path)
+    if "normaliser" not in meta:
+        return None
+    scaler = RobustScaler.from_dict(meta["normaliser"])
+    if list(scaler.columns) != list(columns):
+        raise FoxhuntError(
+            path,
+            f"its normaliser scales {len(scaler.columns)} feature columns, the cache has {len(columns)} "
+            "(another feature layout)",
+            "backtest it on a cache built with the checkpoint's feature config",
+        )
+    return scaler
+
+
 def run_backtest(
     cache: FeatureCache,
     cfg: FoxhuntConfig,
@@ -115,7 +143,11 @@ def run_backtest(
     chosen = folds if fold is None else [folds[fold]]
     instrument = instrument_of_cache(cache.meta, cfg.instrument)  # the config's overrides win
     records, trades, curves = [], [], []
+    decisions = DecisionLog(cache.column("ts"))
+    stored = None if isinstance(policy, ScriptedPolicy) else stored_normaliser(policy, cache.columns)
     for fd in progress.track(chosen, f"backtest {policy.value}, folds"):
+        if stored is not None:  # the scaling the network was trained with, as foxhunt serve applies it
+            fd = dataclasses.replace(fd, scaler=stored)
         market = market_tensors(
             cache, fd, vol_window=cfg.env.plan.vol_window, device=device, instrument=instrument
         )
@@ -123,7 +155,7 @@ def run_backtest(
         pol = (
             scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
             if isinstance(policy, ScriptedPolicy)
-            else policy.policy(device)
+            else decisions.wrap(policy.policy(device))  # decisions.csv: compared with foxhunt serve
         )
         rec = evaluate(market, cfg.env, lo, hi, pol)
         records.append(rec)
@@ -145,6 +177,8 @@ def run_backtest(
     }
     write_json(out / "metrics.json", body, indent=2, default=float)
     write_trades_csv(out / "trades.csv", trades)
+    if not isinstance(policy, ScriptedPolicy):
+        write_decisions_csv(out / "decisions.csv", decisions.rows)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")

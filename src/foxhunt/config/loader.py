@@ -131,7 +131,13 @@ def load_config(
         path = Path(config_file)
         if not path.is_file():
             raise ConfigError(str(path), "config file not found", "check the --config path")
-        tree, where = _read_toml(str(path), path.read_text()), str(path)
+        try:
+            text = path.read_bytes().decode("utf-8")  # TOML is UTF-8 by definition, whatever the locale
+        except UnicodeDecodeError as exc:
+            raise ConfigError(
+                str(path), f"not UTF-8 text (byte {exc.start} cannot be decoded)", "save the file as UTF-8"
+            ) from None
+        tree, where = _read_toml(str(path), text), str(path)
     else:
         name = profile or DEFAULT_PROFILE
         tree, where = _profile_dict(name), f"profile {name}"

@@ -20,6 +20,7 @@ from foxhunt.config.instrument import InstrumentConfig
 from foxhunt.config.synth import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.env.config import EnvConfig
+from foxhunt.serve.config import ServeConfig
 from foxhunt.train.config import TrainConfig
 from foxhunt.validation.folds import FoldParams
 from foxhunt.validation.labels import LabelParams
@@ -59,6 +60,9 @@ class FoxhuntConfig(Frozen):
     env: EnvConfig = Field(default_factory=EnvConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    serve: ServeConfig = Field(
+        default_factory=ServeConfig, description="foxhunt serve: warm-up and the fail-safe on bad streams."
+    )
 
     @model_validator(mode="after")
     def _barriers_are_the_plan(self) -> FoxhuntConfig:

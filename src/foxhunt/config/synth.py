@@ -10,12 +10,26 @@ about 18 orders (about 130 contracts), the deeper levels about 30 orders (about 
 from __future__ import annotations
 
 import datetime as dt
+from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 SESSION_HOURS = 23.0  # CME Globex: 17:00 CT to 16:00 CT the next day
 BOOK_LEVELS = 10  # MBP-10
 MAX_TARGET_ORDERS = 120  # mean orders per level the simulator's queues (256 slots) can hold
+
+
+class PlantedSignal(StrEnum):
+    """Where the synthetic market plants its edge (the carrier ``S`` of P(up move) = 1/2 + alpha S).
+
+    Two feature families and horizons, so an agent tuned on one market is checked on another; each
+    has its reference rule (:mod:`foxhunt.backtest.reference`)."""
+
+    IMBALANCE = "imbalance"
+    """S = EMA over ``alpha_horizon_events`` book events of the level-1 imbalance (the book family)."""
+    TRADE_FLOW = "trade_flow"
+    """S = EMA over the last ``flow_horizon_trades`` market orders of their aggressor sign (+1 buy,
+    -1 sell): the order-flow family, a horizon counted in trades."""
 
 
 class RegimeConfig(BaseModel):
@@ -101,6 +115,17 @@ class SynthConfig(BaseModel):
         ge=2,
         le=100_000,
         description="Rows H of the EMA S of the level-1 imbalance that carries the alpha (its horizon).",
+    )
+    signal: PlantedSignal = Field(
+        PlantedSignal.IMBALANCE,
+        description="Carrier of the planted alpha: imbalance (book) or trade_flow (market-order signs; "
+        "stronger per unit of alpha: the smoke market's edge of alpha 4 on the imbalance is alpha 1 here).",
+    )
+    flow_horizon_trades: int = Field(
+        200,
+        ge=2,
+        le=100_000,
+        description="Market orders N of the EMA of aggressor signs that carries the trade_flow alpha.",
     )
     # --- instrument ---------------------------------------------------------------------------
     symbol: str = Field(

@@ -151,11 +151,15 @@ def _continuous(parts: dict[int, object], front: FrontMonth, cfg: DataConfig, cl
         halt = in_halt(ts, cfg.session_timezone, cfg.session_open, cfg.session_close)
         keep = (front.front_for(d) == iid) & ~halt
         dropped += int((halt & (front.front_for(d) == iid)).sum())
-        pieces.append(arr.take(keep))  # type: ignore[attr-defined]
+        # Copies only where rows go: one front month without a halted row (every row of a session's
+        # stream in foxhunt serve, which calls this at each row close) is kept as it is.
+        pieces.append(arr if keep.all() else arr.take(keep))  # type: ignore[attr-defined]
         dates.append(d[keep])
-    merged = cls.concat(pieces)
+    merged = cls.concat(pieces) if len(pieces) > 1 else pieces[0]
     date = np.concatenate(dates)
     order = np.argsort(merged.ts_event, kind="stable")
+    if np.array_equal(order, np.arange(len(order))):
+        return merged, date, dropped
     return merged.take(order), date[order], dropped
 
 

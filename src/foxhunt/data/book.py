@@ -93,7 +93,7 @@ from foxhunt.data.arrays import (
     BookArrays,
     MboArrays,
 )
-from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
+from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE, check_monotonic
 
 F_LAST = int(dbn.F_LAST)  # 128: last record of an event; the book is consistent after it
 F_SNAPSHOT = int(dbn.F_SNAPSHOT)  # 32: record replays a resting order of the start-of-day book
@@ -282,41 +282,56 @@ def _side_index(side_byte):
 
 
 @numba.njit(cache=True)
-def _rebuild_kernel(order_id, price_raw, size, action, side, flags, levels, n_out):
-    """One instrument's MBO records -> emitted states (see the module docstring).
+def _rebuild_kernel(
+    order_id,
+    price_raw,
+    size,
+    action,
+    side,
+    flags,
+    levels,
+    n_out,
+    t_id,
+    t_state,
+    t_key,
+    t_sz,
+    t_side,
+    lv_key,
+    lv_sz,
+    lv_ct,
+    n_lv,
+    top_key,
+    top_sz,
+    top_ct,
+    scalars,
+):
+    """One instrument's MBO records -> emitted states (see the module docstring), resumable.
 
-    Returns ``(src[m], depth[m], bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct, counters)``,
-    the book arrays ``[m, levels]`` in BookArrays dtypes, ``src`` the index of each state's F_LAST
-    record. ``n_out`` must be at least the number of F_LAST records.
+    The book before the records is the state passed in (:class:`BookState`: the order table
+    ``t_*``, the levels ``lv_*``/``n_lv``, the last emitted top levels ``top_*`` and ``scalars`` =
+    [table bits, live orders, used slots, in snapshot]); ``n_lv``, ``top_*`` and ``scalars`` are
+    updated in place, and the tables, which may be reallocated, are returned. Feeding records in
+    chunks gives the states of feeding them at once, bit for bit: the loop is the same.
+
+    Returns ``(src[m], depth[m], bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct, counters, t_id,
+    t_state, t_key, t_sz, t_side, lv_key, lv_sz, lv_ct)``, the book arrays ``[m, levels]`` in
+    BookArrays dtypes, ``src`` the index of each state's F_LAST record. ``n_out`` must be at least
+    the number of F_LAST records.
     """
     n = order_id.shape[0]
     counters = np.zeros(len(_COUNTERS), np.int64)
 
     # Orders: an open-addressing hash table keyed by order id; each slot holds the order's level
     # key (side-signed price), size and side. Load (live + deleted) is kept below 1/2.
-    bits = 10
+    bits = scalars[0]
     t_shift = np.uint64(64 - bits)
-    t_cap = 1 << bits
-    t_id = np.empty(t_cap, np.uint64)
-    t_state = np.zeros(t_cap, np.uint8)
-    t_key = np.empty(t_cap, np.int64)
-    t_sz = np.empty(t_cap, np.int64)
-    t_side = np.empty(t_cap, np.int64)
-    n_live = 0
-    n_used = 0  # live + deleted slots
-    in_snapshot = False  # the previous record carried F_SNAPSHOT
+    t_cap = t_id.shape[0]
+    n_live = scalars[1]
+    n_used = scalars[2]  # live + deleted slots
+    in_snapshot = scalars[3] != 0  # the previous record carried F_SNAPSHOT
 
     # Levels per side, sorted by key = +price (bid) / -price (ask) ascending: best level last.
-    lv_cap = _INITIAL_CAPACITY
-    lv_key = np.empty((2, lv_cap), np.int64)
-    lv_sz = np.empty((2, lv_cap), np.int64)
-    lv_ct = np.empty((2, lv_cap), np.int64)
-    n_lv = np.zeros(2, np.int64)
-
-    # Last emitted top levels [side, level] (the empty book before the first state).
-    top_key = np.zeros((2, levels), np.int64)
-    top_sz = np.zeros((2, levels), np.int64)
-    top_ct = np.zeros((2, levels), np.int64)
+    lv_cap = lv_key.shape[1]
 
     # Emitted states, [side, row, level], one row per F_LAST at most. np.empty only reserves the
     # pages; the rows never written (events that left the top unchanged) are never touched, so
@@ -482,6 +497,10 @@ def _rebuild_kernel(order_id, price_raw, size, action, side, flags, levels, n_ou
                         depth[m] = better
                 m += 1
 
+    scalars[0] = bits
+    scalars[1] = n_live
+    scalars[2] = n_used
+    scalars[3] = in_snapshot
     counters[_C_EVENTS] = n
     counters[_C_STATES] = m
     counters[_C_LIVE] = n_live
@@ -503,23 +522,74 @@ def _rebuild_kernel(order_id, price_raw, size, action, side, flags, levels, n_ou
         out_ct[_BID, :m],
         out_ct[_ASK, :m],
         counters,
+        t_id,
+        t_state,
+        t_key,
+        t_sz,
+        t_side,
+        lv_key,
+        lv_sz,
+        lv_ct,
     )
+
+
+class BookState:
+    """One instrument's book between two chunks of its MBO records: the state :func:`_rebuild_kernel`
+    takes and leaves (the empty book to start), so a stream can be rebuilt as it arrives with the
+    batch builder's own loop (``rebuild_book(chunk, states=...)``)."""
+
+    def __init__(self, levels: int) -> None:
+        bits = 10
+        self.tables = (
+            np.empty(1 << bits, np.uint64),  # order id
+            np.zeros(1 << bits, np.uint8),  # slot state: _EMPTY
+            np.empty(1 << bits, np.int64),  # level key
+            np.empty(1 << bits, np.int64),  # size
+            np.empty(1 << bits, np.int64),  # side index
+        )
+        self.levels = tuple(np.empty((2, _INITIAL_CAPACITY), np.int64) for _ in range(3))  # key, size, count
+        self.n_lv = np.zeros(2, np.int64)
+        self.top = tuple(np.zeros((2, levels), np.int64) for _ in range(3))  # the empty book
+        self.scalars = np.array([bits, 0, 0, 0], np.int64)  # bits, live, used, in snapshot
+
+    def run(self, columns: tuple[np.ndarray, ...], levels: int, n_out: int) -> tuple[np.ndarray, ...]:
+        """The kernel over ``columns`` from this state, which it leaves after them; the states' arrays."""
+        *out, t_id, t_state, t_key, t_sz, t_side, lv_key, lv_sz, lv_ct = _rebuild_kernel(
+            *columns, levels, n_out, *self.tables, *self.levels, self.n_lv, *self.top, self.scalars
+        )
+        self.tables = (t_id, t_state, t_key, t_sz, t_side)
+        self.levels = (lv_key, lv_sz, lv_ct)
+        return tuple(out)
 
 
 # --- public API -------------------------------------------------------------------------------
 
 
-def rebuild_book(mbo: MboArrays, levels: int = 10) -> BookRebuild:
+def rebuild_book(
+    mbo: MboArrays,
+    levels: int = 10,
+    where: str = "the MBO records",
+    states: dict[int, BookState] | None = None,
+) -> BookRebuild:
     """Replay MBO records into ``levels``-deep book states (one per changed end of event).
 
     Records of several instruments are rebuilt one book per ``instrument_id`` and the states are
-    merged back in input order. See the module docstring for the exact semantics.
+    merged back in input order. See the module docstring for the exact semantics. Records out of
+    time order within an instrument are refused (:class:`~foxhunt.errors.NonMonotonicTimestampError`
+    naming ``where``): replayed out of order they build another book, and sorting cannot restore
+    the order of events that share a timestamp.
+
+    ``states`` (instrument -> :class:`BookState`) resumes each instrument's book where an earlier
+    call left it and is updated: the records of a stream fed in chunks give the states of the whole
+    stream at once (``foxhunt serve``). Without it every book starts empty. The counters then count
+    the chunk's records and states; the totals are those of the book after it.
 
     >>> _, mbo = read_dbn("esh4.mbo.dbn.zst", expect=Schema.MBO)  # doctest: +SKIP
     >>> rebuild_book(mbo).book.bid_px[:, 0]  # doctest: +SKIP
     """
     if not 1 <= levels <= 255:
         raise ValueError(f"levels must be in 1..255 (depth is a uint8), got {levels}")
+    check_monotonic(where, np.asarray(mbo.ts_event), np.asarray(mbo.instrument_id))
     # Exact dtypes, so the cached kernel compiles once.
     columns = (
         np.ascontiguousarray(mbo.order_id, dtype=np.uint64),
@@ -542,7 +612,8 @@ def rebuild_book(mbo: MboArrays, levels: int = 10) -> BookRebuild:
             rows = np.flatnonzero(instrument_id == iid)
             cols = tuple(c[rows] for c in columns)
         n_last = int(np.count_nonzero(cols[-1] & F_LAST))  # bound on the states emitted
-        src, *arrays, c = _rebuild_kernel(*cols, levels, n_last)
+        state = BookState(levels) if states is None else states.setdefault(int(iid), BookState(levels))
+        src, *arrays, c = state.run(cols, levels, n_last)
         parts.append((src if rows is None else rows[src], *arrays))
         counters += c
 

@@ -38,6 +38,7 @@ from foxhunt.errors import (
     CorruptCompressionError,
     EmptyFileError,
     MissingFileError,
+    NonMonotonicTimestampError,
     NotDbnError,
     SchemaMismatchError,
     UndefinedPriceError,
@@ -129,13 +130,17 @@ def read_raw(path: str | Path) -> DbnFile:
             raise CorruptCompressionError(
                 path, problem, "re-download the file; a partial or damaged file cannot be read safely"
             )
-        with zstandard.ZstdDecompressor().stream_reader(raw) as head:
-            if head.read(3) != _DBN_MAGIC:
-                raise NotDbnError(
-                    path,
-                    "zstd stream does not hold DBN data (no DBN magic after decompression)",
-                    "pass a Databento .dbn or .dbn.zst file",
-                )
+        try:
+            with zstandard.ZstdDecompressor().stream_reader(raw) as head:
+                magic = head.read(3)
+        except zstandard.ZstdError as exc:  # a damaged first block (the frame checksum, a bad header)
+            raise CorruptCompressionError(path, f"corrupt zstd data ({exc})", "re-download the file") from exc
+        if magic != _DBN_MAGIC:
+            raise NotDbnError(
+                path,
+                "zstd stream does not hold DBN data (no DBN magic after decompression)",
+                "pass a Databento .dbn or .dbn.zst file",
+            )
     elif raw[:3] != _DBN_MAGIC:
         raise NotDbnError(
             path,
@@ -429,10 +434,31 @@ def to_arrays(f: DbnFile) -> MarketArrays:
     return definitions_from_records(rec)
 
 
+def check_monotonic(where: str | Path, ts: np.ndarray, instrument_id: np.ndarray) -> None:
+    """Raise unless ``ts`` is non-decreasing within each instrument (file order).
+
+    The book builder replays MBO in file order and the bars and features assume time order: an
+    out-of-order stream is refused, never sorted (a sort cannot restore the order of events that
+    share a timestamp, so the book it rebuilt would be another one)."""
+    ts = np.asarray(ts).astype(np.int64, copy=False)  # DBN's uint64 would wrap instead of going below 0
+    for iid in np.unique(instrument_id):
+        t = ts[instrument_id == iid]
+        back = np.flatnonzero(np.diff(t) < 0)
+        if len(back):
+            i = int(back[0])
+            raise NonMonotonicTimestampError(
+                where,
+                f"ts_event goes backwards for instrument {int(iid)} ({len(back)} times; first "
+                f"after record {i} of that instrument: {int(t[i])} -> {int(t[i + 1])})",
+                "the file was re-ordered or corrupted; re-download it",
+            )
+
+
 def read_dbn(
     path: str | Path, expect: Schema | tuple[Schema, ...] | None = None
 ) -> tuple[DbnFile, MarketArrays]:
-    """Read and decode one file; with ``expect``, refuse any other schema.
+    """Read and decode one file; with ``expect``, refuse any other schema. MBO records must be in
+    time order per instrument (:func:`check_monotonic`): they are replayed into a book.
 
     >>> f, book = read_dbn("x.mbp-10.dbn.zst", expect=Schema.MBP_10)  # doctest: +SKIP
     """
@@ -446,4 +472,6 @@ def read_dbn(
             f"pass a {names} file"
             + (" (or rebuild the book with `foxhunt data rebuild-book`)" if f.schema is Schema.MBO else ""),
         )
+    if f.schema is Schema.MBO:
+        check_monotonic(f.path, f.records["ts_event"], f.records["instrument_id"])
     return f, to_arrays(f)

@@ -88,8 +88,11 @@ def px_to_fixed(px: np.ndarray) -> np.ndarray:
 def _atomic_write(path: Path, chunks: list[bytes]) -> None:
     with atomic_path(path) as tmp, tmp.open("wb") as fh:
         if path.name.endswith(".zst"):
-            # A fixed level and no threads keep the bytes identical for identical input.
-            writer = zstandard.ZstdCompressor(level=3).stream_writer(fh, closefd=False)
+            # A fixed level and no threads keep the bytes identical for identical input. The frame's
+            # content checksum (xxhash64 of the decompressed bytes, as Databento's own files carry)
+            # makes a flipped bit in the compressed data an error on read instead of other data.
+            compressor = zstandard.ZstdCompressor(level=3, write_checksum=True)
+            writer = compressor.stream_writer(fh, closefd=False)
             for chunk in chunks:
                 writer.write(chunk)
             writer.flush(zstandard.FLUSH_FRAME)

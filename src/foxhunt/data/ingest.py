@@ -33,13 +33,14 @@ from foxhunt.data.arrays import (
     OhlcvArrays,
     TradeArrays,
 )
-from foxhunt.data.dbn_read import DbnFile, peek_schema, read_raw, to_arrays
+from foxhunt.data.dbn_read import DbnFile, check_monotonic, peek_schema, read_raw, to_arrays
 from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RowUnit, Schema
 from foxhunt.data.sessions import session_dates
 from foxhunt.errors import (
+    BadTradePriceError,
     CrossedBookError,
+    DuplicateInputError,
     MissingFileError,
-    NonMonotonicTimestampError,
     SchemaMismatchError,
 )
 
@@ -61,19 +62,35 @@ _NAMES_SHOWN = 4  # file names listed per schema in a refusal before "+N more"
 
 
 def expand_paths(paths: Iterable[str | Path]) -> list[Path]:
-    """Files as given; a directory contributes its ``*.dbn`` / ``*.dbn.zst`` files, sorted."""
+    """Files as given; a directory contributes its ``*.dbn`` / ``*.dbn.zst`` files, sorted.
+
+    A file reached twice (named twice, or named and inside a folder also given, however the path is
+    spelled) is refused with :class:`DuplicateInputError`: reading it twice would double every event.
+    """
     out: list[Path] = []
+    first: dict[Path, tuple[Path, str | Path]] = {}  # resolved file -> (as listed, the argument)
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             found = sorted(q for q in p.iterdir() if q.name.endswith(DBN_SUFFIXES))
             if not found:
                 raise MissingFileError(p, "directory holds no .dbn or .dbn.zst files", "point at DBN files")
-            out.extend(found)
         elif not p.exists():
             raise MissingFileError(p, "no such file or directory", "check the path")
         else:
-            out.append(p)
+            found = [p]
+        for q in found:
+            key = q.resolve()
+            if key in first:
+                earlier, given = first[key]
+                via = "" if Path(given) == earlier else f" (in {given})"
+                raise DuplicateInputError(
+                    q,
+                    f"is given twice: as {raw} and as {earlier}{via}; every event would count twice",
+                    "pass each file once (a folder already includes its files)",
+                )
+            first[key] = (q, raw)
+            out.append(q)
     return out
 
 
@@ -212,19 +229,51 @@ class MarketData:
         return self.symbols.get(int(instrument_id), str(int(instrument_id)))
 
 
-def check_monotonic(path: Path, ts: np.ndarray, instrument_id: np.ndarray) -> None:
-    """Raise unless ``ts`` is non-decreasing within each instrument (file order)."""
-    for iid in np.unique(instrument_id):
-        t = ts[instrument_id == iid]
-        back = np.flatnonzero(np.diff(t) < 0)
-        if len(back):
-            i = int(back[0])
-            raise NonMonotonicTimestampError(
-                path,
-                f"ts_event goes backwards for instrument {int(iid)} ({len(back)} times; first "
-                f"after record {i} of that instrument: {int(t[i])} -> {int(t[i + 1])})",
-                "the file was re-ordered or corrupted; re-download it",
-            )
+def check_trade_prices(path: Path, trades: TradeArrays) -> None:
+    """Refuse trades whose price is undefined (NaN), infinite or not above zero.
+
+    Rule: refused, never dropped or repaired. foxhunt trades outright index futures, whose prices
+    are positive; an undefined or negative trade price is a damaged or foreign stream, and one
+    such print turns the bar's VWAP into NaN and its return into thousands of basis points.
+    """
+    bad = ~(np.isfinite(trades.price) & (trades.price > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise BadTradePriceError(
+            path,
+            f"{int(bad.sum())} trade(s) with an undefined or non-positive price (first: trade {i}, "
+            f"price {trades.price[i]}); trade prices must be finite and above zero",
+            "re-download the file, or leave it out (a calendar-spread or damaged stream)",
+        )
+
+
+_KIND = {**{s: "book" for s in BOOK_SCHEMAS}, Schema.TRADES: "trades", **{s: "ohlcv" for s in OHLCV_SCHEMAS}}
+"""Files of one kind carry the same events: two of them over one instrument and time count it twice."""
+
+
+def check_overlaps(spans: list[tuple[Path, Schema, dict[int, tuple[int, int]]]]) -> None:
+    """Refuse two files of one kind (:data:`_KIND`) whose time ranges overlap for one instrument.
+
+    Rule: refused, never de-duplicated. The same data twice (a copy under another name, MBO beside
+    the MBP-10 built from it, two downloads of one day) would count every event and trade twice;
+    which file is right is the user's choice. ``spans`` is (file, schema, instrument -> (first,
+    last) ts_event) per file; files that only touch (one ends where the next starts) are accepted.
+    """
+    seen: dict[tuple[str, int], list[tuple[int, int, Path]]] = {}
+    for path, schema, by_instrument in spans:
+        kind = _KIND.get(schema)
+        if kind is None:
+            continue  # definitions: a lookup table, not events
+        for iid, (lo, hi) in by_instrument.items():
+            for other_lo, other_hi, other in seen.get((kind, iid), []):
+                if (lo < other_hi and other_lo < hi) or (lo, hi) == (other_lo, other_hi):
+                    raise DuplicateInputError(
+                        path,
+                        f"overlaps {other.name} ({kind} data of instrument {iid} over the same time), "
+                        "so every event there would count twice",
+                        f"pass only one of {path.name} and {other.name}",
+                    )
+            seen.setdefault((kind, iid), []).append((lo, hi, path))
 
 
 def median_spread_ticks(book: BookArrays, tick: float) -> float | None:
@@ -345,6 +394,12 @@ def _uncovered(carried: TradeArrays, trade_files: list[TradeArrays]) -> TradeArr
     return carried if keep.all() else carried.take(keep)
 
 
+def _spans(f: DbnFile) -> dict[int, tuple[int, int]]:
+    """Instrument -> (first, last) ``ts_event`` of one file's records."""
+    ts, ids = f.records["ts_event"].astype(np.int64), f.records["instrument_id"]
+    return {int(i): (int(ts[ids == i].min()), int(ts[ids == i].max())) for i in np.unique(ids)}
+
+
 def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter = SILENT) -> MarketData:
     """Read, validate, merge and split every file under ``paths`` for ``cfg.data_source``
     (``progress`` counts the files read)."""
@@ -359,6 +414,7 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
     ohlcv_parts: list[OhlcvArrays] = []
     ohlcv_schemas: set[Schema] = set()
     defs: list[DefinitionArrays] = []
+    spans: list[tuple[Path, Schema, dict[int, tuple[int, int]]]] = []
     for path in progress.track(files, "ingest: reading DBN files"):
         f = read_raw(path)
         if f.schema not in accepted:
@@ -380,6 +436,7 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
             depth = 1 if f.schema.is_top_of_book else cfg.levels
             md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
             book, crossed = _apply_crossed_policy(path, book, cfg, report)
+            check_trade_prices(path, carried)
             carried_trades.append(carried)
             _cover(md, carried, cfg)
             book_parts.append(book)
@@ -397,6 +454,7 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
             )
             if isinstance(arrays, TradeArrays):
                 check_monotonic(path, arrays.ts_event, arrays.instrument_id)
+                check_trade_prices(path, arrays)
                 trade_parts.append(arrays)
                 _cover(md, arrays, cfg)
             elif isinstance(arrays, OhlcvArrays):
@@ -408,6 +466,8 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
         ids = np.unique(f.records["instrument_id"])
         report.instruments = {int(i): f.instrument_symbols.get(int(i), str(int(i))) for i in ids}
         md.files.append(report)
+        spans.append((path, f.schema, _spans(f)))
+    check_overlaps(spans)
 
     if len(ohlcv_schemas) > 1:
         raise SchemaMismatchError(

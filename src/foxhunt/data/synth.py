@@ -49,6 +49,13 @@ Planted alpha (the documented carrier). Row ``t``'s level-1 book imbalance
 predicts ``mid[t + h] - mid[t]`` for ``h`` up to about ``H`` rows, with strength ``alpha``
 (``E[sign of a move | S] = 2 alpha S``).
 
+With ``signal = trade_flow`` the carrier is instead ``F``, the EMA over the last
+``N = flow_horizon_trades`` market orders of their aggressor sign (+1 buy, -1 sell; ``F = 0`` before
+the first): ``F <- F + (sign - F) / N`` at each market order, and a move goes up with probability
+``clip(1/2 + alpha * F, 0.02, 0.98)``. Market orders pick their side independently of everything, so
+``F`` is exogenous; the sweeps that move the price are its outcome and do not enter it
+(:func:`trade_flow_signal` recomputes it from the book rows).
+
 Regimes. A two-state Markov chain stepped once per event, switching with probability
 ``1 / (mean spell in events)``; the volatile state has more events per unit time, more moves,
 more two-tick spreads (``gap_prob``), a thinner book, more cancels and market orders. The regime
@@ -88,7 +95,7 @@ import numpy as np
 
 from foxhunt import __version__
 from foxhunt.atomic import write_json
-from foxhunt.config.synth import SESSION_HOURS, SynthConfig
+from foxhunt.config.synth import SESSION_HOURS, PlantedSignal, SynthConfig
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
@@ -106,6 +113,10 @@ MANIFEST_NAME = "synth.json"
 _MINUTE_NS = 60_000_000_000
 # SeedSequence([seed, stream, ...]) keys: one stream per use, so no two ever share a seed.
 _STREAM_EVENTS, _STREAM_OPEN_PRICES, _STREAM_LATENCY = 0, 1, 2
+_SIGNAL_CODE = {
+    PlantedSignal.IMBALANCE: eng.SIGNAL_IMBALANCE,
+    PlantedSignal.TRADE_FLOW: eng.SIGNAL_TRADE_FLOW,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -244,6 +255,8 @@ def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = F
         _switch_probabilities(cfg),
         float(cfg.alpha),
         int(cfg.alpha_horizon_events),
+        _SIGNAL_CODE[cfg.signal],
+        int(cfg.flow_horizon_trades),
         with_mbo,
     )
     n = len(tau)
@@ -371,6 +384,27 @@ def alpha_signal(book: BookArrays, horizon: int) -> np.ndarray:
     return eng.imbalance_ema(np.ascontiguousarray(level1_imbalance(book)), int(horizon))
 
 
+def trade_flow_signal(book: BookArrays, horizon: int) -> np.ndarray:
+    """[n] the trade_flow carrier ``F_t``: EMA over the market orders up to row ``t`` of their
+    aggressor sign (+1 buy, -1 sell), ``F = 0`` before the first.
+
+    Equal, row for row, to the signal the simulator used (pass ``cfg.flow_horizon_trades``). A market
+    order is a trade row that leaves the touch prices where they were (a sweep moves them).
+    """
+    trade = book.action == ACTION_TRADE
+    bid, ask = book.bid_px[:, 0], book.ask_px[:, 0]
+    same_touch = np.r_[False, (bid[1:] == bid[:-1]) & (ask[1:] == ask[:-1])]
+    sign = np.where(book.side == ord("B"), 1.0, -1.0)
+    return eng.trade_flow_ema(sign, trade & same_touch, int(horizon))
+
+
+def planted_signal(book: BookArrays, cfg: SynthConfig) -> np.ndarray:
+    """[n] the carrier of ``cfg.signal`` that the simulator used for this book (one session's)."""
+    if cfg.signal is PlantedSignal.TRADE_FLOW:
+        return trade_flow_signal(book, cfg.flow_horizon_trades)
+    return alpha_signal(book, cfg.alpha_horizon_events)
+
+
 # --- files ------------------------------------------------------------------------------------
 
 
@@ -443,14 +477,22 @@ def write_synthetic(
         "symbol": cfg.symbol,
         "instrument_id": cfg.instrument_id,
         "alpha": cfg.alpha,
-        "alpha_carrier": "S_t = EMA_H(level-1 imbalance (bid_sz0-ask_sz0)/(bid_sz0+ask_sz0)), "
-        "H = alpha_horizon_events; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
+        "signal": cfg.signal.value,
+        "alpha_carrier": _CARRIER_TEXT[cfg.signal],
         "schemas": [s.value for s in wanted],
         "config": cfg.model_dump(mode="json"),
         "sessions": entries,
     }
     _write_json(out / MANIFEST_NAME, manifest)
     return paths
+
+
+_CARRIER_TEXT = {
+    PlantedSignal.IMBALANCE: "S_t = EMA_H(level-1 imbalance (bid_sz0-ask_sz0)/(bid_sz0+ask_sz0)), "
+    "H = alpha_horizon_events; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
+    PlantedSignal.TRADE_FLOW: "S_t = EMA_N(aggressor sign of each market order, +1 buy / -1 sell), "
+    "N = flow_horizon_trades; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
+}
 
 
 def _write_json(path: Path, body: dict[str, object]) -> None:

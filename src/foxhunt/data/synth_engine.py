@@ -41,6 +41,9 @@ S_NONE = ord("N")
 # Event kinds, in the order their intensities are laid out.
 EV_ADD, EV_CANCEL, EV_MODIFY, EV_MARKET, EV_MOVE, EV_GAP_FILL = range(6)
 
+# Carriers of the planted alpha (``signal_kind``; foxhunt.config.synth.PlantedSignal, in this order).
+SIGNAL_IMBALANCE, SIGNAL_TRADE_FLOW = range(2)
+
 
 # Explicit signatures: one compiled variant per helper (literal arguments would otherwise
 # multiply them) and a shorter cold compile.
@@ -247,6 +250,8 @@ def simulate_kernel(
     reg_switch,
     alpha,
     horizon,
+    signal_kind,
+    flow_horizon,
     emit_mbo,
 ):
     """Simulate ``n_rows`` book updates of one session (equations in :mod:`.synth`).
@@ -256,6 +261,10 @@ def simulate_kernel(
     book after each row (prices in price units, ``ticks * tick_raw / price_scale`` as DBN ingest
     converts them), the MBO record table ``[N_RCOLS, m]`` (prices in ticks; ``m`` = 0 without
     ``emit_mbo``), and the business time at which the session ends.
+
+    The planted alpha's carrier is the imbalance EMA over ``horizon`` rows (``SIGNAL_IMBALANCE``) or
+    the EMA of market-order aggressor signs over ``flow_horizon`` market orders (``SIGNAL_TRADE_FLOW``;
+    sweeps are the alpha's outcome, not its carrier, so they do not enter it).
     """
     np.random.seed(seed)
     tau = np.empty(n_rows, np.float64)
@@ -318,6 +327,7 @@ def simulate_kernel(
     ev_action, ev_side, ev_price = A_ADD, S_BID, px[BID, 0]
     ev_size, ev_depth = osz[BID, 0, cnt[BID, 0] - 1], 0
     signal = 0.0  # S: EMA of the level-1 imbalance over the rows so far
+    flow = 0.0  # F: EMA of the market orders' aggressor signs so far (0 before the first)
 
     row = 0
     while True:
@@ -415,7 +425,8 @@ def simulate_kernel(
         # P(up) = clip(1/2 + alpha S_{t-1}, 0.02, 0.98): the planted alpha (moves and gap fills)
         p_up = 0.5
         if alpha > 0.0:
-            p_up = min(0.98, max(0.02, 0.5 + alpha * signal))
+            carrier = flow if signal_kind == SIGNAL_TRADE_FLOW else signal
+            p_up = min(0.98, max(0.02, 0.5 + alpha * carrier))
 
         # --- apply it --------------------------------------------------------------------------
         if kind == EV_ADD:
@@ -462,6 +473,8 @@ def simulate_kernel(
             if emit_mbo:
                 k = _rec(mbo, k, row, 0, trade_px, want, A_TRADE, agg, 0)
             ev_action, ev_side, ev_price, ev_size, ev_depth = A_TRADE, agg, trade_px, want, 0
+            # F <- F + (sign - F) / N, sign +1 for a buy (it rests on the ask side), -1 for a sell
+            flow += ((1.0 if s == ASK else -1.0) - flow) / flow_horizon
         elif kind == EV_MOVE:
             # the latent price moves one tick: an aggressor sweeps the whole touch level of
             # the resting side; unless a gap is left, the aggressor's residual and joining
@@ -560,4 +573,17 @@ def imbalance_ema(imb, horizon):
     for t in range(imb.shape[0]):
         s = imb[t] if t == 0 else s + (imb[t] - s) / horizon
         out[t] = s
+    return out
+
+
+@numba.njit(cache=True)
+def trade_flow_ema(sign, is_market, horizon):
+    """F_t after row t: F <- F + (sign_t - F) / N on market-order rows (F = 0 before the first):
+    the kernel's trade_flow carrier, row by row."""
+    out = np.empty(sign.shape[0], np.float64)
+    f = 0.0
+    for t in range(sign.shape[0]):
+        if is_market[t]:
+            f += (sign[t] - f) / horizon
+        out[t] = f
     return out

@@ -49,8 +49,7 @@ from foxhunt.env.costs import (
     volume_at_price,
 )
 from foxhunt.env.market import MarketTensors
-from foxhunt.env.rewards import BRANCHES, TradePath, advance_trade, open_trade, regime_move_ema, step_reward
-from foxhunt.env.rewards import branch_decomposition as _decompose
+from foxhunt.env.rewards import TradePath, advance_trade, open_trade, regime_move_ema, step_reward
 from foxhunt.env.sizing import (
     conviction,
     cvar_scale,
@@ -71,8 +70,6 @@ _FLOOR, _WINDOW_END, _AGENT_CLOSE = (
     int(ExitReason.WINDOW_END),
     int(ExitReason.AGENT_CLOSE),
 )
-_NORMAL = 0  # Urgency.NORMAL
-_DIR, _MAG, _ORDER, _URG = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type", "urgency"))
 
 
 def cfg_min_vol(cfg: EnvConfig) -> float:
@@ -141,7 +138,6 @@ class StepResult:
     fill_costs: Tensor  # [N, STAGES] $ their fees + slippage against the reference
     exit_reason: Tensor  # int64 ExitReason of the forced exit at row r+1 (0 none, 1-5)
     components: Tensor  # [N, len(COMPONENTS)] reward terms (pnl, entry, exit timing, ...)
-    branch_shares: Tensor  # [N, 4] direction/magnitude/order/urgency shares of net PnL (0 when off)
 
 
 class TradingEnv:
@@ -286,31 +282,23 @@ class TradingEnv:
 
         Convictions (Q-gaps) and the Q-variance come from the policy; scripted policies pass None
         (neutral: conviction 1, variance 0). Returns ``(next state [N, W], StepResult)``.
-
-        With ``rewards.branch_decomposition > 0`` the same transition is also evaluated for three
-        counterfactual actions (reference magnitude / market / normal urgency; rewards module) to
-        split the step's net PnL among the four branches; 0 switches that work off.
         """
-        s = self._state()
-        new, result = self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance)
-        if self.cfg.rewards.branch_decomposition > 0:
-            a = actions.to(self.device)
-            # Counterfactuals, each resetting the branches from one on to their reference values:
-            # a2 urgency Normal; a1 also a market order; a0 also the reference (largest) magnitude.
-            a2 = a.clone()
-            a2[:, _URG] = _NORMAL
-            a1 = a2.clone()
-            a1[:, _ORDER] = _MARKET
-            a0 = a1.clone()
-            a0[:, _MAG] = self.cfg.branches.magnitude - 1
-            net = [
-                self._transition(s, x, direction_conviction, magnitude_conviction, q_variance)[1].net
-                for x in (a0, a1, a2)
-            ]
-            sized = (a[:, _DIR] != _HOLD) & (a[:, _DIR] != _FLAT)
-            result.branch_shares = _decompose(result.net, torch.where(sized, net[0], net[1]), net[1], net[2])
+        new, result = self.transition(
+            self._state(), actions, direction_conviction, magnitude_conviction, q_variance
+        )
         self.state = new
         return self.observe(), result
+
+    def transition(
+        self,
+        s: Portfolio,
+        actions: Tensor,
+        direction_conviction: Tensor | None = None,
+        magnitude_conviction: Tensor | None = None,
+        q_variance: Tensor | None = None,
+    ) -> tuple[Portfolio, StepResult]:
+        """The pure step from ``s`` (no state change): ``(next portfolio, result)``; :meth:`step`'s maths."""
+        return self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance)
 
     def _transition(
         self,
@@ -521,7 +509,6 @@ class TradingEnv:
             fill_costs=torch.stack([order_costs, lim_costs, exit_costs], dim=1),
             exit_reason=torch.where(live, exit_reason, 0),
             components=components,
-            branch_shares=torch.zeros(n, len(BRANCHES), dtype=self.dtype, device=self.device),
         )
         row = torch.where(live, r + 1, r)
         new = Portfolio(

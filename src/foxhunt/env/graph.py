@@ -6,11 +6,18 @@ float64, full step with state assembly (env-steps/s)::
 
     envs     eager    graph    compiled + graph
     16 k     1.8e6    8.9e6    1.1e8
-    1 M      4.8e7    5.6e7    2.5e8 The environment's transition is pure
-(:meth:`TradingEnv._transition`) and has no host round trip, so it can be captured as is:
-:func:`advance` computes the next portfolio and writes it back into the state's tensors in place
-(the graph's static buffers), and each step only writes the actions into their static buffer and
-replays.
+    1 M      4.8e7    5.6e7    2.5e8
+
+The environment's transition is pure (:meth:`TradingEnv.transition`) and has no host round trip,
+so it can be captured as is: :func:`advance` computes the next portfolio (with the policy's sizing
+inputs) and writes it back into the state's tensors in place (the graph's static buffers).
+Every stepping path uses it: training collection (:class:`foxhunt.agent.collect.Collector`: the
+exploring policy and the step captured together), validation, the run's checkpoint evaluation,
+the scripted baselines and the reference rule (a :class:`CapturablePolicy`,
+:class:`foxhunt.backtest.evaluate.GraphedEvaluation`), and the recorded-policy backtest
+(:class:`GraphedStep`, ``evaluate_many``). ``foxhunt backtest --checkpoint`` still steps eagerly:
+its decisions.csv log reads every step back to the host. :func:`reset_in_place` starts
+new episodes in the same tensors, so one capture serves every epoch.
 
 With ``compile=True`` :func:`advance` (and the state assembly, ``observe=True``) is compiled with
 ``torch.compile(fullgraph=True)`` before capture, so the graph replays a few fused Inductor kernels
@@ -55,14 +62,23 @@ def _pairs(a: object, b: object) -> list[tuple[Tensor, Tensor]]:
     return out
 
 
-def advance(env: TradingEnv, state: Portfolio, actions: Tensor, observe: bool) -> tuple[StepResult, Tensor]:
+def advance(
+    env: TradingEnv,
+    state: Portfolio,
+    actions: Tensor,
+    observe: bool,
+    direction_conviction: Tensor | None = None,
+    magnitude_conviction: Tensor | None = None,
+    q_variance: Tensor | None = None,
+) -> tuple[StepResult, Tensor]:
     """One transition of ``env`` written back into ``state``'s tensors in place; ``(result, obs)``.
 
-    Neutral convictions (scripted and evaluation policies). ``state`` must be ``env.state`` with every
-    tensor in its own storage (:func:`own_storage`). ``obs`` is the next state assembled through the
-    layout when ``observe``, else an empty tensor.
+    The sizing inputs come from the policy (:class:`~foxhunt.agent.agent.PolicyOut`); None is
+    neutral (scripted and recorded policies). ``state`` must be ``env.state`` with every tensor in
+    its own storage (:func:`own_storage`). ``obs`` is the next state assembled through the layout
+    (reading ``env.aux``) when ``observe``, else an empty tensor.
     """
-    new, result = env._transition(state, actions, None, None, None)
+    new, result = env.transition(state, actions, direction_conviction, magnitude_conviction, q_variance)
     for dst, src in _pairs(state, new):
         if src is not dst:
             dst.copy_(src)
@@ -70,9 +86,46 @@ def advance(env: TradingEnv, state: Portfolio, actions: Tensor, observe: bool) -
     return result, obs
 
 
-def compiled_advance() -> Callable[[TradingEnv, Portfolio, Tensor, bool], tuple[StepResult, Tensor]]:
-    """:func:`advance` compiled whole (``fullgraph=True``) with :data:`COMPILE_OPTIONS`."""
-    return torch.compile(advance, fullgraph=True, options=COMPILE_OPTIONS)
+COMPILE_MIN_BATCH = 128
+"""Smallest batch (episodes stepped together) for which a captured step is compiled by Inductor
+first. Below it the CUDA graph of the eager step is launch-free already and each compile (35-45 s
+per input signature on the H200 box, bench/epoch.py) costs more than a short run saves: the smoke
+profile's 64 training episodes and few validation windows stay uncompiled. Measured on the H200 at
+16,384 episodes: collection 4.1 ms per step compiled + graph; validation of 196 windows 0.90 ms
+per step compiled + graph (0.46 s for 100 k rows) against 23.9 ms eager."""
+
+_COMPILED: list[Callable[..., tuple[StepResult, Tensor]]] = []
+
+
+def compiled_advance() -> Callable[..., tuple[StepResult, Tensor]]:
+    """:func:`advance` compiled whole (``fullgraph=True``) with :data:`COMPILE_OPTIONS`.
+
+    One compiled function per process, shared by every caller (training collection, validation,
+    the recorded-policy backtest), so its compiled variants (one per input signature; the guards
+    pick) are reused across folds and epochs instead of compiled again for a new wrapper.
+    """
+    if not _COMPILED:
+        _COMPILED.append(torch.compile(advance, fullgraph=True, options=COMPILE_OPTIONS))
+    return _COMPILED[0]
+
+
+def reset_in_place(env: TradingEnv, starts: Tensor, ends: Tensor | None = None) -> Tensor:
+    """``env.reset(starts, ends)`` written into the tensors of the env's current state and aux.
+
+    A captured step reads and writes the state's tensors by address, so a new epoch (or validation
+    pass) of the same batch size must reuse them. The env's first reset gives every tensor its own
+    storage (:func:`own_storage`). Returns the first observation (a fresh tensor).
+    """
+    old, old_aux = env.state, env.aux
+    obs = env.reset(starts, ends)
+    if old is None or old_aux is None or old.row.shape != env.state.row.shape:
+        own_storage(env)
+        return obs
+    for dst, src in _pairs(old, env.state):
+        dst.copy_(src)
+    old_aux.copy_(env.aux)
+    env.state, env.aux = old, old_aux
+    return obs
 
 
 def own_storage(env: TradingEnv) -> Portfolio:
@@ -81,6 +134,22 @@ def own_storage(env: TradingEnv) -> Portfolio:
     state = env._state()
     env.state = Portfolio(**{f.name: _clone(getattr(state, f.name)) for f in fields(Portfolio)})
     return env.state
+
+
+class CapturablePolicy:
+    """Marks ``fn`` (``(state, env) -> actions | decision``) as capturable in a CUDA graph: it reads
+    only device tensors whose addresses stay put (the network's parameters, the signals) and never
+    reads the host. A decision must carry ``actions``, ``aux`` and the sizing inputs
+    (``direction_conviction``, ``magnitude_conviction``, ``q_variance``), as the agent's
+    ``PolicyOut`` does. ``graphs`` holds the evaluations captured for it
+    (:class:`foxhunt.backtest.evaluate.GraphedEvaluation`), reused by later evaluations."""
+
+    def __init__(self, fn: Callable[[Tensor, TradingEnv], object]) -> None:
+        self.fn = fn
+        self.graphs: dict[tuple, object] = {}
+
+    def __call__(self, obs: Tensor, env: TradingEnv) -> object:
+        return self.fn(obs, env)
 
 
 class GraphedStep:

@@ -1,4 +1,4 @@
-"""Rewards: normalised net PnL, bounded shaping terms, per-branch decomposition (SPEC §6, invariant 9).
+"""Rewards: normalised net PnL and bounded shaping terms (SPEC §6, invariant 9).
 
 Pure batched functions over ``[N]`` tensors (device and dtype from the inputs, no ``.item()``, no
 data-dependent Python branch; ``torch.compile(fullgraph=True)``-friendly).
@@ -52,13 +52,6 @@ usually moves (:func:`regime_move_ema`)::
 counts as *shifted* from the first bar on which the drift since entry exceeds
 ``regime_threshold_mult * ema * sqrt(bars held)`` (a random walk drifts like sqrt(bars), so a long
 hold alone does not trigger it); ``bars_after_shift`` counts the bars held after that bar.
-
-Branch decomposition
---------------------
-:func:`branch_decomposition` splits the step's net PnL into direction / magnitude / order-type /
-urgency shares by a telescoping chain of counterfactual actions (see there); the shares sum to the
-net PnL. ``RewardParams.branch_decomposition`` is the weight the learner gives these per-branch
-targets (0 = off); the env only computes them.
 """
 
 from __future__ import annotations
@@ -75,7 +68,7 @@ COMPONENTS: tuple[str, ...] = ("pnl", "entry", "exit_timing", "drawdown_recovery
 """Names of the reward-components columns, in order."""
 
 BRANCHES: tuple[str, ...] = ("direction", "magnitude", "order_type", "urgency")
-"""Names of the branch-decomposition columns, in order."""
+"""Names of the action branches, in order (the columns of an action ``[N, 4]``)."""
 
 
 class RewardParams(Frozen):
@@ -107,9 +100,6 @@ class RewardParams(Frozen):
         gt=0,
         le=100,
         description="Regime shift when drift since entry > mult x EMA|change| x sqrt(bars held).",
-    )
-    branch_decomposition: float = Field(
-        0.0, ge=0, le=1, description="Weight of the per-branch PnL decomposition targets (0 = off)."
     )
 
 
@@ -295,42 +285,3 @@ def step_reward(
     shaping = torch.where(closed.unsqueeze(-1), terms, torch.zeros_like(terms))
     components = torch.cat((pnl.unsqueeze(-1), shaping), dim=-1)
     return components.sum(dim=-1), components
-
-
-# --- per-branch decomposition ------------------------------------------------------------------
-
-
-def branch_decomposition(
-    net_pnl: Tensor,
-    net_reference: Tensor,
-    net_with_magnitude: Tensor,
-    net_with_order_type: Tensor,
-) -> Tensor:
-    """Direction / magnitude / order-type / urgency shares of the step's net PnL, ``[N, 4]``.
-
-    A telescoping chain of counterfactual actions, each changing one branch from a reference to the
-    chosen value (the env evaluates each with the same prices and cost model; ``net = gross - cost``)::
-
-        a0 = (chosen direction, reference magnitude, Market, Normal)   -> net_reference
-        a1 = (chosen direction, chosen magnitude,    Market, Normal)   -> net_with_magnitude
-        a2 = (chosen direction, chosen magnitude,    chosen order, Normal) -> net_with_order_type
-        a3 = (chosen direction, chosen magnitude,    chosen order, chosen urgency) -> net_pnl
-
-        direction  = net(a0)              (sign correctness at the reference size, market costs)
-        magnitude  = net(a1) - net(a0)    (PnL and cost of the size beyond / below the reference)
-        order_type = net(a2) - net(a1)    (spread saved or fill missed by the limit order)
-        urgency    = net(a3) - net(a2)    (slippage or patience of the chosen urgency)
-
-    so the shares sum to ``net_pnl`` (up to float rounding). Inputs in $ or normalised units (the map
-    is linear: normalise before or after). A branch at its reference value gets share 0; for Hold
-    and Flat the env passes ``net_reference = net_with_magnitude`` (size is not chosen).
-    """
-    return torch.stack(
-        (
-            net_reference,
-            net_with_magnitude - net_reference,
-            net_with_order_type - net_with_magnitude,
-            net_pnl - net_with_order_type,
-        ),
-        dim=-1,
-    )

@@ -10,7 +10,11 @@ with ``label.outcome.valid`` and ``label.outcome.exit`` (rows to the exit).
 
 Metadata (JSON under the schema key ``foxhunt``): format version, schema hash, cache key, the
 stack layout and the RL state layout (names, offsets, widths), data_source, row unit, source
-fingerprints, row count, creation time, the config sections that shape values, and coverage.
+fingerprints, row count, creation time, the config sections that shape values, coverage, and the
+**content hash** of every column (``content_hash``: column -> SHA-256 of its dtype, length and
+values) and ``meta_hash`` (of the rest of the metadata). Every open verifies the metadata's keys
+and hash, the row count and each column's hash, so a flipped byte, an edited close price, label
+span or row count, or a cut row is one line naming the file, never other numbers.
 
 The **schema hash** covers every code path and setting that changes a value: the families, the
 frame/pipeline/bars code that turns events into rows, the stack's post-processing, the labels,
@@ -22,6 +26,7 @@ a miss and a rebuild run the same :func:`build_cache`, and the caller always rea
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import importlib
 import json
 from collections.abc import Sequence
@@ -45,10 +50,30 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins
 from foxhunt.features.registry import FAMILIES, with_plugins
 from foxhunt.features.stack import FeatureMatrix, compute_stack
+from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span
 
-FORMAT_VERSION = 1
+# 2: per-column content hashes in the metadata (a version 1 cache has none and is rebuilt).
+FORMAT_VERSION = 2
 META_KEY = b"foxhunt"
+REQUIRED_META = (
+    "format_version",
+    "schema_hash",
+    "cache_key",
+    "layout",
+    "columns",
+    "data_source",
+    "row_unit",
+    "sources",
+    "rows",
+    "config",
+    "instrument",
+    "label_span",
+    "content_hash",
+    "meta_hash",
+)
+"""The metadata keys a reader relies on; a cache lacking one is refused on open."""
+REBUILD = "delete it and rebuild it: foxhunt features build --data ... (a cache is derived data)"
 
 # Every module whose code changes a cached value. The families are added from the registry.
 HASHED_MODULES = (
@@ -180,6 +205,8 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
         cols[f"mask.{name}"] = pa.array(mask)
     for name, values in labels.items():
         cols[name] = pa.array(values)
+    meta = {**meta, "content_hash": {name: column_hash(array) for name, array in cols.items()}}
+    meta["meta_hash"] = meta_hash(json.loads(json.dumps(meta)))  # as a reader will parse it
     schema = pa.schema([pa.field(k, v.type) for k, v in cols.items()], metadata={META_KEY: json.dumps(meta)})
     return pa.Table.from_arrays(list(cols.values()), schema=schema)
 
@@ -192,6 +219,9 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
     """
     instrument = instrument_of_files([s["path"] for s in sources], cfg.instrument, where="--data")
     inp = rows_from_market(md, cfg.data, tick_size=instrument.tick_size)
+    # Rows too few for the configured folds are refused before anything is computed or written:
+    # every command that reads a cache splits it into these folds (TooFewRowsError, one line).
+    purged_walk_forward(len(inp), cfg.folds, label_span(horizons(cfg), barrier_horizon(cfg)))
     fm = compute_features(inp, cfg)
     labels = label_columns(inp, cfg)
     schema = schema_hash(cfg)
@@ -219,6 +249,46 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
     return write_ipc(_table(inp, fm, labels, meta), path)
 
 
+# --- integrity ---------------------------------------------------------------------------------
+
+
+def column_hash(column: pa.Array | pa.ChunkedArray) -> str:
+    """SHA-256 of a column's Arrow type, length and values (the same bytes at build and on load).
+
+    SHA-256 rather than BLAKE2b or xxhash: hashlib's SHA-256 uses the CPU's SHA instructions and
+    hashed a 150,000-row, 141-column cache (82 MB) in 0.06 s against 0.18 s for BLAKE2b, about a
+    tenth of what turning the columns into numpy costs; xxhash would be a new dependency.
+    """
+    values = np.ascontiguousarray(column.to_numpy(zero_copy_only=False))
+    h = hashlib.sha256(f"{column.type}|{len(column)}|".encode())
+    h.update(values.view(np.uint8) if values.dtype == np.bool_ else values.data)
+    return h.hexdigest()
+
+
+def meta_hash(meta: dict[str, Any]) -> str:
+    """SHA-256 of the metadata without its ``meta_hash`` (canonical JSON): an edited label span,
+    row count or source list is refused like an edited column."""
+    body = {k: v for k, v in meta.items() if k != "meta_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def verify_content(path: Path, table: pa.Table, meta: dict[str, Any]) -> None:
+    """Refuse a cache whose rows or column values are not the ones its metadata recorded."""
+    if table.num_rows != meta["rows"]:
+        raise CacheMismatchError(
+            path, f"corrupt cache: {table.num_rows} rows, its metadata records {meta['rows']}", REBUILD
+        )
+    recorded: dict[str, str] = meta["content_hash"]
+    if sorted(recorded) != sorted(table.column_names):
+        raise CacheMismatchError(path, "corrupt cache: its columns are not the ones it recorded", REBUILD)
+    bad = [name for name in table.column_names if column_hash(table.column(name)) != recorded[name]]
+    if bad:
+        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise CacheMismatchError(
+            path, f"corrupt cache: the content hash of column(s) {shown} does not match", REBUILD
+        )
+
+
 # --- reading -------------------------------------------------------------------------------
 
 
@@ -244,24 +314,60 @@ class FeatureCache:
         return self.table.column(name).to_numpy(zero_copy_only=False)
 
 
-def read_meta(path: Path) -> dict[str, Any]:
-    schema = pa.ipc.open_file(pa.memory_map(str(path), "r")).schema
+def _stored_meta(path: Path) -> dict[str, Any]:
+    """The metadata document as stored, of any format version (refused when it is not a JSON object)."""
+    with pa.memory_map(str(path), "r") as source:
+        schema = pa.ipc.open_file(source).schema
     raw = (schema.metadata or {}).get(META_KEY)
     if raw is None:
-        raise CacheMismatchError(path, "not a foxhunt feature cache (no metadata)", "rebuild it")
-    return json.loads(raw)
+        raise CacheMismatchError(path, "not a foxhunt feature cache (no metadata)", REBUILD)
+    try:
+        meta = json.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and bytes that are not UTF-8
+        problem = f"corrupt cache: its metadata is not valid JSON ({exc})"
+        raise CacheMismatchError(path, problem, REBUILD) from exc
+    if not isinstance(meta, dict):
+        raise CacheMismatchError(path, "corrupt cache: its metadata is not a JSON object", REBUILD)
+    return meta
 
 
-def open_cache(path: str | Path) -> FeatureCache:
-    """Read a cache file without checking it against the running code (``features info``)."""
+def read_meta(path: Path) -> dict[str, Any]:
+    """The cache's metadata document, refused (one line) when it is not JSON, of another format
+    version or lacks a key a reader needs."""
+    meta = _stored_meta(path)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise CacheMismatchError(
+            path,
+            f"cache format {meta.get('format_version')!r}, this foxhunt reads format {FORMAT_VERSION} "
+            "(with per-column content hashes)",
+            REBUILD,
+        )
+    lacking = [key for key in REQUIRED_META if key not in meta]
+    if lacking:
+        raise CacheMismatchError(path, f"corrupt cache: its metadata lacks {', '.join(lacking)}", REBUILD)
+    if meta["meta_hash"] != meta_hash(meta):
+        raise CacheMismatchError(
+            path, "corrupt cache: its metadata does not match its hash (edited or damaged)", REBUILD
+        )
+    return meta
+
+
+def open_cache(path: str | Path, *, verify: bool = True) -> FeatureCache:
+    """Read a cache file without checking it against the running code (``features info``).
+
+    The metadata is always checked; ``verify`` also checks the row count and every column's content
+    hash (off only where the caller reads the metadata alone and opens the cache again to use it).
+    """
     path = Path(path)
     if not path.is_file():
         raise CacheMismatchError(path, "no such cache file", "build it with `foxhunt features build`")
     try:
         meta = read_meta(path)
         table = read_ipc(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise CacheMismatchError(path, f"unreadable cache file ({exc})", "delete it and rebuild") from exc
+        if verify:
+            verify_content(path, table, meta)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a damaged schema: names not UTF-8
+        raise CacheMismatchError(path, f"unreadable cache file ({exc})", REBUILD) from exc
     return FeatureCache(path=path, table=table, meta=meta)
 
 
@@ -343,7 +449,7 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
     """
     from foxhunt.config.loader import validate_tree
 
-    cache = open_cache(path)
+    cache = open_cache(path, verify=False)  # the metadata only: the caller's load_cache verifies
     stored = cache.meta.get("config", {})
     dump = cfg.model_dump(mode="json")
     conflicts = []
@@ -392,9 +498,11 @@ def get_or_build(
             cache = load_cache(path, cfg, sources)
             progress.say(f"features: reusing {path}")
             return cache
-        except CacheMismatchError:
+        except CacheMismatchError as exc:
             if not regenerate:
                 raise
+            # A cache is derived data: a damaged or stale one is rebuilt from the inputs, said aloud.
+            progress.say(f"features: rebuilding {path.name} ({exc.problem})")
     elif not regenerate:
         _explain_missing(Path(out_dir), cfg, sources)
     with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
@@ -419,8 +527,8 @@ def _remove_orphans(kept: Path, sources: list[dict[str, Any]], cfg: FoxhuntConfi
         if other == kept:
             continue
         try:
-            meta = read_meta(other)
-        except (CacheMismatchError, pa.ArrowInvalid, OSError):
+            meta = _stored_meta(other)  # an older format's too: its schema hash never loads
+        except (CacheMismatchError, pa.ArrowException, OSError):
             continue  # not ours to judge (a foreign or half-readable file): leave it
         same_sources = sorted(s.get("sha256", "") for s in meta.get("sources", [])) == wanted
         if same_sources and not _loadable(meta, cfg):

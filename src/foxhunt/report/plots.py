@@ -260,3 +260,41 @@ def plot_expert_utilisation(by_fold: Mapping[int, Sequence[Any]], path: Path) ->
     ax.set_title("Expert utilisation by fold")
     ax.legend(fontsize=7)
     return _save(fig, path)
+
+
+def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
+    """A seeds study (``seeds.json``): each seed's validation net PnL per fold as bars beside the
+    reference rule's (black bar outline), flat's and long's (markers); ``None`` when no seed finished."""
+    seeds = [s for s in summary.get("seeds") or () if not s.get("stopped") and s.get("folds")]
+    if not seeds:
+        return None
+    folds = sorted({int(f["fold"]) for s in seeds for f in s["folds"]})
+    ref = {int(r["fold"]): r for r in (summary.get("reference") or {}).get("folds") or ()}
+    width = 0.8 / (len(seeds) + 1)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * len(folds) * (len(seeds) + 1) ** 0.5), 3.8))
+    for i, s in enumerate(seeds):
+        by_fold = {int(f["fold"]): f for f in s["folds"]}
+        xs = [k + (i - len(seeds) / 2) * width for k in folds if k in by_fold]
+        ys = [float(by_fold[k]["net_pnl"]) for k in folds if k in by_fold]
+        ax.bar(xs, ys, width=width, label=f"seed {s['seed']}")
+    for name, marker in (("rule", "_"), ("flat", "."), ("long", "x")):
+        pts = [(k, _finite((ref.get(k) or {}).get(name, {}).get("net_pnl"))) for k in folds]
+        pts = [(k, y) for k, y in pts if y is not None]
+        if pts:
+            ax.scatter(
+                [k + 0.4 for k, _ in pts], [y for _, y in pts], marker=marker, s=300 if marker == "_" else 40,
+                color="black" if name == "rule" else POLICY_COLOURS.get(name), label=name, zorder=3,
+            )
+    ax.axhline(0.0, color="black", lw=0.6)
+    ax.set_xticks(folds, [f"fold {k}" for k in folds])
+    ax.set_ylabel("validation net PnL ($)")
+    cap = summary.get("capture") or {}
+    mean = _finite(cap.get("mean"))
+    title = "Agent per seed vs the reference rule"
+    if mean is not None:
+        lo, hi = _finite(cap.get("lo")), _finite(cap.get("hi"))
+        span = f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else ""
+        title += f": mean capture {mean:.0%}{span} over {cap.get('n')} seeds"
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)

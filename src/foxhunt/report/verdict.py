@@ -21,6 +21,7 @@ from foxhunt.report.fmt import (
     mean,
     money,
     num,
+    pct,
     policies,
 )
 from foxhunt.report.schema import BEST_RULE, LAST_EPOCH_KEY, SELECTION_CAVEAT, ReportedCheckpoint
@@ -133,7 +134,10 @@ def _versus_line(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]],
         f"{esc(n)} {money(mean([p[n].get('net_pnl') for p in per_fold]))}" for n in names
     )
     beat_text = ("; ".join(beats) if beats else "no baseline recorded")
-    return f"net PnL beats {beat_text} folds. Mean net PnL: {means}."
+    line = f"net PnL beats {beat_text} folds. Mean net PnL: {means}."
+    if "capture" in given:  # agent / reference rule over the folds; None: the rule made <= 0
+        line += f" Edge capture (agent / rule, all folds): {pct(given['capture'], 0)}."
+    return line
 
 
 def _checkpoint_line(folds: Sequence[Mapping[str, Any]]) -> str:

@@ -15,6 +15,12 @@ The document holds the caller's ``meta`` (resolved config, fold, epoch, metrics,
 ``foxhunt_version``, ``created`` and ``fingerprint``, and the optimizers' param groups and
 non-tensor state (tuples, integer keys and tensor placeholders encoded losslessly).
 
+**Integrity.** The document's ``content_hash`` holds the SHA-256 of every tensor (dtype, shape and
+bytes) and of the rest of the document itself; every read verifies them, and the module weights must
+be finite. A flipped byte, an edited epoch or a NaN weight is one line naming the file, never a
+network that acts on other numbers. :func:`checkpoint_config` validates the header's resolved config
+and the keys a caller reads (``fold``, ``epoch``) before anything uses them.
+
 :func:`export_weights` writes a **weights-only export** of a training checkpoint in the same format:
 the acting modules and signals and the metadata, without the replay buffer, optimizer state and
 random streams (a few hundred kB instead of megabytes). It loads like a checkpoint for acting; a
@@ -22,7 +28,9 @@ module it does not store loads its stand-in's weights (the document's ``stand_in
 network is the online one), and resuming training from it is refused.
 
 :class:`CheckpointStore` lays checkpoints out per fold as
-``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``. :func:`capture_rng` and
+``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``; :meth:`CheckpointStore.save_epoch`
+writes an epoch's ring entry before ``last``, so a kill at any point of the save leaves the ring's
+newest entry at the resume point's epoch. :func:`capture_rng` and
 :func:`restore_rng` put the random streams into tensors so a resumed run continues them.
 """
 
@@ -31,9 +39,10 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -48,6 +57,7 @@ from torch import Tensor, nn
 
 from foxhunt import __version__
 from foxhunt.atomic import atomic_path, write_text
+from foxhunt.config.models import FoxhuntConfig
 from foxhunt.env.actions import BRANCH_NAMES, ActionCodec
 from foxhunt.env.config import BranchConfig
 from foxhunt.errors import FoxhuntError
@@ -55,7 +65,10 @@ from foxhunt.features.layout import STATE_LAYOUT, Layout
 from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
-FORMAT_VERSION = 1
+# 2: the document's content_hash (a version 1 checkpoint has none and is refused).
+FORMAT_VERSION = 2
+REQUIRED_META = ("fold", "epoch")
+"""The keys of a checkpoint's meta that its readers use (besides the optional resolved ``config``)."""
 _HEADER_KEY = "foxhunt"  # safetensors header metadata key holding the JSON document
 _ADDED_META = ("foxhunt_version", "created", "fingerprint")
 
@@ -362,14 +375,86 @@ def save_checkpoint(
     return _write(weights_path, flat, doc)
 
 
+def tensor_hash(t: Tensor) -> str:
+    """SHA-256 of a (CPU) tensor's dtype, shape and bytes."""
+    h = hashlib.sha256(f"{_dtype_name(t.dtype)}|{list(t.shape)}|".encode())
+    h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+def _document_hash(doc: Mapping[str, Any]) -> str:
+    """SHA-256 of the document without its ``content_hash`` (canonical JSON, as read back)."""
+    body = {k: v for k, v in doc.items() if k != "content_hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    """Force ``path`` (a file or a folder's entries) to disk: a rename is only as durable as this."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _write(weights_path: Path, flat: Mapping[str, Tensor], doc: Mapping[str, Any]) -> Path:
-    """The safetensors file (tensors + the document in its header), then the JSON beside it."""
-    header = json.dumps(doc, default=_json_default)
+    """The safetensors file (tensors + the document in its header), then the JSON beside it.
+
+    Written new, fsynced, then renamed over the old file (the old one stays whole until the new one
+    is complete), and the folder fsynced so the rename itself survives a crash of the machine.
+    """
     on_disk = _flat_for_disk(flat)
+    body = json.loads(json.dumps(doc, default=_json_default))  # the document exactly as a reader sees it
+    body["content_hash"] = {
+        "tensors": {key: tensor_hash(t) for key, t in on_disk.items()},
+        "document": _document_hash(body),
+    }
+    header = json.dumps(body)
     with atomic_path(weights_path) as tmp:
         save_file(on_disk, str(tmp), metadata={_HEADER_KEY: header})
-    write_text(checkpoint_files(weights_path)[1], json.dumps(json.loads(header), indent=2) + "\n")
+        _fsync(tmp)
+    _fsync(weights_path.parent)
+    write_text(checkpoint_files(weights_path)[1], json.dumps(body, indent=2) + "\n")
     return weights_path
+
+
+def _verify_tensors(weights_path: Path, doc: Mapping[str, Any], flat: Mapping[str, Tensor]) -> None:
+    """Refuse tensors whose hash is not the recorded one, and module weights that are not finite."""
+    recorded = doc["content_hash"]["tensors"]
+    unknown = [key for key in flat if key not in recorded]
+    bad = unknown + [key for key in flat if key in recorded and tensor_hash(flat[key]) != recorded[key]]
+    if bad:
+        raise CheckpointError(
+            weights_path,
+            f"corrupt checkpoint: the content hash of tensor {bad[0]}"
+            + (f" (and {len(bad) - 1} more)" if len(bad) > 1 else "")
+            + " does not match",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
+        )
+    for key, t in flat.items():
+        if key.startswith("module/") and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(
+                weights_path,
+                f"non-finite weights (NaN or Inf) in {key}",
+                "use an earlier checkpoint (the ring keeps them) or retrain with a lower learning rate",
+            )
+
+
+def _read_tensors(
+    weights_path: Path, doc: Mapping[str, Any], device: str, keep: Callable[[str], bool] | None = None
+) -> dict[str, Tensor]:
+    """The checkpoint's tensors (those whose key ``keep`` accepts), verified."""
+    try:
+        with safe_open(str(weights_path), framework="pt", device=device) as f:
+            flat = {key: f.get_tensor(key) for key in f.keys() if keep is None or keep(key)}
+    except (SafetensorError, OSError, RuntimeError) as e:
+        raise CheckpointError(
+            weights_path,
+            f"cannot read its tensors ({e})",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
+        ) from e
+    _verify_tensors(weights_path, doc, flat)
+    return flat
 
 
 def _read_document(weights_path: Path) -> dict[str, Any]:
@@ -393,10 +478,67 @@ def _read_document(weights_path: Path) -> dict[str, Any]:
     if kind != (FORMAT, FORMAT_VERSION):
         raise CheckpointError(
             weights_path,
-            f"is not a version {FORMAT_VERSION} {FORMAT!r} file, the only kind this foxhunt reads",
-            "load it with the foxhunt version that wrote it",
+            f"is not a version {FORMAT_VERSION} {FORMAT!r} file (with content hashes), the only kind "
+            "this foxhunt reads",
+            "load it with the foxhunt version that wrote it, or retrain",
+        )
+    recorded = doc.get("content_hash")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("tensors"), dict):
+        raise CheckpointError(
+            weights_path, "corrupt checkpoint: its header lacks the content hash", "use another checkpoint"
+        )
+    missing = [k for k in ("meta", "modules", "optimizers") if k not in doc]
+    if recorded.get("document") != _document_hash(doc) or missing:
+        raise CheckpointError(
+            weights_path,
+            "corrupt checkpoint: its header does not match its content hash (edited or damaged)",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
         )
     return doc
+
+
+def verify_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Read every tensor of checkpoint ``path`` and check it (content hashes, finite weights);
+    return its meta. Raises :class:`CheckpointError` naming the file."""
+    weights_path = checkpoint_files(path)[0]
+    doc = _read_document(weights_path)
+    _read_tensors(weights_path, doc, "cpu")
+    meta = doc["meta"]
+    if not isinstance(meta, dict):
+        raise CheckpointError(weights_path, "corrupt checkpoint: its header meta is not a table", "retrain")
+    return meta
+
+
+def checkpoint_config(path: str | Path, fallback: FoxhuntConfig) -> tuple[FoxhuntConfig, dict[str, Any]]:
+    """``(resolved config, meta)`` of checkpoint ``path``, everything checked before use: the
+    tensors (:func:`verify_checkpoint`), the keys readers need (:data:`REQUIRED_META`) and the
+    header's config validated like a profile. ``fallback`` (a FoxhuntConfig) is used when the
+    header holds no config (a checkpoint saved outside ``foxhunt train``)."""
+    from foxhunt.config.loader import validate_tree
+
+    weights_path = checkpoint_files(path)[0]
+    meta = verify_checkpoint(weights_path)
+    lacking = [k for k in REQUIRED_META if not isinstance(meta.get(k), int) or isinstance(meta.get(k), bool)]
+    if lacking:
+        raise CheckpointError(
+            weights_path,
+            f"its header lacks an integer {', '.join(lacking)}, so it is not a training checkpoint",
+            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+        )
+    if "config" not in meta:
+        return fallback, meta
+    if not isinstance(meta["config"], dict):
+        raise CheckpointError(weights_path, "its header config is not a table", "use another checkpoint")
+    try:
+        cfg = validate_tree(meta["config"], "header config")
+    except FoxhuntError as e:
+        raise CheckpointError(
+            weights_path,
+            f"its header config is invalid ({e.where}: {e.problem})",
+            "use a checkpoint this foxhunt's train wrote, or retrain",
+        ) from e
+    assert cfg is not None  # cross checks on: an invalid tree raised
+    return cfg, meta
 
 
 def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
@@ -445,15 +587,7 @@ def load_checkpoint(
         raise CheckpointMismatchError(
             weights_path, [f"module {n}: given here but no weights stored in the file" for n in absent]
         )
-    try:
-        with safe_open(str(weights_path), framework="pt", device=str(map_location)) as f:
-            flat = {key: f.get_tensor(key) for key in f.keys()}
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(
-            weights_path,
-            f"cannot read its tensors ({e})",
-            "use another checkpoint (the ring keeps earlier ones) or retrain",
-        ) from e
+    flat = _read_tensors(weights_path, doc, str(map_location))
     for name, module in modules.items():
         prefix = f"module/{source[name]}/"
         module.load_state_dict({k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)})
@@ -479,7 +613,13 @@ STAND_INS = {"target": "network"}
 serves the learner's bootstrap, so it loads the online network's weights (a learner starts so)."""
 
 
-def export_weights(path: str | Path, out: str | Path, *, scaler: RobustScaler | None = None) -> Path:
+def export_weights(
+    path: str | Path,
+    out: str | Path,
+    *,
+    scaler: RobustScaler | None = None,
+    instrument: dict[str, Any] | None = None,
+) -> Path:
     """Write the weights-only export of training checkpoint ``path`` as ``out`` (``out.safetensors``
     + ``out.json``); return the safetensors path.
 
@@ -488,7 +628,9 @@ def export_weights(path: str | Path, out: str | Path, *, scaler: RobustScaler | 
     layout fingerprint); it drops the replay buffer, the optimizer state, the visit counts, the random
     streams and the target network (:data:`STAND_INS`). ``scaler``, the fold's training-row
     normaliser, is stored in the metadata as ``normaliser`` when given, so the file alone turns raw
-    feature rows into the states the network was trained on. The export loads wherever the checkpoint
+    feature rows into the states the network was trained on. ``instrument``, the contract the
+    training data was of (``Instrument.to_dict``), is stored as ``instrument`` when given: ``foxhunt
+    serve`` refuses a stream of another one. The export loads wherever the checkpoint
     does (:func:`load_checkpoint`, ``foxhunt backtest --checkpoint``) and gives the same actions;
     resuming training from it is refused.
 
@@ -506,14 +648,12 @@ def export_weights(path: str | Path, out: str | Path, *, scaler: RobustScaler | 
             "export a checkpoint that foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
         )
     keep = tuple(f"module/{m}/" for m in ACTING_MODULES) + tuple(f"extra/{p}" for p in ACTING_EXTRAS)
-    try:
-        with safe_open(str(source), framework="pt") as f:
-            flat = {key: f.get_tensor(key) for key in f.keys() if key.startswith(keep)}
-    except (SafetensorError, OSError, RuntimeError) as e:
-        raise CheckpointError(source, f"cannot read its tensors ({e})", "export another checkpoint") from e
+    flat = _read_tensors(source, doc, "cpu", keep=lambda key: key.startswith(keep))
     meta = {**doc["meta"], "export": {"source": str(source), "weights_only": True}}
     if scaler is not None:
         meta["normaliser"] = scaler.to_dict()
+    if instrument is not None:
+        meta["instrument"] = instrument
     export = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -663,6 +803,18 @@ class CheckpointStore:
     def save_last(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
         return self._save(self.last_path(fold), fold, epoch, contents)
 
+    def save_epoch(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
+        """Save the end of epoch ``epoch`` as the ring entry, then as ``last``; return ``last``.
+
+        The ring first: a kill while saving ``last`` leaves the ring's newest entry at this epoch,
+        which :meth:`resume_point` then picks, and a kill while saving the ring leaves both at the
+        previous epoch, which a resume redoes. Either way the ring holds the resume point's epoch,
+        as an uninterrupted run's does (a rewind reads it); old ring entries go only once both new
+        files are complete.
+        """
+        self.save_ring(fold, epoch, contents)
+        return self.save_last(fold, epoch, contents)
+
     def save_ring(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
         """Save epoch ``epoch`` into the ring and delete all but the newest ``ring`` entries."""
         path = self._save(self.ring_path(fold, epoch), fold, epoch, contents)
@@ -715,9 +867,9 @@ class CheckpointStore:
                     continue
                 try:
                     meta = read_checkpoint_meta(path)
-                except CheckpointError:
-                    continue
-                point = ResumePoint(int(meta["fold"]), int(meta["epoch"]), path)
+                    point = ResumePoint(int(meta["fold"]), int(meta["epoch"]), path)
+                except (CheckpointError, KeyError, TypeError, ValueError):
+                    continue  # unreadable, or not a training checkpoint (no fold/epoch): not a resume point
                 if best is None or (point.fold, point.epoch) >= (best.fold, best.epoch):
                     best = point
         return best

@@ -14,6 +14,8 @@ and collectors may add any others::
     experts/gate_entropy, experts/util/k  gate entropy (nats) and each expert's utilisation
     actions/picked/<branch>/k, actions/realised/<branch>/k, actions/active_frac
     sharpe/train, sharpe/val              annualised Sharpe of the collection and of validation
+    q/direction_gap_corr                  corr(greedy Q(long) - Q(short), planted carrier) on validation
+                                          rows (synthetic markets only: real data has no known carrier)
     time/epoch_s                          wall seconds of the epoch
 
 A vector statistic ``name`` of ``k`` elements expands to ``name/0 .. name/k-1`` (or to the labels
@@ -31,6 +33,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from foxhunt.errors import FoxhuntError
@@ -43,6 +46,10 @@ SHARPE_TRAIN = "sharpe/train"
 SHARPE_VAL = "sharpe/val"
 ACTIVE_FRAC = "actions/active_frac"
 EPOCH_SECONDS = "time/epoch_s"
+QGAP_CORR = "q/direction_gap_corr"
+"""corr(Q(long) - Q(short) of the greedy policy, the planted signal's carrier) over validation rows."""
+QGAP_MAX_ROWS = 4096
+"""Validation rows the direction-gap correlation reads at most (evenly spaced): one forward pass."""
 
 TENSORBOARD_DIR = "tensorboard"
 """Under the run folder: one TensorBoard log folder per fold, ``tensorboard/fold_<k>``."""
@@ -74,6 +81,55 @@ def q_branches(stats: Mapping[str, float]) -> list[str]:
     return [
         k.split("/")[1] for k in stats if k.startswith("q/") and k.count("/") == 2 and k.endswith("/mean")
     ]
+
+
+# --- learner or gambler: the direction gap against the planted signal ---------------------------
+
+
+def gap_rows(lo: int, hi: int, most: int = QGAP_MAX_ROWS) -> torch.Tensor:
+    """At most ``most`` evenly spaced rows of ``[lo, hi - 1)`` (each needs a next row to step to)."""
+    n = hi - 1 - lo
+    if n <= most:
+        return torch.arange(lo, hi - 1)
+    return torch.linspace(lo, hi - 2, most).round().to(torch.int64).unique()
+
+
+def direction_q(agent: Any, market: Any, env_cfg: Any, rows: torch.Tensor) -> np.ndarray:
+    """[N, D] E[Q] of the direction branch of the greedy network (no noise) at a flat portfolio on
+    each row (an episode reset there), de-normalised by PopArt."""
+    from foxhunt.env.core import TradingEnv
+    from foxhunt.env.rewards import BRANCHES
+
+    env = TradingEnv(market, env_cfg.model_copy(update={"episode_rows": 2}))
+    rows = rows.to(market.device)
+    obs = env.reset(rows, rows + 1)
+    net = agent.net
+    was_training = net.training
+    net.eval()
+    try:
+        with torch.no_grad():
+            q_BA = net.expected_q(net(obs), agent.learner.popart.denormalise)[BRANCHES.index("direction")]
+    finally:
+        net.train(was_training)
+    return q_BA.cpu().numpy()
+
+
+def direction_gap(agent: Any, market: Any, env_cfg: Any, rows: torch.Tensor) -> np.ndarray:
+    """[N] Q(long) - Q(short) of :func:`direction_q`: the greedy direction gap."""
+    from foxhunt.env.actions import Direction
+
+    q_BA = direction_q(agent, market, env_cfg, rows)
+    return q_BA[:, int(Direction.LONG)] - q_BA[:, int(Direction.SHORT)]
+
+
+def gap_correlation(gap: np.ndarray, signal: np.ndarray) -> float:
+    """Pearson correlation over the rows where the signal is finite; NaN when either is constant
+    (a network that has not separated long from short yet has no correlation, not a zero one)."""
+    ok = np.isfinite(signal) & np.isfinite(gap)
+    g, x = gap[ok], signal[ok]
+    if len(g) < 2 or g.std() == 0 or x.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(g, x)[0, 1])
 
 
 # --- accumulation on the device ----------------------------------------------------------------

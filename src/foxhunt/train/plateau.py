@@ -21,6 +21,8 @@ Each successive plateau takes the next rung, in this order, skipping rungs confi
     1. momentum reset   Adam state of the branch heads zeroed (:func:`reset_momentum`)
     2. shrink-perturb   head weights theta <- shrink * theta + perturb_std * eps (:func:`shrink_perturb`)
     3. temperature      the caller multiplies its exploration temperature by ``temperature_boost``
+                        (skipped when that temperature is 0: Boltzmann exploration is off, and
+                        0 x boost would spend a plateau on a response that changes nothing)
     4. LR bump          every param group's lr (and a scheduler's base lr) x ``lr_bump`` (:func:`bump_lr`)
     5. rewind           the caller's callback restores a ring checkpoint
 
@@ -189,7 +191,8 @@ class PlateauResponder:
     """The response ladder (module docstring). ``head_params`` are the branch heads' parameters
     (momentum reset and shrink-and-perturb act on them only); ``rewind`` restores a ring checkpoint
     and returns what it restored (None: that rung is skipped); ``scheduler`` (optional) keeps the LR
-    bump through its next step."""
+    bump through its next step; ``temperature`` is the exploration temperature the third rung
+    multiplies (0, Boltzmann off: that rung is skipped)."""
 
     def __init__(
         self,
@@ -200,8 +203,10 @@ class PlateauResponder:
         generator: torch.Generator,
         rewind: Callable[[], str] | None = None,
         scheduler: Any | None = None,
+        temperature: float = 1.0,
     ) -> None:
         self.cfg = cfg
+        self.temperature = temperature
         self.optimizer = optimizer
         self.head_params = list(head_params)
         self.generator = generator
@@ -219,7 +224,7 @@ class PlateauResponder:
         c = self.cfg
         skip = {
             Response.SHRINK_PERTURB: c.shrink == 1 and c.perturb_std == 0,
-            Response.TEMPERATURE_BOOST: c.temperature_boost == 1,
+            Response.TEMPERATURE_BOOST: c.temperature_boost == 1 or self.temperature == 0,
             Response.LR_BUMP: c.lr_bump == 1,
             Response.REWIND: self.rewind is None,
         }

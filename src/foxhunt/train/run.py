@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import shutil
 import time
 from collections.abc import Callable
@@ -41,19 +42,20 @@ from typing import Any
 import numpy as np
 import torch
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.agent import Agent
 from foxhunt.atomic import write_json
-from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted, windows
+from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
+from foxhunt.backtest.reference import fold_capture, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.env.actions import ActionCodec
-from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.outputs import claim_run, config_differences
 from foxhunt.report.schema import BEST_RULE, LAST_EPOCH_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series, net_by_row
 from foxhunt.train.checkpoint import (
@@ -67,17 +69,26 @@ from foxhunt.train.diagnostics import (
     EPOCH_SECONDS,
     HISTORY_FILE,
     LOSS_TOTAL,
+    QGAP_CORR,
     SHARPE_VAL,
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
     console_line,
+    direction_gap,
+    gap_correlation,
+    gap_rows,
     q_key,
 )
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation.dataset import FoldData, make_folds
+
+# The run's resolved config, written when it starts: a resume is compared with it, key for key.
+RECORDED_CONFIG = "train.config.json"
+# What a started run leaves in its folder: a new run there needs --overwrite (or --resume).
+RUN_RESULTS = ("checkpoints", "folds.json", HISTORY_FILE, RECORDED_CONFIG)
 
 
 class Interrupted(Exception):
@@ -102,25 +113,6 @@ class FoldResult:
             "actions": self.actions,
             "diagnostics": self.diagnostics,
         }
-
-
-def config_differences(stored: dict[str, Any], cfg: FoxhuntConfig) -> list[str]:
-    """``section.key: stored -> now`` for every leaf where ``cfg`` differs from a stored config dump."""
-
-    def leaves(d: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(d, dict):
-            out: dict[str, Any] = {}
-            for k, v in d.items():
-                out.update(leaves(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: d}
-
-    a, b = leaves(stored), leaves(json.loads(json.dumps(cfg.model_dump(mode="json"))))
-    return [
-        f"{k}: {a.get(k, '(absent)')} -> {b.get(k, '(absent)')}"
-        for k in sorted(set(a) | set(b))
-        if a.get(k) != b.get(k)
-    ]
 
 
 def resolve_device(cfg: FoxhuntConfig) -> torch.device:
@@ -191,6 +183,9 @@ class FoldTrainer:
     progress: Reporter = SILENT
     overall: Task | None = None
     n_folds: int = 1
+    # The state column carrying the market's planted signal (a synthetic market's; None on real data,
+    # where it is unknown): each epoch correlates the greedy direction gap with it (QGAP_CORR).
+    planted: str | None = None
 
     def __init__(
         self,
@@ -232,6 +227,11 @@ class FoldTrainer:
             cfg.agent, cfg.env.branches, device=device, seed=seed, replay_capacity=self.sizes.replay_capacity
         )
         self.starts_gen = torch.Generator(device=device).manual_seed(seed + 1)
+        # The process-wide numpy and Python generators, which every checkpoint records beside torch's
+        # (seeded by the Agent): seeded per fold too, so that a run's checkpoints do not depend on the
+        # process that wrote them and a resumed run's are bit-identical to an uninterrupted one's.
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
         self.env_cfg = cfg.env.model_copy(update={"episode_rows": t.steps_per_epoch + 1})
         # Training episodes must end before the first purged row: the last usable row is the
         # largest training row index (purged and embargoed rows are excluded from fd.fold.train).
@@ -251,7 +251,12 @@ class FoldTrainer:
             p for name, p in self.agent.net.named_parameters() if name.startswith(("value", "advantage"))
         ]
         self.responder = PlateauResponder(
-            t.plateau, self.agent.learner.opt, heads, generator=self.agent.gen, rewind=self.rewind
+            t.plateau,
+            self.agent.learner.opt,
+            heads,
+            generator=self.agent.gen,
+            rewind=self.rewind,
+            temperature=cfg.agent.explore.temperature,  # 0 (Boltzmann off): the boost rung is skipped
         )
         self.responses: list[str] = []
         self.epoch = 0
@@ -368,13 +373,8 @@ class FoldTrainer:
         span = self.train_hi - self.train_lo - steps - 1
         u = torch.rand(n, generator=self.starts_gen, device=self.device)
         starts = self.train_lo + (u * span).to(torch.int64)
-        env = TradingEnv(self.market, self.env_cfg)
-        obs = env.reset(starts, starts + steps)
-        nstep = agent.nstep(n)
-        obs, collect_stats = agent.collect(env, obs, nstep, steps)
-        tail = nstep.flush()  # the epoch's episodes are truncated, not ended: bootstrap the tail
-        if tail is not None:
-            agent.replay.add(tail)
+        # The fast step (on CUDA compiled and a replayed graph); the epoch's tail is bootstrapped.
+        collect_stats = agent.collect(self.market, self.env_cfg, starts, steps)
         t1 = time.perf_counter()
         batch = min(self.sizes.batch, len(agent.replay))
         updates = self.cfg.agent.learn.updates_per_epoch
@@ -394,10 +394,15 @@ class FoldTrainer:
         stats.add("experts/utilisation", agent.signals["expert_utilisation"])
         t2 = time.perf_counter()
         val, rec = validate(
-            self.market, self.fd, self.cfg, lambda o, e: agent.policy(o, Mode.GREEDY), self.bpy
+            self.market, self.fd, self.cfg, agent.greedy_policy(), self.bpy
         )
         t3 = time.perf_counter()
         row = stats.read()  # the one host read of the epoch
+        if self.planted is not None and self.planted in self.market.feature_columns:
+            rows = gap_rows(self.fd.fold.validation_start, self.fd.fold.validation_end)
+            col = self.market.feature_columns.index(self.planted)
+            signal = self.market.features[rows.to(self.device), col].cpu().numpy()
+            row[QGAP_CORR] = gap_correlation(direction_gap(agent, self.market, self.cfg.env, rows), signal)
         row.update(
             {
                 "misc/lr": lr,
@@ -420,13 +425,14 @@ class FoldTrainer:
 
 
 def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: float) -> tuple[dict, dict]:
-    """Flat and long over the same (whole) validation period as the reported checkpoint: metrics
-    and net PnL per row."""
+    """Flat, long and the reference rule (:mod:`foxhunt.backtest.reference`; where its feature is in
+    the state) over the same (whole) validation period as the reported checkpoint: metrics and net
+    PnL per row."""
     metrics, curves = {}, {}
-    for kind in (ScriptedPolicy.FLAT, ScriptedPolicy.LONG):
-        m, rec = validate(market, fd, cfg, scripted(kind, cfg.env, seed=cfg.run.seed), bpy, whole=True)
-        metrics[kind.value] = {k: v for k, v in m.items() if k != "all"}
-        curves[kind.value] = _net_by_row(rec, fd, cfg)
+    for name, policy in fold_policies(cfg, market).items():
+        m, rec = validate(market, fd, cfg, policy, bpy, whole=True)
+        metrics[name] = {k: v for k, v in m.items() if k != "all"}
+        curves[name] = _net_by_row(rec, fd, cfg)
     return metrics, curves
 
 
@@ -436,25 +442,38 @@ def train(
     out_dir: str | Path,
     *,
     resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[str], None] = print,
     stop_after: tuple[int, int] | None = None,
     progress: Reporter | None = None,
     leak_guard: dict[str, Any] | None = None,
+    planted: str | None = None,
 ) -> list[dict[str, Any]]:
     """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``).
 
     ``progress`` shows bars and one line per epoch (:func:`foxhunt.console.epoch_line`); without it
     the epoch lines go to ``log``. ``leak_guard`` (the guard's summary, run by the caller on the
-    cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result."""
+    cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result.
+    ``planted`` names the state column carrying a synthetic market's planted signal
+    (:func:`foxhunt.backtest.reference.planted_column`); each epoch then records the correlation of
+    the greedy direction gap with it (``q/direction_gap_corr``), n/a without it (real data).
+
+    A folder holding another run is refused unless ``overwrite`` (its checkpoints, history and
+    folds are then deleted); ``resume`` needs the folder, and ``cfg`` equal to the config it
+    recorded (:data:`RECORDED_CONFIG`), both checked before anything is written."""
+    from foxhunt.config.loader import write_resolved
+
     rep = reporter_or_lines(progress, log)
-    out = Path(out_dir)
+    out = claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume, overwrite=overwrite)
+    device = resolve_device(cfg)
     out.mkdir(parents=True, exist_ok=True)
+    if not (resume and (out / RECORDED_CONFIG).is_file()):
+        write_resolved(cfg, out / RECORDED_CONFIG)
     if not resume:  # a fresh run: nothing of an earlier run in this folder is judged or resumed as its own
         for old in (out / "checkpoints", out / TENSORBOARD_DIR):
             shutil.rmtree(old, ignore_errors=True)
         for old in (out / HISTORY_FILE, out / "folds.json"):
             old.unlink(missing_ok=True)
-    device = resolve_device(cfg)
     # CPU runs are deterministic (resume reproduces them); both process-wide settings are restored.
     before = (
         torch.are_deterministic_algorithms_enabled(),
@@ -476,6 +495,7 @@ def train(
             for fd in pending:
                 trainer = FoldTrainer(cache, fd, cfg, device, store, rep.say)
                 trainer.progress, trainer.overall, trainer.n_folds = rep, overall, len(folds)
+                trainer.planted = planted
                 overall.update(description=f"training (fold {trainer.k + 1}/{len(folds)}) epochs")
                 last = store.last_path(trainer.k)
                 if resume and last.exists():
@@ -513,6 +533,7 @@ def _report_row(epoch: int, row: dict[str, float]) -> dict[str, float]:
         "active_frac": row.get("actions/active_frac", float("nan")),
         "lr": row.get("misc/lr", float("nan")),
         "epoch_s": row.get("time/epoch_s", float("nan")),
+        "qgap_corr": row.get(QGAP_CORR, float("nan")),  # NaN: no planted signal known (real data)
     }
 
 
@@ -570,8 +591,7 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
                 tr.best_epoch = tr.epoch
                 tr.responder.note_progress()
             contents = tr.contents(metrics)  # after the response: the resume point continues from here
-            store.save_last(k, tr.epoch, contents)
-            store.save_ring(k, tr.epoch, contents)
+            store.save_epoch(k, tr.epoch, contents)  # the ring, then last: a kill keeps them in step
             if not verdict.ok:
                 anomaly = verdict.diagnosis
                 writer.event(tr.epoch, "anomaly", verdict.diagnosis)
@@ -595,7 +615,7 @@ def _fold_result(
     # is that unless train.validation_rows cut it short, or the run resumed after the last epoch).
     if final is None or capped(tr.fd, cfg):
         last_val, last_rec = validate(
-            tr.market, tr.fd, cfg, lambda o, e: tr.agent.policy(o, Mode.GREEDY), tr.bpy, whole=True
+            tr.market, tr.fd, cfg, tr.agent.greedy_policy(), tr.bpy, whole=True
         )
     else:
         last_val, last_rec = final["val"], final["rec"]
@@ -627,6 +647,7 @@ def _fold_result(
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
+    metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()
     return FoldResult(
@@ -651,11 +672,11 @@ class CheckpointPolicy:
     """A trained checkpoint as a backtest policy (greedy, the evaluation policy of SPEC §7)."""
 
     def __init__(self, path: str | Path, cfg: FoxhuntConfig) -> None:
-        from foxhunt.train.checkpoint import read_checkpoint_meta
+        from foxhunt.train.checkpoint import checkpoint_config
 
         self.path = Path(path)
-        meta = read_checkpoint_meta(self.path)
-        self.cfg = FoxhuntConfig.model_validate(meta["config"]) if "config" in meta else cfg
+        # Tensors, fold, epoch and the header's config all checked before anything uses them.
+        self.cfg, meta = checkpoint_config(self.path, cfg)
         self.fold = int(meta["fold"])
         self.epoch = int(meta["epoch"])
         self.value = f"checkpoint {self.path.name} (fold {self.fold}, epoch {self.epoch})"
@@ -672,4 +693,4 @@ class CheckpointPolicy:
         agent.signals.load_state_dict(
             {k[len("signals.") :]: v for k, v in tensors.items() if k.startswith("signals.")}
         )
-        return lambda obs, env: agent.policy(obs, Mode.GREEDY)
+        return agent.greedy_policy()  # capturable: one CUDA graph per window shape on CUDA

@@ -47,10 +47,11 @@ from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import compute_features
+from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import Family
 from foxhunt.validation.dataset import make_folds
-from foxhunt.validation.folds import Fold
+from foxhunt.validation.folds import Fold, TooFewRowsError
 
 DEFAULT_CUTS = (0.2, 0.45, 0.7, 0.9)
 EVENT_SHARE = 0.3  # share of the events after a cut that are copied (Timing.INSERT) or deleted (DELETE)
@@ -408,30 +409,47 @@ def check_leaks(
     users_by_span: dict[int, list[str]] = {}
     for user, span in fold_spans(cfg).items():
         users_by_span.setdefault(span, []).append(user)
-    try:
-        for span, users in users_by_span.items():
-            user = " and ".join(users)
+    for span, users in users_by_span.items():
+        user = " and ".join(users)
+        try:
             cols, bad_folds, folds = scaler_leaks(base.values, base.columns, cfg, span, seed=seed)
-            report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
-            report.scaler_folds = sorted(set(report.scaler_folds) | set(bad_folds))
-            report.fold_problems += purge_problems(folds, span, cfg.folds.embargo_rows, user)
-            report.folds_checked = len(folds)
-    except ValueError as exc:  # too few rows for the configured folds: nothing to train or check on
-        report.folds_checked = 0
-        report.fold_note = f"too few rows for the folds: {exc}"
+        except TooFewRowsError as exc:
+            # Too few rows for the training folds: nothing could be trained or backtested on them,
+            # and a clean verdict over a handful of rows would only let the next command fail.
+            # Refused (one line). Too few for the alpha check's longer horizon only: the training
+            # folds were checked; noted in the report, and the alpha check refuses on its own.
+            if "training" in users:
+                raise
+            report.fold_note = f"too few rows for the {user} folds: {exc.problem}"
+            continue
+        report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
+        report.scaler_folds = sorted(set(report.scaler_folds) | set(bad_folds))
+        report.fold_problems += purge_problems(folds, span, cfg.folds.embargo_rows, user)
+        report.folds_checked = len(folds)
     return report
 
 
 def cache_sources(cache: Any, cache_path: str | Path) -> list[Path]:
     """The DBN files a cache was built from, for running the guard in front of a ``--cache`` command;
-    refused (exit 2) when they are no longer where they were."""
-    files = [Path(s["path"]) for s in cache.meta["sources"] if "path" in s]
-    if len(files) != len(cache.meta["sources"]) or not all(p.is_file() for p in files):
+    refused (exit 2) when they are no longer where they were, or no longer hold what the cache
+    recorded (their SHA-256): the guard would otherwise judge other data than the cache's."""
+    sources = cache.meta["sources"]
+    files = [Path(s["path"]) for s in sources if "path" in s]
+    if len(files) != len(sources) or not all(p.is_file() for p in files):
         raise FoxhuntError(
             cache_path,
             "the cache's source files are not where they were, so the leak guard cannot run",
             "pass the DBN files with --data instead",
         )
+    for recorded, path in zip(sources, files, strict=True):
+        if file_fingerprint(path)["sha256"] != recorded.get("sha256"):
+            raise FoxhuntError(
+                path,
+                f"this source of cache {Path(cache_path).name} has changed since the cache was built "
+                "(its SHA-256 differs from the recorded one)",
+                "restore the original file, or rebuild the cache from the files as they are now "
+                "(foxhunt features build --data ...)",
+            )
     return files
 
 

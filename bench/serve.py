@@ -1,0 +1,162 @@
+"""``foxhunt serve`` benchmark: replay throughput and decision latency beside the batch pipeline.
+
+    .venv/bin/python bench/serve.py [--checkpoint EXPORT.safetensors] [--replay FILE...] [--warmup-rows N]
+                                    [--json bench/results/serve.json]
+
+For each replayed file (by default the real ESH4 MBO file of ../shared/data/real and an MBP-10 file
+made from it: its rebuilt book states written as MBP-10 records, the only real ten-level book of
+any length here), the file is replayed at full speed through :class:`foxhunt.serve.service.Service`
+on one CPU thread: records/s and rows/s over the whole replay, and the latency of a decision (the
+record that closes a row in -> the decision committed: the row's market, bars, features and
+normaliser, the env step, the network forward, the ledger commit) at p50 and p99 over the decided
+rows. Beside it, the batch pipeline on the same file (ingest, rows and every feature family once
+over everything: ``foxhunt features build`` without labels): records/s and rows/s. Without
+``--checkpoint`` a smoke-config agent is trained for one epoch on the synthetic market and exported
+(as tests/serve/test_real_es.py does; about 20 s). The issue's goals: >= 200 k records/s, p50 <= 200
+us, p99 <= 1 ms. Writes the table's numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from foxhunt.serve.config import ServeConfig  # noqa: E402
+from foxhunt.serve.service import Service, load_trained  # noqa: E402
+from foxhunt.serve.source import ReplaySource  # noqa: E402
+
+REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
+ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
+# The export tests/serve/test_real_es.py serves on ESH4: 15-second bars.
+SMOKE = (
+    "data.bar_seconds=15",
+    "synth.sessions=3",
+    "synth.events_per_session=4000",
+    "folds.n_folds=2",
+    "env.episode_rows=16",
+    "agent.learn.updates_per_epoch=4",
+    "agent.network.symmetry=none",
+    "train.envs=8",
+    "train.steps_per_epoch=8",
+    "run.seed=0",
+)
+
+
+def smoke_export(root: Path) -> Path:
+    from foxhunt import api
+    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.train.run import FoldTrainer
+
+    cfg = api.config("smoke", overrides=SMOKE)
+    cache = api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache")
+    store = CheckpointStore(root / "run", ring=1)
+    fold = api.make_folds(cache, cfg)[1]
+    trainer = FoldTrainer(cache, fold, cfg, torch.device("cpu"), store, lambda m: None)
+    trainer.run_epoch()
+    return api.export_weights(store.save_last(1, 0, trainer.contents({})), root / "export", cache=cache)
+
+
+def mbp10_of(mbo: Path, out: Path) -> Path:
+    """The book states rebuilt from an MBO file, written as an MBP-10 file."""
+    from foxhunt.data.book import rebuild_book
+    from foxhunt.data.dbn_read import read_dbn, read_raw
+    from foxhunt.data.dbn_write import write_book
+    from foxhunt.data.schemas import Schema
+
+    _, arrays = read_dbn(mbo, expect=Schema.MBO)
+    symbols = dict(read_raw(mbo).instrument_symbols)
+    return write_book(out, rebuild_book(arrays).book, symbols=symbols)  # type: ignore[arg-type]
+
+
+def batch(checkpoint: Path, files: list[Path]) -> tuple[float, int]:
+    """Seconds of the batch pipeline over ``files`` and the rows it makes."""
+    from foxhunt.data.ingest import load_market
+    from foxhunt.data.instrument import instrument_of_files
+    from foxhunt.features.cache import compute_features
+    from foxhunt.features.pipeline import rows_from_market
+
+    _, cfg = load_trained(checkpoint, None)
+    tick = instrument_of_files(files, cfg.instrument).tick_size
+    rows_from_market(load_market(files, cfg.data), cfg.data, tick_size=tick)  # warm-up: numba caches
+    t0 = time.perf_counter()
+    inp = rows_from_market(load_market(files, cfg.data), cfg.data, tick_size=tick)
+    compute_features(inp, cfg)
+    return time.perf_counter() - t0, len(inp)
+
+
+def serve(checkpoint: Path, files: list[Path], warmup_rows: int) -> dict:
+    source = ReplaySource(files)
+    with tempfile.TemporaryDirectory() as out:
+        svc = Service(checkpoint, source, Path(out), ServeConfig(warmup_rows=warmup_rows), log=lambda m: None)
+        t0 = time.perf_counter()
+        summary = svc.run()
+        seconds = time.perf_counter() - t0
+        lat = np.array([r[0] for r in svc.ledger.db.execute("SELECT latency_us FROM decisions")], float)
+        rows = svc.rows_done
+        svc.close()
+    return {
+        "records": len(source),
+        "rows": rows,
+        "decisions": summary["decisions"],
+        "seconds": seconds,
+        "records_per_s": len(source) / seconds,
+        "rows_per_s": rows / seconds,
+        "latency_us_p50": float(np.percentile(lat, 50)) if len(lat) else None,
+        "latency_us_p99": float(np.percentile(lat, 99)) if len(lat) else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--checkpoint", type=Path)
+    ap.add_argument("--replay", type=Path, nargs="+", help="replayed together (default: ESH4 MBO; MBP-10)")
+    ap.add_argument("--warmup-rows", type=int, default=0)
+    ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "serve.json")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        checkpoint = args.checkpoint or smoke_export(Path(tmp) / "train")
+        if args.replay:
+            cases = {"replay": list(args.replay)}
+        else:
+            mbo = REAL / ESH4
+            if not mbo.is_file():
+                sys.exit(f"{mbo} is absent: pass --replay FILE...")
+            cases = {"esh4-mbo": [mbo], "esh4-mbp10": [mbp10_of(mbo, Path(tmp) / "esh4.mbp-10.dbn")]}
+        results = {}
+        for name, files in cases.items():
+            batch_s, batch_rows = batch(checkpoint, files)
+            got = serve(checkpoint, files, args.warmup_rows)
+            got.update(
+                files=[str(p) for p in files],
+                batch_records_per_s=got["records"] / batch_s,
+                batch_rows_per_s=batch_rows / batch_s,
+            )
+            results[name] = got
+    body = {"cases": results, "goals": {"records_per_s": 200_000, "p50_us": 200, "p99_us": 1000}}
+    print(f"{'':14}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>9}{'p99 us':>10}"
+          f"{'batch rec/s':>13}{'rows/s':>9}")
+    for name, r in results.items():
+        p50, p99 = (r[f"latency_us_{q}"] for q in ("p50", "p99"))
+        print(
+            f"{name:14}{r['records']:>9,}{r['rows']:>6}{r['records_per_s']:>13,.0f}{r['rows_per_s']:>9,.1f}"
+            f"{'-' if p50 is None else f'{p50:,.0f}':>9}{'-' if p99 is None else f'{p99:,.0f}':>10}"
+            f"{r['batch_records_per_s']:>13,.0f}{r['batch_rows_per_s']:>9,.1f}"
+        )
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(body, indent=2) + "\n")
+    return body
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,251 @@
+"""Training collection as one step function, replayed as a CUDA graph on CUDA (SPEC §7, issue 16).
+
+Each step of an epoch's collection is :meth:`Collector._step`: the exploring policy on the static
+state buffer (its noise and Boltzmann / Thompson / epsilon draws from the agent's generator), the
+aux predictions into the env's aux slots, the env transition with the policy's sizing inputs
+(direction and magnitude conviction, Q-variance) written in place into the env's state
+(:func:`foxhunt.env.graph.advance`, compiled by Inductor where that pays: :class:`StepMode`), and
+the step's transition staged into ``[T, N]`` buffers at a device-side step counter, with the
+epoch's reward statistics summed on the device. Nothing in the step reads the device from the
+host, so on CUDA it is captured once per batch shape and each step is one graph replay. After the
+epoch's steps, every n-step window of the staged sequence is computed at once
+(:func:`~foxhunt.agent.replay.nstep_windows`: the same windows an :class:`~foxhunt.agent.replay.NStep`
+pushed step by step and flushed gives) and written into the replay in one ``add``.
+
+The captured graph keeps the addresses of everything it reads: the network's parameters and noise
+buffers, the signals, the PopArt statistics and the visit counts are updated in place by the
+learner (and restored in place from checkpoints), so a replay sees their current values; the
+temperature boost (a Python float the plateau response changes) is captured as a constant, so the
+graph is captured again when it changes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from foxhunt.env.core import Portfolio, TradingEnv
+from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
+from foxhunt.env.market import AUX_TARGETS
+from foxhunt.env.rewards import BRANCHES
+
+if TYPE_CHECKING:
+    from foxhunt.agent.agent import Agent
+
+_DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+
+
+class StepMode(StrEnum):
+    """How the collection step runs."""
+
+    AUTO = "auto"  # CUDA: a replayed CUDA graph (env step compiled for large batches); CPU: eager
+    EAGER = "eager"  # the same step function, called eagerly (the reference)
+    GRAPH = "graph"  # CUDA graph of the eager step (no Inductor)
+    COMPILED = "compiled"  # Inductor-compiled env step, eager calls (no graph; CPU or CUDA)
+    COMPILED_GRAPH = "compiled_graph"  # Inductor-compiled env step replayed as a CUDA graph
+
+
+def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
+    """``(compile, graph)`` for ``mode`` on ``device`` with ``n`` episodes.
+
+    AUTO on CUDA is a graph, compiled from :data:`~foxhunt.env.graph.COMPILE_MIN_BATCH` episodes.
+    AUTO on the CPU is eager: the network forward dominates the step there, and the env step's
+    first compile (~23 s on 2 cores, ~4 s from Inductor's cache) costs more than a smoke run's
+    whole collection.
+    """
+    cuda = device.type == "cuda"
+    if mode is StepMode.AUTO:
+        return cuda and n >= COMPILE_MIN_BATCH, cuda
+    if mode in (StepMode.GRAPH, StepMode.COMPILED_GRAPH) and not cuda:
+        raise ValueError(f"step mode {mode.value} needs a CUDA device, the agent is on {device}")
+    graph = mode in (StepMode.GRAPH, StepMode.COMPILED_GRAPH)
+    return mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH), graph
+
+
+class Collector:
+    """``collect(starts)``: one epoch of ``steps`` steps of ``n`` training episodes into replay.
+
+    Holds its own :class:`TradingEnv` (reset in place each epoch) and staging buffers; build one per
+    (market, batch shape) and reuse it for every epoch (:meth:`Agent.collector` caches it).
+    """
+
+    def __init__(self, agent: Agent, env: TradingEnv, n: int, steps: int, mode: StepMode) -> None:
+        from foxhunt.features.layout import STATE_LAYOUT
+
+        if steps < 1:
+            raise ValueError(f"a collection needs at least one step, got {steps}")
+        self.agent, self.env, self.n, self.steps = agent, env, n, steps
+        self.compile, self.graphed = _resolve(mode, agent.device, n)
+        self.advance = compiled_advance() if self.compile else advance
+        dev, width = agent.device, STATE_LAYOUT.width
+        a_width = len(AUX_TARGETS)
+        self.states = torch.zeros(steps + 1, n, width, dtype=torch.float32, device=dev)  # s_0 .. s_T
+        self.obs = torch.zeros(n, width, dtype=torch.float32, device=dev)  # the policy's input
+        self.actions = torch.zeros(steps, n, len(BRANCHES), dtype=torch.int64, device=dev)
+        self.rewards = torch.zeros(steps, n, dtype=torch.float32, device=dev)
+        self.dones = torch.zeros(steps, n, dtype=torch.bool, device=dev)
+        self.aux = torch.zeros(steps, n, a_width, dtype=torch.float32, device=dev)
+        self.valid = torch.zeros(steps, n, dtype=torch.bool, device=dev)
+        self.t = torch.zeros(1, dtype=torch.int64, device=dev)  # the step counter (index of slot t)
+        self.no_aux = torch.full((n, a_width), float("nan"), dtype=torch.float32, device=dev)
+        f64 = torch.float64
+        # reward sum, sum of squares, live steps, |shaping terms|, |all terms|
+        self.sums = torch.zeros(5, dtype=f64, device=dev)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self._captured_boost: float | None = None
+        self._compiled = False  # the compiled step has run once (compiled without a graph)
+        self.compile_seconds = 0.0  # warm-up (compilation) and capture, summed over captures
+        reset_in_place(env, torch.zeros(n, dtype=torch.int64, device=dev))
+
+    # --- the step ------------------------------------------------------------------------------
+
+    def _step(self) -> None:
+        """One step of every episode: policy, env transition in place, staging (no host read)."""
+        from foxhunt.agent.agent import Mode
+
+        agent, env = self.agent, self.env
+        state = env._state()
+        pol = agent.policy(self.obs, Mode.EXPLORE)
+        agent.signals.ema("q_gap", pol.q_gap)  # acting statistics feed the signals (collection only)
+        assert env.aux is not None
+        env.aux.copy_(pol.aux)  # seen in the next state: a one-step lag (PolicyOut.step)
+        res, nxt = self.advance(
+            env, state, pol.actions, True, pol.direction_conviction, pol.magnitude_conviction, pol.q_variance
+        )
+        aux_t = env.market.aux_targets
+        rows = state.row - res.written.to(torch.int64)  # the row the action was taken on
+        aux = aux_t[rows].float() if aux_t is not None else self.no_aux
+        # Replay learns from the action that acted: under the plan lock the picked direction was
+        # ignored (realised Hold) and the Kelly cap may have lowered the magnitude.
+        acted = pol.actions.clone()
+        acted[:, _DIRECTION] = torch.where(res.written, res.realised_direction, acted[:, _DIRECTION])
+        acted[:, _MAGNITUDE] = torch.where(res.written, res.realised_magnitude, acted[:, _MAGNITUDE])
+        t = self.t
+        self.states.index_copy_(0, t + 1, nxt.unsqueeze(0))
+        self.actions.index_copy_(0, t, acted.unsqueeze(0))
+        self.rewards.index_copy_(0, t, res.reward.float().unsqueeze(0))
+        self.dones.index_copy_(0, t, (state.done | ~res.written).unsqueeze(0))
+        self.aux.index_copy_(0, t, aux.unsqueeze(0))
+        self.valid.index_copy_(0, t, res.written.unsqueeze(0))
+        r = res.reward.to(torch.float64)
+        comp = res.components.abs().to(torch.float64)  # [N, len(COMPONENTS)], column 0 the PnL
+        self.sums += torch.stack(
+            [r.sum(), (r * r).sum(), res.written.to(torch.float64).sum(), comp[:, 1:].sum(), comp.sum()]
+        )
+        self.obs.copy_(nxt)
+        t += 1
+
+    # --- capture ----------------------------------------------------------------------------------
+
+    def _mutable(self) -> list[Tensor]:
+        """Every tensor a step changes that must survive a warm-up step unchanged."""
+        agent, env = self.agent, self.env
+        state = env._state()
+        out: list[Tensor] = []
+        for f in fields(Portfolio):
+            x = getattr(state, f.name)
+            out.extend(x if isinstance(x, tuple) else [x])
+        assert env.aux is not None
+        out += [env.aux, self.obs, self.t, self.sums, *agent.counts, agent.signals["q_gap"]]
+        return out
+
+    def _capture(self) -> None:
+        """Warm up (compile, lazy init) on a side stream, undo the warm-up, capture one step."""
+        t0 = time.perf_counter()
+        agent = self.agent
+        keep = [x.clone() for x in self._mutable()]
+        gen_state = agent.gen.get_state()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        for dst, src in zip(self._mutable(), keep, strict=True):
+            dst.copy_(src)
+        agent.gen.set_state(gen_state)
+        graph = torch.cuda.CUDAGraph()
+        # The exploring draws come from the agent's own generator: a graph replays its random
+        # kernels with the generator's current offset only when the generator is registered.
+        graph.register_generator_state(agent.gen)
+        with torch.cuda.graph(graph):
+            self._step()
+        torch.cuda.synchronize()
+        self.graph = graph
+        self._captured_boost = agent.temperature_boost
+        self.compile_seconds += time.perf_counter() - t0
+
+    # --- one epoch -------------------------------------------------------------------------------
+
+    def collect(self, starts: Tensor) -> dict[str, Tensor]:
+        """Episodes from rows ``starts`` [n] (each ``episode_rows`` long, as the env config says) for
+        ``steps`` steps into replay; the epoch's statistics."""
+        agent, steps = self.agent, self.steps
+        obs = reset_in_place(self.env, starts)  # episodes of the env config's episode_rows
+        self.obs.copy_(obs)
+        self.states[0].copy_(obs)
+        self.t.zero_()
+        self.sums.zero_()
+        if self.graphed and (self.graph is None or self._captured_boost != agent.temperature_boost):
+            self._capture()
+        for i in range(steps):
+            if self.graph is not None:
+                self.graph.replay()
+            elif i == 0 and self.compile and not self._compiled:  # the first call compiles: time it
+                t0 = time.perf_counter()
+                self._step()
+                self.compile_seconds += time.perf_counter() - t0
+                self._compiled = True
+            else:
+                self._step()
+        self._write_replay()
+        return self._statistics()
+
+    def _write_replay(self) -> None:
+        from foxhunt.agent.agent import _decision_state
+        from foxhunt.agent.config import Bootstrap
+        from foxhunt.agent.replay import VALID, nstep_windows
+
+        learn, T, n = self.agent.cfg.learn, self.steps, self.n
+        after = self.states[1:]  # s_{t+1}: does a window that reaches it end there?
+        if learn.bootstrap is Bootstrap.DECISION:
+            stop = _decision_state(after.reshape(T * n, -1)).view(T, n)
+        else:
+            stop = torch.zeros(T, n, dtype=torch.bool, device=self.states.device)
+        ret, discount, m = nstep_windows(self.rewards, self.dones, stop, learn.gamma, learn.n_step)
+        t = torch.arange(T, device=m.device).unsqueeze(1)
+        envs = torch.arange(n, device=m.device)
+        self.agent.replay.add(
+            {
+                "state": self.states[:T].reshape(T * n, -1),
+                "action": self.actions.reshape(T * n, -1),
+                "reward": ret.reshape(-1),
+                "discount": discount.reshape(-1),
+                "next_state": self.states[t + m, envs].reshape(T * n, -1),  # s_{t+m}
+                "aux": self.aux.reshape(T * n, -1),
+                VALID: self.valid.reshape(-1),
+            }
+        )
+
+    def _statistics(self) -> dict[str, Tensor]:
+        signals = self.agent.signals
+        reward_sum, sq_sum, live_sum, bonus_abs, total_abs = self.sums.unbind()
+        mean = reward_sum / live_sum.clamp(min=1)
+        std = (sq_sum / live_sum.clamp(min=1) - mean * mean).clamp(min=0).sqrt()
+        sharpe = torch.where(std > 0, mean / std, torch.zeros_like(std))
+        signals.ema("sharpe", sharpe.float())
+        share = torch.where(
+            total_abs > 0, bonus_abs / total_abs.clamp(min=1e-12), torch.zeros_like(total_abs)
+        )
+        signals.ema("bonus_share", share.float())  # the shaping terms' share of |reward|
+        return {"train_sharpe": sharpe, "reward_mean": mean, "bonus_share": share}
+
+    @property
+    def last_obs(self) -> Tensor:
+        """The state after the epoch's last step ``[n, W]`` (a view of the staging buffer)."""
+        return self.states[self.steps]

@@ -1,0 +1,205 @@
+"""The reference rule: the one-feature trade that a market's planted signal implies, as a yardstick.
+
+An agent is judged by how much of a known edge it harvests, not by its PnL alone (a fold's PnL
+swings by thousands with the market). The rule reads the state feature that carries the synthetic
+market's planted alpha (``synth.signal``: :data:`REFERENCE_COLUMN`) in its fold-normalised units and
+goes long above ``+REFERENCE_THRESHOLD``, short below ``-REFERENCE_THRESHOLD``, holds otherwise; Full
+size, market orders, under the same plan lock and costs as every policy. On the smoke market it
+makes +11,790 / +2,090 / +7,110 over the three validation folds.
+
+**Capture** is the agent's validation net PnL over the rule's (:func:`capture_ratio`). It is
+defined only where the rule made money (``rule > 0``): where the rule loses or breaks even there is
+no edge after costs to capture in that period, and a ratio to a loss would flip its sign (an agent
+that loses less than the rule would "capture" a positive share) or explode near zero. Such a period
+reports no capture (``None``, "n/a" in the report), and a capture over several folds is the sum of
+the agent's PnL over the sum of the rule's, defined when that sum is positive.
+
+On real data the planted signal is unknown; the rule is then only a named one-feature benchmark
+(the same column and threshold), not an edge known to exist.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.config.synth import PlantedSignal
+from foxhunt.env.actions import Direction, OrderType
+from foxhunt.env.core import TradingEnv
+from foxhunt.env.graph import CapturablePolicy
+from foxhunt.env.market import MarketTensors, market_tensors
+from foxhunt.env.rewards import BRANCHES
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.cache import FeatureCache
+from foxhunt.validation.dataset import FoldData, make_folds
+
+RULE = "rule"
+"""The reference rule's name among a fold's baselines (``folds[k].baselines.rule``)."""
+
+REFERENCE_COLUMN: dict[PlantedSignal, str] = {
+    PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",
+    PlantedSignal.TRADE_FLOW: "ofi.trade_flow",
+}
+"""The state feature that carries each kind of planted signal (the feature family it lives in)."""
+
+REFERENCE_THRESHOLD = 1.5
+"""Entry threshold in fold-normalised standard deviations of the carrier feature."""
+
+_DIR, _MAG, _ORDER = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type"))
+
+
+def threshold_rule(column: str, threshold: float, order: OrderType = OrderType.MARKET) -> Policy:
+    """Long where ``column`` > +threshold, short where < -threshold, else hold; Full size, ``order``.
+
+    A pure function of the device state, marked capturable: on CUDA each fold's baseline replays it
+    with the env step as one CUDA graph per step (stepped eagerly it cost the smoke job on an H200
+    7.7 s per fold, bench/stages.py)."""
+
+    def policy(obs: Tensor, env: TradingEnv) -> Tensor:
+        x = env.market.features[env.state.row, env.market.feature_columns.index(column)]
+        d = torch.where(
+            x > threshold,
+            int(Direction.LONG),
+            torch.where(x < -threshold, int(Direction.SHORT), int(Direction.HOLD)),
+        )
+        a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
+        a[:, _DIR], a[:, _MAG], a[:, _ORDER] = d, env.codec.sizes[_MAG] - 1, int(order)  # largest size
+        return a
+
+    return CapturablePolicy(policy)
+
+
+@dataclass(frozen=True)
+class ReferenceRule:
+    """The rule a planted signal implies: its carrier column and threshold."""
+
+    signal: PlantedSignal
+    column: str
+    threshold: float = REFERENCE_THRESHOLD
+
+    @classmethod
+    def for_config(cls, cfg: FoxhuntConfig) -> ReferenceRule:
+        return cls(cfg.synth.signal, REFERENCE_COLUMN[cfg.synth.signal])
+
+    def policy(self) -> Policy:
+        return threshold_rule(self.column, self.threshold, OrderType.MARKET)
+
+    def available(self, market: MarketTensors) -> bool:
+        """Whether the market's state holds the carrier column (a feature family may be off)."""
+        return self.column in market.feature_columns
+
+    def describe(self) -> str:
+        t = self.threshold
+        return (
+            f"{self.signal.value} rule: long above +{t:g} sd of {self.column}, short below -{t:g} sd, "
+            "Full size, market orders"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"signal": self.signal.value, "column": self.column, "threshold": self.threshold}
+
+
+def capture_ratio(agent_net: float, rule_net: float) -> float | None:
+    """Agent net PnL / rule net PnL; ``None`` when the rule made nothing (``rule_net <= 0``): no edge
+    after costs to capture, and a ratio to a loss would have the wrong sign (module docstring)."""
+    if not rule_net > 0:
+        return None
+    return float(agent_net) / float(rule_net)
+
+
+def fold_capture(fold: dict[str, Any]) -> float | None:
+    """The capture of one fold result (``net_pnl`` beside ``baselines.rule.net_pnl``); None without a rule."""
+    rule = (fold.get("baselines") or {}).get(RULE)
+    return capture_ratio(fold["net_pnl"], rule["net_pnl"]) if rule else None
+
+
+def total_capture(folds: list[dict[str, Any]]) -> float | None:
+    """Sum of the agent's net PnL over the folds / sum of the rule's (None without a rule in every fold)."""
+    rules = [(f.get("baselines") or {}).get(RULE) for f in folds]
+    if not folds or any(r is None for r in rules):
+        return None
+    return capture_ratio(sum(f["net_pnl"] for f in folds), sum(r["net_pnl"] for r in rules))
+
+
+def fold_policies(cfg: FoxhuntConfig, market: MarketTensors) -> dict[str, Policy]:
+    """``{"flat", "long", "rule"}`` policies (the rule only where its carrier column is in the state)."""
+    kinds = (ScriptedPolicy.FLAT, ScriptedPolicy.LONG)
+    out = {k.value: scripted(k, cfg.env, seed=cfg.run.seed) for k in kinds}
+    rule = ReferenceRule.for_config(cfg)
+    if rule.available(market):
+        out[RULE] = rule.policy()
+    return out
+
+
+def evaluate_fold(
+    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy: Policy, bpy: float
+) -> dict[str, Any]:
+    """A policy's headline metrics over the fold's whole validation period (as training reports them)."""
+    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
+    m, reasons = summarise(rec, bpy, cfg, cfg.train.anomaly.max_sharpe_annual)
+    return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons}
+
+
+def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
+    """The reference rule beside flat and long on every fold's validation period (``foxhunt edge``).
+
+    Returns ``{"rule": ReferenceRule.to_dict(), "folds": [{"fold", "rule", "flat", "long"}...],
+    "total": {name: summed net PnL}}``; raises a FoxhuntError when the carrier column is not a state
+    feature (its feature family is off)."""
+    rule = ReferenceRule.for_config(cfg)
+    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    bpy = bars_per_year(cache)
+    rows = []
+    for fd in folds:
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
+        if not rule.available(market):
+            raise FoxhuntError(
+                "synth.signal",
+                f"the reference rule reads {rule.column}, which is not a state feature of this config",
+                "turn its feature family on ([features]) or pick another synth.signal",
+            )
+        pols = fold_policies(cfg, market)
+        metrics = {n: evaluate_fold(market, fd, cfg, p, bpy) for n, p in pols.items()}
+        rows.append({"fold": fd.fold.index} | metrics)
+    names = (RULE, ScriptedPolicy.FLAT.value, ScriptedPolicy.LONG.value)
+    return {
+        "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": cfg.env.plan.target_bars},
+        "folds": rows,
+        "total": {n: float(sum(r[n]["net_pnl"] for r in rows)) for n in names},
+    }
+
+
+def planted_column(files: list[Path]) -> str | None:
+    """The state column carrying the planted signal of the market in ``files``, or None when unknown.
+
+    A market is synthetic when every file lies beside the simulator's manifest (``synth.json``, which
+    ``foxhunt run`` and ``data synth`` write), which records its signal kind. Real data has no known
+    planted signal: None (the report says n/a, never a guessed column)."""
+    import json
+
+    from foxhunt.data.synth import MANIFEST_NAME
+
+    manifests = {Path(f).parent / MANIFEST_NAME for f in files}
+    if not files or not all(m.is_file() for m in manifests):
+        return None
+    kinds = set()
+    for m in manifests:
+        try:
+            body = json.loads(m.read_text())
+        except (OSError, ValueError):
+            return None
+        # manifests written before synth.signal existed planted the imbalance carrier
+        kinds.add(body.get("signal", body.get("config", {}).get("signal", PlantedSignal.IMBALANCE.value)))
+    if len(kinds) != 1:
+        return None
+    try:
+        return REFERENCE_COLUMN[PlantedSignal(kinds.pop())]
+    except ValueError:
+        return None

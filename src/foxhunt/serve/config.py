@@ -1,0 +1,46 @@
+"""The ``[serve]`` config section: fail-safe thresholds and what a fault does to the position."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from foxhunt.config.base import Frozen
+
+
+class FaultAction(StrEnum):
+    FLATTEN = "flatten"  # close the position at the next decision and stay flat while faulted
+    HOLD = "hold"  # keep the position, decide nothing (Hold) while faulted
+
+
+class ServeConfig(Frozen):
+    warmup_rows: int = Field(
+        0,
+        ge=0,
+        description="Rows the service only observes before its first decision (its features fill their "
+        "windows); the first episode starts at this row, as a backtest's first window starts at its fold's "
+        "validation start.",
+    )
+    on_fault: FaultAction = Field(
+        FaultAction.FLATTEN,
+        description="What a bad stream (gap, out-of-order record, crossed book, roll, stall, disconnect, "
+        "corrupt record) does: flatten (market order to flat at the next decision, then flat while faulted) "
+        "or hold (keep the position, Hold while faulted).",
+    )
+    recover_rows: int = Field(
+        1, ge=1, description="Clean rows after a fault before the policy decides again."
+    )
+    max_gap_seconds: float = Field(
+        900.0,
+        ge=0,
+        description="Exchange time between two records above which the stream has a gap (0 = off). The "
+        "default lets through quiet minutes but not the daily halt.",
+    )
+    stall_seconds: float = Field(
+        30.0, gt=0, description="Wall-clock seconds without a record after which a live feed is stalled."
+    )
+    reconnects: int = Field(
+        5, ge=0, description="Reconnection attempts of a live source after a disconnect (0: stop there)."
+    )
+    reconnect_seconds: float = Field(2.0, ge=0, description="Wait between reconnection attempts.")

@@ -1,0 +1,76 @@
+"""Fail-safe checks on the stream: what makes a record unusable or the market untradeable.
+
+Each check names a :class:`Fault`; the service logs it, records it in the ledger and, while the
+stream is faulted, replaces the policy's decision by the configured fail-safe one
+(:class:`~foxhunt.serve.config.FaultAction`). Records that cannot be used are dropped before they
+reach the rows (a corrupt record, one older than the last, one of another instrument); the others
+are kept, because the batch path keeps them too (a gap, a crossed book: flagged, not hidden).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from foxhunt.data.dbn_read import UNDEF_PRICE
+from foxhunt.serve.config import ServeConfig
+
+NS = 1_000_000_000
+_UNDEF_TS = np.iinfo(np.uint64).max
+
+
+class Fault(StrEnum):
+    CORRUPT = "corrupt"  # not a record of its stream's schema, or no time / instrument: dropped
+    OUT_OF_ORDER = "out_of_order"  # ts_event before the last record's: dropped
+    ROLL = "roll"  # another instrument than the one served (a roll of the front month): dropped
+    GAP = "gap"  # more exchange time than serve.max_gap_seconds since the last record: kept
+    CROSSED = "crossed"  # best bid >= best ask (both sides populated): kept
+    STALL = "stall"  # no record for serve.stall_seconds of wall-clock time
+    DISCONNECT = "disconnect"  # the live connection dropped
+    ERROR = "error"  # the row pipeline failed on the records so far (the row is skipped)
+
+
+DROPPED = frozenset({Fault.CORRUPT, Fault.OUT_OF_ORDER, Fault.ROLL})
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    kind: Fault
+    detail: str
+    ts_event: int = 0
+
+
+class Monitor:
+    """Checks every decoded record against the stream so far (module docs)."""
+
+    def __init__(self, cfg: ServeConfig, instrument_id: int | None = None) -> None:
+        self.cfg = cfg
+        self.instrument_id = instrument_id  # the first record's when None
+        self.last_ts: int | None = None
+
+    def check(self, rec: np.ndarray) -> list[FaultEvent]:
+        """The faults of one record (a structured array of one record); empty when it is clean."""
+        ts, iid = int(rec["ts_event"][0]), int(rec["instrument_id"][0])
+        if ts in (0, _UNDEF_TS) or iid == 0:
+            return [FaultEvent(Fault.CORRUPT, f"record without a time or instrument (ts {ts}, id {iid})", ts)]
+        if self.instrument_id is None:
+            self.instrument_id = iid
+        if iid != self.instrument_id:
+            return [FaultEvent(Fault.ROLL, f"instrument {iid} where {self.instrument_id} is served", ts)]
+        if self.last_ts is not None and ts < self.last_ts:
+            why = f"ts_event {ts} before the last record's {self.last_ts}"
+            return [FaultEvent(Fault.OUT_OF_ORDER, why, ts)]
+        out = []
+        gap = self.cfg.max_gap_seconds
+        if self.last_ts is not None and gap > 0 and ts - self.last_ts > gap * NS:
+            out.append(FaultEvent(Fault.GAP, f"{(ts - self.last_ts) / NS:.0f} s without a record", ts))
+        self.last_ts = ts
+        names = rec.dtype.names or ()
+        if "bid_px_00" in names:
+            bid, ask = int(rec["bid_px_00"][0]), int(rec["ask_px_00"][0])
+            both = int(rec["bid_sz_00"][0]) > 0 and int(rec["ask_sz_00"][0]) > 0
+            if both and UNDEF_PRICE not in (bid, ask) and bid >= ask:
+                out.append(FaultEvent(Fault.CROSSED, f"best bid {bid / NS} >= best ask {ask / NS}", ts))
+        return out

@@ -1,0 +1,369 @@
+"""The service loop: records in, decisions out, one environment step per closed row.
+
+At the close of row ``r`` (:mod:`foxhunt.serve.state`: the market now holds rows ``0 .. r``):
+
+1. **Step** the decision taken on row ``r - 1`` through the environment (foxhunt.env.core, the
+   backtest's step, costs and fill model): its market order fills at row ``r - 1``'s touch, a
+   resting order and the plan's exits are checked against row ``r``. That is the paper execution.
+2. **Decide** on row ``r``: the greedy policy of the checkpoint on the environment's state
+   (normalised features, portfolio and plan slots, the aux predictions of the last decision).
+3. **Commit** both in one ledger transaction (:mod:`foxhunt.serve.ledger`).
+
+Episodes follow the backtest's windows (foxhunt.backtest.evaluate.windows): the first starts at
+row ``serve.warmup_rows``, each runs ``env.episode_rows`` rows, closes its position on its last
+row and the next starts flat on that row. So a replay decides row for row as ``foxhunt backtest
+--checkpoint`` does on the same file when the warm-up is the fold's validation start.
+
+While the stream is faulted (:mod:`foxhunt.serve.monitor`) the decision is the fail-safe one
+(``serve.on_fault``): flatten (a market order to flat that overrides the plan lock: the lock binds
+the policy, not the risk control) or hold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from foxhunt.backtest.decisions import HEADER, DecisionRow, step_rows
+from foxhunt.data.instrument import Instrument, resolve_instrument
+from foxhunt.env.actions import Direction, OrderType, Urgency
+from foxhunt.env.core import TradingEnv
+from foxhunt.serve.config import FaultAction, ServeConfig
+from foxhunt.serve.ledger import Ledger
+from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
+from foxhunt.serve.source import Disconnected, RecordSource, SourceEnded
+from foxhunt.serve.state import Rows, RowState
+from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
+
+
+def load_trained(checkpoint: Path, serve: ServeConfig | None, device: str = "cpu"):
+    """The checkpoint's agent, its config (with ``serve`` in place of the stored one) and normaliser."""
+    from foxhunt.api import TrainedAgent
+
+    agent = TrainedAgent(checkpoint, device=device)
+    if agent.scaler is None:
+        raise CheckpointError(
+            checkpoint,
+            "holds no normaliser, and serve must scale the features as the fold did",
+            f"export it with the run's cache: foxhunt export {checkpoint} --out FILE --cache CACHE",
+        )
+    cfg = agent.cfg if serve is None else agent.cfg.model_copy(update={"serve": serve})
+    return agent, cfg
+
+
+def check_instrument(checkpoint: Path, trained: dict[str, Any] | None, stream: Instrument) -> None:
+    """Refuse a checkpoint trained on another product than the stream's (one line, exit 2): its
+    features count prices in its tick and its sizing and costs are in its point value. The contract
+    month may differ (a policy outlives a roll). An export that records no instrument (written before
+    exports did, or without ``--cache``) is not checked."""
+    if not trained:
+        return
+    theirs = (trained["root"], float(trained["tick_size"]), float(trained["point_value"]))
+    if theirs != (stream.root, stream.tick_size, stream.point_value):
+        raise CheckpointError(
+            checkpoint,
+            f"was trained on {trained['symbol']} (tick {theirs[1]:g}, point value {theirs[2]:g}) and the "
+            f"stream is {stream.symbol} (tick {stream.tick_size:g}, point value {stream.point_value:g})",
+            f"serve it on a {trained['root'] or trained['symbol']} stream, or export a checkpoint trained "
+            f"on {stream.root or stream.symbol}",
+        )
+
+
+class Service:
+    """Serves one checkpoint on one record source; everything it writes goes under ``out``."""
+
+    def __init__(
+        self,
+        checkpoint: Path,
+        source: RecordSource,
+        out: Path,
+        serve: ServeConfig | None = None,
+        device: str = "cpu",
+        log: Callable[[str], None] = print,
+        log_rows: bool = False,
+    ) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        agent, self.cfg = load_trained(checkpoint, serve, device)
+        self.scfg: ServeConfig = self.cfg.serve
+        self.policy = agent.policy(device)
+        self.source, self.log, self.log_rows = source, log, log_rows
+        symbols = sorted({s for m in source.streams for s in m.symbols.values()})
+        self.instrument = resolve_instrument(symbols, (), self.cfg.instrument, where="the stream")
+        check_instrument(checkpoint, read_checkpoint_meta(checkpoint).get("instrument"), self.instrument)
+        self.state = RowState(source.streams, self.cfg, agent.scaler, self.instrument, self.out)
+        self.monitor = Monitor(self.scfg)
+        self.ledger = Ledger(self.out / "ledger.sqlite")
+        self.env: TradingEnv | None = None
+        self.pending: Any = None  # the decision taken on the last closed row (a PolicyOut or actions)
+        self.pending_forced = ""
+        self.episode_end = -1
+        self.rows_done = 0  # rows closed and handled
+        self.buckets = 0  # time buckets the records have opened (each row is one; a halt's are not)
+        self.consumed = 0  # records taken from the source, dropped ones included (the resume point)
+        self.faulted_until = -1  # rows <= this decide the fail-safe way
+        self.stopped = False
+        self.flatten_now = False  # POST /flatten (the HTTP endpoint)
+        self.last_latency_us = 0.0
+        self.last_record_wall = time.monotonic()
+        self._skip_records = 0
+        self._restored: dict[str, Any] | None = None
+        self._last_forced = ""
+        resumed = self.ledger.resume()
+        if resumed is not None:
+            self._restore(*resumed)
+
+    # --- resume -----------------------------------------------------------------------------
+
+    def _snapshot(self) -> dict[str, Any]:
+        env = self.env
+        return {
+            "portfolio": None if env is None else env.state,
+            "aux": None if env is None else env.aux,
+            "pending": self.pending,
+            "pending_forced": self.pending_forced,
+            "episode_end": self.episode_end,
+            "rows_done": self.rows_done,
+            "faulted_until": self.faulted_until,
+        }
+
+    def _restore(self, row: int, records: int, snap: dict[str, Any]) -> None:
+        self._skip_records = records
+        self.pending, self.pending_forced = snap["pending"], snap["pending_forced"]
+        self.episode_end, self.rows_done = snap["episode_end"], snap["rows_done"]
+        self.faulted_until = snap["faulted_until"]
+        self._restored = snap
+        self.log(f"resuming after row {row} ({records:,} records consumed)")
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        """Serve until the replay ends or ``stop()``; the ledger's summary."""
+        self._fast_forward()
+        while not self.stopped:
+            try:
+                got = self.source.next(timeout=min(self.scfg.stall_seconds, 1.0))
+            except SourceEnded:
+                self._close_rows()  # the files' last row is complete when they end
+                break
+            except Disconnected as exc:
+                self._fault(FaultEvent(Fault.DISCONNECT, str(exc) or "connection lost"))
+                if not self._reconnect():
+                    break
+                continue
+            if got is None:
+                if time.monotonic() - self.last_record_wall > self.scfg.stall_seconds:
+                    self._fault(FaultEvent(Fault.STALL, f"no record for {self.scfg.stall_seconds:g} s"))
+                    self.last_record_wall = time.monotonic()
+                continue
+            self.last_record_wall = time.monotonic()
+            self.on_record(got.stream, got.payload)
+            self.consumed += 1  # after: a row close inside on_record commits the records before this one
+        self.write_outputs()
+        return self.ledger.summary()
+
+    def _fast_forward(self) -> None:
+        """After a restart: hand the records consumed before the last commit to the state again
+        without closing rows (theirs are in the ledger), through a fresh monitor, which drops the
+        same records as the first time (its checks depend on the records alone) without logging."""
+        for _ in range(self._skip_records):
+            got = self.source.next(timeout=0.0)
+            assert got is not None  # a replay at full speed always has its next record
+            self.consumed += 1
+            try:
+                rec = self.state.decode(got.stream, got.payload)
+            except ValueError:
+                continue
+            if any(f.kind in DROPPED for f in self.monitor.check(rec)):  # the same drops, not logged again
+                continue
+            bucket = self.state.bucket_of(int(rec["ts_event"][0]))
+            if self.state.bucket is not None and bucket[0] != self.state.bucket[0] and self.state.cuttable:
+                self.state.end_session(self.state.rows())  # rows already served: only the market is kept
+            if bucket != self.state.bucket:
+                self.buckets += 1
+            self.state.bucket = bucket
+            self.state.append(got.stream, got.payload)
+
+    def _kept(self, rec: np.ndarray) -> bool:
+        """Whether a record reaches the rows; its faults are logged."""
+        faults = self.monitor.check(rec)
+        for f in faults:
+            self._fault(f)
+        return not any(f.kind in DROPPED for f in faults)
+
+    def _reconnect(self) -> bool:
+        for attempt in range(1, self.scfg.reconnects + 1):
+            time.sleep(self.scfg.reconnect_seconds)
+            try:
+                self.source.reconnect()
+                self.log(f"reconnected (attempt {attempt})")
+                return True
+            except Exception as exc:  # noqa: BLE001 (any failure to connect is one more attempt)
+                self.log(f"reconnect attempt {attempt} failed: {exc}")
+        return False
+
+    def on_record(self, stream: int, payload: bytes) -> None:
+        """One record in: checked, a row closed if it opens a later bar, then logged."""
+        try:
+            rec = self.state.decode(stream, payload)
+        except ValueError as exc:
+            self._fault(FaultEvent(Fault.CORRUPT, str(exc)))
+            return
+        if not self._kept(rec):
+            return
+        bucket = self.state.bucket_of(int(rec["ts_event"][0]))
+        if self.state.bucket is not None and bucket != self.state.bucket:
+            new_session = bucket[0] != self.state.bucket[0]
+            # Rows <= buckets: while fewer buckets than serve.warmup_rows have passed no row is
+            # decided, so the pipeline waits for the session's end (the next close commits every
+            # row it has not yet committed).
+            if new_session or self.buckets >= self.scfg.warmup_rows:
+                rows = self._close_rows()
+                if rows is not None and new_session:
+                    self.state.end_session(rows)
+        if bucket != self.state.bucket:
+            self.buckets += 1
+        self.state.bucket = bucket
+        self.state.append(stream, payload)
+
+    def _fault(self, event: FaultEvent) -> None:
+        self.log(f"fault: {event.kind.value}: {event.detail}")
+        self.ledger.fault(event)
+        if event.kind not in (Fault.CORRUPT, Fault.OUT_OF_ORDER):  # dropped: the book is as it was
+            self.faulted_until = max(self.faulted_until, self.rows_done + self.scfg.recover_rows)
+
+    # --- a row close --------------------------------------------------------------------------
+
+    def _close_rows(self) -> Rows | None:
+        if not any(self.state.logs):
+            return None
+        t0 = time.perf_counter()
+        try:
+            rows = self.state.rows()
+        except CheckpointError:
+            raise  # the checkpoint does not fit the features: nothing can be served
+        except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
+            self._fault(FaultEvent(Fault.ERROR, f"{type(exc).__name__}: {exc}"))
+            return None
+        for r in range(self.rows_done, rows.count):
+            self._row(r, rows, t0)
+        return rows
+
+    def _row(self, r: int, rows: Rows, t0: float) -> None:
+        line, pnl, fills = None, None, []
+        decided = r >= self.scfg.warmup_rows
+        if self.env is None and (decided or self.pending is not None):
+            self.env = TradingEnv(rows.market, self.cfg.env)
+            restored = self._restored
+            if restored is not None and restored["portfolio"] is not None:
+                self.env.state, self.env.aux = restored["portfolio"], restored["aux"]
+        self._last_forced = ""
+        if self.pending is not None:
+            line, pnl, fills = self._step(rows)
+        if decided:
+            assert self.env is not None
+            self.env.market = rows.market
+            if self.episode_end < 0 or r >= self.episode_end:
+                self._new_episode(r)
+            self.pending, self.pending_forced = self._decide(r)
+        self.rows_done = r + 1
+        self.last_latency_us = (time.perf_counter() - t0) * 1e6
+        self.ledger.commit_row(
+            line=line,
+            pnl=pnl,
+            fills=fills,
+            forced=self._last_forced,
+            latency_us=self.last_latency_us,
+            row=r,
+            ts=int(rows.ts[r]),
+            features=rows.features[r],
+            records=self.consumed,
+            state=self._snapshot(),
+        )
+        if self.log_rows and line is not None:
+            self.log(", ".join(f"{k} {v}" for k, v in zip(HEADER, line.as_csv(), strict=True)))
+
+    def _new_episode(self, r: int) -> None:
+        assert self.env is not None
+        self.env.reset(torch.tensor([r]))
+        # reset() clamps the end to the rows that exist; a stream's rows are still to come.
+        self.episode_end = r + self.cfg.env.episode_rows - 1
+        s = self.env._state()
+        end, done = torch.tensor([self.episode_end]), torch.tensor([False])
+        self.env.state = dataclasses.replace(s, end=end, done=done)
+
+    def _decide(self, r: int) -> tuple[Any, str]:
+        assert self.env is not None
+        obs = self.env.observe()
+        if self.flatten_now or r <= self.faulted_until:
+            self.flatten_now = False
+            return self._failsafe(), self.scfg.on_fault.value
+        return self.policy(obs, self.env), ""
+
+    def _failsafe(self) -> torch.Tensor:
+        b = self.cfg.env.branches
+        flat = int(Direction.FLAT) if b.direction > int(Direction.FLAT) else int(Direction.HOLD)
+        direction = flat if self.scfg.on_fault is FaultAction.FLATTEN else int(Direction.HOLD)
+        return torch.tensor([[direction, 0, int(OrderType.MARKET), int(Urgency.NORMAL)]])
+
+    def _step(self, rows: Rows) -> tuple[DecisionRow, tuple[float, float, float, float], list]:
+        env = self.env
+        assert env is not None
+        env.market = rows.market
+        before = env._state()
+        stepped = before.row.clone()
+        self._last_forced = self.pending_forced
+        if isinstance(self.pending, torch.Tensor):
+            if self.pending_forced == FaultAction.FLATTEN.value:
+                # The fail-safe overrides the plan lock (it binds the policy, not the risk control) and
+                # cancels a resting order, which could otherwise fill after the position is closed.
+                env.state = dataclasses.replace(
+                    before,
+                    plan_active=torch.zeros_like(before.plan_active),
+                    order_side=torch.zeros_like(before.order_side),
+                )
+            _, res = env.step(self.pending)
+        else:
+            _, res = self.pending.step(env)
+        after = env._state()
+        line = step_rows(stepped, res, after.position, lambda i: int(rows.ts[i]))[0]
+        pnl = (float(res.gross[0]), float(res.costs[0]), float(res.net[0]), float(after.equity[0]))
+        fills = [
+            (k, float(res.fills[0, k]), float(res.fill_price[0, k]), float(res.fill_costs[0, k]))
+            for k in range(res.fills.shape[1])
+            if float(res.fills[0, k]) != 0
+        ]
+        self.pending = None
+        return line, pnl, fills
+
+    # --- outputs ------------------------------------------------------------------------------
+
+    def live_status(self) -> dict[str, Any]:
+        """What the ledger does not hold: rows served, the last row close's latency, the feed's lag."""
+        return {
+            "rows": self.rows_done,
+            "latency_us": self.last_latency_us,
+            "feed_lag_s": time.monotonic() - self.last_record_wall,
+            "faulted": self.rows_done <= self.faulted_until,
+        }
+
+    def write_outputs(self) -> None:
+        from foxhunt.backtest.decisions import write_decisions_csv
+
+        write_decisions_csv(self.out / "decisions.csv", self.ledger.decisions())
+        (self.out / "summary.json").write_text(json.dumps(self.ledger.summary(), indent=2))
+
+    def close(self) -> None:
+        self.state.close()
+        self.ledger.close()
+        self.source.close()
+
+
+__all__ = ["HEADER", "Service", "load_trained"]

@@ -1,0 +1,206 @@
+"""Record sources: where ``foxhunt serve`` gets its records, one interface for replay and live.
+
+A source names its streams up front (:class:`StreamMeta`: the schema, dataset and symbols of each,
+what a DBN file's header says) and then hands out records one at a time as raw DBN record bytes
+(:class:`StreamRecord`), in arrival order. ``next(timeout)`` returns None when nothing arrived in
+``timeout`` seconds (the service's stall check), raises :class:`SourceEnded` when a replay has no
+more records and :class:`Disconnected` when a live connection dropped (``reconnect()`` tries again).
+
+* :class:`ReplaySource` reads DBN files (foxhunt.data.dbn_read, the batch reader), merges their
+  records by ``ts_event`` (stable: file order breaks ties, as ingest's merge does) and releases them
+  at their recorded pace divided by ``speed`` (``None``: as fast as possible).
+* :class:`LiveSource` wraps Databento's ``databento.Live`` client (key from ``DATABENTO_API_KEY``):
+  its callback thread puts records on a queue this side reads. The client is injected, so a test
+  feeds the adapter a recorded stream through the client's own interface (``subscribe``,
+  ``add_callback``, ``start``, ``stop``) without a network.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import databento_dbn as dbn
+import numpy as np
+
+from foxhunt.data.dbn_read import read_raw
+from foxhunt.data.schemas import Schema
+from foxhunt.errors import FoxhuntError
+
+API_KEY_ENV = "DATABENTO_API_KEY"
+
+
+@dataclass(frozen=True)
+class StreamMeta:
+    """One stream of records: a DBN file, or a live subscription."""
+
+    schema: Schema
+    dataset: str
+    symbols: dict[int, str]  # instrument_id -> raw symbol (the file's or the live symbology map)
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    stream: int  # index into the source's ``streams``
+    payload: bytes  # one DBN record as it was received (decoded and checked by the state)
+
+
+class SourceEnded(Exception):
+    """A replay has released its last record."""
+
+
+class Disconnected(Exception):
+    """A live connection dropped."""
+
+
+class RecordSource(Protocol):
+    streams: list[StreamMeta]
+
+    def next(self, timeout: float) -> StreamRecord | None: ...
+
+    def reconnect(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ReplaySource:
+    """DBN files released record by record at ``speed`` x their recorded pace (None: at once)."""
+
+    def __init__(self, paths: Sequence[str | Path], speed: float | None = None, skip: int = 0) -> None:
+        files = [read_raw(p) for p in paths]
+        self.streams = [StreamMeta(f.schema, f.dataset, dict(f.instrument_symbols)) for f in files]
+        ts = np.concatenate([f.records["ts_event"].astype(np.int64) for f in files])
+        which = np.concatenate([np.full(len(f.records), i, np.int64) for i, f in enumerate(files)])
+        local = np.concatenate([np.arange(len(f.records)) for f in files])
+        order = np.argsort(ts, kind="stable")
+        self._ts, self._which, self._local = ts[order], which[order], local[order]
+        self._records = [f.records for f in files]
+        self.speed = speed
+        self.position = skip  # records released so far (a restart may skip none: the state needs them)
+        self._t0_wall: float | None = None
+        self._t0_ts = int(self._ts[0]) if len(self._ts) else 0
+
+    def __len__(self) -> int:
+        return len(self._ts)
+
+    def next(self, timeout: float) -> StreamRecord | None:
+        if self.position >= len(self._ts):
+            raise SourceEnded
+        i = self.position
+        if self.speed is not None:
+            if self._t0_wall is None:
+                self._t0_wall, self._t0_ts = time.monotonic(), int(self._ts[i])
+            due = self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
+            wait = due - time.monotonic()
+            if wait > timeout:
+                time.sleep(timeout)
+                return None
+            if wait > 0:
+                time.sleep(wait)
+        self.position += 1
+        s = int(self._which[i])
+        return StreamRecord(s, self._records[s][int(self._local[i])].tobytes())
+
+    def reconnect(self) -> None:  # a file does not disconnect
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class LiveClient(Protocol):
+    """The part of ``databento.Live`` the adapter uses."""
+
+    symbology_map: dict[int, Any]
+
+    def subscribe(self, dataset: str, schema: str, symbols: Any, stype_in: str) -> Any: ...
+
+    def add_callback(
+        self, record_callback: Callable[[Any], None], exception_callback: Any = None
+    ) -> None: ...
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+def api_key() -> str:
+    key = os.environ.get(API_KEY_ENV, "").strip()
+    if not key:
+        raise FoxhuntError(
+            API_KEY_ENV,
+            "not set; --live needs a Databento API key",
+            f"export {API_KEY_ENV}=db-... or use --replay",
+        )
+    return key
+
+
+def databento_client() -> LiveClient:
+    import databento as db
+
+    return db.Live(key=api_key())  # type: ignore[return-value]
+
+
+class LiveSource:
+    """``databento.Live`` behind the record-source interface (one schema, continuous symbols)."""
+
+    def __init__(
+        self,
+        dataset: str,
+        symbols: Sequence[str],
+        schema: Schema = Schema.MBP_10,
+        client_factory: Callable[[], LiveClient] = databento_client,
+    ) -> None:
+        self.dataset, self.symbols, self.schema = dataset, list(symbols), schema
+        self._factory = client_factory
+        # Records of other types (symbol mappings, system messages, heartbeats) are not market data.
+        self._rtype = dbn.RType.from_schema(schema.dbn)
+        self.streams = [StreamMeta(schema, dataset, {})]
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._client: LiveClient | None = None
+        self.connect()
+
+    def connect(self) -> None:
+        client = self._factory()
+        stype = "continuous" if any(".c." in s or ".v." in s for s in self.symbols) else "raw_symbol"
+        client.subscribe(dataset=self.dataset, schema=self.schema.value, symbols=self.symbols, stype_in=stype)
+        client.add_callback(self._queue.put, self._on_exception)
+        client.start()
+        self._client = client
+
+    def _on_exception(self, exc: BaseException) -> None:
+        self._queue.put(Disconnected(str(exc)))
+
+    def next(self, timeout: float) -> StreamRecord | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                item = self._queue.get(timeout=max(deadline - time.monotonic(), 0.0))
+            except queue.Empty:
+                return None
+            if isinstance(item, Disconnected):
+                raise item
+            if item is None:  # the client's end of stream (a recorded one, or a closed session)
+                raise Disconnected("the live session ended")
+            if getattr(item, "rtype", None) == self._rtype:
+                return StreamRecord(0, bytes(item))
+            symbol = getattr(item, "stype_out_symbol", None)
+            if symbol is not None:  # a symbol mapping: instrument_id -> the contract it names now
+                self.streams[0].symbols[int(item.instrument_id)] = str(symbol)
+
+    def reconnect(self) -> None:
+        self.close()
+        self.connect()
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.stop()
+            except Exception:  # noqa: BLE001 (a client that is already gone cannot be stopped twice)
+                pass
+            self._client = None

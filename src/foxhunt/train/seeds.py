@@ -1,0 +1,185 @@
+"""One profile trained over a list of seeds: the spread that tells a learned edge from a lucky start.
+
+``foxhunt seeds`` builds (or reuses) one feature cache, trains it once per seed in parallel processes
+(:func:`train_one_seed`, a pure function of its arguments, so a Ray task can call it per seed as it
+is) and writes ``seeds.json`` and ``seeds.png``: per seed and fold the validation net PnL, trades and
+Sharpe; the reference rule, flat and long per fold (:func:`foxhunt.backtest.reference.edge`); the
+mean, standard error and 95% interval of the capture (agent / rule over the folds, see
+:mod:`foxhunt.backtest.reference` for seeds where it is undefined); how many seeds beat flat.
+
+A seed whose run the anomaly guard stops is a result (``stopped``: the diagnosis), not the end of
+the study; it enters neither the capture statistics nor the seeds that beat flat.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from scipy import stats
+
+from foxhunt.backtest.reference import RULE, capture_ratio
+from foxhunt.config.models import FoxhuntConfig
+
+SEEDS_FILE = "seeds.json"
+SEEDS_PLOT = "seeds.png"
+INTERVAL_LEVEL = 0.95
+
+
+@dataclass
+class SeedFold:
+    """One fold of one seed: the agent's validation numbers and the baselines' net PnL."""
+
+    fold: int
+    net_pnl: float
+    trades: int
+    sharpe_annual: float
+    flat: float
+    long: float
+    rule: float | None
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    folds: list[SeedFold] = field(default_factory=list)
+    seconds: float = 0.0
+    stopped: str | None = None  # the anomaly guard's diagnosis when it stopped the run
+
+    @property
+    def total(self) -> float | None:
+        return None if self.stopped else sum(f.net_pnl for f in self.folds)
+
+    @property
+    def capture(self) -> float | None:
+        """Agent / rule net PnL summed over the folds (None: stopped, no rule, or the rule made <= 0)."""
+        if self.stopped or not self.folds or any(f.rule is None for f in self.folds):
+            return None
+        return capture_ratio(sum(f.net_pnl for f in self.folds), sum(f.rule or 0.0 for f in self.folds))
+
+    @property
+    def beats_flat(self) -> bool | None:
+        if self.stopped:
+            return None
+        return sum(f.net_pnl for f in self.folds) > sum(f.flat for f in self.folds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seed": self.seed,
+            "folds": [asdict(f) for f in self.folds],
+            "total": self.total,
+            "capture": self.capture,
+            "beats_flat": self.beats_flat,
+            "seconds": round(self.seconds, 1),
+            "stopped": self.stopped,
+        }
+
+
+def with_seed(cfg: FoxhuntConfig, seed: int) -> FoxhuntConfig:
+    """``cfg`` with ``run.seed = seed`` (validated, as ``--set run.seed=...`` would give)."""
+    body = cfg.model_dump(mode="json")
+    body["run"]["seed"] = seed
+    return FoxhuntConfig.model_validate(body)
+
+
+def seed_fold(fold: dict[str, Any]) -> SeedFold:
+    """The numbers a seeds study keeps of one training fold result (``train()``'s list items)."""
+    base = fold["baselines"]
+    rule = base.get(RULE)
+    return SeedFold(
+        fold=int(fold["fold"]),
+        net_pnl=float(fold["net_pnl"]),
+        trades=int(fold["trades"]),
+        sharpe_annual=float(fold["sharpe_annual"]),
+        flat=float(base["flat"]["net_pnl"]),
+        long=float(base["long"]["net_pnl"]),
+        rule=float(rule["net_pnl"]) if rule else None,
+    )
+
+
+def seed_folder(out: Path, seed: int) -> Path:
+    """The run folder of one seed inside a seeds study's folder ``out``."""
+    return out / f"seed{seed}"
+
+
+def train_one_seed(
+    cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None = None
+) -> SeedResult:
+    """Train ``cfg`` with ``run.seed = seed`` on the cache file into ``out`` (a run folder of its own);
+    ``planted``: the planted signal's state column, for the per-epoch direction-gap diagnostic.
+
+    Pure in its arguments (everything it reads is passed in, nothing is shared with the caller), so a
+    process pool or a Ray task can run it per seed."""
+    from foxhunt.features.cache import load_cache
+    from foxhunt.train.guard import AnomalyError
+    from foxhunt.train.run import train
+
+    cfg = with_seed(cfg, seed)
+    t0 = time.perf_counter()
+    cache = load_cache(cache_path, cfg)
+    try:
+        # The seeds command claimed the parent folder (refused unless --overwrite): a seed folder left
+        # there by an earlier study is replaced, not resumed.
+        folds = train(cache, cfg, out, overwrite=True, log=lambda _: None, planted=planted)
+    except AnomalyError as err:
+        return SeedResult(seed, seconds=time.perf_counter() - t0, stopped=str(err))
+    return SeedResult(seed, [seed_fold(f) for f in folds], seconds=time.perf_counter() - t0)
+
+
+def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, Any]:
+    """Mean, standard error (sd / sqrt(n), sd with n - 1) and the Student-t interval of ``values``.
+
+    With fewer than two values the standard error and interval are undefined (None)."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "se": None, "lo": None, "hi": None, "level": level}
+    mean = sum(values) / n
+    if n < 2:
+        return {"n": 1, "mean": mean, "se": None, "lo": None, "hi": None, "level": level}
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    se = sd / math.sqrt(n)
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * se
+    return {"n": n, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "level": level}
+
+
+def summarise_seeds(results: list[SeedResult], reference: dict[str, Any] | None) -> dict[str, Any]:
+    """The body of ``seeds.json`` (module docstring)."""
+    done = [r for r in results if not r.stopped]
+    captures = [c for c in (r.capture for r in done) if c is not None]
+    return {
+        "seeds": [r.to_dict() for r in results],
+        "reference": reference,
+        "capture": interval(captures)
+        | {"undefined_seeds": [r.seed for r in done if r.capture is None]},
+        "net_pnl_total": interval([r.total for r in done if r.total is not None]),
+        "beats_flat": sum(bool(r.beats_flat) for r in done),
+        "finished": len(done),
+        "stopped": [r.seed for r in results if r.stopped],
+    }
+
+
+def run_seeds(
+    cfg: FoxhuntConfig,
+    cache_path: Path,
+    seeds: list[int],
+    out: Path,
+    *,
+    workers: int = 1,
+    planted: str | None = None,
+) -> list[SeedResult]:
+    """:func:`train_one_seed` for every seed, ``workers`` at once in spawned processes; seed order.
+
+    Spawned (not forked) workers: a fork of a process that has started torch's or numba's threads
+    can deadlock, and spawn is what a fresh machine or a Ray worker sees anyway."""
+    jobs = [(cfg, s, seed_folder(out, s), cache_path, planted) for s in seeds]
+    if workers <= 1 or len(seeds) == 1:
+        return [train_one_seed(*job) for job in jobs]
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(seeds)), mp_context=ctx) as pool:
+        futures = [pool.submit(train_one_seed, *job) for job in jobs]
+        return [f.result() for f in futures]

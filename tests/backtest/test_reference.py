@@ -1,0 +1,101 @@
+"""The reference rule, the capture ratio and ``foxhunt edge`` (issue 22)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from foxhunt.backtest.reference import (
+    REFERENCE_COLUMN,
+    RULE,
+    capture_ratio,
+    fold_capture,
+    planted_column,
+    threshold_rule,
+    total_capture,
+)
+from foxhunt.cli import app
+from foxhunt.config.synth import PlantedSignal
+from foxhunt.data.synth import MANIFEST_NAME
+from foxhunt.env.actions import Direction, OrderType
+from foxhunt.env.rewards import BRANCHES
+from tests.train.test_run import TINY
+
+runner = CliRunner()
+
+
+def _fold(agent: float, rule: float | None) -> dict:
+    base = {"flat": {"net_pnl": 0.0}, "long": {"net_pnl": -5.0}}
+    return {"net_pnl": agent, "baselines": base | ({RULE: {"net_pnl": rule}} if rule is not None else {})}
+
+
+def test_capture_is_agent_over_rule_and_undefined_without_an_edge() -> None:
+    assert capture_ratio(2_500.0, 10_000.0) == pytest.approx(0.25)
+    assert capture_ratio(-500.0, 1_000.0) == pytest.approx(-0.5)  # a losing agent captures a negative share
+    # The rule made nothing or lost: no edge to capture; a ratio to a loss would flip the sign.
+    assert capture_ratio(500.0, 0.0) is None
+    assert capture_ratio(500.0, -1_000.0) is None
+    assert fold_capture(_fold(300.0, 1_200.0)) == pytest.approx(0.25)
+    assert fold_capture(_fold(300.0, None)) is None  # the rule's feature was not in the state
+    # Over folds: summed agent / summed rule, (976 + 2770 - 2897) / (11790 + 2090 + 7110)
+    folds = [_fold(976.0, 11_790.0), _fold(2_770.0, 2_090.0), _fold(-2_897.0, 7_110.0)]
+    assert total_capture(folds) == pytest.approx(849.0 / 20_990.0)
+    assert total_capture([_fold(10.0, 500.0), _fold(10.0, -600.0)]) is None  # the rule lost overall
+    assert total_capture([_fold(10.0, 500.0), _fold(10.0, None)]) is None
+
+
+def test_threshold_rule_goes_long_above_short_below_and_holds_between() -> None:
+    column = REFERENCE_COLUMN[PlantedSignal.IMBALANCE]
+    x = torch.tensor([2.0, -2.0, 0.5, 1.5, -1.6])
+    env = SimpleNamespace(
+        market=SimpleNamespace(features=x.unsqueeze(1), feature_columns=(column,)),
+        state=SimpleNamespace(row=torch.arange(5)),
+        codec=SimpleNamespace(sizes=(4, 3, 2, 3)),
+    )
+    a = threshold_rule(column, 1.5)(torch.zeros(5, 7), env)
+    d = BRANCHES.index("direction")
+    L, S, H = int(Direction.LONG), int(Direction.SHORT), int(Direction.HOLD)
+    assert a[:, d].tolist() == [L, S, H, H, S]  # 1.5 itself is not above the threshold
+    assert a[:, BRANCHES.index("magnitude")].tolist() == [2] * 5  # the largest size
+    assert a[:, BRANCHES.index("order_type")].tolist() == [int(OrderType.MARKET)] * 5
+
+
+def test_planted_column_reads_the_synthetic_manifest_and_is_unknown_on_real_data(tmp_path: Path) -> None:
+    synth, real = tmp_path / "synth", tmp_path / "real"
+    for d in (synth, real):
+        d.mkdir()
+        (d / "a.dbn.zst").write_bytes(b"")
+    (synth / MANIFEST_NAME).write_text(json.dumps({"signal": "trade_flow"}))
+    assert planted_column([synth / "a.dbn.zst"]) == "ofi.trade_flow"
+    (synth / MANIFEST_NAME).write_text(json.dumps({"alpha": 4.0}))  # written before synth.signal existed
+    assert planted_column([synth / "a.dbn.zst"]) == "ofi.l1_imbalance_ema_slow"
+    assert planted_column([real / "a.dbn.zst"]) is None  # real data: the planted signal is unknown
+    assert planted_column([synth / "a.dbn.zst", real / "a.dbn.zst"]) is None
+
+
+@pytest.mark.slow  # about 35 s on a loaded 2-core host: a market, its features and 2 x 3 backtests per fold
+def test_edge_command_reports_rule_flat_and_long_per_fold(tmp_path: Path, one_thread: None) -> None:
+    out = tmp_path / "edge"
+    sets = [a for s in (*TINY, "synth.alpha=4", "synth.alpha_horizon_events=2000") for a in ("--set", s)]
+    result = runner.invoke(app, ["edge", "--profile", "smoke", "--out", str(out), "-q", *sets])
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "edge.json").read_text())
+    assert body["rule"]["column"] == "ofi.l1_imbalance_ema_slow" and body["rule"]["threshold"] == 1.5
+    assert [r["fold"] for r in body["folds"]] == [0, 1]
+    for row in body["folds"]:
+        assert (row["flat"]["net_pnl"], row["flat"]["trades"]) == (0.0, 0)  # flat never trades
+        assert row[RULE]["trades"] > 0 and row["long"]["trades"] > 0
+    assert body["total"][RULE] == pytest.approx(sum(r[RULE]["net_pnl"] for r in body["folds"]))
+    assert "fold 0: rule" in result.output and "total: rule" in result.output
+    # The rule of the other planted kind reads the order-flow family.
+    other = runner.invoke(
+        app, ["edge", "--cache", str(next((out / "cache").glob("*.arrow"))), "--profile", "smoke",
+              "--out", str(tmp_path / "flow"), "-q", *sets, "--set", "synth.signal=trade_flow"],
+    )
+    assert other.exit_code == 0, other.output
+    assert json.loads((tmp_path / "flow" / "edge.json").read_text())["rule"]["column"] == "ofi.trade_flow"

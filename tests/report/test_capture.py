@@ -1,0 +1,58 @@
+"""The report's edge capture (agent vs the reference rule) and its direction-gap diagnostic (issue 22)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from foxhunt.report.html import write_report
+from tests.report.test_html import _metrics, full_summary, parse
+
+
+def _with_rule(summary: dict, rules: list[float], capture: list[float | None], qgap: bool) -> dict:
+    for f, rule, cap in zip(summary["folds"], rules, capture, strict=True):
+        f["baselines"]["rule"] = _metrics(rule, 2.0, 0.02, 30, 0.6, 0.3)
+        f["capture"] = cap
+        for r in f["history"]:
+            r["qgap_corr"] = 0.1 * (r["epoch"] + 1) if qgap else float("nan")
+    return summary
+
+
+def test_capture_table_and_rule_column(tmp_path: Path) -> None:
+    # fold 0: agent 1,234.50 of the rule's 4,938 (25%); fold 1: the rule lost, capture undefined
+    summary = _with_rule(full_summary(), [4_938.0, -100.0], [0.25, None], qgap=True)
+    p = parse(write_report(tmp_path, summary))
+    rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
+    i = rows.index(
+        ["fold", "agent net PnL", "reference rule", "flat", "long", "capture (agent / rule)"]
+    )
+    assert rows[i + 1] == ["0", "$1,234.50", "$4,938.00", "$0.00", "-$12.50", "25%"]
+    assert rows[i + 2] == ["1", "-$56.30", "-$100.00", "$0.00", "-$12.50", "n/a"]
+    # the rule is a policy column of the main metrics table too (after flat and long)
+    assert "rule" in rows[1] and rows[1].index("rule") == rows[1].index("long") + 1
+    text = (tmp_path / "report.html").read_text()
+    assert "Edge capture" in text and "n/a where the rule made nothing or lost" in text
+    # the verdict block names the rule among the baselines and the run's capture
+    summary["summary"]["capture"] = (1_234.5 - 56.3) / (4_938.0 - 100.0)
+    text = write_report(tmp_path, summary).read_text()
+    # fold 0 below the rule (1,234.50 < 4,938), fold 1 above it (-56.30 > -100)
+    assert "rule in <b>1 of 2</b>" in text and "Edge capture (agent / rule, all folds): 24%." in text
+
+
+def test_direction_gap_per_fold_and_epoch(tmp_path: Path) -> None:
+    p = parse(write_report(tmp_path, _with_rule(full_summary(), [1.0, 1.0], [None, None], qgap=True)))
+    rows = [cells for sec, _, cells in p.rows if sec == "diagnostics"]
+    i = rows.index(["fold", "epoch 0", "epoch 1", "epoch 2"])
+    assert rows[i + 1] == ["0", "0.100", "0.200", "0.300"]
+
+
+def test_no_planted_signal_says_na_and_no_rule_says_so(tmp_path: Path) -> None:
+    """Real data: the planted signal is unknown, so the gap's correlation is n/a, never a number."""
+    summary = full_summary()
+    for f in summary["folds"]:
+        for r in f["history"]:
+            r["qgap_corr"] = float("nan")
+    p = parse(write_report(tmp_path, summary))
+    text = (tmp_path / "report.html").read_text()
+    assert "n/a: this market has no known planted signal" in text
+    assert not any(cells and cells[0] == "epoch 0" for sec, _, cells in p.rows if sec == "diagnostics")
+    assert "No reference rule in this run" in text

@@ -1,0 +1,565 @@
+"""``foxhunt serve`` on a tiny synthetic market: a replay decides row for row as ``foxhunt backtest
+--checkpoint`` does on the same files, a kill -9 and a restart lose and double no fill, and every
+bad-stream case is logged, flattens the policy and leaves the service running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import astuple
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from foxhunt import api
+from foxhunt.backtest.decisions import DecisionRow, read_decisions_csv
+from foxhunt.cli import app
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.dbn_read import read_raw
+from foxhunt.env.actions import Direction
+from foxhunt.features.cache import open_cache
+from foxhunt.serve.config import ServeConfig
+from foxhunt.serve.ledger import Ledger
+from foxhunt.serve.monitor import Fault
+from foxhunt.serve.service import Service
+from foxhunt.serve.source import Disconnected, LiveSource, ReplaySource, SourceEnded, StreamMeta, StreamRecord
+
+# Three 23-hour sessions of 4,000 book events in 15-minute bars: 92 rows a session, two folds.
+MARKET = (
+    "synth.sessions=3",
+    "synth.events_per_session=4000",
+    "folds.n_folds=2",
+    "env.episode_rows=16",
+    "data.bar_seconds=900",
+)
+# One epoch of a few updates of the smoke network; seed 0 is one whose briefly trained policy trades.
+ONE_EPOCH = (
+    "agent.learn.updates_per_epoch=4",
+    "agent.network.symmetry=none",
+    "train.envs=8",
+    "train.steps_per_epoch=8",
+    "run.seed=0",
+)
+FOLD = 1
+FOXHUNT = str(Path(sys.executable).with_name("foxhunt"))
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def cfg() -> FoxhuntConfig:
+    return api.config("smoke", overrides=[*MARKET, *ONE_EPOCH])
+
+
+@pytest.fixture(scope="module")
+def market(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    return api.synthetic_market(tmp_path_factory.mktemp("market"), cfg)
+
+
+@pytest.fixture(scope="module")
+def export(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Fold 1's checkpoint after one epoch, exported with its fold's normaliser (what serve loads)."""
+    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.train.run import FoldTrainer
+
+    root = tmp_path_factory.mktemp("train")
+    cache = api.build_features(market, cfg, root / "cache")
+    store = CheckpointStore(root / "run", ring=1)
+    fold = api.make_folds(cache, cfg)[FOLD]
+    trainer = FoldTrainer(cache, fold, cfg, torch.device("cpu"), store, lambda m: None)
+    trainer.run_epoch()
+    saved = store.save_last(FOLD, 0, trainer.contents({}))
+    api.export_weights(saved, root / "bare")  # no normaliser: what `foxhunt export` without --cache writes
+    return api.export_weights(saved, root / "export", cache=cache)
+
+
+@pytest.fixture(scope="module")
+def replay(market: list[Path]) -> list[Path]:
+    """The last two sessions (MBP-10 and trades files): 184 rows, enough for the checkpoint's folds."""
+    days = sorted({p.name.split("-")[2].split(".")[0] for p in market})[-2:]
+    return [p for p in market if any(d in p.name for d in days)]
+
+
+@pytest.fixture(scope="module")
+def backtested(export: Path, replay: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("backtest")
+    args = ["backtest", "--data", *map(str, replay), "--checkpoint", str(export), "--out", str(out), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(
+    export: Path, replay: list[Path], backtested: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """``foxhunt serve`` on the same files, warmed up to the fold's validation start."""
+    out = tmp_path_factory.mktemp("served")
+    start = read_decisions_csv(backtested / "decisions.csv")[0].row
+    args = ["serve", "--checkpoint", str(export), "--replay", *map(str, replay), "--out", str(out), "-q"]
+    result = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={start}"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def _same(a: DecisionRow, b: DecisionRow) -> bool:
+    """Equal field for field, bit for bit (NaN fill price: nothing filled, equal to NaN)."""
+    pairs = zip(astuple(a), astuple(b), strict=True)
+    return all(x == y or (isinstance(x, float) and np.isnan(x) and np.isnan(y)) for x, y in pairs)
+
+
+def test_replay_decides_row_for_row_as_the_backtest(backtested: Path, served: Path) -> None:
+    """The invariant: every row the backtest decided, serve decided alike: actions, the position
+    after the step and its fills (contracts and price) bit for bit, trades included."""
+    bt = read_decisions_csv(backtested / "decisions.csv")
+    sv = {d.row: d for d in read_decisions_csv(served / "decisions.csv")}
+    assert len(bt) > 40
+    assert any(d.fill_contracts != 0 for d in bt), "the checkpoint trades (else the comparison is weak)"
+    assert [d.row for d in bt if not _same(d, sv.get(d.row, DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)))] == []
+    body = json.loads((backtested / "metrics.json").read_text())
+    summary = json.loads((served / "summary.json").read_text())
+    assert summary["net_pnl"] == pytest.approx(body["net_pnl"], rel=1e-9, abs=1e-9)
+
+
+def test_served_feature_rows_are_the_cache_rows_bit_for_bit(backtested: Path, served: Path) -> None:
+    cache = open_cache(next((backtested / "cache").glob("*.arrow")))
+    ledger = Ledger(served / "ledger.sqlite")
+    rows = ledger.features()
+    ts = dict(ledger.db.execute("SELECT row, ts FROM rows").fetchall())
+    ledger.close()
+    x = cache.features()
+    assert sorted(rows) == list(range(len(x)))  # every row of both sessions, none missing or extra
+    assert [r for r in rows if ts[r] != int(cache.column("ts")[r])] == []
+    assert [r for r in rows if not np.array_equal(rows[r], x[r], equal_nan=True)] == []
+
+
+@pytest.mark.slow  # a backtest and a replay of 184 rows
+def test_book_streams_alone_decide_and_compute_as_the_backtest(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """The MBP-10 files without their trades files: serve decodes the book streams as they arrive
+    (foxhunt.serve.state.BookStream, no DBN round trip, the logs cut between the two sessions) and
+    decides, fills and computes every feature row as the backtest on the same files, bit for bit."""
+    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.serve.service import load_trained
+    from foxhunt.serve.state import RowState
+
+    books = [p for p in replay if ".mbp-10." in p.name]
+    assert len(books) == 2
+    agent, cfg = load_trained(export, None)
+    streams = ReplaySource(books).streams
+    state = RowState(streams, cfg, agent.scaler, resolve_instrument(["ESZ6"]), tmp_path)
+    assert state.books is not None and state.cuttable  # the book-stream path, not load_market's
+    state.close()
+    bt, sv = tmp_path / "bt", tmp_path / "sv"
+    args = ["backtest", "--data", *map(str, books), "--checkpoint", str(export), "--out", str(bt), "-q"]
+    got = runner.invoke(app, args)
+    assert got.exit_code == 0, got.output
+    decided = read_decisions_csv(bt / "decisions.csv")
+    args = ["serve", "--checkpoint", str(export), "--replay", *map(str, books), "--out", str(sv), "-q"]
+    got = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={decided[0].row}"])
+    assert got.exit_code == 0, got.output
+    served = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}
+    assert len(decided) > 40
+    missing = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
+    assert [d.row for d in decided if not _same(d, served.get(d.row, missing))] == []
+    ledger = Ledger(sv / "ledger.sqlite")
+    rows = ledger.features()
+    ledger.close()
+    x = open_cache(next((bt / "cache").glob("*.arrow"))).features()
+    assert sorted(rows) == list(range(len(x)))
+    assert [r for r in rows if not np.array_equal(rows[r], x[r], equal_nan=True)] == []
+
+
+@pytest.mark.slow  # two fresh processes over 184 rows: about a minute on a shared CPU
+def test_kill_9_and_restart_lose_and_double_no_fill(
+    export: Path, replay: list[Path], backtested: Path, served: Path, tmp_path: Path
+) -> None:
+    """A serve process killed (SIGKILL) mid-replay and started again on the same --out ends with the
+    same decisions, fills and ledger as the run that was never interrupted."""
+    start = read_decisions_csv(backtested / "decisions.csv")[0].row
+    args = [FOXHUNT, "serve", "--checkpoint", str(export), "--replay", *map(str, replay)]
+    args += ["--out", str(tmp_path)]
+    args += ["--set", f"serve.warmup_rows={start}", "-q"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    ledger = tmp_path / "ledger.sqlite"
+    deadline = time.monotonic() + 120
+    committed = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+        if ledger.exists():
+            try:
+                with sqlite3.connect(ledger) as db:
+                    committed = db.execute("SELECT COUNT(*) FROM decisions").fetchone()[0]
+            except sqlite3.OperationalError:
+                continue
+            if committed >= 10:
+                break
+    assert proc.poll() is None, f"serve ended before the kill: {proc.stderr.read().decode()[-2000:]}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert committed >= 10
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    want = read_decisions_csv(served / "decisions.csv")
+    got = read_decisions_csv(tmp_path / "decisions.csv")
+    assert len(got) == len(want) and all(_same(a, b) for a, b in zip(got, want, strict=True))
+
+    def fills(path: Path) -> list[tuple]:
+        with sqlite3.connect(path) as db:
+            sql = "SELECT row, stage, contracts, price, costs FROM fills ORDER BY row, stage"
+            return db.execute(sql).fetchall()
+
+    assert fills(ledger) == fills(served / "ledger.sqlite") and len(fills(ledger)) > 0
+
+
+# --- bad streams ------------------------------------------------------------------------------------
+
+
+class Scripted:
+    """A record source over a list of records, with a stall or a disconnect where asked."""
+
+    def __init__(
+        self, streams: list[StreamMeta], records: list[StreamRecord], events: dict[int, str]
+    ) -> None:
+        self.streams, self.records, self.events = streams, records, dict(events)
+        self.i = 0
+        self.reconnected = 0
+
+    def next(self, timeout: float) -> StreamRecord | None:
+        event = self.events.pop(self.i, None)
+        if event == "stall":
+            time.sleep(timeout)
+            self.events[self.i] = "stall-once-more"  # two timeouts: longer than serve.stall_seconds
+            return None
+        if event == "stall-once-more":
+            time.sleep(timeout)
+            return None
+        if event == "disconnect":
+            raise Disconnected("connection reset by peer")
+        if self.i >= len(self.records):
+            raise SourceEnded
+        self.i += 1
+        return self.records[self.i - 1]
+
+    def reconnect(self) -> None:
+        self.reconnected += 1
+
+    def close(self) -> None:
+        return None
+
+
+@pytest.fixture(scope="module")
+def stream(replay: list[Path]) -> tuple[list[StreamMeta], list[StreamRecord]]:
+    """The first 800 records of the last session's MBP-10 and trades files, merged (about 18 rows)."""
+    src = ReplaySource(sorted(replay)[-2:])  # the last session's two files
+    records = []
+    for _ in range(800):
+        got = src.next(0.0)
+        assert got is not None
+        records.append(got)
+    return src.streams, records
+
+
+def _serve(export: Path, out: Path, streams, records, events=None, **serve) -> tuple[Service, Scripted]:
+    source = Scripted(streams, records, events or {})
+    cfg = ServeConfig(**{"warmup_rows": 2, "stall_seconds": 0.05, "reconnect_seconds": 0.0, **serve})
+    svc = Service(export, source, out, cfg, log=lambda m: None)
+    svc.run()
+    return svc, source
+
+
+def _with(records: list[StreamRecord], i: int, **fields: int) -> list[StreamRecord]:
+    """``records`` with record ``i``'s fields changed."""
+    out = list(records)
+    rec = np.frombuffer(out[i].payload, dtype=_dtype(records, i)).copy()
+    for k, v in fields.items():
+        rec[k] = v
+    out[i] = StreamRecord(out[i].stream, rec.tobytes())
+    return out
+
+
+def _dtype(records: list[StreamRecord], i: int) -> np.dtype:
+    from foxhunt.data.dbn_write import record_dtype
+    from foxhunt.data.schemas import Schema
+
+    size = len(records[i].payload)
+    return next(record_dtype(s) for s in (Schema.MBP_10, Schema.TRADES) if record_dtype(s).itemsize == size)
+
+
+@pytest.fixture(scope="module")
+def clean(export: Path, stream, tmp_path_factory: pytest.TempPathFactory) -> list[DecisionRow]:
+    svc, _ = _serve(export, tmp_path_factory.mktemp("clean"), *stream)
+    rows = svc.ledger.decisions()
+    assert svc.ledger.faults() == [] and len(rows) > 10
+    svc.close()
+    return rows
+
+
+def _book_index(records: list[StreamRecord], after: int) -> int:
+    return next(i for i in range(after, len(records)) if len(records[i].payload) > 100)  # an MBP-10 record
+
+
+def _flattened_after(svc: Service, kind: Fault, clean: list[DecisionRow]) -> None:
+    """The fault is in the ledger, the service served to the end of the stream, and the decision
+    after the fault is the fail-safe flatten (a flat position after it)."""
+    kinds = [k for k, _ in svc.ledger.faults()]
+    assert kind.value in kinds
+    rows = svc.ledger.decisions()
+    sql = "SELECT row, direction, position_after FROM decisions WHERE forced = 'flatten'"
+    forced = svc.ledger.db.execute(sql)
+    got = forced.fetchall()
+    assert got and all(d == int(Direction.FLAT) and p == 0 for _, d, p in got)
+    assert rows[-1].row >= clean[-1].row > max(r for r, _, _ in got)  # it kept running to the end
+
+
+def test_gap_flattens(export: Path, stream, clean: list[DecisionRow], tmp_path: Path) -> None:
+    streams, records = stream
+    i = _book_index(records, 400)
+    late = [StreamRecord(r.stream, _shift(r.payload, records, 20 * 60)) for r in records[i:]]
+    svc, _ = _serve(export, tmp_path, streams, records[:i] + late, max_gap_seconds=600)
+    _flattened_after(svc, Fault.GAP, clean)
+
+
+def _shift(payload: bytes, records: list[StreamRecord], seconds: int) -> bytes:
+    rec = np.frombuffer(payload, dtype=_dtype([StreamRecord(0, payload)], 0)).copy()
+    rec["ts_event"] += np.uint64(seconds * 1_000_000_000)
+    return rec.tobytes()
+
+
+def test_crossed_book_flattens(export: Path, stream, clean: list[DecisionRow], tmp_path: Path) -> None:
+    streams, records = stream
+    i = _book_index(records, 400)
+    ask = int(np.frombuffer(records[i].payload, dtype=_dtype(records, i))["ask_px_00"][0])
+    svc, _ = _serve(export, tmp_path, streams, _with(records, i, bid_px_00=ask + 250_000_000))
+    _flattened_after(svc, Fault.CROSSED, clean)
+
+
+def test_roll_to_another_instrument_is_dropped_and_flattens(
+    export: Path, stream, clean: list[DecisionRow], tmp_path: Path
+) -> None:
+    streams, records = stream
+    i = _book_index(records, 400)
+    svc, _ = _serve(export, tmp_path, streams, _with(records, i, instrument_id=4242))
+    _flattened_after(svc, Fault.ROLL, clean)
+
+
+def test_stalled_feed_flattens(export: Path, stream, clean: list[DecisionRow], tmp_path: Path) -> None:
+    streams, records = stream
+    svc, _ = _serve(export, tmp_path, streams, records, {400: "stall"})
+    _flattened_after(svc, Fault.STALL, clean)
+
+
+def test_disconnect_reconnects_and_flattens(
+    export: Path, stream, clean: list[DecisionRow], tmp_path: Path
+) -> None:
+    streams, records = stream
+    svc, source = _serve(export, tmp_path, streams, records, {400: "disconnect"})
+    assert source.reconnected == 1
+    _flattened_after(svc, Fault.DISCONNECT, clean)
+
+
+def test_corrupt_and_out_of_order_records_are_dropped_without_a_trace_in_the_rows(
+    export: Path, stream, clean: list[DecisionRow], tmp_path: Path
+) -> None:
+    """A truncated record, one without a time and a stale repeat of an old record are logged and
+    dropped: the rows and decisions are those of the clean stream."""
+    streams, records = stream
+    bad = list(records)
+    bad.insert(600, StreamRecord(0, records[550].payload[:-7]))  # truncated
+    bad.insert(400, _with(records, 350, ts_event=0)[350])  # no time
+    bad.insert(300, records[100])  # out of order: a repeat of an older record
+    svc, _ = _serve(export, tmp_path, streams, bad)
+    kinds = sorted({k for k, _ in svc.ledger.faults()})
+    assert kinds == sorted({Fault.CORRUPT.value, Fault.OUT_OF_ORDER.value})
+    assert all(_same(a, b) for a, b in zip(svc.ledger.decisions(), clean, strict=True))
+
+
+class Crash(Exception):
+    """A process dying mid-stream (in-process stand-in for kill -9: nothing after it runs)."""
+
+
+def test_a_restart_after_a_crash_continues_as_if_nothing_happened(
+    export: Path, stream, clean: list[DecisionRow], tmp_path: Path
+) -> None:
+    """Dropped records before the crash are dropped again on the restart (its resume point counts
+    every record taken from the source), so the restarted run decides as the uninterrupted one."""
+    streams, records = stream
+    bad = list(records)
+    bad.insert(300, records[100])  # out of order: dropped
+    bad.insert(200, StreamRecord(0, b"garbage"))  # corrupt: dropped
+    source = Scripted(streams, bad, {})
+    crash_at = 600
+
+    def dying(timeout: float) -> StreamRecord | None:
+        if source.i == crash_at:
+            raise Crash
+        return Scripted.next(source, timeout)
+
+    source.next = dying  # type: ignore[method-assign]
+    first = Service(export, source, tmp_path, ServeConfig(warmup_rows=2), log=lambda m: None)
+    with pytest.raises(Crash):
+        first.run()
+    before = len(first.ledger.decisions())
+    first.ledger.close()
+    assert 0 < before < len(clean)
+    svc, _ = _serve(export, tmp_path, streams, bad)
+    got = svc.ledger.decisions()
+    assert len(got) == len(clean) and all(_same(a, b) for a, b in zip(got, clean, strict=True))
+    assert len(svc.ledger.faults()) == 2  # each drop logged once, not again on the restart
+
+
+def test_hold_keeps_the_position_instead(export: Path, stream, tmp_path: Path) -> None:
+    streams, records = stream
+    svc, _ = _serve(export, tmp_path, streams, records, {400: "disconnect"}, on_fault="hold")
+    forced = svc.ledger.db.execute("SELECT direction FROM decisions WHERE forced = 'hold'").fetchall()
+    assert forced and {d for (d,) in forced} == {int(Direction.HOLD)}
+
+
+# --- the live adapter, the command line, the status endpoint --------------------------------------
+
+
+class RecordedLive:
+    """``databento.Live``'s interface over a recorded DBN file: start() plays it to the callback."""
+
+    def __init__(self, path: Path) -> None:
+        import databento as db
+
+        self.store = db.DBNStore.from_file(path)
+        self.subscribed: dict = {}
+        self.symbology_map: dict = {}
+
+    def subscribe(self, dataset, schema, symbols, stype_in):  # noqa: ANN001, ANN201
+        self.subscribed = {"dataset": dataset, "schema": schema, "symbols": symbols, "stype_in": stype_in}
+
+    def add_callback(self, record_callback, exception_callback=None) -> None:  # noqa: ANN001
+        self.callback = record_callback
+
+    def start(self) -> None:
+        for rec in self.store:
+            self.callback(rec)
+        self.callback(None)
+
+    def stop(self) -> None:
+        return None
+
+
+def test_live_adapter_hands_out_the_recorded_stream(replay: list[Path]) -> None:
+    book = next(p for p in replay if "mbp-10" in p.name)
+    clients: list[RecordedLive] = []
+
+    def factory() -> RecordedLive:
+        clients.append(RecordedLive(book))
+        return clients[-1]
+
+    live = LiveSource("GLBX.MDP3", ["ES.c.0"], client_factory=factory)
+    want_sub = {"dataset": "GLBX.MDP3", "schema": "mbp-10", "symbols": ["ES.c.0"], "stype_in": "continuous"}
+    assert clients[0].subscribed == want_sub
+    got: list[bytes] = []
+
+    def drain() -> None:
+        while (r := live.next(1.0)) is not None:
+            got.append(r.payload)
+
+    with pytest.raises(Disconnected):  # the recorded session's end
+        drain()
+    want = read_raw(book).records
+    assert len(got) == len(want) and b"".join(got) == want.tobytes()
+
+
+def test_live_without_a_key_is_one_line_exit_2(
+    export: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DATABENTO_API_KEY", raising=False)
+    args = ["serve", "--checkpoint", str(export), "--live", "GLBX.MDP3", "--symbols", "ES.c.0"]
+    args += ["--out", str(tmp_path)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "DATABENTO_API_KEY" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_checkpoint_without_normaliser_is_refused(export: Path, replay: list[Path], tmp_path: Path) -> None:
+    bare = export.with_name("bare.safetensors")
+    args = ["serve", "--checkpoint", str(bare), "--replay", str(replay[0]), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and "--cache" in result.output
+
+
+def test_a_stream_of_another_instrument_is_refused_in_one_line(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    from foxhunt.data.dbn_write import write_records
+    from foxhunt.train.checkpoint import read_checkpoint_meta
+
+    assert read_checkpoint_meta(export)["instrument"]["root"] == "ES"  # the export records its data's
+    f = read_raw(replay[0])
+    symbols = {iid: "NQZ6" for iid in f.instrument_symbols}  # the same records, another product
+    nq = write_records(tmp_path / "nq.mbp-10.dbn", f.schema, f.records, dataset=f.dataset, symbols=symbols)
+    args = ["serve", "--checkpoint", str(export), "--replay", str(nq), "--out", str(tmp_path / "o")]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert "NQZ6" in result.output and "ES" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not (tmp_path / "o" / "decisions.csv").exists()
+
+
+def test_serve_config_rejects_unknown_keys() -> None:
+    with pytest.raises(ValueError, match="extra"):
+        ServeConfig(warmup=3)  # type: ignore[call-arg]
+    assert api.config("smoke", overrides=["serve.on_fault=hold"]).serve.on_fault.value == "hold"
+
+
+def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from foxhunt.serve.http import start_status_server
+
+    streams, records = stream
+    svc = Service(export, Scripted(streams, records[:300], {}), tmp_path, ServeConfig(), log=lambda m: None)
+    svc.run()
+    server = start_status_server(svc, 0)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert json.load(urllib.request.urlopen(f"{base}/health"))["ok"] is True
+        state = json.load(urllib.request.urlopen(f"{base}/state"))
+        assert state["decisions"] == len(svc.ledger.decisions()) and "feed_lag_s" in state
+        since = json.load(urllib.request.urlopen(f"{base}/decisions?since=3"))
+        assert [d["row"] for d in since] == [d.row for d in svc.ledger.decisions(3)]
+        monkeypatch.delenv("FOXHUNT_SERVE_TOKEN", raising=False)
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            urllib.request.urlopen(urllib.request.Request(f"{base}/flatten", method="POST"))
+        monkeypatch.setenv("FOXHUNT_SERVE_TOKEN", "s3cret")
+        auth = {"Authorization": "Bearer s3cret"}
+        req = urllib.request.Request(f"{base}/flatten", method="POST", headers=auth)
+        assert urllib.request.urlopen(req).status == 200 and svc.flatten_now
+    finally:
+        server.shutdown()
+        svc.close()
+
+
+def test_a_normaliser_of_another_feature_layout_is_refused(export: Path, stream, tmp_path: Path) -> None:
+    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.serve.service import load_trained
+    from foxhunt.serve.state import RowState
+    from foxhunt.train.checkpoint import CheckpointError
+    from foxhunt.validation.normalise import RobustScaler
+
+    streams, records = stream
+    agent, cfg = load_trained(export, None)
+    s = agent.scaler
+    short = RobustScaler(median=s.median[:-1], scale=s.scale[:-1], clip=s.clip, columns=s.columns[:-1])
+    state = RowState(streams, cfg, short, resolve_instrument(["ESZ6"]), tmp_path)
+    for r in records[:200]:
+        state.append(r.stream, r.payload)
+    with pytest.raises(CheckpointError, match="another feature layout"):
+        state.rows()
+    state.close()

@@ -1,0 +1,84 @@
+"""A profile over several seeds (``foxhunt seeds``): the per-seed numbers, the capture's interval, the
+command end to end (issue 22)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from foxhunt.cli import app
+from foxhunt.config.loader import load_config
+from foxhunt.train.seeds import SeedFold, SeedResult, interval, summarise_seeds, with_seed
+from tests.train.test_run import TINY
+
+runner = CliRunner()
+
+
+def _result(seed: int, agent: list[float], rule: list[float | None], flat: float = 0.0) -> SeedResult:
+    pairs = enumerate(zip(agent, rule, strict=True))
+    folds = [SeedFold(k, a, 10, 1.0, flat, -50.0, r) for k, (a, r) in pairs]
+    return SeedResult(seed, folds, seconds=1.0)
+
+
+def test_interval_hand_worked() -> None:
+    # mean 0.4, sd 0.2 (n - 1), se 0.2 / sqrt 3 = 0.11547, t(0.975, 2) = 4.3027 -> half width 0.49683
+    got = interval([0.2, 0.4, 0.6])
+    assert got["n"] == 3 and got["mean"] == pytest.approx(0.4)
+    assert got["se"] == pytest.approx(0.2 / math.sqrt(3))
+    assert got["lo"] == pytest.approx(0.4 - 0.49683, abs=1e-4)
+    assert got["hi"] == pytest.approx(0.89683, abs=1e-4)
+    one = interval([0.7])
+    assert one["mean"] == 0.7 and one["se"] is None and one["lo"] is None
+    assert interval([])["mean"] is None
+
+
+def test_seed_capture_beats_flat_and_summary() -> None:
+    a = _result(7, [1_000.0, -200.0], [4_000.0, 1_000.0])  # capture 800 / 5000 = 0.16
+    b = _result(8, [3_000.0, 500.0], [4_000.0, 1_000.0])  # 3500 / 5000 = 0.7
+    c = _result(9, [-100.0, -100.0], [-300.0, 100.0])  # the rule lost overall: capture undefined
+    stopped = SeedResult(10, seconds=2.0, stopped="exploding loss")
+    assert a.capture == pytest.approx(0.16) and b.capture == pytest.approx(0.7) and c.capture is None
+    assert (a.beats_flat, c.beats_flat, stopped.beats_flat) == (True, False, None)
+    body = summarise_seeds([a, b, c, stopped], reference=None)
+    assert body["capture"]["n"] == 2 and body["capture"]["mean"] == pytest.approx(0.43)
+    assert body["capture"]["undefined_seeds"] == [9]
+    assert body["beats_flat"] == 2 and body["finished"] == 3 and body["stopped"] == [10]
+    assert body["seeds"][0]["folds"][1]["net_pnl"] == -200.0
+    assert body["seeds"][3]["stopped"] == "exploding loss"
+    json.dumps(body)  # seeds.json is plain JSON
+
+
+def test_with_seed_changes_only_the_seed() -> None:
+    cfg = load_config(profile="smoke")
+    other = with_seed(cfg, 11)
+    assert other.run.seed == 11 and other.model_dump(exclude={"run"}) == cfg.model_dump(exclude={"run"})
+
+
+@pytest.mark.slow  # two tiny trainings in spawned processes: a minute on a loaded 2-core host
+def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) -> None:
+    out = tmp_path / "seeds"
+    sets = [a for s in (*TINY, "run.threads=1") for a in ("--set", s)]
+    args = ["seeds", "--profile", "smoke", "--seeds", "3,4", "--workers", "2", "--out", str(out), "-q", *sets]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    body = json.loads((out / "seeds.json").read_text())
+    assert [s["seed"] for s in body["seeds"]] == [3, 4] and body["finished"] == 2
+    for s in body["seeds"]:
+        assert [f["fold"] for f in s["folds"]] == [0, 1]
+        for f, ref in zip(s["folds"], body["reference"]["folds"], strict=True):
+            # the rule and flat the seed's training reported are the study's reference, fold for fold
+            assert f["rule"] == pytest.approx(ref["rule"]["net_pnl"]) and f["flat"] == 0.0
+        # each seed's own run folder, trained with its seed
+        recorded = json.loads((out / f"seed{s['seed']}" / "train.config.json").read_text())
+        assert recorded["config"]["run"]["seed"] == s["seed"]
+    # the synthetic market's planted carrier is known: every epoch records the direction gap's correlation
+    history = json.loads((out / "seed3" / "folds.json").read_text())[0]["history"]
+    assert len(history) == 2 and all(math.isfinite(r["qgap_corr"]) for r in history)
+    nets = [[f["net_pnl"] for f in s["folds"]] for s in body["seeds"]]
+    assert nets[0] != nets[1]  # different seeds, different agents
+    assert (out / "seeds.png").read_bytes()[:4] == b"\x89PNG"
+    assert "seed 3: net" in result.output and "beat flat" in result.output
