@@ -18,7 +18,9 @@ rules issue 14 fixed, with plain pandas/numpy loops:
   fill on a trade-through of a later row (neither file has book sizes together with traded volume,
   so the queue-aware fill at the price never applies) and expire after their urgency's patience, fees per
   contract and side, the mark to the next row, plan exits by stop, profit or timeout at the next
-  row (the window's last row closes what is open), the capital floor;
+  row (a plan's entry reference is the close of the row its fill moved to, so that row's own range
+  is not checked: the triple-barrier label's convention), the window's last row closes what is
+  open, the capital floor;
 * policies: long and short (Full size, market orders, Normal urgency), flat (to no position) and random (every
   branch uniform; its draws are torch's seeded stream, reproduced with torch alone, an input of
   the backtest rather than part of it);
@@ -385,7 +387,7 @@ def run_window(
         if plan["active"] and not hold_reset:
             plan["hold"] += 1
         reason = None
-        if plan["active"]:
+        if plan["active"] and not hold_reset:  # first checked on the row after the entry reference
             d = plan["dir"]
             hi, lo = rows_high(rows, mid, r1), rows_low(rows, mid, r1)
             hit_profit = hi >= plan["profit"] if d > 0 else lo <= plan["profit"]

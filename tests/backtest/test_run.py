@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import csv
 import json
 from pathlib import Path
@@ -55,6 +56,10 @@ def test_flat_oracle_and_outputs(market: Path, tmp_path: Path) -> None:
     assert oracle["implausible"] and oracle["net_pnl"] > 0 and oracle["win_rate"] > 0.8
     rows = list(csv.DictReader((tmp_path / "oracle" / "trades.csv").open()))
     assert len(rows) == oracle["trades"]
+    # The oracle reads the label of the row its plan enters at (r+1): with symmetric barriers it goes
+    # long before a profit exit and short before the long's stop, so no plan of it is stopped out.
+    reasons = collections.Counter(r["exit_reason"] for r in rows)
+    assert reasons["profit"] > 0 and reasons["stop"] == 0, reasons
     assert sum(float(r["net_pnl"]) for r in rows) == pytest.approx(oracle["net_pnl"], rel=1e-9)
     assert flat["win_rate"] == -1.0  # no trade: undefined (SPEC §9), not 0
     assert (tmp_path / "oracle" / "equity.png").read_bytes()[:4] == b"\x89PNG"

@@ -94,14 +94,17 @@ def test_round_trip_inside_one_step_is_a_trade() -> None:
     assert r.fills[0].tolist() == [2.0, 0.0, -2.0]
 
 
-def test_stop_on_the_entry_step_is_a_trade() -> None:
-    # Row 1 trades down through the stop 100 x (1 - 5e-4) = 99.95 of a long bought on row 0.
-    mk = _market([100.0, 100.0, 100.0, 100.0], low=[100.0, 99.5, 100.0, 100.0])
+def test_stop_on_the_first_checked_row_is_a_trade() -> None:
+    # Row 2 trades down through the stop 100 x (1 - 5e-4) = 99.95 of a long bought on row 0 (entry
+    # reference: row 1's close; row 1 itself is not checked, the labels' convention).
+    mk = _market([100.0, 100.0, 100.0, 100.0], low=[100.0, 100.0, 99.5, 100.0])
     env = TradingEnv(mk, _config(stop_mult=5.0))
     env.reset(torch.tensor([0]))
-    _, r = env.step(_act(L))
+    _, r0 = env.step(_act(L))
+    _, r = env.step(_act(H))
     assert env.state.position.item() == 0.0 and r.exit_reason.item() == ExitReason.STOP
-    assert r.trades.closed.sum().item() == 1 and r.trades.pnl.sum().item() == r.net.item() == -29.0
+    assert r.trades.closed.sum().item() == 1 and r.trades.pnl.sum().item() == r0.net.item() + r.net.item()
+    assert (r0.net.item(), r.net.item()) == (-14.5, -14.5)  # fee 2 x $1 + half spread 2 x 0.125 x 50
     assert env.state.n_trades.item() == 1 and env.state.n_wins.item() == 0
 
 

@@ -15,6 +15,7 @@ from foxhunt.validation.labels import (
     LabelParams,
     Outcome,
     barrier_prices,
+    barrier_touch,
     compute_labels,
     direction_labels,
     label_span,
@@ -160,6 +161,19 @@ def test_barrier_prices_long_and_short():
     assert barrier_prices(100.0, 1 / 64, 2.0, 1.0, side=-1) == (96.875, 101.5625)
     with pytest.raises(ValueError, match="side"):
         barrier_prices(100.0, 0.01, 1.0, 1.0, side=0)
+
+
+def test_barrier_touch_is_one_test_for_floats_and_tensors():
+    """Levels 101 / 99 (long) and 99 / 101 (short); touching a level exactly counts."""
+    import torch
+
+    assert barrier_touch(101.0, 99.5, 101.0, 99.0, 1) == (True, False)
+    assert barrier_touch(100.5, 99.0, 101.0, 99.0, 1) == (False, True)
+    assert barrier_touch(101.0, 99.0, 99.0, 101.0, -1) == (True, True)
+    assert barrier_touch(100.5, 99.5, 99.0, 101.0, -1) == (False, False)
+    hi, lo = torch.tensor([101.0, 100.5]), torch.tensor([99.5, 99.0])
+    profit, stop = barrier_touch(hi, lo, torch.tensor(101.0), torch.tensor(99.0), 1)
+    assert profit.tolist() == [True, False] and stop.tolist() == [False, True]
 
 
 def test_triple_barrier_long_hand_worked():

@@ -6,6 +6,10 @@ step of that row made of it: each branch's picked action, the position held afte
 the row's order, the resting order against row + 1 and any plan exit at row + 1) and the step's
 fills (signed contracts summed over the fill stages, and their contract-weighted price; empty when
 nothing filled). ``ts_event`` is the row's ``ts`` column (foxhunt.features.cache).
+
+The backtest builds its lines from the evaluation's record (:class:`DecisionRecord`, written by the
+fused step on the device and read back once after the run); serve builds each step's line as it
+steps (:func:`step_rows`). Both go through one formula (:func:`_lines`), so they compare bit for bit.
 """
 
 from __future__ import annotations
@@ -16,11 +20,14 @@ from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 import numpy as np
+import torch
 from torch import Tensor
 
 from foxhunt.atomic import atomic_path
-from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.backtest.metrics import StepRecord
+from foxhunt.env.core import StepResult
 from foxhunt.env.rewards import BRANCHES
+from foxhunt.env.trades import STAGES
 
 
 @dataclass(frozen=True)
@@ -46,17 +53,17 @@ HEADER = tuple(f.name for f in fields(DecisionRow))
 assert HEADER[2:6] == BRANCHES, "decisions.csv names the action branches in BRANCHES order"
 
 
-def step_rows(
-    rows_N: Tensor, res: StepResult, position_N: Tensor, ts_of: Callable[[int], int]
+def _lines(
+    live: np.ndarray,
+    rows: np.ndarray,
+    picked: np.ndarray,
+    pos: np.ndarray,
+    fills_NS: np.ndarray,
+    price_NS: np.ndarray,
+    ts_of: Callable[[int], int],
 ) -> list[DecisionRow]:
-    """The decision lines of one environment step: ``rows_N`` the rows stepped (before the step),
-    ``position_N`` the positions after it; episodes that were not live write nothing."""
-    live = res.written.cpu().numpy()
-    rows = rows_N.cpu().numpy()
-    picked = res.picked.cpu().numpy()
-    pos = position_N.double().cpu().numpy()
-    fills_NS = res.fills.double().cpu().numpy()
-    price_NS = res.fill_price.double().cpu().numpy()
+    """The lines of the live entries of host arrays over N decisions: the one formula of a line
+    (fills summed over the stages, their contract-weighted price), for serve's step and the record."""
     out = []
     for i in np.flatnonzero(live):
         contracts = float(fills_NS[i].sum())
@@ -67,36 +74,68 @@ def step_rows(
     return out
 
 
-class _Recording:
-    """A decision that steps the env through the wrapped one and records the step's lines."""
+def step_rows(
+    rows_N: Tensor, res: StepResult, position_N: Tensor, ts_of: Callable[[int], int]
+) -> list[DecisionRow]:
+    """The decision lines of one environment step: ``rows_N`` the rows stepped (before the step),
+    ``position_N`` the positions after it; episodes that were not live write nothing."""
+    return _lines(
+        res.written.cpu().numpy(),
+        rows_N.cpu().numpy(),
+        res.picked.cpu().numpy(),
+        position_N.double().cpu().numpy(),
+        res.fills.double().cpu().numpy(),
+        res.fill_price.double().cpu().numpy(),
+        ts_of,
+    )
 
-    def __init__(self, inner: object, log: DecisionLog) -> None:
-        self.inner, self.log = inner, log
 
-    def step(self, env: TradingEnv) -> tuple[Tensor, StepResult]:
-        rows = env._state().row.clone()
-        if isinstance(self.inner, Tensor):
-            obs, res = env.step(self.inner)
-        else:
-            obs, res = self.inner.step(env)  # type: ignore[attr-defined]
-        self.log.rows.extend(step_rows(rows, res, env._state().position, self.log.ts_of))
-        return obs, res
+@dataclass(frozen=True)
+class DecisionRecord:
+    """What decisions.csv needs beyond the evaluation's :class:`StepRecord` (which holds ``written``,
+    the picked actions and the position after each step), in preallocated ``[E, T(, S)]`` device
+    buffers written by the fused evaluation step at a device-side step index (no host read per
+    step, so the write is captured with the step in a CUDA graph): the row each step decided and
+    its fills per fill stage (signed contracts and price, float64 as :func:`step_rows` reads them).
+    """
 
+    row: Tensor  # int64 [E, T]: the row stepped (the state's row before the step)
+    fills: Tensor  # float64 [E, T, S]: signed contracts filled per stage
+    fill_price: Tensor  # float64 [E, T, S]: their prices
 
-class DecisionLog:
-    """Wraps a backtest policy so that every step it takes is recorded as decision lines."""
+    @classmethod
+    def blank(cls, n_episodes: int, n_steps: int, device: torch.device | str) -> DecisionRecord:
+        f64 = torch.float64
+        return cls(
+            row=torch.zeros(n_episodes, n_steps, dtype=torch.int64, device=device),
+            fills=torch.zeros(n_episodes, n_steps, STAGES, dtype=f64, device=device),
+            fill_price=torch.zeros(n_episodes, n_steps, STAGES, dtype=f64, device=device),
+        )
 
-    def __init__(self, ts: np.ndarray) -> None:
-        self._ts = ts
-        self.rows: list[DecisionRow] = []
+    def write(self, t: Tensor, rows_N: Tensor, res: StepResult) -> None:
+        """Column ``t`` (a ``[1]`` int64 device index): ``rows_N`` the rows stepped, ``res`` the step."""
+        for dst, src in ((self.row, rows_N), (self.fills, res.fills), (self.fill_price, res.fill_price)):
+            dst.index_copy_(1, t, src.unsqueeze(1).to(dst.dtype))
 
-    def ts_of(self, row: int) -> int:
-        return int(self._ts[row])
+    def lines(self, rec: StepRecord, ts_of: Callable[[int], int]) -> list[DecisionRow]:
+        """Every written step's line, copied to the host once; in step-major order (step 0 of every
+        episode, then step 1, ...), as a step-by-step log would list them."""
+        picked = torch.stack(
+            [rec.picked_direction, rec.picked_magnitude, rec.picked_order, rec.picked_urgency], dim=-1
+        )  # [E, T, 4] in BRANCHES order (HEADER asserts it)
 
-    def wrap(
-        self, policy: Callable[[Tensor, TradingEnv], object]
-    ) -> Callable[[Tensor, TradingEnv], _Recording]:
-        return lambda obs, env: _Recording(policy(obs, env), self)
+        def host(x: Tensor) -> np.ndarray:  # [E, T, ...] -> [T * E, ...], step-major
+            return x.transpose(0, 1).reshape(-1, *x.shape[2:]).cpu().numpy()
+
+        return _lines(
+            host(rec.written),
+            host(self.row),
+            host(picked),
+            host(rec.position.double()),
+            host(self.fills),
+            host(self.fill_price),
+            ts_of,
+        )
 
 
 def write_decisions_csv(path: str | Path, rows: Iterable[DecisionRow]) -> Path:

@@ -32,6 +32,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
+from foxhunt.backtest.decisions import DecisionRecord, DecisionRow
 from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail
 from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
@@ -109,15 +110,18 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         # Peeks at the future. With the triple-barrier outcome of the row (the market's aux
         # targets: what a long entered now meets first, on the same barriers as the plan) it goes
         # long before a profit exit and short before a stop (the mirrored short's profit); before
-        # a timeout, and without the outcome, it peeks at the price a plan's horizon ahead, where
-        # the timeout exits, and takes the side that move pays by more than the costs.
+        # a timeout, and without the outcome, it peeks at the price where the timeout exits, and
+        # takes the side that move pays by more than the costs. A market order at row r opens a plan
+        # whose entry row is r+1 (its barriers are checked on r+2 .. r+1+horizon, env/core.py), so
+        # the outcome that decides is the label of row r+1 and the timeout exits at r+1+horizon.
         s = env._state()
         m = env.market
         min_move = 4 * m.instrument.tick_size  # enough to pay the spread and fees
-        move = m.mid[torch.clamp(s.row + horizon, max=m.rows - 1)] - m.mid[s.row]
+        entry = torch.clamp(s.row + 1, max=m.rows - 1)
+        move = m.mid[torch.clamp(entry + horizon, max=m.rows - 1)] - m.mid[s.row]
         up, down = move > min_move, move < -min_move
         if m.aux_targets is not None:
-            outcome = m.aux_targets[s.row, AUX_TARGETS.index("outcome")]
+            outcome = m.aux_targets[entry, AUX_TARGETS.index("outcome")]
             barrier = ~torch.isnan(outcome) & (outcome != float(Outcome.TIMEOUT))
             up = torch.where(barrier, outcome == float(Outcome.PROFIT), up)
             down = torch.where(barrier, outcome == float(Outcome.STOP), down)
@@ -212,7 +216,9 @@ class GraphedEvaluation:
 
     The step writes its record column at a device-side counter; the env is reset in place before
     each run, so one capture serves every evaluation of the same windows. ``compile_seconds``: the
-    warm-up (Inductor's compile of the env step on first use) and the capture.
+    warm-up (Inductor's compile of the env step on first use) and the capture. With ``decisions``
+    the step also writes what decisions.csv needs into a :class:`DecisionRecord` (``foxhunt backtest
+    --checkpoint``), read back once after the run by :meth:`decision_rows`.
     """
 
     @classmethod
@@ -233,10 +239,11 @@ class GraphedEvaluation:
         *,
         graph: bool | None = None,
         compile: bool | None = None,
+        decisions: bool = False,
     ) -> None:
         """``graph``: capture the step (None: on CUDA); ``compile``: compile the env step with Inductor
         (None: on CUDA from ``COMPILE_MIN_BATCH`` windows). Without a graph the same step function
-        runs eagerly (the CPU equivalence tests)."""
+        runs eagerly (the CPU equivalence tests). ``decisions``: record the decision log too."""
         import time
 
         from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
@@ -253,6 +260,8 @@ class GraphedEvaluation:
         self.advance = compiled_advance() if compile else advance
         n = len(self.starts)
         self.rec = StepRecord.blank(n, self.steps, market.device, trade_slots=STAGES, ledger=True)
+        # Allocated before the capture: the graph writes into these buffers by address.
+        self.decisions = DecisionRecord.blank(n, self.steps, market.device) if decisions else None
         self.t = torch.zeros(1, dtype=torch.int64, device=market.device)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.compile_seconds = 0.0
@@ -274,6 +283,8 @@ class GraphedEvaluation:
     def _step(self) -> None:
         env = self.env
         state = env._state()
+        # The row decided, read before the step advances the state's tensors in place.
+        rows = state.row.clone() if self.decisions is not None else None
         decision = self.policy(self.obs, env)
         if isinstance(decision, Tensor):
             res, nxt = self.advance(env, state, decision, True)
@@ -290,6 +301,9 @@ class GraphedEvaluation:
                 decision.q_variance,  # type: ignore[attr-defined]
             )
         _record_step(self.rec, self.t, res, state)
+        if self.decisions is not None:
+            assert rows is not None
+            self.decisions.write(self.t, rows, res)
         self.obs.copy_(nxt)
         self.t += 1
 
@@ -305,6 +319,13 @@ class GraphedEvaluation:
             else:
                 self._step()
         return _clone(self.rec)
+
+    def decision_rows(self, ts_of: Callable[[int], int]) -> list[DecisionRow]:
+        """The last run's decision lines (``decisions=True``), its buffers copied to the host once;
+        ``ts_of(row)`` is the row's ``ts_event``."""
+        if self.decisions is None:
+            raise ValueError("this evaluation was built without decisions=True")
+        return self.decisions.lines(self.rec, ts_of)
 
 
 def _clone(rec: StepRecord) -> StepRecord:

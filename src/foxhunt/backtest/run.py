@@ -22,8 +22,14 @@ import torch  # noqa: E402
 
 from foxhunt.atomic import atomic_path, write_json  # noqa: E402
 from foxhunt.backtest.annualise import Annualisation, annualisation  # noqa: E402
-from foxhunt.backtest.decisions import DecisionLog, write_decisions_csv  # noqa: E402
-from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted  # noqa: E402
+from foxhunt.backtest.decisions import DecisionRow, write_decisions_csv  # noqa: E402
+from foxhunt.backtest.evaluate import (  # noqa: E402
+    GraphedEvaluation,
+    Policy,
+    ScriptedPolicy,
+    evaluate,
+    scripted,
+)
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
     StepRecord,
@@ -36,6 +42,7 @@ from foxhunt.config.models import FoxhuntConfig  # noqa: E402
 from foxhunt.console import SILENT, Reporter  # noqa: E402
 from foxhunt.data.instrument import Instrument, instrument_of_cache  # noqa: E402
 from foxhunt.data.schemas import BarKind, RowUnit  # noqa: E402
+from foxhunt.env.graph import CapturablePolicy  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.errors import FoxhuntError  # noqa: E402
 from foxhunt.features.cache import FeatureCache  # noqa: E402
@@ -143,7 +150,8 @@ def run_backtest(
     chosen = folds if fold is None else [folds[fold]]
     instrument = instrument_of_cache(cache.meta, cfg.instrument)  # the config's overrides win
     records, trades, curves = [], [], []
-    decisions = DecisionLog(cache.column("ts"))
+    ts = cache.column("ts")
+    decisions: list[DecisionRow] = []
     stored = None if isinstance(policy, ScriptedPolicy) else stored_normaliser(policy, cache.columns)
     for fd in progress.track(chosen, f"backtest {policy.value}, folds"):
         if stored is not None:  # the scaling the network was trained with, as foxhunt serve applies it
@@ -152,15 +160,23 @@ def run_backtest(
             cache, fd, vol_window=cfg.env.plan.vol_window, device=device, instrument=instrument
         )
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
-        pol = (
-            scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
-            if isinstance(policy, ScriptedPolicy)
-            else decisions.wrap(policy.policy(device))  # decisions.csv: compared with foxhunt serve
-        )
-        rec = evaluate(market, cfg.env, lo, hi, pol)
+        if isinstance(policy, ScriptedPolicy):
+            pol = scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
+            rec = evaluate(market, cfg.env, lo, hi, pol)
+        else:
+            # The fused step (one CUDA graph per step on CUDA) records decisions.csv's columns too
+            # (compared with foxhunt serve), read back once after the run. A policy not marked
+            # capturable runs the same step eagerly.
+            pol = policy.policy(device)
+            ev = GraphedEvaluation(
+                market, cfg.env, lo, hi, pol, graph=None if isinstance(pol, CapturablePolicy) else False,
+                decisions=True,
+            )
+            rec = ev.run()
+            decisions.extend(ev.decision_rows(lambda r: int(ts[r])))
         records.append(rec)
         curves.append(equity_curve(rec))
-        trades.extend(trade_rows(rec, cache.column("ts"), fd.fold.index))
+        trades.extend(trade_rows(rec, ts, fd.fold.index))
     annual = cache_annualisation(cache, instrument)
     bpy = annual.bars_per_year
     metrics, reasons = summarise(StepRecord.concat(records), bpy, cfg)
@@ -178,7 +194,7 @@ def run_backtest(
     write_json(out / "metrics.json", body, indent=2, default=float)
     write_trades_csv(out / "trades.csv", trades)
     if not isinstance(policy, ScriptedPolicy):
-        write_decisions_csv(out / "decisions.csv", decisions.rows)
+        write_decisions_csv(out / "decisions.csv", decisions)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")

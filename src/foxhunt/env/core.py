@@ -17,8 +17,10 @@ A step at row ``r`` (the agent has seen rows <= r):
 3. **Move.** The position held through r -> r+1 is marked to market: gross = pos x (mid[r+1] -
    mid[r]) x point value. Resting orders fill against row r+1 (reference: mid[r+1]).
 4. **Exit.** A plan exits at row r+1 by profit, stop (trailing when configured) or timeout, as a
-   market order at row r+1's touch; these are the outcome labels' classes. Equity below the
-   capital floor flattens the position and ends the episode.
+   market order at row r+1's touch; these are the outcome labels' classes, under the labels'
+   convention (:mod:`foxhunt.validation.labels`): a plan opened in this step has its entry
+   reference at row r+1's close and is first checked on row r+2. Equity below the capital floor
+   flattens the position and ends the episode.
 5. **Record.** Gross PnL, costs (fees + slippage vs the mark) and net PnL are separate. Every fill
    is booked in the trade ledger (:mod:`foxhunt.env.trades`): a fill that takes the position to 0
    or reverses it closes a trade, one that leaves 0 or reverses it opens one, so a round trip
@@ -61,7 +63,7 @@ from foxhunt.env.sizing import (
 )
 from foxhunt.env.trades import ClosedTrades, ExitReason, OpenTrade, book_fill, by_stage, mark
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
-from foxhunt.validation.labels import barrier_prices
+from foxhunt.validation.labels import barrier_prices, barrier_touch
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
 _PROFIT, _STOP, _TIMEOUT = int(ExitReason.PROFIT), int(ExitReason.STOP), int(ExitReason.TIMEOUT)
@@ -408,15 +410,23 @@ class TradingEnv:
         hold = torch.where(opened, torch.zeros_like(s.hold_time), s.hold_time + (pos_b != 0).to(torch.int64))
 
         # 4. Exits at row r+1: profit, stop (trailing), timeout; then the capital floor.
+        # The triple barrier's convention (foxhunt.validation.labels): a plan opened this step takes
+        # its entry reference at row r+1's close, so row r+1's range (traded before that close) is
+        # neither checked nor folded into the best price; the first check is the next step's row.
+        # ``hold`` counts rows since the entry reference: the timeout exits at entry + target_bars.
+        checked = plan_active & ~opened
         hi, lo = m.high[r1], m.low[r1]
-        plan_best = torch.where(plan_dir > 0, torch.maximum(plan_best, hi), torch.minimum(plan_best, lo))
+        best = torch.where(plan_dir > 0, torch.maximum(plan_best, hi), torch.minimum(plan_best, lo))
+        plan_best = torch.where(checked, best, plan_best)
         if cfg.plan.trailing_mult > 0:
             trail = plan_best * (1 - plan_dir * cfg.plan.trailing_mult * plan_vol)
             better = torch.where(plan_dir > 0, trail > plan_stop, trail < plan_stop)
-            plan_stop = torch.where(plan_active & better, trail, plan_stop)
-        hit_profit = plan_active & torch.where(plan_dir > 0, hi >= plan_profit, lo <= plan_profit)
-        hit_stop = plan_active & torch.where(plan_dir > 0, lo <= plan_stop, hi >= plan_stop)
-        timeout = plan_active & (hold >= cfg.plan.target_bars)
+            plan_stop = torch.where(checked & better, trail, plan_stop)
+        long_profit, long_stop = barrier_touch(hi, lo, plan_profit, plan_stop, 1)
+        short_profit, short_stop = barrier_touch(hi, lo, plan_profit, plan_stop, -1)
+        hit_profit = checked & torch.where(plan_dir > 0, long_profit, short_profit)
+        hit_stop = checked & torch.where(plan_dir > 0, long_stop, short_stop)
+        timeout = checked & (hold >= cfg.plan.target_bars)
         exit_reason = torch.zeros_like(s.hold_time)
         exit_reason = torch.where(timeout, torch.full_like(exit_reason, _TIMEOUT), exit_reason)
         exit_reason = torch.where(hit_profit, torch.full_like(exit_reason, _PROFIT), exit_reason)

@@ -14,9 +14,17 @@ Conventions
   ``stop_price = c * (1 - side * stop_mult * vol[t])`` (:func:`barrier_prices`, the one definition
   the env reuses for plan exits, SPEC §6). Rows ``t+1 .. t+horizon`` are scanned in order with their
   ``high``/``low``; a LONG's profit is touched when ``high >= profit_price``, its stop when
-  ``low <= stop_price`` (mirrored for a SHORT). The first touch wins. **When one row touches both,
-  the outcome is STOP** (the path inside the row is unknown, so the conservative reading). With no
-  touch the outcome is TIMEOUT at offset ``horizon`` (exit at ``close[t + horizon]``).
+  ``low <= stop_price`` (mirrored for a SHORT; :func:`barrier_touch`, shared with the env). The
+  first touch wins. **When one row touches both, the outcome is STOP** (the path inside the row is
+  unknown, so the conservative reading). With no touch the outcome is TIMEOUT at offset ``horizon``
+  (exit at ``close[t + horizon]``).
+* The environment's plan is the same barrier (:mod:`foxhunt.env.core`): a position opened by a fill
+  on step row ``r`` takes its entry reference ``close[t]`` (the env's ``mid``) and ``vol[t]`` at
+  ``t = r + 1``, the row the step moves to. Row ``t``'s own high/low happened *before* that close,
+  so the plan, like the label, first checks its barriers on row ``t + 1``. Its hold count is the
+  offset from ``t`` and its timeout ``hold >= env.plan.target_bars`` exits at ``t + target_bars``:
+  with ``target_bars = horizon`` a plan lasts exactly the label's horizon (``target_bars + 1`` rows
+  after the fill row ``r``, which is the "+1" an earlier review saw; it is not an extra bar).
   A row is valid iff the whole horizon ``t .. t+horizon`` lies in its segment (so the label's
   availability never depends on the outcome, which would bias labels near segment ends), its
   ``close`` and ``vol`` are finite with ``vol > 0`` (a zero volatility scale puts both barriers on
@@ -37,6 +45,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import numba
 import numpy as np
+from numba.extending import register_jitable
 from pydantic import Field, field_validator
 
 from foxhunt.config.base import Frozen
@@ -279,6 +288,19 @@ def barrier_prices(
     return entry * (1.0 + side * profit_mult * vol), entry * (1.0 - side * stop_mult * vol)
 
 
+@register_jitable
+def barrier_touch(high: Any, low: Any, profit_px: Any, stop_px: Any, side: int) -> tuple[Any, Any]:
+    """Whether a row with range ``[low, high]`` touches an entry's ``(profit, stop)`` levels.
+
+    ``side`` is +1 (long: profit above, stop below) or -1 (short: the mirror image). The one test
+    of a row against the barriers, for the label kernel (compiled, floats) and the env's plan exits
+    (torch tensors, called once per side and selected by each episode's direction).
+    """
+    if side > 0:
+        return high >= profit_px, low <= stop_px
+    return low <= profit_px, high >= stop_px
+
+
 @numba.njit(cache=True)
 def _barrier_kernel(close, high, low, seg, ok_entry, profit_px, stop_px, horizon, side):  # pragma: no cover
     n = close.shape[0]
@@ -297,12 +319,7 @@ def _barrier_kernel(close, high, low, seg, ok_entry, profit_px, stop_px, horizon
             if not (np.isfinite(h) and np.isfinite(lo)):
                 ok = False
                 break
-            if side > 0:
-                profit = h >= profit_px[t]
-                stop = lo <= stop_px[t]
-            else:
-                profit = lo <= profit_px[t]
-                stop = h >= stop_px[t]
+            profit, stop = barrier_touch(h, lo, profit_px[t], stop_px[t], side)
             if stop:  # a row touching both barriers counts as STOP (conservative)
                 res, off, ok = 1, j - t, True
                 break
