@@ -285,6 +285,29 @@ def _empty_trades() -> TradeArrays:
     )
 
 
+def time_bar_index(
+    book_ts: np.ndarray, book_date: np.ndarray, trade_ts: np.ndarray, trade_date: np.ndarray, cfg: DataConfig
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Time bars of book states and trades (continuous, halt excluded): (book_bar, trade_bar, bar_date,
+    ts_open, ts_close), one bar per bucket in which something happened. A bar depends only on its own
+    bucket, so ``foxhunt serve`` runs this on the records of each closed row alone (foxhunt.serve.bars)."""
+    all_dates = np.unique(np.concatenate([book_date, trade_date]))
+    bar_ns = cfg.bar_seconds * NS
+    # Key = (session index, bucket since the session open): ordered like time.
+    span = np.int64(2 * 86_400 * NS // bar_ns + 1)
+
+    def keys(ts: np.ndarray, dates: np.ndarray) -> np.ndarray:
+        since_open = (ts - _open_ns(dates, cfg)) // bar_ns
+        return np.searchsorted(all_dates, dates).astype(np.int64) * span + since_open
+
+    kb, kt = keys(book_ts, book_date), keys(trade_ts, trade_date)
+    bar_keys = np.union1d(kb, kt)
+    book_bar, trade_bar = np.searchsorted(bar_keys, kb), np.searchsorted(bar_keys, kt)
+    bar_date = all_dates[bar_keys // span]
+    ts_open = _open_ns(bar_date, cfg) + (bar_keys % span) * bar_ns
+    return book_bar, trade_bar, bar_date, ts_open, ts_open + bar_ns
+
+
 def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
     book, book_date, dropped_b = _continuous(md.books, front, cfg, BookArrays)
     if md.trades:
@@ -300,22 +323,9 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
             "or add trades files",
         )
     if cfg.bar_kind is BarKind.TIME:
-        bar_ns = cfg.bar_seconds * NS
-        # Key = (session index, bucket since the session open): ordered like time.
-        span = np.int64(2 * 86_400 * NS // bar_ns + 1)
-
-        def keys(ts: np.ndarray, dates: np.ndarray) -> np.ndarray:
-            return (
-                np.searchsorted(all_dates, dates).astype(np.int64) * span
-                + (ts - _open_ns(dates, cfg)) // bar_ns
-            )
-
-        kb, kt = keys(book.ts_event, book_date), keys(trades.ts_event, trade_date)
-        bar_keys = np.union1d(kb, kt)
-        book_bar, trade_bar = np.searchsorted(bar_keys, kb), np.searchsorted(bar_keys, kt)
-        bar_date = all_dates[bar_keys // span]
-        ts_open = _open_ns(bar_date, cfg) + (bar_keys % span) * bar_ns
-        ts_close = ts_open + bar_ns
+        book_bar, trade_bar, bar_date, ts_open, ts_close = time_bar_index(
+            book.ts_event, book_date, trades.ts_event, trade_date, cfg
+        )
     else:
         v = cfg.volume_bar_contracts
         ends, end_dates, trade_bar = [], [], np.zeros(len(trades), np.int64)

@@ -22,9 +22,12 @@ decoded once, as they arrive, into the book states and carried trades of the ses
 (:class:`BookStream`, one per stream; an MBO book through the batch builder's own kernel, resumed
 from the state the last chunk left, foxhunt.data.book.BookState), and a row close assembles the
 session's market from them with ingest's own steps (:func:`book_market`). The MBO book is carried
-across the session cut, so an MBO log is cut at every session as an MBP-10 one is. A row close then
-costs O(book states of the session) plus the bars, features and normaliser of the session's rows:
-the feature families are not yet resumable per row (docs/serve.md). Other mixes (a book file beside
+across the session cut, so an MBO log is cut at every session as an MBP-10 one is. One book stream's
+bars are carried too: a row close builds only the new bars, with the batch's bar kernel
+(:class:`foxhunt.serve.bars.SessionBars`). A row close then costs the new records' bars plus
+O(book states of the session) in assembling the market (crossed flags, the merge by time) and the
+features and normaliser of the session's rows: the feature families are not yet resumable per row
+(docs/serve.md; EMA-type recursions run from the session's start). Other mixes (a book file beside
 a trades file) write the logs as DBN files and run ``load_market`` on them.
 """
 
@@ -65,7 +68,9 @@ from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import ConfigError
 from foxhunt.features.cache import FeatureCache, compute_features
 from foxhunt.features.cache import _table as cache_table  # the cache's own columns, not a copy
+from foxhunt.features.frame import from_bars
 from foxhunt.features.pipeline import rows_from_market
+from foxhunt.serve.bars import SessionBars
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.normalise import RobustScaler, apply
@@ -278,6 +283,9 @@ class RowState:
         if all(s.schema in BOOK_SCHEMAS and s.schema in accepted for s in streams):
             self.books = [BookStream(s, cfg.data) for s in streams]
         self.fed = [0] * len(streams)  # bytes of each log already fed to its book stream
+        # One book stream: its session's bars are carried from close to close (foxhunt.serve.bars); with
+        # several, a merge by time could insert a record before those already in a bar.
+        self.bars = SessionBars(cfg.data) if self.books is not None and len(streams) == 1 else None
         self.cuttable = self.books is not None or all(s.schema is not Schema.MBO for s in streams)
 
     def decode(self, stream: int, payload: bytes) -> np.ndarray:
@@ -331,7 +339,11 @@ class RowState:
         """Rows, features and market of every record logged so far (the batch path, module docs)."""
         cfg = self.cfg
         md = self._market()
-        inp = rows_from_market(md, cfg.data, tick_size=self.instrument.tick_size)
+        tick = self.instrument.tick_size
+        if self.bars is not None:
+            inp = from_bars(self.bars.series(md), cfg.data.data_source, float(tick))
+        else:
+            inp = rows_from_market(md, cfg.data, tick_size=tick)
         fm = compute_features(inp, cfg)
         if tuple(fm.columns) != tuple(self.fold.scaler.columns):
             raise CheckpointError(
@@ -355,6 +367,8 @@ class RowState:
             self.fed = [0] * len(self.streams)
             for book in self.books or ():
                 book.end_session()
+            if self.bars is not None:
+                self.bars.reset()
 
     def close(self) -> None:
         self._tmp.cleanup()

@@ -1,0 +1,120 @@
+"""Leak-guard benchmark: seconds of ``guard()`` (the call in front of alpha, train, run and seeds) on
+the market of a profile, written once, and of its parts, median of ``--repeat`` runs after a warm-up
+(numba compiled and cached).
+
+    .venv/bin/python bench/leaks.py [--profile smoke] [--repeat 3] [--out bench/results/leaks.json]
+    git show HEAD:src/foxhunt/validation/leaks.py > /tmp/leaks_head.py
+    .venv/bin/python bench/leaks.py --leaks /tmp/leaks_head.py   # another version, same market
+
+``--leaks FILE`` times that version of ``foxhunt/validation/leaks.py`` instead of the installed one
+(before/after comparisons on one machine in one minute). The parts: ``load_market`` (the DBN
+decode), ``check_leaks`` (the three checks) and, inside it, ``perturb_after`` (the changed future).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from foxhunt.config.loader import load_config
+from foxhunt.data.ingest import load_market
+from foxhunt.data.synth import write_synthetic
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+from run import hardware  # noqa: E402
+
+
+def leaks_module(path: Path | None):
+    """The installed leak guard, or the version in ``path`` (loaded under its own name)."""
+    if path is None:
+        from foxhunt.validation import leaks
+
+        return leaks
+    spec = importlib.util.spec_from_file_location("foxhunt_bench_leaks", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="smoke")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--leaks", type=Path, default=None, help="another leaks.py to time (default: installed)")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "leaks.json")
+    args = ap.parse_args()
+    cfg = load_config(args.profile)
+    leaks = leaks_module(args.leaks)
+    files = write_synthetic(cfg.synth, Path(tempfile.mkdtemp(prefix="foxhunt-bench-leaks-")))
+
+    perturb = leaks.perturb_after
+    spent = {"perturb": 0.0}
+
+    def timed_perturb(*a, **kw):
+        t0 = time.perf_counter()
+        try:
+            return perturb(*a, **kw)
+        finally:
+            spent["perturb"] += time.perf_counter() - t0
+
+    leaks.perturb_after = timed_perturb  # check_leaks looks it up in its module at each call
+    leaks.guard(files, cfg, "bench", "none")  # warm-up: numba compiled, files in the page cache
+    runs: dict[str, list[float]] = {
+        "guard": [],
+        "guard (CPU s)": [],
+        "load_market": [],
+        "check_leaks": [],
+        "perturb_after": [],
+    }
+    for _ in range(args.repeat):
+        t0, c0 = time.perf_counter(), time.process_time()
+        report = leaks.guard(files, cfg, "bench", "none")
+        runs["guard"].append(time.perf_counter() - t0)
+        runs["guard (CPU s)"].append(time.process_time() - c0)  # this process's CPU: less load-bound
+        t0 = time.perf_counter()
+        md = load_market(files, cfg.data)
+        runs["load_market"].append(time.perf_counter() - t0)
+        spent["perturb"] = 0.0
+        t0 = time.perf_counter()
+        leaks.check_leaks(md, cfg)
+        runs["check_leaks"].append(time.perf_counter() - t0)
+        runs["perturb_after"].append(spent["perturb"])
+    rows = [{"name": name, "median_s": statistics.median(ts), "runs_s": ts} for name, ts in runs.items()]
+    print(
+        f"leak guard on the {args.profile} market: {report.rows:,} rows x {report.columns} columns, "
+        f"{len(report.cuts)} cuts, {report.folds_checked} folds ({args.leaks or 'installed leaks.py'})"
+    )
+    print(f"{'part':<16}{'median s':>10}  runs (wall seconds unless named)")
+    for r in rows:
+        print(f"{r['name']:<16}{r['median_s']:>10.2f}  " + " ".join(f"{t:.2f}" for t in r["runs_s"]))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(
+        json.dumps(
+            {
+                "profile": args.profile,
+                "leaks": str(args.leaks or "installed"),
+                "rows": report.rows,
+                "columns": report.columns,
+                "cuts": len(report.cuts),
+                "repeat": args.repeat,
+                "hardware": hardware(),
+                "parts": rows,
+            },
+            indent=2,
+        )
+        + "\n"
+    )
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

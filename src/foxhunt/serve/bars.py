@@ -1,0 +1,206 @@
+"""The session's time bars, carried from row close to row close instead of rebuilt.
+
+``build_bars`` over the session's market costs O(states of the session) at every row close (session
+dates and halt masks through pandas, the bar keys, the aggregation). :class:`SessionBars` keeps the
+bars already closed, the book states and trades behind them, and the last book state; a row close
+runs the batch's own steps (foxhunt.data.bars: ``time_bar_index`` and ``_aggregate``) on the records
+that arrived since the last close only. The batch is the same kernels run as one chunk from an empty
+state, so the two cannot drift.
+
+Why a chunk's bars equal the batch's: a row closes when a record opens a later time bucket, so a
+chunk holds whole buckets (checked: a chunk whose first bar continues the last closed one is
+rebuilt from scratch) and a time bar depends only on its bucket's records, except for its book at
+the close when the bucket has no book state: the last state before it in the session, which is the
+carried state (prepended to the chunk outside every bar; ``_aggregate`` checks its session). The
+volume mask reads the session's trade coverage, which grows as trades arrive: it is recomputed over
+every bar at each close, as the batch would.
+
+Only the common case is carried: one contract in the session (then it is the front month: a session's
+only candidate, foxhunt.data.continuous). Anything else (two contracts, a prefix that changed) goes
+back to ``build_bars`` on the whole market for the rest of the session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from foxhunt.config.data import DataConfig
+from foxhunt.data.arrays import BookArrays, TradeArrays
+from foxhunt.data.bars import (
+    Bars,
+    BarSeries,
+    _aggregate,
+    _empty_trades,
+    build_bars,
+    time_bar_index,
+    volume_known,
+)
+from foxhunt.data.continuous import choose_front
+from foxhunt.data.ingest import MarketData
+from foxhunt.data.schemas import BarKind, DataSource
+from foxhunt.data.sessions import in_halt, session_dates
+
+
+class _Grown:
+    """A 1-d array appended chunk by chunk into a buffer of doubling capacity."""
+
+    def __init__(self, dtype: type) -> None:
+        self.buf = np.empty(1024, dtype)
+        self.n = 0
+
+    def append(self, part: np.ndarray) -> None:
+        m = self.n + len(part)
+        if m > len(self.buf):
+            grown = np.empty(max(m, 2 * len(self.buf)), self.buf.dtype)
+            grown[: self.n] = self.buf[: self.n]
+            self.buf = grown
+        self.buf[self.n : m] = part
+        self.n = m
+
+    def rows(self) -> np.ndarray:
+        view = self.buf[: self.n]
+        view.flags.writeable = False
+        return view
+
+
+class SessionBars:
+    """Time bars of one session's book market so far (module docs)."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        from foxhunt.serve.state import Appended  # state imports this module
+
+        self.cfg = cfg
+        self._appended = Appended
+        self.carried = cfg.bar_kind is BarKind.TIME and cfg.data_source is not DataSource.OHLCV
+        self.reset()
+
+    def reset(self) -> None:
+        """A new session (the carried bars restart from an empty state)."""
+        self.bars = self._appended()
+        self.book = self._appended()
+        self.trades = self._appended()
+        self.book_bar = _Grown(np.int64)
+        self.trade_bar = _Grown(np.int64)
+        self.book_seen = 0  # states / trades of the session's market already in a bar or dropped
+        self.trade_seen = 0
+        self.halt_dropped = 0
+        self.last: BookArrays | None = None  # the last book state in a bar, and its session
+        self.last_date = 0
+        self.last_key: tuple[int, int] = (0, -1)  # (session date, ts_open) of the last closed bar
+        self.seen_ts = (0, 0)  # ts_event of the last state / trade seen: the market only grows
+        # session date -> [volume, book states]: what front_month counts
+        self.activity: dict[int, list[int]] = {}
+        self.instrument = -1
+        self.fallback = not self.carried
+
+    def series(self, md: MarketData) -> BarSeries:
+        """The bars of ``md`` (the session's market so far), as ``build_bars(md, cfg)`` gives them."""
+        if not self.fallback:
+            series = self._update(md)
+            if series is not None:
+                return series
+            self.fallback = True
+        return build_bars(md, self.cfg)
+
+    def _update(self, md: MarketData) -> BarSeries | None:
+        """The carried bars with the records since the last close, or None where they cannot be."""
+        if not md.books:
+            return build_bars(md, self.cfg)  # no book state yet (an MBO snapshot): the batch's answer
+        if len(md.books) != 1 or not set(md.trades) <= set(md.books):
+            return None
+        iid = next(iter(md.books))
+        if self.instrument not in (-1, iid):
+            return None
+        book: BookArrays = md.books[iid]
+        trades: TradeArrays = md.trades[iid] if iid in md.trades else _empty_trades()
+        if len(book) < self.book_seen or len(trades) < self.trade_seen:
+            return None
+        if self.seen_ts != self._ends(book, trades):
+            return None
+        cfg = self.cfg
+        new_book = book.take(slice(self.book_seen, None))
+        new_trades = trades.take(slice(self.trade_seen, None))
+        # ``_continuous`` on the new records alone: the front month is the only contract.
+        tz, opens, close = cfg.session_timezone, cfg.session_open, cfg.session_close
+        book_date = session_dates(new_book.ts_event, tz, opens)
+        trade_date = session_dates(new_trades.ts_event, tz, opens)
+        for dates, counts in ((book_date, None), (trade_date, new_trades.size)):
+            for d in np.unique(dates):
+                at = self.activity.setdefault(int(d), [0, 0])
+                if counts is None:
+                    at[1] += int((dates == d).sum())
+                else:
+                    at[0] += int(counts[dates == d].sum())
+        keep_b = ~in_halt(new_book.ts_event, tz, opens, close)
+        keep_t = ~in_halt(new_trades.ts_event, tz, opens, close)
+        dropped = int((~keep_b).sum() + (~keep_t).sum())
+        if not keep_b.all():
+            new_book, book_date = new_book.take(keep_b), book_date[keep_b]
+        if not keep_t.all():
+            new_trades, trade_date = new_trades.take(keep_t), trade_date[keep_t]
+        book_bar, trade_bar, bar_date, ts_open, ts_close = time_bar_index(
+            new_book.ts_event, book_date, new_trades.ts_event, trade_date, cfg
+        )
+        if len(bar_date) and (int(bar_date[0]), int(ts_open[0])) <= self.last_key:
+            return None  # the chunk continues a closed bar: not whole buckets
+        # The carried state, outside every bar (index -1), for a bar without a book state of its own.
+        agg_book, agg_bar, agg_date = new_book, book_bar, book_date
+        if self.last is not None:
+            agg_book = BookArrays.concat([self.last, new_book])
+            agg_bar = np.concatenate([[-1], book_bar])
+            agg_date = np.concatenate([[self.last_date], book_date])
+        n = len(bar_date)
+        chunk = _aggregate(
+            agg_book,
+            agg_bar,
+            agg_date,
+            new_trades,
+            trade_bar,
+            ts_open,
+            ts_close,
+            bar_date,
+            np.full(n, iid, np.uint32),
+            np.zeros(n, bool),  # the masks are recomputed over every bar below
+        )
+        offset = self.bars.n
+        if n:
+            self.bars.append(chunk)
+            self.last_key = (int(bar_date[-1]), int(ts_open[-1]))
+        if len(new_book):
+            self.book.append(new_book)
+            self.book_bar.append(book_bar + offset)
+            self.last, self.last_date = new_book.take(slice(len(new_book) - 1, None)), int(book_date[-1])
+        if len(new_trades):
+            self.trades.append(new_trades)
+            self.trade_bar.append(trade_bar + offset)
+        self.book_seen, self.trade_seen = len(book), len(trades)
+        self.seen_ts = self._ends(book, trades)
+        self.halt_dropped += dropped
+        self.instrument = iid
+        if not self.bars.n:
+            return build_bars(md, cfg)  # nothing but the halt yet: the batch's answer (no rows)
+        bars: Bars = self.bars.rows()
+        traded = volume_known(md, cfg, bars.trade_date, bars.instrument_id)
+        bars = dataclasses.replace(bars, flow_mask=traded, volume_mask=traded.copy())
+        dates = np.array(sorted(self.activity), np.int64)
+        act = np.array([self.activity[int(d)] for d in dates], np.int64).reshape(len(dates), 2)
+        front = choose_front(
+            dates, np.array([iid], np.uint32), act[:, :1], cfg.roll_rule, md.symbols, act[:, 1:]
+        )
+        return BarSeries(
+            bars=bars,
+            front=front,
+            halt_dropped=self.halt_dropped,
+            book=self.book.rows() if self.book.n else new_book,
+            book_bar=self.book_bar.rows(),
+            trades=self.trades.rows() if self.trades.n else new_trades,
+            trade_bar=self.trade_bar.rows(),
+            book_levels=md.book_levels,
+        )
+
+    def _ends(self, book: BookArrays, trades: TradeArrays) -> tuple[int, int]:
+        b = int(book.ts_event[self.book_seen - 1]) if self.book_seen else 0
+        t = int(trades.ts_event[self.trade_seen - 1]) if self.trade_seen else 0
+        return b, t
