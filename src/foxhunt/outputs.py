@@ -121,14 +121,7 @@ def remove_stale_temps_of(path: Path) -> None:
 
 def config_differences(stored: dict[str, Any], cfg: FoxhuntConfig) -> list[str]:
     """``section.key: stored -> now`` for every leaf where ``cfg`` differs from a stored config dump."""
-
-    def leaves(d: Any, prefix: str = "") -> dict[str, Any]:
-        if isinstance(d, dict):
-            out: dict[str, Any] = {}
-            for k, v in d.items():
-                out.update(leaves(v, f"{prefix}{k}."))
-            return out
-        return {prefix[:-1]: d}
+    from foxhunt.config.base import leaves
 
     a, b = leaves(stored), leaves(json.loads(json.dumps(cfg.model_dump(mode="json"))))
     return [

@@ -6,6 +6,8 @@ sections (``foxhunt.features.market.Params`` ...) without importing the root mod
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -13,3 +15,14 @@ class Frozen(BaseModel):
     """Base of every config section: immutable, unknown keys rejected, defaults validated."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
+
+
+def leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """A nested config dump flattened to ``{"section.key": value}``: the keys that two configs are
+    compared by (a cache's recorded settings, a run's recorded config against a resume's)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        out.update(leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from foxhunt.config.base import leaves
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
@@ -417,19 +418,10 @@ def load_cache(
     return cache
 
 
-def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(tree, dict):
-        return {prefix: tree}
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        out.update(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
-
-
 def _describe(field: str, cached: Any, now: Any) -> str:
     """One mismatching field in words, whole values only (never cut mid-word)."""
     if field == "config":
-        a, b = _leaves(cached or {}), _leaves(now)
+        a, b = leaves(cached or {}), leaves(now)
         keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
         return "settings differ: " + ", ".join(f"{k} cached {a.get(k)!r}, now {b.get(k)!r}" for k in keys)
     if field == "sources":
