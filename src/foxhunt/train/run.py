@@ -89,6 +89,8 @@ from foxhunt.validation.dataset import FoldData, make_folds
 RECORDED_CONFIG = "train.config.json"
 # What a started run leaves in its folder: a new run there needs --overwrite (or --resume).
 RUN_RESULTS = ("checkpoints", "folds.json", HISTORY_FILE, RECORDED_CONFIG)
+# on_epoch(fold, epoch, row): the per-epoch hook of train() (tracking, a tuning study's pruner).
+EpochHook = Callable[[int, int, dict[str, float]], None]
 
 
 class Interrupted(Exception):
@@ -448,6 +450,7 @@ def train(
     progress: Reporter | None = None,
     leak_guard: dict[str, Any] | None = None,
     planted: str | None = None,
+    on_epoch: EpochHook | None = None,
 ) -> list[dict[str, Any]]:
     """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``).
 
@@ -457,6 +460,9 @@ def train(
     ``planted`` names the state column carrying a synthetic market's planted signal
     (:func:`foxhunt.backtest.reference.planted_column`); each epoch then records the correlation of
     the greedy direction gap with it (``q/direction_gap_corr``), n/a without it (real data).
+    ``on_epoch(fold, epoch, row)`` is called after every epoch's checkpoints are written, with the
+    epoch's row (training statistics and ``misc/val_net_pnl``, ``sharpe/val`` ...): experiment
+    tracking logs it, a tuning study's pruner may raise from it to stop the run.
 
     A folder holding another run is refused unless ``overwrite`` (its checkpoints, history and
     folds are then deleted); ``resume`` needs the folder, and ``cfg`` equal to the config it
@@ -502,7 +508,7 @@ def train(
                     trainer.resume_from(last)
                     overall.update(total=(overall.total or 0) - trainer.epoch)  # epochs done before
                     rep.say(f"fold {trainer.k + 1}/{len(folds)}: resumed after epoch {trainer.epoch}")
-                result = _train_fold(trainer, store, stop_after)
+                result = _train_fold(trainer, store, stop_after, on_epoch)
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
     finally:
@@ -554,7 +560,12 @@ def _epoch_line(tr: FoldTrainer, row: dict[str, float]) -> str:
     )
 
 
-def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, int] | None) -> FoldResult:
+def _train_fold(
+    tr: FoldTrainer,
+    store: CheckpointStore,
+    stop_after: tuple[int, int] | None,
+    on_epoch: EpochHook | None = None,
+) -> FoldResult:
     cfg, k = tr.cfg, tr.k
     writer = DiagnosticsWriter(store.run_dir, k)
     final = None
@@ -597,6 +608,8 @@ def _train_fold(tr: FoldTrainer, store: CheckpointStore, stop_after: tuple[int, 
                 writer.event(tr.epoch, "anomaly", verdict.diagnosis)
             tr.guard.raise_if(verdict, where=f"fold {k} epoch {tr.epoch}")
             final = ep
+            if on_epoch is not None:
+                on_epoch(k, tr.epoch, row)
             if stop_after is not None and (k, tr.epoch) == stop_after:
                 raise Interrupted(f"stopped after fold {k} epoch {tr.epoch}")
             tr.epoch += 1
