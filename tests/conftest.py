@@ -25,6 +25,23 @@ def real_data_dir() -> Path:
     return root
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tracking_off() -> Iterator[None]:
+    """No run of the suite is tracked in MLflow unless its test names a store (``--tracking-uri``):
+    the first tracked run of a process costs seconds (importing mlflow, creating a SQLite store), each
+    later one about a second, and a default store would be written into the current directory (the
+    repository). Environment-wide, so commands the tests run in subprocesses inherit it."""
+    from foxhunt.tracking.store import SWITCH_ENV
+
+    before = os.environ.get(SWITCH_ENV)
+    os.environ[SWITCH_ENV] = "off"
+    yield
+    if before is None:
+        os.environ.pop(SWITCH_ENV, None)
+    else:
+        os.environ[SWITCH_ENV] = before
+
+
 @pytest.fixture(scope="module")
 def one_thread() -> Iterator[None]:
     """Tiny networks and many small ops: intra-op threads only add overhead on a shared 2-core host

@@ -399,10 +399,13 @@ def train(
     resume: bool = False,
     overwrite: bool = False,
     log: Callable[[str], None] = print,
+    on_epoch: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Walk-forward training of a fresh agent per fold (``foxhunt train``): checkpoints under
     ``out_dir/checkpoints``, diagnostics, ``folds.json``; returns each fold's validation metrics.
     A folder that already holds a run is refused unless ``overwrite`` (or ``resume``) is given.
+    ``on_epoch(fold, epoch, row)`` is called after every epoch (e.g. a tracked run's hook:
+    ``with foxhunt.tracking.tracked_run("nb", cfg) as t: api.train(..., on_epoch=t.epoch_hook())``).
 
     Example::
 
@@ -411,7 +414,7 @@ def train(
     """
     from foxhunt.train.run import train as run_training
 
-    return run_training(cache, cfg, out_dir, resume=resume, overwrite=overwrite, log=log)
+    return run_training(cache, cfg, out_dir, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch)
 
 
 def export_weights(

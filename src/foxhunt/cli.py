@@ -99,10 +99,14 @@ features_app = _App(
     help="Features: build the cached feature stack (Arrow IPC) and inspect a cache.", no_args_is_help=True
 )
 check_app = _App(help="Checks on data and features: the look-ahead leak guard.", no_args_is_help=True)
+runs_app = _App(
+    help="Tracked runs (MLflow): list them, compare their results and configs.", no_args_is_help=True
+)
 app.add_typer(data_app, name="data")
 app.add_typer(features_app, name="features")
 app.add_typer(check_app, name="check")
 app.add_typer(config_app, name="config")
+app.add_typer(runs_app, name="runs")
 
 console = Console(stderr=True)
 # Wide when piped (CI logs, files): rich would otherwise squeeze tables into 80 columns.
@@ -133,6 +137,24 @@ VerboseOpt = Annotated[
 OverwriteOpt = Annotated[
     bool,
     typer.Option("--overwrite", help="Replace the result already in --out (without it: refused)."),
+]
+TrackingOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--tracking-uri",
+        metavar="URI",
+        help="MLflow store for this run (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here; "
+        "none: off). See docs/tracking.md.",
+    ),
+]
+RayAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        metavar="ADDR",
+        help="Join a Ray cluster (auto or ray://host:port); default: an embedded local Ray "
+        "(without ray installed: spawned processes). See docs/scale-out.md.",
+    ),
 ]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -535,9 +557,15 @@ def features_build(
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
+    workers: Annotated[
+        int, typer.Option(metavar="N", help="Session files built at once (Ray tasks); 1: one process.")
+    ] = 1,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """Ingest DBN files and write the feature cache: causal features of every family, labels,
-    and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config."""
+    and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config. With
+    --workers N, one task per session file, merged into the same file bit for bit
+    (docs/scale-out.md)."""
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder
 
@@ -547,7 +575,12 @@ def features_build(
     # No --overwrite: a cache file's name is the key of its inputs and config, so building it again
     # would write the same thing (it is reused); the folder is checked and cleaned of stale temps.
     claim_folder(out_dir, ())
-    cache = get_or_build(_data_paths(data, ctx), cfg, out_dir, regenerate=regenerate, progress=progress)
+    if workers < 1:
+        raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
+    files = _data_paths(data, ctx)
+    cache = get_or_build(
+        files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers, address=ray_address
+    )
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     _print_cache_summary(cache)
 
@@ -929,13 +962,16 @@ def train_cmd(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     overwrite: OverwriteOpt = False,
+    tracking_uri: TrackingOpt = None,
 ) -> None:
     """Walk-forward training: per fold, epochs of collection from parallel episodes, learner
     updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
-    anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics."""
+    anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics.
+    Tracked in MLflow (--tracking-uri)."""
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import config_from_cache
     from foxhunt.outputs import claim_run
+    from foxhunt.tracking import tracked_run
     from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train
     from foxhunt.validation.leaks import cache_sources, guard
 
@@ -966,16 +1002,25 @@ def train_cmd(
             leaks = guard(cache_sources(cache, cache_path), cfg, "foxhunt train", stopped)
     out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
     files = cache_sources(cache, cache_path) if cache_path is not None else _data_paths(data or [], ctx)
-    folds = train(  # records its config (train.config.json) once the checks above have passed
-        cache,
-        cfg,
-        out_dir,
-        resume=resume is not None,
-        overwrite=overwrite,
-        progress=progress,
-        leak_guard=leaks.summary(),
-        planted=planted_column(files),
-    )
+    named = profile or ("file" if config else "default")
+    resumed = resume is not None
+    with tracked_run(
+        out_dir.name, cfg, tracking_uri, command="train", profile=named, out=out_dir, resume=resumed
+    ) as tracker:
+        folds = train(  # records its config (train.config.json) once the checks above have passed
+            cache,
+            cfg,
+            out_dir,
+            resume=resume is not None,
+            overwrite=overwrite,
+            progress=progress,
+            leak_guard=leaks.summary(),
+            planted=planted_column(files),
+            on_epoch=tracker.epoch_hook(),
+        )
+        tracker.log_folds(folds, out_dir)
+        tracker.log_artifact(out_dir / "folds.json")
+        tracker.log_artifact(out_dir / RECORDED_CONFIG)
     for f in folds:
         rule = f["baselines"].get("rule")
         versus = f", rule {rule['net_pnl']:,.0f}" if rule else ""
@@ -1009,10 +1054,11 @@ def run_cmd(
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     overwrite: OverwriteOpt = False,
+    tracking_uri: TrackingOpt = None,
 ) -> None:
     """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
     walk-forward training -> validation backtests against flat and long -> report.html and
-    metrics.json. Uses the GPU when one is present (run.device = auto)."""
+    metrics.json. Uses the GPU when one is present (run.device = auto). Tracked in MLflow (--tracking-uri)."""
     from foxhunt.job import run_job
 
     progress = _reporter(quiet, verbose)
@@ -1026,6 +1072,7 @@ def run_cmd(
         resume=resume,
         overwrite=overwrite,
         profile=profile or ("file" if config else "default"),
+        tracking_uri=tracking_uri,
     )
     s = summary["summary"]
     out.print(
@@ -1120,23 +1167,27 @@ def seeds_cmd(
             "--data", metavar="PATH...", help=DATA_HELP + " Default: the embedded synthetic market."
         ),
     ] = None,
-    workers: Annotated[int, typer.Option(metavar="N", help="Seeds trained at once, one process each.")] = 1,
+    workers: Annotated[int, typer.Option(metavar="N", help="Seeds trained at once, one Ray task each.")] = 1,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
     quiet: QuietOpt = False,
     verbose: VerboseOpt = False,
     overwrite: OverwriteOpt = False,
+    tracking_uri: TrackingOpt = None,
+    ray_address: RayAddressOpt = None,
 ) -> None:
     """One profile over several seeds: builds the features once, trains every seed (WORKERS at once,
-    spawned processes), and writes seeds.json (per seed and fold: net PnL, trades, Sharpe; the
-    reference rule, flat and long per fold; the capture's mean, standard error and 95% interval; the
-    seeds that beat flat) and seeds.png."""
+    Ray tasks sharing the GPUs, see docs/scale-out.md), and writes seeds.json (per seed and fold: net
+    PnL, trades, Sharpe; the reference rule, flat and long per fold; the capture's mean, standard
+    error and 95% interval; the seeds that beat flat) and seeds.png. Tracked in MLflow
+    (--tracking-uri): a run for the study, each seed's run nested under it."""
     from foxhunt.atomic import write_json
     from foxhunt.backtest.reference import edge, planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder
     from foxhunt.report.plots import plot_seeds
+    from foxhunt.tracking import tracked_run
     from foxhunt.train.seeds import SEEDS_FILE, SEEDS_PLOT, run_seeds, seed_folder, summarise_seeds
     from foxhunt.validation.leaks import guard
 
@@ -1164,13 +1215,36 @@ def seeds_cmd(
         except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
             reference = None
     write_resolved(cfg, out_dir / "seeds.config.json")
-    with step(f"training {len(chosen)} seeds, {min(workers, len(chosen))} at once", progress):
-        results = run_seeds(
-            cfg, cache.path, chosen, out_dir, workers=workers, planted=planted_column(files)
+    named = profile or ("file" if config else "default")
+    tags = {"foxhunt.seeds": ",".join(map(str, chosen))}
+    with tracked_run(
+        out_dir.name, cfg, tracking_uri, command="seeds", profile=named, out=out_dir, tags=tags
+    ) as study:
+        with step(f"training {len(chosen)} seeds, {min(workers, len(chosen))} at once", progress):
+            results = run_seeds(
+                cfg,
+                cache.path,
+                chosen,
+                out_dir,
+                workers=workers,
+                planted=planted_column(files),
+                tracking=study.child(),
+                address=ray_address,
+                say=lambda line: out.print(line, markup=False),
+            )
+        summary = summarise_seeds(results, reference) | {"profile": profile, "sets": list(set_ or [])}
+        write_json(out_dir / SEEDS_FILE, summary, indent=2, default=float)
+        plot_seeds(summary, out_dir / SEEDS_PLOT)
+        study.log_results(
+            {
+                "capture_mean": summary["capture"]["mean"],
+                "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
+                "beats_flat": summary["beats_flat"],
+                "finished": summary["finished"],
+            }
         )
-    summary = summarise_seeds(results, reference) | {"profile": profile, "sets": list(set_ or [])}
-    write_json(out_dir / SEEDS_FILE, summary, indent=2, default=float)
-    plot_seeds(summary, out_dir / SEEDS_PLOT)
+        for name in (SEEDS_FILE, SEEDS_PLOT, "seeds.config.json"):
+            study.log_artifact(out_dir / name)
     for r in results:
         if r.stopped:
             out.print(f"seed {r.seed}: stopped ({r.stopped})", markup=False)
@@ -1233,6 +1307,209 @@ def check_leaks_cmd(
     report.raise_if_leaking(
         "check leaks", "a row may use only data at or before it, a fold's normaliser only its training rows"
     )
+
+
+# --- tracked runs -----------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+@runs_app.command("compare")
+@_fails_cleanly
+def runs_compare(
+    refs: Annotated[
+        list[str],
+        typer.Argument(metavar="RUN", help="Run folders of tracked runs (tracking.json) or MLflow run ids."),
+    ],
+    tracking_uri: TrackingOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object on stdout.")] = False,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """Tracked runs side by side: final results (per fold and totals) and only the config keys whose
+    values differ between them."""
+    from foxhunt.tracking.compare import compare, load_runs
+
+    _reporter(quiet, verbose)
+    result = compare(load_runs(refs, tracking_uri))
+    if as_json:
+        out.print_json(json.dumps(result.to_dict()))
+        return
+    table = Table(title="runs compared")
+    table.add_column("")
+    for r in result.runs:
+        table.add_column(f"{r.name} ({r.run_id[:8]})\n{r.command}, {r.status.lower()}")
+    for key, values in result.results.items():
+        table.add_row(key, *(_cell(v) for v in values))
+    table.add_section()
+    if not result.differing:
+        table.add_row("config", *("same" for _ in result.runs))
+    for key, texts in result.differing.items():
+        table.add_row(f"config {key}", *(_cell(t) for t in texts))
+    out.print(table)
+
+
+@runs_app.command("list")
+@_fails_cleanly
+def runs_list(
+    tracking_uri: TrackingOpt = None,
+    experiment: Annotated[
+        str | None, typer.Option(metavar="NAME", help="MLflow experiment (default: foxhunt).")
+    ] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="Newest N runs.")] = 20,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+) -> None:
+    """The newest tracked runs: id, name, command, status, total net PnL."""
+    from foxhunt.tracking.compare import list_runs
+
+    _reporter(quiet, verbose)
+    if limit < 1:
+        raise FoxhuntError("--limit", f"{limit} runs", "pass --limit 1 or more")
+    uri, runs = list_runs(tracking_uri, experiment, limit)
+    table = Table(title=f"tracked runs in {uri}")
+    for col in ("run id", "name", "command", "status", "total net PnL"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(r.run_id, r.name, r.command, r.status, _cell(r.results.get("total/net_pnl")))
+    out.print(table)
+
+
+# --- hyperparameter search --------------------------------------------------------------------
+
+
+@app.command("tune", context_settings=MANY_PATHS)
+@_fails_cleanly
+def tune_cmd(
+    ctx: typer.Context,
+    out_dir: Annotated[
+        Path,
+        typer.Option(
+            "--out", metavar="DIR", help="Folder for study.db, trials/<n>/, best.toml, tune.html, tune.json."
+        ),
+    ],
+    data: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--data", metavar="PATH...", help=DATA_HELP + " Default: the embedded synthetic market."
+        ),
+    ] = None,
+    trials: Annotated[
+        int | None, typer.Option(metavar="N", help="Trials of the study (default: tune.trials).")
+    ] = None,
+    workers: Annotated[int, typer.Option(metavar="N", help="Trials run at once.")] = 1,
+    storage: Annotated[
+        str | None,
+        typer.Option(metavar="URL", help="SQLAlchemy URL of the study's database (default: sqlite:///DIR/study.db)."),
+    ] = None,
+    study_name: Annotated[
+        str | None,
+        typer.Option("--study", metavar="NAME", help="Study name in the storage (default: DIR's name)."),
+    ] = None,
+    ray_address: RayAddressOpt = None,
+    profile: ProfileOpt = None,
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    quiet: QuietOpt = False,
+    verbose: VerboseOpt = False,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Delete the study and its trials and start again.")
+    ] = False,
+    tracking_uri: TrackingOpt = None,
+) -> None:
+    """Hyperparameter search: an Optuna study (TPE, median pruning on each epoch's validation net
+    PnL) over the search space in the config's tune section, every trial trained on one feature
+    cache, WORKERS at once (Ray). Run it again to resume a killed study. Writes best.toml (a
+    profile for --config), tune.html and tune.json. Tracked in MLflow: a run for the study, each
+    trial's nested. docs/tune.md."""
+    import shutil
+    import time
+
+    from foxhunt.backtest.reference import RULE, edge, planted_column
+    from foxhunt.features.cache import get_or_build
+    from foxhunt.outputs import check_writable
+    from foxhunt.tracking import tracked_run
+    from foxhunt.tune.config import Objective
+    from foxhunt.tune.export import write_best
+    from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
+    from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, default_storage, run_study
+    from foxhunt.validation.leaks import guard
+
+    if workers < 1:
+        raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
+    if trials is not None and trials < 1:
+        raise FoxhuntError("--trials", f"{trials} trials", "pass --trials 1 or more")
+    t0 = time.perf_counter()
+    progress = _reporter(quiet, verbose)
+    cfg = _config(profile, config, [*(set_ or []), *([f"tune.trials={trials}"] if trials else [])])
+    named = profile or (str(config) if config else "default")
+    if not cfg.tune.params:
+        raise FoxhuntError(
+            f"profile {named}" if not config else str(config),
+            "has no [tune] params: there is nothing to search",
+            'add tables such as [tune.params."agent.learn.lr"] (docs/tune.md) or tune another profile',
+        )
+    check_writable(out_dir, folder=True)
+    out_dir = out_dir.absolute()  # workers (Ray tasks, spawned processes) may start elsewhere
+    url = storage or default_storage(out_dir)
+    name = study_name or out_dir.name
+    if overwrite:
+        shutil.rmtree(out_dir / TRIALS_DIR, ignore_errors=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = _market_files(ctx, data, cfg, out_dir)
+    with step("leak guard", progress):
+        leaks = guard(files, cfg, "foxhunt tune", "nothing is tuned on a leak")
+    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
+    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+    if cfg.tune.objective is Objective.CAPTURE:
+        with step("reference rule per fold (the capture's denominator)", progress):
+            rule = edge(cache, cfg)["total"][RULE]  # a FoxhuntError names the missing feature
+        if rule <= 0:
+            raise FoxhuntError(
+                "tune.objective",
+                f"capture is undefined: the reference rule makes {rule:,.0f} over the validation folds",
+                "use objective = net_pnl on this market",
+            )
+    write_resolved(cfg, out_dir / "tune.config.json")
+    with tracked_run(
+        name, cfg, tracking_uri, command="tune", profile=named, out=out_dir, tags={"optuna.study": name}
+    ) as parent:
+        work = Work(url, name, cfg, out_dir, cache.path.absolute(), planted_column(files), parent.child())
+        with step(f"tuning: {cfg.tune.trials} trials, {workers} at once", progress):
+            study = run_study(
+                work,
+                workers=workers,
+                address=ray_address,
+                gpus_per_trial=auto_gpus(cfg.tune, workers),
+                overwrite=overwrite,
+                say=progress.say,
+            )
+        best = write_best(cfg, study, out_dir)
+        summary = write_outputs(study, cfg, url, time.perf_counter() - t0, out_dir)
+        parent.log_results(
+            {"best_value": (summary["best"] or {}).get("value"), "trials": summary["trials_counted"]}
+        )
+        for path in (out_dir / REPORT_FILE, out_dir / SUMMARY_FILE, best):
+            if path is not None:
+                parent.log_artifact(path)
+    states = ", ".join(f"{n} {k.lower()}" for k, n in summary["states"].items())
+    out.print(f"study {name}: {summary['trials_counted']}/{cfg.tune.trials} trials ({states})", markup=False)
+    if summary["best"] is None:
+        out.print("no trial completed: no best profile written", markup=False)
+    else:
+        b = summary["best"]
+        params = ", ".join(f"{k}={v!r}" for k, v in b["params"].items())
+        out.print(
+            f"best: trial {b['number']}, {cfg.tune.objective.value} {b['value']:,.6g} ({params}); "
+            f"profile {best}; report {out_dir / REPORT_FILE}",
+            markup=False,
+        )
 
 
 def run() -> None:  # pragma: no cover - console script shim for `python -m foxhunt`

@@ -95,13 +95,15 @@ def run_job(
     overwrite: bool = False,
     profile: str = "default",
     progress: Reporter | None = None,
+    tracking_uri: str | None = None,
 ) -> dict[str, Any]:
     """The whole pipeline into ``out_dir``; returns the summary written as ``metrics.json``.
 
     ``progress`` shows each stage's bars and lines; without it the lines go to ``log``. A folder
     holding another job is refused unless ``overwrite``; ``resume`` needs the folder and the config
     it recorded, checked before anything is written. ``run.config.json`` is written once the data
-    has passed the leak guard: data that cannot be read leaves nothing behind."""
+    has passed the leak guard: data that cannot be read leaves nothing behind. Training onward is
+    tracked in MLflow (``tracking_uri``: :func:`foxhunt.tracking.resolve_uri`; ``"none"``: off)."""
     from foxhunt.alpha.check import check_horizons, run_alpha
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
@@ -109,6 +111,7 @@ def run_job(
     from foxhunt.data.synth import write_synthetic
     from foxhunt.features.cache import get_or_build
     from foxhunt.report.html import write_report
+    from foxhunt.tracking import start_run
     from foxhunt.train.guard import AnomalyError
     from foxhunt.train.run import resolve_device, train
     from foxhunt.validation.leaks import guard
@@ -139,6 +142,9 @@ def run_job(
     device = resolve_device(cfg)
     log(f"training on {device}")
     stopped: AnomalyError | None = None
+    # Started at training (the stages before it are cached or quick to rerun), so that a run that
+    # ends before training leaves no run behind; ended below once the report is written.
+    tracker = start_run(out.name, cfg, tracking_uri, command="run", profile=profile, out=out, resume=resume)
     try:
         folds = train(
             cache,
@@ -149,6 +155,7 @@ def run_job(
             progress=rep,
             leak_guard=leaks.summary(),
             planted=planted_column(files),
+            on_epoch=tracker.epoch_hook(),
         )
     except AnomalyError as err:
         # A stopped run still gets its report (the folds it finished and where it stopped); the
@@ -156,6 +163,9 @@ def run_job(
         stopped = err
         done = out / "train" / "folds.json"
         folds = json.loads(done.read_text()) if done.is_file() else []
+    except BaseException as err:
+        tracker.end(err)
+        raise
     summary: dict[str, Any] = {
         "run": {
             "profile": profile,
@@ -199,6 +209,10 @@ def run_job(
         summary["stopped"] = {"where": stopped.where, "diagnosis": stopped.result.diagnosis}
     write_json(out / "metrics.json", summary, indent=2, default=float)
     write_report(out, summary)
+    tracker.log_folds(folds, out / "train")
+    for name in ("report.html", "metrics.json", RECORDED_CONFIG):
+        tracker.log_artifact(out / name)
+    tracker.end(stopped)
     log(f"report: {out / 'report.html'}")
     if stopped is not None:
         raise stopped

@@ -22,6 +22,7 @@ from foxhunt.data.schemas import RowUnit
 from foxhunt.env.config import EnvConfig
 from foxhunt.serve.config import ServeConfig
 from foxhunt.train.config import TrainConfig
+from foxhunt.tune.config import TuneConfig
 from foxhunt.validation.folds import FoldParams
 from foxhunt.validation.labels import LabelParams
 
@@ -63,6 +64,18 @@ class FoxhuntConfig(Frozen):
     serve: ServeConfig = Field(
         default_factory=ServeConfig, description="foxhunt serve: warm-up and the fail-safe on bad streams."
     )
+    tune: TuneConfig = Field(
+        default_factory=TuneConfig, description="foxhunt tune: the search space, objective and budget."
+    )
+
+    @model_validator(mode="after")
+    def _tune_space_is_config(self) -> FoxhuntConfig:
+        """Every searched key is a value of this config that accepts its bounds (or choices), checked
+        by setting each as ``--set`` would: a typo in [tune] is an error at load, not at trial 0."""
+        from foxhunt.tune.space import check_space  # it validates configs: imported when one is checked
+
+        check_space(self)
+        return self
 
     @model_validator(mode="after")
     def _barriers_are_the_plan(self) -> FoxhuntConfig:

@@ -42,7 +42,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
-from foxhunt.data.instrument import instrument_of_files
+from foxhunt.data.instrument import Instrument, instrument_of_files
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
@@ -185,6 +185,12 @@ def label_columns(inp: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
 
 
 def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta: dict[str, Any]) -> pa.Table:
+    return seal_table(table_columns(inp, fm, labels), meta)
+
+
+def table_columns(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray]) -> dict[str, pa.Array]:
+    """The cache's columns, in file order: the rows' prices and touch, the features, masks, labels
+    (a per-session part of :mod:`foxhunt.features.distributed` is these columns of its rows)."""
     cols: dict[str, pa.Array] = {
         "ts": pa.array(inp.ts.astype(np.int64)),
         "trade_date": pa.array(inp.trade_date.astype(np.int64)),
@@ -206,6 +212,11 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
         cols[f"mask.{name}"] = pa.array(mask)
     for name, values in labels.items():
         cols[name] = pa.array(values)
+    return cols
+
+
+def seal_table(cols: dict[str, pa.Array], meta: dict[str, Any]) -> pa.Table:
+    """The cache table: ``cols`` with ``meta`` plus every column's content hash and the meta hash."""
     meta = {**meta, "content_hash": {name: column_hash(array) for name, array in cols.items()}}
     meta["meta_hash"] = meta_hash(json.loads(json.dumps(meta)))  # as a reader will parse it
     schema = pa.schema([pa.field(k, v.type) for k, v in cols.items()], metadata={META_KEY: json.dumps(meta)})
@@ -225,9 +236,17 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
     purged_walk_forward(len(inp), cfg.folds, label_span(horizons(cfg), barrier_horizon(cfg)))
     fm = compute_features(inp, cfg)
     labels = label_columns(inp, cfg)
+    meta = cache_meta(cfg, sources, instrument, fm, len(inp))
+    return write_ipc(_table(inp, fm, labels, meta), path)
+
+
+def cache_meta(
+    cfg: FoxhuntConfig, sources: list[dict[str, Any]], instrument: Instrument, fm: FeatureMatrix, rows: int
+) -> dict[str, Any]:
+    """The cache's metadata before its hashes (:func:`seal_table` adds them)."""
     schema = schema_hash(cfg)
     coverage = fm.coverage()
-    meta = {
+    return {
         "format_version": FORMAT_VERSION,
         "schema_hash": schema,
         "cache_key": cache_key(sources, cfg, schema),
@@ -237,7 +256,7 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
         "data_source": cfg.data.data_source.value,
         "row_unit": cfg.data.row_unit.value,
         "sources": sources,
-        "rows": len(inp),
+        "rows": rows,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "config": value_config(cfg),
         "coverage": {c: round(float(v), 6) for c, v in zip(fm.columns, coverage, strict=True)},
@@ -247,7 +266,6 @@ def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[di
         "label_span": label_span(horizons(cfg), barrier_horizon(cfg)),
         "horizons": list(horizons(cfg)),
     }
-    return write_ipc(_table(inp, fm, labels, meta), path)
 
 
 # --- integrity ---------------------------------------------------------------------------------
@@ -475,8 +493,13 @@ def get_or_build(
     *,
     regenerate: bool = True,
     progress: Reporter = SILENT,
+    workers: int = 1,
+    address: str | None = None,
 ) -> FeatureCache:
-    """The cache for ``paths`` under ``cfg``: loaded if a valid one exists, else built (same code)."""
+    """The cache for ``paths`` under ``cfg``: loaded if a valid one exists, else built (same code).
+
+    ``workers`` > 1 or a Ray ``address``: built one session group per task
+    (:mod:`foxhunt.features.distributed`), the same file bit for bit."""
     files = expand_paths(paths)
     sources = []
     with progress.task(f"hashing {len(files)} input file(s)", total=len(files), announce=False) as task:
@@ -497,6 +520,15 @@ def get_or_build(
             progress.say(f"features: rebuilding {path.name} ({exc.problem})")
     elif not regenerate:
         _explain_missing(Path(out_dir), cfg, sources)
+    if workers > 1 or address is not None:
+        from foxhunt.features.distributed import build_by_session
+        from foxhunt.parallel import open_executor
+
+        with open_executor(workers, address=address, say=progress.say) as executor:
+            with progress.task(f"features: {len(files)} DBN file(s), a task per session, {workers} at once"):
+                build_by_session(files, cfg, path, sources, executor, progress)
+        _remove_orphans(path, sources, cfg)
+        return load_cache(path, cfg, sources)
     with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
         md = load_market(files, cfg.data, progress)
         task.update(description="features: computing rows, features and labels")

@@ -1,11 +1,12 @@
 """One profile trained over a list of seeds: the spread that tells a learned edge from a lucky start.
 
-``foxhunt seeds`` builds (or reuses) one feature cache, trains it once per seed in parallel processes
-(:func:`train_one_seed`, a pure function of its arguments, so a Ray task can call it per seed as it
-is) and writes ``seeds.json`` and ``seeds.png``: per seed and fold the validation net PnL, trades and
-Sharpe; the reference rule, flat and long per fold (:func:`foxhunt.backtest.reference.edge`); the
-mean, standard error and 95% interval of the capture (agent / rule over the folds, see
-:mod:`foxhunt.backtest.reference` for seeds where it is undefined); how many seeds beat flat.
+``foxhunt seeds`` builds (or reuses) one feature cache, trains it once per seed in parallel (Ray
+tasks, or spawned processes without Ray: :func:`train_one_seed` is a pure function of its arguments,
+so a task calls it per seed as it is) and writes ``seeds.json`` and ``seeds.png``: per seed and fold
+the validation net PnL, trades and Sharpe; the reference rule, flat and long per fold
+(:func:`foxhunt.backtest.reference.edge`); the mean, standard error and 95% interval of the capture
+(agent / rule over the folds, see :mod:`foxhunt.backtest.reference` for seeds where it is
+undefined); how many seeds beat flat.
 
 A seed whose run the anomaly guard stops is a result (``stopped``: the diagnosis), not the end of
 the study; it enters neither the capture statistics nor the seeds that beat flat.
@@ -14,9 +15,8 @@ the study; it enters neither the capture statistics nor the seeds that beat flat
 from __future__ import annotations
 
 import math
-import multiprocessing
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,8 @@ from typing import Any
 from scipy import stats
 
 from foxhunt.backtest.reference import RULE, capture_ratio
-from foxhunt.config.models import FoxhuntConfig
+from foxhunt.config.models import Device, FoxhuntConfig
+from foxhunt.tracking import TrackingTarget, nested_run
 
 SEEDS_FILE = "seeds.json"
 SEEDS_PLOT = "seeds.png"
@@ -108,10 +109,16 @@ def seed_folder(out: Path, seed: int) -> Path:
 
 
 def train_one_seed(
-    cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None = None
+    cfg: FoxhuntConfig,
+    seed: int,
+    out: Path,
+    cache_path: Path,
+    planted: str | None = None,
+    tracking: TrackingTarget | None = None,
 ) -> SeedResult:
     """Train ``cfg`` with ``run.seed = seed`` on the cache file into ``out`` (a run folder of its own);
-    ``planted``: the planted signal's state column, for the per-epoch direction-gap diagnostic.
+    ``planted``: the planted signal's state column, for the per-epoch direction-gap diagnostic;
+    ``tracking``: the study's MLflow run to nest this seed's run under (None: not tracked).
 
     Pure in its arguments (everything it reads is passed in, nothing is shared with the caller), so a
     process pool or a Ray task can run it per seed."""
@@ -125,7 +132,10 @@ def train_one_seed(
     try:
         # The seeds command claimed the parent folder (refused unless --overwrite): a seed folder left
         # there by an earlier study is replaced, not resumed.
-        folds = train(cache, cfg, out, overwrite=True, log=lambda _: None, planted=planted)
+        with nested_run(tracking, out.name, cfg, command="seeds", out=out, tags={"foxhunt.seed": seed}) as tr:
+            hook = tr.epoch_hook()
+            folds = train(cache, cfg, out, overwrite=True, log=lambda _: None, planted=planted, on_epoch=hook)
+            tr.log_folds(folds, out)
     except AnomalyError as err:
         return SeedResult(seed, seconds=time.perf_counter() - t0, stopped=str(err))
     return SeedResult(seed, [seed_fold(f) for f in folds], seconds=time.perf_counter() - t0)
@@ -171,15 +181,21 @@ def run_seeds(
     *,
     workers: int = 1,
     planted: str | None = None,
+    tracking: TrackingTarget | None = None,
+    address: str | None = None,
+    say: Callable[[str], None] = print,
 ) -> list[SeedResult]:
-    """:func:`train_one_seed` for every seed, ``workers`` at once in spawned processes; seed order.
+    """:func:`train_one_seed` for every seed, ``workers`` at once as tasks of
+    :func:`foxhunt.parallel.open_executor` (an embedded Ray, the cluster at ``address``, or spawned
+    processes without Ray); seed order.
 
-    Spawned (not forked) workers: a fork of a process that has started torch's or numba's threads
-    can deadlock, and spawn is what a fresh machine or a Ray worker sees anyway."""
-    jobs = [(cfg, s, seed_folder(out, s), cache_path, planted) for s in seeds]
-    if workers <= 1 or len(seeds) == 1:
-        return [train_one_seed(*job) for job in jobs]
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(seeds)), mp_context=ctx) as pool:
-        futures = [pool.submit(train_one_seed, *job) for job in jobs]
-        return [f.result() for f in futures]
+    On CUDA each seed declares its share of the GPUs (one GPU and 4 workers: a quarter each), so Ray
+    places several small seeds on one GPU, and on as many GPUs as the cluster has."""
+    from foxhunt.parallel import Resources, gpu_share, open_executor
+
+    # Absolute paths: a Ray worker's working folder is not necessarily this process's.
+    out, cache_path = Path(out).absolute(), Path(cache_path).absolute()
+    jobs = [(cfg, s, seed_folder(out, s), cache_path, planted, tracking) for s in seeds]
+    with open_executor(min(workers, len(seeds)), address=address, say=say) as ex:
+        gpus = gpu_share(ex.gpus, ex.workers) if cfg.run.device is not Device.CPU else 0.0
+        return ex.map(train_one_seed, jobs, Resources(gpus=gpus))

@@ -1,0 +1,48 @@
+"""The best trial of a study as a TOML profile: ``foxhunt train --config DIR/best.toml`` trains it.
+
+The profile is the study's config with the best trial's parameters set (the config the trial
+trained, :func:`foxhunt.tune.space.with_params`), written whole by
+:func:`foxhunt.config.toml_text.config_toml`, so it reads back to the same config hash. Only a
+COMPLETE trial can be best: a pruned trial has no value, and a trial the anomaly guard stopped is
+FAILED.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from foxhunt.atomic import write_text
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.config.toml_text import config_toml
+from foxhunt.tune.space import with_params
+
+BEST_PROFILE = "best.toml"
+
+
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
+    """The study's best COMPLETE trial (None before any trial completed)."""
+    if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+        return None
+    return study.best_trial
+
+
+def best_config(cfg: FoxhuntConfig, trial: FrozenTrial) -> FoxhuntConfig:
+    """The config ``trial`` trained: the study's with the trial's parameters set as ``--set`` would."""
+    return with_params(cfg, trial.params, where=f"trial {trial.number}")
+
+
+def write_best(cfg: FoxhuntConfig, study: optuna.Study, out: Path) -> Path | None:
+    """``out/best.toml`` for the best trial (None, and nothing written, when no trial completed)."""
+    trial = best_trial(study)
+    if trial is None:
+        return None
+    header = (
+        f"foxhunt tune: the best trial ({trial.number}) of study {study.study_name}, "
+        f"{cfg.tune.objective.value} {trial.value:.6g}.\n"
+        f"Parameters: {', '.join(f'{k} = {v!r}' for k, v in trial.params.items())}.\n"
+        f"Train it: foxhunt train --config {BEST_PROFILE} (or foxhunt run, backtest ...)."
+    )
+    return write_text(Path(out) / BEST_PROFILE, config_toml(best_config(cfg, trial), header))

@@ -1,0 +1,224 @@
+"""What a study found: ``tune.json`` (trials by state, the best value and parameters, the time) and
+``tune.html`` (self-contained, as the run report: the optimisation history, the parameter
+importances and the best configuration, every trial in a table), with its PNGs in ``plots/``.
+
+Parameter importances are Optuna's fANOVA (scikit-learn's random forest; PED-ANOVA without it) over
+the COMPLETE trials; with fewer than two, or a space where nothing varied, the report says why
+there are none.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from foxhunt.atomic import write_json, write_text
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.report.fmt import NA, esc, kv, note, table, td
+from foxhunt.report.html import CSS
+from foxhunt.report.plots import _save, plt
+from foxhunt.tune.config import Direction
+from foxhunt.tune.export import BEST_PROFILE, best_trial
+from foxhunt.tune.study import REASON, counted, trial_row
+
+SUMMARY_FILE = "tune.json"
+REPORT_FILE = "tune.html"
+PLOTS_DIR = "plots"
+MIN_TRIALS_FOR_IMPORTANCE = 2
+
+
+def shown_storage(url: str) -> str:
+    """The storage URL without its password (a server database's URL may carry one)."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown as given
+        return url
+
+
+def importances(study: optuna.Study, seed: int) -> tuple[dict[str, float] | None, str | None]:
+    """``(importance per parameter, None)``, or ``(None, why there are none)``."""
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < MIN_TRIALS_FOR_IMPORTANCE:
+        return None, f"needs at least {MIN_TRIALS_FOR_IMPORTANCE} completed trials ({len(complete)} so far)"
+    if importlib.util.find_spec("sklearn") is not None:
+        evaluator: Any = optuna.importance.FanovaImportanceEvaluator(seed=seed)
+    else:
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+    try:
+        found = optuna.importance.get_param_importances(study, evaluator=evaluator)
+    except (RuntimeError, ValueError) as err:  # e.g. every completed trial has the same parameters
+        return None, f"not computable from these trials ({err})"
+    return {k: float(v) for k, v in found.items()}, None
+
+
+def summarise(
+    study: optuna.Study, cfg: FoxhuntConfig, storage: str, seconds: float, out: Path
+) -> dict[str, Any]:
+    """The body of ``tune.json``."""
+    trials = study.get_trials(deepcopy=False)
+    states = {s.name: sum(t.state is s for t in trials) for s in TrialState}
+    best = best_trial(study)
+    imp, why = importances(study, cfg.run.seed)
+    return {
+        "study": study.study_name,
+        "storage": shown_storage(storage),
+        "objective": cfg.tune.objective.value,
+        "direction": cfg.tune.direction.value,
+        "trials_asked": cfg.tune.trials,
+        "trials_counted": len(counted(trials)),
+        "states": {k: v for k, v in states.items() if v},
+        "guard_failed": sum(t.state is TrialState.FAIL and REASON in t.user_attrs for t in trials),
+        "best": None
+        if best is None
+        else {
+            "number": best.number,
+            "value": best.value,
+            "params": best.params,
+            "folder": best.user_attrs.get("folder"),
+            "profile": str(Path(out) / BEST_PROFILE),
+        },
+        "importances": imp,
+        "importance_note": why,
+        "seconds": round(seconds, 1),
+        "trials": [trial_row(t) for t in trials],
+    }
+
+
+def _last_intermediate(t: optuna.trial.FrozenTrial) -> float | None:
+    if not t.intermediate_values:
+        return None
+    return t.intermediate_values[max(t.intermediate_values)]
+
+
+def plot_history(study: optuna.Study, direction: Direction, path: Path) -> Path | None:
+    """Each COMPLETE trial's value and the best so far; pruned trials at their last reported epoch
+    value (grey crosses); None when no trial has a value."""
+    trials = study.get_trials(deepcopy=False)
+    done = [(t.number, t.value) for t in trials if t.state is TrialState.COMPLETE and t.value is not None]
+    pruned = [
+        (t.number, v)
+        for t in trials
+        if t.state is TrialState.PRUNED and (v := _last_intermediate(t)) is not None
+    ]
+    if not done and not pruned:
+        return None
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    if done:
+        ax.scatter([n for n, _ in done], [v for _, v in done], color="tab:blue", s=22, label="trial")
+        pick = max if direction is Direction.MAXIMIZE else min
+        best, xs, ys = None, [], []
+        for n, v in done:
+            best = v if best is None else pick(best, v)
+            xs.append(n)
+            ys.append(best)
+        ax.step(xs, ys, where="post", color="tab:red", label="best so far")
+    if pruned:
+        xs, ys = [n for n, _ in pruned], [v for _, v in pruned]
+        ax.scatter(xs, ys, marker="x", color="tab:grey", label="pruned (last epoch)")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("objective")
+    ax.set_title("Optimisation history", fontsize=10)
+    ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_importances(imp: Mapping[str, float] | None, path: Path) -> Path | None:
+    if not imp:
+        return None
+    names = list(imp)[::-1]  # the most important on top
+    fig, ax = plt.subplots(figsize=(6.0, 0.5 + 0.4 * len(names)))
+    ax.barh(names, [imp[n] for n in names], color="tab:blue")
+    ax.set_xlabel("importance (share of the objective's variance)")
+    ax.set_title("Parameter importances", fontsize=10)
+    return _save(fig, path)
+
+
+def _img(path: Path | None, missing: str) -> str:
+    import base64
+
+    if path is None:
+        return note(missing)
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img src="data:image/png;base64,{data}" alt="{esc(path.stem)}">'
+
+
+def _value(x: Any) -> str:
+    return NA if x is None or (isinstance(x, float) and not math.isfinite(x)) else esc(f"{x:.6g}")
+
+
+def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in ("trial", "state", "value", *keys, "seconds", "reason"))
+    body = []
+    for r in rows:
+        params = r.get("params") or {}
+        cells = [
+            td(esc(r["number"])),
+            td(esc(r["state"]), ""),
+            td(_value(r.get("value"))),
+            *(td(esc(params[k]) if k in params else NA) for k in keys),
+            td(_value(r.get("seconds"))),
+            td(esc(r.get("reason") or ""), ""),
+        ]
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return table(f"<tr>{head}</tr>" + "".join(body))
+
+
+def render(summary: Mapping[str, Any], history_png: Path | None, importance_png: Path | None) -> str:
+    title = f"foxhunt tune: study {summary['study']}"
+    best = summary.get("best")
+    states = ", ".join(f"{n} {k.lower()}" for k, n in (summary.get("states") or {}).items()) or "none"
+    overview = kv(
+        [
+            ("storage", esc(summary["storage"])),
+            ("objective", esc(f"{summary['objective']} ({summary['direction']})")),
+            ("trials", esc(f"{summary['trials_counted']} of {summary['trials_asked']} counted; {states}")),
+            ("stopped by the anomaly guard", esc(summary.get("guard_failed", 0))),
+            ("time of this run", esc(f"{summary['seconds']:.1f} s")),
+        ]
+    )
+    if best:
+        best_html = kv(
+            [("trial", esc(best["number"])), ("value", _value(best["value"]))]
+            + [(k, esc(v)) for k, v in best["params"].items()]
+            + [("profile", f"<code>{esc(best['profile'])}</code>"), ("run folder", esc(best.get("folder")))]
+        )
+    else:
+        best_html = note("No trial completed: there is no best configuration.")
+    imp_note = summary.get("importance_note") or "not available"
+    keys = sorted({k for r in summary["trials"] for k in (r.get("params") or {})})
+    body = [
+        f"<section id='study'><h2>Study</h2>{overview}</section>",
+        f"<section id='best'><h2>Best configuration</h2>{best_html}</section>",
+        f"<section id='history'><h2>Optimisation history</h2>"
+        f"{_img(history_png, 'No trial has a value yet.')}</section>",
+        f"<section id='importance'><h2>Parameter importances</h2>"
+        f"{_img(importance_png, 'Parameter importances: ' + imp_note + '.')}</section>",
+        f"<section id='trials'><h2>Trials</h2>{_trials_table(summary['trials'], keys)}</section>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{esc(title)}</h1>\n{''.join(body)}\n</body>\n</html>\n"
+    )
+
+
+def write_outputs(
+    study: optuna.Study, cfg: FoxhuntConfig, storage: str, seconds: float, out: Path
+) -> dict[str, Any]:
+    """Write ``tune.json``, ``plots/*.png`` and ``tune.html`` into ``out``; returns the summary."""
+    out = Path(out)
+    summary = summarise(study, cfg, storage, seconds, out)
+    write_json(out / SUMMARY_FILE, summary, indent=2, default=str)
+    history = plot_history(study, cfg.tune.direction, out / PLOTS_DIR / "tune_history.png")
+    imp = plot_importances(summary["importances"], out / PLOTS_DIR / "tune_importances.png")
+    write_text(out / REPORT_FILE, render(summary, history, imp))
+    return summary

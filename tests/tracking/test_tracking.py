@@ -1,0 +1,185 @@
+"""Runs tracked in MLflow end to end: a tiny ``foxhunt train`` through the command line records its
+config, its epochs, its folds and its checkpoints; ``foxhunt runs compare`` names the one config key
+two runs differ in; an unreachable store costs a warning, never the run; ``seeds`` nests each seed's
+run under the study's. One SQLite store per module (creating one runs MLflow's migrations: seconds)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from foxhunt.cli import app
+from foxhunt.config.base import leaves
+from foxhunt.data.synth import write_synthetic
+from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.tracking import RECORD_FILE, start_run
+from foxhunt.tracking.record import param_value
+from tests.train.test_run import TINY, tiny_cfg
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SETS = [a for s in (*TINY, "run.threads=1") for a in ("--set", s)]
+UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
+    cfg = tiny_cfg()
+    root = tmp_path_factory.mktemp("market")
+    return get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
+
+
+def _train(cache: FeatureCache, out: Path, uri: str, *sets: str) -> Any:
+    extra = [a for s in sets for a in ("--set", s)]
+    args = ["train", "--cache", str(cache.path), "--out", str(out), "--profile", "smoke", "-q"]
+    return runner.invoke(app, [*args, *SETS, *extra, "--tracking-uri", uri])
+
+
+@pytest.fixture(scope="module")
+def two_runs(cache: FeatureCache, store: str, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two tiny trainings that differ in one --set: 2 folds x 2 epochs, and 2 folds x 1 epoch."""
+    a, b = tmp_path_factory.mktemp("run_a"), tmp_path_factory.mktemp("run_b")
+    for out, epochs in ((a, 2), (b, 1)):
+        result = _train(cache, out, store, f"train.epochs={epochs}")
+        assert result.exit_code == 0, result.output
+    return a, b
+
+
+def _client(uri: str) -> Any:
+    from mlflow import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _same(a: list[float], b: list[float]) -> bool:
+    return all((math.isnan(x) and math.isnan(y)) or x == pytest.approx(y) for x, y in zip(a, b, strict=True))
+
+
+def test_train_records_config_epochs_folds_and_checkpoints(two_runs: tuple[Path, Path], store: str) -> None:
+    out = two_runs[0]
+    recorded = json.loads((out / RECORD_FILE).read_text())
+    assert recorded["tracking_uri"] == store
+    client = _client(store)
+    run = client.get_run(recorded["run_id"])
+    assert run.info.status == "FINISHED" and run.data.tags["foxhunt.command"] == "train"
+    # parameters: the resolved config the run recorded, every leaf
+    config = json.loads((out / "train.config.json").read_text())["config"]
+    assert run.data.params == {k: param_value(v) for k, v in leaves(config).items()}
+    assert run.data.params["train.epochs"] == "2" and run.data.params["agent.network.hidden"] == "16"
+    # per epoch: one step per fold x epoch, rising, the values the fold's history reports
+    folds = json.loads((out / "folds.json").read_text())
+    history = client.get_metric_history(run.info.run_id, "sharpe/val")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+    by_step = [m.value for m in sorted(history, key=lambda m: m.step)]
+    assert _same(by_step, [h["val_sharpe"] for f in folds for h in f["history"]])
+    # per fold and totals
+    metrics = run.data.metrics
+    for f in folds:
+        k = f["fold"]
+        assert metrics[f"result/fold{k}/net_pnl"] == pytest.approx(f["net_pnl"])
+        assert metrics[f"result/fold{k}/trades"] == f["trades"]
+        assert metrics[f"result/fold{k}/sharpe_annual"] == pytest.approx(f["sharpe_annual"])
+    assert metrics["result/total/net_pnl"] == pytest.approx(sum(f["net_pnl"] for f in folds))
+    # artefacts: each fold's reported checkpoint, byte for byte, and the run's own files
+    for f in folds:
+        logged = client.download_artifacts(run.info.run_id, f"checkpoints/fold{f['fold']}")
+        weights = Path(logged) / Path(f["checkpoint_file"]).name
+        assert weights.read_bytes() == (out / f["checkpoint_file"]).read_bytes()
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"folds.json", "train.config.json", "checkpoints"} <= names
+
+
+def test_runs_compare_names_exactly_the_differing_key(two_runs: tuple[Path, Path]) -> None:
+    a, b = two_runs
+    result = runner.invoke(app, ["runs", "compare", str(a), str(b), "--json"])
+    assert result.exit_code == 0, result.output
+    body = json.loads(result.stdout)
+    assert body["differing_config"] == {"train.epochs": ["2", "1"]}
+    net = [f["net_pnl"] for f in json.loads((b / "folds.json").read_text())]
+    assert body["results"]["fold1/net_pnl"][1] == pytest.approx(net[1])
+    table = runner.invoke(app, ["runs", "compare", str(a), str(b)])
+    assert table.exit_code == 0, table.output
+    assert "config train.epochs" in table.stdout and "total/net_pnl" in table.stdout
+
+
+def test_unreachable_store_warns_once_and_tracks_nothing(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    run = start_run("lost", tiny_cfg(), UNREACHABLE, command="test", out=tmp_path, warn=warnings.append)
+    assert not run.active and run.run_id is None and run.child() is None
+    run.epoch_hook()(0, 0, {"sharpe/val": 1.0})  # every later call is a no-op, never an error
+    run.log_folds([{"fold": 0, "net_pnl": 1.0, "trades": 1, "sharpe_annual": 0.1}], tmp_path)
+    run.log_artifact(tmp_path)
+    run.end(RuntimeError("stopped"))
+    assert len(warnings) == 1 and "failed while starting the run" in warnings[0]
+    assert not (tmp_path / RECORD_FILE).exists()
+
+
+@pytest.mark.slow  # a third tiny training: ~10 s on a loaded 2-core host
+def test_unreachable_store_warns_once_and_the_run_finishes(cache: FeatureCache, tmp_path: Path) -> None:
+    result = _train(cache, tmp_path, UNREACHABLE, "train.epochs=1")
+    assert result.exit_code == 0, result.output
+    assert result.output.count("warning: tracking to http://127.0.0.1:9 failed") == 1
+    assert len(json.loads((tmp_path / "folds.json").read_text())) == 2  # the training result is whole
+    assert not (tmp_path / RECORD_FILE).exists()
+
+
+def test_a_store_failing_mid_run_warns_once_and_goes_on(store: str) -> None:
+    warnings: list[str] = []
+    run = start_run("breaks", tiny_cfg(), store, command="test", warn=warnings.append)
+    assert run.active
+    run._client.log_batch = _refuse  # the store goes away after the start
+    hook = run.epoch_hook()
+    for epoch in range(3):
+        hook(0, epoch, {"sharpe/val": 1.0})
+    run.log_results({"objective": 1.0})
+    run.end()
+    assert len(warnings) == 1 and "logging metrics" in warnings[0] and not run.active
+
+
+def test_a_resumed_run_folder_continues_its_run(store: str, tmp_path: Path) -> None:
+    cfg = tiny_cfg()
+    first = start_run("r", cfg, store, command="train", out=tmp_path)
+    first.end(KeyboardInterrupt())
+    client = _client(store)
+    assert client.get_run(first.run_id).info.status == "KILLED"
+    again = start_run("r", cfg, store, command="train", out=tmp_path, resume=True)
+    assert again.run_id == first.run_id and client.get_run(first.run_id).info.status == "RUNNING"
+    again.end()
+    fresh = start_run("r", cfg, store, command="train", out=tmp_path)  # not a resume: a new run
+    fresh.end()
+    assert fresh.run_id != first.run_id
+    assert json.loads((tmp_path / RECORD_FILE).read_text())["run_id"] == fresh.run_id
+
+
+def _refuse(*_args: Any, **_kwargs: Any) -> None:
+    raise ConnectionError("store gone")
+
+
+@pytest.mark.slow  # two tiny trainings: ~30 s on a loaded 2-core host
+def test_seeds_nest_each_seed_under_the_study(store: str, tmp_path: Path) -> None:
+    out = tmp_path / "seeds"
+    sets = [*SETS, "--set", "train.epochs=1"]
+    args = ["seeds", "--profile", "smoke", "--seeds", "3,4", "--out", str(out), "-q", "--tracking-uri", store]
+    result = runner.invoke(app, [*args, *sets])
+    assert result.exit_code == 0, result.output
+    client = _client(store)
+    study = json.loads((out / RECORD_FILE).read_text())["run_id"]
+    seeds = [json.loads((out / f"seed{s}" / RECORD_FILE).read_text())["run_id"] for s in (3, 4)]
+    for s, run_id in zip((3, 4), seeds, strict=True):
+        run = client.get_run(run_id)
+        assert run.data.tags["mlflow.parentRunId"] == study and run.data.tags["foxhunt.seed"] == str(s)
+        assert run.data.params["run.seed"] == str(s)
+    parent = client.get_run(study)
+    assert parent.data.metrics["result/finished"] == 2.0
+    assert "seeds.json" in {a.path for a in client.list_artifacts(study)}

@@ -1,0 +1,66 @@
+"""Stand-ins for training in the study tests: module-level (a Ray task or a spawned worker imports
+them by name), each a pure function of the config it is given, so a study's mechanics (sampling,
+workers, pruning, the guard, resuming, the export) are tested in milliseconds per trial.
+
+The fake's validation net PnL is highest at lr = 3e-3 (:func:`score`); it records the config it
+was given as ``train()`` does (``train.config.json``), so a test can compare the exported profile
+with the config a trial really trained.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from foxhunt.config.loader import write_resolved
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.train.guard import AnomalyError, Cause, GuardResult, Verdict
+from foxhunt.train.run import RECORDED_CONFIG
+from foxhunt.train.seeds import with_seed
+
+GUARD_DIAGNOSIS = "validation Sharpe 99.0 above the ceiling 70.0"
+SLOW_SECONDS = 0.5
+
+
+def score(cfg: FoxhuntConfig) -> float:
+    """The fake's validation net PnL: 1000 at lr = 3e-3, falling by 1000 per decade away from it."""
+    return 1000.0 - 1000.0 * abs(math.log10(cfg.agent.learn.lr / 3e-3))
+
+
+def _folds(
+    cfg: FoxhuntConfig, seed: int, out: Path, on_epoch: Any, pause: float = 0.0
+) -> list[dict[str, Any]]:
+    out.mkdir(parents=True, exist_ok=True)
+    write_resolved(with_seed(cfg, seed), out / RECORDED_CONFIG)
+    (out / "pid.json").write_text(json.dumps(os.getpid()))  # which worker trained it
+    net = score(cfg)
+    folds = []
+    for k in range(cfg.folds.n_folds):
+        for epoch in range(cfg.train.epochs):
+            time.sleep(pause)
+            if on_epoch is not None:
+                on_epoch(k, epoch, {"misc/val_net_pnl": net})
+        folds.append({"fold": k, "net_pnl": net, "trades": 10, "sharpe_annual": 1.0, "baselines": {}})
+    return folds
+
+
+def fake_train(
+    cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None, on_epoch: Any
+) -> list[dict[str, Any]]:
+    """Training that scores the config (:func:`score`); a count bonus (agent.explore.count_bonus > 0)
+    is "stopped by the anomaly guard" (a deterministic stand-in for an implausible run)."""
+    if cfg.agent.explore.count_bonus > 0:
+        verdict = GuardResult(Verdict.ANOMALOUS, (Cause.IMPLAUSIBLE,), GUARD_DIAGNOSIS)
+        raise AnomalyError("fold 0 epoch 0", verdict)
+    return _folds(cfg, seed, out, on_epoch)
+
+
+def slow_train(
+    cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None, on_epoch: Any
+) -> list[dict[str, Any]]:
+    """:func:`fake_train` taking ``SLOW_SECONDS`` per epoch (a kill lands mid-trial)."""
+    return _folds(cfg, seed, out, on_epoch, pause=SLOW_SECONDS)

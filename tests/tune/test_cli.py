@@ -1,0 +1,119 @@
+"""``foxhunt tune`` end to end with real (tiny) training: killed with SIGKILL in its first trial and
+run again, it finishes the study without counting a trial twice, and its best profile is the
+config the best trial trained (issue 17)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from typer.testing import CliRunner
+
+from foxhunt.cli import app
+from foxhunt.config.loader import config_hash, load_config
+from foxhunt.config.models import FoxhuntConfig
+from foxhunt.data.synth import write_synthetic
+from foxhunt.features.cache import get_or_build
+from foxhunt.tune.study import REASON, counted, default_storage, open_storage
+from tests.train.test_run import TINY
+
+runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# TINY at its smallest: one fold, one epoch, short validation episodes; heartbeats every second, so a
+# killed trial is taken for dead after 3 s.
+SETS = (
+    *TINY,
+    "folds.n_folds=1",
+    "train.epochs=1",
+    "env.episode_rows=12",
+    "synth.events_per_session=20000",
+    "train.steps_per_epoch=8",
+    "train.envs=8",
+    "agent.learn.updates_per_epoch=2",
+    "agent.learn.batch=32",
+    "run.threads=1",
+    "tune.heartbeat_seconds=1",
+)
+TRIALS = 2
+
+
+@pytest.fixture(scope="module")
+def market(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Path]:
+    """The tiny market's files and its feature cache folder, built once."""
+    cfg = load_config(profile="smoke", overrides=SETS)
+    root = tmp_path_factory.mktemp("tune_market")
+    files = write_synthetic(cfg.synth, root / "market")
+    get_or_build(files, cfg, root / "cache")
+    return files, root / "cache"
+
+
+def _args(out: Path, files: list[Path]) -> list[str]:
+    sets = [a for s in SETS for a in ("--set", s)]
+    data = [a for f in files for a in ("--data", str(f))]
+    return ["tune", "--profile", "smoke", *sets, "--trials", str(TRIALS), "--out", str(out), *data,
+            "--tracking-uri", "none", "-q"]  # fmt: skip
+
+
+def test_tune_killed_mid_trial_resumes_without_counting_a_trial_twice(
+    market: tuple[list[Path], Path], tmp_path: Path
+) -> None:
+    files, cache = market
+    out = tmp_path / "study"
+    shutil.copytree(cache, out / "cache")  # the same content key: reused, not rebuilt
+    foxhunt = Path(sys.executable).parent / "foxhunt"
+    command = [str(foxhunt), *_args(out, files)]
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 240
+    while not (out / "trials" / "0").exists():
+        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+        assert time.monotonic() < deadline, "the first trial never started"
+        time.sleep(0.1)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    storage = open_storage(default_storage(out), load_config(profile="smoke", overrides=SETS).tune)
+    killed = optuna.load_study(study_name=out.name, storage=storage).trials
+    assert [t.state for t in killed] == [TrialState.RUNNING]
+
+    result = runner.invoke(app, _args(out, files))
+    assert result.exit_code == 0, result.output
+    trials = optuna.load_study(study_name=out.name, storage=storage).trials
+    # the killed trial failed (not a result: no reason) and was re-run with its parameters, then
+    # the study ran what was left: TRIALS counted in all, none twice
+    assert trials[0].state is TrialState.FAIL and REASON not in trials[0].user_attrs
+    assert trials[1].params == trials[0].params and trials[1].system_attrs.get("failed_trial") == 0
+    assert [t.number for t in counted(trials)] == [1, 2] and len(trials) == TRIALS + 1
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["trials_counted"] == TRIALS and summary["states"]["FAIL"] == 1
+    # the exported profile is the config the best trial trained, key for key
+    best = summary["best"]
+    body = json.loads((Path(best["folder"]) / "train.config.json").read_text())
+    trained = FoxhuntConfig.model_validate(body["config"])
+    again = load_config(config_file=out / "best.toml")
+    assert again == trained and config_hash(again) == config_hash(trained) == body["config_hash"]
+    assert (out / "tune.html").read_text().count("<section") == 5
+
+
+@pytest.mark.slow  # four real trainings on two Ray workers: minutes on a loaded 2-core host
+def test_tune_trains_four_trials_on_two_workers(market: tuple[list[Path], Path], tmp_path: Path) -> None:
+    files, cache = market
+    out = tmp_path / "study"
+    shutil.copytree(cache, out / "cache")
+    args = _args(out, files)
+    args[args.index("--trials") + 1] = "4"
+    result = runner.invoke(app, [*args, "--workers", "2"])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "tune.json").read_text())
+    assert summary["trials_counted"] == 4 and sum(summary["states"].values()) == 4
+    for t in summary["trials"]:
+        recorded = json.loads((Path(t["folder"]) / "train.config.json").read_text())["config"]
+        assert recorded["agent"]["learn"]["lr"] == t["params"]["agent.learn.lr"]
