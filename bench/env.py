@@ -110,8 +110,9 @@ def step_bytes(env: TradingEnv, obs: torch.Tensor, result: StepResult) -> int:
             per_env = t.element_size() * t.numel() // n
             total += per_env + (t.element_size() if f.name == "returns_ring" else per_env)
     for f in fields(result):
-        t = getattr(result, f.name)
-        total += t.element_size() * t.numel() // n
+        x = getattr(result, f.name)  # a tensor, or a tuple of them (the step's ClosedTrades)
+        for t in x if isinstance(x, tuple) else (x,):
+            total += t.element_size() * t.numel() // n
     feats = env.market.features
     return total + obs.element_size() * obs.shape[1] + feats.element_size() * feats.shape[1] + 4 * 8
 

@@ -371,6 +371,8 @@ def main() -> int:
         "collection_capture_s": coll.compile_seconds,
         "validation_capture_s": sum(g.compile_seconds for g in val_graphs),  # type: ignore[attr-defined]
     }
+    if agent._graph is not None:  # the learner update's compile (batch >= COMPILE_MIN_BATCH) + capture
+        compile_s["learner_compile_capture_s"] = agent._graph.capture_seconds
     learn_ms = u["learn_ms_per_update"]
     bare_ms = ref.get("bare_update_graph_ms", ref["bare_update_ms"])
     table = [

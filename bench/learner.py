@@ -20,16 +20,18 @@ each round with the device synchronised; updates/s = 1000 / ms):
   per bare update on the H200 in eager PyTorch.
 
 Then the full update's time split by stage: device events (host timers on CPU) recorded at the entry
-and exit of ``replay.sample``, ``Learner._targets``, ``PopArt.update``, ``Tensor.backward``,
+and exit of ``replay.sample``, ``Learner._target_values_fn``, ``PopArt.update``, ``Learner._losses_fn``,
+``Tensor.backward``,
 ``clip_grad_norm_``, ``Adam.step``, ``Learner._polyak`` and ``replay.update_priorities``; the gaps
 between them are named by what runs there (noise reset, forward + losses, statistics, signals).
 On CUDA also: a PyTorch-profiler pass (kernels per update, share of the wall time the GPU is busy,
-the top kernels), TF32 matmuls, ``torch.compile`` of the network's forward (mode default; the
-compile time is the first update's wall time less a steady one) and CUDA graphs: ``Learner.update``
+the top kernels), TF32 matmuls and CUDA graphs: ``Learner.update``
 captured on a static batch (:class:`GraphedUpdate`; replay sampling and priorities stay eager around
-it), the two bare steps captured likewise, and a check that the graphed update computes what the
-eager one does (NoisyNet off, same state, same batches: relative differences of priorities and
-parameters).
+it), first of the eager kernels, then (``--compile``, the default) compiled first as ``train`` runs
+it at large batches (:meth:`Learner.compile`; compile seconds reported apart, and the compiled
+update's own profile and stage breakdown), the two bare steps captured likewise, and a check that
+the graphed update computes what the eager one does (NoisyNet off, same state, same batches:
+relative differences of priorities and parameters).
 
 The issue's goal: full <= 1.5 x bare (same network). Where the graphs were captured, the last lines
 explain the graphed gap by kernel counts (``launch_floor``): the full update's and the bare step's
@@ -143,8 +145,9 @@ def _dev(out: Any) -> torch.device:
 
 
 def make_adam(net: nn.Module, lr: float, device: torch.device) -> torch.optim.Adam:
-    """Adam as the learner builds it (capturable on CUDA, eps 1e-6)."""
-    return torch.optim.Adam(net.parameters(), lr=lr, capturable=device.type == "cuda", eps=1e-6)
+    """Adam as the learner builds it (capturable and fused on CUDA, eps 1e-6)."""
+    cuda = device.type == "cuda"
+    return torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, fused=cuda or None, eps=1e-6)
 
 
 def bare_step(net: nn.Module, opt: torch.optim.Optimizer, x: Tensor) -> Callable[[], None]:
@@ -263,15 +266,18 @@ class Timeline:
 # What runs between two marks, when it is not one wrapped call.
 GAPS = {
     ("update>", "targets>"): "noise reset (train mode, NoisyNet draws)",
-    ("<popart", "backward>"): "forward + losses (online net on s)",
+    ("<targets", "popart>"): "support growth",
+    ("<popart", "losses>"): "support z",
+    ("<losses", "backward>"): "zero_grad",
     ("<polyak", "<update"): "statistics dict",
     ("<priority", "iter"): "signal EMA (q_abs)",
     ("<sample", "update>"): "batch assembly",
 }
 STAGES = {
     "sample": "replay.sample",
-    "targets": "targets (_targets: online + target nets on s', projection)",
+    "targets": "targets (_target_values: online + target nets on s')",
     "popart": "PopArt update (rescale heads)",
+    "losses": "projection + forward + losses (_losses: online net on s)",
     "backward": "backward",
     "clip": "clip_grad_norm_ (x2)",
     "adam": "Adam step",
@@ -286,8 +292,9 @@ def breakdown(agent: Agent, batch: int, device: torch.device, iters: int) -> tup
     learner = agent.learner
     tl.wrap(agent.replay, "sample", "sample")
     tl.wrap(learner, "update", "update")
-    tl.wrap(learner, "_targets", "targets")
+    tl.wrap(learner, "_target_values_fn", "targets")
     tl.wrap(learner.popart, "update", "popart")
+    tl.wrap(learner, "_losses_fn", "losses")
     tl.wrap(torch.Tensor, "backward", "backward")
     tl.wrap(torch.nn.utils, "clip_grad_norm_", "clip")
     tl.wrap(learner.opt, "step", "adam")
@@ -360,7 +367,7 @@ def profile_kernels(fn: Callable[[], Any], n: int = 5) -> dict:
     }
 
 
-def launch_floor(doc: dict, bare_net: nn.Module, bare_opt: Any, x: Tensor, full: dict, bare: dict) -> dict:
+def launch_floor(prof: dict, bare_net: nn.Module, bare_opt: Any, x: Tensor, full: dict, bare: dict) -> dict:
     """The graphed full / bare gap explained by kernel counts: each replayed graph's time per kernel.
 
     At equal time per kernel the ratio of kernel counts is the ratio of graph times: the update is
@@ -368,7 +375,7 @@ def launch_floor(doc: dict, bare_net: nn.Module, bare_opt: Any, x: Tensor, full:
     by its arithmetic. Kernel counts from the eager profiler pass (a graph replays the same kernels).
     """
     bare_prof = profile_kernels(bare_step(bare_net, bare_opt, x))
-    k_full = float(doc["profiler"]["kernels_per_update"])
+    k_full = float(prof["kernels_per_update"])
     k_bare = float(bare_prof["kernels_per_update"])
     return {
         "kernels_full": k_full,
@@ -384,12 +391,14 @@ class GraphedUpdate(PackageGraphedUpdate):
     """The package's graphed update (:mod:`foxhunt.agent.graph`) driven like ``Agent.learn``:
     replay sampling, the priority update and the ``q_abs`` EMA stay eager around each replay."""
 
-    def __init__(self, agent: Agent, batch: int, first: Batch | None = None, warmup: int = 3) -> None:
+    def __init__(
+        self, agent: Agent, batch: int, first: Batch | None = None, warmup: int = 3, compile: bool = False
+    ) -> None:
         self.agent = agent
         if first is None:
             data, _, w = agent.replay.sample(batch, agent.gen)
             first = Batch(weight=w, **data)
-        super().__init__(agent.learner, first, warmup)
+        super().__init__(agent.learner, first, warmup, compile=compile)
         self.q_abs_key = q_key(BRANCHES[0], "spread")
 
     def load(self, batch: Batch) -> None:
@@ -442,7 +451,7 @@ def _restore(agent: Agent, snap: dict[str, Any]) -> None:
     agent.signals.load_state_dict(snap["signals"])
 
 
-def check_graph(device: torch.device, batch: int, steps: int = 3) -> dict[str, float]:
+def check_graph(device: torch.device, batch: int, steps: int = 3, compile: bool = False) -> dict[str, float]:
     """The graphed update against the eager one from the same state on the same batches.
 
     NoisyNet off (``noisy_sigma = 0``) so that nothing random differs; two agents built with the
@@ -462,7 +471,7 @@ def check_graph(device: torch.device, batch: int, steps: int = 3) -> dict[str, f
     a.learner.update(batches[0])
     b.learner.update(batches[0])
     snap = _snapshot(b)
-    g = GraphedUpdate(b, batch, first=batches[0])
+    g = GraphedUpdate(b, batch, first=batches[0], compile=compile)
     _restore(b, snap)
 
     def rel(x: Tensor, y: Tensor) -> float:
@@ -505,8 +514,8 @@ def main() -> int:
     ap.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
-        default=None,
-        help="torch.compile the network's forward (default: on CUDA only)",
+        default=True,
+        help="also the compiled + captured update (Learner.compile, as train runs it at large batches)",
     )
     ap.add_argument("--no-graph", action="store_true", help="skip the CUDA-graph captures")
     ap.add_argument("--no-profiler", action="store_true", help="skip the PyTorch-profiler pass")
@@ -624,11 +633,11 @@ def main() -> int:
     if cuda and not args.no_graph:
         try:
             t0 = time.perf_counter()
-            g = GraphedUpdate(agent, batch)
+            g = GraphedUpdate(agent, batch, compile=False)
             sync(device)
             capture_s = time.perf_counter() - t0
-            full_graph = row(
-                "full update, CUDA graph of Learner.update",
+            graph_eager = row(
+                "full update, CUDA graph (eager kernels)",
                 timed(lambda: g.learn(1, batch), device, it, rep),
                 capture_s=capture_s,
                 note=f"capture {capture_s:.1f} s",
@@ -641,53 +650,52 @@ def main() -> int:
                 "bare, seed-shape net, CUDA graph",
                 timed(graphed(bare_step(seed, seed_opt, xs)), device, it, rep),
             )
+            doc["ratio_graph_eager_over_graph_bare"] = graph_eager["ms"] / bare_graph["ms"]
+            del g
+            if args.compile:  # what train runs at batch >= COMPILE_MIN_BATCH: compiled, then captured
+                t0 = time.perf_counter()
+                g = GraphedUpdate(agent, batch, compile=True)
+                sync(device)
+                compile_s = time.perf_counter() - t0
+                full_graph = row(
+                    "full update, compiled + CUDA graph",
+                    timed(lambda: g.learn(1, batch), device, it, rep),
+                    compile_s=compile_s,
+                    note=f"compile + capture {compile_s:.1f} s",
+                )
+                doc["compile_s"] = compile_s
+                doc["profiler_compiled"] = profile_update(agent, batch)  # the compiled kernels, eager calls
+                p = doc["profiler_compiled"]
+                print(
+                    f"profiler, compiled update: {p['kernels_per_update']:.0f} kernels/update, GPU busy "
+                    f"{p['gpu_busy_ms_per_update']:.2f} ms",
+                    flush=True,
+                )
+                for k in p["top_kernels"][:12]:
+                    calls, ms = k["calls_per_update"], k["ms_per_update"]
+                    print(f"    {ms:>7.3f} ms  x{calls:<5.0f} {k['kernel'][:70]}")
+                print("breakdown of the compiled update (device events, eager calls)", flush=True)
+                stages, marked = breakdown(agent, batch, device, it)
+                doc["breakdown_compiled"] = {"marked_ms_per_update": marked, "stages": stages}
+                for s_ in stages:
+                    print(f"  {s_['stage']:<62} {s_['ms']:>8.3f} ms  {100 * s_['share']:>5.1f}%")
+            else:
+                full_graph = graph_eager
             doc["ratio_graph_full_over_graph_bare"] = full_graph["ms"] / bare_graph["ms"]
-            doc["graph_check"] = check_graph(device, batch)
+            doc["graph_check"] = check_graph(device, batch, compile=bool(args.compile))
             print(f"graph vs eager (NoisyNet off): {doc['graph_check']}", flush=True)
         except Exception as err:
             doc["notes"].append(f"CUDA graph failed: {type(err).__name__}: {str(err)[:400]}")
             print(doc["notes"][-1], flush=True)
             traceback.print_exc()
         save()
-        if "profiler" in doc and "ratio_graph_full_over_graph_bare" in doc:
+        prof = doc.get("profiler_compiled", doc.get("profiler"))
+        if prof is not None and "ratio_graph_full_over_graph_bare" in doc:
             try:  # the profile that explains the graphed gap (kernel counts)
-                doc["launch_floor"] = launch_floor(doc, bare_net, bare_opt, x, full_graph, bare_graph)
+                doc["launch_floor"] = launch_floor(prof, bare_net, bare_opt, x, full_graph, bare_graph)
             except Exception as err:  # a help, not the benchmark
                 doc["notes"].append(f"launch-floor profile failed: {type(err).__name__}: {err}")
             save()
-
-    if args.compile if args.compile is not None else cuda:
-        try:
-            for net in (agent.net, agent.learner.target, bare_net):
-                net.forward = torch.compile(net.forward)  # type: ignore[method-assign]
-            sync(device)
-            t0 = time.perf_counter()
-            full()
-            full()  # the first update compiles the forward with grad and without
-            sync(device)
-            first = time.perf_counter() - t0
-            r = timed(full, device, it, rep)
-            compile_s = first - 2 * r["ms"] / 1e3
-            row("full update, compiled forward", r, compile_s=compile_s, note=f"compile {compile_s:.1f} s")
-            t0 = time.perf_counter()
-            step = bare_step(bare_net, bare_opt, x)
-            step()
-            sync(device)
-            first = time.perf_counter() - t0
-            r = timed(step, device, it, rep)
-            row(
-                "bare, foxhunt net, compiled forward",
-                r,
-                compile_s=first - r["ms"] / 1e3,
-                note=f"compile {first - r['ms'] / 1e3:.1f} s",
-            )
-        except Exception as err:
-            doc["notes"].append(f"torch.compile failed: {type(err).__name__}: {err}")
-            traceback.print_exc()
-        finally:
-            for net in (agent.net, agent.learner.target, bare_net):
-                vars(net).pop("forward", None)
-        save()
 
     print()
     print(
@@ -699,16 +707,19 @@ def main() -> int:
         f"full / bare (same net): {doc['ratio_full_over_bare']:.2f}x (goal <= {GOAL_RATIO}x); "
         f"bare foxhunt / bare seed-shape: {doc['ratio_bare_over_seed']:.2f}x; params {doc['params']}"
     )
+    if "ratio_graph_eager_over_graph_bare" in doc:
+        print(f"CUDA graphs, eager-kernel update / bare: {doc['ratio_graph_eager_over_graph_bare']:.2f}x")
     if "ratio_graph_full_over_graph_bare" in doc:
-        print(f"CUDA graphs, full / bare: {doc['ratio_graph_full_over_graph_bare']:.2f}x")
+        print(
+            f"CUDA graphs, full (as train runs it) / bare: {doc['ratio_graph_full_over_graph_bare']:.2f}x "
+            f"(goal <= {GOAL_RATIO}x); compile {doc.get('compile_s', 0.0):.1f} s"
+        )
     if "launch_floor" in doc:
         f = doc["launch_floor"]
         print(
             f"why (graphs): the full update is {f['kernels_full']:.0f} kernels, the bare step "
             f"{f['kernels_bare']:.0f} ({f['kernel_ratio']:.2f}x); replayed they take "
-            f"{f['us_per_kernel_full']:.2f} and {f['us_per_kernel_bare']:.2f} us per kernel, so the gap is "
-            f"the kernel count "
-            f"(issue 16: fusing them is torch.compile of the update, not done)"
+            f"{f['us_per_kernel_full']:.2f} and {f['us_per_kernel_bare']:.2f} us per kernel"
         )
     for note in doc["notes"]:
         print("note:", note)

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from foxhunt.agent.config import AgentConfig, NetworkConfig
-from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork
+from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork, reset_noise
 from foxhunt.env.actions import Direction
 from foxhunt.env.config import BranchConfig
 from foxhunt.env.rewards import BRANCHES
@@ -230,6 +230,23 @@ def test_eval_is_deterministic_mean_weights_and_train_is_noisy() -> None:
         r1 = net(s)
         net.reset_noise(torch.Generator().manual_seed(5))
         assert torch.equal(flat(r1), flat(net(s)))
+
+
+def test_one_draw_resets_every_noisy_layer_of_both_networks() -> None:
+    """``reset_noise([online, target])`` (the learner's, one randn for all layers): every layer's
+    eps_in and eps_out get fresh factorised noise f(x) = sign(x)·sqrt(|x|) from one draw, in module
+    order, the two networks' noise independent of each other."""
+    net = make_net(noisy_sigma=0.5)
+    twin = copy.deepcopy(net)
+    reset_noise([net, twin], torch.Generator().manual_seed(9))
+    layers = [m for n in (net, twin) for m in n.modules() if isinstance(m, NoisyLinear)]
+    buffers = [b for m in layers for b in (m.eps_in, m.eps_out)]
+    x = torch.randn(sum(b.numel() for b in buffers), generator=torch.Generator().manual_seed(9))
+    expected = (x.sign() * x.abs().sqrt()).split([b.numel() for b in buffers])
+    for got, want in zip(buffers, expected, strict=True):
+        assert torch.equal(got, want)
+    half = len(buffers) // 2
+    assert not torch.equal(buffers[0], buffers[half])  # the twin's first layer drew other values
 
 
 def test_noise_scale_follows_fortunato() -> None:

@@ -130,3 +130,15 @@ def test_the_suite_tracks_nothing_it_does_not_ask_for() -> None:
     import os
 
     assert os.environ[SWITCH_ENV] == "off" and resolve_uri(None) is None
+
+
+def test_a_pruned_trial_ends_killed_not_failed() -> None:
+    import optuna
+
+    from foxhunt.tracking.run import run_status
+
+    assert run_status(None) == "FINISHED"
+    assert run_status(optuna.TrialPruned("behind the median at step 2")) == "KILLED"
+    assert run_status(KeyboardInterrupt()) == "KILLED"
+    assert run_status(FoxhuntError("x", "y", "z")) == "FAILED"
+    assert run_status(RuntimeError("boom")) == "FAILED"

@@ -31,9 +31,8 @@ from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.data.synth import write_synthetic
 from foxhunt.errors import FoxhuntError, OutputError
-from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import (
     CheckpointMismatchError,
@@ -45,6 +44,9 @@ from foxhunt.train.guard import AnomalyError
 from foxhunt.train.run import CheckpointPolicy, Interrupted, train
 
 TINY = (
+    # A seed whose tiny policy trades in its folds (seed 7's is flat in both: which seeds trade after
+    # 8 updates depends on the random streams), so the checkpoint backtest compares a trading policy.
+    "run.seed=10",
     "synth.sessions=2",
     "synth.events_per_session=40000",
     "folds.n_folds=2",
@@ -108,15 +110,13 @@ def folds_of(run_dir: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
-    cfg = tiny_cfg()
-    root = tmp_path_factory.mktemp("market")
-    return get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
+def cache(tiny_cache: FeatureCache) -> FeatureCache:
+    return tiny_cache  # tests/conftest.py: built once per run, shared with other modules' tiny trainings
 
 
 @pytest.fixture(scope="module")
 def run_a(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The reference run: two folds x two epochs, seed 7, never interrupted."""
+    """The reference run: two folds x two epochs, seed 10, never interrupted."""
     out = tmp_path_factory.mktemp("run_a")
     train(cache, tiny_cfg(), out, log=quiet)
     return out
@@ -179,7 +179,7 @@ def test_a_fresh_run_into_an_old_run_folder_keeps_nothing_of_it(cache: FeatureCa
     with pytest.raises(Interrupted):
         train(cache, tiny_cfg(one), tmp_path, overwrite=True, log=quiet, stop_after=(0, 0))
     store = CheckpointStore(tmp_path, ring=1)
-    assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [7, 7]
+    assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [10, 10]
     assert store.folds() == [0] and not (tmp_path / "folds.json").exists()
     lines = (tmp_path / "diagnostics.jsonl").read_text().splitlines()
     assert [(r["fold"], r["epoch"]) for r in map(json.loads, lines)] == [(0, 0)]
@@ -375,7 +375,7 @@ def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCach
     with pytest.raises(Interrupted):
         train(cache, cfg, tmp_path / "run", log=quiet, stop_after=(0, 0))
     other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": cfg.run.seed + 1})})
-    with pytest.raises(FoxhuntError, match=r"run\.seed: 7 -> 8"):
+    with pytest.raises(FoxhuntError, match=r"run\.seed: 10 -> 11"):
         train(cache, other, tmp_path / "run", resume=True, log=quiet)
 
 
@@ -385,19 +385,24 @@ def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCach
 def test_backtest_of_a_checkpoint_reproduces_its_validation(
     cache: FeatureCache, run_a: Path, tmp_path: Path
 ) -> None:
-    """``foxhunt backtest --checkpoint`` on fold 1's last checkpoint: the fold's last-epoch validation
-    metrics, from the weights, PopArt and acting signals in the file (the best checkpoint against the
-    reported metrics: tests/report/test_checkpoint_numbers.py)."""
-    path = run_a / "checkpoints" / "fold1" / "last.safetensors"
+    """``foxhunt backtest --checkpoint`` on the last checkpoint of a fold whose policy trades: the
+    fold's last-epoch validation metrics, from the weights, PopArt and acting signals in the file (the
+    best checkpoint against the reported metrics: tests/report/test_checkpoint_numbers.py)."""
+    folds = folds_of(run_a)
+    # A policy that trades: flat against flat would prove nothing. Which fold's tiny policy trades
+    # depends on the random streams, so the test takes the first that does.
+    trading = [k for k, f in enumerate(folds) if f["last_epoch"]["trades"] > 0]
+    assert trading, "run_a is flat in every fold: no checkpoint to compare"
+    k = trading[0]
+    path = run_a / "checkpoints" / f"fold{k}" / "last.safetensors"
     result = runner.invoke(
         app, ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(tmp_path), "-q"]
     )
     assert result.exit_code == 0, result.output
     body = json.loads((tmp_path / "metrics.json").read_text())
-    fold = folds_of(run_a)[1]
-    assert body["folds"] == [1] and "fold 1, epoch 1" in body["policy"]
-    last = fold["last_epoch"]
-    assert last["epoch"] == 1 and last["trades"] > 0  # a policy that trades: not flat against flat
+    assert body["folds"] == [k] and f"fold {k}, epoch 1" in body["policy"]
+    last = folds[k]["last_epoch"]
+    assert last["epoch"] == 1
     for key in ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "max_drawdown", "active_frac"):
         assert body[key] == pytest.approx(last[key], rel=1e-9, abs=1e-9), key
 

@@ -25,7 +25,10 @@ reward, ``d = gamma^n`` or 0 when the episode ended inside the n steps):
 5. **Priorities.** The per-sample C51 cross-entropy (averaged over branches) is the new priority.
 
 Nothing here reads a value back to the host: the statistics come back as 0-dim tensors that the
-diagnostics read once per epoch. The learning-rate schedule (cosine with warm restarts, Adam's
+diagnostics read once per epoch. The update is eager Python around two pure stretches (the targets,
+:meth:`Learner._target_values`, and the loss, :meth:`Learner._losses`) that :meth:`Learner.compile`
+hands to ``torch.compile``; :class:`~foxhunt.agent.graph.GraphedUpdate` then captures the whole update.
+The learning-rate schedule (cosine with warm restarts, Adam's
 first moments halved at each restart) changes once per epoch, outside ``update``.
 """
 
@@ -48,7 +51,7 @@ from foxhunt.agent.distributional import (
     project_c51,
     quantile_huber,
 )
-from foxhunt.agent.network import NetOut, QNetwork
+from foxhunt.agent.network import NetOut, QNetwork, reset_noise
 from foxhunt.agent.popart import PopArt
 from foxhunt.agent.signals import Signals
 from foxhunt.env.actions import Direction
@@ -86,6 +89,13 @@ def cosine_lr(epoch: int, lr: float, floor_share: float, period: int) -> float:
     return lo + (lr - lo) * 0.5 * (1.0 + math.cos(math.pi * t / period))
 
 
+@torch.no_grad()
+def _project(probs: list[Tensor], batch: Batch, z: Tensor) -> list[Tensor]:
+    """Each branch's target distribution of ``R + d Z`` projected onto the support ``z`` [B, K]."""
+    r, d = batch.reward.float(), batch.discount.float()
+    return [project_c51(p, r, d, z) for p in probs]
+
+
 def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
@@ -109,9 +119,14 @@ class Learner:
         # On CUDA the update is replayed as a graph: capturable Adam with the learning rate as a
         # device tensor, so the schedule can change it between replays without a recapture.
         lr = torch.tensor(cfg.learn.lr, device=self.device) if cuda else cfg.learn.lr
-        self.opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, eps=1e-6)
+        # Fused on CUDA: one multi-tensor kernel for the whole step instead of a dozen foreach passes.
+        self.opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, fused=cuda or None, eps=1e-6)
         self.epoch = 0
-        self.lr_scale = 1.0  # multiplies the schedule (the plateau ladder's learning-rate bumps)
+        self.lr_scale = 1.0
+        # The update's pure stretches; :meth:`compile` swaps in their torch.compile-d versions.
+        self._target_values_fn = self._target_values
+        self._losses_fn = self._losses
+        self.compiled = False  # multiplies the schedule (the plateau ladder's learning-rate bumps)
 
     # --- schedule ------------------------------------------------------------------------
 
@@ -136,8 +151,12 @@ class Learner:
     # --- the update ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def _targets(self, batch: Batch) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-        """Per branch: C51 target distributions [B, K], IQN targets [B, Q], MSE targets [B] (real units)."""
+    def _target_values(
+        self, batch: Batch
+    ) -> tuple[list[Tensor], list[Tensor], list[Tensor], Tensor]:
+        """Per branch: the target network's next-state distributions [B, K] at the online network's
+        actions, IQN targets [B, Q] and MSE targets [B] (real units); and the reach the support must
+        cover. Pure (reads the networks and PopArt, writes nothing): compiled by :meth:`compile`."""
         nxt = self.net(batch.next_state)  # double Q: the online network selects
         a_star = [q.argmax(dim=1) for q in self.net.expected_q(nxt, self.popart.denormalise)]
         locked = plan_locked(batch.next_state)  # only Hold is legal there
@@ -157,28 +176,76 @@ class Learner:
         reach = torch.quantile(
             torch.cat([y.abs().flatten() for y in y_iqn + y_mse]).float(), SUPPORT_QUANTILE
         )
+        return probs, y_iqn, y_mse, reach
+
+    @torch.no_grad()
+    def _targets(self, batch: Batch) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+        """Per branch: C51 target distributions [B, K] (projected onto the grown support), IQN targets
+        [B, Q], MSE targets [B] (real units). ``update`` runs the same steps, the projection inside the
+        loss (:meth:`_losses`)."""
+        probs, y_iqn, y_mse, reach = self._target_values_fn(batch)
         self.net.grow_support(reach)
         self.target.v_max.copy_(self.net.v_max)
-        z = self.net.support()
-        m = [project_c51(p, r, d, z) for p in probs]
-        return m, y_iqn, y_mse
+        return _project(probs, batch, self.net.support()), y_iqn, y_mse
+
+    def compile(self) -> None:
+        """``torch.compile`` the update's two pure stretches (issue 16: the update as a CUDA graph was
+        bound by launching ~2,900 small kernels): the target computation (both networks' forwards on
+        s', the double-Q selection, the targets, their quantile) and the loss (the online forward on
+        s, every loss, the priorities, statistics and signal EMAs, and its backward through
+        AOTAutograd). The support growth, PopArt, clipping, Adam and Polyak stay eager (multi-tensor
+        kernels already). Compile once per learner, before a CUDA-graph capture (the first call of
+        each compiles; the capture must not)."""
+        self._target_values_fn = torch.compile(self._target_values, fullgraph=True, dynamic=False)
+        self._losses_fn = torch.compile(self._losses, fullgraph=True, dynamic=False)
+        self.compiled = True
 
     def update(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """One learner step; returns ``(new priorities [B], statistics as 0-dim tensors)``."""
-        cfg, loss_cfg, sig = self.cfg, self.cfg.loss, self.signals
+        cfg = self.cfg
         self.net.train()
-        self.net.reset_noise()
-        self.target.reset_noise()
-        m, y_iqn, y_mse = self._targets(batch)
+        reset_noise([self.net, self.target])
+        probs, y_iqn, y_mse, reach = self._target_values_fn(batch)
+        self.net.grow_support(reach)
+        self.target.v_max.copy_(self.net.v_max)
         self.popart.update(torch.cat(y_mse), self.net.popart_layers() + self.target.popart_layers())
 
+        loss, priority, stats = self._losses_fn(batch, probs, y_iqn, y_mse, self.net.support())
+
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        g_q = torch.nn.utils.clip_grad_norm_(self.q_params, cfg.learn.clip_norm)
+        g_aux = torch.nn.utils.clip_grad_norm_(self.aux_params, cfg.learn.aux_clip_norm)
+        self.opt.step()
+        self._polyak()
+
+        stats.update(
+            {
+                "grad/q": g_q.detach(),
+                "grad/aux": g_aux.detach(),
+                "grad/total": torch.sqrt(g_q.detach() ** 2 + g_aux.detach() ** 2),
+                "atoms/v_max": self.net.v_max.detach().clone(),
+                "experts/lambda": self.signals["balance_lambda"].clone(),
+            }
+        )
+        return priority, stats
+
+    def _losses(
+        self, batch: Batch, probs: list[Tensor], y_iqn: list[Tensor], y_mse: list[Tensor], z: Tensor
+    ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
+        """The C51 projection of ``probs`` onto the support ``z``, the online forward on s and the total
+        loss; ``(loss, priorities [B], statistics)``.
+
+        Updates the atom-utilisation, gate-entropy, lambda and expert-utilisation signals in place
+        (the losses read them); compiled by :meth:`compile`."""
+        loss_cfg, sig = self.cfg.loss, self.signals
+        m = _project(probs, batch, z)
         out = self.net(batch.state)
         w = batch.weight.float()
         ar = torch.arange(w.shape[0], device=w.device)
         n_br = len(out.branches)
         zero = torch.zeros((), device=w.device)
         l_c51, l_iqn, l_mse, priority = zero, zero, zero, torch.zeros_like(w)
-        stats: dict[str, Tensor] = {}
         for i, b in enumerate(out.branches):
             a = batch.action[:, i]
             ce = c51_cross_entropy(b.logits[ar, a], m[i])  # [B]
@@ -221,38 +288,23 @@ class Learner:
 
         l_aux = self._aux_loss(out, batch.aux)
         loss = l_c51 + l_iqn + l_mse + l_cql + l_entropy + l_balance + loss_cfg.aux * l_aux
-
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        g_q = torch.nn.utils.clip_grad_norm_(self.q_params, cfg.learn.clip_norm)
-        g_aux = torch.nn.utils.clip_grad_norm_(self.aux_params, cfg.learn.aux_clip_norm)
-        self.opt.step()
-        self._polyak()
-
-        stats.update(
-            {
-                "loss/total": loss.detach(),
-                "loss/c51": l_c51.detach(),
-                "loss/iqn": l_iqn.detach(),
-                "loss/mse": l_mse.detach(),
-                "loss/cql": l_cql.detach(),
-                "loss/entropy": l_entropy.detach(),
-                "loss/balance": l_balance.detach(),
-                "loss/aux": l_aux.detach(),
-                "grad/q": g_q.detach(),
-                "grad/aux": g_aux.detach(),
-                "grad/total": torch.sqrt(g_q.detach() ** 2 + g_aux.detach() ** 2),
-                "atoms/utilisation": util,
-                "atoms/v_max": self.net.v_max.detach().clone(),
-                "experts/gate_entropy": h.detach(),
-                "experts/lambda": sig["balance_lambda"].clone(),
-            }
-        )
+        stats = {
+            "loss/total": loss.detach(),
+            "loss/c51": l_c51.detach(),
+            "loss/iqn": l_iqn.detach(),
+            "loss/mse": l_mse.detach(),
+            "loss/cql": l_cql.detach(),
+            "loss/entropy": l_entropy.detach(),
+            "loss/balance": l_balance.detach(),
+            "loss/aux": l_aux.detach(),
+            "atoms/utilisation": util,
+            "experts/gate_entropy": h.detach(),
+        }
         for name, q in zip(BRANCHES, q_all, strict=True):
             qd = q.detach()
             stats[q_key(name, "mean")] = qd.mean()
             stats[q_key(name, "spread")] = (qd.amax(1) - qd.amin(1)).mean()
-        return priority, stats
+        return loss, priority, stats
 
     def _aux_loss(self, out: NetOut, aux: Tensor) -> Tensor:
         """Masked means of the auxiliary heads' losses (a NaN target is no target)."""

@@ -116,6 +116,26 @@ class NoisyLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}"
 
 
+@torch.no_grad()
+def reset_noise(modules: list[nn.Module], generator: torch.Generator | None = None) -> None:
+    """New factorised noise in every :class:`NoisyLinear` of ``modules`` from one draw.
+
+    One ``randn`` for all the layers' ``eps_in`` and ``eps_out`` (in module order, ``eps_in`` then
+    ``eps_out`` per layer), one transform and one multi-tensor copy: a handful of kernels instead of
+    about ten per layer (the learner resets the online and the target network before each update;
+    per layer that was 3.2 ms of its 50 ms eager update at batch 16,384 on the H200, bench/learner.py).
+    The values differ from drawing layer by layer with the same generator; the distribution is the same.
+    """
+    layers = [m for module in modules for m in module.modules() if isinstance(m, NoisyLinear)]
+    if not layers:
+        return
+    buffers = [b for m in layers for b in (m.eps_in, m.eps_out)]
+    flat = _scaled_noise(
+        torch.randn(sum(b.numel() for b in buffers), generator=generator, device=buffers[0].device)
+    )
+    torch._foreach_copy_(buffers, list(flat.split([b.numel() for b in buffers])))
+
+
 def _head_linear(in_features: int, out_features: int, sigma0: float) -> nn.Module:
     return (
         NoisyLinear(in_features, out_features, sigma0) if sigma0 > 0 else nn.Linear(in_features, out_features)
@@ -446,10 +466,8 @@ class QNetwork(nn.Module):
     # -- parameter groups ---------------------------------------------------------------------------
 
     def reset_noise(self, generator: torch.Generator | None = None) -> None:
-        """New noise in every NoisyNet layer (no-op when ``noisy_sigma == 0``)."""
-        for m in self.modules():
-            if isinstance(m, NoisyLinear):
-                m.reset_noise(generator)
+        """New noise in every NoisyNet layer (no-op when ``noisy_sigma == 0``): :func:`reset_noise`."""
+        reset_noise([self], generator)
 
     def popart_layers(self) -> list[nn.Linear]:
         """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).

@@ -78,13 +78,19 @@ class PopArt(nn.Module):
         mu_new = torch.lerp(self.mu, targets_B.mean(), self.beta)  # μ' = (1-β) μ + β mean(y)
         nu_new = torch.lerp(self.nu, targets_B.square().mean(), self.beta)  # ν' = (1-β) ν + β mean(y²)
         sigma_new = self._sigma(mu_new, nu_new)  # σ'
-        for layer in layers:
-            w, b = layer.weight, layer.bias
-            if b is None:
-                raise ValueError(
-                    f"PopArt needs output layers with a bias (it absorbs the shift of mu): {layer}"
-                )
-            w.mul_((sigma_old / sigma_new).to(w.dtype))  # W' = W σ / σ'
-            b.copy_(((sigma_old * b + mu_old - mu_new) / sigma_new).to(b.dtype))  # b' = (σ b + μ - μ') / σ'
+        missing = [layer for layer in layers if layer.bias is None]
+        if missing:
+            raise ValueError(
+                f"PopArt needs output layers with a bias (it absorbs the shift of mu): {missing[0]}"
+            )
+        if layers:
+            # Multi-tensor products over all the layers at once (two kernels instead of two per layer):
+            # W' = W σ / σ';  b' = (σ b + μ - μ') / σ' = b σ / σ' + (μ - μ') / σ'.
+            ratio, shift = sigma_old / sigma_new, (mu_old - mu_new) / sigma_new
+            weights, biases = [la.weight for la in layers], [la.bias for la in layers]
+            torch._foreach_mul_(weights, ratio.to(weights[0].dtype))
+            torch._foreach_mul_(biases, ratio.to(biases[0].dtype))
+            for b in biases:  # (_foreach_add_ of a 0-dim tensor reads it back to the host: no capture)
+                b.add_(shift.to(b.dtype))
         self.mu.copy_(mu_new)
         self.nu.copy_(nu_new)

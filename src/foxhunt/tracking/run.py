@@ -218,10 +218,10 @@ class TrackedRun:
         return TrackingTarget(self.uri, self.run_id, self.experiment)
 
     def end(self, error: BaseException | None = None) -> None:
-        """FINISHED; FAILED for an error (KILLED for an interrupt), its message as ``foxhunt.stopped``."""
+        """Ended with :func:`run_status`; an error's message as ``foxhunt.stopped``."""
         if not self.active:
             return
-        status = "FINISHED" if error is None else "FAILED" if isinstance(error, Exception) else "KILLED"
+        status = run_status(error)
         try:
             if error is not None:
                 reason = param_value(str(error) or type(error).__name__)
@@ -230,6 +230,17 @@ class TrackedRun:
         except Exception as err:
             self._failed("ending the run", err)
         self._client = None
+
+
+def run_status(error: BaseException | None) -> str:
+    """The MLflow status of a run that ended with ``error``: FINISHED without one; KILLED for an
+    interrupt or a trial its study pruned (a deliberate stop, not a fault: optuna.TrialPruned, matched
+    by name so that tracking does not import optuna); FAILED for any other error."""
+    if error is None:
+        return "FINISHED"
+    if not isinstance(error, Exception) or type(error).__name__ == "TrialPruned":
+        return "KILLED"
+    return "FAILED"
 
 
 def start_run(
