@@ -853,8 +853,15 @@ def serve_cmd(
         list[str] | None, typer.Option("--symbols", metavar="SYMBOL", help="Live symbols, e.g. ES.c.0.")
     ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", metavar="P", help="Status endpoint on 127.0.0.1:P (/state ...).")
+        int | None,
+        typer.Option("--port", metavar="P", help="HTTP interface on HOST:P (/, /state, /metrics ...)."),
     ] = None,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host", metavar="HOST", help="Bind --port here; beyond loopback needs FOXHUNT_SERVE_TOKEN."
+        ),
+    ] = "127.0.0.1",
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -867,6 +874,10 @@ def serve_cmd(
     settings (--set serve.warmup_rows=..., serve.on_fault=flatten|hold) come from the config."""
     if (replay is None) == (live is None):
         raise FoxhuntError("--replay/--live", "pass exactly one of them", "see foxhunt serve --help")
+    if port is not None:
+        from foxhunt.serve.http import check_bind
+
+        check_bind(host)  # a public bind without a token: one line, before anything is loaded or written
     cfg = _config(profile, config, set_)
     from foxhunt.serve.service import Service
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
@@ -882,13 +893,17 @@ def serve_cmd(
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
     service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose)
-    if port is not None:
-        from foxhunt.serve.http import start_status_server
-
-        start_status_server(service, port)
+    server = None
     try:
+        if port is not None:
+            from foxhunt.serve.http import start_status_server
+
+            server = start_status_server(service, port, host)
+            log(f"HTTP interface on {server.url} (/, /state, /decisions, /metrics)")
         summary = service.run()
     finally:
+        if server is not None:
+            server.close()
         service.close()
     out.print(
         f"served {summary['decisions']} decisions, net {summary['net_pnl']:,.2f}, "

@@ -42,13 +42,15 @@ MARKET = (
     "env.episode_rows=16",
     "data.bar_seconds=900",
 )
-# One epoch of a few updates of the smoke network; seed 0 is one whose briefly trained policy trades.
+# One epoch of a few updates of the smoke network; seed 1 is one whose briefly trained policy trades
+# (which seeds do depends on the random streams: seed 0's stopped trading when the noisy layers came
+# to draw their noise in one call).
 ONE_EPOCH = (
     "agent.learn.updates_per_epoch=4",
     "agent.network.symmetry=none",
     "train.envs=8",
     "train.steps_per_epoch=8",
-    "run.seed=0",
+    "run.seed=1",
 )
 FOLD = 1
 FOXHUNT = str(Path(sys.executable).with_name("foxhunt"))
@@ -527,7 +529,7 @@ def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pyte
     svc = Service(export, Scripted(streams, records[:300], {}), tmp_path, ServeConfig(), log=lambda m: None)
     svc.run()
     server = start_status_server(svc, 0)
-    base = f"http://127.0.0.1:{server.server_address[1]}"
+    base = server.url
     try:
         assert json.load(urllib.request.urlopen(f"{base}/health"))["ok"] is True
         state = json.load(urllib.request.urlopen(f"{base}/state"))
@@ -542,7 +544,7 @@ def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pyte
         req = urllib.request.Request(f"{base}/flatten", method="POST", headers=auth)
         assert urllib.request.urlopen(req).status == 200 and svc.flatten_now
     finally:
-        server.shutdown()
+        server.close()
         svc.close()
 
 

@@ -37,6 +37,7 @@ from foxhunt.env.actions import Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.serve.config import FaultAction, ServeConfig
 from foxhunt.serve.ledger import Ledger
+from foxhunt.serve.metrics import ServeMetrics
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
 from foxhunt.serve.source import Disconnected, RecordSource, SourceEnded
 from foxhunt.serve.state import Rows, RowState
@@ -113,6 +114,7 @@ class Service:
         self.flatten_now = False  # POST /flatten (the HTTP endpoint)
         self.last_latency_us = 0.0
         self.last_record_wall = time.monotonic()
+        self.metrics = ServeMetrics(self.feed_lag_s)  # GET /metrics (foxhunt.serve.http)
         self._skip_records = 0
         self._restored: dict[str, Any] | None = None
         self._last_forced = ""
@@ -236,6 +238,7 @@ class Service:
     def _fault(self, event: FaultEvent) -> None:
         self.log(f"fault: {event.kind.value}: {event.detail}")
         self.ledger.fault(event)
+        self.metrics.faults.labels(kind=event.kind.value).inc()
         if event.kind not in (Fault.CORRUPT, Fault.OUT_OF_ORDER):  # dropped: the book is as it was
             self.faulted_until = max(self.faulted_until, self.rows_done + self.scfg.recover_rows)
 
@@ -287,6 +290,10 @@ class Service:
             records=self.consumed,
             state=self._snapshot(),
         )
+        if line is not None:
+            self.metrics.decisions.inc()
+        if decided:
+            self.metrics.latency.observe(self.last_latency_us * 1e-6)
         if self.log_rows and line is not None:
             self.log(", ".join(f"{k} {v}" for k, v in zip(HEADER, line.as_csv(), strict=True)))
 
@@ -303,14 +310,16 @@ class Service:
         assert self.env is not None
         obs = self.env.observe()
         if self.flatten_now or r <= self.faulted_until:
+            # POST /flatten is the operator's order: it flattens whatever a fault would do (serve.on_fault).
+            action = FaultAction.FLATTEN if self.flatten_now else self.scfg.on_fault
             self.flatten_now = False
-            return self._failsafe(), self.scfg.on_fault.value
+            return self._failsafe(action), action.value
         return self.policy(obs, self.env), ""
 
-    def _failsafe(self) -> torch.Tensor:
+    def _failsafe(self, action: FaultAction) -> torch.Tensor:
         b = self.cfg.env.branches
         flat = int(Direction.FLAT) if b.direction > int(Direction.FLAT) else int(Direction.HOLD)
-        direction = flat if self.scfg.on_fault is FaultAction.FLATTEN else int(Direction.HOLD)
+        direction = flat if action is FaultAction.FLATTEN else int(Direction.HOLD)
         return torch.tensor([[direction, 0, int(OrderType.MARKET), int(Urgency.NORMAL)]])
 
     def _step(self, rows: Rows) -> tuple[DecisionRow, tuple[float, float, float, float], list]:
@@ -345,12 +354,16 @@ class Service:
 
     # --- outputs ------------------------------------------------------------------------------
 
+    def feed_lag_s(self) -> float:
+        """Wall-clock seconds since the last record arrived (a stalled or ended feed's grows)."""
+        return time.monotonic() - self.last_record_wall
+
     def live_status(self) -> dict[str, Any]:
         """What the ledger does not hold: rows served, the last row close's latency, the feed's lag."""
         return {
             "rows": self.rows_done,
             "latency_us": self.last_latency_us,
-            "feed_lag_s": time.monotonic() - self.last_record_wall,
+            "feed_lag_s": self.feed_lag_s(),
             "faulted": self.rows_done <= self.faulted_until,
         }
 
