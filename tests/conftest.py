@@ -5,9 +5,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
+
+if TYPE_CHECKING:
+    from foxhunt.features.cache import FeatureCache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,6 +44,21 @@ def tracking_off() -> Iterator[None]:
         os.environ.pop(SWITCH_ENV, None)
     else:
         os.environ[SWITCH_ENV] = before
+
+
+@pytest.fixture(scope="session")
+def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
+    """The feature cache of ``tests.train.test_run.tiny_cfg()``'s synthetic market, built once for the
+    whole run (seconds each time on a loaded host). Training only reads it, each run writing into its
+    own folder; the cache key leaves out training, folds and env settings, so any TINY variant that
+    keeps its data, features, labels and instrument sections (``value_config``) can train on it."""
+    from foxhunt.data.synth import write_synthetic
+    from foxhunt.features.cache import get_or_build
+    from tests.train.test_run import tiny_cfg
+
+    cfg = tiny_cfg()
+    root = tmp_path_factory.mktemp("tiny_market")
+    return get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
 
 
 @pytest.fixture(scope="module")

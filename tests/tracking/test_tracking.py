@@ -15,8 +15,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.base import leaves
-from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.features.cache import FeatureCache
 from foxhunt.tracking import RECORD_FILE, start_run
 from foxhunt.tracking.record import param_value
 from tests.train.test_run import TINY, tiny_cfg
@@ -24,7 +23,17 @@ from tests.train.test_run import TINY, tiny_cfg
 runner = CliRunner()
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SETS = [a for s in (*TINY, "run.threads=1") for a in ("--set", s)]
+# TINY's market and folds (its cache is shared: tests/conftest.py) with lighter epochs: what is
+# checked here is what gets recorded, not what is learnt.
+LIGHT = (
+    "run.threads=1",
+    "env.episode_rows=12",
+    "train.steps_per_epoch=8",
+    "train.envs=8",
+    "agent.learn.updates_per_epoch=2",
+    "agent.learn.batch=32",
+)
+SETS = [a for s in (*TINY, *LIGHT) for a in ("--set", s)]
 UNREACHABLE = "http://127.0.0.1:9"  # the discard port: nothing listens, the connection is refused at once
 
 
@@ -34,10 +43,8 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
-    cfg = tiny_cfg()
-    root = tmp_path_factory.mktemp("market")
-    return get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
+def cache(tiny_cache: FeatureCache) -> FeatureCache:
+    return tiny_cache
 
 
 def _train(cache: FeatureCache, out: Path, uri: str, *sets: str) -> Any:

@@ -25,10 +25,19 @@ _OWN = ("foxhunt", "tests", "__main__")
 # the hash describes the code the process loaded even if a file is saved again while it runs.
 # Keyed by identity (code objects compare equal by content, across files): id -> (code, source).
 _SOURCE_OF_CODE: dict[int, tuple[types.CodeType, str]] = {}
+# The same for classes, keyed by the class object: a class's source is its file's text (a method
+# patched onto it at run time never showed), and inspect.getsource(cls) parses the whole module
+# each time (0.8 s for the ~100 classes of one schema hash, which every cache build and load computes).
+_SOURCE_OF_CLASS: dict[int, tuple[type, str]] = {}
 
 
 def _source(obj: Any) -> str:
     target = getattr(obj, "py_func", obj)  # numba dispatcher -> the Python function
+    if isinstance(target, type):
+        seen = _SOURCE_OF_CLASS.get(id(target))
+        if seen is None or seen[0] is not target:
+            seen = _SOURCE_OF_CLASS[id(target)] = (target, _read_source(target))
+        return seen[1]
     code = getattr(target, "__code__", None)
     if not isinstance(code, types.CodeType):
         return _read_source(target)
