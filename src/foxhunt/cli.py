@@ -564,7 +564,7 @@ def features_build(
 ) -> None:
     """Ingest DBN files and write the feature cache: causal features of every family, labels,
     and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config. With
-    --workers N, one task per session file, merged into the same file bit for bit
+    --workers N, session by session in parallel tasks, merged into the same file bit for bit
     (docs/scale-out.md)."""
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder

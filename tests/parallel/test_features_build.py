@@ -16,8 +16,9 @@ from foxhunt.config.synth import SynthConfig
 from foxhunt.console import Reporter
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.synth import write_synthetic
+from foxhunt.features import distributed
 from foxhunt.features.cache import FeatureCache, build_cache, open_cache
-from foxhunt.features.distributed import build_by_session, session_groups
+from foxhunt.features.distributed import batches, build_by_session, session_groups
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.parallel import open_executor
 
@@ -91,9 +92,11 @@ def test_session_groups_build_the_whole_cache_bit_for_bit(
 
 
 def test_a_roll_at_a_groups_first_session_takes_the_whole_builds_contract(
-    rolling_market: Path, tmp_path: Path
+    rolling_market: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cfg = load_config(profile="smoke")
+    # One task for all the groups: a task's run of several groups, and their rebuild, merge the same.
+    monkeypatch.setattr(distributed, "TASKS_PER_WORKER", 1)
     said: list[str] = []
     whole, parts = _builds(rolling_market, cfg, tmp_path, 1, said)  # in-process: the CLI test runs Ray
     assert_same_cache(whole, parts)
@@ -131,3 +134,11 @@ def test_a_group_the_whole_build_accepts_but_a_task_refuses_falls_back_to_one_pr
     whole, parts = _builds(folder, load_config(profile="smoke"), tmp_path, 1, said)
     assert_same_cache(whole, parts)
     assert len(said) == 1 and "building in one process" in said[0] and "no book file" in said[0]
+
+
+def test_batches_keep_every_job_once_in_order_in_near_equal_runs() -> None:
+    jobs = [(i,) for i in range(10)]
+    runs = batches(jobs, 4)
+    assert [len(r) for r in runs] == [3, 3, 2, 2] and [j for r in runs for j in r] == jobs
+    assert [len(r) for r in batches(jobs, 20)] == [1] * 10  # never an empty task
+    assert batches(jobs[:1], 8) == [[(0,)]]
