@@ -103,7 +103,8 @@ def test_tune_killed_mid_trial_resumes_without_counting_a_trial_twice(
     assert (out / "tune.html").read_text().count("<section") == 5
 
 
-@pytest.mark.slow  # four real trainings on two Ray workers: minutes on a loaded 2-core host
+# The 4-trial study on 2 workers with real (tiny) training, in the default suite: about 40-55 s
+# on a 2-core host, most of it the Ray workers importing torch and foxhunt.
 def test_tune_trains_four_trials_on_two_workers(market: tuple[list[Path], Path], tmp_path: Path) -> None:
     files, cache = market
     out = tmp_path / "study"
