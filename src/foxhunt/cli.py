@@ -1453,7 +1453,7 @@ def tune_cmd(
     from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
-    from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, default_storage, run_study
+    from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
     from foxhunt.validation.leaks import guard
 
     if workers < 1:
@@ -1470,6 +1470,8 @@ def tune_cmd(
             "has no [tune] params: there is nothing to search",
             'add tables such as [tune.params."agent.learn.lr"] (docs/tune.md) or tune another profile',
         )
+    if storage is not None:
+        check_storage(storage)
     check_writable(out_dir, folder=True)
     out_dir = out_dir.absolute()  # workers (Ray tasks, spawned processes) may start elsewhere
     url = storage or default_storage(out_dir)

@@ -118,3 +118,14 @@ def test_tune_trains_four_trials_on_two_workers(market: tuple[list[Path], Path],
     for t in summary["trials"]:
         recorded = json.loads((Path(t["folder"]) / "train.config.json").read_text())["config"]
         assert recorded["agent"]["learn"]["lr"] == t["params"]["agent.learn.lr"]
+
+
+def test_a_storage_url_nothing_can_open_is_refused_before_anything_is_built(tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    args = ["tune", "--profile", "smoke", "--trials", "1", "--out", str(out), "--storage", "bogus://x",
+            "--tracking-uri", "none", "-q"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--storage bogus://x" in lines[0] and "Traceback" not in result.output
+    assert not out.exists()

@@ -79,6 +79,22 @@ def default_storage(out: Path) -> str:
     return f"sqlite:///{(Path(out) / STUDY_DB).absolute()}"
 
 
+def check_storage(url: str) -> None:
+    """Refuse a ``--storage`` URL that SQLAlchemy cannot parse or has no driver for, before the
+    command builds anything (else the failure came after the leak guard and the cache, as a crash)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect()
+    except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as err:
+        raise ConfigError(
+            f"--storage {url}",
+            f"not a database URL SQLAlchemy can open ({type(err).__name__}: {err})",
+            "pass e.g. sqlite:///DIR/study.db or postgresql://user@host/db (its driver installed)",
+        ) from err
+
+
 def open_storage(url: str, tune: TuneConfig) -> optuna.storages.RDBStorage:
     """The study's database, with heartbeats and the re-queue of trials whose process died."""
     # SQLite locks the whole file for a write: several workers wait for each other instead of failing.
