@@ -3,6 +3,7 @@
     .venv/bin/python bench/epoch.py [--device cpu|cuda] [--envs 16384] [--steps 100] [--updates 200]
                                     [--batch 16384] [--val-rows 100000] [--epochs 2] [--quick]
                                     [--graph-learn] [--probe] [--extra-val-windows 101]
+                                    [--step-mode auto|eager|graph|compiled|compiled_graph]
                                     [--out bench/results/epoch_h200.json | $OUT]
 
 The epoch is ``FoldTrainer.run_epoch`` without a fold (issue 7 §4): on the 200 k-row synthetic
@@ -44,6 +45,7 @@ from typing import Any
 import torch
 
 from foxhunt.agent.agent import Agent, Mode, UpdateMode
+from foxhunt.agent.collect import StepMode
 from foxhunt.agent.config import AgentConfig
 from foxhunt.backtest.evaluate import evaluate
 from foxhunt.backtest.metrics import branch_sizes, compute_metrics
@@ -233,6 +235,14 @@ def main() -> int:
         help="replay Learner.update as a CUDA graph (bench/learner.py's GraphedUpdate) instead of eager",
     )
     ap.add_argument("--eager-learn", action="store_true", help="the eager learner update (not train's graph)")
+    ap.add_argument(
+        "--step-mode",
+        type=StepMode,
+        choices=list(StepMode),
+        default=StepMode.AUTO,
+        help="the collection step (default auto, as train runs it; compiled_graph also compiles the "
+        "exploring forward)",
+    )
     ap.add_argument("--probe", action="store_true", help="time the policy and env step alone per batch size")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and the smoke network (CPU check)")
     ap.add_argument("--out", type=Path, default=None)
@@ -262,6 +272,7 @@ def main() -> int:
     market = market_with_aux(args.device)
     agent = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=args.capacity)
     agent.update_mode = UpdateMode.EAGER if args.eager_learn else UpdateMode.AUTO
+    agent.step_mode = args.step_mode
     train_cfg = EnvConfig(episode_rows=args.steps + 1)
     val_cfg = EnvConfig(episode_rows=args.val_episode_rows)
     gen = torch.Generator(device=device).manual_seed(3)
@@ -280,6 +291,7 @@ def main() -> int:
             "capacity",
             "graph_learn",
             "quick",
+            "step_mode",
         )
     }
     params["network_params"] = agent.net.param_count()

@@ -25,9 +25,9 @@ and exit of ``replay.sample``, ``Learner._target_values_fn``, ``PopArt.update``,
 ``clip_grad_norm_``, ``Adam.step``, ``Learner._polyak`` and ``replay.update_priorities``; the gaps
 between them are named by what runs there (noise reset, forward + losses, statistics, signals).
 On CUDA also: a PyTorch-profiler pass (kernels per update, share of the wall time the GPU is busy,
-the top kernels), TF32 matmuls and CUDA graphs: ``Learner.update``
-captured on a static batch (:class:`GraphedUpdate`; replay sampling and priorities stay eager around
-it), first of the eager kernels, then (``--compile``, the default) compiled first as ``train`` runs
+the top kernels), TF32 matmuls and CUDA graphs: the whole learner step as ``Agent.learn`` replays
+it (:class:`~foxhunt.agent.graph.GraphedLearn`: replay sampling and the priority write inside the
+graph), first of the eager kernels, then (``--compile``, the default) compiled first as ``train`` runs
 it at large batches (:meth:`Learner.compile`; compile seconds reported apart, and the compiled
 update's own profile and stage breakdown), the two bare steps captured likewise, and a check that
 the graphed update computes what the eager one does (NoisyNet off, same state, same batches:
@@ -48,7 +48,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ from torch import Tensor, nn
 
 from foxhunt.agent.agent import Agent, UpdateMode
 from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.agent.graph import GraphedLearn
 from foxhunt.agent.graph import GraphedUpdate as PackageGraphedUpdate
 from foxhunt.agent.learner import Batch
 from foxhunt.config.loader import load_config
@@ -282,7 +283,7 @@ STAGES = {
     "clip": "clip_grad_norm_ (x2)",
     "adam": "Adam step",
     "polyak": "Polyak (foreach lerp)",
-    "priority": "priority update (sum tree)",
+    "priority": "priority update (priority index)",
 }
 
 
@@ -387,9 +388,16 @@ def launch_floor(prof: dict, bare_net: nn.Module, bare_opt: Any, x: Tensor, full
     }
 
 
+def learn_graph(agent: Agent, batch: int, compile: bool) -> GraphedLearn:
+    """What ``Agent.learn`` replays on CUDA: the whole step (replay sample, update, priority write,
+    ``q_abs`` EMA) as one graph, here with the compile choice made explicit."""
+    return GraphedLearn(lambda: agent.learn_step(batch), agent.learner, batch, [agent.gen], compile=compile)
+
+
 class GraphedUpdate(PackageGraphedUpdate):
-    """The package's graphed update (:mod:`foxhunt.agent.graph`) driven like ``Agent.learn``:
-    replay sampling, the priority update and the ``q_abs`` EMA stay eager around each replay."""
+    """The package's graphed update alone (:mod:`foxhunt.agent.graph`) driven like ``Agent.learn``
+    was before the sampling moved into the graph: replay sampling, the priority update and the
+    ``q_abs`` EMA eager around each replay (``bench/epoch.py --graph-learn`` and :func:`check_graph`)."""
 
     def __init__(
         self, agent: Agent, batch: int, first: Batch | None = None, warmup: int = 3, compile: bool = False
@@ -414,8 +422,11 @@ class GraphedUpdate(PackageGraphedUpdate):
             agent.signals.ema("q_abs", self.stats[self.q_abs_key].abs() + 1e-3)
 
 
-def graphed(step: Callable[[], None], warmup: int = 3) -> Callable[[], None]:
-    """``step`` (a bare training step) captured as one CUDA graph; returns the replay."""
+def graphed(
+    step: Callable[[], object], warmup: int = 3, generators: Sequence[torch.Generator] = ()
+) -> Callable[[], None]:
+    """``step`` (a bare training step) captured as one CUDA graph; returns the replay. Custom
+    generators it draws from go in ``generators`` (registered with the graph)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -423,6 +434,8 @@ def graphed(step: Callable[[], None], warmup: int = 3) -> Callable[[], None]:
             step()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
     with torch.cuda.graph(graph):
         step()
     return graph.replay
@@ -633,12 +646,12 @@ def main() -> int:
     if cuda and not args.no_graph:
         try:
             t0 = time.perf_counter()
-            g = GraphedUpdate(agent, batch, compile=False)
+            g = learn_graph(agent, batch, compile=False)
             sync(device)
             capture_s = time.perf_counter() - t0
             graph_eager = row(
                 "full update, CUDA graph (eager kernels)",
-                timed(lambda: g.learn(1, batch), device, it, rep),
+                timed(g.update, device, it, rep),
                 capture_s=capture_s,
                 note=f"capture {capture_s:.1f} s",
             )
@@ -654,12 +667,12 @@ def main() -> int:
             del g
             if args.compile:  # what train runs at batch >= COMPILE_MIN_BATCH: compiled, then captured
                 t0 = time.perf_counter()
-                g = GraphedUpdate(agent, batch, compile=True)
+                g = learn_graph(agent, batch, compile=True)
                 sync(device)
                 compile_s = time.perf_counter() - t0
                 full_graph = row(
                     "full update, compiled + CUDA graph",
-                    timed(lambda: g.learn(1, batch), device, it, rep),
+                    timed(g.update, device, it, rep),
                     compile_s=compile_s,
                     note=f"compile + capture {compile_s:.1f} s",
                 )

@@ -4,13 +4,16 @@
                                      [--device cpu|cuda] [--repeats 20] [--threads N] [--compile]
                                      [--no-torchrl] [--out bench/results/replay.json]
 
-Both buffers hold the transition record (state and next_state ``[W]`` float32, action ``[4]`` int64,
-reward, discount, aux ``[3]``) with storage on ``--device``; TorchRL's uses ``LazyTensorStorage`` and
-its sum/min segment trees on the same device (its CUDA tree on a GPU). Timed, in ms per call, after
+foxhunt runs twice, with each priority index (``PriorityIndex.FLAT``: ``searchsorted(cumsum(leaves))``,
+and ``TREE``: the sum tree). Both buffers hold the transition record (state and next_state ``[W]``
+float32, action ``[4]`` int64, reward, discount, aux ``[3]``) with storage on ``--device``; TorchRL's
+uses ``LazyTensorStorage`` and its sum/min segment trees on the same device (its CUDA tree on a GPU).
+Timed, in ms per call, after
 the buffer is full (so adds overwrite): ``add`` of one batch of transitions, ``sample`` of one batch
 (indices, importance weights and the gathered rows), ``update`` of the batch's priorities, and
-``sample+update`` back to back (a learner step's replay work). A second table times the sampler's
-search alone: foxhunt's tree descent against ``searchsorted(cumsum(leaves))`` over all leaves.
+``sample+update`` back to back (a learner step's replay work), on CUDA also captured as one CUDA
+graph (as ``Agent.learn`` replays it inside the learner step). A second table times each priority
+index's draw alone.
 
 TorchRL is not a foxhunt dependency: when it is not installed the benchmark says so and times
 foxhunt alone. The PyPI TorchRL wheel ships its C++ extension built for one torch version and
@@ -35,7 +38,7 @@ from typing import Any
 
 import torch
 
-from foxhunt.agent.replay import PrioritizedReplay, transition_fields
+from foxhunt.agent.replay import PrioritizedReplay, PriorityIndex, transition_fields
 from foxhunt.env.market import AUX_TARGETS
 from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
@@ -126,16 +129,18 @@ def torchrl_backend(device: torch.device) -> tuple[str | None, str]:
 
 
 class FoxhuntBuffer:
-    def __init__(self, args: argparse.Namespace, device: torch.device, compiled: bool) -> None:
-        self.name = "foxhunt" + (" (compiled)" if compiled else "")
+    def __init__(
+        self, args: argparse.Namespace, device: torch.device, compiled: bool, index: PriorityIndex
+    ) -> None:
+        self.name = f"foxhunt {index.value}" + (" (compiled)" if compiled else "")
         fields = transition_fields(args.width, len(BRANCHES))
         self.rb = PrioritizedReplay(
-            args.capacity, fields, alpha=args.alpha, beta=args.beta, eps=args.eps, device=device
+            args.capacity, fields, alpha=args.alpha, beta=args.beta, eps=args.eps, device=device, index=index
         )
         if compiled:
-            tree = self.rb.tree
-            tree.find = torch.compile(tree.find, dynamic=False)  # type: ignore[method-assign]
-            tree.update = torch.compile(tree.update, dynamic=False)  # type: ignore[method-assign]
+            pri = self.rb.priorities
+            pri.sample = torch.compile(pri.sample, dynamic=False)  # type: ignore[method-assign]
+            pri.update = torch.compile(pri.update, dynamic=False)  # type: ignore[method-assign]
         self.batch = args.batch
         self.gen = torch.Generator(device=device).manual_seed(0)
 
@@ -236,6 +241,12 @@ def run(buf: Any, args: argparse.Namespace, device: torch.device, base_mem: int)
     row["sample_ms"] = timed(buf.sample, args.repeats, device)
     row["update_ms"] = timed(lambda: buf.update(idx, td), args.repeats, device)
     row["step_ms"] = timed(lambda: buf.update(buf.sample()[0], td), args.repeats, device)
+    if device.type == "cuda" and isinstance(buf, FoxhuntBuffer):  # as Agent.learn runs it: in a graph
+        try:
+            replay = captured(lambda: buf.update(buf.sample()[0], td), buf.gen)
+            row["step_graph_ms"] = timed(replay, args.repeats, device)
+        except Exception as err:  # report, keep the eager numbers
+            row["step_graph_error"] = f"{type(err).__name__}: {err}"[:400]
     if device.type == "cuda":
         row["peak_mem_gib"] = (torch.cuda.max_memory_allocated(device) - base_mem) / 2**30  # storage too
     if isinstance(buf, TorchRLBuffer):
@@ -243,23 +254,27 @@ def run(buf: Any, args: argparse.Namespace, device: torch.device, base_mem: int)
     return row
 
 
-def search_only(
-    fox: FoxhuntBuffer, args: argparse.Namespace, device: torch.device, flat: bool
-) -> list[dict[str, Any]]:
-    tree = fox.rb.tree
-    total = tree.total()
-    u = (torch.arange(args.batch, device=device) + torch.rand(args.batch, device=device)).double()
-    u = u * (total / args.batch)
+def captured(step: Callable[[], object], gen: torch.Generator) -> Callable[[], None]:
+    """``step`` captured as one CUDA graph (its draws from the registered ``gen``); returns the replay."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(gen)
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
-    def cumsum_search() -> torch.Tensor:
-        return torch.searchsorted(torch.cumsum(tree.leaves, 0), u, right=True)
 
-    rows = [{"search": f"{fox.name} tree.find", "ms": timed(lambda: tree.find(u), args.repeats, device)}]
-    if flat:
-        rows.append(
-            {"search": "searchsorted(cumsum(leaves))", "ms": timed(cumsum_search, args.repeats, device)}
-        )
-    return rows
+def search_only(fox: FoxhuntBuffer, args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    """The priority index's draw alone (no gather of the rows, no weights)."""
+    pri = fox.rb.priorities
+    fractions = (torch.arange(args.batch, device=device) + torch.rand(args.batch, device=device)).double()
+    fractions = fractions / args.batch
+    ms = timed(lambda: pri.sample(fractions), args.repeats, device)
+    return [{"search": f"{fox.name} sample", "ms": ms}]
 
 
 def main() -> int:
@@ -302,14 +317,17 @@ def main() -> int:
     params = {k: getattr(args, k) for k in ("capacity", "batch", "width", "alpha", "beta", "eps", "repeats")}
     doc: dict[str, Any] = {"hardware": hw, "params": params, "rows": [], "search_only": []}
 
-    makers: list[Callable[[], Any]] = [lambda: FoxhuntBuffer(args, device, compiled=False)]
+    makers: list[Callable[[], Any]] = [
+        lambda: FoxhuntBuffer(args, device, compiled=False, index=PriorityIndex.FLAT),
+        lambda: FoxhuntBuffer(args, device, compiled=False, index=PriorityIndex.TREE),
+    ]
     doc["torchrl"] = "skipped (--no-torchrl)"
     if not args.no_torchrl:
         tree_device, doc["torchrl"] = torchrl_backend(device)
         if tree_device is not None:
             makers.append(lambda: TorchRLBuffer(args, device, tree_device))
     if args.compile:
-        makers.append(lambda: FoxhuntBuffer(args, device, compiled=True))
+        makers.append(lambda: FoxhuntBuffer(args, device, compiled=True, index=PriorityIndex.TREE))
 
     print(f"capacity {args.capacity:,}  batch {args.batch:,}  W {args.width}  device {device}  {hw}")
     print(f"torchrl: {doc['torchrl']}")
@@ -331,11 +349,12 @@ def main() -> int:
             print(
                 f"{r['buffer']:<20} {r['add_ms']:>9.3f} {r['sample_ms']:>10.3f} {r['update_ms']:>10.3f} "
                 f"{r['step_ms']:>14.3f} {r['fill_s']:>7.2f}"
-                + (f"   tree {r['tree']}" if "tree" in r else ""),
+                + (f"   tree {r['tree']}" if "tree" in r else "")
+                + (f"   in a CUDA graph {r['step_graph_ms']:.3f} ms" if "step_graph_ms" in r else ""),
                 flush=True,
             )
             if isinstance(buf, FoxhuntBuffer):
-                doc["search_only"] += search_only(buf, args, device, flat=not doc["search_only"])
+                doc["search_only"] += search_only(buf, args, device)
         except Exception as err:  # report, keep the other buffers' numbers
             r = {"buffer": getattr(buf, "name", "?"), "error": f"{type(err).__name__}: {err}"[:2000]}
             print(f"{r['buffer']:<20} error: {r['error']}", flush=True)
@@ -347,7 +366,7 @@ def main() -> int:
         args.out.write_text(json.dumps(doc, indent=2))
 
     ok = {r["buffer"]: r for r in doc["rows"] if "error" not in r}
-    fox = ok.get("foxhunt")
+    fox = ok.get("foxhunt flat")
     trl = next((r for name, r in ok.items() if name.startswith("torchrl")), None)
     if fox and trl:
         doc["ratios_torchrl_over_foxhunt"] = {

@@ -267,7 +267,7 @@ def collect_pair(
             torch.testing.assert_close(buf, ref.replay.storage[k], rtol=1e-6, atol=1e-6)
         else:
             assert torch.equal(buf.nan_to_num(-7.0), ref.replay.storage[k].nan_to_num(-7.0)), k
-    assert torch.equal(fast.replay.tree.tree, ref.replay.tree.tree)
+    assert torch.equal(fast.replay.priorities.leaves, ref.replay.priorities.leaves)
     for a, b in zip(fast.counts, ref.counts, strict=True):
         assert torch.equal(a, b)
     assert torch.equal(fast.signals["q_gap"], ref.signals["q_gap"])
@@ -303,7 +303,7 @@ def test_collect_one_step_transitions_are_the_env_steps() -> None:
     want_discount[3:] = 0.0
     assert torch.equal(st["discount"], want_discount)
     assert bool(st["aux"].isnan().all())  # this market has no auxiliary targets
-    leaves = agent.replay.tree.leaves[:rows].view(steps, n_env)
+    leaves = agent.replay.priorities.leaves[:rows].view(steps, n_env)
     assert bool((leaves[:4] > 0).all()) and bool((leaves[4] == 0).all())
 
 

@@ -241,3 +241,27 @@ def test_atom_entropy() -> None:
     p = torch.tensor([0.7, 0.3, 0.0], requires_grad=True)
     atom_entropy(p).backward()
     assert torch.isfinite(p.grad).all()
+
+
+def _dense_projection(probs_BK: torch.Tensor, r_B: torch.Tensor, d_B: torch.Tensor, z_K: torch.Tensor):
+    """Dopamine's dense form of Eq. 7 (every target atom against every support atom), the reference."""
+    delta_z = z_K[1] - z_K[0]
+    target_BK = (r_B[:, None] + d_B[:, None] * z_K[None, :]).clamp(z_K[0], z_K[-1])
+    weight_BKK = (1.0 - (target_BK[:, None, :] - z_K[None, :, None]).abs() / delta_z).clamp(0.0, 1.0)
+    return (weight_BKK * probs_BK[:, None, :]).sum(-1)
+
+
+@pytest.mark.parametrize("atoms", [2, 5, 51])
+def test_scatter_projection_equals_the_dense_formula(atoms: int) -> None:
+    """The scatter form adds each target atom's mass to its two neighbours only: the same numbers as
+    the dense ``Σ_j clamp(1 - |T̂z_j - z_i| / Δz, 0, 1) p_j``, targets on atoms, between atoms and
+    clipped at both ends included."""
+    g = torch.Generator().manual_seed(atoms)
+    z = support(torch.tensor(2.0, dtype=torch.float64), atoms)
+    probs = torch.softmax(torch.randn(512, atoms, generator=g, dtype=torch.float64), -1)
+    rewards = 3.0 * torch.randn(512, generator=g, dtype=torch.float64)
+    rewards[:64] = z[torch.randint(0, atoms, (64,), generator=g)]  # exactly on an atom
+    discounts = torch.rand(512, generator=g, dtype=torch.float64) * (torch.rand(512, generator=g) > 0.2)
+    discounts[:64] = 0.0  # a point mass exactly on an atom
+    out = project_c51(probs, rewards, discounts, z)
+    torch.testing.assert_close(out, _dense_projection(probs, rewards, discounts, z), rtol=0, atol=1e-12)

@@ -97,3 +97,29 @@ def test_compiled_graphed_update_equals_eager_update() -> None:
         torch.testing.assert_close(sg["loss/total"], se["loss/total"], rtol=1e-4, atol=1e-6)
     for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_graphed_learn_step_equals_eager_learn_steps() -> None:
+    """On CUDA ``Agent.learn`` replays the whole step (replay sample from the agent's generator, the
+    update, the priority write, the q_abs EMA) as one graph: it draws the same batches and leaves the
+    same network, priorities and signals as the same number of eager steps (its 3 warm-up steps are
+    steps too). A graph that replayed its first draw, or skipped the priority write, would differ."""
+    from foxhunt.agent.graph import GraphedLearn
+
+    eager, graphed = _agent("cuda"), _agent("cuda")
+    eager.update_mode = UpdateMode.EAGER
+    for agent in (eager, graphed):
+        for b in _batches(4, 256, "cuda"):
+            agent.replay.add(
+                {k: getattr(b, k) for k in ("state", "action", "reward", "discount", "next_state", "aux")}
+            )
+    eager.learn(3 + 5, 128)
+    graphed.learn(5, 128)
+    assert isinstance(graphed._graph, GraphedLearn) and eager._graph is None
+    moved = eager.replay.priorities.leaves[: len(eager.replay)] != 1.0
+    assert int(moved.sum()) > 128  # the steps drew different batches and re-prioritised them
+    torch.testing.assert_close(graphed.replay.priorities.leaves, eager.replay.priorities.leaves)
+    torch.testing.assert_close(graphed.signals["q_abs"], eager.signals["q_abs"])
+    for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
+        torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)

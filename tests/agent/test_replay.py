@@ -7,8 +7,10 @@ import pytest
 import torch
 
 from foxhunt.agent.replay import (
+    FlatPriorities,
     NStep,
     PrioritizedReplay,
+    PriorityIndex,
     SumTree,
     nstep_returns,
     transition_fields,
@@ -18,6 +20,7 @@ from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+INDEXES = [PriorityIndex.TREE, PriorityIndex.FLAT]
 
 
 def simple_fields() -> dict:
@@ -220,6 +223,110 @@ def test_sum_tree_set_range_equals_update():
         SumTree(12)
 
 
+# --- flat priorities ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("capacity", [1, 2, 8, 1024])
+def test_flat_priorities_sample_matches_numpy_and_the_tree(capacity, device):
+    rng = np.random.default_rng(capacity)
+    prio = rng.integers(0, 5, capacity).astype(np.float64)  # integers: every sum is exact
+    prio[rng.random(capacity) < 0.3] = 0.0
+    prio[-1] = 0.0 if capacity > 1 else 1.0  # a trailing empty leaf must never be returned
+    if prio.sum() == 0:
+        prio[0] = 1.0
+    flat, tree = FlatPriorities(capacity, device), SumTree(capacity, device)
+    for index in (flat, tree):
+        index.update(torch.arange(capacity, device=device), torch.as_tensor(prio, device=device))
+    assert flat.total().item() == prio.sum()
+    cum = np.cumsum(prio)
+    x = np.concatenate([rng.random(500) * prio.sum(), cum[cum < prio.sum()], [0.0]])  # incl. boundaries
+    fractions = torch.as_tensor(x / prio.sum(), device=device)
+    got, p = flat.sample(fractions)
+    x = (x / prio.sum()) * prio.sum()  # the draw's own product, rounded as sample() rounds it
+    np.testing.assert_array_equal(got.cpu().numpy(), np.searchsorted(cum, x, side="right"))
+    np.testing.assert_allclose(p.cpu().numpy(), prio[got.cpu().numpy()] / prio.sum())
+    assert torch.equal(got, tree.sample(fractions)[0])
+    # at or past the total (rounding): the last non-empty leaf, not an empty one
+    edge, _ = flat.sample(torch.tensor([1.0, 1.001], device=device, dtype=torch.float64))
+    assert (edge.cpu().numpy() == np.flatnonzero(prio)[-1]).all()
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_draws_on_a_uniform_grid_hit_each_leaf_in_proportion_to_its_priority(index):
+    """The exact expectation: draws at fractions spread evenly over [0, 1) land on leaf ``i`` in
+    exactly the share ``p_i / sum p`` (priorities 1, 0, 3, 2, 0, 2 of total 8; 80 draws: 10 per unit)."""
+    prio = torch.tensor([1.0, 0.0, 3.0, 2.0, 0.0, 2.0, 0.0, 0.0], dtype=torch.float64)
+    pri = index.build(8, torch.device("cpu"))
+    pri.set_range(0, prio)
+    idx, p = pri.sample((torch.arange(80, dtype=torch.float64) + 0.5) / 80)
+    assert torch.bincount(idx, minlength=8).tolist() == [10, 0, 30, 20, 0, 20, 0, 0]
+    assert torch.equal(p, prio[idx] / 8.0)
+
+
+def test_flat_priorities_last_write_wins_and_range_checks():
+    flat = FlatPriorities(8)
+    flat.update(torch.tensor([3, 3, 5, 3]), torch.tensor([1.0, 4.0, 2.0, 7.0]))
+    assert flat.leaves.tolist() == [0, 0, 0, 7, 0, 2, 0, 0]
+    flat.set_range(6, torch.tensor([1.0, 1.0], dtype=torch.float64))
+    assert flat.total().item() == 11.0
+    with pytest.raises(ValueError, match="outside"):
+        flat.set_range(7, torch.ones(2, dtype=torch.float64))
+
+
+def test_auto_index_is_flat_on_small_cpu_buffers_and_a_tree_on_large_ones():
+    from foxhunt.agent.replay import FLAT_CPU_MAX_CAPACITY
+
+    cpu = torch.device("cpu")
+    assert isinstance(PriorityIndex.AUTO.build(FLAT_CPU_MAX_CAPACITY, cpu), FlatPriorities)
+    assert isinstance(PriorityIndex.AUTO.build(2 * FLAT_CPU_MAX_CAPACITY, cpu), SumTree)
+    assert isinstance(PriorityIndex.TREE.build(8, cpu), SumTree)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("index", INDEXES)
+def test_sample_and_update_inside_a_cuda_graph(index):
+    """Captured once (as ``Agent.learn`` captures them), every replay draws afresh from the registered
+    generator with the PER distribution and weights, and writes the priorities it is given."""
+    alpha, beta, batch, replays = 0.7, 0.5, 50, 200
+    rb = PrioritizedReplay(8, simple_fields(), alpha=alpha, beta=beta, eps=0.0, device="cuda", index=index)
+    rb.add({k: v.cuda() for k, v in items(range(8)).items()})
+    td = torch.arange(1.0, 9.0, device="cuda")
+    rb.update_priorities(torch.arange(8, device="cuda"), td)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+
+    def step():
+        data, idx, w = rb.sample(batch, gen)
+        rb.update_priorities(idx, td[idx])  # the same priorities until td changes below
+        return data, idx, w
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(gen)
+    with torch.cuda.graph(graph):
+        data, idx, w = step()
+    p = td.double().cpu() ** alpha
+    draws = []
+    for _ in range(replays):
+        graph.replay()
+        draws.append(idx.cpu())
+        assert torch.equal(data["x"], idx.float())
+        want = p[draws[-1]] ** -beta
+        torch.testing.assert_close(w.cpu(), (want / want.max()).float())
+    assert len({tuple(d.tolist()) for d in draws}) > 10  # not one draw replayed
+    counts = np.bincount(torch.cat(draws).numpy(), minlength=8)
+    expected = replays * batch * (p / p.sum()).numpy()
+    assert ((counts - expected) ** 2 / expected).sum() < 24.3  # chi-square, 7 dof, 99.9%
+    td.fill_(2.0)  # the next replay writes (2 + 0)^0.7 into the slots it draws
+    graph.replay()
+    torch.testing.assert_close(rb.priorities.leaves[idx].cpu(), torch.full((batch,), 2.0**alpha).double())
+
+
 # --- prioritised replay -----------------------------------------------------------------------------
 
 
@@ -234,9 +341,10 @@ def test_capacity_rounds_up_and_fields_are_checked():
         rb.sample(4)
 
 
-def test_sampling_frequencies_follow_priorities():
+@pytest.mark.parametrize("index", INDEXES)
+def test_sampling_frequencies_follow_priorities(index):
     alpha = 0.7
-    rb = PrioritizedReplay(8, simple_fields(), alpha=alpha, beta=0.5, eps=0.0)
+    rb = PrioritizedReplay(8, simple_fields(), alpha=alpha, beta=0.5, eps=0.0, index=index)
     rb.add(items(range(8)))
     td = torch.arange(1.0, 9.0)
     rb.update_priorities(torch.arange(8), td)
@@ -253,9 +361,10 @@ def test_sampling_frequencies_follow_priorities():
     assert chi2 < 24.3  # the 99.9% quantile of chi-square with 7 degrees of freedom
 
 
-def test_importance_weights_formula():
+@pytest.mark.parametrize("index", INDEXES)
+def test_importance_weights_formula(index):
     alpha, beta = 0.5, 0.4
-    rb = PrioritizedReplay(16, simple_fields(), alpha=alpha, beta=beta, eps=0.01)
+    rb = PrioritizedReplay(16, simple_fields(), alpha=alpha, beta=beta, eps=0.01, index=index)
     rb.add(items(range(10)))
     td = torch.linspace(0.1, 3.0, 10)
     rb.update_priorities(torch.arange(10), td)
@@ -270,23 +379,25 @@ def test_importance_weights_formula():
     assert torch.equal(w0, torch.ones(16))
 
 
-def test_update_priorities_duplicates_last_write_wins_and_max_priority():
-    rb = PrioritizedReplay(8, simple_fields(), alpha=1.0, eps=0.0)
+@pytest.mark.parametrize("index", INDEXES)
+def test_update_priorities_duplicates_last_write_wins_and_max_priority(index):
+    rb = PrioritizedReplay(8, simple_fields(), alpha=1.0, eps=0.0, index=index)
     rb.add(items(range(6)))
-    assert torch.equal(rb.tree.leaves[:6], torch.ones(6, dtype=torch.float64))  # max priority 1
+    assert torch.equal(rb.priorities.leaves[:6], torch.ones(6, dtype=torch.float64))  # max priority 1
     rb.update_priorities(torch.tensor([3, 3, 5, 3]), torch.tensor([1.0, 4.0, 2.0, -7.0]))
-    assert rb.tree.leaves[3].item() == 7.0  # |td| of the last write to slot 3
-    assert rb.tree.leaves[5].item() == 2.0
+    assert rb.priorities.leaves[3].item() == 7.0  # |td| of the last write to slot 3
+    assert rb.priorities.leaves[5].item() == 2.0
     assert rb.max_priority.item() == 7.0
     rb.add(items([6.0]))  # a new item enters with the running max
-    assert rb.tree.leaves[6].item() == 7.0
-    assert rb.tree.total().item() == 1 + 1 + 1 + 7 + 1 + 2 + 7
+    assert rb.priorities.leaves[6].item() == 7.0
+    assert rb.priorities.total().item() == 1 + 1 + 1 + 7 + 1 + 2 + 7
     rb.update_priorities(torch.tensor([0]), torch.tensor([float("nan")]))  # a NaN td gets the max
-    assert rb.tree.leaves[0].item() == 7.0
+    assert rb.priorities.leaves[0].item() == 7.0
 
 
-def test_invalid_rows_are_stored_but_never_sampled():
-    rb = PrioritizedReplay(8, simple_fields())
+@pytest.mark.parametrize("index", INDEXES)
+def test_invalid_rows_are_stored_but_never_sampled(index):
+    rb = PrioritizedReplay(8, simple_fields(), index=index)
     batch = items(range(8)) | {"valid": torch.tensor([True, False] * 4)}
     rb.add(batch)
     assert len(rb) == 8
@@ -294,8 +405,9 @@ def test_invalid_rows_are_stored_but_never_sampled():
     assert (idx % 2 == 0).all()
 
 
-def test_ring_overwrite():
-    rb = PrioritizedReplay(4, simple_fields())
+@pytest.mark.parametrize("index", INDEXES)
+def test_ring_overwrite(index):
+    rb = PrioritizedReplay(4, simple_fields(), index=index)
     rb.add(items([0, 1, 2]))
     rb.add(items([3, 4, 5]))  # wraps: slots 0, 1 overwritten by 4, 5
     assert len(rb) == 4
@@ -304,43 +416,45 @@ def test_ring_overwrite():
     rb.add(items(range(10, 19)))  # more than the capacity in one batch: the last 4 stay, in order
     assert sorted(rb.storage["x"].tolist()) == [15, 16, 17, 18]
     assert rb.storage["x"][rb._cursor - 1].item() == 18  # the newest sits just before the cursor
-    assert rb.tree.total().item() == 4.0
+    assert rb.priorities.total().item() == 4.0
 
 
-def test_clear():
-    rb = PrioritizedReplay(8, simple_fields(), alpha=1.0, eps=0.0)
+@pytest.mark.parametrize("index", INDEXES)
+def test_clear(index):
+    rb = PrioritizedReplay(8, simple_fields(), alpha=1.0, eps=0.0, index=index)
     rb.add(items(range(5)))
     rb.update_priorities(torch.tensor([1]), torch.tensor([9.0]))
     rb.clear()
-    assert len(rb) == 0 and rb.tree.total().item() == 0.0 and rb.max_priority.item() == 1.0
+    assert len(rb) == 0 and rb.priorities.total().item() == 0.0 and rb.max_priority.item() == 1.0
     with pytest.raises(ValueError, match="empty replay"):
         rb.sample(2)
     rb.add(items([42.0]))
-    assert rb.storage["x"][0].item() == 42.0 and rb.tree.total().item() == 1.0
+    assert rb.storage["x"][0].item() == 42.0 and rb.priorities.total().item() == 1.0
     _, idx, _ = rb.sample(8)
     assert (idx == 0).all()
 
 
 @pytest.mark.parametrize("added", [5, 11])  # partly filled, wrapped
-def test_state_dict_round_trip(added):
-    rb = PrioritizedReplay(8, simple_fields(), alpha=0.6, eps=0.01)
+@pytest.mark.parametrize("index", INDEXES)
+def test_state_dict_round_trip(added, index):
+    rb = PrioritizedReplay(8, simple_fields(), alpha=0.6, eps=0.01, index=index)
     rb.add(items(range(added)))
     rb.update_priorities(torch.tensor([0, 2, 4]), torch.tensor([5.0, 0.5, 2.0]))
     state = rb.state_dict()
     assert all(v.is_contiguous() for v in state.values())
-    copy = PrioritizedReplay(8, simple_fields(), alpha=0.6, eps=0.01)
+    copy = PrioritizedReplay(8, simple_fields(), alpha=0.6, eps=0.01, index=index)
     copy.load_state_dict(state)
     assert len(copy) == len(rb)
     a = rb.sample(32, torch.Generator().manual_seed(7))
     b = copy.sample(32, torch.Generator().manual_seed(7))
     if added <= 8:  # same layout: identical draws
         assert torch.equal(a[1], b[1]) and torch.equal(a[2], b[2])
-        assert torch.equal(copy.tree.tree, rb.tree.tree)
+        assert torch.equal(copy.priorities.leaves, rb.priorities.leaves)
     # same contents and priorities either way (a wrapped ring is re-laid oldest first)
     order = lambda r: torch.argsort(r.storage["x"][: len(r)])  # noqa: E731
     for r in (rb, copy):
         assert r.storage["x"][: len(r)][order(r)].tolist() == list(range(max(added - 8, 0), added))
-    torch.testing.assert_close(rb.tree.leaves[order(rb)], copy.tree.leaves[order(copy)])
+    torch.testing.assert_close(rb.priorities.leaves[order(rb)], copy.priorities.leaves[order(copy)])
     rb.add(items([100.0]))
     copy.add(items([100.0]))  # the next add overwrites the oldest item in both
     assert sorted(rb.storage["x"].tolist()) == sorted(copy.storage["x"].tolist())
@@ -356,8 +470,9 @@ def test_state_dict_into_smaller_buffer_keeps_newest():
         PrioritizedReplay(8, {"x": ((), torch.float32)}).load_state_dict(rb.state_dict())
 
 
-def test_same_seed_same_sample():
-    rb = PrioritizedReplay(64, simple_fields())
+@pytest.mark.parametrize("index", INDEXES)
+def test_same_seed_same_sample(index):
+    rb = PrioritizedReplay(64, simple_fields(), index=index)
     rb.add(items(range(50)))
     rb.update_priorities(torch.arange(50), torch.rand(50, generator=torch.Generator().manual_seed(1)))
     a = rb.sample(40, torch.Generator().manual_seed(5))

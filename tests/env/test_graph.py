@@ -53,6 +53,30 @@ def test_in_place_advance_traces_whole_and_matches_the_step() -> None:
     assert int(eager.state.n_trades.sum()) > 0  # trades happened
 
 
+def test_advance_without_the_ledger_keeps_the_state_and_what_collection_reads() -> None:
+    """``ledger=False`` (training collection, the recorded-policy backtest) changes only the result:
+    the same next state and obs, the same rewards, PnL, closed flags and closed-trade PnL; the trade
+    detail and per-stage fills are empty (a reader of them fails loudly instead of reading zeros)."""
+    full, lean_env, starts = _envs("cpu")
+    own_storage(full)
+    gen = torch.Generator().manual_seed(2)
+    closed = 0
+    for _ in range(40):
+        a = _actions(gen, len(starts), full)
+        r_f, obs_f = advance(full, full.state, a, True)
+        r_l, obs_l = advance(lean_env, lean_env.state, a, True, ledger=False)
+        assert torch.equal(obs_f, obs_l)
+        for name in ("gross", "costs", "net", "reward", "written", "realised_direction", "components"):
+            assert torch.equal(getattr(r_f, name), getattr(r_l, name)), name
+        assert torch.equal(r_f.trades.closed, r_l.trades.closed)
+        assert torch.equal(r_f.trades.pnl, r_l.trades.pnl)
+        assert r_l.trades.entry_price.numel() == 0 and r_l.fills.numel() == 0
+        closed += int(r_f.trades.closed.sum())
+    assert closed > 0  # trades closed: the comparison above is not of zeros only
+    assert torch.equal(full.state.equity, lean_env.state.equity)
+    assert torch.equal(full.state.n_trades, lean_env.state.n_trades)
+
+
 @pytest.mark.slow
 def test_inductor_step_matches_eager_on_cpu() -> None:
     eager, inplace, starts = _envs("cpu")

@@ -22,6 +22,8 @@ graph is captured again when it changes.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import fields
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -40,14 +42,34 @@ if TYPE_CHECKING:
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
 
+@contextmanager
+def tf32_matmuls() -> Iterator[None]:
+    """float32 matmuls on TF32 tensor cores inside the block (``set_float32_matmul_precision("high")``),
+    the previous precision restored after it. A CUDA graph captured inside keeps the TF32 kernels.
+
+    The exploring policy at 16,384 episodes (a 36 GFLOP forward) replayed as a CUDA graph on the H200
+    took 3.44 ms in float32 and 2.84 ms in TF32 (bench/kernels.py): the matmuls are a part of it, the
+    elementwise rest is what :meth:`~foxhunt.agent.agent.Agent.compile_explore_forward` fuses. TF32
+    rounds the matmul inputs to a 10-bit mantissa: Q-values move by about 1e-3 of their scale
+    (tests/agent/test_collect.py bounds them at 1e-2), so greedy choices can flip only on near-ties,
+    and exploration draws around them anyway. Only on CUDA (on a CPU this precision setting made the
+    forward 3x slower). The learner keeps full float32 (its targets compound over updates)."""
+    previous = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("high")
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(previous)
+
+
 class StepMode(StrEnum):
     """How the collection step runs."""
 
     AUTO = "auto"  # CUDA: a replayed CUDA graph (env step compiled for large batches); CPU: eager
     EAGER = "eager"  # the same step function, called eagerly (the reference)
     GRAPH = "graph"  # CUDA graph of the eager step (no Inductor)
-    COMPILED = "compiled"  # Inductor-compiled env step, eager calls (no graph; CPU or CUDA)
-    COMPILED_GRAPH = "compiled_graph"  # Inductor-compiled env step replayed as a CUDA graph
+    COMPILED = "compiled"  # Inductor-compiled env step (and exploring forward on CUDA), eager calls
+    COMPILED_GRAPH = "compiled_graph"  # both compiled, replayed as a CUDA graph
 
 
 def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
@@ -82,6 +104,9 @@ class Collector:
         self.agent, self.env, self.n, self.steps = agent, env, n, steps
         self.compile, self.graphed = _resolve(mode, agent.device, n)
         self.advance = compiled_advance() if self.compile else advance
+        self.tf32 = agent.device.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
+        if mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH) and agent.device.type == "cuda":
+            agent.compile_explore_forward()  # AUTO compiles the env step only (see the method)
         dev, width = agent.device, STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)
         self.states = torch.zeros(steps + 1, n, width, dtype=torch.float32, device=dev)  # s_0 .. s_T
@@ -110,12 +135,20 @@ class Collector:
 
         agent, env = self.agent, self.env
         state = env._state()
-        pol = agent.policy(self.obs, Mode.EXPLORE)
+        with tf32_matmuls() if self.tf32 else nullcontext():
+            pol = agent.policy(self.obs, Mode.EXPLORE)
         agent.signals.ema("q_gap", pol.q_gap)  # acting statistics feed the signals (collection only)
         assert env.aux is not None
         env.aux.copy_(pol.aux)  # seen in the next state: a one-step lag (PolicyOut.step)
-        res, nxt = self.advance(
-            env, state, pol.actions, True, pol.direction_conviction, pol.magnitude_conviction, pol.q_variance
+        res, nxt = self.advance(  # no trade ledger: collection reads none of it (StepResult.lean)
+            env,
+            state,
+            pol.actions,
+            True,
+            pol.direction_conviction,
+            pol.magnitude_conviction,
+            pol.q_variance,
+            ledger=False,
         )
         aux_t = env.market.aux_targets
         rows = state.row - res.written.to(torch.int64)  # the row the action was taken on

@@ -59,21 +59,35 @@ def project_c51(probs_BK: Tensor, rewards_B: Tensor, discounts_B: Tensor, z_K: T
     ``discounts_B`` already holds ``γ^n`` and the terminal mask (0 when the episode ended), so a
     discount of 0 projects a point mass at the reward. The target atoms ``r + d·z_j`` are clipped to
     ``[z_0, z_{K-1}]`` and each one's mass is split between its two neighbouring atoms in proportion
-    to proximity (Dopamine's dense formula)::
+    to proximity::
 
         (Φ T̂ Z)_i = Σ_j clamp(1 - |clamp(r + d z_j, z_0, z_{K-1}) - z_i| / Δz, 0, 1) · p_j
 
-    The projection conserves mass (rows of ``probs_BK`` that sum to 1 give rows that sum to 1) and,
-    for targets inside the support, the mean. Memory is ``B·K²`` elements (the dense form is faster
-    than a scatter on the GPU at C51 sizes).
+    Computed in scatter form, ``O(B·K)``: target atom ``j`` sits at ``b_j = (T̂ z_j - z_0) / Δz`` atoms
+    from the bottom, between ``l_j = floor(b_j)`` (kept ``<= K-2``) and ``l_j + 1``, the only atoms
+    where its term of the sum above is non-zero; those two terms are scatter-added. Dopamine's dense
+    form builds ``B·K²`` terms: with the target softmax and the cross-entropy, at 16,384 x 51 on the
+    H200, dense 0.86 ms eager and 0.18 ms compiled, scatter 0.31 and 0.11 ms (bench/kernels.py). The
+    projection conserves mass (rows of ``probs_BK`` that sum to 1 give rows that sum to 1) and, for
+    targets inside the support, the mean.
+    On CUDA the two scatter-adds accumulate in an unspecified order (float32 rounding, no more).
     """
+    atoms = z_K.shape[0]
     delta_z = z_K[1] - z_K[0]  # Δz in Eq. 7 (uniform support)
     target_BK = rewards_B[:, None] + discounts_B[:, None] * z_K[None, :]  # T̂ z_j = r + d z_j   [B, K(j)]
     target_BK = target_BK.clamp(z_K[0], z_K[-1])  # [V_min, V_max] clip
-    # distance of every clipped target atom j to every support atom i, in units of Δz   [B, K(i), K(j)]
-    distance_BKK = (target_BK[:, None, :] - z_K[None, :, None]).abs() / delta_z
-    weight_BKK = (1.0 - distance_BKK).clamp(0.0, 1.0)  # share of p_j that lands on z_i   [B, K(i), K(j)]
-    return (weight_BKK * probs_BK[:, None, :]).sum(-1)  # Σ_j   [B, K(i)]
+    position_BK = (target_BK - z_K[0]) / delta_z  # b_j in [0, K-1]   [B, K(j)]
+    # l_j, kept <= K-2 so that l_j + 1 is an atom (b_j = K-1 then puts all its mass on l_j + 1)
+    lower_BK = position_BK.floor().clamp(0, atoms - 2).to(torch.int64)
+    upper_BK = lower_BK + 1
+    # The dense formula's two terms, computed from the atoms themselves (not from b_j - l_j) so that a
+    # target exactly on an atom puts exactly all of its mass there.
+    lower_w_BK = (1.0 - (target_BK - z_K[lower_BK]).abs() / delta_z).clamp(0.0, 1.0)
+    upper_w_BK = (1.0 - (target_BK - z_K[upper_BK]).abs() / delta_z).clamp(0.0, 1.0)
+    out_BK = torch.zeros_like(probs_BK)
+    out_BK.scatter_add_(1, lower_BK, probs_BK * lower_w_BK)  # [B, K(i)]
+    out_BK.scatter_add_(1, upper_BK, probs_BK * upper_w_BK)
+    return out_BK
 
 
 def c51_cross_entropy(logits_BK: Tensor, target_BK: Tensor) -> Tensor:

@@ -1,15 +1,21 @@
-"""``Learner.update`` replayed as one CUDA graph (measured at batch 16,384 on an H200, bench/learner.py:
-eager 36 ms, bound by launching ~2,900 small kernels; the graph of those kernels 21.2 ms; compiled
-first, 983 kernels, 13.6 ms with replay sampling and priorities = 1.56x the bare captured step).
+"""The learner step replayed as one CUDA graph (measured at batch 16,384 on an H200, bench/learner.py,
+replay sampling and the priority write inside the graph: the graph of the eager kernels 17.1 ms;
+compiled first, 797 kernels, 12.1 ms = 1.40x the bare captured fwd+bwd+Adam step of 8.68 ms. With
+the sampling and priorities eager around the graph it was 13.6 ms = 1.56x).
 
-The graph is captured on a static batch after a few eager warm-up updates on a side stream (they
-change the agent like any update). Each replay copies a freshly sampled batch into the static
-tensors, replays, and leaves the priorities and statistics in the graph's static outputs, which the
-next replay overwrites: read (or accumulate) them before the next update. Adam's learning rate is a
-device tensor (``capturable`` Adam), so ``Learner.set_epoch`` changes it without a recapture. Replay
-sampling and the priority update stay eager around the replay. The graph replays the same kernels
-as the eager update, so on the same batches the two give bit-identical parameters (tested on CUDA);
-compiled, they agree to float32 rounding (bench/learner.py: parameters 1.4e-5 relative after 3 updates).
+:class:`GraphedLearn` is what ``Agent.learn`` replays on CUDA: the whole learner step, replay sampling
+(drawn from the agent's registered generator), the update, the priority write and the ``q_abs`` EMA,
+captured once per batch size, so an update is one graph launch with nothing on the host between
+updates. :class:`GraphedUpdate` captures the update alone on a static batch that each call copies
+in (the equivalence tests and bench/learner.py compare it with the eager update batch for batch).
+
+Both are captured after a few eager warm-up steps on a side stream (they change the agent like any
+update). The outputs (priorities, statistics) are the graph's static tensors, which the next replay
+overwrites: read (or accumulate) them before the next update. Adam's learning rate is a device
+tensor (``capturable`` Adam), so ``Learner.set_epoch`` changes it without a recapture. The graph
+replays the same kernels as the eager update, so on the same batches the two give bit-identical
+parameters (tested on CUDA); compiled, they agree to float32 rounding (bench/learner.py: parameters
+1.4e-5 relative after 3 updates).
 
 From :data:`COMPILE_MIN_BATCH` rows the update's two pure stretches are ``torch.compile``-d first
 (:meth:`Learner.compile`: Inductor fuses the forwards' and the losses' elementwise chains and their
@@ -20,6 +26,8 @@ what they compiled.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -32,6 +40,37 @@ without grad, loss and backward; tens of seconds on the H200 box, reported by be
 only where the update is long and many: the gpu, localdev and production profiles' batches of
 4,096-16,384, not the smoke profile's 256 (its CUDA graph of the eager update is short already)."""
 
+T = TypeVar("T")
+
+
+def capture(
+    step: Callable[[], T], warmup: int = 3, generators: Sequence[torch.Generator] = ()
+) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``step`` run ``warmup`` times eagerly on a side stream (lazy state, compilation), then captured;
+    ``(graph, the captured call's outputs)``. A custom generator the step draws from must be in
+    ``generators``: a graph replays its random kernels at the generator's current offset (advancing
+    it) only when registered; the default generator is registered by the capture itself."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
+    with torch.cuda.graph(graph):
+        out = step()
+    torch.cuda.synchronize()
+    return graph, out
+
+
+def _compile_first(learner: Learner, batch_size: int, compile: bool | None) -> bool:
+    compiled = batch_size >= COMPILE_MIN_BATCH if compile is None else compile
+    if compiled and not learner.compiled:
+        learner.compile()
+    return compiled
+
 
 class GraphedUpdate:
     """``learner.update`` captured for batches shaped like ``first``; ``compile`` (default: from
@@ -40,20 +79,9 @@ class GraphedUpdate:
     def __init__(self, learner: Learner, first: Batch, warmup: int = 3, compile: bool | None = None) -> None:
         t0 = time.perf_counter()
         self.learner = learner
-        self.compiled = first.weight.shape[0] >= COMPILE_MIN_BATCH if compile is None else compile
-        if self.compiled and not learner.compiled:
-            learner.compile()
+        self.compiled = _compile_first(learner, int(first.weight.shape[0]), compile)
         self.static = Batch(**{f: getattr(first, f).clone() for f in Batch.__dataclass_fields__})
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(warmup):
-                learner.update(self.static)
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.priority, self.stats = learner.update(self.static)
-        torch.cuda.synchronize()
+        self.graph, (self.priority, self.stats) = capture(lambda: learner.update(self.static), warmup)
         self.capture_seconds = time.perf_counter() - t0  # compile (when compiled) + warm-up + capture
 
     @property
@@ -66,3 +94,28 @@ class GraphedUpdate:
             getattr(self.static, f).copy_(getattr(batch, f))
         self.graph.replay()
         return self.priority, self.stats
+
+
+class GraphedLearn:
+    """A whole learner step ``step() -> statistics`` (sample, update, priorities: ``Agent.learn_step``)
+    captured for ``batch_size`` rows; ``generators`` are the custom generators it draws from."""
+
+    def __init__(
+        self,
+        step: Callable[[], dict[str, Tensor]],
+        learner: Learner,
+        batch_size: int,
+        generators: Sequence[torch.Generator] = (),
+        warmup: int = 3,
+        compile: bool | None = None,
+    ) -> None:
+        t0 = time.perf_counter()
+        self.batch_size = batch_size
+        self.compiled = _compile_first(learner, batch_size, compile)
+        self.graph, self.stats = capture(step, warmup, generators)
+        self.capture_seconds = time.perf_counter() - t0  # compile (when compiled) + warm-up + capture
+
+    def update(self) -> dict[str, Tensor]:
+        """One replay: one learner step; its statistics are the graph's static tensors (see above)."""
+        self.graph.replay()
+        return self.stats

@@ -27,7 +27,7 @@ reward, ``d = gamma^n`` or 0 when the episode ended inside the n steps):
 Nothing here reads a value back to the host: the statistics come back as 0-dim tensors that the
 diagnostics read once per epoch. The update is eager Python around two pure stretches (the targets,
 :meth:`Learner._target_values`, and the loss, :meth:`Learner._losses`) that :meth:`Learner.compile`
-hands to ``torch.compile``; :class:`~foxhunt.agent.graph.GraphedUpdate` then captures the whole update.
+hands to ``torch.compile``; :class:`~foxhunt.agent.graph.GraphedLearn` then captures the whole step.
 The learning-rate schedule (cosine with warm restarts, Adam's
 first moments halved at each restart) changes once per epoch, outside ``update``.
 """

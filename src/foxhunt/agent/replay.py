@@ -3,7 +3,12 @@
 * :class:`SumTree` — a sum tree held in one flat tensor (node 1 is the root, node ``i`` has children
   ``2i`` and ``2i+1``, leaves are nodes ``C .. 2C-1``), with batched ``update`` (parents recomputed
   level by level: ``log2 C`` vectorised passes) and batched ``find`` (a vectorised descent).
-* :class:`PrioritizedReplay` — ring-buffer storage of the transition record plus the sum tree:
+* :class:`FlatPriorities` — the same leaves in one flat tensor, searched by
+  ``searchsorted(cumsum(leaves))``: ``O(C)`` work per draw but a handful of kernels and a priority
+  write that is one scatter, against ``log2 C`` dependent passes of the tree. Faster on a GPU at every
+  capacity measured (bench/replay.py) and on the CPU up to :data:`FLAT_CPU_MAX_CAPACITY`;
+  :class:`PriorityIndex` picks (AUTO).
+* :class:`PrioritizedReplay` — ring-buffer storage of the transition record plus a priority index:
   proportional prioritisation (Schaul et al. 2016), ``P(i) = p_i^alpha / sum_j p_j^alpha`` with
   ``p_i = |delta_i| + eps``; stratified sampling (one uniform draw in each of ``B`` equal segments of
   the total); importance weights ``w_i = (N P(i))^-beta / max_j w_j`` (max over the batch); new items
@@ -16,7 +21,10 @@
   a whole ``[T, N]`` sequence.
 
 Nothing here reads a device value back to the host in ``add``, ``sample``, ``update_priorities`` or
-``push``: the buffer's cursor and size are Python ints that the host knows because it did the adding.
+``push``: the buffer's cursor and size are Python ints that the host knows because it did the adding,
+and the importance weights need no ``N`` (it cancels in ``w_i / max_j w_j``). So on CUDA ``sample``
+and ``update_priorities`` are captured inside the learner's CUDA graph (``Agent.learn``), drawing from
+a registered generator, and every replay of the graph draws afresh.
 Rows flagged invalid (``valid`` False: steps after an episode had already ended) are stored with
 priority 0, so they are never sampled, instead of being filtered out (which would need the count).
 """
@@ -24,6 +32,7 @@ priority 0, so they are never sampled, instead of being filtered out (which woul
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import torch
@@ -94,20 +103,13 @@ class SumTree:
     def update(self, indices: Tensor, priorities: Tensor) -> None:
         """Set leaves ``indices`` [B] to ``priorities`` [B]; for a repeated index the last write wins.
 
-        Duplicates are resolved before writing: a stable sort groups equal indices in input order and
-        every copy of an index writes the value of its last occurrence, so the scatter's result does
-        not depend on the order in which the device applies colliding writes. Then each of the
+        Duplicates are resolved before writing (:func:`_last_writes`). Then each of the
         ``depth`` levels above is recomputed from its children in one vectorised pass (repeated
         parents write identical values).
         """
-        idx = indices.reshape(-1).to(torch.int64)
-        p = priorities.reshape(-1).to(self.tree.dtype)
-        if p.numel() == 1 and idx.numel() != 1:
-            p = p.expand(idx.numel())
-        sorted_idx, order = torch.sort(idx, stable=True)
-        last = torch.searchsorted(sorted_idx, idx, right=True) - 1  # sorted position of the last copy
+        idx, p = _last_writes(indices, priorities, self.tree.dtype)
         nodes = idx + self.capacity
-        self.tree.index_put_((nodes,), p.index_select(0, order.index_select(0, last)))
+        self.tree.index_put_((nodes,), p)
         ancestors = nodes.unsqueeze(0) >> self._shifts  # [depth, B]: parents, grandparents, ... root
         for level in ancestors:
             self.tree.index_put_((level,), self._pairs.index_select(0, level).sum(1))
@@ -132,6 +134,15 @@ class SumTree:
         """Recompute every internal node from the leaves."""
         self.set_range(0, self.leaves.clone())
 
+    def clear(self) -> None:
+        self.tree.zero_()
+
+    def sample(self, fractions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(leaf indices, P(leaf))`` [B] for draws at ``fractions`` [B] of the total (in ``[0, 1)``)."""
+        total = self.total()
+        idx = self.find(fractions * total)
+        return idx, self.leaves.index_select(0, idx) / total
+
     def find(self, prefix_sums: Tensor) -> Tensor:
         """Leaf indices [B] whose cumulative-sum interval holds each of ``prefix_sums`` [B].
 
@@ -150,6 +161,100 @@ class SumTree:
         return node - self.capacity
 
 
+def _last_writes(indices: Tensor, priorities: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``(indices, values)`` [B] for a scatter in which a repeated index takes its last occurrence's value.
+
+    A stable sort groups equal indices in input order and every copy of an index gets the value of
+    its last occurrence, so the scatter's result does not depend on the order in which the device
+    applies colliding writes. A single priority is broadcast to every index.
+    """
+    idx = indices.reshape(-1).to(torch.int64)
+    p = priorities.reshape(-1).to(dtype)
+    if p.numel() == 1 and idx.numel() != 1:
+        p = p.expand(idx.numel())
+    sorted_idx, order = torch.sort(idx, stable=True)
+    last = torch.searchsorted(sorted_idx, idx, right=True) - 1  # sorted position of the last copy
+    return idx, p.index_select(0, order.index_select(0, last))
+
+
+class FlatPriorities:
+    """The ``capacity`` leaf priorities in one flat tensor, sampled through their cumulative sum.
+
+    The interface of :class:`SumTree` (``leaves``, ``total``, ``update``, ``set_range``, ``sample``)
+    without internal nodes: a write is one scatter and a draw is ``cumsum`` + ``searchsorted``, a
+    fixed handful of kernels whatever the capacity, so it captures in a CUDA graph as a few nodes
+    where the tree's descent and update are ``~10 log2 C`` small kernels (bench/replay.py). The draw
+    reads every leaf (``O(C)``); the tree's ``O(log C)`` wins on a CPU at large capacities only.
+    """
+
+    def __init__(
+        self, capacity: int, device: torch.device | str | None = None, dtype: torch.dtype = torch.float64
+    ) -> None:
+        if capacity < 1:
+            raise ValueError(f"priority capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.leaves = torch.zeros(capacity, dtype=dtype, device=device)
+
+    def total(self) -> Tensor:
+        """Sum of all leaves, a 0-dim tensor."""
+        return self.leaves.sum()
+
+    def update(self, indices: Tensor, priorities: Tensor) -> None:
+        """Set leaves ``indices`` [B] to ``priorities`` [B]; for a repeated index the last write wins."""
+        idx, p = _last_writes(indices, priorities, self.leaves.dtype)
+        self.leaves.index_put_((idx,), p)
+
+    def set_range(self, start: int, priorities: Tensor) -> None:
+        """Set the contiguous leaves ``start .. start + n - 1`` (no wrap)."""
+        n = priorities.shape[0] if priorities.ndim else 1
+        if start < 0 or start + n > self.capacity:
+            raise ValueError(f"leaf range [{start}, {start + n}) is outside [0, {self.capacity})")
+        self.leaves[start : start + n] = priorities
+
+    def clear(self) -> None:
+        self.leaves.zero_()
+
+    def sample(self, fractions: Tensor) -> tuple[Tensor, Tensor]:
+        """``(leaf indices, P(leaf))`` [B] for draws at ``fractions`` [B] of the total (in ``[0, 1)``).
+
+        Leaf ``j`` is returned for ``x = fraction * total`` in ``[cumsum_{j-1}, cumsum_j)``, as
+        :meth:`SumTree.find`. A leaf of priority 0 has an empty interval; ``x`` at or past the total
+        (rounding) and, defensively, any draw landing on an empty leaf (a parallel scan is monotone
+        only up to rounding) take the last non-empty leaf, the first whose cumsum reaches the total.
+        """
+        cum = torch.cumsum(self.leaves, 0)  # [C]
+        total = cum[-1:]  # [1]
+        idx = torch.searchsorted(cum, fractions.reshape(-1).to(cum.dtype) * total, right=True)
+        last = torch.searchsorted(cum, total)  # [1] the last leaf of positive priority
+        idx = torch.minimum(idx, last)
+        idx = torch.where(self.leaves.index_select(0, idx) > 0, idx, last)
+        return idx, self.leaves.index_select(0, idx) / total
+
+
+FLAT_CPU_MAX_CAPACITY = 1 << 19
+"""Largest capacity whose priorities :attr:`PriorityIndex.AUTO` keeps flat on a CPU. Sample plus
+priority update of 256 items, one thread (bench/replay.py --device cpu --batch 256 --threads 1, on
+the 2-core box): flat 0.71 ms against the tree's 1.88 ms at 16 k slots (the smoke profile), 1.26
+against 4.06 ms at 262 k, 2.13 against 2.42 ms at 524 k; from 1 M the ``O(C)`` cumsum loses (2.08
+against 1.80 ms at 1 M, 4.05 against 3.07 ms at 2 M)."""
+
+
+class PriorityIndex(StrEnum):
+    """How :class:`PrioritizedReplay` stores and searches its priorities."""
+
+    AUTO = "auto"  # flat on CUDA; on a CPU flat up to FLAT_CPU_MAX_CAPACITY, a tree above
+    TREE = "tree"  # SumTree: O(log C) draws and writes, ~10 log2 C small kernels
+    FLAT = "flat"  # FlatPriorities: O(C) draws, a handful of kernels
+
+    def build(
+        self, capacity: int, device: torch.device, dtype: torch.dtype = torch.float64
+    ) -> SumTree | FlatPriorities:
+        flat = self is PriorityIndex.FLAT or (
+            self is PriorityIndex.AUTO and (device.type == "cuda" or capacity <= FLAT_CPU_MAX_CAPACITY)
+        )
+        return FlatPriorities(capacity, device, dtype) if flat else SumTree(capacity, device, dtype)
+
+
 # --------------------------------------------------------------------------------------------------
 # Prioritised replay
 
@@ -158,9 +263,9 @@ class PrioritizedReplay:
     """Proportional prioritised replay of fixed-shape transitions, all on one device.
 
     ``fields`` maps a name to its per-item ``(shape, dtype)`` (:func:`transition_fields`). The
-    capacity is rounded up to a power of 2. The sum tree holds ``(|td| + eps)^alpha`` per slot (0 for
-    empty or invalid slots); ``max_priority`` is the largest value written so far (1 at the start and
-    after :meth:`clear`), given to new items.
+    capacity is rounded up to a power of 2. The priority index (``index``: :class:`PriorityIndex`)
+    holds ``(|td| + eps)^alpha`` per slot (0 for empty or invalid slots); ``max_priority`` is the
+    largest value written so far (1 at the start and after :meth:`clear`), given to new items.
     """
 
     def __init__(
@@ -172,7 +277,8 @@ class PrioritizedReplay:
         beta: float = 0.4,
         eps: float = 1e-6,
         device: torch.device | str | None = None,
-        tree_dtype: torch.dtype = torch.float64,
+        index: PriorityIndex = PriorityIndex.AUTO,
+        priority_dtype: torch.dtype = torch.float64,
     ) -> None:
         if capacity < 1:
             raise ValueError(f"replay capacity must be positive, got {capacity}")
@@ -188,8 +294,8 @@ class PrioritizedReplay:
             k: torch.zeros((self.capacity, *shape), dtype=dtype, device=self.device)
             for k, (shape, dtype) in self.fields.items()
         }
-        self.tree = SumTree(self.capacity, self.device, tree_dtype)
-        self.max_priority = torch.ones((), dtype=tree_dtype, device=self.device)
+        self.priorities = index.build(self.capacity, self.device, priority_dtype)
+        self.max_priority = torch.ones((), dtype=priority_dtype, device=self.device)
         self._cursor = 0  # next slot to write
         self._size = 0  # slots written since the last clear (<= capacity)
 
@@ -246,9 +352,9 @@ class PrioritizedReplay:
             buf[start : start + first].copy_(src[:first])
             if first < n:
                 buf[: n - first].copy_(src[first:])
-        self.tree.set_range(start, prio[:first])
+        self.priorities.set_range(start, prio[:first])
         if first < n:
-            self.tree.set_range(0, prio[first:])
+            self.priorities.set_range(0, prio[first:])
         self._cursor = (start + n) % self.capacity
         self._size = min(self._size + n, self.capacity)
 
@@ -261,21 +367,20 @@ class PrioritizedReplay:
 
         Returns ``(batch, indices, is_weights)``: ``batch[k]`` is ``[B, *shape]``, ``indices`` [B]
         int64 slots (for :meth:`update_priorities`), ``is_weights`` [B] float32
-        ``(N P(i))^-beta`` divided by the batch maximum (``N`` cancels in the ratio; it is kept to
-        match the paper's formula). Draw ``b`` is uniform in ``[b, b+1) * total / B``.
+        ``(N P(i))^-beta`` divided by the batch maximum, computed as ``P(i)^-beta / max_j P(j)^-beta``
+        (``N`` cancels in the ratio, so the draw needs no buffer size and captures in a CUDA graph).
+        Draw ``b`` is uniform in ``[b, b+1) * total / B``.
         """
         if self._size == 0:
             raise ValueError("cannot sample from an empty replay buffer: add transitions first")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         beta = self.beta if beta is None else float(beta)
-        dtype = self.tree.tree.dtype
-        total = self.tree.total()
+        dtype = self.priorities.leaves.dtype
         u = torch.rand(batch_size, generator=generator, device=self.device, dtype=dtype)
         strata = torch.arange(batch_size, device=self.device, dtype=dtype)
-        idx = self.tree.find((strata + u) * (total / batch_size))
-        prob = self.tree.leaves.index_select(0, idx) / total  # P(i)
-        w = (self._size * prob).pow(-beta)
+        idx, prob = self.priorities.sample((strata + u) / batch_size)  # prob = P(i)
+        w = prob.pow(-beta)
         w = (w / w.max()).to(torch.float32)
         batch = {k: buf.index_select(0, idx) for k, buf in self.storage.items()}
         return batch, idx, w
@@ -285,16 +390,16 @@ class PrioritizedReplay:
 
         A non-finite ``td`` gets the running maximum priority instead of poisoning the tree.
         """
-        p = (td_abs.detach().reshape(-1).to(self.tree.tree.dtype).abs() + self.eps).pow(self.alpha)
+        p = (td_abs.detach().reshape(-1).to(self.max_priority.dtype).abs() + self.eps).pow(self.alpha)
         p = torch.where(torch.isfinite(p), p, self.max_priority)
-        self.tree.update(indices.to(self.device), p)
+        self.priorities.update(indices.to(self.device), p)
         torch.maximum(self.max_priority, p.max(), out=self.max_priority)
 
     # --- lifecycle ----------------------------------------------------------------------------------
 
     def clear(self) -> None:
         """Forget every transition (fold boundary); the running max priority returns to 1."""
-        self.tree.tree.zero_()
+        self.priorities.clear()
         self.max_priority.fill_(1.0)
         self._cursor = 0
         self._size = 0
@@ -303,7 +408,7 @@ class PrioritizedReplay:
         """Flat ``{name: tensor}`` (safetensors-ready: contiguous copies of the filled slots only)."""
         n = self._size
         out = {f"storage.{k}": buf[:n].clone() for k, buf in self.storage.items()}
-        out["leaves"] = self.tree.leaves[:n].clone()
+        out["leaves"] = self.priorities.leaves[:n].clone()
         out["max_priority"] = self.max_priority.clone()
         out["cursor"] = torch.tensor(self._cursor, dtype=torch.int64)
         out["size"] = torch.tensor(n, dtype=torch.int64)
@@ -333,7 +438,7 @@ class PrioritizedReplay:
             self.clear()
             for k, buf in self.storage.items():
                 buf[:size].copy_(state[f"storage.{k}"].to(self.device))
-            self.tree.set_range(0, state["leaves"].to(self.device, self.tree.tree.dtype))
+            self.priorities.set_range(0, state["leaves"].to(self.device, self.max_priority.dtype))
             self.max_priority.copy_(state["max_priority"])
             self._size, self._cursor = size, cursor
             return
@@ -348,7 +453,7 @@ class PrioritizedReplay:
         self.clear()
         for k, buf in self.storage.items():
             buf[:keep].copy_(newest(state[f"storage.{k}"]))
-        self.tree.set_range(0, newest(state["leaves"]).to(self.tree.tree.dtype))
+        self.priorities.set_range(0, newest(state["leaves"]).to(self.max_priority.dtype))
         self.max_priority.copy_(state["max_priority"])
         self._size = keep
         self._cursor = keep % self.capacity

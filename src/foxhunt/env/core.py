@@ -41,13 +41,13 @@ from torch import Tensor
 from foxhunt.env.actions import ActionCodec, Direction, OrderType
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.costs import (
-    book_known,
-    effective_quote,
+    Quote,
     limit_expired,
     limit_order,
     limit_price,
-    market_order,
+    market_order_quoted,
     queue_ahead,
+    quote,
     volume_at_price,
 )
 from foxhunt.env.market import MarketTensors
@@ -61,7 +61,7 @@ from foxhunt.env.sizing import (
     push_return,
     variance_scale,
 )
-from foxhunt.env.trades import ClosedTrades, ExitReason, OpenTrade, book_fill, by_stage, mark
+from foxhunt.env.trades import ClosedTrades, ExitReason, OpenTrade, book_fill, by_stage, lean_record, mark
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.labels import barrier_prices, barrier_touch
 
@@ -72,10 +72,6 @@ _FLOOR, _WINDOW_END, _AGENT_CLOSE = (
     int(ExitReason.WINDOW_END),
     int(ExitReason.AGENT_CLOSE),
 )
-
-
-def cfg_min_vol(cfg: EnvConfig) -> float:
-    return cfg.plan.min_vol
 
 
 @dataclass
@@ -141,13 +137,38 @@ class StepResult:
     exit_reason: Tensor  # int64 ExitReason of the forced exit at row r+1 (0 none, 1-5)
     components: Tensor  # [N, len(COMPONENTS)] reward terms (pnl, entry, exit timing, ...)
 
+    def lean(self) -> StepResult:
+        """This result without the trade ledger's detail: ``trades`` keeps ``closed`` and ``pnl``; its
+        other fields and ``fills``, ``fill_price``, ``fill_costs`` are empty tensors. What training
+        collection and the recorded-policy backtest read; returned by a compiled step
+        (:func:`foxhunt.env.graph.advance` with ``ledger=False``) it lets Inductor drop the ten
+        ``[N, STAGES]`` ledger outputs and the stores of their intermediates (bench/env.py)."""
+        t = self.trades
+        empty = t.pnl.new_empty(0)
+        return StepResult(
+            gross=self.gross,
+            costs=self.costs,
+            net=self.net,
+            reward=self.reward,
+            written=self.written,
+            picked=self.picked,
+            realised_direction=self.realised_direction,
+            realised_magnitude=self.realised_magnitude,
+            trades=lean_record(t.closed, t.pnl, empty),
+            fills=empty,
+            fill_price=empty,
+            fill_costs=empty,
+            exit_reason=self.exit_reason,
+            components=self.components,
+        )
+
 
 class TradingEnv:
     """N episodes over ``market``; ``starts`` [N] are the first rows, ``episode_rows`` long."""
 
     def __init__(self, market: MarketTensors, cfg: EnvConfig) -> None:
-        self.market = market
         self.cfg = cfg
+        self.market = market  # after cfg: the setter builds the per-row tables from both
         self.codec = ActionCodec(cfg.branches)
         self.device = market.device
         self.dtype = market.mid.dtype
@@ -156,6 +177,21 @@ class TradingEnv:
         self.codec.fractions(self.device, self.dtype)
         self.state: Portfolio | None = None
         self.aux = None  # [N, aux width] written by the agent (one-step-lagged predictions)
+
+    @property
+    def market(self) -> MarketTensors:
+        return self._market
+
+    @market.setter
+    def market(self, market: MarketTensors) -> None:
+        """Set the market and the per-row tables the step gathers from. Computed once per market row
+        rather than for the step's rows on every step: the effective quote and whether the book is
+        known (eleven operators, needed on rows r and r+1 by four callers), the volatility floored at
+        ``plan.min_vol`` and its log, the regime (serve swaps the market in place: hence a setter)."""
+        self._market = market
+        self.quotes = quote(market.bid, market.ask, market.mid, self.cfg.costs, market.instrument.tick_size)
+        self.vol = torch.clamp(market.vol, min=self.cfg.plan.min_vol)
+        self.regime = torch.log(self.vol)
 
     # --- reset and state -------------------------------------------------------------------
 
@@ -202,7 +238,7 @@ class TradingEnv:
             order_queue=z.clone(),
             order_volume=z.clone(),
             trade_path=TradePath.zeros(n, device=self.device, dtype=self.dtype),
-            regime_prev=torch.log(torch.clamp(self.market.vol[starts], min=cfg_min_vol(self.cfg))),
+            regime_prev=self.regime[starts],
             regime_ema=z.clone(),
             regime_steps=zi.clone(),
             returns_ring=torch.zeros(n, self.cfg.sizing.cvar_window, dtype=self.dtype, device=self.device),
@@ -279,14 +315,16 @@ class TradingEnv:
         direction_conviction: Tensor | None = None,
         magnitude_conviction: Tensor | None = None,
         q_variance: Tensor | None = None,
+        ledger: bool = True,
     ) -> tuple[Tensor, StepResult]:
         """Advance every live episode one row. ``actions`` ``[N, 4]`` int64 branch indices.
 
         Convictions (Q-gaps) and the Q-variance come from the policy; scripted policies pass None
-        (neutral: conviction 1, variance 0). Returns ``(next state [N, W], StepResult)``.
+        (neutral: conviction 1, variance 0). Returns ``(next state [N, W], StepResult)``; without
+        ``ledger`` the result is :meth:`StepResult.lean`, and the step skips the ledger's work.
         """
         new, result = self.transition(
-            self._state(), actions, direction_conviction, magnitude_conviction, q_variance
+            self._state(), actions, direction_conviction, magnitude_conviction, q_variance, ledger
         )
         self.state = new
         return self.observe(), result
@@ -298,9 +336,10 @@ class TradingEnv:
         direction_conviction: Tensor | None = None,
         magnitude_conviction: Tensor | None = None,
         q_variance: Tensor | None = None,
+        ledger: bool = True,
     ) -> tuple[Portfolio, StepResult]:
         """The pure step from ``s`` (no state change): ``(next portfolio, result)``; :meth:`step`'s maths."""
-        return self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance)
+        return self._transition(s, actions, direction_conviction, magnitude_conviction, q_variance, ledger)
 
     def _transition(
         self,
@@ -309,8 +348,10 @@ class TradingEnv:
         direction_conviction: Tensor | None,
         magnitude_conviction: Tensor | None,
         q_variance: Tensor | None,
+        ledger: bool = True,
     ) -> tuple[Portfolio, StepResult]:
-        """The pure transition: ``(portfolio, actions) -> (next portfolio, step result)``."""
+        """The pure transition: ``(portfolio, actions) -> (next portfolio, step result)``; without
+        ``ledger`` the result is :meth:`StepResult.lean` and the ledger's detail is never computed."""
         m, cfg, c = self.market, self.cfg, self.cfg.contract
         ins = m.instrument  # tick grid and point value of the data's contract
         n = s.row.shape[0]
@@ -321,7 +362,8 @@ class TradingEnv:
         live = ~s.done
         r, r1 = s.row, torch.clamp(s.row + 1, max=m.rows - 1)
         mid, mid1 = m.mid[r], m.mid[r1]
-        bid, ask = effective_quote(m.bid[r], m.ask[r], mid, cfg.costs, ins.tick_size)
+        q, q1 = self._quote(r), self._quote(r1)
+        bid, ask = q.bid, q.ask
 
         # 1. Decide: plan lock, target exposure, sizing.
         direction, magnitude, order, urgency = actions.to(self.device).unbind(dim=1)  # codec branches
@@ -346,20 +388,20 @@ class TradingEnv:
 
         # 2a. Market orders fill now at row r (reference mid[r]).
         mkt_side = torch.where(is_market, side, torch.zeros_like(side))
-        # The raw quote: where it is unknown the fill is modelled on the grid, inside [low, high].
-        fill_now = market_order(
-            mkt_side, delta.abs(), m.bid[r], m.ask[r], mid, urgency, cfg.costs, ins, m.low[r], m.high[r]
+        # Where the raw book is unknown (q.known) the fill is modelled on the grid, inside [low, high].
+        fill_now = market_order_quoted(
+            mkt_side, delta.abs(), q, mid, urgency, cfg.costs, ins, m.low[r], m.high[r]
         )
         # 2b. A new limit order replaces the resting one.
         new_limit = live & ~is_market & (side != 0)
-        lim_px = limit_price(side, order, bid, ask, ins.tick_size, book=book_known(m.bid[r], m.ask[r]))
+        lim_px = limit_price(side, order, bid, ask, ins.tick_size, book=q.known)
         order_side = torch.where(new_limit, side, s.order_side)
         order_contracts = torch.where(new_limit, delta.abs(), s.order_contracts)
         order_price = torch.where(new_limit, lim_px, s.order_price)
         order_age = torch.where(new_limit, torch.zeros_like(s.order_age), s.order_age)
         order_urgency = torch.where(new_limit, urgency, s.order_urgency)
         order_magnitude = torch.where(new_limit, magnitude_eff, s.order_magnitude)
-        order_queue = torch.where(new_limit, self._queue_ahead(side, lim_px, r), s.order_queue)
+        order_queue = torch.where(new_limit, self._queue_ahead(side, lim_px, r, q), s.order_queue)
         # A market order (or a Hold while flat) cancels a resting limit order.
         cancel = live & is_market & (side != 0)
         order_side = torch.where(cancel, torch.zeros_like(order_side), order_side)
@@ -370,7 +412,8 @@ class TradingEnv:
         costs = order_costs
         agent_close = torch.full_like(s.hold_time, _AGENT_CLOSE)
         trade, closed_order = book_fill(
-            s.trade, pos0, fill_now.contracts, fill_now.price, order_costs, r, magnitude_eff, agent_close
+            s.trade, pos0, fill_now.contracts, fill_now.price, order_costs, r, magnitude_eff, agent_close,
+            ledger,
         )
 
         # 3. Move to row r+1: mark to market, then resting limit orders against row r+1.
@@ -389,7 +432,7 @@ class TradingEnv:
         lim_costs = lim.fees + lim.slippage_cost
         costs = costs + lim_costs
         trade, closed_resting = book_fill(
-            trade, pos_a, lim_contracts, lim.price, lim_costs, r1, order_magnitude, agent_close
+            trade, pos_a, lim_contracts, lim.price, lim_costs, r1, order_magnitude, agent_close, ledger
         )
         order_age = torch.where(order_side != 0, order_age + 1, order_age)
         expired = limit_expired(order_age, order_urgency, cfg.costs)
@@ -397,7 +440,7 @@ class TradingEnv:
 
         # A position opened or reversed starts a plan (volatility-scaled levels, SPEC §6).
         opened = (pos_b != 0) & ((pos0 == 0) | (torch.sign(pos_b) != torch.sign(pos0)))
-        vol = torch.clamp(m.vol[r1], min=cfg.plan.min_vol)
+        vol = self.vol[r1]
         entry = mid1
         pdir = torch.sign(pos_b)
         plan_active = torch.where(opened, torch.ones_like(s.plan_active), s.plan_active & (pos_b != 0))
@@ -439,11 +482,10 @@ class TradingEnv:
         last = live & (r1 >= s.end) & (exit_reason == 0)
         exit_reason = torch.where(last, torch.full_like(exit_reason, _WINDOW_END), exit_reason)
         exiting = live & (exit_reason > 0) & (pos_b != 0)
-        exit_fill = market_order(
+        exit_fill = market_order_quoted(
             torch.where(exiting, -torch.sign(pos_b), torch.zeros_like(pos_b)),
             pos_b.abs(),
-            m.bid[r1],
-            m.ask[r1],
+            q1,
             mid1,
             torch.zeros_like(urgency),
             cfg.costs,
@@ -456,14 +498,14 @@ class TradingEnv:
         costs = costs + exit_costs
         no_open = torch.full_like(s.trade.magnitude, -1)  # an exit opens nothing
         trade, closed_exit = book_fill(
-            trade, pos_b, exit_fill.contracts, exit_fill.price, exit_costs, r1, no_open, exit_reason
+            trade, pos_b, exit_fill.contracts, exit_fill.price, exit_costs, r1, no_open, exit_reason, ledger
         )
         plan_active = plan_active & ~exiting
         order_side = torch.where(floor, torch.zeros_like(order_side), order_side)
 
         # 5. Accounting: trades, equity, the record.
         net = gross - costs
-        trades = by_stage([closed_order, closed_resting, closed_exit])  # [N, STAGES]
+        trades = by_stage([closed_order, closed_resting, closed_exit], ledger)  # [N, STAGES]
         win_NS = trades.closed & (trades.pnl > 0)
         lost_NS = trades.closed & (trades.pnl < 0)
         per_contract_NS = trades.pnl / torch.clamp(trades.size, min=1.0)
@@ -484,7 +526,7 @@ class TradingEnv:
         equity = torch.where(live, equity_b - exit_costs, s.equity)
         # Rewards: advance the held trade, pay the step (and the shaping terms on a close), then
         # open the new trade's path (rewards module: this order handles a reversal in one step).
-        regime = torch.log(torch.clamp(m.vol[r1], min=cfg.plan.min_vol))
+        regime = self.regime[r1]
         regime_ema = torch.where(
             live,
             regime_move_ema(s.regime_ema, regime - s.regime_prev, s.regime_steps, cfg.rewards),
@@ -504,6 +546,12 @@ class TradingEnv:
         # fused the whole decide stage into the reduction kernel, where it ran once per lane of a
         # row: about 10x slower than the rest of the step together.)
         cvar = cvar_scale(ring, count, cfg.sizing)
+        if ledger:
+            fills = torch.stack([fill_now.contracts, lim_contracts, exit_fill.contracts], dim=1)
+            fill_price = torch.stack([fill_now.price, lim.price, exit_fill.price], dim=1)
+            fill_costs = torch.stack([order_costs, lim_costs, exit_costs], dim=1)
+        else:
+            fills = fill_price = fill_costs = mid.new_empty(0)
         result = StepResult(
             gross=torch.where(live, gross, 0.0),
             costs=torch.where(live, costs, 0.0),
@@ -514,12 +562,14 @@ class TradingEnv:
             realised_direction=torch.where(live, realised_dir, -1),
             realised_magnitude=torch.where(live, magnitude_eff, -1),
             trades=trades,
-            fills=torch.stack([fill_now.contracts, lim_contracts, exit_fill.contracts], dim=1),
-            fill_price=torch.stack([fill_now.price, lim.price, exit_fill.price], dim=1),
-            fill_costs=torch.stack([order_costs, lim_costs, exit_costs], dim=1),
+            fills=fills,
+            fill_price=fill_price,
+            fill_costs=fill_costs,
             exit_reason=torch.where(live, exit_reason, 0),
             components=components,
         )
+        if not ledger:
+            result = result.lean()
         row = torch.where(live, r + 1, r)
         new = Portfolio(
             row=row,
@@ -565,12 +615,15 @@ class TradingEnv:
         )
         return new, result
 
-    def _queue_ahead(self, side: Tensor, price: Tensor, r: Tensor) -> Tensor:
+    def _quote(self, r: Tensor) -> Quote:
+        return Quote(self.quotes.bid[r], self.quotes.ask[r], self.quotes.known[r])
+
+    def _queue_ahead(self, side: Tensor, price: Tensor, r: Tensor, q: Quote) -> Tensor:
         """Queue displayed ahead of a limit order placed at ``price`` on row ``r`` (NaN: unknown)."""
         m = self.market
         if m.bid_size is None or m.ask_size is None:
             return torch.full_like(price, float("nan"))  # no sizes: trade-through only
-        return queue_ahead(side, price, m.bid[r], m.ask[r], m.bid_size[r], m.ask_size[r])
+        return queue_ahead(side, price, q.bid, q.ask, m.bid_size[r], m.ask_size[r], known=q.known)
 
     def _kelly(self, s: Portfolio, d_conv: Tensor, m_conv: Tensor) -> Tensor:
         losses = s.n_trades - s.n_wins

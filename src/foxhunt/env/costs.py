@@ -139,6 +139,21 @@ def effective_quote(
     return torch.where(known, bid, mid - half), torch.where(known, ask, mid + half)
 
 
+class Quote(NamedTuple):
+    """A row's effective quote (:func:`effective_quote`) and whether its book is known (:func:`book_known`
+    of the raw quote). The env computes it once per market row; the ``*_quoted`` functions take it."""
+
+    bid: Tensor
+    ask: Tensor
+    known: Tensor  # bool
+
+
+def quote(bid: Tensor, ask: Tensor, mid: Tensor | None, costs: CostConfig, tick_size: float) -> Quote:
+    """:class:`Quote` of the raw ``bid``/``ask`` with the spread model around ``mid`` where unknown."""
+    q_bid, q_ask = effective_quote(bid, ask, mid, costs, tick_size)
+    return Quote(q_bid, q_ask, book_known(bid, ask))
+
+
 def tick_round(price: Tensor, side: Tensor, tick_size: float) -> Tensor:
     """``price`` on the tick grid (multiples of ``tick_size``): buys rounded up, sells down.
 
@@ -146,10 +161,10 @@ def tick_round(price: Tensor, side: Tensor, tick_size: float) -> Tensor:
     as on it (``5000.25 / 0.25`` is exact, ``1.09035 / 0.00005`` is not).
     """
     s = torch.sign(side).to(price.dtype)
-    ticks = price / tick_size
-    up = torch.ceil(ticks - _TICK_TOL) * tick_size
-    down = torch.floor(ticks + _TICK_TOL) * tick_size
-    return torch.where(s > 0, up, torch.where(s < 0, down, price))
+    # One rounding for both sides: s * ceil(s * ticks - tol) is ceil(ticks - tol) for a buy and,
+    # for a sell, -ceil(-(ticks + tol)) = floor(ticks + tol) exactly (negation is exact).
+    rounded = s * torch.ceil(s * (price / tick_size) - _TICK_TOL) * tick_size
+    return torch.where(s != 0, rounded, price)
 
 
 def into_range(price: Tensor, low: Tensor, high: Tensor) -> Tensor:
@@ -205,15 +220,29 @@ def market_fill_price(
     unknown; there the price is put on the tick grid (buy up, sell down) and, with ``low`` and
     ``high`` (the row's traded range), clamped into it.
     """
-    q_bid, q_ask = effective_quote(bid, ask, mid, costs, tick_size)
-    s = _sign(side, q_bid)
-    touch = torch.where(s > 0, q_ask, torch.where(s < 0, q_bid, 0.5 * (q_bid + q_ask)))
-    slip = slippage_ticks(_size(contracts, q_bid), urgency, costs) * tick_size  # in the price dtype
+    q = quote(bid, ask, mid, costs, tick_size)
+    return market_fill_price_quoted(side, contracts, q, urgency, costs, tick_size, low, high)
+
+
+def market_fill_price_quoted(
+    side: Tensor,
+    contracts: Tensor,
+    q: Quote,
+    urgency: Tensor,
+    costs: CostConfig,
+    tick_size: float,
+    low: Tensor | None = None,
+    high: Tensor | None = None,
+) -> Tensor:
+    """:func:`market_fill_price` from a precomputed :class:`Quote`."""
+    s = _sign(side, q.bid)
+    touch = torch.where(s > 0, q.ask, torch.where(s < 0, q.bid, 0.5 * (q.bid + q.ask)))
+    slip = slippage_ticks(_size(contracts, q.bid), urgency, costs) * tick_size  # in the price dtype
     price = touch + s * slip
     modelled = tick_round(price, s, tick_size)
     if low is not None and high is not None:
         modelled = into_range(modelled, low.to(price.dtype), high.to(price.dtype))
-    return torch.where(book_known(bid, ask) | (s == 0), price, modelled)
+    return torch.where(q.known | (s == 0), price, modelled)
 
 
 def market_order(
@@ -233,9 +262,24 @@ def market_order(
     ``mid`` is the reference (mark) price: it prices the spread model and the slippage cost.
     ``low``/``high`` bound a modelled fill where the book is unknown (:func:`market_fill_price`).
     """
-    price = market_fill_price(
-        side, contracts, bid, ask, urgency, costs, instrument.tick_size, mid=mid, low=low, high=high
-    )
+    q = quote(bid, ask, mid, costs, instrument.tick_size)
+    return market_order_quoted(side, contracts, q, mid, urgency, costs, instrument, low, high)
+
+
+def market_order_quoted(
+    side: Tensor,
+    contracts: Tensor,
+    q: Quote,
+    mid: Tensor,
+    urgency: Tensor,
+    costs: CostConfig,
+    instrument: Instrument,
+    low: Tensor | None = None,
+    high: Tensor | None = None,
+) -> Fill:
+    """:func:`market_order` from a precomputed :class:`Quote` (the env's per-row table: the quote's
+    eleven operators are paid once per market row, not twice per step)."""
+    price = market_fill_price_quoted(side, contracts, q, urgency, costs, instrument.tick_size, low, high)
     filled = (side != 0) & (contracts != 0)
     return _fill(filled, side, contracts, price, mid, costs, instrument.point_value)
 
@@ -279,21 +323,29 @@ def _tol(price: Tensor) -> Tensor:
 
 
 def queue_ahead(
-    side: Tensor, price: Tensor, bid: Tensor, ask: Tensor, bid_size: Tensor, ask_size: Tensor
+    side: Tensor,
+    price: Tensor,
+    bid: Tensor,
+    ask: Tensor,
+    bid_size: Tensor,
+    ask_size: Tensor,
+    known: Tensor | None = None,
 ) -> Tensor:
     """Contracts displayed ahead of a new limit order at ``price``: the queue it joins.
 
     A buy at (or below) the bid joins the bid queue (``bid_size``); a buy above the bid is a new level
     inside the spread (0 ahead); sells mirror this with the ask. NaN where the book is unknown
     (:func:`book_known` on the raw ``bid``/``ask``, not the spread model) or the size is not finite,
-    and for ``side == 0``: such orders fill only on a trade-through (:func:`limit_fill`).
+    and for ``side == 0``: such orders fill only on a trade-through (:func:`limit_fill`). ``known``:
+    that :func:`book_known` when the caller has it (the quote may then be the effective one: where the
+    book is known the two are the same).
     """
     s = torch.sign(side)
     tol = _tol(price)
     size = torch.where(s > 0, bid_size, ask_size).to(price.dtype)
     new_level = torch.where(s > 0, price > bid + tol, price < ask - tol)
     ahead = torch.where(new_level, torch.zeros_like(size), size)
-    known = book_known(bid, ask) & (s != 0) & torch.isfinite(size)
+    known = (book_known(bid, ask) if known is None else known) & (s != 0) & torch.isfinite(size)
     return torch.where(known, ahead, torch.full_like(ahead, float("nan")))
 
 

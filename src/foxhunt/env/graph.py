@@ -71,15 +71,20 @@ def advance(
     direction_conviction: Tensor | None = None,
     magnitude_conviction: Tensor | None = None,
     q_variance: Tensor | None = None,
+    ledger: bool = True,
 ) -> tuple[StepResult, Tensor]:
     """One transition of ``env`` written back into ``state``'s tensors in place; ``(result, obs)``.
 
     The sizing inputs come from the policy (:class:`~foxhunt.agent.agent.PolicyOut`); None is
     neutral (scripted and recorded policies). ``state`` must be ``env.state`` with every tensor in
     its own storage (:func:`own_storage`). ``obs`` is the next state assembled through the layout
-    (reading ``env.aux``) when ``observe``, else an empty tensor.
+    (reading ``env.aux``) when ``observe``, else an empty tensor. Without ``ledger`` the result is
+    :meth:`StepResult.lean` (no trade detail, no per-stage fills): compiled, the step then neither
+    computes nor writes them (training collection, the recorded-policy backtest).
     """
-    new, result = env.transition(state, actions, direction_conviction, magnitude_conviction, q_variance)
+    new, result = env.transition(
+        state, actions, direction_conviction, magnitude_conviction, q_variance, ledger
+    )  # without ledger already lean: eagerly (a graph of the eager step) the ledger is skipped too
     for dst, src in _pairs(state, new):
         if src is not dst:
             dst.copy_(src)
@@ -159,7 +164,9 @@ class GraphedStep:
     The env must have been reset; episodes keep their fixed windows (no autoreset inside the graph).
     Convictions are neutral (scripted and evaluation policies); the result tensors (and ``obs``, the
     next state when ``observe``) are static buffers overwritten by the next replay (copy them out if
-    you keep them). ``compile``: fuse the step with Inductor first (module docstring); the first
+    you keep them). The result is :meth:`StepResult.lean` unless ``ledger`` (with the trade detail in
+    the result the compiled step at 1 M envs fell from 2.48e8 to 1.68e8 env-steps/s, bench/env.py).
+    ``compile``: fuse the step with Inductor first (module docstring); the first
     construction for a shape compiles, ``compile_seconds`` says how long warm-up and capture took.
     ``dynamic_batch``: compile for any number of episodes (one compile serves every N) instead of
     this N (torch.compile's default: static first, dynamic from the first N that differs).
@@ -173,6 +180,7 @@ class GraphedStep:
         compile: bool = False,
         observe: bool = False,
         dynamic_batch: bool = False,
+        ledger: bool = False,
     ) -> None:
         if env.device.type != "cuda":
             raise ValueError("CUDA graphs need the environment on a CUDA device")
@@ -194,11 +202,11 @@ class GraphedStep:
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm up off the capture (allocator, lazy init, compilation)
             for _ in range(warmup):
-                self.fn(env, state, self.actions, observe)
+                self.fn(env, state, self.actions, observe, ledger=ledger)
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
-            self.result, self.obs = self.fn(env, state, self.actions, observe)
+            self.result, self.obs = self.fn(env, state, self.actions, observe, ledger=ledger)
         for (dst, _), src in zip(_pairs(state, state), snapshot, strict=True):  # warm-up and capture
             dst.copy_(src)  # ran the step: undo them
         torch.cuda.synchronize()

@@ -121,13 +121,16 @@ def book_fill(
     row: Tensor,
     magnitude: Tensor,
     close_reason: Tensor,
+    detail: bool = True,
 ) -> tuple[OpenTrade, ClosedTrades]:
     """Book one fill of ``contracts`` (signed, 0 = none) at ``price`` with ``costs`` ($) on ``row``.
 
     ``position``: the position before the fill; ``magnitude``: the magnitude a trade opened by this
     fill records; ``close_reason``: the :class:`ExitReason` of a trade this fill brings to 0
     (:data:`ExitReason.FLIP` replaces it where the fill reverses the position).
-    Returns ``(open trade after the fill, the trade it closed [N])``.
+    Returns ``(open trade after the fill, the trade it closed [N])``. Without ``detail`` the record
+    keeps only :data:`LEAN_FIELDS` (the others are empty tensors): what the env's accounting reads,
+    without the ledger's other nine selections and two divisions.
     """
     size = contracts.abs()
     against = (position != 0) & (torch.sign(contracts) == -torch.sign(position))
@@ -143,21 +146,25 @@ def book_fill(
     done_costs = trade.costs + close_costs
     zero = torch.zeros_like(size)
     none = torch.full_like(trade.entry_row, -1)
-    reason = torch.where(after != 0, torch.full_like(close_reason, _FLIP), close_reason)
-    record = ClosedTrades(
-        closed=ends,
-        pnl=torch.where(ends, trade.gross - done_costs, zero),
-        gross=torch.where(ends, trade.gross, zero),
-        costs=torch.where(ends, done_costs, zero),
-        side=torch.where(ends, trade.side, zero),
-        size=torch.where(ends, trade.opened, zero),
-        entry_price=torch.where(ends, trade.entry_value / torch.clamp(trade.opened, min=1.0), zero),
-        exit_price=torch.where(ends, done_exit_value / torch.clamp(done_closed, min=1.0), zero),
-        entry_row=torch.where(ends, trade.entry_row, none),
-        exit_row=torch.where(ends, row, none),
-        magnitude=torch.where(ends, trade.magnitude, none),
-        reason=torch.where(ends, reason, torch.zeros_like(reason)),
-    )
+    if detail:
+        reason = torch.where(after != 0, torch.full_like(close_reason, _FLIP), close_reason)
+        record = ClosedTrades(
+            closed=ends,
+            pnl=torch.where(ends, trade.gross - done_costs, zero),
+            gross=torch.where(ends, trade.gross, zero),
+            costs=torch.where(ends, done_costs, zero),
+            side=torch.where(ends, trade.side, zero),
+            size=torch.where(ends, trade.opened, zero),
+            entry_price=torch.where(ends, trade.entry_value / torch.clamp(trade.opened, min=1.0), zero),
+            exit_price=torch.where(ends, done_exit_value / torch.clamp(done_closed, min=1.0), zero),
+            entry_row=torch.where(ends, trade.entry_row, none),
+            exit_row=torch.where(ends, row, none),
+            magnitude=torch.where(ends, trade.magnitude, none),
+            reason=torch.where(ends, reason, torch.zeros_like(reason)),
+        )
+    else:
+        pnl = torch.where(ends, trade.gross - done_costs, zero)
+        record = lean_record(ends, pnl, torch.where(ends, trade.opened, zero))
 
     # The opening leg starts a trade (from flat or after a reversal) or grows the open one.
     fresh = (opening > 0) & ((position == 0) | ends)
@@ -192,6 +199,33 @@ def mark(trade: OpenTrade, gross: Tensor) -> OpenTrade:
     )
 
 
-def by_stage(records: list[ClosedTrades]) -> ClosedTrades:
-    """The ``[N]`` records of :func:`book_fill`, one per :class:`FillStage`, as ``[N, STAGES]``."""
-    return ClosedTrades(*(torch.stack(f, dim=1) for f in zip(*records, strict=True)))
+def lean_record(closed: Tensor, pnl: Tensor, size: Tensor) -> ClosedTrades:
+    """A :class:`ClosedTrades` of only :data:`LEAN_FIELDS`; every other field an empty tensor."""
+    empty, empty_int = pnl.new_empty(0), torch.empty(0, dtype=torch.int64, device=pnl.device)
+    return ClosedTrades(
+        closed=closed,
+        pnl=pnl,
+        gross=empty,
+        costs=empty,
+        side=empty,
+        size=size,
+        entry_price=empty,
+        exit_price=empty,
+        entry_row=empty_int,
+        exit_row=empty_int,
+        magnitude=empty_int,
+        reason=empty_int,
+    )
+
+
+LEAN_FIELDS = ("closed", "pnl", "size")
+"""The closed-trade fields the env's own accounting reads (trade counts, wins, per-contract PnL)."""
+
+
+def by_stage(records: list[ClosedTrades], detail: bool = True) -> ClosedTrades:
+    """The ``[N]`` records of :func:`book_fill`, one per :class:`FillStage`, as ``[N, STAGES]``;
+    without ``detail`` only :data:`LEAN_FIELDS` (the records' others are empty already)."""
+    if detail:
+        return ClosedTrades(*(torch.stack(f, dim=1) for f in zip(*records, strict=True)))
+    closed, pnl, size = (torch.stack([getattr(r, f) for r in records], dim=1) for f in LEAN_FIELDS)
+    return lean_record(closed, pnl, size)
