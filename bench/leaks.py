@@ -8,13 +8,16 @@ the market of a profile, written once, and of its parts, median of ``--repeat`` 
 
 ``--leaks FILE`` times that version of ``foxhunt/validation/leaks.py`` instead of the installed one
 (before/after comparisons on one machine in one minute). The parts: ``load_market`` (the DBN
-decode), ``check_leaks`` (the three checks) and, inside it, ``perturb_after`` (the changed future).
+decode), ``check_leaks`` (the three checks; its cuts in ``leaks.cut_workers`` forked processes where
+the version has them, and ``check_leaks, 1p`` with all of them in this process) and, inside it,
+``perturb_after`` (the changed future; in this process only, so 0 where the cuts are forked).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import inspect
 import json
 import statistics
 import sys
@@ -67,6 +70,8 @@ def main() -> int:
 
     leaks.perturb_after = timed_perturb  # check_leaks looks it up in its module at each call
     leaks.guard(files, cfg, "bench", "none")  # warm-up: numba compiled, files in the page cache
+    # This version checks its cuts in forked processes (leaks.cut_workers); older ones in one.
+    forks = "workers" in inspect.signature(leaks.check_leaks).parameters
     runs: dict[str, list[float]] = {
         "guard": [],
         "guard (CPU s)": [],
@@ -78,7 +83,8 @@ def main() -> int:
         t0, c0 = time.perf_counter(), time.process_time()
         report = leaks.guard(files, cfg, "bench", "none")
         runs["guard"].append(time.perf_counter() - t0)
-        runs["guard (CPU s)"].append(time.process_time() - c0)  # this process's CPU: less load-bound
+        # This process's CPU (less load-bound), without the forked cuts' (theirs is not counted here).
+        runs["guard (CPU s)"].append(time.process_time() - c0)
         t0 = time.perf_counter()
         md = load_market(files, cfg.data)
         runs["load_market"].append(time.perf_counter() - t0)
@@ -87,10 +93,15 @@ def main() -> int:
         leaks.check_leaks(md, cfg)
         runs["check_leaks"].append(time.perf_counter() - t0)
         runs["perturb_after"].append(spent["perturb"])
+        if forks:  # the same check with every cut in this process (the cuts' share of the forked gain)
+            t0 = time.perf_counter()
+            leaks.check_leaks(md, cfg, workers=1)
+            runs.setdefault("check_leaks, 1p", []).append(time.perf_counter() - t0)
     rows = [{"name": name, "median_s": statistics.median(ts), "runs_s": ts} for name, ts in runs.items()]
     print(
         f"leak guard on the {args.profile} market: {report.rows:,} rows x {report.columns} columns, "
-        f"{len(report.cuts)} cuts, {report.folds_checked} folds ({args.leaks or 'installed leaks.py'})"
+        f"{len(report.cuts)} cuts, {report.folds_checked} folds ({args.leaks or 'installed leaks.py'}; "
+        f"cuts in {leaks.cut_workers(md, len(report.cuts)) if forks else 1} process(es))"
     )
     print(f"{'part':<16}{'median s':>10}  runs (wall seconds unless named)")
     for r in rows:

@@ -48,8 +48,8 @@ TIMED = [
     ("foxhunt.agent.agent", "Agent.__init__"),
     ("foxhunt.agent.agent", "Agent.collect"),
     ("foxhunt.agent.agent", "Agent.learn"),
-    ("foxhunt.agent.graph", "GraphedUpdate.__init__"),
-    ("foxhunt.agent.graph", "GraphedUpdate.update"),
+    ("foxhunt.agent.graph", "GraphedLearn.__init__"),
+    ("foxhunt.agent.graph", "GraphedLearn.update"),
     ("foxhunt.agent.replay", "PrioritizedReplay.sample"),
     ("foxhunt.agent.replay", "PrioritizedReplay.update_priorities"),
     ("foxhunt.agent.collect", "Collector._capture"),
@@ -61,6 +61,11 @@ TIMED = [
     ("foxhunt.features.cache", "get_or_build"),
     ("foxhunt.report.html", "write_report"),
     ("foxhunt.validation.leaks", "guard"),
+    ("foxhunt.validation.leaks", "check_leaks"),
+    ("foxhunt.validation.leaks", "_run_cuts"),
+    ("foxhunt.train.checkpoint", "copy_checkpoint"),
+    ("foxhunt.features.warmup", "start"),
+    ("foxhunt.features.warmup", "Warmup.wait"),
 ]
 
 

@@ -238,6 +238,34 @@ def _config(profile: str | None, config: Path | None, sets: list[str] | None) ->
     return load_config(profile=profile, config_file=config, overrides=sets or ())
 
 
+def _training_config(
+    profile: str | None, config: Path | None, sets: list[str], progress: Reporter
+) -> tuple[FoxhuntConfig, str | None]:
+    """The config of `run`, `seeds` and `tune`, and the profile named for it (None: ``--config``, or
+    the default profile, recorded as "default" as before).
+
+    Given neither ``--profile`` nor ``--config``, a machine with a CUDA device gets the ``gpu``
+    profile (announced in one line) instead of smoke's CPU sizes, unless the ``--set`` keys put
+    the run on the CPU (``run.device=cpu``)."""
+    import torch
+
+    from foxhunt.config.loader import DEFAULT_PROFILE, default_profile
+    from foxhunt.config.models import Device
+
+    if profile is not None or config is not None:
+        return _config(profile, config, sets), profile
+    chosen = default_profile(torch.cuda.is_available())
+    cfg = _config(chosen, None, sets)
+    if chosen == DEFAULT_PROFILE or cfg.run.device is Device.CPU:
+        return (cfg if chosen == DEFAULT_PROFILE else _config(DEFAULT_PROFILE, None, sets)), None
+    progress.say(
+        f"no --profile or --config: {torch.cuda.get_device_name()} found, so the {chosen} profile "
+        f"({cfg.train.envs:,} episodes, batch {cfg.agent.learn.batch:,}; --profile {DEFAULT_PROFILE} "
+        "for the CPU sizes)"
+    )
+    return cfg, chosen
+
+
 def write_resolved(cfg: FoxhuntConfig, path: Path) -> Path:
     """:func:`foxhunt.config.loader.write_resolved`, imported when a command runs (start-up time)."""
     from foxhunt.config import loader
@@ -1073,11 +1101,12 @@ def run_cmd(
 ) -> None:
     """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
     walk-forward training -> validation backtests against flat and long -> report.html and
-    metrics.json. Uses the GPU when one is present (run.device = auto). Tracked in MLflow (--tracking-uri)."""
+    metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile's sizes
+    when neither --profile nor --config is given. Tracked in MLflow (--tracking-uri)."""
     from foxhunt.job import run_job
 
     progress = _reporter(quiet, verbose)
-    cfg = _config(profile, config, list(set_ or []))
+    cfg, profile = _training_config(profile, config, list(set_ or []), progress)
     files = _data_paths(data, ctx) if data else None
     summary = run_job(
         cfg,
@@ -1215,7 +1244,7 @@ def seeds_cmd(
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
     progress = _reporter(quiet, verbose)
-    cfg = _config(profile, config, list(set_ or []))
+    cfg, profile = _training_config(profile, config, list(set_ or []), progress)
     # The seed runs live under out_dir, so claiming it claims them (each is retrained from scratch).
     finished = (SEEDS_FILE, "seeds.config.json", *(seed_folder(Path(), s).name for s in chosen))
     claim_folder(out_dir, finished, overwrite=overwrite)
@@ -1462,7 +1491,9 @@ def tune_cmd(
         raise FoxhuntError("--trials", f"{trials} trials", "pass --trials 1 or more")
     t0 = time.perf_counter()
     progress = _reporter(quiet, verbose)
-    cfg = _config(profile, config, [*(set_ or []), *([f"tune.trials={trials}"] if trials else [])])
+    cfg, profile = _training_config(
+        profile, config, [*(set_ or []), *([f"tune.trials={trials}"] if trials else [])], progress
+    )
     named = profile or (str(config) if config else "default")
     if not cfg.tune.params:
         raise FoxhuntError(

@@ -109,7 +109,9 @@ def run_job(
     from foxhunt.alpha.report import write_report as write_alpha
     from foxhunt.backtest.reference import planted_column, total_capture
     from foxhunt.data.synth import write_synthetic
+    from foxhunt.features import warmup
     from foxhunt.features.cache import get_or_build
+    from foxhunt.parallel.idle import idle_cores
     from foxhunt.report.html import write_report
     from foxhunt.tracking import start_run
     from foxhunt.train.guard import AnomalyError
@@ -125,8 +127,17 @@ def run_job(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     synthetic = not data
     if synthetic:
-        with rep.task(f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}"):
-            files = write_synthetic(cfg.synth, out / "market")
+        # The feature and label kernels compile in forked processes while the market is written (on a
+        # machine with idle cores; with numba's cache warm they only load): the guard then loads them.
+        warm = warmup.start(cfg, idle_cores())
+        what = f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}"
+        try:
+            with rep.task(what):
+                files = write_synthetic(cfg.synth, out / "market")
+        except BaseException:
+            warm.wait(timeout=0)  # nothing will use the kernels: the children are stopped
+            raise
+        warm.wait()
     else:
         files = list(data or [])
     with rep.task("leak guard"):

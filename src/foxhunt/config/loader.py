@@ -25,6 +25,16 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 
 DEFAULT_PROFILE = "smoke"
+# The profile of `foxhunt run`, `seeds` and `tune` given neither --profile nor --config on a machine
+# with a CUDA device: thousands of parallel episodes and full learner batches (smoke's CPU sizes would
+# leave the GPU idle).
+GPU_PROFILE = "gpu"
+
+
+def default_profile(cuda: bool) -> str:
+    """The profile a training command uses when none is named: :data:`GPU_PROFILE` with a CUDA device
+    (``cuda``), else :data:`DEFAULT_PROFILE`. The caller asks torch; this module never imports it."""
+    return GPU_PROFILE if cuda else DEFAULT_PROFILE
 
 
 def available_profiles() -> list[str]:

@@ -87,6 +87,7 @@ session_index]``) use numpy's PCG64. The same config gives the same bytes.
 from __future__ import annotations
 
 import datetime as dt
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -102,6 +103,7 @@ from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
 from foxhunt.data.dbn_write import write_book, write_mbo, write_ohlcv, write_trades
 from foxhunt.data.schemas import Schema
 from foxhunt.errors import ConfigError
+from foxhunt.parallel.resources import usable_cores
 
 EXCHANGE_TZ = ZoneInfo("America/Chicago")
 SESSION_OPEN = dt.time(17, 0)  # CT, on the day before the trade date
@@ -110,6 +112,8 @@ F_LAST = eng.F_LAST
 F_SNAPSHOT = eng.F_SNAPSHOT
 WRITABLE_SCHEMAS = (Schema.MBP_10, Schema.TRADES, Schema.MBO, Schema.OHLCV_1M)
 MANIFEST_NAME = "synth.json"
+# Sessions simulated and written at once (each holds its arrays and records, ~1 GB at 1 M events).
+MAX_SESSION_THREADS = 8
 _MINUTE_NS = 60_000_000_000
 # SeedSequence([seed, stream, ...]) keys: one stream per use, so no two ever share a seed.
 _STREAM_EVENTS, _STREAM_OPEN_PRICES, _STREAM_LATENCY = 0, 1, 2
@@ -433,43 +437,14 @@ def write_synthetic(
             "choose from " + ", ".join(s.value for s in WRITABLE_SCHEMAS),
         )
     out = Path(out_dir)
-    symbols = {cfg.instrument_id: cfg.symbol}
-    paths: list[Path] = []
-    entries: list[dict[str, object]] = []
-    for index in range(cfg.sessions):
-        sess = simulate_session(cfg, index, with_mbo=Schema.MBO in wanted)
-        counts = {
-            Schema.MBP_10: len(sess.book),
-            Schema.TRADES: len(sess.trades),
-            Schema.MBO: len(sess.mbo) if sess.mbo is not None else 0,
-        }
-        files: dict[str, str] = {}
-        for schema in wanted:
-            path = out / synth_file_name(cfg, sess.trade_date, schema)
-            if schema is Schema.MBP_10:
-                write_book(path, sess.book, symbols=symbols)
-            elif schema is Schema.TRADES:
-                write_trades(path, sess.trades, symbols=symbols)
-            elif schema is Schema.MBO:
-                assert sess.mbo is not None
-                write_mbo(path, sess.mbo, symbols=symbols)
-            else:
-                bars = sess.ohlcv_1m()
-                counts[Schema.OHLCV_1M] = len(bars)
-                write_ohlcv(path, bars, symbols=symbols, schema=Schema.OHLCV_1M)
-            files[schema.value] = path.name
-            paths.append(path)
-        entries.append(
-            {
-                "index": index,
-                "trade_date": sess.trade_date.isoformat(),
-                "start_ns": sess.session_start_ns,
-                "end_ns": sess.session_end_ns,
-                "files": files,
-                "records": {s.value: c for s, c in counts.items() if s in wanted},
-                "volatile_share": float(np.mean(sess.regime)),
-            }
-        )
+    # Sessions are independent (each its own seed stream), so they are simulated and written at once
+    # on the cores there are: the event loop (numba, nogil), the records' numpy copies and the zstd
+    # compression all run outside the GIL. The files and the manifest are the same bytes in any order.
+    workers = min(cfg.sessions, usable_cores(), MAX_SESSION_THREADS)
+    with ThreadPoolExecutor(workers) as pool:
+        written = list(pool.map(lambda i: _write_session(cfg, i, out, wanted), range(cfg.sessions)))
+    paths = [p for files, _ in written for p in files]
+    entries = [entry for _, entry in written]
     manifest = {
         "generator": "foxhunt.data.synth",
         "foxhunt_version": __version__,
@@ -485,6 +460,47 @@ def write_synthetic(
     }
     _write_json(out / MANIFEST_NAME, manifest)
     return paths
+
+
+def _write_session(
+    cfg: SynthConfig, index: int, out: Path, wanted: tuple[Schema, ...]
+) -> tuple[list[Path], dict[str, object]]:
+    """Simulate session ``index`` and write its DBN files: (their paths in the order of ``wanted``,
+    its manifest entry)."""
+    symbols = {cfg.instrument_id: cfg.symbol}
+    sess = simulate_session(cfg, index, with_mbo=Schema.MBO in wanted)
+    counts = {
+        Schema.MBP_10: len(sess.book),
+        Schema.TRADES: len(sess.trades),
+        Schema.MBO: len(sess.mbo) if sess.mbo is not None else 0,
+    }
+    files: dict[str, str] = {}
+    paths: list[Path] = []
+    for schema in wanted:
+        path = out / synth_file_name(cfg, sess.trade_date, schema)
+        if schema is Schema.MBP_10:
+            write_book(path, sess.book, symbols=symbols)
+        elif schema is Schema.TRADES:
+            write_trades(path, sess.trades, symbols=symbols)
+        elif schema is Schema.MBO:
+            assert sess.mbo is not None
+            write_mbo(path, sess.mbo, symbols=symbols)
+        else:
+            bars = sess.ohlcv_1m()
+            counts[Schema.OHLCV_1M] = len(bars)
+            write_ohlcv(path, bars, symbols=symbols, schema=Schema.OHLCV_1M)
+        files[schema.value] = path.name
+        paths.append(path)
+    entry = {
+        "index": index,
+        "trade_date": sess.trade_date.isoformat(),
+        "start_ns": sess.session_start_ns,
+        "end_ns": sess.session_end_ns,
+        "files": files,
+        "records": {s.value: c for s, c in counts.items() if s in wanted},
+        "volatile_share": float(np.mean(sess.regime)),
+    }
+    return paths, entry
 
 
 _CARRIER_TEXT = {

@@ -223,7 +223,8 @@ def _grow(mbo, need):
     return new
 
 
-@numba.njit(cache=True)
+# nogil: write_synthetic simulates its sessions on threads at once.
+@numba.njit(cache=True, nogil=True)
 def simulate_kernel(
     seed,
     n_rows,

@@ -42,6 +42,7 @@ import math
 import os
 import random
 import re
+import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
@@ -416,6 +417,22 @@ def _write(weights_path: Path, flat: Mapping[str, Tensor], doc: Mapping[str, Any
     _fsync(weights_path.parent)
     write_text(checkpoint_files(weights_path)[1], json.dumps(body, indent=2) + "\n")
     return weights_path
+
+
+def copy_checkpoint(src: str | Path, dst: str | Path) -> Path:
+    """Checkpoint ``dst`` as a byte copy of checkpoint ``src`` (both files), written as :func:`_write`
+    writes (new, fsynced, renamed over the old, the folder fsynced); return its safetensors path.
+
+    The same state under a second name without serialising and hashing it again: with the replay
+    buffer inside, a checkpoint is up to 1-2 GB at GPU sizes, and the hashes alone take seconds."""
+    src_w, src_j = checkpoint_files(src)
+    dst_w, dst_j = checkpoint_files(dst)
+    with atomic_path(dst_w) as tmp:
+        shutil.copyfile(src_w, tmp)
+        _fsync(tmp)
+    _fsync(dst_w.parent)
+    write_text(dst_j, src_j.read_text())
+    return dst_w
 
 
 def _verify_tensors(weights_path: Path, doc: Mapping[str, Any], flat: Mapping[str, Tensor]) -> None:
@@ -812,8 +829,8 @@ class CheckpointStore:
         as an uninterrupted run's does (a rewind reads it); old ring entries go only once both new
         files are complete.
         """
-        self.save_ring(fold, epoch, contents)
-        return self.save_last(fold, epoch, contents)
+        ring = self.save_ring(fold, epoch, contents)
+        return copy_checkpoint(ring, self.last_path(fold))  # the same bytes: serialised and hashed once
 
     def save_ring(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
         """Save epoch ``epoch`` into the ring and delete all but the newest ``ring`` entries."""

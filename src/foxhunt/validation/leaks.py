@@ -33,6 +33,9 @@ the first check catches that class of bug whatever module it hides in, because i
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -50,6 +53,7 @@ from foxhunt.features.cache import compute_features
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import Family
+from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.folds import Fold, TooFewRowsError
 
@@ -402,6 +406,82 @@ def fold_spans(cfg: FoxhuntConfig) -> dict[str, int]:
     }
 
 
+# --- the cuts, each in a forked process where the machine has the cores and memory ----------------
+
+# The cut jobs of the running check_leaks, read by the forked workers: inherited with the fork (the
+# market, the base features, a test's planted family), never pickled. Empty outside a parallel check.
+_FORKED_JOBS: list[tuple] = []
+
+
+def _one_cut(md: MarketData, cfg: FoxhuntConfig, registry, base_ts, base, j: int, t_cut: int, seed: int):
+    """Check 1 at one cut: the market with everything after ``t_cut`` perturbed, its rows and features
+    recomputed through the pipeline, compared with the base on the rows known at ``t_cut``."""
+    timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
+    other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
+    other_inp = rows_from_market(other_md, cfg.data)
+    other = compute_features(other_inp, cfg, registry)
+    return _cut_result(base_ts, base.values, other_inp.ts, other.values, base.columns, t_cut)
+
+
+def _forked_cut(index: int) -> CutResult:
+    # Silent: the parent's base computation has already shown any warning the pipeline gives, and
+    # a forked child writing to a stream that another of the parent's threads (the progress display)
+    # held at the fork could wait forever.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return _one_cut(*_FORKED_JOBS[index])
+
+
+def _market_bytes(md: MarketData) -> int:
+    parts = [*md.books.values(), *md.trades.values(), *md.ohlcv.values()]
+    return sum(getattr(a, f.name).nbytes for a in parts for f in dataclasses.fields(a))
+
+
+def _available_bytes() -> int | None:
+    """MemAvailable of /proc/meminfo (None where there is none)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def cut_workers(md: MarketData, n_cuts: int) -> int:
+    """Processes for the cuts: one per cut, at most one per idle core (this one's included: it waits
+    for them), and as many as the free memory holds at two copies of the market each (the perturbed
+    copy and its rows); 1 (this process) where fork is not the safe default (not Linux) or this
+    process may not have children. On busy cores a fork only adds its own cost (its first touches of
+    the inherited memory: ~10% more CPU per cut), so a loaded machine checks the cuts here."""
+    if sys.platform != "linux" or multiprocessing.current_process().daemon:
+        return 1
+    workers = min(n_cuts, int(idle_cores()) + 1)
+    free = _available_bytes()
+    if free is not None:
+        workers = min(workers, int(free // max(2 * _market_bytes(md), 1)))
+    return max(1, workers)
+
+
+def _run_cuts(jobs: list[tuple], workers: int) -> list[CutResult]:
+    """``[_one_cut(*job) for job in jobs]``, in ``workers`` forked processes when more than one.
+
+    Forked, not spawned: a worker inherits the market, the base features and every compiled numba
+    kernel (the base computation compiled them), where a spawned one would import, compile and be
+    sent hundreds of MB. The workers run numpy, pandas and numba only, never torch's thread pools, so
+    the fork's usual hazard (a pool's threads lost in the child) does not arise. The pool is made
+    before any of its threads start, and a cut's error reaches the caller as itself."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [_one_cut(*job) for job in jobs]
+    global _FORKED_JOBS
+    _FORKED_JOBS = jobs
+    try:
+        with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+            return pool.map(_forked_cut, range(len(jobs)), chunksize=1)
+    finally:
+        _FORKED_JOBS = []
+
+
 # --- all three -------------------------------------------------------------------------------------
 
 
@@ -412,20 +492,20 @@ def check_leaks(
     cuts: Sequence[float] = DEFAULT_CUTS,
     registry: Mapping[str, Family] | None = None,
     seed: int = 0,
+    workers: int | None = None,
 ) -> LeakReport:
-    """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline)."""
+    """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline).
+
+    The cuts are independent: ``workers`` processes check them at once (None: :func:`cut_workers`;
+    1: in this process), with the same result."""
     inp = rows_from_market(md, cfg.data)
     base = compute_features(inp, cfg, registry)
     n = len(inp)
-    results: list[CutResult] = []
-    for j, frac in enumerate(cuts):
-        row = int(np.clip(round(frac * (n - 1)), 0, n - 1))
-        t_cut = int(inp.ts[row])
-        timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
-        other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
-        other_inp = rows_from_market(other_md, cfg.data)
-        other = compute_features(other_inp, cfg, registry)
-        results.append(_cut_result(inp.ts, base.values, other_inp.ts, other.values, base.columns, t_cut))
+    jobs = [
+        (md, cfg, registry, inp.ts, base, j, int(inp.ts[int(np.clip(round(frac * (n - 1)), 0, n - 1))]), seed)
+        for j, frac in enumerate(cuts)
+    ]
+    results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers)
     report = LeakReport(columns=base.values.shape[1], rows=n, cuts=results)
     users_by_span: dict[int, list[str]] = {}
     for user, span in fold_spans(cfg).items():

@@ -1,0 +1,53 @@
+"""An epoch's checkpoint is serialised and hashed once: ``last`` is a byte copy of the ring entry
+(with the replay buffer inside, a GPU-sized checkpoint is 1-2 GB and each serialisation seconds)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from foxhunt.env.config import BranchConfig
+from foxhunt.train import checkpoint
+from foxhunt.train.checkpoint import CheckpointContents, CheckpointStore, checkpoint_files, load_checkpoint
+from tests.train.test_checkpoint import Net
+
+
+def _contents(epoch: int) -> CheckpointContents:
+    replay = torch.arange(4096, dtype=torch.float32) * (epoch + 1)  # extra state, as the replay's
+    return CheckpointContents(
+        modules={"network": Net(seed=epoch)}, branches=BranchConfig(), tensors={"replay.x": replay}
+    )
+
+
+def test_save_epoch_serialises_once_and_last_is_the_ring_entry(tmp_path: Path, monkeypatch) -> None:
+    calls = []
+    real = checkpoint.save_file
+    monkeypatch.setattr(checkpoint, "save_file", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    store = CheckpointStore(tmp_path, ring=2)
+    for epoch in range(3):
+        last = store.save_epoch(0, epoch, _contents(epoch))
+    assert len(calls) == 3  # one serialisation per epoch, not two
+    ring = store.latest_ring(0)
+    assert ring is not None and ring.name == "epoch0002.safetensors"
+    for a, b in zip(checkpoint_files(ring), checkpoint_files(last), strict=True):
+        assert a.read_bytes() == b.read_bytes()
+    assert len(store.list_ring(0)) == 2  # the ring still keeps its newest entries only
+    meta, extras = load_checkpoint(last, modules={"network": Net(seed=9)}, branches=BranchConfig())
+    assert meta["epoch"] == 2 and torch.equal(extras["replay.x"], _contents(2).tensors["replay.x"])
+
+
+def test_a_copy_is_its_own_file(tmp_path: Path) -> None:
+    """A damaged ``last`` leaves the ring entry it was copied from whole (the resume falls back to it)."""
+    store = CheckpointStore(tmp_path, ring=2)
+    last = store.save_epoch(0, 0, _contents(0))
+    ring = store.latest_ring(0)
+    assert ring is not None and not ring.samefile(last)
+    data = bytearray(last.read_bytes())
+    data[-100] ^= 0xFF  # a byte of the tensors (the header comes first)
+    last.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError):
+        load_checkpoint(last, modules={"network": Net(seed=9)}, branches=BranchConfig())
+    meta, _ = load_checkpoint(ring, modules={"network": Net(seed=9)}, branches=BranchConfig())
+    assert meta["epoch"] == 0
