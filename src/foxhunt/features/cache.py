@@ -166,10 +166,11 @@ def cache_path(out_dir: Path, cfg: FoxhuntConfig, key: str) -> Path:
 # --- computing ---------------------------------------------------------------------------------
 
 
-def compute_features(inp: RowInput, cfg: FoxhuntConfig, registry=None) -> FeatureMatrix:
-    """The configured stack on ``inp`` (the leak guard and the cache both call this)."""
+def compute_features(inp: RowInput, cfg: FoxhuntConfig, registry=None, carry=None) -> FeatureMatrix:
+    """The configured stack on ``inp`` (the leak guard and the cache both call this; foxhunt serve
+    with ``carry``, the families' state after the rows before ``inp``: compute_stack)."""
     families = with_plugins(load_plugins(cfg.features)) | dict(registry or {})
-    return compute_stack(inp, _families(cfg), _feature_params(cfg), families)
+    return compute_stack(inp, _families(cfg), _feature_params(cfg), families, carry=carry)
 
 
 def label_columns(inp: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
@@ -188,24 +189,29 @@ def _table(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray], meta
     return seal_table(table_columns(inp, fm, labels), meta)
 
 
+def row_columns(inp: RowInput) -> dict[str, np.ndarray]:
+    """The cache's columns before the features: the rows' time, prices, touch and flow."""
+    return {
+        "ts": inp.ts.astype(np.int64),
+        "trade_date": inp.trade_date.astype(np.int64),
+        "segment_start": inp.segment_start,
+        "close": inp.close.astype(np.float64),
+        "high": inp.high.astype(np.float64),
+        "low": inp.low.astype(np.float64),
+        # The touch and the flow, for execution in the environment and the backtester (raw, not
+        # features: NaN/0 where unknown, e.g. ohlcv data).
+        "bid": inp.bid_px[:, 0].astype(np.float64),
+        "ask": inp.ask_px[:, 0].astype(np.float64),
+        "bid_size": inp.bid_sz[:, 0].astype(np.float64),
+        "ask_size": inp.ask_sz[:, 0].astype(np.float64),
+        "volume": np.where(inp.volume_known(), inp.volume, np.nan),  # NaN: no trade data
+    }
+
+
 def table_columns(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray]) -> dict[str, pa.Array]:
     """The cache's columns, in file order: the rows' prices and touch, the features, masks, labels
     (a per-session part of :mod:`foxhunt.features.distributed` is these columns of its rows)."""
-    cols: dict[str, pa.Array] = {
-        "ts": pa.array(inp.ts.astype(np.int64)),
-        "trade_date": pa.array(inp.trade_date.astype(np.int64)),
-        "segment_start": pa.array(inp.segment_start),
-        "close": pa.array(inp.close.astype(np.float64)),
-        "high": pa.array(inp.high.astype(np.float64)),
-        "low": pa.array(inp.low.astype(np.float64)),
-        # The touch and the flow, for execution in the environment and the backtester (raw, not
-        # features: NaN/0 where unknown, e.g. ohlcv data).
-        "bid": pa.array(inp.bid_px[:, 0].astype(np.float64)),
-        "ask": pa.array(inp.ask_px[:, 0].astype(np.float64)),
-        "bid_size": pa.array(inp.bid_sz[:, 0].astype(np.float64)),
-        "ask_size": pa.array(inp.ask_sz[:, 0].astype(np.float64)),
-        "volume": pa.array(np.where(inp.volume_known(), inp.volume, np.nan)),  # NaN: no trade data
-    }
+    cols: dict[str, pa.Array] = {name: pa.array(v) for name, v in row_columns(inp).items()}
     for j, name in enumerate(fm.columns):
         cols[name] = pa.array(np.ascontiguousarray(fm.values[:, j]))
     for name, mask in fm.masks.items():

@@ -101,15 +101,20 @@ class RowInput:
         A causal family gives, on ``inp.prefix(k)``, exactly the first ``k`` rows it gives on
         ``inp``; tests use this as a quick causality check (the leak guard is the full one).
         """
+        return self.rows(0, k)
+
+    def rows(self, a: int, b: int) -> RowInput:
+        """Rows ``a .. b - 1`` and their events (renumbered from 0): a chunk of the rows, as a stream
+        delivers them (a family runs it with the carried state of rows ``0 .. a - 1``)."""
         fields = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            fields[f.name] = v[:k] if isinstance(v, np.ndarray) else v
+            fields[f.name] = v[a:b] if isinstance(v, np.ndarray) else v
         if self.events is not None:
-            m = int(np.searchsorted(self.events.row, k, "left"))
-            fields["events"] = EventInput(
-                **{f.name: getattr(self.events, f.name)[:m] for f in dataclasses.fields(EventInput)}
-            )
+            lo, hi = np.searchsorted(self.events.row, [a, b], "left")
+            part = {f.name: getattr(self.events, f.name)[lo:hi] for f in dataclasses.fields(EventInput)}
+            part["row"] = part["row"] - a
+            fields["events"] = EventInput(**part)
         return RowInput(**fields)
 
 
@@ -149,10 +154,33 @@ def _segment_first(values: np.ndarray, seg_start: np.ndarray) -> np.ndarray:
     return values[np.maximum.accumulate(np.where(seg_start, np.arange(len(values)), 0))]
 
 
-def from_bars(series: BarSeries, data_source: DataSource, tick_size: float) -> RowInput:
-    """Rows = bars. Book data: mid price path; OHLCV data: trade price path, book masked."""
+@dataclass
+class BarsCarry:
+    """What :func:`from_bars` carries from one chunk of bars to the next (a stream's bars as they
+    close, foxhunt serve): whether the next bar continues a segment, and the last book state's and
+    trade's place in it. The batch is one chunk from a fresh one."""
+
+    bars: int = 0  # bars so far
+    last_key: tuple[int, int] = (0, 0)  # the last bar's (trade date, instrument)
+    segments: int = 0  # segments started so far
+    event_segment: int = -1  # segment of the last book state (-1: none yet)
+    last_trade: int = -1  # ts_event of the last trade (-1: none yet)
+    segment_open: int = 0  # ts_open of the first bar of the last bar's segment
+
+
+def from_bars(
+    series: BarSeries, data_source: DataSource, tick_size: float, carry: BarsCarry | None = None
+) -> RowInput:
+    """Rows = bars. Book data: mid price path; OHLCV data: trade price path, book masked.
+
+    ``carry``: the bars before ``series`` (its bars, book states and trades are a stream's next ones);
+    the rows are then those the batch gives these bars, and ``carry`` is advanced past them."""
     b = series.bars
     seg = _segment_start(b.trade_date, b.instrument_id)
+    carry = BarsCarry() if carry is None else carry  # a fresh one: the batch
+    going = carry.bars > 0 and len(b) > 0  # these bars follow others
+    if going:
+        seg[0] = (int(b.trade_date[0]), int(b.instrument_id[0])) != carry.last_key
     book_data = data_source is DataSource.MBP10
     if book_data:
         o, h, lo, c = b.mid_open, b.mid_high, b.mid_low, b.mid_close
@@ -160,13 +188,28 @@ def from_bars(series: BarSeries, data_source: DataSource, tick_size: float) -> R
         o, h, lo, c = b.trade_open, b.trade_high, b.trade_low, b.trade_close
     events = None
     last_trade = np.full(len(b), -1, np.int64)
+    seg_id = np.cumsum(seg) - 1  # segment number of each bar (-1: the segment of the bars before)
     if series.book is not None and series.book_bar is not None and len(series.book):
-        seg_id = np.cumsum(seg) - 1  # segment number of each bar
         ev_seg = np.ones(len(series.book), bool)
         ev_seg[1:] = seg_id[series.book_bar[1:]] != seg_id[series.book_bar[:-1]]
+        if carry.event_segment >= 0:
+            ev_seg[0] = carry.segments + seg_id[series.book_bar[0]] != carry.event_segment
+        carry.event_segment = carry.segments + int(seg_id[series.book_bar[-1]])
         events = _events(series.book, series.book_bar, ev_seg)
-    if series.trades is not None and len(series.trades):
-        last_trade = _last_trade_ts(series.trades.ts_event, b.ts_close, _segment_first(b.ts_open, seg))
+    seg_first = _segment_first(b.ts_open, seg)
+    trade_ts = np.zeros(0, np.int64) if series.trades is None else series.trades.ts_event
+    if going:
+        seg_first[seg_id < 0] = carry.segment_open
+        if carry.last_trade >= 0:  # the last trade before these bars, if in their segment
+            trade_ts = np.concatenate([[carry.last_trade], trade_ts])
+    if len(trade_ts):
+        last_trade = _last_trade_ts(trade_ts, b.ts_close, seg_first)
+    if len(b):
+        carry.bars += len(b)
+        carry.last_key = (int(b.trade_date[-1]), int(b.instrument_id[-1]))
+        carry.segments += int(seg.sum())
+        carry.segment_open = int(seg_first[-1])
+        carry.last_trade = int(trade_ts[-1]) if len(trade_ts) else carry.last_trade
     return RowInput(
         row_unit=RowUnit.BAR,
         data_source=data_source,

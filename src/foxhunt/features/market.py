@@ -199,36 +199,72 @@ def _lagged(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def compute(inp: RowInput, params: Params) -> np.ndarray:
-    """The market features of every row, float32 ``[len(inp), len(SLOTS)]`` (see the module table)."""
+def history_rows(p: Params) -> int:
+    """Rows of history a chunk needs (:class:`foxhunt.features._kernels.Carry`): the longest window or
+    lag, plus the rows its returns and lagged products reach back (``r[t - 1]`` of ``y[t - 2]``)."""
+    windows = (
+        *p.return_lags, p.vol_norm_window, *p.momentum_windows, *p.trend_windows, *p.vol_windows,
+        p.parkinson_window, p.gk_window, *p.range_windows, *p.volume_windows, p.rsi_period, p.bb_window,
+        p.extreme_window, p.efficiency_window, p.autocorr_window, p.adx_period,
+    )  # fmt: skip
+    return max(windows) + 3
+
+
+def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
+    """The market features of every row, float32 ``[len(inp), len(SLOTS)]`` (see the module table).
+
+    ``carry``: the state of the rows before ``inp`` (a chunk of a stream, foxhunt serve); None for the
+    batch, one chunk from a fresh state. Every array below is the carried history followed by the
+    chunk's rows, and the kernels compute from ``start``, its first row."""
     p = params
     n = len(inp)
     out = np.zeros((n, len(SLOTS)), np.float32)
     if n == 0:
         return out
+    carry = K.Carry() if carry is None else carry
+    keep = history_rows(p)
+    start = carry.history("y")
     seg = np.asarray(inp.segment_start, bool)
-    _, lh, ll, y, pos = K.segment_log_path(
+    path = K.segment_log_path(
         np.asarray(inp.open, np.float64),
         np.asarray(inp.high, np.float64),
         np.asarray(inp.low, np.float64),
         np.asarray(inp.close, np.float64),
         seg,
+        carry.state("path", K.PATH_FRESH),
     )
+    names = ("lo", "lh", "ll", "y", "pos")
+    _, lh, ll, y, pos = (carry.extend(k, a, keep) for k, a in zip(names, path, strict=True))
+    vol = np.asarray(inp.volume, np.float64)
+    vol = carry.extend("vol", np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0), keep)
     r = K.segment_diff(y, pos)
     r2 = r * r
     zc, tc = p.z_clip, p.tstat_clip
+    # The kernels run over the history and the chunk (they read back); the columns are made of the
+    # chunk's rows only (every operation below is per row), ``_n`` their values there.
+    y_n, r_n, pos_n, vol_n = y[start:], r[start:], pos[start:], vol[start:]
+
+    def rsum(key: str, x: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+        s, nz = K.rolling_sum_reset(x, pos, w, start, carry.state(key, K.SUM_FRESH))
+        return s[start:], nz[start:]
+
+    def ema(key: str, x: np.ndarray, span: int) -> np.ndarray:
+        return K.ema_reset(x, pos, span, start, carry.state(key, K.EMA_FRESH))
+
+    def lag(k: int) -> np.ndarray:
+        return _lagged(y, k)[start:]
 
     sig_cache: dict[int, np.ndarray] = {}
 
     def sigma(w: int) -> np.ndarray:
         """σ_w, 0 where the segment has fewer than w returns."""
         if w not in sig_cache:
-            s, _ = K.rolling_sum_reset(r2, pos, w)
-            sig_cache[w] = np.where(pos >= w, np.sqrt(np.maximum(s, 0.0) / w), 0.0)
+            s, _ = rsum(f"r2_w{w}", r2, w)
+            sig_cache[w] = np.where(pos_n >= w, np.sqrt(np.maximum(s, 0.0) / w), 0.0)
         return sig_cache[w]
 
     def full(w: int) -> np.ndarray:
-        return pos >= w
+        return pos_n >= w
 
     wn = p.vol_norm_window
     sig = sigma(wn)
@@ -236,40 +272,41 @@ def compute(inp: RowInput, params: Params) -> np.ndarray:
     cols: list[np.ndarray] = []
 
     # Returns (0-7).
-    cols.append(np.clip(r, -_RET_CLIP, _RET_CLIP))
-    z1 = _div(r, sig, ok_n, -zc, zc)
+    cols.append(np.clip(r_n, -_RET_CLIP, _RET_CLIP))
+    z1 = _div(r_n, sig, ok_n, -zc, zc)
     cols.append(z1)
-    cols.extend(_div(y - _lagged(y, k), sig * np.sqrt(k), ok_n & full(k), -zc, zc) for k in p.return_lags)
+    cols.extend(_div(y_n - lag(k), sig * np.sqrt(k), ok_n & full(k), -zc, zc) for k in p.return_lags)
 
     # Momentum (8-11).
     for w in p.momentum_windows:
-        sy, _ = K.rolling_sum_reset(y, pos, w)
-        cols.append(_div(y - sy / w, sigma(w) * np.sqrt(w), full(w), -zc, zc))
+        sy, _ = rsum(f"y_w{w}", y, w)
+        cols.append(_div(y_n - sy / w, sigma(w) * np.sqrt(w), full(w), -zc, zc))
     sgn = np.sign(r)
     for w in p.momentum_windows:
-        su, _ = K.rolling_sum_reset(sgn, pos, w)
+        su, _ = rsum(f"sign_w{w}", sgn, w)
         cols.append(np.where(full(w), su / w, 0.0))
 
     # Trend scanning (12-17).
     for w in p.trend_windows:
-        beta, tstat = K.rolling_ols_tstat_reset(y, pos, w, tc)
-        cols.append(_div(beta * np.sqrt(w), sigma(w), full(w), -zc, zc))
-        cols.append(np.where(full(w), tstat, 0.0))
+        beta, tstat = K.rolling_ols_tstat_reset(y, pos, w, tc, start, carry.state(f"ols_w{w}", K.OLS_FRESH))
+        cols.append(_div(beta[start:] * np.sqrt(w), sigma(w), full(w), -zc, zc))
+        cols.append(np.where(full(w), tstat[start:], 0.0))
 
     # Volatility (18-24).
     v1, v2, v3 = p.vol_windows
     cols.extend(np.clip(1e4 * sigma(w), 0.0, _BPS_MAX) for w in p.vol_windows)
     cols.append(_log_ratio(sigma(v1), sigma(v2), full(max(v1, v2)), _RATIO_CLIP))
     cols.append(_log_ratio(sigma(v2), sigma(v3), full(max(v2, v3)), _RATIO_CLIP))
+    # The rolling extremes carry no state: an exact maximum over the window, which the history holds.
     for w, kind in ((p.parkinson_window, "parkinson"), (p.gk_window, "gk")):
-        y_ref = _lagged(y, w)
-        hi = np.maximum(K.rolling_max_reset(lh, pos, w), y_ref)
-        lw = np.minimum(K.rolling_min_reset(ll, pos, w), y_ref)
+        y_ref = lag(w)
+        hi = np.maximum(K.rolling_max_reset(lh, pos, w)[start:], y_ref)
+        lw = np.minimum(K.rolling_min_reset(ll, pos, w)[start:], y_ref)
         rng2 = (hi - lw) ** 2
         if kind == "parkinson":
             var = rng2 / (4.0 * np.log(2.0) * w)
         else:
-            var = np.maximum(0.5 * rng2 - (2.0 * np.log(2.0) - 1.0) * (y - y_ref) ** 2, 0.0) / w
+            var = np.maximum(0.5 * rng2 - (2.0 * np.log(2.0) - 1.0) * (y_n - y_ref) ** 2, 0.0) / w
         cols.append(np.where(full(w), np.clip(1e4 * np.sqrt(var), 0.0, _BPS_MAX), 0.0))
 
     # Range (25-27).
@@ -277,7 +314,7 @@ def compute(inp: RowInput, params: Params) -> np.ndarray:
 
     def high_low(w: int) -> tuple[np.ndarray, np.ndarray]:
         if w not in hl:
-            hl[w] = (K.rolling_max_reset(lh, pos, w), K.rolling_min_reset(ll, pos, w))
+            hl[w] = (K.rolling_max_reset(lh, pos, w)[start:], K.rolling_min_reset(ll, pos, w)[start:])
         return hl[w]
 
     r1, r2w = p.range_windows
@@ -285,58 +322,63 @@ def compute(inp: RowInput, params: Params) -> np.ndarray:
     cols.append(_div(h1 - l1, sigma(r1) * np.sqrt(r1), full(r1), 0.0, _RANGE_Z_MAX))
     for w in (r1, r2w):
         hw, lw_ = high_low(w)
-        cols.append(_div(2.0 * (y - lw_) - (hw - lw_), hw - lw_, full(w), -1.0, 1.0))
+        cols.append(_div(2.0 * (y_n - lw_) - (hw - lw_), hw - lw_, full(w), -1.0, 1.0))
 
     # Volume (28-31).
-    vol = np.asarray(inp.volume, np.float64)
-    vol = np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0)
     u1, u2 = p.volume_windows
     means = {}
     for w in (u1, u2):
-        sv, _ = K.rolling_sum_reset(vol, pos, w)
+        sv, _ = rsum(f"vol_w{w}", vol, w)
         means[w] = np.maximum(sv / w, 0.0)
-    cols.extend(_log_ratio(1.0 + vol, 1.0 + means[w], full(w), _VOLUME_CLIP) for w in (u1, u2))
-    sv2, _ = K.rolling_sum_reset(vol * vol, pos, u2)
+    cols.extend(_log_ratio(1.0 + vol_n, 1.0 + means[w], full(w), _VOLUME_CLIP) for w in (u1, u2))
+    sv2, _ = rsum(f"vol2_w{u2}", vol * vol, u2)
     var_v = sv2 / u2 - means[u2] ** 2
     var_v = np.where(var_v > 1e-12 * np.maximum(sv2 / u2, 1e-300), var_v, 0.0)
-    cols.append(_div(vol - means[u2], np.sqrt(var_v), full(u2), -zc, zc))
+    cols.append(_div(vol_n - means[u2], np.sqrt(var_v), full(u2), -zc, zc))
     cols.append(_log_ratio(1.0 + means[u1], 1.0 + means[u2], full(max(u1, u2)), _VOLUME_CLIP))
 
     # Technicals (32-39).
-    cols.append(np.where(pos >= p.rsi_period, K.wilder_rsi_reset(r, pos, p.rsi_period), 0.0))
+    rsi = K.wilder_rsi_reset(r, pos, p.rsi_period, start, carry.state("rsi", K.RSI_FRESH))
+    cols.append(np.where(pos_n >= p.rsi_period, rsi[start:], 0.0))
     wb = p.bb_window
-    sb, _ = K.rolling_sum_reset(y, pos, wb)
-    qb, _ = K.rolling_sum_reset(y * y, pos, wb)
-    _, moves_b = K.rolling_sum_reset(r, pos, wb - 1)  # steps inside the window: 0 = flat window
+    sb, _ = rsum("bb_y", y, wb)
+    qb, _ = rsum("bb_y2", y * y, wb)
+    _, moves_b = rsum("bb_moves", r, wb - 1)  # steps inside the window: 0 = flat window
     mb = sb / wb
     var_b = np.where(moves_b > 0, np.maximum(qb / wb - mb * mb, 0.0), 0.0)
-    cols.append(_div(y - mb, p.bb_width * np.sqrt(var_b), full(wb) & (moves_b > 0), -_BB_CLIP, _BB_CLIP))
+    cols.append(_div(y_n - mb, p.bb_width * np.sqrt(var_b), full(wb) & (moves_b > 0), -_BB_CLIP, _BB_CLIP))
     we = p.extreme_window
     he, le = high_low(we)
-    cols.append(_div(y - he, sig * np.sqrt(we), ok_n & full(we), -zc, 0.0))
-    cols.append(_div(y - le, sig * np.sqrt(we), ok_n & full(we), 0.0, zc))
-    macd = K.ema_reset(y, pos, p.macd_fast) - K.ema_reset(y, pos, p.macd_slow)
+    cols.append(_div(y_n - he, sig * np.sqrt(we), ok_n & full(we), -zc, 0.0))
+    cols.append(_div(y_n - le, sig * np.sqrt(we), ok_n & full(we), 0.0, zc))
+    macd = ema("macd_fast", y, p.macd_fast) - ema("macd_slow", y, p.macd_slow)
     macd = np.where(pos >= 0, macd, 0.0)
-    hist = macd - K.ema_reset(macd, pos, p.macd_signal)
-    ok_m = ok_n & (pos >= p.macd_slow)
-    cols.append(_div(macd, sig, ok_m, -zc, zc))
+    hist = macd[start:] - ema("macd_signal", macd, p.macd_signal)[start:]
+    ok_m = ok_n & (pos_n >= p.macd_slow)
+    cols.append(_div(macd[start:], sig, ok_m, -zc, zc))
     cols.append(_div(hist, sig, ok_m, -zc, zc))
     wf = p.efficiency_window
-    sa, _ = K.rolling_sum_reset(np.abs(r), pos, wf)
-    cols.append(_div(y - _lagged(y, wf), sa, full(wf), -1.0, 1.0))
+    sa, _ = rsum("efficiency", np.abs(r), wf)
+    cols.append(_div(y_n - lag(wf), sa, full(wf), -1.0, 1.0))
     wa = p.autocorr_window
     rq = np.zeros_like(r)
     rq[1:] = r[1:] * r[:-1]
     rq[pos < 2] = 0.0
-    sq, _ = K.rolling_sum_reset(rq, pos, wa)
-    sr, _ = K.rolling_sum_reset(r2, pos, wa)
-    cols.append(_div(sq, sr, pos >= wa + 1, -1.0, 1.0))
+    sq, _ = rsum("autocorr_rr", rq, wa)
+    sr, _ = rsum("autocorr_r2", r2, wa)
+    cols.append(_div(sq, sr, pos_n >= wa + 1, -1.0, 1.0))
 
     # Regime (40-41).
-    cols.append(np.clip(K.wilder_adx_reset(lh, ll, y, pos, p.adx_period), 0.0, 1.0))
-    cols.append(np.clip(K.capped_cusum_reset(z1, pos, p.cusum_drift, p.cusum_cap), -1.0, 1.0))
+    adx = K.wilder_adx_reset(lh, ll, y, pos, p.adx_period, start, carry.state("adx", K.ADX_FRESH))
+    cols.append(np.clip(adx[start:], 0.0, 1.0))
+    z = np.zeros(len(y))
+    z[start:] = z1  # the CUSUM reads the chunk's rows only
+    st = carry.state("cusum", K.CUSUM_FRESH)
+    cusum = K.capped_cusum_reset(z, pos, p.cusum_drift, p.cusum_cap, start, st)
+    cols.append(np.clip(cusum[start:], -1.0, 1.0))
 
     assert len(cols) == len(SLOTS), (len(cols), len(SLOTS))
     K.fill_columns(out, tuple(np.ascontiguousarray(c, np.float64) for c in cols))
-    out[pos < 0] = 0.0  # no valid price yet in the segment
+    out[pos_n < 0] = 0.0  # no valid price yet in the segment
+    carry.rows += n
     return out

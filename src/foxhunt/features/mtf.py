@@ -185,6 +185,11 @@ def _bucket_stats(
     st[_VRATIO] = min(max(math.log((1.0 + ring_v[last]) / (1.0 + sv / m)), -_RATIO_CLIP), _RATIO_CLIP)
 
 
+# The carried scalars of _mtf_kernel: completed buckets, a bucket open, its id, its reference close,
+# high, low, close and volume so far.
+_FRESH = (0.0,) * 8
+
+
 @numba.njit(cache=True)
 def _mtf_kernel(
     ts: np.ndarray,
@@ -201,25 +206,32 @@ def _mtf_kernel(
     bps_clip: float,
     z_clip: float,
     t_clip: float,
+    start: int,
+    rings: np.ndarray,
+    st: np.ndarray,
+    sc: np.ndarray,
 ) -> np.ndarray:
-    """One timeframe's 8 slots for every row: stats of the completed buckets of the row's segment."""
+    """One timeframe's 8 slots for every row: stats of the completed buckets of the row's segment.
+
+    Rows from ``start`` (one row of history before it); carried: ``rings`` ``[5, lookback]`` (the
+    completed buckets' R, H, L, C, V), ``st`` (the 8 statistics) and ``sc`` (the scalars of
+    :data:`_FRESH`), updated in place."""
     n = len(ts)
     out = np.zeros((n, _PER_TF))
-    ring_r = np.zeros(lookback)
-    ring_h = np.zeros(lookback)
-    ring_l = np.zeros(lookback)
-    ring_c = np.zeros(lookback)
-    ring_v = np.zeros(lookback)
-    st = np.zeros(_PER_TF)
-    nb = 0
-    open_bucket = False
-    cur = 0
-    b_ref = 0.0
-    b_h = 0.0
-    b_l = 0.0
-    b_c = 0.0
-    b_v = 0.0
-    for t in range(n):
+    ring_r = rings[0]
+    ring_h = rings[1]
+    ring_l = rings[2]
+    ring_c = rings[3]
+    ring_v = rings[4]
+    nb = np.int64(sc[0])
+    open_bucket = sc[1] != 0.0
+    cur = np.int64(sc[2])
+    b_ref = sc[3]
+    b_h = sc[4]
+    b_l = sc[5]
+    b_c = sc[6]
+    b_v = sc[7]
+    for t in range(start, n):
         if seg[t]:
             nb = 0
             open_bucket = False
@@ -251,27 +263,42 @@ def _mtf_kernel(
         b_c = lc[t]
         b_v += vol[t]
         out[t, :] = st
+    sc[0] = nb
+    sc[1] = 1.0 if open_bucket else 0.0
+    sc[2] = cur
+    sc[3] = b_ref
+    sc[4] = b_h
+    sc[5] = b_l
+    sc[6] = b_c
+    sc[7] = b_v
     return out
 
 
-def compute(inp: RowInput, params: Params) -> np.ndarray:
-    """The multi-timeframe features of every row, float32 ``[len(inp), len(SLOTS)]``."""
+def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
+    """The multi-timeframe features of every row, float32 ``[len(inp), len(SLOTS)]``; ``carry``: the
+    state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     p = params
     n = len(inp)
     out = np.zeros((n, len(SLOTS)), np.float32)
     if n == 0:
         return out
-    seg = np.asarray(inp.segment_start, bool)
-    lo, lh, ll, lc, pos = K.segment_log_path(
+    carry = K.Carry() if carry is None else carry
+    start = carry.history("lc")
+    path = K.segment_log_path(
         np.asarray(inp.open, np.float64),
         np.asarray(inp.high, np.float64),
         np.asarray(inp.low, np.float64),
         np.asarray(inp.close, np.float64),
-        seg,
+        np.asarray(inp.segment_start, bool),
+        carry.state("path", K.PATH_FRESH),
     )
+    # One row of history: a bucket's reference is the close of the row before it.
+    names = ("lo", "lh", "ll", "lc", "pos")
+    lo, lh, ll, lc, pos = (carry.extend(k, a, 1) for k, a in zip(names, path, strict=True))
+    seg = carry.extend("seg", np.asarray(inp.segment_start, bool), 1)
+    ts = carry.extend("ts", np.asarray(inp.ts, np.int64), 1)
     vol = np.asarray(inp.volume, np.float64)
-    vol = np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0)
-    ts = np.asarray(inp.ts, np.int64)
+    vol = carry.extend("vol", np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0), 1)
     for j, tf in enumerate(p.timeframes_s):
         block = _mtf_kernel(
             ts,
@@ -288,6 +315,11 @@ def compute(inp: RowInput, params: Params) -> np.ndarray:
             p.bps_clip,
             p.z_clip,
             p.tstat_clip,
+            start,
+            carry.state(f"rings{j}", (0.0,) * (5 * p.lookback_buckets)).reshape(5, p.lookback_buckets),
+            carry.state(f"stats{j}", (0.0,) * _PER_TF),
+            carry.state(f"scalars{j}", _FRESH),
         )
-        out[:, j * _PER_TF : (j + 1) * _PER_TF] = block
+        out[:, j * _PER_TF : (j + 1) * _PER_TF] = block[start:]
+    carry.rows += n
     return out

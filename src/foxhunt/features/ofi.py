@@ -76,6 +76,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
+from foxhunt.features._kernels import Carry
 from foxhunt.features.frame import EventInput, RowInput
 
 SLOTS: tuple[str, ...] = (
@@ -291,9 +292,13 @@ def cks_ofi(
 
 @numba.njit(cache=True)
 def _event_pass(
-    ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz, n_rows, tick, tau_f, tau_s, h_fast, h_slow
-):
-    """Per-row sums of event flows and the event-level recursions sampled at each row's last event."""
+    ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz,  # [m] / [m, L] the events
+    n_rows, tick, tau_f, tau_s, h_fast, h_slow, start, st,
+):  # fmt: skip
+    """Per-row sums of event flows and the event-level recursions sampled at each row's last event.
+
+    Events from ``start`` (the one before it: the last event of the previous chunk); ``st``: the
+    carried intensities and imbalance EMAs (lf, ls, sf, ss), updated in place."""
     m, n_lev = bid_px.shape
     ofi = np.zeros((n_rows, n_lev))
     rv = np.zeros(n_rows)
@@ -305,11 +310,11 @@ def _event_pass(
     t_last = np.zeros(n_rows, np.int64)
     imb_f = np.zeros(n_rows)
     imb_s = np.zeros(n_rows)
-    lf = 0.0
-    ls = 0.0
-    sf = 0.0
-    ss = 0.0
-    for k in range(m):
+    lf = st[0]
+    ls = st[1]
+    sf = st[2]
+    ss = st[3]
+    for k in range(start, m):
         r = ev_row[k]
         b0 = bid_sz[k, 0]
         a0 = ask_sz[k, 0]
@@ -358,6 +363,10 @@ def _event_pass(
         t_last[r] = ev_ts[k]
         imb_f[r] = sf
         imb_s[r] = ss
+    st[0] = lf
+    st[1] = ls
+    st[2] = sf
+    st[3] = ss
     return ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s
 
 
@@ -383,27 +392,27 @@ def _row_pass(
     ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s,  # from _event_pass
     n_depth, n_fast, n_mid, n_slow, n_bucket, n_tox, n_vf, n_vs,  # EMA horizons (_SPAN_FIELDS)
     tau_f, tau_s, decay, lim,
+    st, depth, sti,  # carried: the scalars of _ROW_FRESH, the depth EMAs [L], the last event's time
 ):  # fmt: skip
     n, n_lev = bid_px.shape
     n_sep = min(_SEPARATE_LEVELS, n_lev)
     out = np.zeros((n, _WIDTH), np.float32)
-    depth = np.zeros(n_lev)
     w = np.empty(n_lev)
     for i in range(n_lev):
         w[i] = np.exp(-decay * i)
-    fresh = True  # the next real row starts a segment
-    flow_fresh = True
+    fresh = st[0] != 0.0  # the next real row starts a segment
+    flow_fresh = st[1] != 0.0
     # carried state
-    x_f = x_m = x_s = l0_m = 0.0
-    bb = ss_ = vv = tox_num = tox_den = 0.0
-    rv_f = rv_s = 0.0
-    sp_prev = sp_mean = 0.0
-    sp_mean_ok = False
-    dq_num = dq_den = 0.0
-    cnt_prev = cnt_mean = 0.0
-    ev_ok = False
-    ev_lf = ev_ls = ev_sf = ev_ss = 0.0
-    ev_t = np.int64(0)
+    x_f, x_m, x_s, l0_m = st[2], st[3], st[4], st[5]
+    bb, ss_, vv, tox_num, tox_den = st[6], st[7], st[8], st[9], st[10]
+    rv_f, rv_s = st[11], st[12]
+    sp_prev, sp_mean = st[13], st[14]
+    sp_mean_ok = st[15] != 0.0
+    dq_num, dq_den = st[16], st[17]
+    cnt_prev, cnt_mean = st[18], st[19]
+    ev_ok = st[20] != 0.0
+    ev_lf, ev_ls, ev_sf, ev_ss = st[21], st[22], st[23], st[24]
+    ev_t = sti[0]
     for t in range(n):
         if seg[t]:
             fresh = True
@@ -553,7 +562,24 @@ def _row_pass(
             row[_S_INTRABAR_MOMENTUM] = _clip((c[t] - o[t]) / rng, 1.0)
         row[_S_ORDER_COUNT_IMBALANCE] = _ratio(cb - ca, cnt)
         fresh = False
+    st[0] = 1.0 if fresh else 0.0
+    st[1] = 1.0 if flow_fresh else 0.0
+    st[2], st[3], st[4], st[5] = x_f, x_m, x_s, l0_m
+    st[6], st[7], st[8], st[9], st[10] = bb, ss_, vv, tox_num, tox_den
+    st[11], st[12] = rv_f, rv_s
+    st[13], st[14] = sp_prev, sp_mean
+    st[15] = 1.0 if sp_mean_ok else 0.0
+    st[16], st[17] = dq_num, dq_den
+    st[18], st[19] = cnt_prev, cnt_mean
+    st[20] = 1.0 if ev_ok else 0.0
+    st[21], st[22], st[23], st[24] = ev_lf, ev_ls, ev_sf, ev_ss
+    sti[0] = ev_t
     return out
+
+
+# The row pass's carried scalars, fresh: a segment to start (flow too), every EMA and the event
+# sample unset.
+_ROW_FRESH = (1.0, 1.0) + (0.0,) * 23
 
 
 # --- entry point ------------------------------------------------------------------------------
@@ -576,18 +602,50 @@ def book_events(inp: RowInput) -> EventInput:
     )
 
 
-def event_reset(inp: RowInput, ev: EventInput) -> np.ndarray:
+def event_reset(inp: RowInput, ev: EventInput, carry: Carry | None = None) -> np.ndarray:
     """[m] bool: the event has no predecessor in its segment.
 
     True at ``ev.segment_start`` and wherever the event's row is in another segment than the
-    previous event's row (robust to a segment whose first row holds no event).
+    previous event's row (robust to a segment whose first row holds no event). ``carry`` (a chunk
+    of rows, foxhunt.features._kernels.Carry): the segments and the last event before ``inp``; it
+    is advanced past ``inp``.
     """
-    row_seg = np.cumsum(inp.segment_start)
+    carry = Carry() if carry is None else carry
+    seen = carry.ints("events", (0, 0, -1))  # segments before inp, an event before it, its segment
+    row_seg = seen[0] + np.cumsum(inp.segment_start)
     reset = np.ones(len(ev), bool)
-    if len(ev) > 1:
+    if len(ev):
         seg_of = row_seg[ev.row]
         reset[1:] = ev.segment_start[1:] | (seg_of[1:] != seg_of[:-1])
+        if seen[1]:
+            reset[0] = bool(ev.segment_start[0]) or int(seg_of[0]) != int(seen[2])
+        seen[1], seen[2] = 1, int(seg_of[-1])
+    seen[0] = int(row_seg[-1]) if len(row_seg) else int(seen[0])
     return reset
+
+
+_EVENT_BOOK = ("bid_px", "bid_sz", "ask_px", "ask_sz")
+
+
+def with_last_event(ev: EventInput, reset: np.ndarray, carry: Carry) -> tuple[dict[str, np.ndarray], int]:
+    """The events' arrays for a kernel that reads each event's predecessor: with the last event of
+    the previous chunk (``carry``) in front when the first one continues its segment, and the index
+    to start from (1 then, else 0); the chunk's last event is kept in ``carry`` for the next."""
+    f = np.ascontiguousarray
+    arrays = {k: f(getattr(ev, k), np.float64) for k in _EVENT_BOOK}
+    arrays["ts"], arrays["row"] = f(ev.ts, np.int64), f(ev.row, np.int64)
+    arrays["reset"] = reset
+    start = 0
+    if "event.ts" in carry.tails and len(ev) and not reset[0]:
+        start = 1
+        for k in (*_EVENT_BOOK, "ts"):
+            arrays[k] = np.concatenate([carry.tails[f"event.{k}"], arrays[k]])
+        arrays["row"] = np.concatenate([[0], arrays["row"]])  # never written: the loop starts after it
+        arrays["reset"] = np.concatenate([[True], reset])
+    if len(ev):
+        for k in (*_EVENT_BOOK, "ts"):
+            carry.tails[f"event.{k}"] = arrays[k][-1:].copy()
+    return arrays, start
 
 
 _ROW_FLOAT_FIELDS = (
@@ -600,25 +658,30 @@ _SPAN_FIELDS = (
 )  # fmt: skip
 
 
-def compute(inp: RowInput, params: Params) -> np.ndarray:
-    """float32 ``[len(inp), 32]``: the ``ofi`` slots (see the module docstring)."""
+def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
+    """float32 ``[len(inp), 32]``: the ``ofi`` slots (see the module docstring); ``carry``: the state
+    of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)
     if n == 0:
         return np.zeros((0, len(SLOTS)), np.float32)
+    carry = Carry() if carry is None else carry
     f = np.ascontiguousarray
     tick = float(inp.tick_size)
     ev = book_events(inp)
+    arrays, start = with_last_event(ev, event_reset(inp, ev, carry), carry)
     per_row = _event_pass(
-        f(ev.row, np.int64),
-        f(ev.ts, np.int64),
-        event_reset(inp, ev),
-        *(f(getattr(ev, k), np.float64) for k in ("bid_px", "bid_sz", "ask_px", "ask_sz")),
+        arrays["row"],
+        arrays["ts"],
+        arrays["reset"],
+        *(arrays[k] for k in _EVENT_BOOK),
         n,
         tick,
         params.hawkes_fast_seconds,
         params.hawkes_slow_seconds,
         float(params.imbalance_horizon_events),
         float(params.imbalance_slow_horizon_events),
+        start,
+        carry.state("events_ema", (0.0,) * 4),
     )
     out = _row_pass(
         f(inp.ts, np.int64),
@@ -631,7 +694,11 @@ def compute(inp: RowInput, params: Params) -> np.ndarray:
         params.hawkes_slow_seconds,
         params.pressure_decay,
         params.clip,
+        carry.state("rows", _ROW_FRESH),
+        carry.state("depth", (0.0,) * inp.levels),
+        carry.ints("last_event_ts", (0,)),
     )
     # NaN-safe by construction; a non-finite input size would still leak, so zero it here.
     out[~np.isfinite(out)] = 0.0
+    carry.rows += n
     return out

@@ -30,8 +30,9 @@ import numpy as np
 from pydantic import Field
 
 from foxhunt.config.base import Frozen
+from foxhunt.features._kernels import Carry
 from foxhunt.features.frame import RowInput
-from foxhunt.features.ofi import book_events, event_reset
+from foxhunt.features.ofi import book_events, event_reset, with_last_event
 
 SLOTS: tuple[str, ...] = (
     "time_since_trade",
@@ -72,13 +73,14 @@ class Params(Frozen):
 
 
 @numba.njit(cache=True)
-def _event_rate(ev_row, ev_ts, reset, n_rows, n_rate):
-    """[n_rows] log(1 + events per second) at each row's last event; has-value flags."""
+def _event_rate(ev_row, ev_ts, reset, n_rows, n_rate, start, st):
+    """[n_rows] log(1 + events per second) at each row's last event; has-value flags. Events from
+    ``start`` (the one before it: the previous chunk's last); ``st``: the carried (EMA, states seen)."""
     rate = np.zeros(n_rows)
     has = np.zeros(n_rows, np.bool_)
-    a = 0.0
-    seen = 0
-    for k in range(ev_ts.shape[0]):
+    a = st[0]
+    seen = np.int64(st[1])
+    for k in range(start, ev_ts.shape[0]):
         r = ev_row[k]
         if reset[k] or k == 0:
             seen = 1
@@ -88,6 +90,8 @@ def _event_rate(ev_row, ev_ts, reset, n_rows, n_rate):
             seen += 1
         has[r] = True
         rate[r] = np.log1p(1.0 / max(a, _MIN_INTERARRIVAL_S)) if seen >= 2 else 0.0
+    st[0] = a
+    st[1] = seen
     return rate, has
 
 
@@ -102,13 +106,16 @@ def _micro(bid_px, ask_px, bid_sz, ask_sz, t):
 
 @numba.njit(cache=True)
 def _snapshot_kernel(
-    ts, seg, book_mask, last_trade, bid_px, ask_px, bid_sz, ask_sz, tick, ev_rate, ev_has, drift_rows
-):
+    ts, seg, book_mask, last_trade, bid_px, ask_px, bid_sz, ask_sz,  # [n] / [n, L] the rows
+    tick, ev_rate, ev_has, drift_rows, start, st,
+):  # fmt: skip
+    """Rows from ``start`` (``drift_rows`` rows of history before it); ``st``: the carried (first row
+    of the segment, as an index into these arrays, and the event rate), updated in place."""
     n = ts.shape[0]
     out = np.zeros((n, _WIDTH), np.float32)
-    seg_first = 0
-    rate = 0.0
-    for t in range(n):
+    seg_first = np.int64(st[0])
+    rate = st[1]
+    for t in range(start, n):
         if seg[t]:
             seg_first = t
             rate = 0.0
@@ -138,32 +145,45 @@ def _snapshot_kernel(
             m0 = _micro(bid_px, ask_px, bid_sz, ask_sz, lag)
             if m1 == m1 and m0 == m0:
                 row[_S_MICROPRICE_DRIFT] = min(max((m1 - m0) / tick, -_TICK_CLIP), _TICK_CLIP)
+    st[0] = seg_first
+    st[1] = rate
     return out
 
 
-def compute(inp: RowInput, params: Params) -> np.ndarray:
-    """float32 ``[len(inp), 6]``: the ``snapshot`` slots (see the module docstring)."""
+def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
+    """float32 ``[len(inp), 6]``: the ``snapshot`` slots (see the module docstring); ``carry``: the
+    state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)
     if n == 0:
         return np.zeros((0, len(SLOTS)), np.float32)
+    carry = Carry() if carry is None else carry
     f = np.ascontiguousarray
+    keep = int(params.drift_rows) + 1  # the drift's lag and the previous row's time
+    start = carry.history("ts")
+    rows = {
+        "ts": f(inp.ts, np.int64),
+        "seg": f(inp.segment_start, np.bool_),
+        "book_mask": f(inp.book_mask, np.bool_),
+        "last_trade": f(inp.last_trade_ts, np.int64),
+        **{k: f(getattr(inp, k), np.float64) for k in ("bid_px", "ask_px", "bid_sz", "ask_sz")},
+    }
+    full = {k: carry.extend(k, a, keep) for k, a in rows.items()}
     ev = book_events(inp)
+    arrays, s0 = with_last_event(ev, event_reset(inp, ev, carry), carry)
     ev_rate, ev_has = _event_rate(
-        f(ev.row, np.int64), f(ev.ts, np.int64), event_reset(inp, ev), n, float(params.rate_span)
+        arrays["row"] + start,
+        arrays["ts"],
+        arrays["reset"],
+        start + n,
+        float(params.rate_span),
+        s0,
+        carry.state("event_rate", (0.0, 0.0)),
     )
+    st = carry.state("rows", (0.0, 0.0))
     out = _snapshot_kernel(
-        f(inp.ts, np.int64),
-        f(inp.segment_start, np.bool_),
-        f(inp.book_mask, np.bool_),
-        f(inp.last_trade_ts, np.int64),
-        f(inp.bid_px, np.float64),
-        f(inp.ask_px, np.float64),
-        f(inp.bid_sz, np.float64),
-        f(inp.ask_sz, np.float64),
-        float(inp.tick_size),
-        ev_rate,
-        ev_has,
-        int(params.drift_rows),
-    )
+        *full.values(), float(inp.tick_size), ev_rate, ev_has, int(params.drift_rows), start, st
+    )[start:]
+    st[0] -= start + n - carry.history("ts")  # the segment's first row, in the next chunk's arrays
     out[~np.isfinite(out)] = 0.0
+    carry.rows += n
     return out

@@ -10,12 +10,14 @@ value from a family is an error, not something to paper over (SPEC §3: no NaN o
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from foxhunt.data.schemas import MaskReason
+from foxhunt.features._kernels import Carry
 from foxhunt.features.frame import RowInput
 from foxhunt.features.layout import Layout, build_layout
 from foxhunt.features.registry import FAMILIES, Family
@@ -58,13 +60,23 @@ class NonFiniteFeatureError(ValueError):
     """A family produced NaN or Inf (a bug in that family, named in the message)."""
 
 
+def resumable(family: Family) -> bool:
+    """Whether a family's ``compute`` takes a ``carry`` (the built-in ones: runs in chunks of rows)."""
+    return "carry" in inspect.signature(family.compute).parameters
+
+
 def compute_stack(
     inp: RowInput,
     families: tuple[str, ...],
     params: Mapping[str, object],
     registry: Mapping[str, Family] | None = None,
+    carry: dict[str, Carry] | None = None,
 ) -> FeatureMatrix:
-    """Run ``families`` (names in ``registry``, default :data:`FAMILIES`) on ``inp``."""
+    """Run ``families`` (names in ``registry``, default :data:`FAMILIES`) on ``inp``.
+
+    ``carry``: each family's state after the rows before ``inp`` (a chunk of a stream: foxhunt serve),
+    filled in on the first chunk and advanced past ``inp``; every family must be :func:`resumable`.
+    None: the batch. The masks below are per row, so chunks stack as the batch does."""
     registry = FAMILIES if registry is None else registry
     layout = build_layout("stack", [(name, tuple(registry[name].SLOTS)) for name in families], 1)
     values = np.zeros((len(inp), layout.width), np.float32)
@@ -73,7 +85,11 @@ def compute_stack(
     no_trades = None if inp.volume_known().all() else ~inp.volume_known()
     for group in layout.groups:
         family = registry[group.name]
-        block = np.asarray(family.compute(inp, params[group.name]))
+        if carry is None:
+            block = np.asarray(family.compute(inp, params[group.name]))
+        else:
+            state = carry.setdefault(group.name, Carry())
+            block = np.asarray(family.compute(inp, params[group.name], carry=state))  # type: ignore[call-arg]
         if block.shape != (len(inp), group.width):
             raise ValueError(
                 f"feature family {group.name!r} returned shape {block.shape}, "
@@ -89,11 +105,12 @@ def compute_stack(
         # Columns the input cannot fill: 0 ("no signal"), never a value computed from absent data.
         depth = set(getattr(family, "DEPTH_SLOTS", ())) if inp.top_of_book else set()
         trade = set(getattr(family, "TRADE_SLOTS", ())) if no_trades is not None else set()
+        names = group.names  # built per access: once per group, not per slot
         for j, slot in enumerate(group.slots):
             if slot in depth:
                 values[:, group.offset + j] = 0.0
-                masked[group.names[j]] = MaskReason.TOP_OF_BOOK
+                masked[names[j]] = MaskReason.TOP_OF_BOOK
             elif slot in trade:
                 values[no_trades, group.offset + j] = 0.0
-                masked[group.names[j]] = MaskReason.NO_TRADES
+                masked[names[j]] = MaskReason.NO_TRADES
     return FeatureMatrix(values=values, layout=layout, masks=masks, masked=masked)
