@@ -14,6 +14,19 @@ over everything: ``foxhunt features build`` without labels): records/s and rows/
 ``--checkpoint`` a smoke-config agent is trained for one epoch on the synthetic market and exported
 (as tests/serve/test_real_es.py does; about 20 s). The issue's goals: >= 200 k records/s, p50 <= 200
 us, p99 <= 1 ms. Writes the table's numbers as JSON.
+
+Also per case: the p50 latency of the first and the last quarter of the decisions (a close that
+re-ran the session would grow from one to the other; one that computes its new rows stays flat),
+and where a row close's time goes (``--parts``: wall time of each step, summed over the replay and
+divided by its rows: decoding and the session's market, the bars, ``from_bars``, the feature
+families, normaliser and market tensors, the environment's step, the policy, the ledger commit).
+``--pin CORE`` runs on that CPU core only (``os.sched_setaffinity``).
+
+``--scaling EVENTS``: how a row close's own work (``RowState.rows``: the session's market, bars,
+features, normaliser and market tensors; no environment or policy) grows over a session, on one
+synthetic session of EVENTS book events (its MBP-10 file: one stream; 5-minute bars, 276 a
+session), with a close at every bar: the median close of the session's first and last quarter, for
+the incremental path and for the full path that re-runs the session's records at every close.
 """
 
 from __future__ import annotations
@@ -94,8 +107,51 @@ def batch(checkpoint: Path, files: list[Path]) -> tuple[float, int]:
     return time.perf_counter() - t0, len(inp)
 
 
-def serve(checkpoint: Path, files: list[Path], warmup_rows: int) -> dict:
+# The steps of a row close (module, attribute, label), timed by --parts.
+PARTS = (
+    ("foxhunt.serve.state", "RowState._market", "decode + session market"),
+    ("foxhunt.serve.bars", "SessionBars.series", "bars"),
+    ("foxhunt.serve.state", "from_bars", "from_bars"),
+    ("foxhunt.serve.state", "compute_features", "feature families"),
+    ("foxhunt.serve.state", "IncrementalRows._append", "normaliser + market tensors"),
+    ("foxhunt.serve.service", "Service._step", "environment step"),
+    ("foxhunt.serve.service", "Service._decide", "policy"),
+    ("foxhunt.serve.ledger", "Ledger.commit_row", "ledger commit"),
+)
+
+
+def timed(parts: dict[str, float]) -> list:
+    """Wrap the PARTS to add their wall time into ``parts``; the undo list."""
+    import functools
+    import importlib
+
+    undo = []
+    for module, name, label in PARTS:
+        owner = importlib.import_module(module)
+        attr = name
+        if "." in name:
+            cls, attr = name.split(".")
+            owner = getattr(owner, cls, None)
+        if not hasattr(owner, attr):
+            continue  # a step this version has not (bench/serve.py run on an older foxhunt)
+        fn = getattr(owner, attr)
+
+        def wrapped(*a, _fn=fn, _label=label, **k):
+            t = time.perf_counter()
+            try:
+                return _fn(*a, **k)
+            finally:
+                parts[_label] = parts.get(_label, 0.0) + time.perf_counter() - t
+
+        setattr(owner, attr, functools.wraps(fn)(wrapped))
+        undo.append((owner, attr, fn))
+    return undo
+
+
+def serve(checkpoint: Path, files: list[Path], warmup_rows: int, parts: bool = False) -> dict:
     source = ReplaySource(files)
+    spent: dict[str, float] = {}
+    undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
         svc = Service(checkpoint, source, Path(out), ServeConfig(warmup_rows=warmup_rows), log=lambda m: None)
         t0 = time.perf_counter()
@@ -103,8 +159,16 @@ def serve(checkpoint: Path, files: list[Path], warmup_rows: int) -> dict:
         seconds = time.perf_counter() - t0
         lat = np.array([r[0] for r in svc.ledger.db.execute("SELECT latency_us FROM decisions")], float)
         rows = svc.rows_done
+        incremental = getattr(svc.state, "incremental", None) is not None
         svc.close()
+    for owner, attr, fn in undo:
+        setattr(owner, attr, fn)
+    quarter = max(len(lat) // 4, 1)
     return {
+        "incremental": incremental,
+        "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
+        "latency_us_p50_last_quarter": float(np.median(lat[-quarter:])) if len(lat) else None,
+        "parts_us_per_row": {k: v * 1e6 / max(rows, 1) for k, v in spent.items()},
         "records": len(source),
         "rows": rows,
         "decisions": summary["decisions"],
@@ -116,13 +180,76 @@ def serve(checkpoint: Path, files: list[Path], warmup_rows: int) -> dict:
     }
 
 
+def close_costs(checkpoint: Path, files: list[Path], incremental: bool, bar_seconds: int) -> np.ndarray:
+    """Seconds of each row close's ``RowState.rows`` over a replay of ``files`` in bars of ``bar_seconds``
+    (``--scaling``; the bar length changes no feature column, so the checkpoint's normaliser fits)."""
+    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.serve.source import SourceEnded
+    from foxhunt.serve.state import RowState
+
+    agent, cfg = load_trained(checkpoint, None)
+    cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"bar_seconds": bar_seconds})})
+    source = ReplaySource(files)
+    symbols = sorted({s for m in source.streams for s in m.symbols.values()})
+    instrument = resolve_instrument(symbols, (), cfg.instrument, where="the stream")
+    costs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        state = RowState(source.streams, cfg, agent.scaler, instrument, Path(tmp))
+        if not incremental:
+            state.incremental = None
+        while True:  # the service's loop without the policy (foxhunt.serve.service.Service.on_record)
+            try:
+                got = source.next(timeout=0.0)
+            except SourceEnded:
+                break
+            bucket = state.bucket_of(int(state.decode(got.stream, got.payload)["ts_event"][0]))
+            if state.bucket is not None and bucket != state.bucket:
+                t0 = time.perf_counter()
+                rows = state.rows()
+                costs.append(time.perf_counter() - t0)
+                if bucket[0] != state.bucket[0]:
+                    state.end_session(rows)
+            state.bucket = bucket
+            state.append(got.stream, got.payload)
+        state.close()
+    return np.array(costs)
+
+
+def scaling(checkpoint: Path, events: int, root: Path, bar_seconds: int = 300) -> dict:
+    from foxhunt import api
+
+    cfg = api.config("smoke", overrides=("synth.sessions=1", f"synth.events_per_session={events}"))
+    files = [p for p in api.synthetic_market(root / "scaling", cfg) if ".mbp-10." in p.name]
+    out: dict = {"events": events, "bar_seconds": bar_seconds}
+    for name, inc in (("incremental", True), ("full", False)):
+        c = close_costs(checkpoint, files, inc, bar_seconds)
+        q = max(len(c) // 4, 1)
+        out[name] = {
+            "closes": len(c),
+            "seconds": float(c.sum()),
+            "close_us_p50_first_quarter": float(np.median(c[:q]) * 1e6),
+            "close_us_p50_last_quarter": float(np.median(c[-q:]) * 1e6),
+        }
+        first, last = (o * 1e6 for o in (np.median(c[:q]), np.median(c[-q:])))
+        print(
+            f"scaling, {events:,} events, {name:11}: {len(c):,} closes in {c.sum():.1f} s, median close "
+            f"{first:,.0f} us in the first quarter, {last:,.0f} us in the last"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path)
     ap.add_argument("--replay", type=Path, nargs="+", help="replayed together (default: ESH4 MBO; MBP-10)")
     ap.add_argument("--warmup-rows", type=int, default=0)
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "serve.json")
+    ap.add_argument("--parts", action="store_true", help="time each step of a row close")
+    ap.add_argument("--pin", type=int, help="run on this CPU core only")
+    ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     args = ap.parse_args(argv)
+    if args.pin is not None:
+        os.sched_setaffinity(0, {args.pin})
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         checkpoint = args.checkpoint or smoke_export(Path(tmp) / "train")
@@ -136,14 +263,21 @@ def main(argv: list[str] | None = None) -> dict:
         results = {}
         for name, files in cases.items():
             batch_s, batch_rows = batch(checkpoint, files)
-            got = serve(checkpoint, files, args.warmup_rows)
+            got = serve(checkpoint, files, args.warmup_rows, parts=args.parts)
             got.update(
                 files=[str(p) for p in files],
                 batch_records_per_s=got["records"] / batch_s,
                 batch_rows_per_s=batch_rows / batch_s,
             )
             results[name] = got
-    body = {"cases": results, "goals": {"records_per_s": 200_000, "p50_us": 200, "p99_us": 1000}}
+        scaled = scaling(checkpoint, args.scaling, Path(tmp)) if args.scaling else None
+    body = {
+        "cases": results,
+        "scaling": scaled,
+        "goals": {"records_per_s": 200_000, "p50_us": 200, "p99_us": 1000},
+        "cpu": sorted(os.sched_getaffinity(0)),
+        "load_average": os.getloadavg(),
+    }
     print(f"{'':14}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>9}{'p99 us':>10}"
           f"{'batch rec/s':>13}{'rows/s':>9}")
     for name, r in results.items():
@@ -153,6 +287,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"{'-' if p50 is None else f'{p50:,.0f}':>9}{'-' if p99 is None else f'{p99:,.0f}':>10}"
             f"{r['batch_records_per_s']:>13,.0f}{r['batch_rows_per_s']:>9,.1f}"
         )
+    for name, r in results.items():
+        q = r["latency_us_p50_first_quarter"], r["latency_us_p50_last_quarter"]
+        if q[0] is not None:
+            print(f"{name}: p50 of the first / last quarter of decisions {q[0]:,.0f} / {q[1]:,.0f} us")
+        for label, us in sorted(r["parts_us_per_row"].items(), key=lambda kv: -kv[1]):
+            print(f"    {label:30} {us:>9,.0f} us per row")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(body, indent=2) + "\n")
     return body

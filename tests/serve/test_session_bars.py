@@ -89,3 +89,23 @@ def test_a_close_inside_a_bar_is_rebuilt_by_the_batch() -> None:
     carried.reset()
     assert not carried.fallback
     _assert_same(carried.series(md), build_bars(md, CFG))
+
+
+@pytest.mark.parametrize("zone", ["America/Chicago", "Europe/London"])
+def test_the_session_clock_dates_and_halts_as_the_pandas_functions(zone: str) -> None:
+    """The remembered session span gives every timestamp the trade date and halt flag that
+    ``session_dates`` and ``in_halt`` give, across the halt and both daylight-saving changes."""
+    from foxhunt.data.sessions import in_halt, session_dates
+    from foxhunt.serve.bars import _SessionClock
+
+    cfg = CFG.model_copy(update={"session_timezone": zone})
+    rng = np.random.default_rng(3)
+    clock = _SessionClock(cfg)
+    for day in ("2026-03-06", "2026-03-27", "2026-10-23", "2026-10-30"):  # Fridays before the changes
+        start = int(np.datetime64(f"{day}T00:00", "ns").astype(np.int64))
+        ts = np.sort(start + rng.integers(0, 4 * 86_400 * S, 4000))
+        for chunk in np.array_split(ts, 200):  # a close's new records, in time order
+            dates, halts = clock.dates_and_halts(chunk)
+            assert np.array_equal(dates, session_dates(chunk, zone, cfg.session_open))
+            assert np.array_equal(halts, in_halt(chunk, zone, cfg.session_open, cfg.session_close))
+    assert clock.span is not None  # the span was taken, not every chunk sent to pandas

@@ -32,6 +32,8 @@ contracts; ``Bars.instrument_id`` says which contract each bar is.
 
 from __future__ import annotations
 
+import datetime as dt
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -165,10 +167,14 @@ def _continuous(parts: dict[int, object], front: FrontMonth, cfg: DataConfig, cl
 
 def _open_ns(dates: np.ndarray, cfg: DataConfig) -> np.ndarray:
     uniq = np.unique(dates)
-    opens = np.array(
-        [session_open_ns(int(d), cfg.session_timezone, cfg.session_open) for d in uniq], np.int64
-    )
+    opens = np.array([_session_open(int(d), cfg.session_timezone, cfg.session_open) for d in uniq], np.int64)
     return opens[np.searchsorted(uniq, dates)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _session_open(date: int, zone: str, opens: dt.time) -> int:
+    """``session_open_ns``, remembered: foxhunt serve asks it for the same session at every row close."""
+    return session_open_ns(date, zone, opens)
 
 
 def _segments(bar_of: np.ndarray, n_bars: int) -> tuple[np.ndarray, np.ndarray]:

@@ -296,11 +296,13 @@ def _merge_sorted(parts: list, cls) -> object:
 
 
 def _apply_crossed_policy(
-    path: Path, book: BookArrays, cfg: DataConfig, report: FileReport
+    path: Path, book: BookArrays, cfg: DataConfig, report: FileReport, before: tuple[int, int] = (0, 0)
 ) -> tuple[BookArrays, np.ndarray]:
+    """The crossed policy on a file's book states; ``before``: the (states, crossed) of the file's
+    states before ``book`` (foxhunt serve applies it to each close's new states), counted in the share."""
     crossed = book.crossed()
-    report.book_states = len(book)
-    report.crossed = int(crossed.sum())
+    report.book_states = before[0] + len(book)
+    report.crossed = before[1] + int(crossed.sum())
     if report.crossed_share > cfg.max_crossed_share:
         raise CrossedBookError(
             path,
@@ -359,12 +361,16 @@ def read_book_file(f: DbnFile, cfg: DataConfig) -> tuple[BookArrays, TradeArrays
     return book, trades_in(arrays), report
 
 
-def _cover(md: MarketData, trades: TradeArrays, cfg: DataConfig) -> None:
-    """Record the sessions one file's trades cover, per instrument (nothing for a file without)."""
+def _cover(md: MarketData, trades: TradeArrays, cfg: DataConfig, dates=None) -> None:
+    """Record the sessions one file's trades cover, per instrument (nothing for a file without).
+    ``dates``: ``session_dates`` of an array of timestamps (foxhunt serve passes a remembering one)."""
     assert md.trade_coverage is not None
     for iid in np.unique(trades.instrument_id):
         ts = trades.ts_event[trades.instrument_id == iid]
-        first, last = session_dates(ts[[0, -1]], cfg.session_timezone, cfg.session_open)
+        if dates is None:
+            first, last = session_dates(ts[[0, -1]], cfg.session_timezone, cfg.session_open)
+        else:
+            first, last = dates(ts[[0, -1]])
         md.trade_coverage.append((int(iid), int(first), int(last)))
 
 

@@ -23,8 +23,10 @@ back to ``build_bars`` on the whole market for the rest of the session.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import numpy as np
+import pandas as pd
 
 from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import BookArrays, TradeArrays
@@ -40,7 +42,7 @@ from foxhunt.data.bars import (
 from foxhunt.data.continuous import choose_front
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import BarKind, DataSource
-from foxhunt.data.sessions import in_halt, session_dates
+from foxhunt.data.sessions import in_halt, session_dates, session_open_ns
 
 
 class _Grown:
@@ -63,6 +65,47 @@ class _Grown:
         view = self.buf[: self.n]
         view.flags.writeable = False
         return view
+
+
+class _SessionClock:
+    """``session_dates`` and ``in_halt`` of a close's new timestamps, the last session's span
+    remembered: inside ``[open, next open)`` every timestamp has its trade date and is halted from the
+    close on. The two pandas calls (~1 ms each, twice a close) then run once a session, on the span's
+    bounds, which check the span; timestamps outside a checked span go to the functions themselves."""
+
+    def __init__(self, cfg: DataConfig) -> None:
+        self.cfg = cfg
+        self.span: tuple[int, int, int, int] | None = None  # open, halt, next open (ns), trade date
+
+    def dates_and_halts(self, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        cfg = self.cfg
+        if not len(ts):
+            return np.zeros(0, np.int64), np.zeros(0, bool)
+        first, last = int(ts.min()), int(ts.max())
+        if self.span is None or not self.span[0] <= first < self.span[2]:
+            self.span = self._span(first)
+        if self.span is not None and self.span[0] <= first and last < self.span[2]:
+            return np.full(len(ts), self.span[3], np.int64), ts >= self.span[1]
+        tz, opens = cfg.session_timezone, cfg.session_open
+        return session_dates(ts, tz, opens), in_halt(ts, tz, opens, cfg.session_close)
+
+    def _span(self, t: int) -> tuple[int, int, int, int] | None:
+        cfg = self.cfg
+        tz, opens, close = cfg.session_timezone, cfg.session_open, cfg.session_close
+        date = int(session_dates(np.array([t], np.int64), tz, opens)[0])
+        day = np.datetime64(f"{date // 10000:04d}-{date // 100 % 100:02d}-{date % 100:02d}")
+        lo = session_open_ns(date, tz, opens)
+        hi = session_open_ns(int(str(day + 1).replace("-", "")), tz, opens)
+        local_day = pd.Timestamp(hi, tz="UTC").tz_convert(tz).date()
+        halt = int(pd.Timestamp(dt.datetime.combine(local_day, close)).tz_localize(tz).value)
+        bounds = np.array([lo, halt - 1, halt, hi - 1], np.int64)
+        checked = (
+            lo <= t < hi
+            and lo < halt <= hi
+            and (session_dates(bounds, tz, opens) == date).all()
+            and (in_halt(bounds, tz, opens, close) == [False, False, True, True]).all()
+        )
+        return (lo, halt, hi, date) if checked else None
 
 
 class SessionBars:
@@ -94,9 +137,14 @@ class SessionBars:
         self.activity: dict[int, list[int]] = {}
         self.instrument = -1
         self.fallback = not self.carried
+        # The bars the last close added, with their book states and trades (bar indices from 0), or
+        # None: the next rows are foxhunt.serve.state's chunk (from_bars with its carry).
+        self.chunk: BarSeries | None = None
+        self.clock = _SessionClock(self.cfg)
 
     def series(self, md: MarketData) -> BarSeries:
         """The bars of ``md`` (the session's market so far), as ``build_bars(md, cfg)`` gives them."""
+        self.chunk = None
         if not self.fallback:
             series = self._update(md)
             if series is not None:
@@ -123,9 +171,8 @@ class SessionBars:
         new_book = book.take(slice(self.book_seen, None))
         new_trades = trades.take(slice(self.trade_seen, None))
         # ``_continuous`` on the new records alone: the front month is the only contract.
-        tz, opens, close = cfg.session_timezone, cfg.session_open, cfg.session_close
-        book_date = session_dates(new_book.ts_event, tz, opens)
-        trade_date = session_dates(new_trades.ts_event, tz, opens)
+        book_date, book_halt = self.clock.dates_and_halts(new_book.ts_event)
+        trade_date, trade_halt = self.clock.dates_and_halts(new_trades.ts_event)
         for dates, counts in ((book_date, None), (trade_date, new_trades.size)):
             for d in np.unique(dates):
                 at = self.activity.setdefault(int(d), [0, 0])
@@ -133,8 +180,7 @@ class SessionBars:
                     at[1] += int((dates == d).sum())
                 else:
                     at[0] += int(counts[dates == d].sum())
-        keep_b = ~in_halt(new_book.ts_event, tz, opens, close)
-        keep_t = ~in_halt(new_trades.ts_event, tz, opens, close)
+        keep_b, keep_t = ~book_halt, ~trade_halt
         dropped = int((~keep_b).sum() + (~keep_t).sum())
         if not keep_b.all():
             new_book, book_date = new_book.take(keep_b), book_date[keep_b]
@@ -189,6 +235,18 @@ class SessionBars:
         front = choose_front(
             dates, np.array([iid], np.uint32), act[:, :1], cfg.roll_rule, md.symbols, act[:, 1:]
         )
+        if n:
+            mask = traded[offset:]
+            self.chunk = BarSeries(
+                bars=dataclasses.replace(chunk, flow_mask=mask, volume_mask=mask.copy()),
+                front=front,
+                halt_dropped=dropped,
+                book=new_book,
+                book_bar=book_bar,
+                trades=new_trades,
+                trade_bar=trade_bar,
+                book_levels=md.book_levels,
+            )
         return BarSeries(
             bars=bars,
             front=front,

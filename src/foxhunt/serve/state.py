@@ -21,14 +21,22 @@ The market: book streams alone (MBO or MBP-10 files, the common case) skip DBN f
 decoded once, as they arrive, into the book states and carried trades of the session so far
 (:class:`BookStream`, one per stream; an MBO book through the batch builder's own kernel, resumed
 from the state the last chunk left, foxhunt.data.book.BookState), and a row close assembles the
-session's market from them with ingest's own steps (:func:`book_market`). The MBO book is carried
-across the session cut, so an MBO log is cut at every session as an MBP-10 one is. One book stream's
-bars are carried too: a row close builds only the new bars, with the batch's bar kernel
-(:class:`foxhunt.serve.bars.SessionBars`). A row close then costs the new records' bars plus
-O(book states of the session) in assembling the market (crossed flags, the merge by time) and the
-features and normaliser of the session's rows: the feature families are not yet resumable per row
-(docs/serve.md; EMA-type recursions run from the session's start). Other mixes (a book file beside
-a trades file) write the logs as DBN files and run ``load_market`` on them.
+session's market from them with ingest's own steps (:func:`book_market`: the crossed policy and the
+trade checks on the states and trades that arrived since the last close, their counts carried).
+The MBO book is carried across the session cut, so an MBO log is cut at every session as an MBP-10
+one is. Other mixes (a book file beside a trades file) write the logs as DBN files and run
+``load_market`` on them, and run the batch path over the session at every close.
+
+One book stream of time bars (the usual replay or live feed) goes further: each close computes its
+new rows only (:class:`IncrementalRows`). The session's bars are carried and a close builds the bars
+of its new records with the batch's bar kernel (:class:`foxhunt.serve.bars.SessionBars`);
+``from_bars`` makes their rows with the state of the bars before (foxhunt.features.frame.BarsCarry);
+every feature family computes those rows with its carried state (foxhunt.features._kernels.Carry:
+EMAs, running sums, window histories, the last book event; the batch is the one-chunk case, the same
+kernels); the normaliser and ``market_tensors`` run on the new rows and the one before them, and the
+rows are appended to buffers the environment's market is a view of. A close then costs O(its new
+records) plus a few 1-d passes over the session's rows (the price path's back-fill, the plan's
+trailing volatility, the flow masks), instead of the session's records again.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -64,15 +73,20 @@ from foxhunt.data.ingest import (
 from foxhunt.data.instrument import Instrument
 from foxhunt.data.schemas import BarKind, RowUnit, Schema
 from foxhunt.data.sessions import session_dates, session_open_ns
-from foxhunt.env.market import MarketTensors, market_tensors
+from foxhunt.env.market import MarketTensors, _ffill, aux_targets, market_tensors
 from foxhunt.errors import ConfigError
-from foxhunt.features.cache import FeatureCache, compute_features
+from foxhunt.features._kernels import Carry
+from foxhunt.features.cache import FeatureCache, _families, compute_features, row_columns
 from foxhunt.features.cache import _table as cache_table  # the cache's own columns, not a copy
-from foxhunt.features.frame import from_bars
+from foxhunt.features.frame import BarsCarry, RowInput, from_bars
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.serve.bars import SessionBars
+from foxhunt.features.plugins import load_plugins
+from foxhunt.features.registry import with_plugins
+from foxhunt.features.stack import FeatureMatrix, resumable
+from foxhunt.serve.bars import SessionBars, _Grown, _SessionClock
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
+from foxhunt.validation.labels import trailing_volatility
 from foxhunt.validation.normalise import RobustScaler, apply
 
 NS = 1_000_000_000
@@ -140,16 +154,18 @@ class Appended:
 
     def __init__(self) -> None:
         self.kind: type | None = None
+        self.names: list[str] = []  # the container's fields (dataclasses.fields is slow per call)
         self.buffers: dict[str, np.ndarray] = {}
         self.n = 0
 
     def append(self, part: Any) -> None:
-        names = [f.name for f in dataclasses.fields(part)]
         if self.kind is None:
             self.kind = type(part)
+            self.names = names = [f.name for f in dataclasses.fields(part)]
             first = {k: getattr(part, k) for k in names}
             self.buffers = {k: np.empty((1024, *a.shape[1:]), a.dtype) for k, a in first.items()}
-        m = self.n + len(part)
+        names = self.names
+        m = self.n + len(getattr(part, names[0]))
         cap = len(next(iter(self.buffers.values())))
         if m > cap:
             cap = max(m, 2 * cap)
@@ -173,16 +189,16 @@ class BookStream:
     """The session so far of one book stream (MBO or MBP-10 ...): its book states and the trades it
     carries, decoded once per record; the MBO book's state carries on across sessions.
 
-    :meth:`market` is what ``load_market`` makes of a file of the session's records, with ingest's
-    own steps (the crossed policy, the trade checks and coverage, the split by instrument)."""
+    :meth:`part` is what ``load_market`` makes of a file of the session's records, with ingest's
+    own steps (the crossed policy, the trade checks and coverage), run on the states and trades that
+    arrived since the last close only: the policy's counts and the states it kept are carried."""
 
     def __init__(self, meta: StreamMeta, cfg: DataConfig) -> None:
         self.meta, self.cfg = meta, cfg
         self.where = Path(f"the {meta.schema.value} stream")
         self.states: dict[int, BookState] = {}  # MBO: each instrument's book, across chunks and sessions
-        self.books = Appended()
-        self.trades = Appended()
-        self.records = 0
+        self.clock = _SessionClock(cfg)
+        self.end_session()
 
     def feed(self, recs: np.ndarray) -> None:
         """The next records of the stream (a structured array of its record dtype)."""
@@ -199,6 +215,14 @@ class BookStream:
 
     def end_session(self) -> None:
         self.books, self.trades, self.records = Appended(), Appended(), 0
+        # What the last part() made of the states and trades before ``checked`` / ``traded``.
+        self.kept, self.kept_crossed = Appended(), _Grown(np.bool_)  # states after the crossed policy
+        self.checked = self.traded = 0
+        self.counts = (0, 0)  # states and crossed states so far (the policy's share)
+        self.span: tuple[int, int] | None = None  # first and last ts_event of the states (or trades)
+        self.instruments: set[int] = set()  # of the kept states
+        self.trade_instruments: set[int] = set()
+        self.in_order = True  # the kept states and the trades each by ts_event (as a file's usually are)
 
     def part(self, md: MarketData) -> tuple[BookArrays, np.ndarray, TradeArrays]:
         """What ``load_market`` takes from a file of the session's records: its book states after
@@ -207,34 +231,70 @@ class BookStream:
         cfg = self.cfg
         book: BookArrays = self.books.rows()
         carried: TradeArrays = self.trades.rows()
+        new, new_trades = book.take(slice(self.checked, None)), carried.take(slice(self.traded, None))
         md.symbols.update(self.meta.symbols)
-        ts = book.ts_event if len(book) else carried.ts_event
+        span = self._span(new.ts_event if len(book) else new_trades.ts_event)
         report = FileReport(
             path=str(self.where),
             schema=self.meta.schema.value,
             dataset=self.meta.dataset,
             records=self.records,
             instruments={},
-            start=int(ts.min()) if len(ts) else 0,
-            end=int(ts.max()) if len(ts) else 0,
+            start=span[0] if span else 0,
+            end=span[1] if span else 0,
         )
         depth = 1 if self.meta.schema.is_top_of_book else cfg.levels
         md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
-        book, crossed = _apply_crossed_policy(self.where, book, cfg, report)
-        check_trade_prices(self.where, carried)
-        _cover(md, carried, cfg)
+        kept, crossed = _apply_crossed_policy(self.where, new, cfg, report, before=self.counts)
+        check_trade_prices(self.where, new_trades)
+        # Both checks passed: the new states and trades are the session's (a refusal repeats at the
+        # next close, as a batch over the session's records would refuse them again).
+        self.span, self.counts = span, (report.book_states, report.crossed)
+        self.checked, self.traded = len(book), len(carried)
+        last_kept = self.kept.rows().ts_event[-1:] if self.kept.n else np.zeros(0, np.int64)
+        last_trade = carried.ts_event[self.traded - len(new_trades) - 1 : self.traded - len(new_trades)]
+        self._see(kept, last_kept, self.instruments)
+        self._see(new_trades, last_trade, self.trade_instruments)
+        if len(kept):
+            self.kept.append(kept)
+            self.kept_crossed.append(crossed)
+        if len(carried):
+            # The coverage of a session's first and last trade is that of all of them.
+            one = len(self.trade_instruments) == 1
+            ends = carried.take(np.array([0, len(carried) - 1])) if one else carried
+            _cover(md, ends, cfg, dates=lambda ts: self.clock.dates_and_halts(ts)[0])
         md.files.append(report)
-        return book, crossed, carried
+        return (self.kept.rows() if self.kept.n else kept), self.kept_crossed.rows(), carried
+
+    def _see(self, part: Any, last: np.ndarray, instruments: set[int]) -> None:
+        """Note a part's instruments and whether it follows ``last`` (the ts before it) in order."""
+        if len(part):
+            instruments.update(int(i) for i in np.unique(part.instrument_id))
+            self.in_order &= bool((np.diff(np.concatenate([last, part.ts_event])) >= 0).all())
+
+    def _span(self, ts: np.ndarray) -> tuple[int, int] | None:
+        if not len(ts):
+            return self.span
+        lo, hi = int(ts.min()), int(ts.max())
+        return (lo, hi) if self.span is None else (min(self.span[0], lo), max(self.span[1], hi))
 
 
 def book_market(streams: list[BookStream]) -> MarketData:
     """The market of the book streams' sessions so far, merged as ``load_market`` merges files."""
     md = MarketData(trade_coverage=[])
-    parts = [s.part(md) for s in streams if s.records]
+    live = [s for s in streams if s.records]
+    parts = [s.part(md) for s in live]
+    if len(live) == 1 and live[0].in_order and len(live[0].instruments | live[0].trade_instruments) == 1:
+        # One stream of one contract, in order: the merge below moves nothing (no copy of the session).
+        book, crossed, trades = parts[0]
+        iid = next(iter(live[0].instruments | live[0].trade_instruments))
+        if len(book):
+            md.books[iid], md.crossed[iid] = book, crossed
+        if len(trades):
+            md.trades[iid] = trades
+        return md
     book = BookArrays.concat([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     crossed = np.concatenate([p[1] for p in parts])
-    # The same values as load_market's, without its copies where nothing moves (one stream, one
-    # instrument: each row close would copy the whole session's states again).
     order = np.argsort(book.ts_event, kind="stable")
     if not np.array_equal(order, np.arange(len(order))):
         book, crossed = book.take(order), crossed[order]
@@ -248,6 +308,181 @@ def book_market(streams: list[BookStream]) -> MarketData:
         merged = _merge_sorted(trades, TradeArrays)
         md.trades = _split(merged, merged.instrument_id)  # type: ignore[assignment]
     return md
+
+
+class _CacheRows:
+    """Some rows of a feature cache, in memory: what ``market_tensors`` reads of a FeatureCache (its
+    feature matrix, its columns by name), without writing and hashing an Arrow table per close."""
+
+    def __init__(self, cols: dict[str, np.ndarray], values: np.ndarray, columns: tuple[str, ...]) -> None:
+        self.cols, self.values, self.columns = cols, values, list(columns)
+        self.meta = {"columns": self.columns}
+        self.table = SimpleNamespace(column_names=[*cols, *columns])
+        self._index = {c: j for j, c in enumerate(columns)}
+
+    def features(self) -> np.ndarray:
+        return self.values
+
+    def column(self, name: str) -> np.ndarray:
+        return self.cols[name] if name in self.cols else self.values[:, self._index[name]]
+
+
+class _RowBuffers:
+    """Row buffers of doubling capacity (numpy or torch), appended and rewritten from a row on.
+    Every buffer holds the rows before the one a write starts at (fields may be written apart)."""
+
+    first = 1024  # rows of a new buffer
+
+    def __init__(self) -> None:
+        self.buffers: dict[str, Any] = {}
+        self.n = 0
+
+    def write(self, at: int, parts: dict[str, Any]) -> None:
+        """Rows ``at ..`` become ``parts`` (rows from ``at`` on are dropped first)."""
+        m = at + len(next(iter(parts.values())))
+        for k, v in parts.items():
+            buf = self.buffers.get(k)
+            if buf is None or len(buf) < m:
+                cap = max(m, 2 * (0 if buf is None else len(buf)), self.first)
+                if isinstance(v, torch.Tensor):
+                    grown = torch.empty((cap, *v.shape[1:]), dtype=v.dtype, device=v.device)
+                else:
+                    grown = np.empty((cap, *v.shape[1:]), v.dtype)
+                if buf is not None:
+                    grown[:at] = buf[:at]
+                self.buffers[k] = buf = grown
+            buf[at:m] = v
+        self.n = m
+
+    def rows(self, name: str, a: int = 0) -> Any:
+        return self.buffers[name][a : self.n]
+
+
+# MarketTensors' per-row fields (the rest: columns, instrument).
+_TENSOR_FIELDS = tuple(
+    f.name for f in dataclasses.fields(MarketTensors) if f.name not in ("feature_columns", "instrument")
+)
+
+
+class IncrementalRows:
+    """The rows of a one-stream time-bar replay computed as they close: O(new records) per close.
+
+    Each close takes the bars the carried session bars added (foxhunt.serve.bars.SessionBars.chunk)
+    and runs the batch's own steps on them alone, with the state of the rows before them carried:
+    ``from_bars`` (:class:`foxhunt.features.frame.BarsCarry`), every feature family through
+    ``compute_features`` (each family's :class:`foxhunt.features._kernels.Carry`: the batch is the
+    one-chunk case, tests/features/test_chunks.py), the fold's normaliser and ``market_tensors`` on the
+    new rows and the one before them (``_CacheRows``), appended to the rows of the sessions so far.
+    Two of market_tensors' quantities look back over the whole session and are computed over it
+    (1-d, cheap): the price path, whose leading NaNs are back-filled, and the plan's trailing
+    volatility (a running Welford sum). The session is recomputed from its start, as one chunk,
+    when the bars so far are not those it has rows for (the bars fell back to ``build_bars``) or the
+    session's trade coverage changed the flow masks of rows it has (its first trade)."""
+
+    def __init__(self, cfg: FoxhuntConfig, fold: _Fold, instrument: Instrument) -> None:
+        self.cfg, self.fold, self.instrument = cfg, fold, instrument
+        self.rows = _RowBuffers()  # every row so far: raw features and ts (numpy), market tensors (torch)
+        self.session_start = 0  # first row of the current session
+        self.checked = False
+        self._new_session()
+
+    def _new_session(self) -> None:
+        self.carry: dict[str, Carry] = {}
+        self.frame = BarsCarry()
+        self.session = _RowBuffers()  # the session's cache columns before the features (row_columns)
+
+    def end_session(self) -> None:
+        self.session_start = self.rows.n
+        self._new_session()
+
+    def update(self, bars: SessionBars, series: Any) -> Rows:
+        """The rows after a close, given the session's bars (``bars.series``) and their new chunk."""
+        have = self.rows.n - self.session_start
+        chunk = bars.chunk
+        added = 0 if chunk is None else len(chunk.bars)
+        flow = series.bars.flow_mask
+        same = (
+            not bars.fallback
+            and len(series.bars) - added == have
+            and np.array_equal(flow[:have], self.session.rows("flow") if have else flow[:0])
+        )
+        if not same:  # the session from its start, as one chunk
+            self.rows.n = self.session_start
+            self._new_session()
+            chunk = series
+        if chunk is not None and len(chunk.bars):
+            tick = float(self.instrument.tick_size)
+            inp = from_bars(chunk, self.cfg.data.data_source, tick, self.frame)
+            self._append(inp, compute_features(inp, self.cfg, carry=self.carry))
+        return self.view()
+
+    def _append(self, inp: RowInput, fm: FeatureMatrix) -> None:
+        if not self.checked:
+            check_layout(fm.columns, self.fold.scaler)
+            self.columns, self.checked = tuple(fm.columns), True
+        k = self.session.n  # the session's rows before these
+        cols = row_columns(inp)
+        self.session.write(k, {**cols, "flow": inp.flow_mask})
+        at = self.session_start + k
+        self.rows.write(at, {"ts": cols["ts"], "raw": fm.values})
+        # The session's price path and plan volatility, as market_tensors makes them of its rows.
+        close = self.session.rows("close")
+        mid = _ffill(close)
+        window = self.cfg.env.plan.vol_window
+        vol = np.nan_to_num(trailing_volatility(mid, self.session.rows("segment_start"), window))
+        finite = np.flatnonzero(np.isfinite(close))
+        if k and (not len(finite) or finite[0] >= k):
+            k = 0  # the back-fill of the leading NaNs reaches rows already made: make them again
+        h = 1 if k else 0  # the row before, for its look-ahead aux target and the segment numbers
+        a = k - h
+        part = {name: self.session.rows(name, a) for name in cols}
+        part["close"] = mid[a:]
+        raw = self.rows.rows("raw", self.session_start + a)
+        rows = _CacheRows(part, raw, self.columns)
+        mt = market_tensors(rows, self.fold, vol_window=window, instrument=self.instrument)  # type: ignore[arg-type]
+        self.state_columns = mt.feature_columns
+        tensors = {f: getattr(mt, f) for f in _TENSOR_FIELDS if getattr(mt, f) is not None}
+        # The session's volatility, and the aux targets that read it (next return / volatility).
+        tensors["vol"] = torch.as_tensor(vol[a:], dtype=mt.vol.dtype)
+        targets = aux_targets(rows, mid[a:], part["segment_start"], vol[a:])  # type: ignore[arg-type]
+        tensors["aux_targets"] = torch.as_tensor(targets, dtype=torch.float32)
+        # market_tensors numbers the segments of its rows from 0; the rows before go on from theirs.
+        seg = tensors["segment"]
+        if h:
+            tensors["segment"] = seg - seg[0] + self.rows.rows("segment")[at - 1]
+        elif self.session_start:
+            tensors["segment"] = seg + self.rows.rows("segment")[self.session_start - 1] + 1
+        self.rows.write(self.session_start + a, tensors)
+
+    def view(self) -> Rows:
+        """The rows so far (views of the buffers, valid until the next close)."""
+        if not self.rows.n:
+            return _no_rows(self.columns if self.checked else ())
+        fields = {f: self.rows.rows(f) if f in self.rows.buffers else None for f in _TENSOR_FIELDS}
+        market = MarketTensors(**fields, feature_columns=self.state_columns, instrument=self.instrument)
+        return Rows(market, self.rows.rows("ts"), self.rows.rows("raw"), self.columns)
+
+
+def _no_rows(columns: tuple[str, ...]) -> Rows:
+    empty = torch.zeros(0, dtype=torch.float64)
+    market = MarketTensors(
+        features=torch.zeros((0, 0)),
+        mid=empty, high=empty, low=empty, bid=empty, ask=empty, vol=empty,
+        segment=torch.zeros(0, dtype=torch.int64),
+        feature_columns=(),
+    )  # fmt: skip
+    return Rows(market, np.zeros(0, np.int64), np.zeros((0, len(columns)), np.float32), columns)
+
+
+def check_layout(columns: tuple[str, ...], scaler: RobustScaler) -> None:
+    """Refuse a normaliser of another feature layout (one line, exit 2)."""
+    if tuple(columns) != tuple(scaler.columns):
+        raise CheckpointError(
+            "--checkpoint",
+            f"its normaliser scales {len(scaler.columns)} feature columns, this foxhunt "
+            f"computes {len(columns)} for its config (another feature layout)",
+            "serve a checkpoint trained and exported with this version's features",
+        )
 
 
 class RowState:
@@ -287,6 +522,10 @@ class RowState:
         # several, a merge by time could insert a record before those already in a bar.
         self.bars = SessionBars(cfg.data) if self.books is not None and len(streams) == 1 else None
         self.cuttable = self.books is not None or all(s.schema is not Schema.MBO for s in streams)
+        # Carried bars and families that all take a carry: each close computes its new rows only.
+        families = with_plugins(load_plugins(cfg.features))
+        chunked = self.bars is not None and all(resumable(families[f]) for f in _families(cfg))
+        self.incremental = IncrementalRows(cfg, self.fold, instrument) if chunked else None
 
     def decode(self, stream: int, payload: bytes) -> np.ndarray:
         """One record as a structured scalar array; ValueError when the bytes are not one record."""
@@ -340,18 +579,15 @@ class RowState:
         cfg = self.cfg
         md = self._market()
         tick = self.instrument.tick_size
+        if self.incremental is not None:
+            assert self.bars is not None
+            return self.incremental.update(self.bars, self.bars.series(md))
         if self.bars is not None:
             inp = from_bars(self.bars.series(md), cfg.data.data_source, float(tick))
         else:
             inp = rows_from_market(md, cfg.data, tick_size=tick)
         fm = compute_features(inp, cfg)
-        if tuple(fm.columns) != tuple(self.fold.scaler.columns):
-            raise CheckpointError(
-                "--checkpoint",
-                f"its normaliser scales {len(self.fold.scaler.columns)} feature columns, this foxhunt "
-                f"computes {len(fm.columns)} for its config (another feature layout)",
-                "serve a checkpoint trained and exported with this version's features",
-            )
+        check_layout(fm.columns, self.fold.scaler)
         meta = {"columns": list(fm.columns), "row_unit": cfg.data.row_unit.value}
         cache = FeatureCache(Path(self._tmp.name), cache_table(inp, fm, {}, meta), meta)
         vol_window = cfg.env.plan.vol_window
@@ -361,6 +597,8 @@ class RowState:
 
     def end_session(self, rows: Rows) -> None:
         """The session whose records are logged has ended with ``rows``: keep them, cut the logs."""
+        if self.incremental is not None:
+            self.incremental.end_session()
         if self.cuttable:
             self.done = rows
             self.logs = [bytearray() for _ in self.streams]
