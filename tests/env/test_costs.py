@@ -323,3 +323,25 @@ def test_cuda_matches_cpu() -> None:
     )
     assert filled.device.type == "cuda" and filled.tolist() == [True, True]
     assert patience(i(0, 1, 2, device="cuda"), COSTS).device.type == "cuda"
+
+
+def test_tick_round_one_rounding_equals_ceil_for_buys_and_floor_for_sells() -> None:
+    """tick_round's single ``s * ceil(s * ticks - tol)`` gives, bit for bit, the ceiling (buys) and
+    the floor (sells) it replaced, on and off the grid, for ES and Euro FX ticks and both dtypes."""
+    from foxhunt.env.costs import _TICK_TOL, tick_round
+
+    gen = torch.Generator().manual_seed(11)
+    for tick in (0.25, 0.00005):
+        for dtype in (torch.float64, torch.float32):
+            on_grid = torch.randint(-40_000, 40_000, (3000,), generator=gen).to(dtype) * tick
+            off = on_grid + torch.rand(3000, generator=gen).to(dtype) * tick
+            price = torch.cat([on_grid, off]) + (5000.0 if tick == 0.25 else 1.09)
+            side = torch.randint(-1, 2, price.shape, generator=gen)
+            ticks = price / tick
+            s = torch.sign(side)
+            want = torch.where(
+                s > 0,
+                torch.ceil(ticks - _TICK_TOL) * tick,
+                torch.where(s < 0, torch.floor(ticks + _TICK_TOL) * tick, price),
+            )
+            assert torch.equal(tick_round(price, side, tick), want)

@@ -63,12 +63,12 @@ From the trailing per-step returns of the episode (step net PnL / equity) in a `
     CVaR = -mean(k smallest returns)                              (expected tail loss, > 0 if losing)
     raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)               (1 when CVaR <= 0)
 
-The k smallest are found by ``k_max = ceil((1 - cvar_confidence) * W)`` rounds of "the next larger
-value and how many times it occurs" (two row reductions a round, ties counted), not by sorting the
-row: the rounds fuse into one pass over the buffer under ``torch.compile``, where a sort is a
-separate, costly kernel (a segmented sort of ``N x W`` values each step). Stepped eagerly, where
-each of the rounds' kernels is a launch, one ``topk`` selects them instead (:func:`smallest_sum`).
-Tails larger than :data:`MAX_SELECT_TAIL` (an unusual config) sort instead.
+The k smallest are found in one pass whatever the tail (:func:`smallest_sum`): stepped eagerly one
+``topk`` of the ``k_max = ceil((1 - cvar_confidence) * W)`` smallest; under ``torch.compile`` a sort
+of the row, which Inductor lowers (on a GPU, for a row that fits one block: W <= 512) to a bitonic
+sort in registers fused with the padding and the masked sum, so the ring is read once (the ``k_max``
+rounds of "next larger value" it replaces were ten dependent row reductions at the default tail;
+Inductor's ``topk`` is a separate ATen kernel). Both give the same ascending values, so the same sum.
 """
 
 from __future__ import annotations
@@ -83,8 +83,6 @@ from torch import Tensor
 from foxhunt.config.base import Frozen
 
 _TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts as that integer
-MAX_SELECT_TAIL = 16
-"""Largest CVaR tail (returns) found by repeated minima; a larger one sorts the row."""
 
 
 class SizingParams(Frozen):
@@ -284,37 +282,18 @@ def push_return(
 def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
     """Sum of the ``k`` smallest entries of each row (``k <= k_max``, float ``[N]``), ties counted.
 
-    One pass either way. Eagerly (the CPU, and the small-batch CUDA graph of the eager step, where
-    every kernel is a launch): one ``topk`` selection of the ``k_max`` smallest, then a masked sum,
-    7 operators whatever ``k_max``, against the rounds' 88 at the default tail (95% of 100 returns:
-    5 rounds) out of the eager step's ~1,300. Under ``torch.compile``: the rounds of
-    :func:`_smallest_sum_rounds`, which Inductor fuses into the step's kernels, where a ``topk`` would
-    be a separate segmented sort. The two agree to rounding (tests/env/test_sizing.py). Entries of
-    ``+inf`` (padding) are never taken while ``k`` does not exceed the finite entries.
+    One selection of the ``k_max`` smallest, ascending, then a masked sum of the first ``k``. Eagerly
+    a ``topk`` (7 operators whatever ``k_max``); under ``torch.compile`` a sort of the row, which
+    Inductor fuses into one pass over the buffer on a GPU (module docstring). The two select the same
+    values in the same order, so the sums are equal bit for bit (tests/env/test_sizing.py). Entries
+    of ``+inf`` (padding) are never taken while ``k`` does not exceed the finite entries.
     """
     if torch.compiler.is_compiling():
-        return _smallest_sum_rounds(values_NW, k_N, k_max)
-    low = values_NW.topk(k_max, dim=-1, largest=False).values  # ascending, ties counted
+        low = values_NW.sort(dim=-1).values[..., :k_max]
+    else:
+        low = values_NW.topk(k_max, dim=-1, largest=False).values
     take = torch.arange(k_max, device=values_NW.device) < k_N.unsqueeze(-1)
     return torch.where(take, low, torch.zeros_like(low)).sum(dim=-1)
-
-
-def _smallest_sum_rounds(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
-    """:func:`smallest_sum` in ``k_max`` rounds, each taking the next larger distinct value ``v`` of
-    the row and ``min(count of v, k still to take)`` copies of it (row reductions Inductor fuses)."""
-    dtype = values_NW.dtype
-    total = torch.zeros_like(values_NW[..., 0])
-    left = k_N.to(dtype)
-    below = torch.full_like(total, float("-inf"))  # every value taken so far is <= below
-    for _ in range(k_max):
-        above = torch.where(values_NW > below.unsqueeze(-1), values_NW, float("inf"))
-        v = above.amin(dim=-1)  # the next larger distinct value
-        count = (above == v.unsqueeze(-1)).sum(dim=-1).to(dtype)
-        take = torch.minimum(count, left).clamp(min=0.0)
-        total = total + torch.where(take > 0, take * v, 0.0)
-        left = left - take
-        below = v
-    return total
 
 
 def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Tensor:
@@ -336,12 +315,7 @@ def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Ten
     padded = torch.where(valid, returns_NW, torch.full_like(returns_NW, float("inf")))
     k = torch.ceil((1.0 - params.cvar_confidence) * n - _TAIL_ROUNDING).clamp(min=1.0)  # [N]
     k_max = max(1, math.ceil((1.0 - params.cvar_confidence) * width - _TAIL_ROUNDING))  # k <= k_max
-    if k_max <= MAX_SELECT_TAIL:
-        tail_sum = smallest_sum(padded, k, k_max)
-    else:
-        worst_first = padded.sort(dim=-1).values  # invalid slots (+inf) sort last
-        in_tail = slot < k.unsqueeze(-1)  # [N, W]; k <= n, so every tail slot is valid
-        tail_sum = torch.where(in_tail, worst_first, torch.zeros_like(worst_first)).sum(dim=-1)
+    tail_sum = smallest_sum(padded, k, k_max)  # k <= n: the tail never reaches the +inf padding
     cvar = -tail_sum / k
     tiny = torch.finfo(dtype).tiny
     raw = torch.where(cvar > 0, params.cvar_budget / cvar.clamp(min=tiny), torch.ones_like(cvar))
