@@ -25,6 +25,7 @@ from scipy import stats
 
 from foxhunt.backtest.reference import RULE, capture_ratio
 from foxhunt.config.models import Device, FoxhuntConfig
+from foxhunt.errors import FoxhuntError
 from foxhunt.tracking import TrackingTarget, nested_run
 
 SEEDS_FILE = "seeds.json"
@@ -79,6 +80,12 @@ class SeedResult:
             "seconds": round(self.seconds, 1),
             "stopped": self.stopped,
         }
+
+    @classmethod
+    def from_dict(cls, body: dict[str, Any]) -> SeedResult:
+        """A seed read back from ``seeds.json`` (the inverse of :meth:`to_dict`)."""
+        folds = [SeedFold(**f) for f in body["folds"]]
+        return cls(int(body["seed"]), folds, seconds=float(body["seconds"]), stopped=body["stopped"])
 
 
 def with_seed(cfg: FoxhuntConfig, seed: int) -> FoxhuntConfig:
@@ -170,6 +177,47 @@ def summarise_seeds(results: list[SeedResult], reference: dict[str, Any] | None)
         "beats_flat": sum(bool(r.beats_flat) for r in done),
         "finished": len(done),
         "stopped": [r.seed for r in results if r.stopped],
+    }
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values, floats to 1e-9 relative: each part's process computes the reference rule
+    again, and a summation order is not promised across processes."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b))
+    return a == b
+
+
+def merge_studies(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any]:
+    """One study from the ``seeds.json`` bodies of studies of one config over disjoint seeds.
+
+    ``parts``: (file, body) pairs. A study too long for one sitting (an 8-seed GPU measurement under a
+    10-minute command limit) runs as several; the merged body is what one ``foxhunt seeds`` over all
+    the seeds would have written: :func:`summarise_seeds` of every seed, in the parts' order. Parts
+    that differ in profile, overrides or reference rule are not one study and are refused."""
+    if not parts:
+        raise FoxhuntError("seeds.json", "no studies to merge", "pass at least one seeds.json")
+    first_path, first = parts[0]
+    seen: set[int] = set()
+    for path, body in parts:
+        for key in ("profile", "sets", "reference"):
+            if not _same(body.get(key), first.get(key)):
+                raise FoxhuntError(
+                    path, f"its {key} differs from {first_path}'s", "merge only studies of one config"
+                )
+        seeds = {int(s["seed"]) for s in body["seeds"]}
+        if seeds & seen:
+            raise FoxhuntError(path, f"seeds {sorted(seeds & seen)} are in two parts", "merge disjoint seeds")
+        seen |= seeds
+    results = [SeedResult.from_dict(s) for _, body in parts for s in body["seeds"]]
+    return summarise_seeds(results, first["reference"]) | {
+        "profile": first.get("profile"),
+        "sets": first.get("sets"),
+        "parts": [str(p) for p, _ in parts],
     }
 
 
