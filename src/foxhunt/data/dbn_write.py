@@ -124,7 +124,7 @@ def write_records(
     mappings = []
     for iid, sym in sorted(symbols.items()):
         day0 = np.datetime64(start, "ns").astype("datetime64[D]")
-        day1 = np.datetime64(end, "ns").astype("datetime64[D]") + 1
+        day1 = np.datetime64(end, "ns").astype("datetime64[D]") + np.timedelta64(1, "D")
         mappings.append(_SymbolMapping(sym, [_MappingInterval(day0.item(), day1.item(), str(iid))]))
     meta = dbn.Metadata(
         dataset=dataset,
