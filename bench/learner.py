@@ -58,7 +58,7 @@ from torch import Tensor, nn
 
 from foxhunt.agent.agent import Agent, UpdateMode
 from foxhunt.agent.config import AgentConfig, NetworkConfig
-from foxhunt.agent.graph import GraphedLearn
+from foxhunt.agent.graph import GraphedLearn, capture
 from foxhunt.agent.graph import GraphedUpdate as PackageGraphedUpdate
 from foxhunt.agent.learner import Batch
 from foxhunt.config.loader import load_config
@@ -425,19 +425,9 @@ class GraphedUpdate(PackageGraphedUpdate):
 def graphed(
     step: Callable[[], object], warmup: int = 3, generators: Sequence[torch.Generator] = ()
 ) -> Callable[[], None]:
-    """``step`` (a bare training step) captured as one CUDA graph; returns the replay. Custom
-    generators it draws from go in ``generators`` (registered with the graph)."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for g in generators:
-        graph.register_generator_state(g)
-    with torch.cuda.graph(graph):
-        step()
+    """``step`` (a bare training step) captured as one CUDA graph (:func:`foxhunt.agent.graph.capture`);
+    returns the replay. Custom generators it draws from go in ``generators``."""
+    graph, _ = capture(step, warmup, generators)
     return graph.replay
 
 

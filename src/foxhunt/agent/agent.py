@@ -31,7 +31,7 @@ from foxhunt.agent.collect import Collector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap
 from foxhunt.agent.graph import GraphedLearn
 from foxhunt.agent.learner import Batch, Learner, plan_locked
-from foxhunt.agent.network import NetOut, QNetwork
+from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
 from foxhunt.env.actions import ActionCodec
@@ -130,7 +130,6 @@ class Agent:
         self._collector: Collector | None = None
         self._collector_key: tuple | None = None
         self._greedy: CapturablePolicy | None = None
-        self._explore_forward: Callable[[Tensor], NetOut] = self.net  # compile_explore_forward swaps it
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -143,7 +142,7 @@ class Agent:
                 out = net(states)
         else:
             net.reset_noise(self.gen)
-            out = self._explore_forward(states)
+            out = net(states)
         z = net.support()
         qs = net.expected_q(out, self.learner.popart.denormalise)  # per branch [N, A], real units
         actions = []
@@ -197,19 +196,6 @@ class Agent:
             aux=aux.float(),
             q_gap=d_gap.mean(),
         )
-
-    def compile_explore_forward(self) -> None:
-        """``torch.compile`` the network's forward for the exploring policy: Inductor fuses the
-        forward's elementwise chains (noisy weights, gates, experts, the heads' softmax inputs), the
-        part of the exploring policy that TF32 does not speed up (bench/kernels.py: 2.84 ms a step at
-        16,384 envs with TF32 matmuls, 12.7 TFLOP/s). The collection step compiles it in the explicit
-        ``StepMode.COMPILED`` / ``COMPILED_GRAPH`` on CUDA; ``AUTO`` (what ``train`` runs) does not
-        yet: the saving per step against its compile time is still to be measured on the H200
-        (``bench/epoch.py --step-mode compiled_graph`` beside the default). On a CPU the compiled
-        forward gives the eager actions (convictions within 2e-8). The compiled module shares the
-        network's parameters and buffers, so learning and checkpoint loads reach it. Idempotent."""
-        if self._explore_forward is self.net:
-            self._explore_forward = torch.compile(self.net, fullgraph=True, dynamic=False)
 
     def greedy_policy(self) -> CapturablePolicy:
         """The evaluation policy as a backtest policy ``(state, env) -> PolicyOut``, marked capturable:

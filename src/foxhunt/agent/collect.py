@@ -49,7 +49,7 @@ def tf32_matmuls() -> Iterator[None]:
 
     The exploring policy at 16,384 episodes (a 36 GFLOP forward) replayed as a CUDA graph on the H200
     took 3.44 ms in float32 and 2.84 ms in TF32 (bench/kernels.py): the matmuls are a part of it, the
-    elementwise rest is what :meth:`~foxhunt.agent.agent.Agent.compile_explore_forward` fuses. TF32
+    rest the forward's elementwise chains (a compiled forward was tried and removed: unmeasured). TF32
     rounds the matmul inputs to a 10-bit mantissa: Q-values move by about 1e-3 of their scale
     (tests/agent/test_collect.py bounds them at 1e-2), so greedy choices can flip only on near-ties,
     and exploration draws around them anyway. Only on CUDA (on a CPU this precision setting made the
@@ -68,8 +68,8 @@ class StepMode(StrEnum):
     AUTO = "auto"  # CUDA: a replayed CUDA graph (env step compiled for large batches); CPU: eager
     EAGER = "eager"  # the same step function, called eagerly (the reference)
     GRAPH = "graph"  # CUDA graph of the eager step (no Inductor)
-    COMPILED = "compiled"  # Inductor-compiled env step (and exploring forward on CUDA), eager calls
-    COMPILED_GRAPH = "compiled_graph"  # both compiled, replayed as a CUDA graph
+    COMPILED = "compiled"  # Inductor-compiled env step, eager calls
+    COMPILED_GRAPH = "compiled_graph"  # compiled env step, replayed as a CUDA graph
 
 
 def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
@@ -105,8 +105,6 @@ class Collector:
         self.compile, self.graphed = _resolve(mode, agent.device, n)
         self.advance = compiled_advance() if self.compile else advance
         self.tf32 = agent.device.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
-        if mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH) and agent.device.type == "cuda":
-            agent.compile_explore_forward()  # AUTO compiles the env step only (see the method)
         dev, width = agent.device, STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)
         self.states = torch.zeros(steps + 1, n, width, dtype=torch.float32, device=dev)  # s_0 .. s_T
