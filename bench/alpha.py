@@ -23,7 +23,7 @@ import numpy as np
 
 from foxhunt.alpha.check import run_alpha, targets
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import get_or_build
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from foxhunt.backtest.evaluate import evaluate_many
-from foxhunt.env.actions import ActionCodec
+from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 
 REPO = Path(__file__).resolve().parents[1]

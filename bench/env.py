@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch._inductor import metrics
 
-from foxhunt.env.actions import ActionCodec
+from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
@@ -104,11 +104,9 @@ def step_bytes(env: TradingEnv, obs: torch.Tensor, result: StepResult) -> int:
     s = env._state()
     n = s.row.shape[0]
     total = 0
-    for f in fields(s):
-        x = getattr(s, f.name)
-        for t in x if isinstance(x, tuple) else (x,):
-            per_env = t.element_size() * t.numel() // n
-            total += per_env + (t.element_size() if f.name == "returns_ring" else per_env)
+    for t in s.tensors():
+        per_env = t.element_size() * t.numel() // n
+        total += per_env + (t.element_size() if t is s.risk.returns_ring else per_env)
     for f in fields(result):
         x = getattr(result, f.name)  # a tensor, or a tuple of them (the step's ClosedTrades)
         for t in x if isinstance(x, tuple) else (x,):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from foxhunt.env.actions import ActionCodec
+from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 
@@ -61,8 +61,8 @@ def compare(n: int, steps: int, seed: int = 0, every: int = 0) -> dict[str, floa
         notional += (r64.fills.abs() * r64.fill_price).sum(dim=1) * point_value
         diverged |= (r64.fills - r32.fills.double()).abs().amax(dim=1) > 0.5
         if step == steps or (every and step % every == 0):
-            eq64 = envs[torch.float64].state.equity
-            eq32 = envs[torch.float32].state.equity.double()
+            eq64 = envs[torch.float64].state.account.equity
+            eq32 = envs[torch.float32].state.account.equity.double()
             out = summary(n, step, time.perf_counter() - t0, cfg.contract.initial_capital, eq64, eq32,
                           own_net, notional, diverged)
             print(json.dumps(out), flush=True)

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from foxhunt.env.actions import ActionCodec
+from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 

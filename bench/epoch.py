@@ -50,7 +50,8 @@ from foxhunt.agent.config import AgentConfig
 from foxhunt.backtest.evaluate import evaluate
 from foxhunt.backtest.metrics import branch_sizes, compute_metrics
 from foxhunt.config.loader import load_config
-from foxhunt.env.config import BranchConfig, EnvConfig
+from foxhunt.domain.actions import BranchConfig
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 

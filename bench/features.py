@@ -22,7 +22,7 @@ from pathlib import Path
 os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 
 from foxhunt.config.loader import load_config  # noqa: E402
-from foxhunt.config.synth import SynthConfig  # noqa: E402
+from foxhunt.data.config import SynthConfig  # noqa: E402
 from foxhunt.data.dbn_read import read_dbn  # noqa: E402
 from foxhunt.data.ingest import load_market  # noqa: E402
 from foxhunt.data.schemas import RowUnit  # noqa: E402

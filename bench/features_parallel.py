@@ -27,7 +27,7 @@ from pathlib import Path
 
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import build_cache, open_cache

@@ -33,7 +33,7 @@ from foxhunt.agent.agent import Agent, Mode
 from foxhunt.agent.collect import tf32_matmuls
 from foxhunt.agent.config import AgentConfig
 from foxhunt.agent.distributional import c51_cross_entropy, project_c51, support
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 from foxhunt.features.layout import STATE_LAYOUT
 
 REPO = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ each round with the device synchronised; updates/s = 1000 / ms):
 Then the full update's time split by stage: device events (host timers on CPU) recorded at the entry
 and exit of ``replay.sample``, ``Learner._target_values_fn``, ``PopArt.update``, ``Learner._losses_fn``,
 ``Tensor.backward``,
-``clip_grad_norm_``, ``Adam.step``, ``Learner._polyak`` and ``replay.update_priorities``; the gaps
+``clip_grad_norm_``, ``Adam.step``, ``SoftUpdate.step`` and ``replay.update_priorities``; the gaps
 between them are named by what runs there (noise reset, forward + losses, statistics, signals).
 On CUDA also: a PyTorch-profiler pass (kernels per update, share of the wall time the GPU is busy,
 the top kernels), TF32 matmuls and CUDA graphs: the whole learner step as ``Agent.learn`` replays
@@ -61,11 +61,9 @@ from foxhunt.agent.config import AgentConfig, NetworkConfig
 from foxhunt.agent.graph import GraphedLearn, capture
 from foxhunt.agent.graph import GraphedUpdate as PackageGraphedUpdate
 from foxhunt.agent.learner import Batch
+from foxhunt.agent.stats import q_key
 from foxhunt.config.loader import load_config
-from foxhunt.env.actions import ActionCodec
-from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
-from foxhunt.train.diagnostics import q_key
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SEED_SYSTEM_BARE_MS = 7.7  # issue 6 §5: the seed-shape network's bare update on the H200, eager
@@ -299,7 +297,7 @@ def breakdown(agent: Agent, batch: int, device: torch.device, iters: int) -> tup
     tl.wrap(torch.Tensor, "backward", "backward")
     tl.wrap(torch.nn.utils, "clip_grad_norm_", "clip")
     tl.wrap(learner.opt, "step", "adam")
-    tl.wrap(learner, "_polyak", "polyak")
+    tl.wrap(learner.soft_update, "step", "polyak")
     tl.wrap(agent.replay, "update_priorities", "priority")
     try:
         agent.learn(2, batch)  # warm the wrappers
@@ -395,9 +393,9 @@ def learn_graph(agent: Agent, batch: int, compile: bool) -> GraphedLearn:
 
 
 class GraphedUpdate(PackageGraphedUpdate):
-    """The package's graphed update alone (:mod:`foxhunt.agent.graph`) driven like ``Agent.learn``
-    was before the sampling moved into the graph: replay sampling, the priority update and the
-    ``q_abs`` EMA eager around each replay (``bench/epoch.py --graph-learn`` and :func:`check_graph`)."""
+    """The package's graphed update alone (:mod:`foxhunt.agent.graph`) with the sampling outside
+    the graph: replay sampling, the priority update and the ``q_abs`` EMA eager around each replay
+    (``bench/epoch.py --graph-learn`` and :func:`check_graph`)."""
 
     def __init__(
         self, agent: Agent, batch: int, first: Batch | None = None, warmup: int = 3, compile: bool = False

@@ -39,8 +39,8 @@ from typing import Any
 import torch
 
 from foxhunt.agent.replay import PrioritizedReplay, PriorityIndex, transition_fields
+from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.market import AUX_TARGETS
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
 
 REPO = Path(__file__).resolve().parents[1]

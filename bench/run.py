@@ -35,9 +35,9 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import databento as db  # noqa: E402
 import numpy as np  # noqa: E402
 
-from foxhunt.config.synth import SynthConfig  # noqa: E402
 from foxhunt.data.arrays import MboArrays  # noqa: E402
 from foxhunt.data.book import rebuild_book  # noqa: E402
+from foxhunt.data.config import SynthConfig  # noqa: E402
 from foxhunt.data.dbn_read import read_dbn  # noqa: E402
 from foxhunt.data.dbn_write import write_book, write_mbo  # noqa: E402
 from foxhunt.data.schemas import Schema  # noqa: E402

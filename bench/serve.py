@@ -183,7 +183,7 @@ def serve(checkpoint: Path, files: list[Path], warmup_rows: int, parts: bool = F
 def close_costs(checkpoint: Path, files: list[Path], incremental: bool, bar_seconds: int) -> np.ndarray:
     """Seconds of each row close's ``RowState.rows`` over a replay of ``files`` in bars of ``bar_seconds``
     (``--scaling``; the bar length changes no feature column, so the checkpoint's normaliser fits)."""
-    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.domain.instrument import resolve_instrument
     from foxhunt.serve.source import SourceEnded
     from foxhunt.serve.state import RowState
 

@@ -1,6 +1,8 @@
-"""Small hand-built market data for tests (no files, no randomness unless a seed is given)."""
+"""Small hand-built market data for tests and env plans (no files, no randomness unless a seed is given)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -12,6 +14,8 @@ from foxhunt.data.arrays import (
     BookArrays,
     TradeArrays,
 )
+from foxhunt.domain.barrier import Barrier
+from foxhunt.env.config import PlanConfig
 
 TICK = 0.25
 
@@ -73,3 +77,11 @@ def make_trades(ts, price, size, side, *, instrument_id: int = 1) -> TradeArrays
 
 def trade_action() -> int:
     return ACTION_TRADE
+
+
+def plan_config(**fields: Any) -> PlanConfig:
+    """An env plan from flat keywords: the triple barrier's fields (:class:`Barrier`: ``horizon``,
+    ``profit_mult``, ``stop_mult``, ``vol_window``) go to ``plan.barrier``, the others
+    (``trailing_mult``, ``min_vol``) to the plan itself."""
+    barrier = {k: fields.pop(k) for k in list(fields) if k in Barrier.model_fields}
+    return PlanConfig(barrier=Barrier(**barrier), **fields)

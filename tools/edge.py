@@ -32,7 +32,7 @@ from foxhunt.backtest.metrics import SHARPE_BOUND_Z, branch_sizes, compute_metri
 from foxhunt.backtest.reference import threshold_rule
 from foxhunt.backtest.run import bars_per_year
 from foxhunt.config.loader import load_config
-from foxhunt.env.actions import OrderType
+from foxhunt.domain.actions import OrderType
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.features.cache import open_cache
 from foxhunt.validation.dataset import make_folds
@@ -81,19 +81,20 @@ def main() -> None:
     print(f"decay of {args.column} (last fold's rows):")
     print("  K   corr   ticks/sigma   sd(move) ticks")
     for k, corr, slope, sd in decay(
-        market_tensors(cache, folds[-1], vol_window=cfg.env.plan.vol_window), args.column, tick
+        market_tensors(cache, folds[-1], vol_window=cfg.env.plan.barrier.vol_window), args.column, tick
     ):
         print(f"{k:3d} {corr:+.3f} {slope:12.2f} {sd:14.1f}")
     bpy = bars_per_year(cache)
     print(
-        f"threshold rule, plan {cfg.env.plan.target_bars} rows: validation net PnL / trades / Sharpe per fold"
+        f"threshold rule, plan {cfg.env.plan.barrier.horizon} rows: "
+        "validation net PnL / trades / Sharpe per fold"
     )
 
     def per_fold(policy) -> list[dict]:
         """The policy's validation metrics on every fold."""
         out = []
         for fd in folds:
-            m = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
+            m = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
             rec = evaluate(m, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
             out.append(
                 compute_metrics(

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from foxhunt.config.loader import load_config
-from foxhunt.env.actions import Direction
+from foxhunt.domain.actions import Direction
 from foxhunt.features.cache import open_cache
 from foxhunt.train.checkpoint import CheckpointStore
 from foxhunt.train.diagnostics import direction_q, gap_correlation
@@ -51,12 +51,12 @@ def main() -> None:
     x = trainer.market.features[rows, trainer.market.feature_columns.index(args.column)].numpy()
     names = [d.name[0] for d in Direction][: cfg.env.branches.direction]
     print(f"fold {fd.fold.index}, seed {cfg.run.seed}, {len(rows)} validation rows, feature {args.column}")
-    print("epoch  corr(gap, x)  sd(gap)  mean(gap)  val net PnL  trades  greedy " + "/".join(names))
+    print("epoch  corr(gap, x)  sd(gap)  mean(gap)  sel net PnL  trades  greedy " + "/".join(names))
     for epoch in range(-1, cfg.train.epochs):
         pnl, trades = 0.0, 0
         if epoch >= 0:
             trainer.epoch = epoch
-            val = trainer.run_epoch()["val"]
+            val = trainer.run_epoch()["select"]  # the epoch's selection-period backtest
             pnl, trades = float(val["net_pnl"]), int(val["trades"])
         q = direction_q(trainer.agent, trainer.market, trainer.cfg.env, rows)
         gap = q[:, int(Direction.LONG)] - q[:, int(Direction.SHORT)]

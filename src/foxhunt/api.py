@@ -24,7 +24,7 @@ fold's training-row scaler), ``rows`` a :class:`Rows` describing the N rows acte
 position, the fold's market). It answers either ``[N]`` directions (:class:`Direction` values:
 the order is then a full-size market order of normal urgency, as the scripted policies trade) or
 ``[N, 4]`` branch indices (direction, magnitude, order type, urgency; see
-:mod:`foxhunt.env.actions`). Every policy is judged by the same environment, costs and metrics as
+:mod:`foxhunt.domain.actions`). Every policy is judged by the same environment, costs and metrics as
 ``foxhunt backtest``: the validation rows of one fold, cut into windows stepped together.
 """
 
@@ -45,7 +45,7 @@ from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summa
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.ingest import MarketData, load_market
-from foxhunt.env.actions import BRANCH_NAMES, Direction, OrderType, Urgency
+from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
@@ -174,7 +174,7 @@ def fold_market(
         market.features.shape  # [rows, state feature columns]
     """
     return market_tensors(
-        cache, fold, vol_window=cfg.env.plan.vol_window, device=device, overrides=cfg.instrument
+        cache, fold, vol_window=cfg.env.plan.barrier.vol_window, device=device, overrides=cfg.instrument
     )
 
 
@@ -214,17 +214,17 @@ def _user_policy(fn: UserPolicy, cfg: FoxhuntConfig) -> Policy:
 
     def policy(obs: Tensor, env: TradingEnv) -> Tensor:
         s = env.state
-        out = torch.as_tensor(fn(obs, Rows(index=s.row, position=s.position, market=env.market)))
+        out = torch.as_tensor(fn(obs, Rows(index=s.row, position=s.account.position, market=env.market)))
         n = obs.shape[0]
         if out.shape == (n,):  # directions: a full-size market order of normal urgency
-            a = torch.empty(n, len(BRANCH_NAMES), dtype=torch.int64, device=obs.device)
-            for i, value in enumerate((out.to(obs.device), full, order, urgency)):  # BRANCH_NAMES order
+            a = torch.empty(n, len(BRANCHES), dtype=torch.int64, device=obs.device)
+            for i, value in enumerate((out.to(obs.device), full, order, urgency)):  # BRANCHES order
                 a[:, i] = value
             return a
-        if out.shape != (n, len(BRANCH_NAMES)):
+        if out.shape != (n, len(BRANCHES)):
             raise ValueError(
-                f"a policy must return [{n}] directions or [{n}, {len(BRANCH_NAMES)}] branch indices "
-                f"({', '.join(BRANCH_NAMES)}), got shape {list(out.shape)}"
+                f"a policy must return [{n}] directions or [{n}, {len(BRANCHES)}] branch indices "
+                f"({', '.join(BRANCHES)}), got shape {list(out.shape)}"
             )
         return out.to(device=obs.device, dtype=torch.int64)
 
@@ -243,7 +243,7 @@ class TrainedAgent:
         self, path: str | Path, cfg: FoxhuntConfig | None = None, device: torch.device | str = "cpu"
     ) -> None:
         from foxhunt.train.checkpoint import read_checkpoint_meta
-        from foxhunt.train.run import CheckpointPolicy
+        from foxhunt.train.policy import CheckpointPolicy
 
         self.path = Path(path)
         self._checkpoint = CheckpointPolicy(self.path, cfg if cfg is not None else load_config())
@@ -432,7 +432,7 @@ def export_weights(
     """
     from foxhunt.data.instrument import instrument_of_cache
     from foxhunt.train.checkpoint import export_weights as export
-    from foxhunt.train.run import CheckpointPolicy
+    from foxhunt.train.policy import CheckpointPolicy
 
     scaler = instrument = None
     if cache is not None:

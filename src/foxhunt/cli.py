@@ -242,7 +242,7 @@ def _training_config(
     profile: str | None, config: Path | None, sets: list[str], progress: Reporter
 ) -> tuple[FoxhuntConfig, str | None]:
     """The config of `run`, `seeds` and `tune`, and the profile named for it (None: ``--config``, or
-    the default profile, recorded as "default" as before).
+    the default profile, which the caller records as "default").
 
     Given neither ``--profile`` nor ``--config``, a machine with a CUDA device gets the ``gpu``
     profile (announced in one line) instead of smoke's CPU sizes, unless the ``--set`` keys put
@@ -504,10 +504,7 @@ def _cache_from(
     checkpoint's config, which the cache must match as it is)."""
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
 
-    if (data is None) == (cache_path is None):
-        raise FoxhuntError(
-            "--data/--cache", "pass exactly one of --data or --cache", f"see foxhunt {command} --help"
-        )
+    _one_source(data, cache_path, command)
     if cache_path is not None:
         with step("opening the feature cache", progress):
             if asked is not None:
@@ -519,6 +516,29 @@ def _cache_from(
 def _set_keys(overrides: list[str]) -> list[str]:
     """The ``section.key`` names of ``--set section.key=value`` assignments."""
     return [a.partition("=")[0].strip() for a in overrides]
+
+
+def _with_row_unit(sets: list[str] | None, row_unit: RowUnit | None) -> list[str]:
+    """The ``--set`` assignments, then ``--row-unit`` as ``data.row_unit=...`` when given: the option
+    is a shorthand for that key, and as the last assignment it wins over a ``--set`` of it."""
+    return list(sets or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+
+
+def _one_source(
+    data: list[Path] | None, cache_path: Path | None, command: str, *, required: bool = True
+) -> None:
+    """Refuse ``--data`` together with ``--cache`` and, when ``required``, neither of them: the data
+    would be read twice or from two places."""
+    if (data is not None and cache_path is not None) or (required and data is None and cache_path is None):
+        rule = "exactly" if required else "at most"
+        raise FoxhuntError(
+            "--data/--cache", f"pass {rule} one of --data or --cache", f"see foxhunt {command} --help"
+        )
+
+
+def _line(text: str) -> None:
+    """One result line on stdout, printed as it is (no markup, no highlighting, never wrapped)."""
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def _data_paths(data: list[Path], ctx: typer.Context) -> list[Path]:
@@ -598,8 +618,7 @@ def features_build(
     from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
-    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
-    cfg = _config(profile, config, overrides)
+    cfg = _config(profile, config, _with_row_unit(set_, row_unit))
     # No --overwrite: a cache file's name is the key of its inputs and config, so building it again
     # would write the same thing (it is reused); the folder is checked and cleaned of stale temps.
     claim_folder(out_dir, ())
@@ -732,21 +751,19 @@ def alpha_cmd(
     MLP and LightGBM predict the direction of the move over each horizon on purged walk-forward
     folds, with block-bootstrap confidence intervals, a horizon-decay curve, regime tables and
     feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
-    from foxhunt.alpha.check import check_horizons, run_alpha
+    from foxhunt.alpha.check import check_horizons
     from foxhunt.alpha.report import verdict_line, write_report
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
     from foxhunt.outputs import claim_folder
-    from foxhunt.validation.leaks import cache_sources, guard
+    from foxhunt.stages import Stopped, alpha_check, leak_guard
+    from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
-    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    overrides = _with_row_unit(set_, row_unit)
     if horizons:
         overrides.append(f"alpha.horizons=[{horizons}]")
     cfg = _config(profile, config, overrides)
-    if (data is None) == (cache_path is None):
-        raise FoxhuntError(
-            "--data/--cache", "pass exactly one of --data or --cache", "see foxhunt alpha --help"
-        )
+    _one_source(data, cache_path, "alpha")
     if cfg.alpha.horizons is not None:  # before the cache is built: a bad horizon writes nothing
         check_horizons(cfg.alpha.horizons, "--horizons" if horizons else "alpha.horizons")
     claim_folder(out_dir, ("alpha.json", "alpha.config.json"), overwrite=overwrite)
@@ -756,14 +773,10 @@ def alpha_cmd(
         files = cache_sources(cache, cache_path)
     else:
         files = _data_paths(data or [], ctx)
-    with step("leak guard", progress):
-        report = guard(files, cfg, "alpha check", "no alpha result is reported on a leak", progress)
-    out.print(report.verdict, markup=False, highlight=False, soft_wrap=True)
+    report = leak_guard(files, cfg, "alpha check", Stopped.ALPHA, progress, _line, load_progress=progress)
     if cache_path is None:
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
-    chosen = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
-    result = run_alpha(cache, cfg, tuple(chosen), progress=progress)
-    result.leak_guard = report.to_dict()
+    result = alpha_check(cache, cfg, report, progress)
     write_report(result, out_dir)
     write_resolved(cfg, out_dir / "alpha.config.json")
     out.print(verdict_line(result))
@@ -817,11 +830,11 @@ def backtest_cmd(
     from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
-    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
+    overrides = _with_row_unit(set_, row_unit)
     cfg = _config(profile, config, overrides)
     claim_folder(out_dir, ("metrics.json", "trades.csv", "backtest.config.json"), overwrite=overwrite)
     if checkpoint is not None:
-        from foxhunt.train.run import CheckpointPolicy
+        from foxhunt.train.policy import CheckpointPolicy
 
         kind = CheckpointPolicy(checkpoint, cfg)
         cfg = kind.cfg  # the checkpoint's own resolved config (its widths, branches and folds)
@@ -1014,9 +1027,10 @@ def train_cmd(
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import config_from_cache
     from foxhunt.outputs import claim_run
+    from foxhunt.stages import Stopped, leak_guard
     from foxhunt.tracking import tracked_run
     from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train
-    from foxhunt.validation.leaks import cache_sources, guard
+    from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
@@ -1035,16 +1049,13 @@ def train_cmd(
     claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume is not None, overwrite=overwrite)
     # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
     # on the files the cache was built from (they must still be where they were).
-    stopped = "nothing is trained on a leak"
     if cache_path is None and data is not None:
-        with step("leak guard", progress):
-            leaks = guard(_data_paths(data, ctx), cfg, "foxhunt train", stopped)
+        files = _data_paths(data, ctx)
+        leaks = leak_guard(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
     cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked)
     if cache_path is not None:
-        with step("leak guard", progress):
-            leaks = guard(cache_sources(cache, cache_path), cfg, "foxhunt train", stopped)
-    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
-    files = cache_sources(cache, cache_path) if cache_path is not None else _data_paths(data or [], ctx)
+        files = cache_sources(cache, cache_path)
+        leaks = leak_guard(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
     named = profile or ("file" if config else "default")
     resumed = resume is not None
     with tracked_run(
@@ -1167,10 +1178,7 @@ def edge_cmd(
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
-    if data is not None and cache_path is not None:
-        raise FoxhuntError(
-            "--data/--cache", "pass at most one of --data or --cache", "see foxhunt edge --help"
-        )
+    _one_source(data, cache_path, "edge", required=False)  # neither: the embedded synthetic market
     if cache_path is not None:
         asked = _set_keys(set_ or [])
         cache, cfg = _cache_from(ctx, None, cache_path, cfg, out_dir, progress, "edge", asked)
@@ -1231,9 +1239,9 @@ def seeds_cmd(
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder
     from foxhunt.report.plots import plot_seeds
+    from foxhunt.stages import Stopped, leak_guard
     from foxhunt.tracking import tracked_run
     from foxhunt.train.seeds import SEEDS_FILE, SEEDS_PLOT, run_seeds, seed_folder, summarise_seeds
-    from foxhunt.validation.leaks import guard
 
     try:
         chosen = [int(s) for s in seeds.split(",") if s.strip()]
@@ -1249,9 +1257,7 @@ def seeds_cmd(
     finished = (SEEDS_FILE, "seeds.config.json", *(seed_folder(Path(), s).name for s in chosen))
     claim_folder(out_dir, finished, overwrite=overwrite)
     files = _market_files(ctx, data, cfg, out_dir)
-    with step("leak guard", progress):
-        leaks = guard(files, cfg, "foxhunt seeds", "nothing is trained on a leak")
-    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
+    leak_guard(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
     cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
     with step("reference rule, flat and long per fold", progress):
         try:
@@ -1334,8 +1340,7 @@ def check_leaks_cmd(
     from foxhunt.validation.leaks import check_leaks
 
     progress = _reporter(quiet, verbose)
-    overrides = list(set_ or []) + ([f"data.row_unit={row_unit.value}"] if row_unit else [])
-    cfg = _config(profile, config, overrides)
+    cfg = _config(profile, config, _with_row_unit(set_, row_unit))
     with step("checking for look-ahead leaks", progress):
         report = check_leaks(load_market(_data_paths(data, ctx), cfg.data, progress), cfg)
     if as_json:
@@ -1467,8 +1472,8 @@ def tune_cmd(
     ] = False,
     tracking_uri: TrackingOpt = None,
 ) -> None:
-    """Hyperparameter search: an Optuna study (TPE, median pruning on each epoch's validation net
-    PnL) over the search space in the config's tune section, every trial trained on one feature
+    """Hyperparameter search: an Optuna study (TPE, median pruning on each epoch's selection-period
+    net PnL) over the search space in the config's tune section, every trial trained on one feature
     cache, WORKERS at once (Ray). Run it again to resume a killed study. Writes best.toml (a
     profile for --config), tune.html and tune.json. Tracked in MLflow: a run for the study, each
     trial's nested. docs/tune.md."""
@@ -1478,12 +1483,12 @@ def tune_cmd(
     from foxhunt.backtest.reference import RULE, edge, planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import check_writable
+    from foxhunt.stages import Stopped, leak_guard
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
-    from foxhunt.validation.leaks import guard
 
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
@@ -1511,9 +1516,7 @@ def tune_cmd(
         shutil.rmtree(out_dir / TRIALS_DIR, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _market_files(ctx, data, cfg, out_dir)
-    with step("leak guard", progress):
-        leaks = guard(files, cfg, "foxhunt tune", "nothing is tuned on a leak")
-    out.print(leaks.verdict, markup=False, highlight=False, soft_wrap=True)
+    leak_guard(files, cfg, "foxhunt tune", Stopped.TUNING, progress, _line)
     cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
     if cfg.tune.objective is Objective.CAPTURE:
         with step("reference rule per fold (the capture's denominator)", progress):

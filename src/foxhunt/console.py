@@ -65,7 +65,7 @@ def epoch_line(
     epoch: int,
     n_epochs: int,
     *,
-    val_net: float,
+    select_net: float,
     trades: float,
     sharpe: float,
     loss: float,
@@ -75,17 +75,18 @@ def epoch_line(
     """The one short line per training epoch, in plain words (``fold`` and ``epoch`` are 0-based
     indices, shown counted from 1)::
 
-        fold 1/3 epoch 3/6  val net +1,234.50  trades 16  Sharpe 2.1  loss 0.41  12.3 s  ETA 1m05s
+        fold 1/3 epoch 3/6  select net +1,234.50  trades 16  Sharpe 2.1  loss 0.41  12.3 s  ETA 1m05s
 
-    ``val net`` is the validation net PnL (currency), ``Sharpe`` the annualised validation Sharpe,
-    ``loss`` the learner's mean loss over the epoch (2 significant digits: a trend to watch, the
-    exact values are in TensorBoard and ``--verbose``), then the epoch's seconds and the estimated
-    time left for the whole training (left out when none is left). A value that is not finite
-    reads ``-``.
+    ``select net``, ``trades`` and ``Sharpe`` (annualised) are those of the greedy backtest over the
+    fold's selection period (the tail of its training rows, which picks the reported epoch; never the
+    validation period), ``loss`` the learner's mean loss over the epoch (2 significant digits: a
+    trend to watch, the exact values are in TensorBoard and ``--verbose``), then the epoch's seconds
+    and the estimated time left for the whole training (left out when none is left). A value that is
+    not finite reads ``-``.
     """
     parts = [
         f"fold {fold + 1}/{n_folds} epoch {epoch + 1}/{n_epochs}",
-        f"val net {_num(val_net, '+,.2f')}",
+        f"select net {_num(select_net, '+,.2f')}",
         f"trades {_num(trades, '.0f')}",
         f"Sharpe {_num(sharpe, '.1f' if abs(sharpe) < 100 else '.0f')}",
         f"loss {_num(loss, '.2g')}",

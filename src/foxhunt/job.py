@@ -104,7 +104,7 @@ def run_job(
     it recorded, checked before anything is written. ``run.config.json`` is written once the data
     has passed the leak guard: data that cannot be read leaves nothing behind. Training onward is
     tracked in MLflow (``tracking_uri``: :func:`foxhunt.tracking.resolve_uri`; ``"none"``: off)."""
-    from foxhunt.alpha.check import check_horizons, run_alpha
+    from foxhunt.alpha.check import check_horizons
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
     from foxhunt.backtest.reference import planted_column, total_capture
@@ -113,10 +113,10 @@ def run_job(
     from foxhunt.features.cache import get_or_build
     from foxhunt.parallel.idle import idle_cores
     from foxhunt.report.html import write_report
+    from foxhunt.stages import Stopped, alpha_check, leak_guard
     from foxhunt.tracking import start_run
     from foxhunt.train.guard import AnomalyError
     from foxhunt.train.run import resolve_device, train
-    from foxhunt.validation.leaks import guard
 
     rep = reporter_or_lines(progress, log)
     log = rep.say  # every line below goes through the reporter (stamped, or silenced by --quiet)
@@ -140,14 +140,10 @@ def run_job(
         warm.wait()
     else:
         files = list(data or [])
-    with rep.task("leak guard"):
-        leaks = guard(files, cfg, "foxhunt run", "nothing is trained on a leak")
-    log(leaks.verdict)
+    leaks = leak_guard(files, cfg, "foxhunt run", Stopped.TRAINING, rep, log)
     write_resolved(cfg, out / RECORDED_CONFIG)
     cache = get_or_build(files, cfg, out / "cache", progress=rep)
-    horizons = cfg.alpha.horizons or tuple(cfg.labels.horizons(cfg.data.row_unit))
-    alpha = run_alpha(cache, cfg, tuple(horizons), progress=rep)
-    alpha.leak_guard = leaks.to_dict()
+    alpha = alpha_check(cache, cfg, leaks, rep)
     alpha_paths = write_alpha(alpha, out / "alpha")
     log(verdict_line(alpha))
     device = resolve_device(cfg)

@@ -11,14 +11,13 @@ from torch import Tensor
 
 from foxhunt.agent.agent import AUX_RETURN_BOUND, Agent, Mode
 from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig, ReplayConfig
-from foxhunt.env.actions import Direction
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import AUX_TARGETS
-from foxhunt.env.rewards import BRANCHES
-from foxhunt.env.sizing import SizingParams
 from foxhunt.features.layout import STATE_LAYOUT
 from tests.env.test_core import market
+from tests.factories import plan_config
 
 W = STATE_LAYOUT.width
 SMALL = {
@@ -72,7 +71,7 @@ def rising_market(rows: int, step: float = 1.0, seed: int = 0):
     return mkt
 
 
-def env_config(episode_rows: int, target_bars: int = 2) -> EnvConfig:
+def env_config(episode_rows: int, horizon: int = 2) -> EnvConfig:
     """Two contracts at most, conviction pinned at 1 (sizing never rounds a trade to 0), $1 fees."""
     return EnvConfig(
         branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
@@ -83,7 +82,7 @@ def env_config(episode_rows: int, target_bars: int = 2) -> EnvConfig:
             immediate_slippage_ticks=0.0,
         ),
         contract=ContractConfig(max_position=2, initial_capital=100_000.0),
-        plan=PlanConfig(target_bars=target_bars, profit_mult=1000.0, stop_mult=1000.0),
+        plan=plan_config(horizon=horizon, profit_mult=1000.0, stop_mult=1000.0),
         sizing=SizingParams(conviction_min=1.0, cvar_weight=0.0, kelly_weight=0.0),
         episode_rows=episode_rows,
     )
@@ -333,7 +332,7 @@ def test_collect_decision_windows_run_to_the_next_decision_state() -> None:
     (at most n steps; the epoch's tail truncated), recomputed here from the recorded env steps;
     with 2-bar plans most windows close early, so the check has teeth."""
     n_env, steps, gamma, n = 3, 12, 0.9, 6
-    mkt, ecfg = rising_market(40), env_config(episode_rows=30, target_bars=2)
+    mkt, ecfg = rising_market(40), env_config(episode_rows=30, horizon=2)
     agent, log, obs0, _ = collect_pair(
         mkt,
         ecfg,
@@ -458,3 +457,103 @@ def test_decision_boost_draws_free_states_more_often(boost: float) -> None:
         assert 0.04 < share < 0.2
     else:
         assert share > 0.35  # (1 + 20)^0.6 = 6.2 times their 10%: about 40%
+
+
+# --- seeding and state ----------------------------------------------------------------------------
+
+
+def _params_equal(a: Agent, b: Agent) -> bool:
+    sa, sb = a.net.state_dict(), b.net.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_same_seed_same_weights_whatever_ran_between_and_the_global_stream_is_untouched() -> None:
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    first = make_agent(seed=7)
+    assert torch.equal(torch.get_rng_state(), before)  # building an agent draws nothing from it
+    torch.rand(1000)  # the process's stream moves on ...
+    torch.manual_seed(99)  # ... or is reseeded
+    second = make_agent(seed=7)
+    assert _params_equal(first, second)
+    assert not _params_equal(first, make_agent(seed=8))  # and the seed is what sets them
+    # The agent's own generator starts from the seed too: the same exploration draws.
+    s = states(32)
+    explore = {"epsilon": 0.5}
+    a, b = make_agent(seed=7, explore=explore), make_agent(seed=7, explore=explore)
+    assert torch.equal(a.policy(s, Mode.EXPLORE).actions, b.policy(s, Mode.EXPLORE).actions)
+
+
+def _trained(seed: int, branches: BranchConfig | None = None) -> tuple[Agent, EnvConfig]:
+    """An agent after one collection and a few updates on a rising market (every state part moved)."""
+    mkt, ecfg = rising_market(40), env_config(episode_rows=9)
+    agent = make_agent(ecfg.branches, seed=seed, explore={"epsilon": 0.3}, learn={"lr": 1e-3}, capacity=256)
+    agent.collect(mkt, ecfg, torch.arange(8) * 3, 8)
+    agent.learn(3, 32)
+    agent.temperature_boost = 1.5
+    agent.scale_lr(2.0)
+    return agent, ecfg
+
+
+def test_state_dict_round_trip_continues_exactly() -> None:
+    """An agent of another seed loading a trained one's state_dict acts, samples, learns and collects
+    bit for bit as the original does from there on."""
+    a, ecfg = _trained(seed=3)
+    b = make_agent(ecfg.branches, seed=11, explore={"epsilon": 0.3}, learn={"lr": 1e-3}, capacity=256)
+    b.load_state_dict(a.state_dict())
+    assert b.temperature_boost == 1.5 and b.learner.lr_scale == a.learner.lr_scale == 2.0
+    assert all(torch.equal(x, y) for x, y in zip(a.counts, b.counts, strict=True))
+    assert len(b.replay) == len(a.replay) > 0
+    s = states(16)
+    assert torch.equal(a.policy(s, Mode.EXPLORE).actions, b.policy(s, Mode.EXPLORE).actions)  # generator
+    for agent in (a, b):
+        # The learner's noisy-layer noise comes from torch's process-wide stream (the run loop seeds
+        # it: foxhunt.seeding.seed_process), not from the agent's state: the same for both here.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(5)
+            agent.set_epoch(1)
+            agent.learn(2, 32)
+    assert _params_equal(a, b)
+    ta, tb = a.learner.target.state_dict(), b.learner.target.state_dict()
+    assert all(torch.equal(ta[k], tb[k]) for k in ta)
+    out_a, out_b = a.policy(s, Mode.GREEDY), b.policy(s, Mode.GREEDY)
+    assert torch.equal(out_a.direction_conviction, out_b.direction_conviction)  # signals came along
+
+
+def test_policy_state_is_what_acting_reads_and_load_weights_keeps_the_rest() -> None:
+    a, ecfg = _trained(seed=3)
+    acting = make_agent(ecfg.branches, seed=11, capacity=16)
+    acting.load_policy_state_dict(a.policy_state_dict())
+    s = states(16)
+    want, got = a.policy(s, Mode.GREEDY), acting.policy(s, Mode.GREEDY)
+    assert torch.equal(want.actions, got.actions) and torch.equal(want.q_variance, got.q_variance)
+    t, n = acting.learner.target.state_dict(), acting.net.state_dict()
+    assert all(torch.equal(t[k], n[k]) for k in n)  # the target starts as the online network
+
+    # The rewind: weights and optimizer back, replay, signals, counts and generator as they were.
+    b, _ = _trained(seed=5)
+    kept = (b.signals.state_dict(), [c.clone() for c in b.counts], b.gen.get_state(), len(b.replay))
+    b.load_weights(a.state_dict())
+    assert _params_equal(a, b)
+    assert all(torch.equal(v, b.signals[k]) for k, v in kept[0].items())
+    assert all(torch.equal(x, y) for x, y in zip(kept[1], b.counts, strict=True))
+    assert torch.equal(kept[2], b.gen.get_state()) and kept[3] == len(b.replay)
+
+
+def test_head_parameters_are_the_value_and_advantage_streams() -> None:
+    agent = make_agent()
+    heads = agent.head_parameters()
+    named = [p for name, p in agent.net.named_parameters() if name.split(".")[0] in ("value", "advantage")]
+    assert len(heads) == len(named) > 0 and all(x is y for x, y in zip(heads, named, strict=True))
+    assert agent.optimizer is agent.learner.opt
+
+
+def test_expected_q_is_what_the_greedy_policy_takes_the_argmax_of() -> None:
+    agent = make_agent(explore=OFF)
+    s = states(32)
+    qs = agent.expected_q(s)
+    greedy = agent.policy(s, Mode.GREEDY).actions
+    assert len(qs) == len(BRANCHES)
+    for i, q in enumerate(qs):
+        assert torch.equal(q.argmax(1), greedy[:, i])
+    assert agent.net.training  # evaluated at the noisy layers' means, then back to training mode

@@ -12,7 +12,7 @@ from foxhunt.agent.balance import adaptive_lambda, gate_entropy, load_loss, mix_
 K = 8
 
 
-# --- adaptive lambda (SPEC §7 formula) ---------------------------------------------------------------
+# --- adaptive lambda (docs/design.md §6) ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -115,7 +115,7 @@ def test_tf32_exploring_forward_stays_within_its_tolerance_on_cuda() -> None:
     from foxhunt.agent.agent import Mode
     from foxhunt.agent.collect import tf32_matmuls
     from foxhunt.agent.config import AgentConfig, NetworkConfig
-    from foxhunt.env.config import BranchConfig
+    from foxhunt.domain.actions import BranchConfig
     from foxhunt.features.layout import STATE_LAYOUT
 
     tol = 1e-2

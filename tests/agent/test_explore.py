@@ -7,8 +7,7 @@ import torch
 
 from foxhunt.agent.distributional import expectation, project_c51, sample_c51, support
 from foxhunt.agent.explore import boltzmann, count_bonus, epsilon_greedy, greedy, thompson_direction
-from foxhunt.env.actions import ActionCodec
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import ActionCodec, BranchConfig
 
 BRANCH_CONFIGS = [
     pytest.param(BranchConfig(), id="4x3x3x3"),

@@ -8,7 +8,7 @@ import torch
 from foxhunt.agent.agent import Agent, UpdateMode
 from foxhunt.agent.config import AgentConfig, LearnConfig, NetworkConfig, Symmetry
 from foxhunt.agent.learner import Batch
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 from foxhunt.features.layout import STATE_LAYOUT
 
 pytestmark = pytest.mark.gpu

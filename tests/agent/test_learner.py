@@ -1,4 +1,4 @@
-"""The learner's update (issue 6 §4): gradients reach every parameter, losses are mean-reduced, every
+"""The learner's update: gradients reach every parameter, losses are mean-reduced, every
 coefficient at 0 removes its mechanism, the Adam restart and cosine schedule, Polyak averaging, and a
 known-answer bandit learned through ``Learner.update`` alone."""
 
@@ -16,9 +16,7 @@ from foxhunt.agent.config import AgentConfig, LearnConfig, LossConfig, NetworkCo
 from foxhunt.agent.learner import Batch, Learner
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.signals import Signals
-from foxhunt.env.actions import ActionCodec, Direction
-from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig, Direction
 from foxhunt.features.layout import STATE_LAYOUT
 
 W = STATE_LAYOUT.width
@@ -161,7 +159,7 @@ def test_q_and_aux_gradients_are_clipped_separately_and_stats_are_pre_clip() -> 
 
 
 def test_gradient_norm_is_invariant_to_the_batch_size() -> None:
-    """Mean-reduced losses (SPEC §10.6): one network, batches of 64 and 4096 from the same
+    """Mean-reduced losses (docs/design.md §10.6): one network, batches of 64 and 4096 from the same
     distribution give pre-clip gradient norms within 20% (sum reduction would give 64x); the 64-row
     batch tiled to 4096 rows gives the same norm to float precision."""
     cfg = agent_cfg(network={"support_growth": 1.0})  # a fixed support: the same C51 targets at any size
@@ -331,6 +329,53 @@ def test_polyak_target_is_the_exact_average_after_one_update() -> None:
         want = (1.0 - tau) * t0 + tau * th.detach()
         torch.testing.assert_close(t_after, want, rtol=1e-6, atol=1e-7)
     assert torch.equal(learner.target.v_max, learner.net.v_max)
+
+
+# --- state ---------------------------------------------------------------------------------------
+
+
+def test_state_dict_round_trip_continues_the_same_run() -> None:
+    """A learner loaded from another's state (after 3 updates, an epoch of the schedule and an lr bump)
+    takes the next update to the same bits: networks, target, PopArt, Adam and the counters all travel.
+    NoisyNet and PopArt on, so every part of the state matters."""
+    cfg = agent_cfg(network={"noisy_sigma": 0.5}, learn={"popart": 1e-2})
+    source = make_learner(cfg, seed=0)
+    for i in range(3):
+        update(source, make_batch(32, seed=20 + i), noise_seed=i)
+    source.lr_scale = 0.5
+    source.set_epoch(3)
+    state = copy.deepcopy(source.state_dict())
+    assert set(state) == {"network", "target", "popart", "optimizer", "epoch", "lr_scale"}
+
+    copy_ = make_learner(cfg, seed=1)  # different weights until it loads
+    copy_.load_state_dict(state)
+    assert (copy_.epoch, copy_.lr_scale) == (3, 0.5)
+    assert copy_.opt.param_groups[0]["lr"] == source.opt.param_groups[0]["lr"]
+    torch.manual_seed(9)  # the same NoisyNet draws for both
+    ps, ss = source.update(make_batch(32, seed=30))
+    torch.manual_seed(9)
+    pc, sc = copy_.update(make_batch(32, seed=30))
+    assert torch.equal(pc, ps)
+    assert all(torch.equal(sc[k], ss[k]) for k in ss)
+    for name, learner_state in source.state_dict().items():
+        if isinstance(learner_state, dict) and name != "optimizer":
+            for k, v in learner_state.items():
+                assert torch.equal(copy_.state_dict()[name][k], v), (name, k)
+
+
+def test_load_state_dict_keeps_a_tensor_learning_rate_and_names_bad_keys() -> None:
+    """A captured update reads Adam's learning rate from its tensor (CUDA): loading fills that tensor
+    with the saved value instead of replacing it. A dict that is not ``state_dict()``'s is refused."""
+    cfg = agent_cfg()
+    source, target = make_learner(cfg), make_learner(cfg)
+    source.set_epoch(5)
+    lr = torch.tensor(1.0)
+    target.opt.param_groups[0]["lr"] = lr
+    target.load_state_dict(source.state_dict())
+    assert target.opt.param_groups[0]["lr"] is lr
+    assert float(lr) == pytest.approx(source.opt.param_groups[0]["lr"])
+    with pytest.raises(ValueError, match=r"missing keys \['epoch'\], unknown keys \['step'\]"):
+        target.load_state_dict({**{k: v for k, v in source.state_dict().items() if k != "epoch"}, "step": 1})
 
 
 # --- a known answer ------------------------------------------------------------------------------

@@ -1,19 +1,19 @@
-"""Contracts of the Q network (SPEC §7): shapes, initial gate, gradients, noise, branch wiring, support."""
+"""Contracts of the Q network (docs/design.md §6): shapes, initial gate, gradients, noise, branch wiring,
+support."""
 
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 import torch
 from torch import Tensor, nn
 
 from foxhunt.agent.config import AgentConfig, NetworkConfig
+from foxhunt.agent.distributional import support
 from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork, reset_noise
-from foxhunt.env.actions import Direction
-from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.agent.support import growth_factor
+from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
 from foxhunt.features.layout import STATE_LAYOUT
 
 W = STATE_LAYOUT.width
@@ -359,33 +359,14 @@ def test_support_is_symmetric_linspace_of_v_max() -> None:
     assert net.v_max.dtype == torch.float32 and net.v_max.dim() == 0
 
 
-@pytest.mark.parametrize(
-    "target", [0.0, 0.5, 0.9, 0.9001, 1.0, 1.35, 0.9 * 1.5**3, 0.9 * 1.5**3 * (1 + 2e-5), 5.0, 1e3, 1e6]
-)
-def test_grow_support_covers_minimally(target: float) -> None:
-    net = make_net(support_init=1.0, support_growth=1.5)
-    t = torch.tensor(target)
-    factor = net.grow_support(t)
-    target, v = t.item(), net.v_max.item()
-    steps = math.log(v) / math.log(1.5)
-    assert v == factor.item() and abs(steps - round(steps)) < 1e-4  # whole growth steps
-    assert 0.9 * v >= target * (1 - 1e-6)  # covers
-    if v > 1.0:
-        assert 0.9 * v / 1.5 < target * (1 + 1e-6)  # one step fewer would not
-
-
-def test_grow_support_never_shrinks_and_ignores_non_finite() -> None:
-    net = make_net(support_init=1.0, support_growth=2.0)
-    net.grow_support(torch.tensor([-7.0, 2.0, float("nan"), float("inf")]))
-    assert net.v_max.item() == 8.0  # 0.9 · 8 >= 7 > 0.9 · 4
-    for t in [0.1, 0.0, 7.2, -3.0]:
-        net.grow_support(torch.tensor(t))
-        assert net.v_max.item() == 8.0
-    net.grow_support(torch.tensor(7.3))
-    assert net.v_max.item() == 16.0
-    fixed = make_net(support_init=1.0, support_growth=1.0)
-    fixed.grow_support(torch.tensor(50.0))
-    assert fixed.v_max.item() == 1.0
+@pytest.mark.parametrize("atoms", [3, 4, 11, 51, 101])
+@pytest.mark.parametrize("v_max", [1.0, 2.5, 1.5**7, 0.1])
+def test_support_is_the_distributional_support_bit_for_bit(atoms: int, v_max: float) -> None:
+    """The network's atoms are :func:`distributional.support`'s, not a copy of its formula that could
+    drift from it (its grid is built once, then scaled by ``v_max``)."""
+    net = make_net(atoms=atoms)
+    net.v_max.fill_(v_max)
+    assert torch.equal(net.support(), support(net.v_max, atoms))
 
 
 def test_expected_q_averages_c51_and_denormalised_iqn() -> None:
@@ -431,7 +412,7 @@ def test_cuda_matches_cpu() -> None:
     gpu_net.train().reset_noise(torch.Generator(device="cuda").manual_seed(0))
     touch_all(gpu_net(s.cuda())).backward()
     assert all(p.grad is not None for p in gpu_net.parameters())
-    gpu_net.grow_support(torch.tensor([5.0, float("nan")], device="cuda"))
+    gpu_net.v_max.mul_(growth_factor(gpu_net.v_max, torch.tensor([5.0, float("nan")], device="cuda"), 1.5))
     assert gpu_net.v_max.item() == 1.5**5
 
 

@@ -15,8 +15,7 @@ from foxhunt.agent.replay import (
     nstep_returns,
     transition_fields,
 )
-from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.domain.actions import BRANCHES, BranchConfig
 from foxhunt.features.layout import STATE_LAYOUT
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]

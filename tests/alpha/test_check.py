@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from foxhunt.alpha.check import AlphaResult, HorizonResult, run_alpha, targets
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import get_or_build
 

@@ -11,9 +11,8 @@ import numpy as np
 import pytest
 
 from foxhunt.backtest.annualise import annualisation, observed_rows_per_hour, time_bars_per_year
-from foxhunt.config.instrument import InstrumentConfig
-from foxhunt.data.instrument import product_instrument, resolve_instrument
 from foxhunt.data.schemas import BarKind, RowUnit
+from foxhunt.domain.instrument import InstrumentConfig, product_instrument, resolve_instrument
 
 ES = product_instrument("ES")  # 23 h sessions, 252 days
 HOUR = 3_600_000_000_000

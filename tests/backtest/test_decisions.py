@@ -47,7 +47,7 @@ class _EagerLog:
                     obs, res = env.step(self.inner)
                 else:
                     obs, res = self.inner.step(env)  # type: ignore[attr-defined]
-                log.rows.extend(step_rows(rows, res, env._state().position, log.ts_of))
+                log.rows.extend(step_rows(rows, res, env._state().account.position, log.ts_of))
                 return obs, res
 
         return lambda obs, env: Recording(policy(obs, env))

@@ -2,8 +2,8 @@
 metric with foxhunt's ``metrics.json``.
 
 The recomputation (everything above ``# --- the foxhunt side``) imports no foxhunt code: it reads the
-DBN records with databento's ``DBNStore.to_df`` and re-derives every rule from SPEC §6 and §9 and the
-rules issue 14 fixed, with plain pandas/numpy loops:
+DBN records with databento's ``DBNStore.to_df`` and re-derives every rule from docs/design.md §5 and §8
+and the rules issue 14 fixed, with plain pandas/numpy loops:
 
 * rows: trade dates from the 17:00 America/Chicago session open, the daily halt [16:00, 17:00)
   dropped, one front-month contract per session (the most active contract of the previous session,
@@ -213,7 +213,7 @@ class Params:
     max_position: int
     capital: float
     floor: float
-    target_bars: int
+    horizon: int  # the triple barrier's timeout in rows
     profit_mult: float
     stop_mult: float
     min_vol: float
@@ -392,7 +392,7 @@ def run_window(
             hi, lo = rows_high(rows, mid, r1), rows_low(rows, mid, r1)
             hit_profit = hi >= plan["profit"] if d > 0 else lo <= plan["profit"]
             hit_stop = lo <= plan["stop"] if d > 0 else hi >= plan["stop"]
-            if plan["hold"] >= p.target_bars:
+            if plan["hold"] >= p.horizon:
                 reason = TIMEOUT
             if hit_profit:
                 reason = PROFIT
@@ -470,7 +470,7 @@ def ffill(x: np.ndarray) -> np.ndarray:
 def independent_metrics(rows: Rows, policy: str, p: Params, seed: int) -> dict[str, float]:
     """The backtest of a scripted policy (long and short: Full size market orders, Normal
     urgency; flat: to no position; random: every branch uniform, fold k's draws seeded
-    ``seed + k``), metrics as SPEC §9."""
+    ``seed + k``), metrics as docs/design.md §8."""
     mid = ffill(rows.close)
     vol = trailing_vol(mid, rows.segment_start, p.vol_window)
     full = len(p.fractions) - 1
@@ -566,11 +566,11 @@ def _params(cfg: Any, bar_seconds: int) -> Params:
         max_position=e.contract.max_position,
         capital=e.contract.initial_capital,
         floor=e.contract.capital_floor,
-        target_bars=e.plan.target_bars,
-        profit_mult=e.plan.profit_mult,
-        stop_mult=e.plan.stop_mult,
+        horizon=e.plan.barrier.horizon,
+        profit_mult=e.plan.barrier.profit_mult,
+        stop_mult=e.plan.barrier.stop_mult,
         min_vol=e.plan.min_vol,
-        vol_window=e.plan.vol_window,
+        vol_window=e.plan.barrier.vol_window,
         fractions=tuple(e.branches.magnitude_fractions),
         cvar={
             "window": e.sizing.cvar_window,

@@ -20,9 +20,10 @@ from foxhunt.backtest.metrics import (
     per_episode_metrics,
     sharpe_ceiling_from_auc,
     sharpe_lower_bound,
+    sharpe_ratio,
     trade_t_stat,
 )
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 
 C0 = 100_000.0
 SHORT, HOLD, LONG, FLAT = 0, 1, 2, 3
@@ -118,8 +119,9 @@ def _record(a: dict[str, np.ndarray], device: str = "cpu") -> StepRecord:
 # --- the NumPy reference: loop over episodes, mask, compute ------------------------------------
 
 
-def _ratio(mu: float, spread: float) -> float:
-    return mu / spread if spread > 1e-10 * abs(mu) else 0.0
+def _ratio(mu: float, spread: float, n: int) -> float:
+    """The Sharpe rule written out: 0 below two returns or at zero spread (up to 1e-4 |mu|)."""
+    return mu / spread if n >= 2 and spread > 1e-4 * abs(mu) else 0.0
 
 
 def _episode_ref(a: dict[str, np.ndarray], e: int, bpy: float, n_dir: int) -> dict[str, Any]:
@@ -151,12 +153,12 @@ def _episode_ref(a: dict[str, np.ndarray], e: int, bpy: float, n_dir: int) -> di
         "gross_pnl": a["gross_pnl"][e, idx].sum(),
         "costs": a["costs"][e, idx].sum(),
         "trades": len(tp),
-        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: SPEC §9's sentinel
+        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: the -1 sentinel
         "avg_trade_pnl": tp.mean() if len(tp) else 0.0,
         "mean_return_per_bar": mu,
-        "sharpe_per_bar": _ratio(mu, sigma),
-        "sharpe_annual": _ratio(mu, sigma) * math.sqrt(bpy),
-        "sortino_annual": _ratio(mu, delta) * math.sqrt(bpy),
+        "sharpe_per_bar": _ratio(mu, sigma, n),
+        "sharpe_annual": _ratio(mu, sigma, n) * math.sqrt(bpy),
+        "sortino_annual": _ratio(mu, delta, n) * math.sqrt(bpy),
         "annual_return": mu * bpy,
         "max_drawdown": max_dd,
         "calmar": mu * bpy / max_dd if max_dd > 0 else 0.0,
@@ -199,7 +201,7 @@ def _reference(a: dict[str, np.ndarray], kw: dict[str, Any]) -> dict[str, Any]:
         "gross_pnl": sum(ep["gross_pnl"] for ep in eps),
         "costs": sum(ep["costs"] for ep in eps),
         "trades": len(tp),
-        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: SPEC §9's sentinel
+        "win_rate": (tp > 0).mean() if len(tp) else -1.0,  # undefined: the -1 sentinel
         "win_rate_by_magnitude": [
             (tp[cm == k] > 0).mean() if (cm == k).any() else -1.0 for k in range(n_mag)
         ],
@@ -207,9 +209,9 @@ def _reference(a: dict[str, np.ndarray], kw: dict[str, Any]) -> dict[str, Any]:
         "avg_trade_pnl": tp.mean() if len(tp) else 0.0,
         "trade_pnl_std": tp.std() if len(tp) else 0.0,  # population std (ddof 0)
         "mean_return_per_bar": mu,
-        "sharpe_per_bar": _ratio(mu, sigma),
-        "sharpe_annual": _ratio(mu, sigma) * math.sqrt(bpy),
-        "sortino_annual": _ratio(mu, delta) * math.sqrt(bpy),
+        "sharpe_per_bar": _ratio(mu, sigma, n),
+        "sharpe_annual": _ratio(mu, sigma, n) * math.sqrt(bpy),
+        "sortino_annual": _ratio(mu, delta, n) * math.sqrt(bpy),
         "bars_per_year": bpy,
         "annual_return": mu * bpy,
         "max_drawdown": max_dd,
@@ -268,7 +270,7 @@ def test_metrics_match_numpy_reference(seed: int, sizes: tuple[int, int, int, in
         np.testing.assert_allclose(t.numpy(), ref, rtol=1e-9, atol=1e-9, err_msg=name)
 
 
-# --- unwritten steps (SPEC §10.12) -------------------------------------------------------------
+# --- unwritten steps (skipped by every reducer) ------------------------------------------------
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -306,7 +308,7 @@ def test_episode_ending_at_step_3_counts_only_its_steps():
     assert got["trades"] == int(a["trade_closed"][0, :3].sum())
 
 
-# --- magnitude binning (SPEC §10.13) -----------------------------------------------------------
+# --- magnitude binning (by the magnitude a trade closed) ----------------------------------------
 
 
 def test_closing_trades_binned_by_the_magnitude_they_closed():
@@ -328,7 +330,7 @@ def test_closing_trades_binned_by_the_magnitude_they_closed():
     rec.closed_magnitude[0, :, 0] = torch.tensor([-1, FULL, QUARTER, -1])
     got = compute_metrics(rec, **_kw(SIZE_SETS[0]))
     # the +120 close happened on a step whose action was Quarter, yet it is a Full trade's close;
-    # no Half trade closed: its win rate is undefined (-1, SPEC §9), not 0
+    # no Half trade closed: its win rate is undefined (-1), not 0
     assert got["trades_by_magnitude"] == [1, 0, 1]
     assert got["win_rate_by_magnitude"] == [0.0, -1.0, 1.0]
     assert got["win_rate"] == 0.5 and got["avg_trade_pnl"] == 45.0
@@ -439,7 +441,7 @@ def _flat_book(n: int, net: np.ndarray | None = None) -> dict[str, np.ndarray]:
 
 def test_degenerate_cases_give_zero_or_the_sentinel_not_nan():
     kw = _kw(SIZE_SETS[0])
-    # no PnL at all: zero variance, no drawdown, no trades; win rates undefined: -1 (SPEC §9), not 0
+    # no PnL at all: zero variance, no drawdown, no trades; win rates undefined: -1, not 0
     got = compute_metrics(_record(_flat_book(20)), **kw)
     assert got["sharpe_annual"] == got["sortino_annual"] == got["calmar"] == 0.0
     assert got["avg_trade_pnl"] == got["max_drawdown"] == 0.0 and got["trades"] == 0
@@ -454,6 +456,51 @@ def test_degenerate_cases_give_zero_or_the_sentinel_not_nan():
     assert got["sharpe_annual"] == got["sortino_annual"] == got["calmar"] == 0.0
     assert got["max_drawdown"] == 0.0
     assert all(math.isfinite(v) for v in _flat(got).values())
+
+
+def test_sharpe_ratio_hand_worked() -> None:
+    # mean 0.02, population std 0.04 over 10 returns: 0.5 per bar; the sign follows the mean
+    mean, std, n = _f64([0.02, -0.02, 0.003]), _f64([0.04, 0.04, 0.006]), _f64([10.0, 10.0, 2.0])
+    assert sharpe_ratio(mean, std, n).tolist() == [0.5, -0.5, 0.5]
+    # returns 0.1, -0.1, 0.1 (test_sharpe_sortino_drawdown_calmar_hand_worked): 1/sqrt(8)
+    got = sharpe_ratio(_f64([1 / 30]), _f64([math.sqrt(8) / 30]), _f64([3.0]))
+    assert got.item() == pytest.approx(1 / math.sqrt(8), rel=1e-15)
+
+
+def test_sharpe_ratio_is_zero_below_two_returns_and_at_zero_spread() -> None:
+    one = _f64([1.0])
+    # one return (whatever spread a caller passes) or none: no dispersion to measure risk by -> 0
+    assert sharpe_ratio(_f64([0.01]), _f64([0.02]), one).item() == 0.0
+    assert sharpe_ratio(_f64([0.0]), _f64([0.0]), _f64([0.0])).item() == 0.0
+    # zero spread: 0, never inf or NaN, for a flat or a constant series
+    assert sharpe_ratio(_f64([0.0, 1e-3]), _f64([0.0, 0.0]), _f64([50.0, 50.0])).tolist() == [0.0, 0.0]
+    # the spread tolerance is relative to |mean|: 1e-5 |mean| is rounding (0), 2e-4 |mean| is a
+    # (huge) Sharpe of 5,000 per bar
+    mean = _f64([1e-3, 1e-3, -1e-3])
+    got = sharpe_ratio(mean, _f64([1e-8, 2e-7, 2e-7]), _f64([1e5, 1e5, 1e5]))
+    assert got.tolist() == [0.0, pytest.approx(5000.0), pytest.approx(-5000.0)]
+
+
+def test_one_pass_moments_of_a_constant_series_have_sharpe_zero() -> None:
+    # evaluate_many and the agent's collector accumulate sum(r) and sum(r^2) step by step and take
+    # std = sqrt(E[r^2] - mu^2): for a constant 0.1 over 1,000 steps rounding leaves std ~1.7e-7 mu,
+    # which a bare "std > 0" turns into a per-bar Sharpe of ~6e6; the rule gives 0
+    s = q = torch.zeros((), dtype=torch.float64)
+    for _ in range(1000):
+        r = torch.tensor(0.1, dtype=torch.float64)
+        s, q = s + r, q + r * r
+    n = torch.tensor(1000.0, dtype=torch.float64)
+    mean = s / n
+    std = (q / n - mean * mean).clamp(min=0).sqrt()
+    assert std.item() > 0.0  # the residue this test is about
+    assert sharpe_ratio(mean, std, n).item() == 0.0
+
+
+def test_a_single_written_step_has_sharpe_and_sortino_zero() -> None:
+    a = _flat_book(1, np.array([-50.0]))
+    got = compute_metrics(_record(a), **_kw(SIZE_SETS[0]))
+    assert got["steps"] == 1 and got["mean_return_per_bar"] == pytest.approx(-5e-4)
+    assert got["sharpe_annual"] == got["sortino_annual"] == 0.0
 
 
 def test_inconsistent_records_are_refused():

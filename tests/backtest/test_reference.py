@@ -20,10 +20,9 @@ from foxhunt.backtest.reference import (
     total_capture,
 )
 from foxhunt.cli import app
-from foxhunt.config.synth import PlantedSignal
+from foxhunt.data.config import PlantedSignal
 from foxhunt.data.synth import MANIFEST_NAME
-from foxhunt.env.actions import Direction, OrderType
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.domain.actions import BRANCHES, Direction, OrderType
 from tests.train.test_run import TINY
 
 runner = CliRunner()

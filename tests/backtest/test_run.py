@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 
 runner = CliRunner()
@@ -61,7 +61,7 @@ def test_flat_oracle_and_outputs(market: Path, tmp_path: Path) -> None:
     reasons = collections.Counter(r["exit_reason"] for r in rows)
     assert reasons["profit"] > 0 and reasons["stop"] == 0, reasons
     assert sum(float(r["net_pnl"]) for r in rows) == pytest.approx(oracle["net_pnl"], rel=1e-9)
-    assert flat["win_rate"] == -1.0  # no trade: undefined (SPEC §9), not 0
+    assert flat["win_rate"] == -1.0  # no trade: undefined (docs/design.md §8), not 0
     assert (tmp_path / "oracle" / "equity.png").read_bytes()[:4] == b"\x89PNG"
     bad = runner.invoke(
         app, ["backtest", "--data", str(market), "--policy", "psychic", "--out", str(tmp_path / "x")]

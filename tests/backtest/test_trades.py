@@ -20,8 +20,10 @@ import torch
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, evaluate_many, scripted
 from foxhunt.backtest.metrics import UNDEFINED, branch_sizes, compute_metrics
 from foxhunt.backtest.trades import TRADE_COLUMNS, exit_reasons, iso_utc, trade_rows, write_trades_csv
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BranchConfig
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.market import MarketTensors, state_feature_columns
+from tests.factories import plan_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -50,7 +52,7 @@ def _config(**plan) -> EnvConfig:
         branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
         costs=CostConfig(commission_per_contract=1.0, exchange_fee_per_contract=0.0),
         contract=ContractConfig(max_position=3, initial_capital=100_000.0),
-        plan=PlanConfig(**({"target_bars": 4, "profit_mult": 3.0, "stop_mult": 3.0} | plan)),
+        plan=plan_config(**({"horizon": 4, "profit_mult": 3.0, "stop_mult": 3.0} | plan)),
         episode_rows=9,
     )
 
@@ -99,7 +101,7 @@ def test_trade_rows_sum_to_net_pnl_per_window(policy: ScriptedPolicy, tmp_path: 
 
 def test_a_position_open_at_the_window_end_is_closed_there() -> None:
     # Rising prices, barriers out of reach, a plan longer than the window: one trade per window.
-    cfg = _config(target_bars=100, profit_mult=1000.0, stop_mult=1000.0)
+    cfg = _config(horizon=100, profit_mult=1000.0, stop_mult=1000.0)
     mid = [100.0 + 0.25 * i for i in range(25)]
     rec = evaluate(_market(mid, mid, mid), cfg, 0, 25, scripted(ScriptedPolicy.LONG, cfg))
     rows = trade_rows(rec, T0 + np.arange(25, dtype=np.int64), fold=0)
@@ -114,7 +116,7 @@ def test_iso_utc_picks_the_coarsest_exact_unit() -> None:
 
 
 def test_evaluate_many_win_rate_is_undefined_without_trades() -> None:
-    # Policy 0 stays flat (Hold), policy 1 goes long: -1 (SPEC §9 sentinel), not 0, for the first.
+    # Policy 0 stays flat (Hold), policy 1 goes long: -1 (the undefined sentinel), not 0, for the first.
     cfg = _config()
     mk = _random_market(4, rows=40)
     acts = torch.zeros(2, 40, 4, dtype=torch.int64)
@@ -159,7 +161,7 @@ def test_snapshot_long_holds_one_plan_at_a_time(real_data_dir: Path, tmp_path: P
     """ESH4 MBO snapshot rows, ``long``: the baseline holds one long position and re-enters only when
     the plan forces it out. Snapshot rows carry no traded range (high = low = mid), so the plan's
     profit and stop levels are reached only by the mid itself; here every exit is the plan's timeout
-    (``plan.target_bars`` rows, a few seconds of book updates) or a window's end, so the trade count
+    (``plan.barrier.horizon`` rows, a few seconds of book updates) or a window's end, so the trade count
     is the number of plans the windows hold: a few hundred, each paying the spread and fees."""
     body, rows = _backtest(real_data_dir, ESH4, ["data.row_unit=snapshot"], tmp_path)
     reasons = Counter(r["exit_reason"] for r in rows)

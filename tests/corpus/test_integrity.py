@@ -22,8 +22,8 @@ from typer.testing import CliRunner
 from foxhunt.agent.agent import Agent
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
 from foxhunt.data.arrays import ACTION_ADD, ACTION_TRADE, MboArrays
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.dbn_write import write_book, write_mbo, write_trades
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import get_or_build, meta_hash
@@ -57,9 +57,8 @@ def _agent_checkpoint(path: Path, cfg, *, nan: bool = False, **meta: object) -> 
             next(agent.net.parameters()).view(-1)[0] = float("nan")
     return save_checkpoint(
         path,
-        modules={"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart},
+        policy=agent.policy_state_dict(),
         branches=cfg.env.branches,
-        tensors={f"signals.{k}": v for k, v in agent.signals.state_dict().items()},
         meta={"config": cfg.model_dump(mode="json"), "fold": 0, "epoch": 0, **meta},
     )
 
@@ -172,7 +171,7 @@ def _ckpt_without_fold(f: Files) -> Path:
     agent = Agent(cfg.agent, cfg.env.branches, device="cpu", seed=0, replay_capacity=16)
     return save_checkpoint(
         f.root / "nofold",
-        modules={"network": agent.net},
+        policy=agent.policy_state_dict(),
         branches=cfg.env.branches,
         meta={"config": cfg.model_dump(mode="json"), "epoch": 0},
     )
@@ -185,7 +184,7 @@ def _ckpt_bad_config(f: Files) -> Path:
     agent = Agent(cfg.agent, cfg.env.branches, device="cpu", seed=0, replay_capacity=16)
     return save_checkpoint(
         f.root / "badcfg",
-        modules={"network": agent.net},
+        policy=agent.policy_state_dict(),
         branches=cfg.env.branches,
         meta={"config": bad, "fold": 0, "epoch": 0},
     )
@@ -300,7 +299,7 @@ CASES = [
     Case(
         "checkpoint: NaN weights",
         _backtest_ckpt(lambda f: _ckpt_header(f, "nan", nan=True)),
-        r"nan\.safetensors: non-finite weights \(NaN or Inf\) in module/network/",
+        r"nan\.safetensors: non-finite weights \(NaN or Inf\) in policy/network/",
     ),
     Case(
         "checkpoint: header edited",

@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import MboArrays
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import read_dbn, read_raw
 from foxhunt.data.dbn_write import write_book, write_mbo
 from foxhunt.data.ingest import load_market

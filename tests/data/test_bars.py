@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import OhlcvArrays
 from foxhunt.data.bars import build_bars, build_snapshots
+from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import BarKind, DataSource
 from foxhunt.data.sessions import session_open_ns

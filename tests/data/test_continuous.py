@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.bars import build_bars, log_returns
+from foxhunt.data.config import DataConfig
 from foxhunt.data.continuous import choose_front, front_month
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.schemas import DataSource, RollRule

@@ -11,9 +11,9 @@ import pytest
 import zstandard
 
 import foxhunt.data.dbn_write as dbn_write
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import ACTION_ADD, MboArrays
 from foxhunt.data.book import rebuild_book
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import read_dbn, read_raw
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.schemas import Schema

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import DataSource

@@ -18,11 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
-from foxhunt.config.data import DataConfig
 from foxhunt.config.loader import load_config
 from foxhunt.data.arrays import ACTION_NONE, ACTION_TRADE
 from foxhunt.data.arrow_io import column, read_ipc
 from foxhunt.data.bars import build_bars, build_snapshots
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import read_dbn, read_raw
 from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import MarketData, load_market
@@ -89,8 +89,8 @@ def test_mixed_folder_is_refused_in_one_line_naming_every_fix(real_data_dir: Pat
 
 
 def test_ohlcv_files_with_the_default_config_need_one_round_trip(real_data_dir: Path, tmp_path: Path) -> None:
-    # Before: "set data.data_source=ohlcv", then on the next run "set data.bar_seconds to a
-    # multiple of 60". Now one message names both.
+    # Both settings (data.data_source=ohlcv, data.bar_seconds a multiple of 60) are named in one
+    # message, so one round trip fixes the config instead of one per setting.
     path = real_data_dir / OHLCV_FILES[1]
     code, output = _cli("data", "bars", "--data", path, "--out", tmp_path, "-q")
     assert code == 2
@@ -245,8 +245,8 @@ def test_real_esh4_rebuilt_book_builds_its_120_bars(real_data_dir: Path, tmp_pat
     rebuilt = tmp_path / "esh4.mbp-10.dbn.zst"
     code, output = _cli("data", "rebuild-book", real_data_dir / ESH4, "--out", rebuilt, "-q")
     assert code == 0, output
-    # Before: the book's first state fell in another session than the rest, only that session
-    # entered the front-month table, no bar was left and `data bars` ended in a ValueError (exit 1).
+    # The rebuilt book's first state falls in another session than the rest: the front-month table
+    # must still hold the session of the other states, or no bar is left.
     code, output = _cli("data", "bars", "--data", rebuilt, "--out", tmp_path / "bars", "-q")
     assert code == 0, output
     table = read_ipc(tmp_path / "bars" / "bars.arrow")

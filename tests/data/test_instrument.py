@@ -9,18 +9,17 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
-from foxhunt.config.data import DataConfig
-from foxhunt.config.instrument import InstrumentConfig
 from foxhunt.config.loader import load_config
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_write import write_ohlcv
 from foxhunt.data.inspect import inspect_files
-from foxhunt.data.instrument import (
+from foxhunt.data.instrument import instrument_of_cache, instrument_of_files
+from foxhunt.domain.instrument import (
     PRODUCTS,
     Definition,
+    InstrumentConfig,
     InstrumentError,
     InstrumentSource,
-    instrument_of_cache,
-    instrument_of_files,
     product_instrument,
     resolve_instrument,
     symbol_root,

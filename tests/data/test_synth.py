@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from foxhunt.config.synth import SynthConfig
 from foxhunt.data.arrays import ACTION_TRADE, SIDE_ASK, SIDE_BID, BookArrays
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.dbn_read import read_dbn
 from foxhunt.data.schemas import Schema
 from foxhunt.data.synth import (

@@ -10,9 +10,9 @@ import pytest
 
 from foxhunt.alpha.check import run_alpha
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import PlantedSignal, SynthConfig
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import BookArrays
+from foxhunt.data.config import PlantedSignal, SynthConfig
 from foxhunt.data.synth import (
     alpha_signal,
     planted_signal,

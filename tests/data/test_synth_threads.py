@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from foxhunt.config.synth import SynthConfig
 from foxhunt.data import synth
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import Schema
 
 

@@ -7,12 +7,14 @@ import torch
 
 from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.metrics import branch_sizes, compute_metrics
-from foxhunt.env.actions import Direction, OrderType, Urgency
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
+from foxhunt.domain.exits import ExitReason
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
-from foxhunt.env.trades import ClosedTrades, ExitReason
+from foxhunt.env.trades import ClosedTrades
 from foxhunt.features.layout import STATE_LAYOUT
+from tests.factories import plan_config
 
 L, S, H, F = int(Direction.LONG), int(Direction.SHORT), int(Direction.HOLD), int(Direction.FLAT)
 MKT, TOUCH = int(OrderType.MARKET), int(OrderType.LIMIT_AT_TOUCH)
@@ -53,7 +55,7 @@ def config(**plan) -> EnvConfig:
             immediate_slippage_ticks=0.0,
         ),
         contract=ContractConfig(max_position=2, initial_capital=100_000.0),
-        plan=PlanConfig(**({"target_bars": 2, "profit_mult": 1000.0, "stop_mult": 1000.0} | plan)),
+        plan=plan_config(**({"horizon": 2, "profit_mult": 1000.0, "stop_mult": 1000.0} | plan)),
         episode_rows=6,
     )
 
@@ -80,31 +82,31 @@ def test_hand_worked_market_round_trip() -> None:
     env = TradingEnv(market([100.0, 100.5, 101.0, 101.0, 101.0, 101.0]), config())
     env.reset(torch.tensor([0]))
     _, r0 = env.step(act(L))
-    assert env.state.position.item() == 2 and env.state.plan_active.item()
+    assert env.state.account.position.item() == 2 and env.state.plan.active.item()
     assert (r0.gross.item(), r0.costs.item(), r0.net.item()) == (50.0, 14.5, 35.5)
     _, r1 = env.step(act(F))  # plan lock: Flat is ignored
-    assert r1.realised_direction.item() == H and env.state.position.item() == 2
+    assert r1.realised_direction.item() == H and env.state.account.position.item() == 2
     assert (r1.gross.item(), r1.costs.item()) == (50.0, 0.0)
     _, r2 = env.step(act(H))
-    assert r2.exit_reason.item() == 3 and env.state.position.item() == 0  # timeout after 2 rows
+    assert r2.exit_reason.item() == 3 and env.state.account.position.item() == 0  # timeout after 2 rows
     assert (r2.gross.item(), r2.costs.item()) == (0.0, 14.5)
     t = _one_trade(r2)
     assert (t.pnl, t.magnitude, t.size, t.side, t.reason) == (71.0, 1, 2.0, 1.0, ExitReason.TIMEOUT)
     assert (t.entry_price, t.exit_price, t.entry_row, t.exit_row) == (100.125, 100.875, 0, 3)
-    assert env.state.equity.item() == 100_071.0 and env.state.n_wins.item() == 1
+    assert env.state.account.equity.item() == 100_071.0 and env.state.account.n_wins.item() == 1
 
 
 def test_limit_order_fills_only_on_trade_through() -> None:
     # A buy limit at the bid (99.875) rests; row 1 touches but does not go through, row 2 does.
     mid = [100.0, 100.0, 100.0, 100.0, 100.0, 100.0]
     low = [100.0, 99.875, 99.75, 100.0, 100.0, 100.0]
-    env = TradingEnv(market(mid, low=low), config(target_bars=50))
+    env = TradingEnv(market(mid, low=low), config(horizon=50))
     env.reset(torch.tensor([0]))
     _, r0 = env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))  # 0.5 x 2 = 1 contract
-    assert env.state.position.item() == 0 and env.state.order_side.item() == 1
+    assert env.state.account.position.item() == 0 and env.state.order.side.item() == 1
     assert r0.costs.item() == 0.0
     _, r1 = env.step(act(H))
-    assert env.state.position.item() == 1  # filled on row 2's trade-through
+    assert env.state.account.position.item() == 1  # filled on row 2's trade-through
     # Booked at the limit 99.875 against the mark 100: earns the half spread (negative cost) - fee.
     assert r1.costs.item() == pytest.approx(1.0 - 0.125 * 50)
 
@@ -123,22 +125,23 @@ def test_limit_at_touch_fills_after_the_queue_ahead_trades() -> None:
     sizes = [5.0, 50.0, 50.0, 50.0, 50.0, 50.0]
     volume = [0.0, 2.0, 3.0, 1.0, 4.0, 4.0]
     patient = act(L, 0, TOUCH, int(Urgency.PATIENT))
-    env = TradingEnv(market(mid, low=low, bid_size=sizes, volume=volume), config(target_bars=50))
+    env = TradingEnv(market(mid, low=low, bid_size=sizes, volume=volume), config(horizon=50))
     env.reset(torch.tensor([0]))
     env.step(patient)
-    assert env.state.order_queue.item() == 5.0 and env.state.order_volume.item() == 2.0
+    assert env.state.order.queue.item() == 5.0 and env.state.order.volume.item() == 2.0
     _, r1 = env.step(act(H))
-    assert env.state.position.item() == 0 and env.state.order_volume.item() == 5.0  # 5 traded: not > 5
+    assert env.state.account.position.item() == 0
+    assert env.state.order.volume.item() == 5.0  # 5 traded: not > 5
     _, r2 = env.step(act(H))
-    assert env.state.position.item() == 1 and env.state.order_side.item() == 0
+    assert env.state.account.position.item() == 1 and env.state.order.side.item() == 0
     assert (r1.costs.item(), r2.gross.item(), r2.costs.item()) == (0.0, 0.0, -5.25)
     for sized, traded in ((None, volume), (sizes, None)):
-        blind = TradingEnv(market(mid, low=low, bid_size=sized, volume=traded), config(target_bars=50))
+        blind = TradingEnv(market(mid, low=low, bid_size=sized, volume=traded), config(horizon=50))
         blind.reset(torch.tensor([0]))
         blind.step(patient)
         for _ in range(4):
             blind.step(act(H))
-        assert blind.state.position.item() == 0 and blind.state.order_side.item() == 0  # expired
+        assert blind.state.account.position.item() == 0 and blind.state.order.side.item() == 0  # expired
 
 
 def test_trade_through_fills_behind_any_queue() -> None:
@@ -147,45 +150,45 @@ def test_trade_through_fills_behind_any_queue() -> None:
     env = TradingEnv(market([100.0] * 6, low=low, bid_size=[1000.0] * 6, volume=[0.0] * 6), config())
     env.reset(torch.tensor([0]))
     env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))
-    assert env.state.position.item() == 1
+    assert env.state.account.position.item() == 1
 
 
 def test_limit_order_expires_after_its_patience() -> None:
-    env = TradingEnv(market([100.0] * 6), config(target_bars=50))
+    env = TradingEnv(market([100.0] * 6), config(horizon=50))
     env.reset(torch.tensor([0]))
     env.step(act(L, 0, TOUCH, int(Urgency.IMMEDIATE)))  # patience 1 row
-    assert env.state.order_side.item() == 0 and env.state.position.item() == 0
+    assert env.state.order.side.item() == 0 and env.state.account.position.item() == 0
 
 
 def test_profit_stop_and_capital_floor() -> None:
     up = [100.0, 100.0, 100.5, 100.5, 100.5, 100.5]
     env = TradingEnv(
         market(up, high=[100.0, 100.0, 100.6, 100.5, 100.5, 100.5]),
-        config(target_bars=50, profit_mult=1000.0),
+        config(horizon=50, profit_mult=1000.0),
     )
     env.reset(torch.tensor([0]))
     env.step(act(L))  # plan: profit at 100 x (1 + 1000 x 1e-4) = 110: not reached
-    assert env.state.plan_active.item()
+    assert env.state.plan.active.item()
     env2 = TradingEnv(
-        market(up, high=[100.0, 100.0, 100.6, 100.5, 100.5, 100.5]), config(target_bars=50, profit_mult=5.0)
+        market(up, high=[100.0, 100.0, 100.6, 100.5, 100.5, 100.5]), config(horizon=50, profit_mult=5.0)
     )
     env2.reset(torch.tensor([0]))
     env2.step(act(L))  # profit at 100 x (1 + 5e-4) = 100.05
     _, r = env2.step(act(H))
-    assert r.exit_reason.item() == 1 and env2.state.position.item() == 0
+    assert r.exit_reason.item() == 1 and env2.state.account.position.item() == 0
     crash = [100.0, 100.0, 40.0, 40.0, 40.0, 40.0]
-    cfg = config(target_bars=50, stop_mult=1000.0)
+    cfg = config(horizon=50, stop_mult=1000.0)
     cfg = cfg.model_copy(update={"contract": ContractConfig(max_position=2, initial_capital=1_000.0)})
     env3 = TradingEnv(market(crash), cfg)
     env3.reset(torch.tensor([0]))
     env3.step(act(L))
     _, r = env3.step(act(H))
-    assert r.exit_reason.item() == 4 and env3.state.done.item() and env3.state.position.item() == 0
+    assert r.exit_reason.item() == 4 and env3.state.done.item() and env3.state.account.position.item() == 0
 
 
 def test_flat_long_and_costs_on_a_rising_series() -> None:
     rising = [100.0 + 0.25 * i for i in range(40)]
-    cfg = config(target_bars=5)
+    cfg = config(horizon=5)
     mk = market(rising)
     flat = compute_metrics(
         evaluate(mk, cfg, 0, 40, scripted(ScriptedPolicy.FLAT, cfg)),
@@ -205,7 +208,7 @@ def test_flat_long_and_costs_on_a_rising_series() -> None:
 
 def test_early_end_leaves_unwritten_steps_that_metrics_skip() -> None:
     crash = [100.0, 100.0, 40.0] + [40.0] * 9
-    cfg = config(target_bars=50, stop_mult=1000.0)
+    cfg = config(horizon=50, stop_mult=1000.0)
     cfg = cfg.model_copy(
         update={"contract": ContractConfig(max_position=2, initial_capital=1_000.0), "episode_rows": 12}
     )
@@ -218,7 +221,7 @@ def test_early_end_leaves_unwritten_steps_that_metrics_skip() -> None:
 
 def test_state_assembly_and_determinism() -> None:
     mk = market([100.0 + 0.25 * (i % 7) for i in range(64)])
-    cfg = config(target_bars=4).model_copy(update={"episode_rows": 32})
+    cfg = config(horizon=4).model_copy(update={"episode_rows": 32})
     a, b = TradingEnv(mk, cfg), TradingEnv(mk, cfg)
     sa, sb = a.reset(torch.tensor([0, 10, 20])), b.reset(torch.tensor([0, 10, 20]))
     assert sa.shape == (3, STATE_LAYOUT.width) and torch.equal(sa, sb)
@@ -229,11 +232,11 @@ def test_state_assembly_and_determinism() -> None:
         sb, rb = b.step(acts)
         assert torch.equal(sa, sb) and torch.equal(ra.net, rb.net)
     port = STATE_LAYOUT.group("portfolio")
-    assert torch.equal(sa[:, port.offset], (a.state.position / cfg.contract.max_position).float())
+    assert torch.equal(sa[:, port.offset], (a.state.account.position / cfg.contract.max_position).float())
 
 
 def test_every_branch_value_is_reachable() -> None:
-    cfg = config(target_bars=3)
+    cfg = config(horizon=3)
     mk = market([100.0 + 0.25 * ((i * 7) % 5) for i in range(400)])
     rec = evaluate(mk, cfg, 0, 400, scripted(ScriptedPolicy.RANDOM, cfg, seed=3))
     for field, k in (
@@ -247,10 +250,10 @@ def test_every_branch_value_is_reachable() -> None:
 
 
 def test_reward_components() -> None:
-    from foxhunt.env.rewards import RewardParams
+    from foxhunt.env.config import RewardParams
 
     mid = [100.0, 100.5, 101.0, 100.5, 101.5, 101.0, 102.0, 101.5]
-    cfg = config(target_bars=3).model_copy(update={"episode_rows": 8})
+    cfg = config(horizon=3).model_copy(update={"episode_rows": 8})
     env = TradingEnv(market(mid), cfg)
     env.reset(torch.tensor([0]))
     _, r = env.step(act(L))
@@ -275,7 +278,7 @@ def test_many_recorded_policies_match_one_by_one_runs() -> None:
     from foxhunt.backtest.evaluate import evaluate_many, recorded, windows
 
     mid = [100.0 + 0.25 * ((i * 7) % 11) for i in range(120)]
-    cfg = config(target_bars=3).model_copy(update={"episode_rows": 25})
+    cfg = config(horizon=3).model_copy(update={"episode_rows": 25})
     mk = market(mid)
     gen = torch.Generator().manual_seed(5)
     sizes = (4, 2, 3, 3)
@@ -293,13 +296,13 @@ def test_many_recorded_policies_match_one_by_one_runs() -> None:
 
 def test_stop_and_trailing_stop_exits() -> None:
     down = [100.0, 100.0, 99.5, 99.0, 99.0, 99.0]
-    env = TradingEnv(market(down), config(target_bars=50, stop_mult=5.0))  # stop at 100 x (1 - 5e-4)
+    env = TradingEnv(market(down), config(horizon=50, stop_mult=5.0))  # stop at 100 x (1 - 5e-4)
     env.reset(torch.tensor([0]))
     env.step(act(L))
     _, r = env.step(act(H))
-    assert r.exit_reason.item() == 2 and env.state.position.item() == 0
+    assert r.exit_reason.item() == 2 and env.state.account.position.item() == 0
     up_then_down = [100.0, 100.0, 101.0, 102.0, 101.5, 101.5]
-    trail = config(target_bars=50, stop_mult=1000.0, trailing_mult=50.0)  # trail 0.5% below the best
+    trail = config(horizon=50, stop_mult=1000.0, trailing_mult=50.0)  # trail 0.5% below the best
     env = TradingEnv(market(up_then_down), trail)
     env.reset(torch.tensor([0]))
     env.step(act(L))
@@ -307,7 +310,7 @@ def test_stop_and_trailing_stop_exits() -> None:
     _, r = env.step(act(H))  # best 102: trailing stop at 102 x (1 - 0.005) = 101.49
     assert r.exit_reason.item() == 0
     _, r = env.step(act(H))  # 101.5 stays above 101.49
-    assert r.exit_reason.item() == 0 and env.state.plan_stop.item() == pytest.approx(102 * (1 - 0.005))
+    assert r.exit_reason.item() == 0 and env.state.plan.stop.item() == pytest.approx(102 * (1 - 0.005))
 
 
 def test_training_and_evaluation_paths_are_bit_identical() -> None:
@@ -316,7 +319,7 @@ def test_training_and_evaluation_paths_are_bit_identical() -> None:
     from foxhunt.backtest.evaluate import recorded, windows
 
     mid = [100.0 + 0.25 * ((i * 5) % 13) for i in range(200)]
-    cfg = config(target_bars=4).model_copy(update={"episode_rows": 50})
+    cfg = config(horizon=4).model_copy(update={"episode_rows": 50})
     mk = market(mid)
     starts, ends = windows(0, 200, cfg.episode_rows)
     steps = int((ends - starts).max())
@@ -357,14 +360,14 @@ def test_hand_worked_limit_entry_then_market_exit() -> None:
     """
     mid = [100.0, 100.0, 100.5, 100.5, 100.5, 100.5]
     low = [100.0, 99.75, 100.5, 100.5, 100.5, 100.5]
-    env = TradingEnv(market(mid, low=low), config(target_bars=2))
+    env = TradingEnv(market(mid, low=low), config(horizon=2))
     env.reset(torch.tensor([0]))
     _, r0 = env.step(act(L, 0, TOUCH, int(Urgency.PATIENT)))
-    assert (r0.gross.item(), r0.costs.item(), env.state.position.item()) == (0.0, -5.25, 1.0)
+    assert (r0.gross.item(), r0.costs.item(), env.state.account.position.item()) == (0.0, -5.25, 1.0)
     _, r1 = env.step(act(H))
     assert (r1.gross.item(), r1.costs.item()) == (25.0, 0.0)
     _, r2 = env.step(act(H))
     assert r2.exit_reason.item() == 3 and (r2.gross.item(), r2.costs.item()) == (0.0, 7.25)
     t = _one_trade(r2)
     assert (t.pnl, t.magnitude, t.size, t.entry_price, t.exit_price) == (23.0, 0, 1.0, 99.875, 100.375)
-    assert env.state.equity.item() == 100_023.0
+    assert env.state.account.equity.item() == 100_023.0

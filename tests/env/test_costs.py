@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from foxhunt.data.instrument import product_instrument
-from foxhunt.env.actions import OrderType, Urgency
+from foxhunt.domain.actions import OrderType, Urgency
+from foxhunt.domain.instrument import product_instrument
 from foxhunt.env.config import CostConfig
 from foxhunt.env.costs import (
     Fill,

@@ -15,13 +15,14 @@ import torch
 
 from foxhunt.data.arrays import OhlcvArrays
 from foxhunt.data.dbn_read import read_dbn
-from foxhunt.data.instrument import Instrument, product_instrument
 from foxhunt.data.schemas import Schema
-from foxhunt.env.actions import Direction, OrderType, Urgency
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
+from foxhunt.domain.instrument import Instrument, product_instrument
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.costs import limit_price, market_fill_price, tick_round
 from foxhunt.env.market import MarketTensors, state_feature_columns
+from tests.factories import plan_config
 
 F64 = torch.float64
 NAN = float("nan")
@@ -95,7 +96,7 @@ def _one_contract_env(market: MarketTensors) -> TradingEnv:
             immediate_slippage_ticks=0.0,
         ),
         contract=ContractConfig(max_position=1, initial_capital=100_000.0),
-        plan=PlanConfig(target_bars=1, profit_mult=1000.0, stop_mult=1000.0),
+        plan=plan_config(horizon=1, profit_mult=1000.0, stop_mult=1000.0),
         episode_rows=4,
     )
     env = TradingEnv(market, cfg)
@@ -121,9 +122,9 @@ def test_env_round_trip_on_a_euro_fx_bar_market(rows, costs) -> None:
     close, low, high = (list(x) + [x[-1]] for x in zip(*rows, strict=True))
     env = _one_contract_env(_market(close, low, high, EURO_FX))
     _, r0 = env.step(_act(Direction.LONG))
-    assert env.state.position.item() == 1
+    assert env.state.account.position.item() == 1
     _, r1 = env.step(_act(Direction.HOLD))  # the plan's timeout exits at row 2
-    assert env.state.position.item() == 0 and r1.exit_reason.item() == 3
+    assert env.state.account.position.item() == 0 and r1.exit_reason.item() == 3
     assert (r0.costs.item(), r1.costs.item()) == pytest.approx(costs, abs=1e-6)
     # gross marks at the closes: (1.0904 - 1.09035 + 1.09045 - 1.0904) x 125,000 = 12.50
     assert r0.gross.item() + r1.gross.item() == pytest.approx(12.5, abs=1e-6)

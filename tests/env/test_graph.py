@@ -23,7 +23,7 @@ def _market(device: str) -> MarketTensors:
 
 
 def _envs(device: str) -> tuple[TradingEnv, TradingEnv, torch.Tensor]:
-    cfg = config(target_bars=5).model_copy(update={"episode_rows": 64})
+    cfg = config(horizon=5).model_copy(update={"episode_rows": 64})
     mk = _market(device)
     eager, inplace = TradingEnv(mk, cfg), TradingEnv(mk, cfg)
     starts = torch.arange(0, 320, 10, device=device)
@@ -48,9 +48,9 @@ def test_in_place_advance_traces_whole_and_matches_the_step() -> None:
         r_i, obs_i = step(inplace, inplace.state, a, True)
         assert torch.equal(r_e.net, r_i.net) and torch.equal(r_e.written, r_i.written)
         assert torch.equal(obs_e, obs_i)
-    assert torch.equal(eager.state.equity, inplace.state.equity)
-    assert torch.equal(eager.state.returns_ring, inplace.state.returns_ring)
-    assert int(eager.state.n_trades.sum()) > 0  # trades happened
+    assert torch.equal(eager.state.account.equity, inplace.state.account.equity)
+    assert torch.equal(eager.state.risk.returns_ring, inplace.state.risk.returns_ring)
+    assert int(eager.state.account.n_trades.sum()) > 0  # trades happened
 
 
 def test_advance_without_the_ledger_keeps_the_state_and_what_collection_reads() -> None:
@@ -73,8 +73,8 @@ def test_advance_without_the_ledger_keeps_the_state_and_what_collection_reads() 
         assert r_l.trades.entry_price.numel() == 0 and r_l.fills.numel() == 0
         closed += int(r_f.trades.closed.sum())
     assert closed > 0  # trades closed: the comparison above is not of zeros only
-    assert torch.equal(full.state.equity, lean_env.state.equity)
-    assert torch.equal(full.state.n_trades, lean_env.state.n_trades)
+    assert torch.equal(full.state.account.equity, lean_env.state.account.equity)
+    assert torch.equal(full.state.account.n_trades, lean_env.state.account.n_trades)
 
 
 @pytest.mark.slow
@@ -88,7 +88,7 @@ def test_inductor_step_matches_eager_on_cpu() -> None:
         r_i, obs_i = step(inplace, inplace.state, a, True)
         torch.testing.assert_close(r_i.net, r_e.net, rtol=1e-12, atol=1e-9)
         torch.testing.assert_close(obs_i, obs_e, rtol=1e-5, atol=1e-5)
-    assert torch.equal(eager.state.position, inplace.state.position)
+    assert torch.equal(eager.state.account.position, inplace.state.account.position)
 
 
 @pytest.mark.gpu
@@ -110,5 +110,6 @@ def test_graphed_step_matches_eager(compiled: bool) -> None:
         else:
             assert torch.equal(r_e.net, r_g.net) and torch.equal(graphed.obs, obs_e)
         assert torch.equal(r_e.written, r_g.written)
-    assert torch.equal(eager.state.position, graphed_env.state.position)
-    torch.testing.assert_close(graphed_env.state.equity, eager.state.equity, rtol=1e-12, atol=1e-6)
+    assert torch.equal(eager.state.account.position, graphed_env.state.account.position)
+    equity_g, equity_e = graphed_env.state.account.equity, eager.state.account.equity
+    torch.testing.assert_close(equity_g, equity_e, rtol=1e-12, atol=1e-6)

@@ -14,7 +14,7 @@ MID = [100.0 + 0.25 * ((i * 5) % 9) for i in range(300)]
 
 
 def test_single_env_passes_check_env() -> None:
-    env = FoxhuntEnv(market(MID), config(target_bars=4).model_copy(update={"episode_rows": 20}), 0, 300)
+    env = FoxhuntEnv(market(MID), config(horizon=4).model_copy(update={"episode_rows": 20}), 0, 300)
     check_env(env, skip_render_check=True)
     obs, info = env.reset(seed=3)
     assert obs.shape == (STATE_LAYOUT.width,) and env.observation_space.contains(obs)
@@ -29,7 +29,7 @@ def test_single_env_passes_check_env() -> None:
 
 
 def test_vector_env_steps_and_autoresets() -> None:
-    cfg = config(target_bars=4).model_copy(update={"episode_rows": 10})
+    cfg = config(horizon=4).model_copy(update={"episode_rows": 10})
     venv = FoxhuntVectorEnv(market(MID), cfg, 0, 300, num_envs=6, seed=1)
     obs, _ = venv.reset(seed=2)
     assert obs.shape == (6, STATE_LAYOUT.width)

@@ -2,8 +2,9 @@
 
 A market order filled on step row ``r`` takes its plan's entry reference at ``mid[r+1]`` (the close
 of the row the step moves to); the label of row ``t = r+1`` (:func:`foxhunt.validation.labels.
-triple_barrier`) enters at ``close[t]`` and scans rows ``t+1 .. t+horizon``. Row ``t``'s own range
-traded before that close, so neither may be stopped or paid by it.
+triple_barrier`, the barrier of :mod:`foxhunt.domain.barrier`) enters at ``close[t]`` and scans
+rows ``t+1 .. t+horizon``. Row ``t``'s own range traded before that close, so neither may be
+stopped or paid by it.
 """
 
 from __future__ import annotations
@@ -12,25 +13,19 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.env.actions import Direction, OrderType, Urgency
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
+from foxhunt.domain.exits import ExitReason, outcome_reason
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
-from foxhunt.env.sizing import SizingParams
-from foxhunt.env.trades import ExitReason
-from foxhunt.validation.labels import Outcome, trailing_volatility, triple_barrier
+from foxhunt.validation.labels import trailing_volatility, triple_barrier
+from tests.factories import plan_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 L, S, H = int(Direction.LONG), int(Direction.SHORT), int(Direction.HOLD)
 MKT, N_ = int(OrderType.MARKET), int(Urgency.NORMAL)
 VOL = 1e-3  # per-row vol of the hand-made markets: a mult of 5 puts a level 0.5% from the entry
-# The label's classes as the env's exit reasons.
-REASON = {
-    Outcome.PROFIT: ExitReason.PROFIT,
-    Outcome.STOP: ExitReason.STOP,
-    Outcome.TIMEOUT: ExitReason.TIMEOUT,
-}
 
 
 def _market(mid, high=None, low=None, vol=None) -> MarketTensors:
@@ -64,7 +59,7 @@ def _config(episode_rows: int, **plan) -> EnvConfig:
             immediate_slippage_ticks=0.0,
         ),
         contract=ContractConfig(max_position=1, initial_capital=1e9),  # never near the capital floor
-        plan=PlanConfig(**({"target_bars": 50, "profit_mult": 5.0, "stop_mult": 5.0} | plan)),
+        plan=plan_config(**({"horizon": 50, "profit_mult": 5.0, "stop_mult": 5.0} | plan)),
         sizing=SizingParams(kelly_weight=0.0),  # a losing record must not size the next entry to 0
         episode_rows=episode_rows,
     )
@@ -113,12 +108,13 @@ def test_entry_rows_range_does_not_stop_the_plan() -> None:
     close, so the plan survives it; rows 2.. stay above the stop and the plan times out at 1 + 3."""
     mid = [100.0] * 8
     low = [100.0, 99.0, 99.75, 99.75, 99.75, 99.75, 99.75, 99.75]
-    env = TradingEnv(_market(mid, low=low), _config(8, target_bars=3))
+    env = TradingEnv(_market(mid, low=low), _config(8, horizon=3))
     env.reset(torch.tensor([0]))
     _, r = env.step(_act(L))
-    assert r.exit_reason.item() == 0 and env.state.position.item() == 1.0 and env.state.plan_active.item()
-    assert env.state.plan_best.item() == 100.0  # row 1's range is not folded into the best price
-    assert env.state.plan_stop.item() == pytest.approx(99.5)
+    assert r.exit_reason.item() == 0 and env.state.account.position.item() == 1.0
+    assert env.state.plan.active.item()
+    assert env.state.plan.best.item() == 100.0  # row 1's range is not folded into the best price
+    assert env.state.plan.stop.item() == pytest.approx(99.5)
     trades = _run_on(env, [H, H, H])
     assert trades == [(0, 4, ExitReason.TIMEOUT)]
 
@@ -132,32 +128,32 @@ def test_trailing_stop_ignores_the_entry_rows_high() -> None:
     env.reset(torch.tensor([0]))
     env.step(_act(L))
     _, r = env.step(_act(H))
-    assert r.exit_reason.item() == 0 and env.state.plan_active.item()
-    assert env.state.plan_stop.item() == pytest.approx(100.0 * (1 - 0.005))
+    assert r.exit_reason.item() == 0 and env.state.plan.active.item()
+    assert env.state.plan.stop.item() == pytest.approx(100.0 * (1 - 0.005))
 
 
 def test_profit_on_the_second_row_after_the_fill_exits_there() -> None:
     """Short at row 2 (entry reference mid[3] = 100, profit 99.5): row 4 trades to 99.5, the exit."""
     mid = [100.0, 100.0, 100.0, 100.0, 99.75, 99.75, 99.75]
     low = [100.0, 100.0, 100.0, 100.0, 99.5, 99.75, 99.75]
-    env = TradingEnv(_market(mid, low=low), _config(5, target_bars=3))
+    env = TradingEnv(_market(mid, low=low), _config(5, horizon=3))
     env.reset(torch.tensor([2]))
     _, r0 = env.step(_act(S))
-    assert r0.exit_reason.item() == 0 and env.state.position.item() == -1.0
+    assert r0.exit_reason.item() == 0 and env.state.account.position.item() == -1.0
     assert _run_on(env, [H]) == [(2, 4, ExitReason.PROFIT)]
     o, off, _ = triple_barrier(mid, mid, low, _one_segment(7), [VOL] * 7, 5.0, 5.0, 3, side=-1)
-    assert (o[3], 3 + off[3]) == (Outcome.PROFIT, 4)  # the label of the entry row agrees
+    assert (outcome_reason(o[3]), 3 + off[3]) == (ExitReason.PROFIT, 4)  # the label of the entry row agrees
 
 
 def test_timeout_after_exactly_the_label_horizon() -> None:
-    """target_bars = horizon = 3: a long filled on row 0 (entry reference row 1) exits on row 1 + 3,
-    which is target_bars + 1 rows after the fill row, and the label of row 1 times out at offset 3."""
+    """horizon = 3: a long filled on row 0 (entry reference row 1) exits on row 1 + 3, which is
+    horizon + 1 rows after the fill row, and the label of row 1 times out at offset 3."""
     mid = [100.0] * 8
-    env = TradingEnv(_market(mid), _config(8, target_bars=3))
+    env = TradingEnv(_market(mid), _config(8, horizon=3))
     env.reset(torch.tensor([0]))
     assert _run_on(env, [L, H, H, H]) == [(0, 4, ExitReason.TIMEOUT)]
     o, off, _ = triple_barrier(mid, mid, mid, _one_segment(8), [VOL] * 8, 5.0, 5.0, 3)
-    assert (o[1], off[1]) == (Outcome.TIMEOUT, 3)
+    assert (outcome_reason(o[1]), off[1]) == (ExitReason.TIMEOUT, 3)
 
 
 @pytest.mark.parametrize("direction", [L, S])
@@ -174,7 +170,7 @@ def test_every_plan_exit_is_the_triple_barrier_label_of_its_entry_row(direction:
     vol = trailing_volatility(mid, seg, 20)
     horizon, mult = 4, 3.0
     market = _market(mid.tolist(), high.tolist(), low.tolist(), np.nan_to_num(vol).tolist())
-    env = TradingEnv(market, _config(60, target_bars=horizon, profit_mult=mult, stop_mult=mult))
+    env = TradingEnv(market, _config(60, horizon=horizon, profit_mult=mult, stop_mult=mult))
     starts = list(range(25, n - 60, 47))
     side = 1 if direction == L else -1
     outcome, offset, valid = triple_barrier(mid, high, low, seg, vol, mult, mult, horizon, side)
@@ -190,6 +186,6 @@ def test_every_plan_exit_is_the_triple_barrier_label_of_its_entry_row(direction:
             if reason == ExitReason.WINDOW_END:
                 assert exit_row == start + 59 and t + offset[t] > exit_row
                 continue
-            assert (reason, exit_row) == (REASON[Outcome(int(outcome[t]))], t + offset[t])
+            assert (reason, exit_row) == (outcome_reason(outcome[t]), t + offset[t])
             seen.add(reason)
     assert seen == {ExitReason.PROFIT, ExitReason.STOP, ExitReason.TIMEOUT}  # every class exercised

@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from foxhunt.domain.actions import BRANCHES
+from foxhunt.env.config import RewardParams
 from foxhunt.env.rewards import (
-    BRANCHES,
     COMPONENTS,
-    RewardParams,
     TradePath,
     advance_trade,
     normalise_pnl,

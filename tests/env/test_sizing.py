@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from foxhunt.env.config import SizingParams
 from foxhunt.env.sizing import (
-    SizingParams,
     conviction,
     cvar_scale,
     effective_max_position,

@@ -15,11 +15,13 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from foxhunt.env.actions import Direction, OrderType, Urgency
-from foxhunt.env.config import BranchConfig, ContractConfig, CostConfig, EnvConfig, PlanConfig
+from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
+from foxhunt.domain.exits import ExitReason
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
-from foxhunt.env.trades import STAGES, ExitReason, FillStage, OpenTrade, book_fill
+from foxhunt.env.trades import STAGES, FillStage, OpenTrade, book_fill
+from tests.factories import plan_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,7 +59,7 @@ def _config(episode_rows: int = 6, max_position: int = 2, capital: float = 100_0
             immediate_slippage_ticks=0.0,
         ),
         contract=ContractConfig(max_position=max_position, initial_capital=capital),
-        plan=PlanConfig(**({"target_bars": 50, "profit_mult": 1000.0, "stop_mult": 1000.0} | plan)),
+        plan=plan_config(**({"horizon": 50, "profit_mult": 1000.0, "stop_mult": 1000.0} | plan)),
         episode_rows=episode_rows,
     )
 
@@ -79,7 +81,7 @@ def test_round_trip_inside_one_step_is_a_trade() -> None:
     env = TradingEnv(_market([100.0, 101.0, 101.0]), _config(episode_rows=2))
     env.reset(torch.tensor([0]))
     _, r = env.step(_act(L))
-    assert env.state.done.item() and env.state.position.item() == 0.0
+    assert env.state.done.item() and env.state.account.position.item() == 0.0
     assert (r.gross.item(), r.costs.item(), r.net.item()) == (100.0, 29.0, 71.0)
     t = r.trades
     assert t.closed[0].tolist() == [False, False, True]  # closed by the EXIT fill
@@ -89,8 +91,8 @@ def test_round_trip_inside_one_step_is_a_trade() -> None:
     assert (t.entry_price[0, k].item(), t.exit_price[0, k].item()) == (100.125, 100.875)
     assert (t.entry_row[0, k].item(), t.exit_row[0, k].item()) == (0, 1)
     assert t.reason[0, k].item() == ExitReason.WINDOW_END
-    assert (env.state.n_trades.item(), env.state.n_wins.item()) == (1, 1)
-    assert env.state.sum_win.item() == 71.0 / 2  # $ per contract, for the Kelly fraction
+    assert (env.state.account.n_trades.item(), env.state.account.n_wins.item()) == (1, 1)
+    assert env.state.account.sum_win.item() == 71.0 / 2  # $ per contract, for the Kelly fraction
     assert r.fills[0].tolist() == [2.0, 0.0, -2.0]
 
 
@@ -102,10 +104,10 @@ def test_stop_on_the_first_checked_row_is_a_trade() -> None:
     env.reset(torch.tensor([0]))
     _, r0 = env.step(_act(L))
     _, r = env.step(_act(H))
-    assert env.state.position.item() == 0.0 and r.exit_reason.item() == ExitReason.STOP
+    assert env.state.account.position.item() == 0.0 and r.exit_reason.item() == ExitReason.STOP
     assert r.trades.closed.sum().item() == 1 and r.trades.pnl.sum().item() == r0.net.item() + r.net.item()
     assert (r0.net.item(), r.net.item()) == (-14.5, -14.5)  # fee 2 x $1 + half spread 2 x 0.125 x 50
-    assert env.state.n_trades.item() == 1 and env.state.n_wins.item() == 0
+    assert env.state.account.n_trades.item() == 1 and env.state.account.n_wins.item() == 0
 
 
 def _trade(side: float, opened: float, entry_value: float, gross: float, costs: float) -> OpenTrade:
@@ -243,7 +245,7 @@ def _scenarios(draw: st.DrawFn) -> dict:
             "episode_rows": episode_rows,
             "max_position": draw(st.integers(1, 4)),
             "capital": draw(st.sampled_from([100_000.0, 600.0])),  # 600: the capital floor can end it
-            "target_bars": draw(st.integers(1, 5)),
+            "horizon": draw(st.integers(1, 5)),
             "profit_mult": draw(st.sampled_from([1.0, 3.0, 1000.0])),
             "stop_mult": draw(st.sampled_from([1.0, 3.0, 1000.0])),
         },
@@ -266,7 +268,7 @@ def test_env_ledger_matches_a_reference_ledger(sc: dict) -> None:
     contracts = [0.0] * n
     for acts in sc["actions"]:
         rows = env.state.row.tolist()
-        pos_before = env.state.position.tolist()
+        pos_before = env.state.account.position.tolist()
         _, r = env.step(torch.tensor(acts))
         _check_step(r, env, pos_before)
         for e in range(n):
@@ -278,7 +280,7 @@ def test_env_ledger_matches_a_reference_ledger(sc: dict) -> None:
             ref.mark(r.gross[e].item())
             ref.fill(fills[1], prices[1], fcosts[1], rows[e] + 1, 0)  # RESTING at row r+1
             ref.fill(fills[2], prices[2], fcosts[2], rows[e] + 1, int(r.exit_reason[e]))  # EXIT
-            assert ref.position == env.state.position[e].item()
+            assert ref.position == env.state.account.position[e].item()
             net[e] += r.net[e].item()
             costs[e] += r.costs[e].item()
             contracts[e] += sum(abs(q) for q in fills)
@@ -289,7 +291,7 @@ def test_env_ledger_matches_a_reference_ledger(sc: dict) -> None:
     for e in range(n):
         want = refs[e].trades
         assert refs[e].position == 0.0 and refs[e].open is None  # the window's end closed everything
-        assert len(got[e]) == len(want) == env.state.n_trades[e].item()
+        assert len(got[e]) == len(want) == env.state.account.n_trades[e].item()
         for g, w in zip(got[e], want, strict=True):
             assert g == pytest.approx(w, rel=1e-12, abs=1e-9)
             # No partial fills under the plan lock: the marks telescope to the fill prices.
@@ -297,7 +299,7 @@ def test_env_ledger_matches_a_reference_ledger(sc: dict) -> None:
             direct = w["side"] * w["size"] * (w["exit_price"] - w["entry_price"]) * POINT_VALUE - fees
             assert w["pnl"] == pytest.approx(direct, abs=1e-9)
         assert sum(t["pnl"] for t in got[e]) == pytest.approx(net[e], abs=1e-9)  # per window
-        assert env.state.n_wins[e].item() == sum(t["pnl"] > 0 for t in want)
+        assert env.state.account.n_wins[e].item() == sum(t["pnl"] > 0 for t in want)
         if sc["market_only"]:  # every fill crosses a known book: fee + half spread per contract
             assert costs[e] == pytest.approx(contracts[e] * (FEE + HALF_SPREAD * POINT_VALUE), abs=1e-9)
 
@@ -305,6 +307,6 @@ def test_env_ledger_matches_a_reference_ledger(sc: dict) -> None:
 def _check_step(r: StepResult, env: TradingEnv, pos_before: list[float]) -> None:
     """Per step: the fills move the position, their costs are the step's costs."""
     after = torch.tensor(pos_before, dtype=torch.float64) + r.fills.sum(dim=1)
-    assert torch.equal(after, env.state.position)
+    assert torch.equal(after, env.state.account.position)
     assert torch.allclose(r.fill_costs.sum(dim=1), r.costs, rtol=0, atol=1e-9)
     assert (r.trades.closed.sum(dim=1) <= STAGES).all()

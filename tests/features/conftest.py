@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from foxhunt.config.data import DataConfig
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import DataConfig, SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth_market import synthetic_market
 from foxhunt.features.frame import RowInput

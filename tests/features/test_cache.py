@@ -18,7 +18,7 @@ import foxhunt.validation.labels
 import foxhunt.validation.normalise
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features import layout
 from foxhunt.features.cache import (

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
 from foxhunt.console import Reporter, Verbosity
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import (
     REQUIRED_META,

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import (
     META_KEY,
@@ -115,6 +115,21 @@ def test_settings_come_from_the_cache_and_a_contradiction_is_refused(
     assert config_from_cache(built.path, folds, ["folds.n_folds"]).folds.n_folds == 2
 
 
+def test_the_plans_triple_barrier_is_a_cached_setting(market_dir: Path, tmp_path: Path) -> None:
+    """The outcome labels are computed with env.plan.barrier, its one home: the cache records it,
+    a --cache run adopts it (its env's plans are the labels' barrier), an explicit other value is
+    refused, and a cache is stale for another barrier; the plan's other keys stay the user's."""
+    built = get_or_build([market_dir], load_config("smoke"), tmp_path)
+    assert built.meta["config"]["env.plan.barrier"]["horizon"] == 20
+    longer = load_config("smoke", overrides=["env.plan.barrier.horizon=30", "env.plan.trailing_mult=2"])
+    adopted = config_from_cache(built.path, longer, ["env.plan.trailing_mult"])
+    assert adopted.env.plan.barrier.horizon == 20 and adopted.env.plan.trailing_mult == 2.0
+    with pytest.raises(CacheMismatchError, match=r"env.plan.barrier.horizon=30 \(the cache has 20\)"):
+        config_from_cache(built.path, longer, ["env.plan.barrier.horizon"])
+    with pytest.raises(CacheMismatchError, match="env.plan.barrier.horizon cached 20, now 30"):
+        load_cache(built.path, longer)
+
+
 def test_a_stale_cache_names_each_setting_in_whole_words(market_dir: Path, tmp_path: Path) -> None:
     built = get_or_build([market_dir], load_config("smoke"), tmp_path)
     with pytest.raises(CacheMismatchError) as err:
@@ -167,8 +182,8 @@ def test_features_count_ticks_of_the_data_instrument(market_dir: Path, tmp_path:
 def test_a_cache_without_its_sources_keeps_the_instrument_it_was_built_with(
     market_dir: Path, tmp_path: Path
 ) -> None:
-    from foxhunt.config.instrument import InstrumentConfig
     from foxhunt.data.instrument import instrument_of_cache
+    from foxhunt.domain.instrument import InstrumentConfig
 
     built = get_or_build([market_dir], load_config("smoke"), tmp_path)
     # Copied to another machine without the DBN files: the recorded instrument still names the contract.

@@ -10,8 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.config.features import FeaturesConfig
 from foxhunt.features._kernels import Carry
+from foxhunt.features.config import FeaturesConfig
 from foxhunt.features.frame import RowInput
 from foxhunt.features.registry import FAMILIES
 from foxhunt.features.stack import compute_stack, resumable

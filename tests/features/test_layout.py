@@ -30,7 +30,7 @@ def test_state_layout_matches_spec_widths_and_alignment() -> None:
     assert STATE_LAYOUT.width == 48 + 32 + 16 + 16 + 8 + 8 + 8
     assert len(STATE_LAYOUT.columns) == STATE_LAYOUT.width
     assert "ret" in STATE_LAYOUT.group("market").slots[0]  # slot 0: the last row's return
-    # ADX and CUSUM in the last two market slots (SPEC §3).
+    # ADX and CUSUM in the last two market slots (docs/design.md §2).
     m = STATE_LAYOUT.group("market")
     assert "adx" in m.slots[-2] and "cusum" in m.slots[-1]
     assert STATE_LAYOUT.index("portfolio.position") == STATE_LAYOUT.group("portfolio").offset
@@ -73,7 +73,8 @@ SHAPE_CALLS = {"zeros", "empty", "ones", "full", "reshape", "Linear", "view", "n
 
 def test_no_module_writes_a_layout_width_as_a_literal() -> None:
     """A literal width or offset in a shape or a column index (``x[:, 42]``, ``np.zeros((n, 32))``)
-    is how the old system broke (12 vs 13 action slots, six copies of a portfolio stride)."""
+    goes stale silently when a group grows: the shapes still line up, the columns no longer mean
+    what the code reads (a 12-wide action block read as 13, one of six copies of a stride missed)."""
     suspicious = _layout_numbers()
     offenders = []
     for path in SRC.rglob("*.py"):

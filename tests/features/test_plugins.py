@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import schema_hash

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.config.synth import SynthConfig
 from foxhunt.console import Reporter
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features import distributed

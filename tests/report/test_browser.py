@@ -3,8 +3,8 @@ with its ``executable_path``; no browser download) opens report.html at 1400 and
 console error, every image decoded, and, at 800 px, no horizontal scroll of the page.
 
 Built from the fabricated summary of ``test_html`` (one fold, alpha plots included, long file names
-and a third baseline column), not a training run: the page's layout is the fact under test. The
-report of the code before this test (one plain wide table) was 1,203 px wide at 800 px. Skips,
+and a third baseline column), not a training run: the page's layout is the fact under test (laid
+out as one plain wide table, the report is 1,203 px wide at 800 px). Skips,
 saying why, only where no Chromium or no playwright can be found (``.ci/run`` installs Debian's
 ``chromium``).
 """

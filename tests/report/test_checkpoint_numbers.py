@@ -3,8 +3,8 @@ row) are those ``foxhunt backtest --checkpoint best.safetensors`` gives for that
 epoch's numbers shown beside them are those of ``last.safetensors``.
 
 One fold of the tiny training run of ``tests/train/test_run.py``, three epochs, seed 8: there the
-best validation Sharpe is epoch 0's and the last epoch (2) validates differently, so a report of the
-last epoch (the code before this test) fails the comparison with the best checkpoint. Marked slow:
+best selection-period Sharpe is epoch 1's and the last epoch (2) validates differently, so a report that
+gave the last epoch's numbers as the fold's fails the comparison with the best checkpoint. Marked slow:
 run it with ``pytest -m slow tests/report/test_checkpoint_numbers.py``.
 """
 
@@ -61,10 +61,10 @@ def test_fold_numbers_are_the_best_checkpoints_backtest(
 ) -> None:
     cache, run_dir, fold = trained
     assert fold["checkpoint"] == "best" and fold["checkpoint_file"] == "checkpoints/fold0/best.safetensors"
-    assert fold["epoch"] == fold["diagnostics"]["best_epoch"] == 0
+    assert fold["epoch"] == fold["diagnostics"]["best_epoch"] == 1
     assert fold["last_epoch"]["epoch"] == 2
     body = backtest(cache, run_dir / fold["checkpoint_file"], tmp_path / "best")
-    assert body["folds"] == [0] and "epoch 0" in body["policy"]
+    assert body["folds"] == [0] and "epoch 1" in body["policy"]
     assert fold["trades"] > 0  # a policy that trades: not flat compared with flat
     for key in KEYS:
         assert fold[key] == pytest.approx(body[key], rel=1e-9, abs=1e-9), key
@@ -93,5 +93,5 @@ def test_report_row_shows_the_best_checkpoints_numbers(
     page.write_text(render({"folds": [fold]}, {}, None))  # the page without its plots (drawn elsewhere)
     p = parse(page)
     row = next(cells for sec, _, cells in p.rows if sec == "metrics" and cells[:1] == ["0"])
-    assert row[1] == "best, epoch 0" and row[2] == money(fold["net_pnl"])
+    assert row[1] == "best, epoch 1" and row[2] == money(fold["net_pnl"])
     assert money(fold["last_epoch"]["net_pnl"]) not in row[:5]

@@ -17,6 +17,7 @@ from foxhunt.errors import FoxhuntError
 from foxhunt.report import ReportInputError, write_report
 from foxhunt.report.html import duration, money, pct
 from foxhunt.report.plots import shares
+from foxhunt.report.schema import BEST_RULE
 
 HEADINGS = (
     "Verdict",
@@ -138,7 +139,7 @@ def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
             "atom_utilisation": 0.6,
             "gate_entropy": 1.2 - 0.1 * e,
             "train_sharpe": 0.5 * e,
-            "val_sharpe": 0.3 * e,
+            "select_sharpe": 0.3 * e,
             "active_frac": 0.4,
             "lr": 1e-5,
         }
@@ -149,6 +150,8 @@ def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
         "fold": k,
         "train_rows": 10_000,
         "val_rows": 2_000,
+        "best_rule": BEST_RULE,
+        "selection": {"rule": BEST_RULE, "mode": "train_tail", "start": 8_000, "end": 10_000, "rows": 2_000},
         **_metrics(net, 1.234, 0.05, 42, 0.55, 0.4),
         "implausible": implausible,
         "baselines": {
@@ -302,9 +305,9 @@ def test_diagnostics_show_the_best_epoch(full_report: tuple[Path, StrictParser])
     rows = [cells for sec, _, cells in p.rows if sec == "diagnostics"]
     header, fold0, fold1 = rows
     col = {name: i for i, name in enumerate(header)}
-    # fold 0's best epoch is 1 (of 0..2): gate entropy 1.2 - 0.1 = 1.1, validation Sharpe 0.3
+    # fold 0's best epoch is 1 (of 0..2): gate entropy 1.2 - 0.1 = 1.1, selection Sharpe 0.3
     assert fold0[col["best epoch"]] == "1" and fold0[col["epoch shown"]] == "1"
-    assert fold0[col["gate entropy (nats)"]] == "1.100" and fold0[col["val Sharpe"]] == "0.30"
+    assert fold0[col["gate entropy (nats)"]] == "1.100" and fold0[col["selection Sharpe"]] == "0.30"
     assert fold1[col["gate entropy (nats)"]] == "1.000"
     assert fold0[col["expert utilisation"]] == "50.0% 30.0% 20.0%"
     assert fold0[col["anomaly"]] == "none"

@@ -60,12 +60,26 @@ def test_verdict_block_comes_first_and_answers_each_question(page: tuple[str, St
     assert "flat in 1 of 2; long in 2 of 2 folds" in rows["Agent vs baselines"]
     assert "agent $589.10, flat $0.00, long -$12.50" in rows["Agent vs baselines"]
     best = rows["Best vs last epoch"]
-    assert "fold 0: best = epoch 1, fold 1: best = epoch 2" in best
-    assert "best $589.10, last epoch $489.10" in best  # last epoch: net - 100 in each fold
-    assert "optimistic" in best
+    assert "fold 0: best = epoch 1 (2,000 selection rows), fold 1: best = epoch 2" in best
+    assert "reported $589.10, last epoch $489.10" in best  # last epoch: net - 100 in each fold
+    # every fold records its selection period: the rule, its rows, and no claim of optimism
+    assert "validation never seen before the end" in best and "out of sample" in best
+    assert "optimistic" not in best
     assert rows["Anomaly guard"].startswith("flagged epochs") and "fold 1: exploding loss at epoch 2" in (
         rows["Anomaly guard"]
     )
+
+
+def test_a_summary_that_picked_on_validation_says_its_numbers_are_optimistic(tmp_path: Path) -> None:
+    """A metrics.json written before the selection period (no ``selection`` per fold, the old rule):
+    its best epoch was picked on the validation period it reports, and the report says so."""
+    summary = full_summary()
+    for f in summary["folds"]:
+        del f["selection"]
+        f["best_rule"] = "the epoch with the highest validation Sharpe (annualised)"
+    _, p = report(tmp_path, summary)
+    best = verdict_rows(p)["Best vs last epoch"]
+    assert "highest validation Sharpe" in best and "optimistic" in best and "out of sample" not in best
 
 
 def test_a_fold_where_the_agent_never_traded_is_a_warning(page: tuple[str, StrictParser]) -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import BookArrays, MboArrays
 from foxhunt.data.book import BookState, rebuild_book
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import read_dbn, read_raw
 from foxhunt.data.dbn_write import record_dtype
 from foxhunt.data.ingest import MarketData, load_market

@@ -16,8 +16,8 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.data.dbn_write import write_records
 from foxhunt.data.ingest import load_market
-from foxhunt.data.instrument import resolve_instrument
 from foxhunt.data.schemas import Schema
+from foxhunt.domain.instrument import resolve_instrument
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.cache import compute_features
 from foxhunt.features.pipeline import rows_from_market

@@ -26,7 +26,7 @@ from foxhunt.backtest.decisions import DecisionRow, read_decisions_csv
 from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
-from foxhunt.env.actions import Direction
+from foxhunt.domain.actions import Direction
 from foxhunt.features.cache import open_cache
 from foxhunt.serve.config import ServeConfig
 from foxhunt.serve.ledger import Ledger
@@ -42,9 +42,9 @@ MARKET = (
     "env.episode_rows=16",
     "data.bar_seconds=900",
 )
-# One epoch of a few updates of the smoke network; seed 1 is one whose briefly trained policy trades
-# (which seeds do depends on the random streams: seed 0's stopped trading when the noisy layers came
-# to draw their noise in one call).
+# One epoch of a few updates of the smoke network; seed 1 is one whose briefly trained policy trades,
+# which the tests need (whether a seed's does depends on every random stream of the run, so another
+# seed may train a policy that never trades and leaves nothing to compare).
 ONE_EPOCH = (
     "agent.learn.updates_per_epoch=4",
     "agent.network.symmetry=none",
@@ -153,7 +153,7 @@ def test_book_streams_alone_decide_and_compute_as_the_backtest(
     """The MBP-10 files without their trades files: serve decodes the book streams as they arrive
     (foxhunt.serve.state.BookStream, no DBN round trip, the logs cut between the two sessions) and
     decides, fills and computes every feature row as the backtest on the same files, bit for bit."""
-    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.domain.instrument import resolve_instrument
     from foxhunt.serve.service import load_trained
     from foxhunt.serve.state import RowState
 
@@ -549,7 +549,7 @@ def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pyte
 
 
 def test_a_normaliser_of_another_feature_layout_is_refused(export: Path, stream, tmp_path: Path) -> None:
-    from foxhunt.data.instrument import resolve_instrument
+    from foxhunt.domain.instrument import resolve_instrument
     from foxhunt.serve.service import load_trained
     from foxhunt.serve.state import RowState
     from foxhunt.train.checkpoint import CheckpointError

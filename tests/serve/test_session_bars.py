@@ -8,8 +8,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.bars import BarSeries, build_bars
+from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.sessions import session_open_ns
 from foxhunt.serve.bars import SessionBars

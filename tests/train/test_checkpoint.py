@@ -1,5 +1,7 @@
-"""Checkpoints: exact round trip (weights, Adam state, extras), fingerprint refusal with named
-differences, corrupt files, atomic writes, the per-fold store (ring, best, resume) and RNG streams."""
+"""Checkpoints: exact round trip (policy, Adam state, nested training state), a tensor shared by both
+sections stored once, acting without the training section, refusal of an older format and of a
+network of another fingerprint with named differences, corrupt files, atomic writes, the per-fold
+store (ring, best, resume) and RNG streams."""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import nn
 
-from foxhunt.env.actions import ActionCodec
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, build_layout
 from foxhunt.train import checkpoint
@@ -87,6 +90,21 @@ def _assert_same(a: object, b: object) -> None:
         assert a == b
 
 
+def _policy(net: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+    return {"network": net.state_dict()}
+
+
+def _expect(net: nn.Module, branches: BranchConfig | None = None, layout=STATE_LAYOUT) -> Fingerprint:
+    return Fingerprint.of(_policy(net), branches or BranchConfig(), layout)
+
+
+def _load_into(path: Path, net: nn.Module) -> dict:
+    """Load checkpoint ``path``'s policy network into ``net``; return the meta."""
+    loaded = load_checkpoint(path, expect=_expect(net))
+    net.load_state_dict(loaded.policy["network"])
+    return loaded.meta
+
+
 def test_round_trip_restores_adam_exactly_and_the_next_step_is_bit_identical(tmp_path: Path) -> None:
     batches = _batches(4)
     net, tied = Net(seed=0), Tied(seed=0)
@@ -94,34 +112,35 @@ def test_round_trip_restores_adam_exactly_and_the_next_step_is_bit_identical(tmp
     for x in batches[:3]:
         _step(net, opt, x)
     base = torch.arange(20.0)
-    extras = {"replay/obs": base, "replay/head": base[5:10], "replay/t": base.view(4, 5).t()}
+    extras = {"obs": base, "head": base[5:10], "t": base.view(4, 5).t()}  # three views of one storage
     save_checkpoint(
         tmp_path / "ck",
-        modules={"network": net, "tied": tied},
+        policy={"network": net.state_dict(), "tied": tied.state_dict()},
         branches=BranchConfig(),
-        optimizers={"adam": opt},
-        tensors=extras,
+        training={"adam": opt.state_dict(), "replay": extras, "step": 3},
         meta={"fold": 1, "epoch": 7, "seed": 42},
     )
 
     net2, tied2 = Net(seed=5), Tied(seed=5)  # different weights and buffers, other lr and betas
     opt2 = torch.optim.Adam(net2.parameters(), lr=1e-3)
-    meta, got = load_checkpoint(
-        tmp_path / "ck",
-        modules={"network": net2, "tied": tied2},
-        branches=ActionCodec(BranchConfig()),
-        optimizers={"adam": opt2},
-    )
+    policy2 = {"network": net2.state_dict(), "tied": tied2.state_dict()}
+    expect = Fingerprint.of(policy2, ActionCodec(BranchConfig()))
+    loaded = load_checkpoint(tmp_path / "ck", expect=expect, training=True)
+    net2.load_state_dict(loaded.policy["network"])
+    tied2.load_state_dict(loaded.policy["tied"])
+    assert loaded.training is not None
+    opt2.load_state_dict(loaded.training["adam"])
+    meta, got = loaded.meta, loaded.training["replay"]
 
     assert (meta["fold"], meta["epoch"], meta["seed"]) == (1, 7, 42)
     assert meta["foxhunt_version"] and meta["created"].endswith("Z")
     stored = Fingerprint.from_json(meta["fingerprint"])
     assert stored.digest == meta["fingerprint"]["hash"]
-    assert stored == Fingerprint.of({"network": net, "tied": tied}, BranchConfig())
+    assert stored == Fingerprint.of({"network": net.state_dict(), "tied": tied.state_dict()}, BranchConfig())
     for k, v in net.state_dict().items():
         assert torch.equal(v, net2.state_dict()[k]), k
     assert tied2.head.weight is tied2.emb.weight and torch.equal(tied2.emb.weight, tied.emb.weight)
-    assert got.keys() == extras.keys()
+    assert got.keys() == extras.keys() and loaded.training["step"] == 3
     for k, v in extras.items():
         assert torch.equal(got[k], v), k
     _assert_same(opt.state_dict(), opt2.state_dict())
@@ -133,25 +152,66 @@ def test_round_trip_restores_adam_exactly_and_the_next_step_is_bit_identical(tmp
         assert torch.equal(p, p2), name
 
 
+def test_a_tensor_in_both_sections_is_stored_once_and_read_back_in_both(tmp_path: Path) -> None:
+    # The agent's learner state repeats the policy's network (Learner.state_dict holds it too).
+    net = Net(seed=3)
+    weights = save_checkpoint(
+        tmp_path / "ck", policy=_policy(net), branches=BranchConfig(), training={"learner": _policy(net)}
+    )
+    with safe_open(str(weights), framework="pt") as f:
+        keys = sorted(f.keys())
+    assert keys == sorted(f"policy/network/{k}" for k in net.state_dict())  # one copy, the policy's
+    loaded = load_checkpoint(weights, expect=_expect(net), training=True)
+    assert loaded.training is not None
+    for k, v in net.state_dict().items():
+        assert torch.equal(loaded.policy["network"][k], v)
+        assert torch.equal(loaded.training["learner"]["network"][k], v)
+
+
+def test_acting_reads_no_training_tensor_and_an_export_cannot_train(tmp_path: Path) -> None:
+    net = Net(seed=1)
+    save_checkpoint(
+        tmp_path / "full", policy=_policy(net), branches=BranchConfig(), training={"big": torch.ones(4)}
+    )
+    loaded = load_checkpoint(tmp_path / "full", expect=_expect(net))
+    assert loaded.training is None and loaded.policy["network"].keys() == net.state_dict().keys()
+    save_checkpoint(tmp_path / "policy", policy=_policy(net), branches=BranchConfig())
+    with pytest.raises(FoxhuntError, match="weights-only export .* cannot resume training"):
+        load_checkpoint(tmp_path / "policy", expect=_expect(net), training=True)
+
+
+def test_a_version_2_checkpoint_is_refused_naming_the_file_the_release_and_the_fix(tmp_path: Path) -> None:
+    # Version 2 stored named modules and flat extras; its header has no policy section to read.
+    doc = {"format": checkpoint.FORMAT, "format_version": 2, "meta": {"foxhunt_version": "0.0.9"}}
+    old = tmp_path / "old.safetensors"
+    save_file({"module/network/w": torch.zeros(2)}, str(old), metadata={"foxhunt": json.dumps(doc)})
+    with pytest.raises(FoxhuntError) as info:
+        load_checkpoint(old, expect=_expect(Net()))
+    message = str(info.value)
+    assert str(old) in message
+    assert "version 2 checkpoint (written by foxhunt 0.0.9)" in message
+    assert f"reads version {checkpoint.FORMAT_VERSION} only" in message
+    assert "retrain, or load it with the foxhunt release that wrote it" in message
+    with pytest.raises(FoxhuntError, match="version 2"):
+        read_checkpoint_meta(old)
+
+
 def test_changed_width_is_refused_naming_the_parameter_and_both_shapes(tmp_path: Path) -> None:
-    save_checkpoint(tmp_path / "ck", modules={"network": Net(hidden=16)}, branches=BranchConfig())
+    save_checkpoint(tmp_path / "ck", policy=_policy(Net(hidden=16)), branches=BranchConfig())
     wider = Net(hidden=32, seed=3)
-    before = {k: v.clone() for k, v in wider.state_dict().items()}
     with pytest.raises(CheckpointMismatchError) as info:
-        load_checkpoint(tmp_path / "ck", modules={"network": wider}, branches=BranchConfig())
+        load_checkpoint(tmp_path / "ck", expect=_expect(wider))
     message = str(info.value)
     assert "network.body.0.weight: shape [32, 8] here, [16, 8] in the checkpoint" in message
     assert "network.value.weight: shape [3, 32] here, [3, 16] in the checkpoint" in message
     assert str(checkpoint_files(tmp_path / "ck")[0]) in message
     assert isinstance(info.value, FoxhuntError)
-    for k, v in wider.state_dict().items():  # nothing was loaded
-        assert torch.equal(v, before[k]), k
 
 
 def test_layout_and_branch_size_mismatch_are_named(tmp_path: Path) -> None:
     save_checkpoint(
         tmp_path / "ck",
-        modules={"network": Net()},
+        policy=_policy(Net()),
         branches=BranchConfig(magnitude=2, magnitude_fractions=(0.5, 1.0)),
     )
     ofi_width = STATE_LAYOUT.group("ofi").width
@@ -161,7 +221,7 @@ def test_layout_and_branch_size_mismatch_are_named(tmp_path: Path) -> None:
         STATE_LAYOUT.align,
     )
     with pytest.raises(CheckpointMismatchError) as info:
-        load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(), layout=narrower)
+        load_checkpoint(tmp_path / "ck", expect=_expect(Net(), BranchConfig(), narrower))
     assert info.value.differences == [
         f"state layout group ofi: width {ofi_width - 2} here, {ofi_width} in the checkpoint",
         "branch magnitude: 3 here, 2 in the checkpoint",
@@ -170,27 +230,24 @@ def test_layout_and_branch_size_mismatch_are_named(tmp_path: Path) -> None:
 
 
 def test_fingerprint_diff_and_hash() -> None:
-    a = Fingerprint.of({"network": Net()}, BranchConfig())
-    assert a.diff(Fingerprint.of({"network": Net(seed=9)}, BranchConfig())) == []  # values do not count
+    a = _expect(Net())
+    assert a.diff(_expect(Net(seed=9))) == []  # values do not count
     assert a.digest == Fingerprint.from_json(json.loads(json.dumps(a.to_json()))).digest
 
-    double = Fingerprint.of({"network": Net().double()}, BranchConfig())
+    double = _expect(Net().double())
     assert double.digest != a.digest
     assert "network.value.bias: dtype float64 here, float32 in the checkpoint" in double.diff(a)
 
     extra = Net()
     extra.register_buffer("scale", torch.ones(2))
-    assert Fingerprint.of({"network": extra}, BranchConfig()).diff(a) == [
-        "network.scale: buffer [2] float32 only here"
-    ]
-    assert Fingerprint.of({"network": Net(), "target": Net()}, BranchConfig()).diff(a) == [
-        "module target: only here"
-    ]
+    assert _expect(extra).diff(a) == ["network.scale: [2] float32 only here"]
+    two = Fingerprint.of({"network": Net().state_dict(), "target": Net().state_dict()}, BranchConfig())
+    assert two.diff(a) == ["module target: only here"]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "missing"])
 def test_missing_or_corrupt_file_names_the_file(tmp_path: Path, damage: str) -> None:
-    weights = save_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+    weights = save_checkpoint(tmp_path / "ck", policy=_policy(Net()), branches=BranchConfig())
     data = weights.read_bytes()
     if damage == "truncate":
         weights.write_bytes(data[: len(data) - 100])
@@ -199,7 +256,7 @@ def test_missing_or_corrupt_file_names_the_file(tmp_path: Path, damage: str) -> 
     else:
         weights.unlink()
     with pytest.raises(FoxhuntError) as info:
-        load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+        load_checkpoint(tmp_path / "ck", expect=_expect(Net()))
     assert str(weights) in str(info.value)
 
 
@@ -208,9 +265,7 @@ def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
 ) -> None:
     net = Net(seed=1)
     for epoch in (1, 2):
-        save_checkpoint(
-            tmp_path / "ck", modules={"network": net}, branches=BranchConfig(), meta={"epoch": epoch}
-        )
+        save_checkpoint(tmp_path / "ck", policy=_policy(net), branches=BranchConfig(), meta={"epoch": epoch})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
     side = json.loads((tmp_path / "ck.json").read_text())
     assert side["meta"] == read_checkpoint_meta(tmp_path / "ck")
@@ -219,7 +274,7 @@ def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
     with pytest.raises(TypeError):  # refused before anything is written
         save_checkpoint(
             tmp_path / "ck",
-            modules={"network": Net(seed=2)},
+            policy=_policy(Net(seed=2)),
             branches=BranchConfig(),
             meta={"epoch": 3, "bad": object()},
         )
@@ -231,13 +286,12 @@ def test_saves_leave_no_temp_files_and_a_failed_save_keeps_the_old_checkpoint(
     monkeypatch.setattr(checkpoint, "save_file", crash_mid_write)
     with pytest.raises(OSError, match="disk full"):
         save_checkpoint(
-            tmp_path / "ck", modules={"network": Net(seed=2)}, branches=BranchConfig(), meta={"epoch": 4}
+            tmp_path / "ck", policy=_policy(Net(seed=2)), branches=BranchConfig(), meta={"epoch": 4}
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ck.json", "ck.safetensors"]
     monkeypatch.undo()
     into = Net(seed=7)
-    meta, _ = load_checkpoint(tmp_path / "ck.safetensors", modules={"network": into}, branches=BranchConfig())
-    assert meta["epoch"] == 2
+    assert _load_into(tmp_path / "ck.safetensors", into)["epoch"] == 2
     assert torch.equal(into.value.weight, net.value.weight)
 
 
@@ -252,7 +306,7 @@ CLEAN, FLAGGED = Guard(True), Guard(False)
 
 
 def _contents(net: Net, **meta: object) -> CheckpointContents:
-    return CheckpointContents(modules={"network": net}, branches=BranchConfig(), meta=meta)
+    return CheckpointContents(policy=_policy(net), branches=BranchConfig(), meta=meta)
 
 
 def test_ring_keeps_the_newest_n(tmp_path: Path) -> None:
@@ -268,7 +322,9 @@ def test_ring_keeps_the_newest_n(tmp_path: Path) -> None:
     ]
     assert store.latest_ring(0) == store.ring_path(0, 4)
     into = Net(seed=9)
-    meta, _ = load_checkpoint(store.latest_ring(0), modules={"network": into}, branches=BranchConfig())
+    latest = store.latest_ring(0)
+    assert latest is not None
+    meta = _load_into(latest, into)
     assert (meta["fold"], meta["epoch"]) == (0, 4)
     assert torch.equal(into.support, Net(seed=4).support)
     assert store.latest_ring(1) is None
@@ -287,7 +343,7 @@ def test_best_is_replaced_only_by_a_better_clean_metric(tmp_path: Path) -> None:
 
     assert store.save_best(0, 5, _contents(Net(seed=5)), metric=2.0, verdict=CLEAN) is not None
     into = Net(seed=0)
-    meta, _ = load_checkpoint(store.best_path(0), modules={"network": into}, branches=BranchConfig())
+    meta = _load_into(store.best_path(0), into)
     assert (meta["epoch"], meta["best_metric"], store.best_metric(0)) == (5, 2.0, 2.0)
     assert torch.equal(into.support, Net(seed=5).support)
     assert store.best_metric(1) is None  # folds are independent
@@ -340,13 +396,14 @@ def test_rng_capture_restore_through_a_checkpoint_reproduces_the_next_numbers(tm
     }
     _draw(gens)  # move every stream away from its seed
     save_checkpoint(
-        tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig(), tensors=capture_rng(gens)
+        tmp_path / "ck", policy=_policy(Net()), branches=BranchConfig(), training=capture_rng(gens)
     )
     expected = _draw(gens)
     later = _draw(gens)
     assert not _equal(expected, later)
 
-    _, extras = load_checkpoint(tmp_path / "ck", modules={"network": Net()}, branches=BranchConfig())
+    extras = load_checkpoint(tmp_path / "ck", expect=_expect(Net()), training=True).training
+    assert extras is not None
     assert all(t.dtype == torch.uint8 for t in extras.values())
     restore_rng(extras, gens)
     assert _equal(_draw(gens), expected)

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 from foxhunt.train import checkpoint
 from foxhunt.train.checkpoint import CheckpointContents, CheckpointStore, checkpoint_files, load_checkpoint
-from tests.train.test_checkpoint import Net
+from tests.train.test_checkpoint import Net, _expect
 
 
 def _contents(epoch: int) -> CheckpointContents:
     replay = torch.arange(4096, dtype=torch.float32) * (epoch + 1)  # extra state, as the replay's
     return CheckpointContents(
-        modules={"network": Net(seed=epoch)}, branches=BranchConfig(), tensors={"replay.x": replay}
+        policy={"network": Net(seed=epoch).state_dict()}, branches=BranchConfig(), training={"replay": replay}
     )
 
 
@@ -34,8 +34,9 @@ def test_save_epoch_serialises_once_and_last_is_the_ring_entry(tmp_path: Path, m
     for a, b in zip(checkpoint_files(ring), checkpoint_files(last), strict=True):
         assert a.read_bytes() == b.read_bytes()
     assert len(store.list_ring(0)) == 2  # the ring still keeps its newest entries only
-    meta, extras = load_checkpoint(last, modules={"network": Net(seed=9)}, branches=BranchConfig())
-    assert meta["epoch"] == 2 and torch.equal(extras["replay.x"], _contents(2).tensors["replay.x"])
+    loaded = load_checkpoint(last, expect=_expect(Net(seed=9)), training=True)
+    assert loaded.meta["epoch"] == 2 and loaded.training is not None
+    assert torch.equal(loaded.training["replay"], torch.arange(4096, dtype=torch.float32) * 3)
 
 
 def test_a_copy_is_its_own_file(tmp_path: Path) -> None:
@@ -48,6 +49,5 @@ def test_a_copy_is_its_own_file(tmp_path: Path) -> None:
     data[-100] ^= 0xFF  # a byte of the tensors (the header comes first)
     last.write_bytes(bytes(data))
     with pytest.raises(checkpoint.CheckpointError):
-        load_checkpoint(last, modules={"network": Net(seed=9)}, branches=BranchConfig())
-    meta, _ = load_checkpoint(ring, modules={"network": Net(seed=9)}, branches=BranchConfig())
-    assert meta["epoch"] == 0
+        load_checkpoint(last, expect=_expect(Net(seed=9)), training=True)
+    assert load_checkpoint(ring, expect=_expect(Net(seed=9)), training=True).meta["epoch"] == 0

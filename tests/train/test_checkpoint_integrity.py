@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from foxhunt.config.loader import load_config
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 from foxhunt.train import checkpoint
 from foxhunt.train.checkpoint import (
     CheckpointContents,
@@ -23,21 +23,21 @@ from foxhunt.train.checkpoint import (
     CheckpointStore,
     checkpoint_config,
     export_weights,
-    load_checkpoint,
     save_checkpoint,
     verify_checkpoint,
 )
-from foxhunt.train.run import CheckpointPolicy
+from foxhunt.train.policy import CheckpointPolicy
 from tests.tamper import flip_bytes
-from tests.train.test_checkpoint import Net
+from tests.train.test_checkpoint import Net, _load_into
 
 
 def _save(path: Path, net: torch.nn.Module | None = None, **meta: object) -> Path:
-    return save_checkpoint(path, modules={"network": net or Net()}, branches=BranchConfig(), meta=meta)
+    policy = {"network": (net or Net()).state_dict()}
+    return save_checkpoint(path, policy=policy, branches=BranchConfig(), meta=meta)
 
 
 def _load(path: Path) -> dict:
-    return load_checkpoint(path, modules={"network": Net(seed=5)}, branches=BranchConfig())[0]
+    return _load_into(path, Net(seed=5))
 
 
 def _data_start(path: Path) -> int:
@@ -60,7 +60,7 @@ def test_flipped_weight_bytes_are_refused_naming_the_tensor(tmp_path: Path) -> N
     assert _load(weights)["epoch"] == 1  # the untouched file loads
     for seed in range(5):
         bad = flip_bytes(weights, tmp_path / f"bad{seed}.safetensors", 16, seed, lo=_data_start(weights))
-        with pytest.raises(CheckpointError, match="content hash of tensor module/network/") as info:
+        with pytest.raises(CheckpointError, match="content hash of tensor policy/network/") as info:
             _load(bad)
         assert str(bad) in str(info.value)
 
@@ -71,7 +71,7 @@ def test_nan_and_inf_weights_are_refused(tmp_path: Path) -> None:
         with torch.no_grad():
             net.value.weight[1, 2] = value
         weights = _save(tmp_path / "ck", net, fold=0, epoch=0)
-        with pytest.raises(CheckpointError, match=r"non-finite weights .* module/network/value.weight"):
+        with pytest.raises(CheckpointError, match=r"non-finite weights .* policy/network/value.weight"):
             _load(weights)
         with pytest.raises(CheckpointError, match="non-finite"):
             verify_checkpoint(weights)
@@ -88,13 +88,14 @@ def test_an_edited_header_or_one_without_hashes_is_refused(tmp_path: Path) -> No
         doc["format_version"] = 1
 
     old = _rewrite_header(weights, tmp_path / "old.safetensors", as_version_1)
-    with pytest.raises(CheckpointError, match="not a version 2"):
+    with pytest.raises(CheckpointError, match="is a version 1 checkpoint"):
         _load(old)
 
 
 def test_export_verifies_the_tensors_it_copies(tmp_path: Path) -> None:
-    modules = {"network": Net(), "popart": Net(seed=1)}
-    weights = save_checkpoint(tmp_path / "ck", modules=modules, branches=BranchConfig(), meta={"fold": 0})
+    signals = {"q_gap": torch.ones(())}
+    policy = {"network": Net().state_dict(), "popart": Net(seed=1).state_dict(), "signals": signals}
+    weights = save_checkpoint(tmp_path / "ck", policy=policy, branches=BranchConfig(), meta={"fold": 0})
     bad = flip_bytes(weights, tmp_path / "bad.safetensors", 16, 0, lo=_data_start(weights))
     with pytest.raises(CheckpointError, match="content hash"):
         export_weights(bad, tmp_path / "export")
@@ -175,7 +176,7 @@ def test_the_ring_keeps_the_newest_complete_epoch_after_a_kill_at_any_point(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     def contents(epoch: int) -> CheckpointContents:
-        return CheckpointContents(modules={"network": Net(seed=epoch)}, branches=BranchConfig())
+        return CheckpointContents(policy={"network": Net(seed=epoch).state_dict()}, branches=BranchConfig())
 
     step, outcomes = 0, []
     while True:
@@ -199,7 +200,7 @@ def test_the_ring_keeps_the_newest_complete_epoch_after_a_kill_at_any_point(
         assert newest == after.ring_path(0, point.epoch), seen[-1]
         for path in (point.path, newest):
             into = Net(seed=9)
-            meta, _ = load_checkpoint(path, modules={"network": into}, branches=BranchConfig())
+            meta = _load_into(path, into)
             assert meta["epoch"] == point.epoch and torch.equal(into.support, Net(seed=point.epoch).support)
         outcomes.append((seen[-1], point.epoch))
         step += 1

@@ -11,13 +11,13 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from foxhunt.agent.stats import q_key
 from foxhunt.train.diagnostics import (
     HISTORY_FILE,
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
     console_line,
-    q_key,
     read_events,
     read_history,
     tensorboard_tag,
@@ -97,14 +97,14 @@ def test_tensorboard_and_history_written_and_readable(tmp_path: Path) -> None:
             "loss/total": 1.5,
             "grad/total": 4.0,
             q_key("direction", "mean"): 0.02,
-            "sharpe/val": 0.7,
+            "sharpe/select": 0.7,
             "oddkey": 9.0,
         },
         {
             "loss/total": 1.25,
             "grad/total": math.nan,
             q_key("direction", "mean"): 0.03,
-            "sharpe/val": 0.9,
+            "sharpe/select": 0.9,
             "oddkey": 8.0,
         },
     ]
@@ -115,9 +115,9 @@ def test_tensorboard_and_history_written_and_readable(tmp_path: Path) -> None:
     acc = EventAccumulator(str(tmp_path / TENSORBOARD_DIR / "fold_2"))
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert tags == {"loss/total", "grad/total", "q/direction/mean", "sharpe/val", "misc/oddkey"}
+    assert tags == {"loss/total", "grad/total", "q/direction/mean", "sharpe/select", "misc/oddkey"}
     assert tensorboard_tag("oddkey") == "misc/oddkey"
-    for key in ("loss/total", "sharpe/val"):
+    for key in ("loss/total", "sharpe/select"):
         got = [(ev.step, ev.value) for ev in acc.Scalars(tensorboard_tag(key))]
         assert got == [(e, pytest.approx(s[key])) for e, s in enumerate(epochs)]
     assert [ev.value for ev in acc.Scalars("misc/oddkey")] == [9.0, 8.0]
@@ -146,7 +146,7 @@ def test_console_line_shows_the_values() -> None:
         "atoms/utilisation": 0.625,
         "experts/gate_entropy": 1.987,
         "sharpe/train": 1.234,
-        "sharpe/val": -0.456,
+        "sharpe/select": -0.456,
         "actions/active_frac": 0.375,
         "time/epoch_s": 12.34,
     }
@@ -159,7 +159,7 @@ def test_console_line_shows_the_values() -> None:
         "magnitude -1.5±0.25",
         "atoms 0.625",
         "gate H 1.99",
-        "Sharpe train 1.23 val -0.456",
+        "Sharpe train 1.23 select -0.456",
         "active 0.375",
         "12.3 s",
     ):
@@ -183,7 +183,7 @@ def test_gap_correlation_hand_worked_and_undefined_cases() -> None:
     assert math.isnan(gap_correlation(np.full(4, 0.3), np.array([1.0, 3.0, 2.0, 4.0])))
 
 
-def test_gap_rows_cover_the_validation_block_evenly() -> None:
+def test_gap_rows_cover_the_selection_block_evenly() -> None:
     from foxhunt.train.diagnostics import gap_rows
 
     assert gap_rows(10, 15).tolist() == [10, 11, 12, 13]  # every row with a next row

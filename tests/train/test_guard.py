@@ -52,7 +52,7 @@ def _metrics(net: np.ndarray, trade_pnl: np.ndarray) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def oracle_metrics() -> dict[str, Any]:
-    """An oracle that peeks at the future: gains every bar, never loses (SPEC §9)."""
+    """An oracle that peeks at the future: gains every bar, never loses (docs/design.md §8)."""
     rng = np.random.default_rng(3)
     return _metrics(rng.uniform(20.0, 200.0, (4, 300)), rng.uniform(100.0, 900.0, (4, 300)))
 

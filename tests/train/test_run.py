@@ -37,11 +37,13 @@ from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import (
     CheckpointMismatchError,
     CheckpointStore,
+    Fingerprint,
     load_checkpoint,
     read_checkpoint_meta,
 )
 from foxhunt.train.guard import AnomalyError
-from foxhunt.train.run import CheckpointPolicy, Interrupted, train
+from foxhunt.train.policy import CheckpointPolicy
+from foxhunt.train.run import Interrupted, train
 
 TINY = (
     # A seed whose tiny policy trades in its folds (seed 7's is flat in both: which seeds trade after
@@ -197,12 +199,12 @@ def test_fold_k_plus_1_starts_from_the_same_state_whatever_fold_k_did(
     assert canon(short[1]["history"][0]) == canon(long[1]["history"][0])
     ring = "checkpoints/fold1/ring/epoch0000.safetensors"
     a, b = load_file(str(tmp_path / ring)), load_file(str(run_a / ring))
-    assert a.keys() == b.keys() and any(k.startswith("module/network/") for k in a)
+    assert a.keys() == b.keys() and any(k.startswith("policy/network/") for k in a)
     assert [k for k in a if not same(a[k], b[k])] == []
     # ... whereas fold 0's state after its last epoch differs between the two runs.
     a0 = load_file(str(tmp_path / "checkpoints/fold0/last.safetensors"))
     b0 = load_file(str(run_a / "checkpoints/fold0/last.safetensors"))
-    assert any(not same(a0[k], b0[k]) for k in a0 if k.startswith("module/network/"))
+    assert any(not same(a0[k], b0[k]) for k in a0 if k.startswith("policy/network/"))
 
 
 # --- anomaly guard and plateau ladder ------------------------------------------------------------
@@ -211,23 +213,29 @@ def test_fold_k_plus_1_starts_from_the_same_state_whatever_fold_k_did(
 def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
     cache: FeatureCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One fold of 2,730 validation rows in 128-row windows: enough closed trades for the oracle to be
-    # implausible beyond sampling error (in 32-row windows its plans time out at the windows' ends).
-    oracle_run = ("folds.n_folds=1", "env.episode_rows=128")
+    # One fold whose selection period (half its training rows: about 1,340) runs in 128-row windows:
+    # enough closed trades for the oracle to be implausible beyond sampling error (in 32-row windows
+    # its plans time out at the windows' ends).
+    oracle_run = ("folds.n_folds=1", "env.episode_rows=128", "train.selection_fraction=0.5")
     cfg = tiny_cfg(*oracle_run)
-    real_validate = run_mod.validate
-    calls: list[int] = []
+    real_select, real_validate = run_mod.evaluate_selection, run_mod.validate
+    calls: list[str] = []
 
-    def validate(market, fd, cfg_, policy, bpy, *, whole=False):  # fold 0's epoch 1 validates the oracle
-        calls.append(fd.fold.index)
+    def evaluate_selection(market, periods, cfg_, policy, bpy):  # epoch 1 is judged with the oracle
+        calls.append("select")
         if len(calls) == 2:
             policy = scripted(ScriptedPolicy.ORACLE, cfg_.env)
-        return real_validate(market, fd, cfg_, policy, bpy, whole=whole)
+        return real_select(market, periods, cfg_, policy, bpy)
 
+    def validate(market, fd, cfg_, policy, bpy):
+        calls.append("validate")
+        return real_validate(market, fd, cfg_, policy, bpy)
+
+    monkeypatch.setattr(run_mod, "evaluate_selection", evaluate_selection)
     monkeypatch.setattr(run_mod, "validate", validate)
     with pytest.raises(AnomalyError) as err:
         train(cache, cfg, tmp_path, log=quiet)
-    assert calls == [0, 0]  # it stopped there: no later epoch, no baselines
+    assert calls == ["select", "select"]  # it stopped there: no later epoch, no validation, no baselines
     store = CheckpointStore(tmp_path, ring=cfg.train.ring)
     oracle = read_checkpoint_meta(store.last_path(0))  # kept as last, for inspection
     assert oracle["epoch"] == 1 and oracle["metrics"]["implausible"]
@@ -261,11 +269,11 @@ FROZEN = (
     "train.plateau.lr_bump=2",
 )
 FROZEN_Q = 0.25
-BEST_EPOCH = 5  # the one epoch whose validation improves: also the epoch of the rewind
+BEST_EPOCH = 5  # the one epoch whose selection Sharpe improves: also the epoch of the rewind
 
 
 def network_of(path: Path) -> dict[str, torch.Tensor]:
-    prefix = "module/network/"
+    prefix = "policy/network/"
     return {k[len(prefix) :]: v for k, v in load_file(str(path)).items() if k.startswith(prefix)}
 
 
@@ -289,21 +297,21 @@ def frozen(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Fro
     cfg = tiny_cfg(*FROZEN)
     root = tmp_path_factory.mktemp("frozen")
     validated: dict[int, dict[str, torch.Tensor]] = {}
-    real_validate, real_run_epoch = run_mod.validate, run_mod.FoldTrainer.run_epoch
+    real_select, real_run_epoch = run_mod.evaluate_selection, run_mod.FoldTrainer.run_epoch
 
-    def validate(market, fd, cfg_, policy, bpy, *, whole=False):
-        return real_validate(market, fd, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy, whole=whole)
+    def evaluate_selection(market, periods, cfg_, policy, bpy):
+        return real_select(market, periods, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy)
 
     def run_epoch(self: run_mod.FoldTrainer) -> dict[str, Any]:
         ep = real_run_epoch(self)
         row = ep["row"]
         row.update({k: FROZEN_Q for k in row if k.startswith("q/") and k.count("/") == 2})
-        ep["val"]["sharpe_annual"] = row["sharpe/val"] = 1.0 if self.epoch == BEST_EPOCH else 0.0
+        ep["select"]["sharpe_annual"] = row["sharpe/select"] = 1.0 if self.epoch == BEST_EPOCH else 0.0
         validated[self.epoch] = {k: v.clone() for k, v in self.agent.net.state_dict().items()}
         return ep
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(run_mod, "validate", validate)
+        mp.setattr(run_mod, "evaluate_selection", evaluate_selection)
         mp.setattr(run_mod.FoldTrainer, "run_epoch", run_epoch)
         train(cache, cfg, root / "whole", log=quiet)
         whole = dict(validated)
@@ -407,6 +415,10 @@ def test_backtest_of_a_checkpoint_reproduces_its_validation(
         assert body[key] == pytest.approx(last[key], rel=1e-9, abs=1e-9), key
 
 
+def _expect(agent: Agent, cfg: FoxhuntConfig) -> Fingerprint:
+    return Fingerprint.of(agent.policy_state_dict(), cfg.env.branches)
+
+
 def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
     """The greedy policy's conviction and Q variance are scaled by the acting signals (Q-gap and |Q|
     running means), which the checkpoint holds next to the weights."""
@@ -414,12 +426,10 @@ def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
     cfg = tiny_cfg()
     states = torch.randn(64, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(0))
     acted = CheckpointPolicy(path, cfg).policy("cpu")(states, None)
-    agents = [Agent(cfg.agent, cfg.env.branches, seed=0, replay_capacity=16) for _ in range(2)]
-    for agent in agents:
-        modules = {"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart}
-        _, tensors = load_checkpoint(path, modules=modules, branches=cfg.env.branches)
-    trained, cold = agents
-    trained.signals.load_state_dict({k[8:]: v for k, v in tensors.items() if k.startswith("signals.")})
+    trained, cold = (Agent(cfg.agent, cfg.env.branches, seed=0, replay_capacity=16) for _ in range(2))
+    policy = load_checkpoint(path, expect=_expect(trained, cfg)).policy
+    trained.load_policy_state_dict(policy)
+    cold.load_policy_state_dict({**policy, "signals": cold.signals.state_dict()})  # cold-start signals
     want, cold_out = trained.policy(states, Mode.GREEDY), cold.policy(states, Mode.GREEDY)
     assert torch.equal(acted.actions, want.actions)
     assert torch.equal(acted.direction_conviction, want.direction_conviction)
@@ -431,10 +441,9 @@ def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
     path = run_a / "checkpoints" / "fold0" / "best.safetensors"
     wide = tiny_cfg("agent.network.hidden=24")
     agent = Agent(wide.agent, wide.env.branches, seed=0, replay_capacity=16)
-    modules = {"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart}
     before = {k: v.clone() for k, v in agent.net.state_dict().items()}
     with pytest.raises(CheckpointMismatchError) as err:
-        load_checkpoint(path, modules=modules, branches=wide.env.branches)
+        load_checkpoint(path, expect=_expect(agent, wide))
     # e.g. "network.trunk.0.weight: shape [24, 106] here, [16, 106] in the checkpoint"
     widths = re.compile(r"^network\.\S+: shape \[.*24.*\] here, \[.*16.*\] in the checkpoint$")
     shapes = [d for d in err.value.differences if widths.match(d)]
@@ -444,9 +453,5 @@ def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
     # The same width loads (the round trip of the values is the backtest test above).
     same = tiny_cfg()
     ok = Agent(same.agent, same.env.branches, seed=0, replay_capacity=16)
-    meta, _ = load_checkpoint(
-        path,
-        modules={"network": ok.net, "target": ok.learner.target, "popart": ok.learner.popart},
-        branches=same.env.branches,
-    )
+    meta = load_checkpoint(path, expect=_expect(ok, same)).meta
     assert meta["fold"] == 0 and meta["config"]["agent"]["network"]["hidden"] == 16

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.market import AUX_TARGETS
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.config import SizingConfig, SizingMode, TrainConfig
 from foxhunt.train.sizing import (
     RunSizes,

@@ -21,6 +21,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.train.guard import AnomalyError, Cause, GuardResult, Verdict
 from foxhunt.train.run import RECORDED_CONFIG
 from foxhunt.train.seeds import with_seed
+from foxhunt.tune.study import PRUNED_METRIC
 
 GUARD_DIAGNOSIS = "validation Sharpe 99.0 above the ceiling 70.0"
 SLOW_SECONDS = 0.5
@@ -43,7 +44,7 @@ def _folds(
         for epoch in range(cfg.train.epochs):
             time.sleep(pause)
             if on_epoch is not None:
-                on_epoch(k, epoch, {"misc/val_net_pnl": net})
+                on_epoch(k, epoch, {PRUNED_METRIC: net})
         folds.append({"fold": k, "net_pnl": net, "trades": 10, "sharpe_annual": 1.0, "baselines": {}})
     return folds
 

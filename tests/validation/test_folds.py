@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from foxhunt.validation.folds import Fold, FoldParams, FoldScheme, purge_and_embargo, purged_walk_forward
+from foxhunt.validation.config import FoldParams, FoldScheme
+from foxhunt.validation.folds import Fold, purge_and_embargo, purged_walk_forward
 
 
 def _r(a: int, b: int) -> list[int]:

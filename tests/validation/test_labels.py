@@ -9,13 +9,11 @@ import pytest
 from pydantic import ValidationError
 
 from foxhunt.data.schemas import DataSource, RowUnit
+from foxhunt.domain.barrier import Barrier
+from foxhunt.domain.exits import BARRIER_EXITS, NO_OUTCOME, outcome_class
 from foxhunt.features.frame import RowInput
+from foxhunt.validation.config import LabelParams
 from foxhunt.validation.labels import (
-    NO_OUTCOME,
-    LabelParams,
-    Outcome,
-    barrier_prices,
-    barrier_touch,
     compute_labels,
     direction_labels,
     label_span,
@@ -25,7 +23,7 @@ from foxhunt.validation.labels import (
     triple_barrier,
 )
 
-P, S, T = Outcome.PROFIT, Outcome.STOP, Outcome.TIMEOUT
+P, S, T = (outcome_class(int(r)) for r in BARRIER_EXITS)  # the stored classes 0, 1, 2
 
 
 def _starts(n: int, *firsts: int) -> np.ndarray:
@@ -156,26 +154,6 @@ def _barrier(side=1, high=_HIGH, low=_LOW, close=None, vol=None, starts=None, ho
     return triple_barrier(close, high, low, starts, vol, 1.0, 1.0, horizon, side=side)
 
 
-def test_barrier_prices_long_and_short():
-    assert barrier_prices(100.0, 1 / 64, 2.0, 1.0) == (103.125, 98.4375)
-    assert barrier_prices(100.0, 1 / 64, 2.0, 1.0, side=-1) == (96.875, 101.5625)
-    with pytest.raises(ValueError, match="side"):
-        barrier_prices(100.0, 0.01, 1.0, 1.0, side=0)
-
-
-def test_barrier_touch_is_one_test_for_floats_and_tensors():
-    """Levels 101 / 99 (long) and 99 / 101 (short); touching a level exactly counts."""
-    import torch
-
-    assert barrier_touch(101.0, 99.5, 101.0, 99.0, 1) == (True, False)
-    assert barrier_touch(100.5, 99.0, 101.0, 99.0, 1) == (False, True)
-    assert barrier_touch(101.0, 99.0, 99.0, 101.0, -1) == (True, True)
-    assert barrier_touch(100.5, 99.5, 99.0, 101.0, -1) == (False, False)
-    hi, lo = torch.tensor([101.0, 100.5]), torch.tensor([99.5, 99.0])
-    profit, stop = barrier_touch(hi, lo, torch.tensor(101.0), torch.tensor(99.0), 1)
-    assert profit.tolist() == [True, False] and stop.tolist() == [False, True]
-
-
 def test_triple_barrier_long_hand_worked():
     outcome, offset, valid = _barrier()
     # t0: row 2 touches the profit exactly; t1: row 2; t2: row 3 touches the stop exactly;
@@ -244,8 +222,8 @@ def test_triple_barrier_reads_nothing_after_the_horizon():
 def test_label_span_is_the_longest_forward_reach():
     assert label_span((5, 20, 50, 200, 500), 200) == 500
     assert label_span((60,), 120) == 120
-    assert LabelParams().span(RowUnit.BAR) == 60
-    assert LabelParams().span(RowUnit.SNAPSHOT) == 500
+    assert label_span(LabelParams().horizons(RowUnit.BAR), Barrier().horizon) == 60
+    assert label_span(LabelParams().horizons(RowUnit.SNAPSHOT), Barrier().horizon) == 500
     with pytest.raises(ValueError, match=">= 1"):
         label_span((0,), 5)
 
@@ -256,10 +234,7 @@ def test_label_span_is_the_longest_forward_reach():
         {"bar_horizons": ()},
         {"bar_horizons": (60, 20)},
         {"snapshot_horizons": (0, 5)},
-        {"profit_mult": 0.0},
-        {"stop_mult": -1.0},
-        {"barrier_vol_window": 1},
-        {"barrier_horizon_bars": 0},
+        {"profit_mult": 8.0},  # the barrier's keys live in env.plan.barrier, not here
         {"horizon": 5},
     ],
 )
@@ -307,18 +282,11 @@ def test_compute_labels_uses_the_row_units_settings(row_unit):
     close = 5000 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
     high, low = close * 1.0005, close * 0.9995
     starts = _starts(n, 0, 250)
-    params = LabelParams(
-        bar_horizons=(3, 9),
-        snapshot_horizons=(2,),
-        barrier_vol_window=10,
-        profit_mult=2.0,
-        stop_mult=3.0,
-        barrier_horizon_bars=7,
-        barrier_horizon_snapshots=4,
-    )
-    lab = compute_labels(_rows(close, high, low, starts, row_unit), params)
-    horizons = (3, 9) if row_unit is RowUnit.BAR else (2,)
+    params = LabelParams(bar_horizons=(3, 9), snapshot_horizons=(2,))
     barrier_h = 7 if row_unit is RowUnit.BAR else 4
+    barrier = Barrier(vol_window=10, profit_mult=2.0, stop_mult=3.0, horizon=barrier_h)
+    lab = compute_labels(_rows(close, high, low, starts, row_unit), params, barrier)
+    horizons = (3, 9) if row_unit is RowUnit.BAR else (2,)
     d, dv = direction_labels(close, starts, horizons)
     vol = trailing_volatility(close, starts, 10)
     o, off, ov = triple_barrier(close, high, low, starts, vol, 2.0, 3.0, barrier_h)

@@ -20,7 +20,7 @@ import foxhunt.validation.dataset
 import foxhunt.validation.folds
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth import write_synthetic
 from foxhunt.data.synth_market import synthetic_market
@@ -29,7 +29,8 @@ from foxhunt.features.layout import STACK_FAMILIES
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import FAMILIES
 from foxhunt.validation import leaks
-from foxhunt.validation.folds import FoldParams, purged_walk_forward
+from foxhunt.validation.config import FoldParams
+from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.leaks import Timing, check_leaks, perturb_after, purge_problems
 
 runner = CliRunner()

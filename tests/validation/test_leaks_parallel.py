@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from foxhunt.config.loader import load_config
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth_market import synthetic_market
 from foxhunt.errors import FoxhuntError

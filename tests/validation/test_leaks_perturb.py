@@ -9,7 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from foxhunt.config.synth import SynthConfig
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth_market import synthetic_market
 from foxhunt.validation.leaks import Timing, perturb_after
 

@@ -1,1 +1,1 @@
-"""The agent (SPEC §7): network parts, distributional maths, replay, exploration and the learner."""
+"""The agent (docs/design.md §6): network parts, distributional maths, replay, exploration and the learner."""

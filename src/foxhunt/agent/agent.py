@@ -1,4 +1,4 @@
-"""The agent: network, learner, replay and exploration behind a pure ``policy`` (SPEC §7).
+"""The agent: network, learner, replay and exploration behind a pure ``policy`` (docs/design.md §6).
 
 ``policy(states, mode)`` maps ``[N, W]`` states to the four branch actions plus what the
 environment's sizing needs (direction and magnitude convictions, Q-variance) and the auxiliary
@@ -18,14 +18,16 @@ of the chosen direction's C51 distribution in units of the running ``|Q|`` refer
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 import torch
 from torch import Tensor
 
+from foxhunt import seeding
 from foxhunt.agent import explore as ex
 from foxhunt.agent.collect import Collector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap
@@ -34,24 +36,26 @@ from foxhunt.agent.learner import Batch, Learner, plan_locked
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
-from foxhunt.env.actions import ActionCodec
-from foxhunt.env.config import BranchConfig, EnvConfig
+from foxhunt.agent.stats import q_key
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.diagnostics import q_key
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+
+POLICY_ENTRIES = ("network", "popart", "signals")
+"""The entries of :meth:`Agent.policy_state_dict`: what a trained policy acts with."""
 
 AUX_RETURN_BOUND = 4.0
 """Soft bound (per-row vols) of the next-return prediction written into the next state's
 ``aux.next_return`` slot: ``b tanh(x / b)``. The slot feeds the network's own output back as an
 input, and unbounded that loop can run away: a prediction out of the training range gives an input
-out of range, answered by a larger prediction (alpha-6 market, seed 14, fold 2: the slot reached 3e11
-within an epoch and the aux gradient overflowed at lr 3e-3). The targets have unit scale (|x| > 4 is
-rare); tanh is odd, so the long/short mirror of the slot still holds. The loss sees the raw output."""
+out of range, answered by a larger prediction, until the slot and the aux gradient overflow. The
+targets have unit scale (|x| > 4 is rare), so the bound leaves them alone; tanh is odd, so the
+long/short mirror of the slot still holds. The loss sees the raw output."""
 
 
 class UpdateMode(StrEnum):
@@ -107,9 +111,18 @@ class Agent:
         self.cfg = cfg
         self.branches = branches
         self.device = torch.device(device)
-        torch.manual_seed(seed)
-        self.gen = torch.Generator(device=self.device).manual_seed(seed)
-        self.net = QNetwork(cfg, branches).to(self.device)
+        self.gen = seeding.generator(seed, self.device)
+        # The initial weights draw from torch's CPU generator (nn.Module initialisers take none):
+        # seeded on a fork of it, so they depend on ``seed`` alone and the process's stream is left
+        # as it was.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            self.net = QNetwork(cfg, branches).to(self.device)
+            # Where the initialisation left that CPU stream. The learner draws its noisy layers'
+            # noise from torch's process-wide generator of the device; the run loop continues that
+            # stream from here (foxhunt.seeding.seed_process), so a fold's updates depend on ``seed``
+            # alone.
+            self.noise_rng_state = torch.get_rng_state()
         self.signals = Signals(cfg.network.experts, self.device)
         self.learner = Learner(self.net, cfg, self.signals)
         self.sizes = ActionCodec(branches).sizes
@@ -205,6 +218,88 @@ class Agent:
             self._greedy = CapturablePolicy(lambda obs, env: self.policy(obs, Mode.GREEDY))
         return self._greedy
 
+    @torch.no_grad()
+    def expected_q(self, states: Tensor) -> tuple[Tensor, ...]:
+        """Per branch ``[N, A]`` E[Q] of the greedy network (noisy layers at their means) in real units
+        (PopArt de-normalised): what :attr:`Mode.GREEDY` takes the argmax of."""
+        with _eval_mode(self.net):
+            return self.net.expected_q(self.net(states), self.learner.popart.denormalise)
+
+    # --- state ------------------------------------------------------------------------------
+
+    def policy_state_dict(self) -> dict[str, dict[str, Tensor]]:
+        """What acting reads (:data:`POLICY_ENTRIES`): the network, PopArt (its statistics turn the
+        network's normalised Q values into dollars) and the running signals that scale the conviction
+        and Q-variance sizing inputs."""
+        parts = (self.net.state_dict(), self.learner.popart.state_dict(), self.signals.state_dict())
+        return dict(zip(POLICY_ENTRIES, parts, strict=True))
+
+    def load_policy_state_dict(self, state: Mapping[str, Mapping[str, Tensor]]) -> None:
+        """Load what :meth:`policy_state_dict` gave; the target network starts as the online one, as
+        a fresh learner's does (acting never reads it)."""
+        self.net.load_state_dict(state["network"])
+        self.learner.target.load_state_dict(state["network"])
+        self.learner.popart.load_state_dict(state["popart"])
+        self.signals.load_state_dict(dict(state["signals"]))
+
+    def training_state_dict(self) -> dict[str, Any]:
+        """What a resumed fold continues from: the learner (online and target networks, PopArt,
+        optimizer, schedule: :meth:`~foxhunt.agent.learner.Learner.state_dict`), the replay buffer,
+        the visit counts per branch, the generator and the exploration temperature's boost."""
+        return {
+            "learner": self.learner.state_dict(),
+            "replay": self.replay.state_dict(),
+            "counts": dict(zip(BRANCHES, self.counts, strict=True)),
+            "generator": self.gen.get_state(),
+            "temperature_boost": self.temperature_boost,
+        }
+
+    def load_training_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load what :meth:`training_state_dict` gave (generator states are read on the CPU)."""
+        self.learner.load_state_dict(_copied(state["learner"]))
+        self.replay.load_state_dict(state["replay"])
+        for name, counts in zip(BRANCHES, self.counts, strict=True):
+            counts.copy_(state["counts"][name])
+        self.gen.set_state(state["generator"].cpu())
+        self.temperature_boost = float(state["temperature_boost"])
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"policy": policy_state_dict(), "training": training_state_dict()}``: the whole agent."""
+        return {"policy": self.policy_state_dict(), "training": self.training_state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Load what :meth:`state_dict` gave: the agent continues exactly where that one stood (the
+        policy's network and PopArt come back with the learner, which holds them too)."""
+        self.load_training_state_dict(state["training"])
+        self.signals.load_state_dict(dict(state["policy"]["signals"]))
+
+    def load_weights(self, state: Mapping[str, Any]) -> None:
+        """Load the learner of a :meth:`state_dict` (online and target networks, PopArt, optimizer,
+        schedule), keeping the replay buffer, signals, visit counts and generator: the plateau
+        ladder's rewind."""
+        self.learner.load_state_dict(_copied(state["training"]["learner"]))
+
+    # --- training controls ------------------------------------------------------------------
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The learner's optimizer (the plateau ladder resets its momentum and bumps its rate)."""
+        return self.learner.opt
+
+    def head_parameters(self) -> list[torch.nn.Parameter]:
+        """The branch heads' parameters (value stream, then each advantage stream), in registration
+        order: what the plateau ladder resets and perturbs."""
+        return [*self.net.value.parameters(), *self.net.advantage.parameters()]
+
+    def set_epoch(self, epoch: int) -> float:
+        """Start epoch ``epoch`` of the learning-rate schedule; returns its learning rate."""
+        return self.learner.set_epoch(epoch)
+
+    def scale_lr(self, factor: float) -> None:
+        """Multiply the learning-rate schedule by ``factor`` from the next :meth:`set_epoch` on (the
+        plateau ladder bumps the current epoch's rate in the optimizer itself)."""
+        self.learner.lr_scale *= factor
+
     # --- collection and learning ----------------------------------------------------------
 
     def nstep(self, n_envs: int) -> NStep:
@@ -268,6 +363,19 @@ class Agent:
         self.replay.update_priorities(idx, priority)
         self.signals.ema("q_abs", stats[q_key(BRANCHES[_DIRECTION], "spread")].abs() + 1e-3)
         return stats
+
+
+def _copied(tree: Any) -> Any:
+    """``tree`` with every tensor cloned. torch's ``Optimizer.load_state_dict`` keeps the given state
+    tensors when they already have the right device and dtype, so an agent loading another live
+    agent's state would otherwise share (and double-step) its Adam moments."""
+    if isinstance(tree, Tensor):
+        return tree.clone()
+    if isinstance(tree, Mapping):
+        return {k: _copied(v) for k, v in tree.items()}
+    if isinstance(tree, list | tuple):
+        return type(tree)(_copied(v) for v in tree)
+    return tree
 
 
 def _decision_state(state_NW: Tensor) -> Tensor:

@@ -1,4 +1,5 @@
-"""Mixture-of-experts maths: the gate mixture, the gate entropy, the adaptive load-balance loss (SPEC §7).
+"""Mixture-of-experts maths: the gate mixture, the gate entropy, the adaptive load-balance loss
+(docs/design.md §6).
 
 Pure batched functions; ``B`` batch, ``K`` experts, ``H`` expert output width. Device and dtype come
 from the inputs; no ``.item()`` or host copy.
@@ -52,8 +53,8 @@ def gate_entropy(g_BK: Tensor) -> Tensor:
     The entropy of the *batch-mean* gate, not the mean of per-sample entropies: a gate that routes
     each sample sharply to one expert but spreads the samples over all experts is healthy
     (specialised and balanced) and scores ``ln K``; a gate that sends every sample to the same expert
-    scores 0. This is the quantity the load loss acts on (``ḡ``) and the SPEC's health rule reads
-    (no expert under 2% or over 80% utilisation).
+    scores 0. This is the quantity the load loss acts on (``ḡ``) and the one a health reading of the
+    diagnostics looks at (no expert under 2% or over 80% utilisation, docs/design.md §6).
     """
     mean_K = g_BK.mean(dim=0)  # ḡ_k   [K]
     return -(mean_K * mean_K.clamp_min(_LOG_FLOOR).log()).sum()  # []

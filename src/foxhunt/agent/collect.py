@@ -1,4 +1,4 @@
-"""Training collection as one step function, replayed as a CUDA graph on CUDA (SPEC §7, issue 16).
+"""Training collection as one step function, replayed as a CUDA graph on CUDA (docs/design.md §6).
 
 Each step of an epoch's collection is :meth:`Collector._step`: the exploring policy on the static
 state buffer (its noise and Boltzmann / Thompson / epsilon draws from the agent's generator), the
@@ -24,17 +24,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from dataclasses import fields
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from foxhunt.env.core import Portfolio, TradingEnv
+from foxhunt.backtest.metrics import sharpe_ratio
+from foxhunt.domain.actions import BRANCHES
+from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
 from foxhunt.env.market import AUX_TARGETS
-from foxhunt.env.rewards import BRANCHES
 
 if TYPE_CHECKING:
     from foxhunt.agent.agent import Agent
@@ -49,8 +49,8 @@ def tf32_matmuls() -> Iterator[None]:
 
     The exploring policy at 16,384 episodes (a 36 GFLOP forward) replayed as a CUDA graph on the H200
     took 3.44 ms in float32 and 2.84 ms in TF32 (bench/kernels.py): the matmuls are a part of it, the
-    rest the forward's elementwise chains (a compiled forward was tried and removed: unmeasured). TF32
-    rounds the matmul inputs to a 10-bit mantissa: Q-values move by about 1e-3 of their scale
+    rest the forward's elementwise chains (the forward runs uncompiled: no compiled one was measured
+    faster). TF32 rounds the matmul inputs to a 10-bit mantissa: Q-values move by about 1e-3 of their scale
     (tests/agent/test_collect.py bounds them at 1e-2), so greedy choices can flip only on near-ties,
     and exploration draws around them anyway. Only on CUDA (on a CPU this precision setting made the
     forward 3x slower). The learner keeps full float32 (its targets compound over updates)."""
@@ -176,11 +176,7 @@ class Collector:
     def _mutable(self) -> list[Tensor]:
         """Every tensor a step changes that must survive a warm-up step unchanged."""
         agent, env = self.agent, self.env
-        state = env._state()
-        out: list[Tensor] = []
-        for f in fields(Portfolio):
-            x = getattr(state, f.name)
-            out.extend(x if isinstance(x, tuple) else [x])
+        out = env._state().tensors()
         assert env.aux is not None
         out += [env.aux, self.obs, self.t, self.sums, *agent.counts, agent.signals["q_gap"]]
         return out
@@ -268,7 +264,7 @@ class Collector:
         reward_sum, sq_sum, live_sum, bonus_abs, total_abs = self.sums.unbind()
         mean = reward_sum / live_sum.clamp(min=1)
         std = (sq_sum / live_sum.clamp(min=1) - mean * mean).clamp(min=0).sqrt()
-        sharpe = torch.where(std > 0, mean / std, torch.zeros_like(std))
+        sharpe = sharpe_ratio(mean, std, live_sum)  # one pass: std = sqrt(E[r^2] - mean^2)
         signals.ema("sharpe", sharpe.float())
         share = torch.where(
             total_abs > 0, bonus_abs / total_abs.clamp(min=1e-12), torch.zeros_like(total_abs)

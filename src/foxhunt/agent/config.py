@@ -1,7 +1,8 @@
-"""The ``[agent]`` config section: network widths, losses, learning, replay and exploration (SPEC §7).
+"""The ``[agent]`` config section: network widths, losses, learning, replay and exploration
+(docs/design.md §6).
 
 Every optional mechanism has a numeric coefficient where 0 switches it off (no boolean flags). The
-defaults are the production sizes of SPEC §7; the smoke profile shrinks the widths.
+defaults are the production sizes; the smoke profile shrinks the widths.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class Bootstrap(StrEnum):
 
 
 class NetworkConfig(Frozen):
-    """Widths of the branching, dueling, distributional network (SPEC §7)."""
+    """Widths of the branching, dueling, distributional network (docs/design.md §6)."""
 
     hidden: int = Field(256, ge=4, le=8192, description="Width of the GRN trunk and of each expert's in/out.")
     trunk_layers: int = Field(2, ge=1, le=16, description="Gated residual blocks in the trunk.")
@@ -93,7 +94,7 @@ class NetworkConfig(Frozen):
 
 
 class LossConfig(Frozen):
-    """Loss weights; all losses are mean-reduced (SPEC §7)."""
+    """Loss weights; all losses are mean-reduced (docs/design.md §6, §10 invariant 6)."""
 
     c51: float = Field(1.0, ge=0, description="C51 cross-entropy weight (direction, order, urgency).")
     iqn: float = Field(0.25, ge=0, description="IQN quantile-Huber weight.")
@@ -124,7 +125,7 @@ class LearnConfig(Frozen):
     bootstrap: Bootstrap = Field(
         Bootstrap.STEPS,
         description="steps: bootstrap n steps later; decision: at the next plan-free state, at most n "
-        "steps later (set n_step above env.plan.target_bars so a whole plan fits one window).",
+        "steps later (set n_step above env.plan.barrier.horizon so a whole plan fits one window).",
     )
     batch: int = Field(16_384, ge=2, le=1 << 20, description="Learner batch size.")
     lr: float = Field(3e-5, gt=0, le=1, description="Adam learning rate (peak of the cosine schedule).")

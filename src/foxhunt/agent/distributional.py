@@ -1,7 +1,7 @@
 """Distributional RL maths: the C51 support and projection, the IQN quantile-Huber loss, inverse-CDF samples.
 
-Pure batched functions (SPEC §7). Device and dtype come from the inputs; no ``.item()``, no host copy,
-no data-dependent Python branch, so they can sit inside a ``torch.compile``-d ``update`` or ``policy``.
+Pure batched functions (docs/design.md §6). Device and dtype come from the inputs; no ``.item()``, no host
+copy, no data-dependent Python branch, so they can sit inside a ``torch.compile``-d ``update`` or ``policy``.
 
 Shape letters: ``B`` batch, ``A`` actions of a branch, ``K`` C51 atoms, ``Q`` IQN quantile fractions of
 the prediction, ``T`` target samples; ``...`` any leading shape.
@@ -173,7 +173,7 @@ def atom_utilisation(probs_BAK: Tensor) -> Tensor:
     Rule: average the probabilities over the batch (axis 0), giving one distribution per action
     (``[A, K]``, or ``[K]`` for a ``[B, K]`` input); an atom is *used* when that mean probability exceeds
     ``UTILISATION_SHARE / K``; the result is the share of used (action, atom) pairs. A support much
-    wider than the returns puts all mass on a few central atoms and scores low; the SPEC's
+    wider than the returns puts all mass on a few central atoms and scores low; the learner's
     atom-entropy bonus acts while this is under ``LossConfig.atom_utilisation_floor``.
     """
     k = probs_BAK.shape[-1]

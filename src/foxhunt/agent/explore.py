@@ -1,4 +1,4 @@
-"""Exploration: per-branch action selection from Q-values and return distributions (SPEC §7).
+"""Exploration: per-branch action selection from Q-values and return distributions (docs/design.md §6).
 
 Pure batched functions over one branch at a time (``B`` batch, ``A`` the branch's values, ``K`` C51
 atoms, ``Q`` IQN fractions). Randomness comes only from the ``generator`` argument (a

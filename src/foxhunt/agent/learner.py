@@ -1,67 +1,75 @@
-"""The learner: one pure ``update(batch)`` of the branching distributional Q network (SPEC §7).
+"""The learner: one ``update(batch)`` of the branching distributional Q network (docs/design.md §6).
 
 For a replay batch of n-step transitions ``(s, a, R, d, s', aux)`` (``R`` the discounted n-step
-reward, ``d = gamma^n`` or 0 when the episode ended inside the n steps):
+reward, ``d = gamma^n`` or 0 when the episode ended inside the n steps), :meth:`Learner.update`
+composes small parts, each with its own home and test:
 
-1. **Double-Q targets.** The online network picks ``a*_b = argmax_a Q_b(s', a)`` per branch b
-   (Q = (E_C51 + E_IQN) / 2, :meth:`QNetwork.expected_q`); the Polyak-averaged target network evaluates it.
-   Each branch has its own target (branching dueling Q, Tavakoli et al. 2018). The argmax runs
-   over the *legal* actions only: in a plan-locked next state (its ``plan.active`` slot) the
-   environment turns every direction into Hold (SPEC §6 hard constraint), so Hold is the only
-   direction that can act there, and the only one replay ever trains there; a max over the
-   untrained others would bootstrap every position's value from noise.
+1. **Double-Q targets** (:meth:`Learner._target_values`). The online network picks
+   ``a*_b = argmax_a Q_b(s', a)`` per branch b (Q = (E_C51 + E_IQN) / 2, :meth:`QNetwork.expected_q`);
+   the Polyak-averaged target network evaluates it. Each branch has its own target (branching dueling
+   Q, Tavakoli et al. 2018). The argmax runs over the *legal* actions only: in a plan-locked next state
+   (its ``plan.active`` slot) the environment turns every direction into Hold (a hard constraint,
+   docs/design.md §5), so Hold is the only direction that can act there, and the only one replay ever
+   trains there; a max over the untrained others would bootstrap every position's value from noise.
    C51 ``m_b = Phi(R + d z, p_target(s', a*_b))`` (projection, :func:`project_c51`),
    IQN ``y_b,i = R + d theta_target,i(s', a*_b)``, MSE ``y_b = R + d Q_mse,target(s', a*_b)``.
-2. **Support and PopArt.** The C51 support grows (never shrinks) to cover ``|y|``; PopArt updates
-   its target statistics and rescales the IQN/MSE output layers of both networks so their real
-   outputs are unchanged (Art + Pop); IQN and MSE learn ``normalise(y)``.
-3. **Losses, all mean-reduced** over the batch and averaged over branches, importance-weighted:
-   ``c51 * CE + iqn * quantile-Huber + mse * (Q_mse - y)^2`` per branch (magnitude: ``magnitude_c51``
-   and ``magnitude_mse``), plus the CQL penalty ``logsumexp_a Q_b(s, a) - Q_b(s, a_b)``, the
-   atom-entropy bonus while atom utilisation is under its floor, the MoE load-balance loss with the
-   adaptive lambda, and the auxiliary heads' losses (next return MSE, direction and outcome CE).
+2. **Support and PopArt.** The C51 support grows (never shrinks) to cover ``|y|``
+   (:class:`~foxhunt.agent.support.SupportGrowth`); PopArt updates its target statistics and rescales
+   the IQN/MSE output layers of both networks so their real outputs are unchanged (Art + Pop); IQN and
+   MSE learn ``normalise(y)``. Both act before the loss, which learns on the grown support.
+3. **Loss and signals** (:meth:`Learner._losses`). On the online forward on s,
+   :func:`~foxhunt.agent.loss.value_terms` gives the value heads' loss terms (and CQL) and the
+   per-sample TD errors (the new priorities); the adaptive signals (atom utilisation, gate entropy,
+   the load-balance lambda) take this batch's readings and switch the regularisers, whose terms
+   :func:`~foxhunt.agent.loss.regulariser_terms` gives.
 4. **Step.** One backward; the Q network's gradient is clipped at ``clip_norm`` and the auxiliary
-   trunk's separately at ``aux_clip_norm``; Adam; Polyak ``theta' <- theta' + tau (theta - theta')``.
-5. **Priorities.** The per-sample C51 cross-entropy (averaged over branches) is the new priority.
+   trunk's separately at ``aux_clip_norm``; Adam; the soft update
+   ``theta' <- theta' + tau (theta - theta')`` (:class:`~foxhunt.agent.soft_update.SoftUpdate`).
 
 Nothing here reads a value back to the host: the statistics come back as 0-dim tensors that the
 diagnostics read once per epoch. The update is eager Python around two pure stretches (the targets,
 :meth:`Learner._target_values`, and the loss, :meth:`Learner._losses`) that :meth:`Learner.compile`
 hands to ``torch.compile``; :class:`~foxhunt.agent.graph.GraphedLearn` then captures the whole step.
-The learning-rate schedule (cosine with warm restarts, Adam's
-first moments halved at each restart) changes once per epoch, outside ``update``.
+The learning-rate schedule (cosine with warm restarts, Adam's first moments halved at each restart)
+changes once per epoch, outside ``update``.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from foxhunt.agent.balance import adaptive_lambda, gate_entropy, load_loss
+from foxhunt.agent.balance import adaptive_lambda, gate_entropy
 from foxhunt.agent.config import AgentConfig
-from foxhunt.agent.distributional import (
-    atom_entropy,
-    atom_utilisation,
-    c51_cross_entropy,
-    project_c51,
-    quantile_huber,
+from foxhunt.agent.distributional import atom_utilisation, project_c51
+from foxhunt.agent.loss import (
+    LOSS_TERMS,
+    Gates,
+    Targets,
+    regulariser_terms,
+    total_loss,
+    value_terms,
 )
-from foxhunt.agent.network import NetOut, QNetwork, reset_noise
+from foxhunt.agent.network import QNetwork, reset_noise
 from foxhunt.agent.popart import PopArt
 from foxhunt.agent.signals import Signals
-from foxhunt.env.actions import Direction
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.agent.soft_update import SoftUpdate
+from foxhunt.agent.stats import q_key
+from foxhunt.agent.support import SupportGrowth, target_reach
+from foxhunt.domain.actions import BRANCHES, Direction
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.diagnostics import q_key
 
-_DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
+_DIRECTION = BRANCHES.index("direction")
 _PLAN_ACTIVE = STATE_LAYOUT.index("plan.active")  # 1 while a plan locks the direction
-SUPPORT_QUANTILE = 0.99  # share of |targets| the C51 support must cover
+_STATE_KEYS = ("network", "target", "popart", "optimizer", "epoch", "lr_scale")
+# Adam's kernel choices, set by the device the learner runs on, not by the state it loads.
+_KERNEL_KEYS = ("capturable", "fused", "foreach", "differentiable")
 
 
 @dataclass
@@ -96,10 +104,6 @@ def _project(probs: list[Tensor], batch: Batch, z: Tensor) -> list[Tensor]:
     return [project_c51(p, r, d, z) for p in probs]
 
 
-def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
-
-
 class Learner:
     """Online and target networks, PopArt, Adam and the adaptive signals of one agent."""
 
@@ -112,6 +116,8 @@ class Learner:
         for p in self.target.parameters():
             p.requires_grad_(False)
         self.popart = PopArt(cfg.learn.popart).to(self.device)
+        self.support_growth = SupportGrowth(net, self.target)
+        self.soft_update = SoftUpdate(net, self.target, cfg.learn.polyak)
         self.taus = torch.tensor(cfg.network.quantiles, dtype=torch.float32, device=self.device)
         self.q_params = list(net.q_parameters())
         self.aux_params = list(net.aux_parameters())
@@ -122,11 +128,11 @@ class Learner:
         # Fused on CUDA: one multi-tensor kernel for the whole step instead of a dozen foreach passes.
         self.opt = torch.optim.Adam(net.parameters(), lr=lr, capturable=cuda, fused=cuda or None, eps=1e-6)
         self.epoch = 0
-        self.lr_scale = 1.0
+        self.lr_scale = 1.0  # multiplies the schedule (the plateau ladder's learning-rate bumps)
         # The update's pure stretches; :meth:`compile` swaps in their torch.compile-d versions.
         self._target_values_fn = self._target_values
         self._losses_fn = self._losses
-        self.compiled = False  # multiplies the schedule (the plateau ladder's learning-rate bumps)
+        self.compiled = False
 
     # --- schedule ------------------------------------------------------------------------
 
@@ -148,15 +154,62 @@ class Learner:
                 g["lr"] = lr
         return lr
 
+    # --- state -----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the learner owns: the online and target networks (their ``v_max`` buffers are the
+        C51 support), PopArt's statistics, Adam's state and the schedule's counters (``epoch``,
+        ``lr_scale``). Tensors are the live ones (as ``nn.Module.state_dict``): copy them to keep them."""
+        return {
+            "network": self.net.state_dict(),
+            "target": self.target.state_dict(),
+            "popart": self.popart.state_dict(),
+            "optimizer": self.opt.state_dict(),
+            "epoch": self.epoch,
+            "lr_scale": self.lr_scale,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output in place (tensors copied onto this learner's device).
+
+        Adam keeps this learner's kernel choices (capturable and fused on CUDA) and, on CUDA, its own
+        learning-rate tensor filled with the saved value, so a captured update keeps seeing it.
+        """
+        missing, unknown = set(_STATE_KEYS) - set(state), set(state) - set(_STATE_KEYS)
+        if missing or unknown:
+            raise ValueError(
+                f"Learner.load_state_dict: missing keys {sorted(missing)}, unknown keys {sorted(unknown)}; "
+                "pass the dict Learner.state_dict() returned"
+            )
+        self.net.load_state_dict(state["network"])
+        self.target.load_state_dict(state["target"])
+        self.popart.load_state_dict(state["popart"])
+        self._load_optimizer(state["optimizer"])
+        self.epoch = int(state["epoch"])
+        self.lr_scale = float(state["lr_scale"])
+
+    def _load_optimizer(self, saved: Mapping[str, Any]) -> None:
+        """Adam's saved moments and hyperparameters under this optimiser's kernel choices and lr kind."""
+        groups = []
+        for g_saved, g_now in zip(saved["param_groups"], self.opt.param_groups, strict=True):
+            g = {**g_saved, **{k: g_now[k] for k in _KERNEL_KEYS if k in g_now}}
+            g["lr"] = float(g_saved["lr"])  # a float here; a tensor learning rate is refilled below
+            groups.append(g)
+        lr_tensors = [g["lr"] for g in self.opt.param_groups]
+        self.opt.load_state_dict({**saved, "param_groups": groups})
+        for g, lr in zip(self.opt.param_groups, lr_tensors, strict=True):
+            if isinstance(lr, Tensor):
+                lr.fill_(g["lr"])
+                g["lr"] = lr
+
     # --- the update ----------------------------------------------------------------------
 
     @torch.no_grad()
-    def _target_values(
-        self, batch: Batch
-    ) -> tuple[list[Tensor], list[Tensor], list[Tensor], Tensor]:
+    def _target_values(self, batch: Batch) -> tuple[list[Tensor], list[Tensor], list[Tensor], Tensor]:
         """Per branch: the target network's next-state distributions [B, K] at the online network's
         actions, IQN targets [B, Q] and MSE targets [B] (real units); and the reach the support must
-        cover. Pure (reads the networks and PopArt, writes nothing): compiled by :meth:`compile`."""
+        cover (:func:`~foxhunt.agent.support.target_reach`). Pure (reads the networks and PopArt,
+        writes nothing): compiled by :meth:`compile`."""
         nxt = self.net(batch.next_state)  # double Q: the online network selects
         a_star = [q.argmax(dim=1) for q in self.net.expected_q(nxt, self.popart.denormalise)]
         locked = plan_locked(batch.next_state)  # only Hold is legal there
@@ -169,14 +222,7 @@ class Learner:
             probs.append(torch.softmax(b.logits[ar, a], dim=-1))  # [B, K]
             y_iqn.append(r[:, None] + d[:, None] * self.popart.denormalise(b.quantiles[ar, a]))  # [B, Q]
             y_mse.append(r + d * self.popart.denormalise(b.q_mse[ar, a]))  # [B]
-        # The support covers the targets (grows, never shrinks), then C51 projects onto it. Their
-        # 99th percentile, not their maximum: one wild early bootstrap would otherwise widen the
-        # support for good and coarsen its resolution (SPEC §7: spacing must resolve the Q scale);
-        # the rarer tail is clipped onto the end atoms by the projection.
-        reach = torch.quantile(
-            torch.cat([y.abs().flatten() for y in y_iqn + y_mse]).float(), SUPPORT_QUANTILE
-        )
-        return probs, y_iqn, y_mse, reach
+        return probs, y_iqn, y_mse, target_reach(y_iqn + y_mse)
 
     @torch.no_grad()
     def _targets(self, batch: Batch) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
@@ -184,140 +230,95 @@ class Learner:
         [B, Q], MSE targets [B] (real units). ``update`` runs the same steps, the projection inside the
         loss (:meth:`_losses`)."""
         probs, y_iqn, y_mse, reach = self._target_values_fn(batch)
-        self.net.grow_support(reach)
-        self.target.v_max.copy_(self.net.v_max)
+        self.support_growth.step(reach)
         return _project(probs, batch, self.net.support()), y_iqn, y_mse
 
     def compile(self) -> None:
-        """``torch.compile`` the update's two pure stretches (issue 16: the update as a CUDA graph was
-        bound by launching ~2,900 small kernels): the target computation (both networks' forwards on
-        s', the double-Q selection, the targets, their quantile) and the loss (the online forward on
-        s, every loss, the priorities, statistics and signal EMAs, and its backward through
-        AOTAutograd). The support growth, PopArt, clipping, Adam and Polyak stay eager (multi-tensor
-        kernels already). Compile once per learner, before a CUDA-graph capture (the first call of
-        each compiles; the capture must not)."""
+        """``torch.compile`` the update's two pure stretches: the target computation (both networks'
+        forwards on s', the double-Q selection, the targets, their quantile) and the loss (the online
+        forward on s, the signals, every loss term, the priorities and statistics, and its backward
+        through AOTAutograd). Replayed as a CUDA graph, the eager update is bound by launching
+        thousands of small kernels; Inductor fuses their elementwise chains. The support growth,
+        PopArt, clipping, Adam and the soft update stay eager (multi-tensor kernels already). Compile
+        once per learner, before a CUDA-graph capture (the first call of each compiles; the capture
+        must not)."""
         self._target_values_fn = torch.compile(self._target_values, fullgraph=True, dynamic=False)
         self._losses_fn = torch.compile(self._losses, fullgraph=True, dynamic=False)
         self.compiled = True
 
     def update(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """One learner step; returns ``(new priorities [B], statistics as 0-dim tensors)``."""
-        cfg = self.cfg
         self.net.train()
         reset_noise([self.net, self.target])
         probs, y_iqn, y_mse, reach = self._target_values_fn(batch)
-        self.net.grow_support(reach)
-        self.target.v_max.copy_(self.net.v_max)
+        self.support_growth.step(reach)
         self.popart.update(torch.cat(y_mse), self.net.popart_layers() + self.target.popart_layers())
-
         loss, priority, stats = self._losses_fn(batch, probs, y_iqn, y_mse, self.net.support())
+        stats.update(self._optimise(loss))
+        self.soft_update.step()
+        stats["atoms/v_max"] = self.net.v_max.detach().clone()
+        stats["experts/lambda"] = self.signals["balance_lambda"].clone()
+        return priority, stats
 
+    def _optimise(self, loss: Tensor) -> dict[str, Tensor]:
+        """Backward, the two clipped gradients, Adam; the gradient norms before clipping."""
+        learn = self.cfg.learn
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        g_q = torch.nn.utils.clip_grad_norm_(self.q_params, cfg.learn.clip_norm)
-        g_aux = torch.nn.utils.clip_grad_norm_(self.aux_params, cfg.learn.aux_clip_norm)
+        g_q = torch.nn.utils.clip_grad_norm_(self.q_params, learn.clip_norm).detach()
+        g_aux = torch.nn.utils.clip_grad_norm_(self.aux_params, learn.aux_clip_norm).detach()
         self.opt.step()
-        self._polyak()
-
-        stats.update(
-            {
-                "grad/q": g_q.detach(),
-                "grad/aux": g_aux.detach(),
-                "grad/total": torch.sqrt(g_q.detach() ** 2 + g_aux.detach() ** 2),
-                "atoms/v_max": self.net.v_max.detach().clone(),
-                "experts/lambda": self.signals["balance_lambda"].clone(),
-            }
-        )
-        return priority, stats
+        return {"grad/q": g_q, "grad/aux": g_aux, "grad/total": torch.sqrt(g_q**2 + g_aux**2)}
 
     def _losses(
         self, batch: Batch, probs: list[Tensor], y_iqn: list[Tensor], y_mse: list[Tensor], z: Tensor
     ) -> tuple[Tensor, Tensor, dict[str, Tensor]]:
-        """The C51 projection of ``probs`` onto the support ``z``, the online forward on s and the total
-        loss; ``(loss, priorities [B], statistics)``.
-
-        Updates the atom-utilisation, gate-entropy, lambda and expert-utilisation signals in place
-        (the losses read them); compiled by :meth:`compile`."""
-        loss_cfg, sig = self.cfg.loss, self.signals
-        m = _project(probs, batch, z)
+        """The C51 projection of ``probs`` onto the support ``z``, the online forward on s, the signals
+        and the loss; ``(loss, priorities [B], statistics)``. Compiled by :meth:`compile`."""
+        targets = Targets(
+            c51=_project(probs, batch, z),
+            iqn=[self.popart.normalise(y) for y in y_iqn],
+            mse=[self.popart.normalise(y) for y in y_mse],
+        )
         out = self.net(batch.state)
-        w = batch.weight.float()
-        ar = torch.arange(w.shape[0], device=w.device)
-        n_br = len(out.branches)
-        zero = torch.zeros((), device=w.device)
-        l_c51, l_iqn, l_mse, priority = zero, zero, zero, torch.zeros_like(w)
-        for i, b in enumerate(out.branches):
-            a = batch.action[:, i]
-            ce = c51_cross_entropy(b.logits[ar, a], m[i])  # [B]
-            qh = quantile_huber(
-                b.quantiles[ar, a], self.popart.normalise(y_iqn[i]), self.taus, loss_cfg.huber_kappa
-            )  # [B]
-            se = (b.q_mse[ar, a] - self.popart.normalise(y_mse[i])).pow(2)  # [B]
-            c51_w, mse_w = (
-                (loss_cfg.magnitude_c51, loss_cfg.magnitude_mse)
-                if i == _MAGNITUDE
-                else (loss_cfg.c51, loss_cfg.mse)
-            )
-            l_c51 = l_c51 + c51_w * (w * ce).mean() / n_br
-            l_iqn = l_iqn + loss_cfg.iqn * (w * qh).mean() / n_br
-            l_mse = l_mse + mse_w * (w * se).mean() / n_br
-            priority = priority + ce.detach() / n_br
-
-        q_all = self.net.expected_q(out, self.popart.denormalise)
-        l_cql = zero
-        if loss_cfg.cql > 0:
-            for i, q in enumerate(q_all):
-                l_cql = l_cql + (torch.logsumexp(q, dim=1) - q[ar, batch.action[:, i]]).mean() / n_br
-            l_cql = loss_cfg.cql * l_cql
-
-        # Atom-entropy bonus, on while the atom-utilisation EMA is under its floor.
-        probs = [torch.softmax(b.logits, dim=-1) for b in out.branches]
-        util = torch.stack([atom_utilisation(p.detach()) for p in probs]).mean()
-        sig.ema("atom_utilisation", util)
-        ent = torch.stack([atom_entropy(p).mean() for p in probs]).mean()
-        low = (sig["atom_utilisation"] < loss_cfg.atom_utilisation_floor).to(ent.dtype)
-        l_entropy = -loss_cfg.atom_entropy * low * ent
-
-        # MoE load balance with the adaptive lambda of SPEC §7 (gate-entropy EMA).
-        h = gate_entropy(out.gate)
-        sig.ema("gate_entropy", h)
-        lam = adaptive_lambda(sig["gate_entropy"], out.gate.shape[1])
-        sig.set("balance_lambda", torch.as_tensor(lam, dtype=torch.float32, device=w.device))
-        sig.ema("expert_utilisation", out.gate.detach().mean(0))
-        l_balance = loss_cfg.moe_balance * load_loss(out.gate, lam)
-
-        l_aux = self._aux_loss(out, batch.aux)
-        loss = l_c51 + l_iqn + l_mse + l_cql + l_entropy + l_balance + loss_cfg.aux * l_aux
+        terms, q_BA = value_terms(
+            out,
+            lambda o: self.net.expected_q(o, self.popart.denormalise),
+            batch.action,
+            batch.weight.float(),
+            targets,
+            self.taus,
+            self.cfg.loss,
+        )
+        probs_BAK = [torch.softmax(b.logits, dim=-1) for b in out.branches]
+        gates, stats = self._update_signals(out.gate, probs_BAK)
+        terms |= regulariser_terms(out, probs_BAK, batch.aux, self.cfg.loss, gates)
+        loss = total_loss(terms)
         stats = {
             "loss/total": loss.detach(),
-            "loss/c51": l_c51.detach(),
-            "loss/iqn": l_iqn.detach(),
-            "loss/mse": l_mse.detach(),
-            "loss/cql": l_cql.detach(),
-            "loss/entropy": l_entropy.detach(),
-            "loss/balance": l_balance.detach(),
-            "loss/aux": l_aux.detach(),
-            "atoms/utilisation": util,
-            "experts/gate_entropy": h.detach(),
+            **{f"loss/{k.removeprefix('loss_')}": terms[k].detach() for k in LOSS_TERMS},
+            "loss/aux": terms["aux_heads"].detach(),  # reported before its weight (aux = 0 still reads)
+            **stats,
         }
-        for name, q in zip(BRANCHES, q_all, strict=True):
+        for name, q in zip(BRANCHES, q_BA, strict=True):
             qd = q.detach()
             stats[q_key(name, "mean")] = qd.mean()
             stats[q_key(name, "spread")] = (qd.amax(1) - qd.amin(1)).mean()
-        return loss, priority, stats
+        return loss, terms["td_error"], stats
 
-    def _aux_loss(self, out: NetOut, aux: Tensor) -> Tensor:
-        """Masked means of the auxiliary heads' losses (a NaN target is no target)."""
-        ret, direction, outcome = aux.unbind(dim=1)
-        ok_r, ok_d, ok_o = (~torch.isnan(x) for x in (ret, direction, outcome))
-        l_ret = _masked_mean((out.aux_return - torch.nan_to_num(ret)).pow(2), ok_r.float())
-        d_idx = torch.nan_to_num(direction).long().clamp(0, 1)
-        l_dir = _masked_mean(F.cross_entropy(out.aux_direction, d_idx, reduction="none"), ok_d.float())
-        o_idx = torch.nan_to_num(outcome).long().clamp(0, out.aux_outcome.shape[1] - 1)
-        l_out = _masked_mean(F.cross_entropy(out.aux_outcome, o_idx, reduction="none"), ok_o.float())
-        return l_ret + l_dir + l_out
-
-    @torch.no_grad()
-    def _polyak(self) -> None:
-        tau = self.cfg.learn.polyak
-        torch._foreach_lerp_(list(self.target.parameters()), list(self.net.parameters()), tau)
+    def _update_signals(self, gate_BE: Tensor, probs_BAK: list[Tensor]) -> tuple[Gates, dict[str, Tensor]]:
+        """The adaptive signals' EMAs from this batch, in place, and the regularisers' gates they set:
+        the atom-entropy bonus acts while the atom-utilisation EMA is under its floor; the MoE load
+        balance's lambda follows the gate-entropy EMA (docs/design.md §6). Also the batch's readings
+        (``atoms/utilisation``, ``experts/gate_entropy``) as statistics."""
+        sig = self.signals
+        util = torch.stack([atom_utilisation(p.detach()) for p in probs_BAK]).mean()
+        sig.ema("atom_utilisation", util)
+        entropy_on = (sig["atom_utilisation"] < self.cfg.loss.atom_utilisation_floor).to(util.dtype)
+        h = gate_entropy(gate_BE)
+        sig.ema("gate_entropy", h)
+        lam = adaptive_lambda(sig["gate_entropy"], gate_BE.shape[1])
+        sig.set("balance_lambda", torch.as_tensor(lam, dtype=torch.float32, device=gate_BE.device))
+        sig.ema("expert_utilisation", gate_BE.detach().mean(0))
+        stats = {"atoms/utilisation": util, "experts/gate_entropy": h.detach()}
+        return Gates(entropy_on=entropy_on, balance_lambda=lam), stats

@@ -1,4 +1,4 @@
-"""The branching, dueling, distributional Q network (SPEC §7).
+"""The branching, dueling, distributional Q network (docs/design.md §6).
 
 Data flow and shapes (B batch, W = ``STATE_LAYOUT.width``, G feature groups, H = ``hidden``,
 E = ``experts``, A_b the values of branch b, K = ``atoms``, Q = ``len(quantiles)``)::
@@ -21,10 +21,11 @@ E = ``experts``, A_b the values of branch b, K = ``atoms``, Q = ``len(quantiles)
             next-bar return [B], direction logits [B, 2], outcome logits [B, 3] (profit/stop/timeout)
 
 Units: the C51 support ``z = v_max · linspace(-1, 1, K)`` is in the environment's reward units
-(``v_max`` is a buffer that only grows, :meth:`QNetwork.grow_support`); the IQN quantiles and the
-MSE E[Q] are in PopArt-normalised units, de-normalised by the caller (:meth:`QNetwork.expected_q`
-takes the de-normaliser). NoisyNet (factorised Gaussian) replaces the head's hidden and C51 layers
-when ``noisy_sigma > 0``; in ``eval()`` mode they use their mean weights only.
+(``v_max`` is a buffer that only grows, :class:`~foxhunt.agent.support.SupportGrowth`); the IQN
+quantiles and the MSE E[Q] are in PopArt-normalised units, de-normalised by the caller
+(:meth:`QNetwork.expected_q` takes the de-normaliser). NoisyNet (factorised Gaussian) replaces the
+head's hidden and C51 layers when ``noisy_sigma > 0``; in ``eval()`` mode they use their mean weights
+only.
 
 With ``symmetry = mirror`` all of the above runs once on ``[state; M state]`` (``STATE_MIRROR``,
 ``[2B, W]``) and every output is the mean of its two halves, the mirror's relabelled
@@ -42,14 +43,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from foxhunt.agent.config import AgentConfig, NetworkConfig, Symmetry
-from foxhunt.env.actions import Direction
-from foxhunt.env.config import BranchConfig
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.agent.distributional import expectation, support
+from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
+from foxhunt.domain.exits import BARRIER_EXITS, ExitReason, outcome_class
 from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR
-from foxhunt.validation.labels import Outcome
-
-SUPPORT_COVER = 0.9
-"""The support grows while the largest |target| exceeds this share of ``v_max``."""
 
 AUX_OUTPUTS = (1, 2, 3)
 """Widths of the auxiliary outputs: next-bar return, direction logits, outcome logits."""
@@ -235,7 +232,7 @@ def _dueling(v: Tensor, a: Tensor) -> Tensor:
 
 
 class QNetwork(nn.Module):
-    """The agent's network (SPEC §7); see the module docstring for the data flow."""
+    """The agent's network (docs/design.md §6); see the module docstring for the data flow."""
 
     v_max: Tensor
     unit_support: Tensor
@@ -267,12 +264,13 @@ class QNetwork(nn.Module):
         swap[Direction.LONG], swap[Direction.SHORT] = int(Direction.SHORT), int(Direction.LONG)
         self.register_buffer("mirror_direction", torch.tensor(swap, dtype=torch.long))
         self.register_buffer("mirror_up_down", torch.tensor([1, 0], dtype=torch.long))
-        outcome = [int(o) for o in Outcome]
-        outcome[Outcome.PROFIT], outcome[Outcome.STOP] = int(Outcome.STOP), int(Outcome.PROFIT)
+        outcome = [outcome_class(int(r)) for r in BARRIER_EXITS]  # class k's mirror: profit <-> stop
+        profit, stop = outcome_class(int(ExitReason.PROFIT)), outcome_class(int(ExitReason.STOP))
+        outcome[profit], outcome[stop] = stop, profit
         self.register_buffer("mirror_outcome", torch.tensor(outcome, dtype=torch.long))
-        half = (net.atoms - 1) / 2  # (i - c) / c: exactly symmetric, exactly 0 in the middle for odd K
-        unit = (torch.arange(net.atoms, dtype=torch.float64) - half) / half
-        self.register_buffer("unit_support", unit.float())
+        # The support at v_max = 1, built once: :meth:`support` scales it (one multiply per call in
+        # the captured update instead of rebuilding the grid's four kernels).
+        self.register_buffer("unit_support", support(torch.ones(()), net.atoms))
         taus = torch.tensor(net.quantiles, dtype=torch.float32)
         self.register_buffer("taus", taus)
         # cos(π i τ), i = 0 .. n-1 (Dabney et al. 2018, Eq. 4)                                 [Q, n]
@@ -316,35 +314,13 @@ class QNetwork(nn.Module):
     # -- support ------------------------------------------------------------------------------------
 
     def support(self) -> Tensor:
-        """The C51 atoms z = v_max · linspace(-1, 1, K), reward units                               [K]."""
+        """The C51 atoms ``z_i = v_max · (2i / (K - 1) - 1)``, reward units: :func:`distributional.support`
+        of ``v_max`` (bit for bit: the same unit grid times ``v_max``)                              [K]."""
         return self.v_max * self.unit_support
 
     def atom_spacing(self) -> Tensor:
         """Δz = 2 v_max / (K - 1)                                                                    []."""
         return 2.0 * self.v_max / (self.cfg.atoms - 1)
-
-    @torch.no_grad()
-    def grow_support(self, target_abs_max: Tensor) -> Tensor:
-        """Multiply ``v_max`` by ``support_growth`` while max |target| > 0.9·v_max; never shrinks.
-
-        Vectorised, no host sync: the number of growth steps is the smallest n >= 0 with
-        t <= 0.9·v·g^n, i.e. ceil(log(t / (0.9 v)) / log g). Non-finite targets are
-        ignored. ``support_growth == 1`` keeps the support fixed. Returns the factor applied [].
-        """
-        growth = self.cfg.support_growth
-        one = torch.ones_like(self.v_max)
-        if growth == 1.0:
-            return one
-        a = target_abs_max.detach().to(self.v_max.dtype).abs()
-        t = torch.where(torch.isfinite(a), a, torch.zeros_like(a)).amax()
-        cover = SUPPORT_COVER * self.v_max
-        # n = ceil(log(t / cover) / log g), taken a hair low so that t = cover·g^n exactly gives n, not n + 1;
-        # the where() adds the step that this (or rounding) may leave missing.
-        steps = torch.ceil(torch.log(torch.clamp_min(t / cover, 1.0)) / math.log(growth) - 1e-4).clamp_min(0)
-        factor = torch.pow(growth * one, steps)
-        factor = torch.where(t > cover * factor, factor * growth, factor)
-        self.v_max.mul_(factor)
-        return factor
 
     # -- forward ------------------------------------------------------------------------------------
 
@@ -368,7 +344,7 @@ class QNetwork(nn.Module):
                 # distribution to make sizing easier; direction learns only from its own targets.
                 direction = outs[BRANCHES.index("direction")]
                 probs_BAK = torch.softmax(direction.logits, dim=-1)
-                e_dir_BA = (probs_BAK * self.support()).sum(-1) / self.atom_spacing()
+                e_dir_BA = expectation(probs_BAK, self.support()) / self.atom_spacing()
                 x_BI = torch.cat([h_BH, e_dir_BA.detach()], dim=1)
             elif name in ("order_type", "urgency"):
                 x_BI = torch.cat([h_BH, flow_BF], dim=1)
@@ -458,7 +434,7 @@ class QNetwork(nn.Module):
         z_K = self.support()
         result = []
         for b in out.branches:
-            e_c51 = (torch.softmax(b.logits, dim=-1) * z_K).sum(-1)
+            e_c51 = expectation(torch.softmax(b.logits, dim=-1), z_K)
             e_iqn = b.quantiles.mean(-1)
             result.append(0.5 * (e_c51 + (denorm(e_iqn) if denorm is not None else e_iqn)))
         return tuple(result)

@@ -1,4 +1,4 @@
-"""Prioritised replay on the device and n-step transitions (SPEC §7, issue 6 §2).
+"""Prioritised replay on the device and n-step transitions (docs/design.md §6).
 
 * :class:`SumTree` — a sum tree held in one flat tensor (node 1 is the root, node ``i`` has children
   ``2i`` and ``2i+1``, leaves are nodes ``C .. 2C-1``), with batched ``update`` (parents recomputed

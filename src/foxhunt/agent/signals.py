@@ -1,4 +1,4 @@
-"""The adaptive signals that steer the learner, in one named registry on the device (SPEC §7).
+"""The adaptive signals that steer the learner, in one named registry on the device (docs/design.md §6).
 
 Each signal is an exponential moving average held as a 0-dim (or small) tensor on the agent's
 device, with a cold-start value it returns to at every fold boundary (:meth:`Signals.reset`).
@@ -13,7 +13,7 @@ signal                        cold start what it steers
 ``sharpe``                    0.0        EMA of the per-step Sharpe of collected experience
 ``bonus_share``               0.0        share of the reward coming from shaping terms
 ``gate_entropy``              ln K       gate-entropy EMA H_ema of the MoE balance lambda
-``balance_lambda``            0.01       the MoE load-balance lambda (SPEC §7 formula)
+``balance_lambda``            0.01       the MoE load-balance lambda (docs/design.md §6)
 ``atom_utilisation``          1.0        share of C51 atoms in use (entropy bonus below 50%)
 ``expert_utilisation``        1/K each   mean gate weight per expert ``[K]``
 ============================  =========  ==========================================================
@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor
 
-_RATE = 0.05  # the EMA rate alpha of SPEC §7's gate-entropy EMA; used for every signal
+_RATE = 0.05  # the gate-entropy EMA's rate alpha (docs/design.md §6); used for every signal
 
 
 class Signals:

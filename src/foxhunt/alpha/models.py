@@ -1,4 +1,4 @@
-"""The two models of the alpha check (SPEC §5): a PyTorch MLP and LightGBM, binary direction.
+"""The two models of the alpha check (docs/design.md §4): a PyTorch MLP and LightGBM, binary direction.
 
 Inputs: ``x`` float32 ``[n, F]`` (robust-normalised, finite) and ``y`` int ``{0, 1}`` (1 = up), rows
 in **time order**. Both fits early-stop on the same inner validation split of the training rows

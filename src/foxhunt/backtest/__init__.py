@@ -1,1 +1,1 @@
-"""Backtester: batched deterministic evaluation of a policy and the metrics of SPEC §9."""
+"""Backtester: batched deterministic evaluation of a policy and its metrics (docs/design.md §8)."""

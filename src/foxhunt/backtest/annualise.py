@@ -22,8 +22,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from foxhunt.data.instrument import Instrument
 from foxhunt.data.schemas import BarKind, RowUnit
+from foxhunt.domain.instrument import Instrument
 from foxhunt.errors import DataError
 
 _NS_PER_HOUR = 3_600_000_000_000

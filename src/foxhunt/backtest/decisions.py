@@ -25,8 +25,8 @@ from torch import Tensor
 
 from foxhunt.atomic import atomic_path
 from foxhunt.backtest.metrics import StepRecord
+from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.core import StepResult
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.env.trades import STAGES
 
 

@@ -1,4 +1,4 @@
-"""Batched, deterministic evaluation of a policy over every validation window of a fold (SPEC §9).
+"""Batched, deterministic evaluation of a policy over every validation window of a fold (docs/design.md §8).
 
 The validation rows of a fold are cut into consecutive windows of ``episode_rows`` rows, one
 episode each, all stepped together by one :class:`~foxhunt.env.core.TradingEnv` (the same step
@@ -9,17 +9,17 @@ answers: flat trades nothing, long and short hold one side, random picks every b
 and the oracle peeks at the next row's price, which must look implausibly good.
 
 **The long (short) baseline** is "always long under the env's rules", not buy-and-hold: it holds one
-long position and, because the plan lock binds every policy alike (SPEC §6), the position leaves
-when its plan exits (profit, stop, or the timeout after ``plan.target_bars`` rows) and the baseline
-buys again on the next step, paying a round trip per plan; each window's last row closes the last
-one. Its trade count is therefore the number of plans the windows hold, and ``metrics.json``'s
-``exit_reasons`` says which exits made them. On snapshot rows ``target_bars`` counts book updates
+long position and, because the plan lock binds every policy alike (docs/design.md §5), the position leaves
+when its plan exits (profit, stop, or the timeout after ``plan.barrier.horizon`` rows) and the
+baseline buys again on the next step, paying a round trip per plan; each window's last row closes the
+last one. Its trade count is therefore the number of plans the windows hold, and ``metrics.json``'s
+``exit_reasons`` says which exits made them. On snapshot rows the horizon counts book updates
 (seconds of trading), so on ESH4 2023-12-25 ``long`` holds 903 plans, 864 ended by the timeout and
 39 by a window's end, and its costs are those 903 round trips. That is the price of the plan lock,
 which is what the agent is judged against. For the buy-and-hold figure give the plan a timeout of
-at least a window (``env.plan.target_bars`` >= ``env.episode_rows``) and barriers out of reach
-(large ``env.plan.profit_mult`` and ``stop_mult``; the ``labels.`` barrier settings must match, the
-config says which): one trade per window, closed at its end (tests/backtest/test_trades.py).
+at least a window (``env.plan.barrier.horizon`` >= ``env.episode_rows``) and barriers out of reach
+(large ``env.plan.barrier.profit_mult`` and ``stop_mult``; the labels of a cache built with them use
+the same barrier): one trade per window, closed at its end (tests/backtest/test_trades.py).
 """
 
 from __future__ import annotations
@@ -33,15 +33,15 @@ import torch
 from torch import Tensor
 
 from foxhunt.backtest.decisions import DecisionRecord, DecisionRow
-from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail
-from foxhunt.env.actions import Direction, OrderType, Urgency
+from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail, sharpe_ratio
+from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
+from foxhunt.domain.exits import ExitReason, outcome_class
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.core import Portfolio, StepResult, TradingEnv
+from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.env.state import Portfolio
 from foxhunt.env.trades import STAGES
-from foxhunt.validation.labels import Outcome
 
 _DIR, _MAG = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
@@ -104,7 +104,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
 
         return random_policy
 
-    horizon = cfg.plan.target_bars
+    horizon = cfg.plan.barrier.horizon
 
     def oracle(obs: Tensor, env: TradingEnv) -> Tensor:
         # Peeks at the future. With the triple-barrier outcome of the row (the market's aux
@@ -122,9 +122,9 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         up, down = move > min_move, move < -min_move
         if m.aux_targets is not None:
             outcome = m.aux_targets[entry, AUX_TARGETS.index("outcome")]
-            barrier = ~torch.isnan(outcome) & (outcome != float(Outcome.TIMEOUT))
-            up = torch.where(barrier, outcome == float(Outcome.PROFIT), up)
-            down = torch.where(barrier, outcome == float(Outcome.STOP), down)
+            barrier = ~torch.isnan(outcome) & (outcome != float(outcome_class(ExitReason.TIMEOUT)))
+            up = torch.where(barrier, outcome == float(outcome_class(ExitReason.PROFIT)), up)
+            down = torch.where(barrier, outcome == float(outcome_class(ExitReason.STOP)), down)
         d = torch.where(up, int(Direction.LONG), torch.where(down, int(Direction.SHORT), flat))
         a = torch.zeros(obs.shape[0], len(env.codec.sizes), dtype=torch.int64, device=obs.device)
         a[:, _DIR], a[:, _MAG] = d, full
@@ -162,8 +162,8 @@ def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portf
         (rec.written, res.written),
         (rec.gross_pnl, res.gross),
         (rec.costs, res.costs),
-        (rec.position, state.position),
-        (rec.equity, state.equity),
+        (rec.position, state.account.position),
+        (rec.equity, state.account.equity),
         (rec.picked_direction, res.picked[:, 0]),
         (rec.picked_magnitude, res.picked[:, 1]),
         (rec.picked_order, res.picked[:, 2]),
@@ -398,8 +398,8 @@ def evaluate_many(
         drawdown = torch.maximum(drawdown, (peak - equity) / peak)
     n = out["steps"].clamp(min=1.0)
     mean = out["ret_sum"] / n
-    var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)
-    out["sharpe_per_bar"] = torch.where(var > 0, mean / var.sqrt(), torch.zeros_like(mean))
+    var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)  # one pass: E[r^2] - mu^2
+    out["sharpe_per_bar"] = sharpe_ratio(mean, var.sqrt(), out["steps"])
     out["max_drawdown"] = drawdown
     has = out["trades"] > 0
     out["win_rate"] = torch.where(has, out["wins"] / out["trades"].clamp(min=1.0), UNDEFINED)

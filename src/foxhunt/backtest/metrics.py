@@ -1,4 +1,4 @@
-"""Backtest metrics over per-step records of a batch of episodes (SPEC §9), in PyTorch.
+"""Backtest metrics over per-step records of a batch of episodes (docs/design.md §8), in PyTorch.
 
 Everything runs on the device the records live on (CPU or CUDA); :func:`per_episode_metrics`
 never leaves it, :func:`compute_metrics` reads its results back in one host transfer at the end.
@@ -7,11 +7,11 @@ Notation
 --------
 ``E`` episodes x ``T`` steps; ``w[e, t]`` = step ``t`` of episode ``e`` was written. A step that
 was not written (the episode had already ended, e.g. at the capital floor) is skipped by every
-reducer below, whatever its values are (SPEC §10.12: the old system decoded a zero-filled buffer
-as "Short" and chased a fake Short collapse). Sums ``sum_w`` run over written steps only; ``n`` is
-their count (per episode, or pooled over all episodes for the aggregate). "Previous" means the
-last *written* step before ``t`` of the same episode; an episode starts flat with equity ``C0``
-(``initial_capital``).
+reducer below, whatever its values are (a zero-filled buffer would decode as action 0, "Short",
+and show a Short preference that is only a measurement artefact). Sums ``sum_w`` run over written
+steps only; ``n`` is their count (per episode, or pooled over all episodes for the aggregate).
+"Previous" means the last *written* step before ``t`` of the same episode; an episode starts flat
+with equity ``C0`` (``initial_capital``).
 
 Per step (written steps only)::
 
@@ -32,9 +32,10 @@ Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
                         trade is binned by the magnitude it closed, not by the action of the step
     avg_trade_pnl     = sum_{closed} trade_pnl / trades
     mean_return_per_bar = mu = mean(r)
-    sharpe_per_bar    = mu / sigma,  sigma = sqrt(mean((r - mu)^2))   (population std)
+    sharpe_per_bar    = sharpe_ratio(mu, sigma, n),  sigma = sqrt(mean((r - mu)^2))  (population std)
     sharpe_annual     = sharpe_per_bar * sqrt(B)
-    sortino_annual    = mu / delta * sqrt(B),  delta = sqrt(mean(min(r, 0)^2))  (target 0)
+    sortino_annual    = sharpe_ratio(mu, delta, n) * sqrt(B),  delta = sqrt(mean(min(r, 0)^2))
+                        (the downside deviation below a target of 0)
     annual_return     = mu * B                                        (arithmetic, not compounded)
     max_drawdown      = max_e max_t dd_t                              (positive fraction)
     calmar            = annual_return / max_drawdown
@@ -48,16 +49,17 @@ Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
                         dpos_t = 0), else dpos_t
     exposure          = mean(|position_t|) (contracts)
 
-Undefined win rates are the sentinel :data:`UNDEFINED` (-1, SPEC §9; "n/a" in reports): no closed
-trade (win_rate), no closed trade of a magnitude (win_rate_by_magnitude). Other degenerate cases
-give 0, never NaN: no written steps, no trades (average trade), zero variance
-(``sigma <= 1e-10 |mu|``, which also catches the rounding residue of a constant series; likewise
-``delta`` for Sortino, so a series without a losing bar has Sortino 0), zero drawdown (Calmar).
+Undefined win rates are the sentinel :data:`UNDEFINED` (-1; "n/a" in reports, never 0, which would
+read as "always lost"): no closed trade (win_rate), no closed trade of a magnitude
+(win_rate_by_magnitude). Other degenerate cases give 0, never NaN: no written steps, no trades
+(average trade), fewer than two returns or zero variance (:func:`sharpe_ratio`, the one Sharpe
+rule; likewise ``delta`` for Sortino, so a series without a losing bar has Sortino 0), zero
+drawdown (Calmar).
 The aggregate pools every written step of every episode (its Sharpe is not the mean of the
 episodes' Sharpes).
 
-:func:`implausibility` lists the reasons a result is too good to be true (SPEC §9: the oracle
-that peeks at the future must be flagged); :func:`sharpe_ceiling_from_auc` derives a Sharpe
+:func:`implausibility` lists the reasons a result is too good to be true (the oracle that peeks
+at the future must be flagged); :func:`sharpe_ceiling_from_auc` derives a Sharpe
 ceiling from the alpha check's AUC.
 """
 
@@ -70,10 +72,19 @@ from typing import Any, NamedTuple
 
 import torch
 
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BranchConfig
 
 _F64 = torch.float64
-_REL_ZERO_STD = 1e-10  # sigma <= this * |mu| counts as zero variance (rounding of a constant series)
+ZERO_SPREAD_REL = 1e-4
+"""A spread ``<= ZERO_SPREAD_REL |mean|`` is zero variance in :func:`sharpe_ratio`.
+
+A constant return series has a standard deviation of 0 only in exact arithmetic: its moments keep
+rounding residue. The two-pass ``sqrt(mean((r - mu)^2))`` here leaves about ``eps |mu|``; the
+one-pass ``sqrt(E[r^2] - mu^2)`` that :func:`~foxhunt.backtest.evaluate.evaluate_many` and the
+agent's collector accumulate leaves about ``sqrt(n eps) |mu|`` (2e-6 |mu| measured over 10^5
+float64 steps, ~5e-5 at the 10^7 steps of a large collection). 1e-4 is above both, and a per-bar
+Sharpe of 10^4 (``10^4 sqrt(B)`` a year) is beyond any return series that is not constant.
+"""
 
 MAX_PLAUSIBLE_SHARPE_ANNUAL = 10.0
 """Default Sharpe ceiling for :func:`implausibility`.
@@ -85,7 +96,7 @@ far more likely than an edge. Prefer :func:`sharpe_ceiling_from_auc` when the al
 """
 
 UNDEFINED = -1.0
-"""A metric that is undefined for the run (a win rate without closed trades): SPEC §9's sentinel."""
+"""A metric that is undefined for the run (a win rate without closed trades): -1, "n/a" in reports."""
 
 _INT_FIELDS = (
     "picked_direction",
@@ -115,7 +126,7 @@ class TradeDetail(NamedTuple):
     exit_price: torch.Tensor  # float64
     entry_row: torch.Tensor  # int64 row of the market data
     exit_row: torch.Tensor  # int64
-    reason: torch.Tensor  # int64 foxhunt.env.trades.ExitReason
+    reason: torch.Tensor  # int64 foxhunt.domain.exits.ExitReason
 
     @classmethod
     def blank(cls, shape: tuple[int, ...], device: torch.device | str | None) -> TradeDetail:
@@ -351,10 +362,24 @@ def _rate(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     return torch.where(den > 0, _div0(num, den), torch.full_like(num, UNDEFINED))
 
 
-def _ratio_if_spread(mu: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
-    """``mu / spread``, 0 when the spread is zero up to rounding (``spread <= 1e-10 |mu|``)."""
-    ok = spread > _REL_ZERO_STD * mu.abs()
-    return torch.where(ok, mu / torch.where(ok, spread, torch.ones_like(spread)), torch.zeros_like(mu))
+def sharpe_ratio(mean: torch.Tensor, spread: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Per-bar Sharpe ``mean / spread`` of ``n`` returns, elementwise; 0 where it is undefined.
+
+    The one Sharpe rule of foxhunt (the backtest metrics, :func:`~foxhunt.backtest.evaluate.evaluate_many`
+    and the agent's training signal all call it): the ratio is 0 when
+
+    * ``n < 2``: one return has no dispersion to measure risk by (and none has no mean), and
+    * ``spread <= ZERO_SPREAD_REL |mean|``: zero variance up to rounding (:data:`ZERO_SPREAD_REL`),
+      so a constant series, flat or not, scores 0 rather than +-inf or a rounding-noise 10^8.
+
+    0 rather than NaN keeps every mean over folds and seeds finite; a constant positive series,
+    which is the signature of a leak, is caught by :func:`implausibility`'s drawdown check instead.
+    ``spread`` is the population standard deviation for the Sharpe and the downside deviation
+    for the Sortino ratio. Pure tensor ops (no host read), so it runs on the device and under
+    ``torch.compile``.
+    """
+    ok = (n >= 2) & (spread > ZERO_SPREAD_REL * mean.abs())
+    return torch.where(ok, mean / torch.where(ok, spread, torch.ones_like(spread)), torch.zeros_like(mean))
 
 
 def _risk(ret: torch.Tensor, w: torch.Tensor, n: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, ...]:
@@ -365,7 +390,7 @@ def _risk(ret: torch.Tensor, w: torch.Tensor, n: torch.Tensor, dim: int | None) 
     sq_dev = torch.where(w, (ret - mu_b) ** 2, torch.zeros_like(ret))
     sigma = _div0(sq_dev.sum(dim=dims), n).sqrt()
     delta = _div0((ret.clamp(max=0.0) ** 2).sum(dim=dims), n).sqrt()  # ret is 0 where unwritten
-    return mu, _ratio_if_spread(mu, sigma), _ratio_if_spread(mu, delta)
+    return mu, sharpe_ratio(mu, sigma, n), sharpe_ratio(mu, delta, n)
 
 
 def _counts(x: torch.Tensor, mask: torch.Tensor, k: int) -> torch.Tensor:
@@ -494,48 +519,61 @@ def compute_metrics(
     }
     _check_args(bars_per_year, initial_capital, **{f"n_{k}s": v for k, v in sizes.items()})
     s = _series(rec, initial_capital)
-    w, zero = s.w, torch.zeros((), dtype=_F64, device=rec.device)
     n = s.n.sum()
-    closed, pnl, magnitude = rec.trades()  # [E, T * K]
+    picked_src, realised_src = _picked(rec), _realised(rec)
+    picked = {k: _counts(x, s.w, sizes[k]).sum(dim=0) for k, x in picked_src.items()}  # [k] per branch
+    realised = {k: _counts(x, s.w, sizes[k]).sum(dim=0) for k, x in realised_src.items()}
+    out: dict[str, torch.Tensor] = {
+        **_pooled(rec, s, n, bars_per_year, n_magnitudes, picked["direction"]),
+        **{f"picked/{k}": _div0(v, n) for k, v in picked.items()},
+        **{f"realised/{k}": _div0(v, n) for k, v in realised.items()},
+        **{f"problem/{k}": v.to(_F64) for k, v in _problems(rec, s, sizes).items()},
+    }
+    host = _to_host(out)
+    _raise_if_inconsistent(host, rec)
+    return _plain(host, bars_per_year, tuple(picked), tuple(realised))
 
-    # closing trades binned by the magnitude they closed (SPEC §10.13), [M]
-    trades_M = _counts(magnitude, closed, n_magnitudes).sum(dim=0)
-    wins_M = _counts(magnitude, closed & (pnl > 0), n_magnitudes).sum(dim=0)
-    trades = closed.sum().to(_F64)
-    wins = (closed & (pnl > 0)).sum().to(_F64)
 
-    mu, sharpe, sortino = _risk(s.ret, w, n, dim=None)
-    max_dd = torch.cat([s.max_dd, zero.reshape(1)]).amax()
-    annual_return = mu * bars_per_year
-    contracts = s.dpos.sum()
-
-    picked_src = {
+def _picked(rec: StepRecord) -> dict[str, torch.Tensor]:
+    """The picked action of each branch, ``[E, T]``, keyed as in ``compute_metrics``'s ``picked``."""
+    return {
         "direction": rec.picked_direction,
         "magnitude": rec.picked_magnitude,
         "order_type": rec.picked_order,
         "urgency": rec.picked_urgency,
     }
-    realised_src = {"direction": rec.realised_direction, "magnitude": rec.realised_magnitude}
-    picked = {k: _counts(x, w, sizes[k]).sum(dim=0) for k, x in picked_src.items()}
-    realised = {k: _counts(x, w, sizes[k]).sum(dim=0) for k, x in realised_src.items()}
 
-    # problems, counted on the device and read back with the results
-    def outside(x: torch.Tensor, k: int, mask: torch.Tensor) -> torch.Tensor:
-        return (mask & ((x < 0) | (x >= k))).sum()
 
-    problems = {f"picked {k} outside [0, {sizes[k]})": outside(x, sizes[k], w) for k, x in picked_src.items()}
-    problems.update(
-        {f"realised {k} outside [0, {sizes[k]})": outside(x, sizes[k], w) for k, x in realised_src.items()}
-    )
-    problems[f"closed trade with closed_magnitude outside [0, {n_magnitudes})"] = outside(
-        magnitude, n_magnitudes, closed
-    )
-    for name in ("gross_pnl", "costs", "position", "equity"):
-        problems[f"non-finite {name}"] = (w & ~torch.isfinite(getattr(rec, name))).sum()
-    problems["closed trade with non-finite trade_pnl"] = (closed & ~torch.isfinite(pnl)).sum()
-    problems["equity before the step <= 0"] = (w & ~(s.eq_before > 0)).sum()
+def _realised(rec: StepRecord) -> dict[str, torch.Tensor]:
+    """The realised (after the hard constraints) direction and magnitude, ``[E, T]``."""
+    return {"direction": rec.realised_direction, "magnitude": rec.realised_magnitude}
 
-    out: dict[str, torch.Tensor] = {
+
+def _pooled(
+    rec: StepRecord,
+    s: _Series,
+    n: torch.Tensor,
+    bars_per_year: float,
+    n_magnitudes: int,
+    direction_counts: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """The money, trade and risk metrics over all written steps (``n`` of them), on the device.
+
+    Scalars except ``win_rate_by_magnitude`` and ``trades_by_magnitude`` ``[M]``; the keys in the
+    order ``compute_metrics`` returns them. ``direction_counts`` ``[D]``: picked directions.
+    """
+    w, zero = s.w, torch.zeros((), dtype=_F64, device=rec.device)
+    closed, pnl, magnitude = rec.trades()  # [E, T * K]
+    # closing trades binned by the magnitude they closed (not the action of the closing step), [M]
+    trades_M = _counts(magnitude, closed, n_magnitudes).sum(dim=0)
+    wins_M = _counts(magnitude, closed & (pnl > 0), n_magnitudes).sum(dim=0)
+    trades = closed.sum().to(_F64)
+    wins = (closed & (pnl > 0)).sum().to(_F64)
+    mu, sharpe, sortino = _risk(s.ret, w, n, dim=None)
+    max_dd = torch.cat([s.max_dd, zero.reshape(1)]).amax()
+    annual_return = mu * bars_per_year
+    contracts = s.dpos.sum()
+    return {
         "steps": n,
         "episodes": torch.tensor(float(rec.n_episodes), dtype=_F64, device=rec.device),
         "net_pnl": s.net.sum(),
@@ -555,22 +593,49 @@ def compute_metrics(
         "max_drawdown": max_dd,
         "calmar": _div0(annual_return, max_dd),
         "active_frac": _div0((w & (rec.position != 0)).sum().to(_F64), n),
-        "direction_entropy": _entropy(picked["direction"]),
+        "direction_entropy": _entropy(direction_counts),
         "contracts_traded": contracts,
         "turnover": _div0(contracts, n),
         "exposure": _div0(torch.where(w, rec.position.abs(), zero).sum(), n),
-        **{f"picked/{k}": _div0(v, n) for k, v in picked.items()},
-        **{f"realised/{k}": _div0(v, n) for k, v in realised.items()},
-        **{f"problem/{k}": v.to(_F64) for k, v in problems.items()},
     }
-    # one host transfer: flatten everything into one float64 vector, then split it again
+
+
+def _outside(x: torch.Tensor, k: int, mask: torch.Tensor) -> torch.Tensor:
+    """How many masked entries of ``x`` lie outside ``[0, k)`` (a scalar count on the device)."""
+    return (mask & ((x < 0) | (x >= k))).sum()
+
+
+def _problems(rec: StepRecord, s: _Series, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
+    """Counts of inconsistent written steps, keyed by what is wrong; counted on the device and read
+    back with the results (a nonzero count makes ``compute_metrics`` raise)."""
+    w = s.w
+    closed, pnl, magnitude = rec.trades()
+    actions = [("picked", k, x) for k, x in _picked(rec).items()]
+    actions += [("realised", k, x) for k, x in _realised(rec).items()]
+    problems = {f"{what} {k} outside [0, {sizes[k]})": _outside(x, sizes[k], w) for what, k, x in actions}
+    m = sizes["magnitude"]
+    problems[f"closed trade with closed_magnitude outside [0, {m})"] = _outside(magnitude, m, closed)
+    for name in _FLOAT_FIELDS:
+        problems[f"non-finite {name}"] = (w & ~torch.isfinite(getattr(rec, name))).sum()
+    problems["closed trade with non-finite trade_pnl"] = (closed & ~torch.isfinite(pnl)).sum()
+    problems["equity before the step <= 0"] = (w & ~(s.eq_before > 0)).sum()
+    return problems
+
+
+def _to_host(out: dict[str, torch.Tensor]) -> dict[str, list[float]]:
+    """Every tensor of ``out`` as a list of floats, in one host transfer: flattened into one float64
+    vector, read back, split again."""
     flat = torch.cat([v.reshape(-1).to(_F64) for v in out.values()]).cpu().tolist()
     host: dict[str, list[float]] = {}
     i = 0
     for k, v in out.items():
         host[k] = flat[i : i + v.numel()]
         i += v.numel()
+    return host
 
+
+def _raise_if_inconsistent(host: dict[str, list[float]], rec: StepRecord) -> None:
+    """ValueError naming every ``problem/`` count of ``host`` that is not zero."""
     bad = {
         k.removeprefix("problem/"): int(v[0]) for k, v in host.items() if k.startswith("problem/") and v[0]
     }
@@ -581,11 +646,20 @@ def compute_metrics(
             f"steps ({where}); check the evaluator that filled it and the branch sizes passed in"
         )
 
+
+_INT_METRICS = ("steps", "episodes", "trades")
+
+
+def _plain(
+    host: dict[str, list[float]], bars_per_year: float, picked: tuple[str, ...], realised: tuple[str, ...]
+) -> dict[str, Any]:
+    """``compute_metrics``'s result from the host values: counts as ints, per-magnitude lists as
+    lists, the rest as floats; ``bars_per_year`` and the ``picked`` / ``realised`` share dicts last."""
     result: dict[str, Any] = {}
     for k, v in host.items():
         if k.startswith(("picked/", "realised/", "problem/")):
             continue
-        if k in ("steps", "episodes", "trades"):
+        if k in _INT_METRICS:
             result[k] = int(v[0])
         elif k == "trades_by_magnitude":
             result[k] = [int(x) for x in v]

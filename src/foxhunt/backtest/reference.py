@@ -30,12 +30,11 @@ from torch import Tensor
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.config.synth import PlantedSignal
-from foxhunt.env.actions import Direction, OrderType
+from foxhunt.data.config import PlantedSignal
+from foxhunt.domain.actions import BRANCHES, Direction, OrderType
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.validation.dataset import FoldData, make_folds
@@ -158,7 +157,7 @@ def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
     bpy = bars_per_year(cache)
     rows = []
     for fd in folds:
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window)
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
         if not rule.available(market):
             raise FoxhuntError(
                 "synth.signal",
@@ -170,7 +169,7 @@ def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
         rows.append({"fold": fd.fold.index} | metrics)
     names = (RULE, ScriptedPolicy.FLAT.value, ScriptedPolicy.LONG.value)
     return {
-        "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": cfg.env.plan.target_bars},
+        "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": cfg.env.plan.barrier.horizon},
         "folds": rows,
         "total": {n: float(sum(r[n]["net_pnl"] for r in rows)) for n in names},
     }

@@ -40,8 +40,9 @@ from foxhunt.backtest.metrics import (  # noqa: E402
 from foxhunt.backtest.trades import exit_reasons, trade_rows, write_trades_csv  # noqa: E402
 from foxhunt.config.models import FoxhuntConfig  # noqa: E402
 from foxhunt.console import SILENT, Reporter  # noqa: E402
-from foxhunt.data.instrument import Instrument, instrument_of_cache  # noqa: E402
+from foxhunt.data.instrument import instrument_of_cache
 from foxhunt.data.schemas import BarKind, RowUnit  # noqa: E402
+from foxhunt.domain.instrument import Instrument
 from foxhunt.env.graph import CapturablePolicy  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.errors import FoxhuntError  # noqa: E402
@@ -157,7 +158,7 @@ def run_backtest(
         if stored is not None:  # the scaling the network was trained with, as foxhunt serve applies it
             fd = dataclasses.replace(fd, scaler=stored)
         market = market_tensors(
-            cache, fd, vol_window=cfg.env.plan.vol_window, device=device, instrument=instrument
+            cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device, instrument=instrument
         )
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         if isinstance(policy, ScriptedPolicy):

@@ -1,4 +1,4 @@
-"""``trades.csv``: one row per round trip of a backtest, from the env's trade ledger (SPEC §9).
+"""``trades.csv``: one row per round trip of a backtest, from the env's trade ledger (docs/design.md §8).
 
 Every trade the env closed (:mod:`foxhunt.env.trades`: a round trip inside one step and both legs of
 a reversal included; a position still open at a window's last row is closed there with the reason
@@ -30,7 +30,7 @@ import torch
 
 from foxhunt.atomic import atomic_path
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.env.trades import ExitReason
+from foxhunt.domain.exits import ExitReason
 
 TRADE_COLUMNS = (
     "fold",

@@ -1,7 +1,8 @@
 """The base of every config model: frozen, unknown keys rejected.
 
-Kept apart from :mod:`foxhunt.config.models` so that stage packages can define their own config
-sections (``foxhunt.features.market.Params`` ...) without importing the root model.
+Kept apart from :mod:`foxhunt.config.models` so that each stage can define its config sections
+beside its code (``foxhunt.data.config``, a feature family's ``Params`` ...; docs/design.md §9)
+without importing the root model, which imports them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,17 @@
-"""The root configuration model and its sections.
+"""The root configuration model: the one place where the stages' config sections are composed.
 
-Every model is frozen and rejects unknown keys, so a typo in a profile or a ``--set`` override is
-an error instead of a silently ignored setting. Each field's description is its documentation
-(``foxhunt config show`` prints them). Later stages add their own section here.
+The convention (docs/design.md §9): each stage's config section lives in ``<stage>/config.py``
+beside the stage's code (``foxhunt.data.config.DataConfig`` is ``[data]``, ``foxhunt.env.config``
+holds ``[env]`` with its sizing and reward sub-sections, ``foxhunt.validation.config`` ``[folds]``
+...), and this module composes them into :class:`FoxhuntConfig`; only the run's own settings
+(``[run]``) and the checks across sections are written here. A feature family, built-in or plug-in,
+declares its ``Params`` in its own module (the plug-in contract, docs/feature-plugins.md) and
+``foxhunt.features.config`` composes the families. A new stage adds its ``config.py`` and one field
+here.
+
+Every model is frozen and rejects unknown keys (:class:`foxhunt.config.base.Frozen`), so a typo in a
+profile or a ``--set`` override is an error instead of a silently ignored setting. Each field's
+description is its documentation (``foxhunt config show`` prints them).
 """
 
 from __future__ import annotations
@@ -14,17 +23,14 @@ from pydantic import Field, model_validator
 from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Frozen
-from foxhunt.config.data import DataConfig
-from foxhunt.config.features import FeaturesConfig
-from foxhunt.config.instrument import InstrumentConfig
-from foxhunt.config.synth import SynthConfig
-from foxhunt.data.schemas import RowUnit
+from foxhunt.data.config import DataConfig, SynthConfig
+from foxhunt.domain.instrument import InstrumentConfig
 from foxhunt.env.config import EnvConfig
+from foxhunt.features.config import FeaturesConfig
 from foxhunt.serve.config import ServeConfig
 from foxhunt.train.config import TrainConfig
 from foxhunt.tune.config import TuneConfig
-from foxhunt.validation.folds import FoldParams
-from foxhunt.validation.labels import LabelParams
+from foxhunt.validation.config import FoldParams, LabelParams
 
 
 class Device(StrEnum):
@@ -75,28 +81,4 @@ class FoxhuntConfig(Frozen):
         from foxhunt.tune.space import check_space  # it validates configs: imported when one is checked
 
         check_space(self)
-        return self
-
-    @model_validator(mode="after")
-    def _barriers_are_the_plan(self) -> FoxhuntConfig:
-        """The labels' triple barrier is the env plan's exits (SPEC §5): the aux outcome targets and
-        the oracle read the labels as what a plan opened now would meet, so the two must agree."""
-        lab, plan = self.labels, self.env.plan
-        pairs = [
-            ("labels.profit_mult", lab.profit_mult, "env.plan.profit_mult", plan.profit_mult),
-            ("labels.stop_mult", lab.stop_mult, "env.plan.stop_mult", plan.stop_mult),
-            ("labels.barrier_vol_window", lab.barrier_vol_window, "env.plan.vol_window", plan.vol_window),
-        ]
-        # The plan's timeout counts rows of the configured unit; so does the label's of that unit.
-        horizon_key = (
-            "labels.barrier_horizon_bars"
-            if self.data.row_unit is RowUnit.BAR
-            else "labels.barrier_horizon_snapshots"
-        )
-        pairs.append(
-            (horizon_key, lab.barrier_horizon(self.data.row_unit), "env.plan.target_bars", plan.target_bars)
-        )
-        differ = [f"{a} = {x} but {b} = {y}" for a, x, b, y in pairs if x != y]
-        if differ:
-            raise ValueError("the labels' triple barrier must be the env plan's exits: " + "; ".join(differ))
         return self

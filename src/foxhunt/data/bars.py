@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays, TradeArrays, _Columns
+from foxhunt.data.config import DataConfig
 from foxhunt.data.continuous import FrontMonth, front_month
 from foxhunt.data.ingest import MarketData, as_flags, ohlcv_settings, trade_coverage
 from foxhunt.data.schemas import BarKind, DataSource

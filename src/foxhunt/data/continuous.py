@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.config.data import DataConfig
+from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import DataSource, RollRule
 from foxhunt.data.sessions import session_dates

@@ -23,7 +23,6 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.config.data import DataConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import (
     ACTION_TRADE,
@@ -33,6 +32,7 @@ from foxhunt.data.arrays import (
     OhlcvArrays,
     TradeArrays,
 )
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import DbnFile, check_monotonic, peek_schema, read_raw, to_arrays
 from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RowUnit, Schema
 from foxhunt.data.sessions import session_dates
@@ -406,104 +406,140 @@ def _spans(f: DbnFile) -> dict[int, tuple[int, int]]:
     return {int(i): (int(ts[ids == i].min()), int(ts[ids == i].max())) for i in np.unique(ids)}
 
 
+@dataclass
+class _Parts:
+    """What :func:`load_market` collects file by file, merged once every file is read."""
+
+    books: list[BookArrays] = field(default_factory=list)
+    crossed: list[np.ndarray] = field(default_factory=list)  # [n] bool per state of ``books``
+    trades: list[TradeArrays] = field(default_factory=list)  # trades files
+    carried: list[TradeArrays] = field(default_factory=list)  # T records inside MBP-10/MBO streams
+    ohlcv: list[OhlcvArrays] = field(default_factory=list)
+    ohlcv_schemas: set[Schema] = field(default_factory=set)
+    definitions: list[DefinitionArrays] = field(default_factory=list)
+    spans: list[tuple[Path, Schema, dict[int, tuple[int, int]]]] = field(default_factory=list)
+
+
 def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter = SILENT) -> MarketData:
     """Read, validate, merge and split every file under ``paths`` for ``cfg.data_source``
     (``progress`` counts the files read)."""
     files = expand_paths(paths)
     check_inputs(paths, files, cfg)
-    accepted = ACCEPTED[cfg.data_source]
     md = MarketData(trade_coverage=[])
-    book_parts: list[BookArrays] = []
-    crossed_parts: list[np.ndarray] = []
-    trade_parts: list[TradeArrays] = []
-    carried_trades: list[TradeArrays] = []  # T records inside MBP-10/MBO streams
-    ohlcv_parts: list[OhlcvArrays] = []
-    ohlcv_schemas: set[Schema] = set()
-    defs: list[DefinitionArrays] = []
-    spans: list[tuple[Path, Schema, dict[int, tuple[int, int]]]] = []
+    parts = _Parts()
     for path in progress.track(files, "ingest: reading DBN files"):
         f = read_raw(path)
-        if f.schema not in accepted:
-            other = DataSource.OHLCV if f.schema.is_ohlcv else DataSource.MBP10
-            hint = (
-                f"set data.data_source={other.value}"
-                if f.schema in ACCEPTED[other]
-                else f"pass {' / '.join(s.value for s in accepted)} files"
-            )
-            raise SchemaMismatchError(
-                path,
-                f"file is {f.schema.value}; data_source '{cfg.data_source.value}' needs "
-                f"{' / '.join(s.value for s in accepted)}",
-                hint,
-            )
+        _check_accepted(path, f.schema, cfg)
         md.symbols.update(f.instrument_symbols)
         if f.schema in BOOK_SCHEMAS:
-            book, carried, report = read_book_file(f, cfg)
-            depth = 1 if f.schema.is_top_of_book else cfg.levels
-            md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
-            book, crossed = _apply_crossed_policy(path, book, cfg, report)
-            check_trade_prices(path, carried)
-            carried_trades.append(carried)
-            _cover(md, carried, cfg)
-            book_parts.append(book)
-            crossed_parts.append(crossed)
+            report = _take_book_file(path, f, cfg, md, parts)
         else:
-            arrays = to_arrays(f)
-            report = FileReport(
-                path=str(path),
-                schema=f.schema.value,
-                dataset=f.dataset,
-                records=len(f),
-                instruments={},
-                start=int(f.records["ts_event"].min()),
-                end=int(f.records["ts_event"].max()),
-            )
-            if isinstance(arrays, TradeArrays):
-                check_monotonic(path, arrays.ts_event, arrays.instrument_id)
-                check_trade_prices(path, arrays)
-                trade_parts.append(arrays)
-                _cover(md, arrays, cfg)
-            elif isinstance(arrays, OhlcvArrays):
-                check_monotonic(path, arrays.ts_event, arrays.instrument_id)
-                ohlcv_parts.append(arrays)
-                ohlcv_schemas.add(f.schema)
-            elif isinstance(arrays, DefinitionArrays):
-                defs.append(arrays)
+            report = _take_other_file(path, f, cfg, md, parts)
         ids = np.unique(f.records["instrument_id"])
         report.instruments = {int(i): f.instrument_symbols.get(int(i), str(int(i))) for i in ids}
         md.files.append(report)
-        spans.append((path, f.schema, _spans(f)))
-    check_overlaps(spans)
+        parts.spans.append((path, f.schema, _spans(f)))
+    check_overlaps(parts.spans)
+    _merge_parts(md, parts, files)
+    _check_primary(md, cfg, files)
+    return md
 
-    if len(ohlcv_schemas) > 1:
+
+def _check_accepted(path: Path, schema: Schema, cfg: DataConfig) -> None:
+    """Refuse a file ``cfg.data_source`` does not read, naming the data source that would."""
+    accepted = ACCEPTED[cfg.data_source]
+    if schema in accepted:
+        return
+    other = DataSource.OHLCV if schema.is_ohlcv else DataSource.MBP10
+    hint = (
+        f"set data.data_source={other.value}"
+        if schema in ACCEPTED[other]
+        else f"pass {' / '.join(s.value for s in accepted)} files"
+    )
+    raise SchemaMismatchError(
+        path,
+        f"file is {schema.value}; data_source '{cfg.data_source.value}' needs "
+        f"{' / '.join(s.value for s in accepted)}",
+        hint,
+    )
+
+
+def _take_book_file(path: Path, f: DbnFile, cfg: DataConfig, md: MarketData, parts: _Parts) -> FileReport:
+    """A book file (MBP-10, MBO, top of book): its states after the crossed-book policy, and the trade
+    records its stream carries."""
+    book, carried, report = read_book_file(f, cfg)
+    depth = 1 if f.schema.is_top_of_book else cfg.levels
+    md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
+    book, crossed = _apply_crossed_policy(path, book, cfg, report)
+    check_trade_prices(path, carried)
+    parts.carried.append(carried)
+    _cover(md, carried, cfg)
+    parts.books.append(book)
+    parts.crossed.append(crossed)
+    return report
+
+
+def _take_other_file(path: Path, f: DbnFile, cfg: DataConfig, md: MarketData, parts: _Parts) -> FileReport:
+    """A trades, OHLCV or definition file, checked (time order, trade prices) and kept."""
+    arrays = to_arrays(f)
+    report = FileReport(
+        path=str(path),
+        schema=f.schema.value,
+        dataset=f.dataset,
+        records=len(f),
+        instruments={},
+        start=int(f.records["ts_event"].min()),
+        end=int(f.records["ts_event"].max()),
+    )
+    if isinstance(arrays, TradeArrays):
+        check_monotonic(path, arrays.ts_event, arrays.instrument_id)
+        check_trade_prices(path, arrays)
+        parts.trades.append(arrays)
+        _cover(md, arrays, cfg)
+    elif isinstance(arrays, OhlcvArrays):
+        check_monotonic(path, arrays.ts_event, arrays.instrument_id)
+        parts.ohlcv.append(arrays)
+        parts.ohlcv_schemas.add(f.schema)
+    elif isinstance(arrays, DefinitionArrays):
+        parts.definitions.append(arrays)
+    return report
+
+
+def _merge_parts(md: MarketData, parts: _Parts, files: list[Path]) -> None:
+    """Merge every file's arrays by time into ``md``, split per instrument."""
+    if len(parts.ohlcv_schemas) > 1:
         raise SchemaMismatchError(
             files[0],
-            f"OHLCV files of several intervals ({', '.join(sorted(s.value for s in ohlcv_schemas))})",
+            f"OHLCV files of several intervals ({', '.join(sorted(s.value for s in parts.ohlcv_schemas))})",
             "pass OHLCV files of one interval",
         )
-    if defs:
-        md.definitions = DefinitionArrays.concat(defs)
+    if parts.definitions:
+        md.definitions = DefinitionArrays.concat(parts.definitions)
         for iid, sym in zip(md.definitions.instrument_id, md.definitions.raw_symbol, strict=True):
             md.symbols.setdefault(int(iid), str(sym))
-    if book_parts:
+    if parts.books:
         # Merge by time, keeping each state's crossed flag with it.
-        all_books = BookArrays.concat(book_parts)
-        all_crossed = np.concatenate(crossed_parts)
+        all_books = BookArrays.concat(parts.books)
+        all_crossed = np.concatenate(parts.crossed)
         order = np.argsort(all_books.ts_event, kind="stable")
         all_books, all_crossed = all_books.take(order), all_crossed[order]
         for iid in np.unique(all_books.instrument_id):
             sel = all_books.instrument_id == iid
             md.books[int(iid)] = all_books.take(sel)
             md.crossed[int(iid)] = all_crossed[sel]
-    all_trades = trade_parts + [_uncovered(c, trade_parts) for c in carried_trades]
+    all_trades = parts.trades + [_uncovered(c, parts.trades) for c in parts.carried]
     all_trades = [t for t in all_trades if len(t)]
     if all_trades:
         merged_trades = _merge_sorted(all_trades, TradeArrays)
         md.trades = _split(merged_trades, merged_trades.instrument_id)  # type: ignore[assignment]
-    if ohlcv_parts:
-        merged = _merge_sorted(ohlcv_parts, OhlcvArrays)
+    if parts.ohlcv:
+        merged = _merge_sorted(parts.ohlcv, OhlcvArrays)
         md.ohlcv = _split(merged, merged.instrument_id)  # type: ignore[assignment]
-        md.ohlcv_bar_ns = next(iter(ohlcv_schemas)).bar_ns
+        md.ohlcv_bar_ns = next(iter(parts.ohlcv_schemas)).bar_ns
+
+
+def _check_primary(md: MarketData, cfg: DataConfig, files: list[Path]) -> None:
+    """Refuse inputs without the kind of file ``cfg.data_source`` cannot do without."""
     if cfg.data_source is DataSource.MBP10 and not md.books:
         raise SchemaMismatchError(
             files[0] if files else "--data",
@@ -515,4 +551,3 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
         raise SchemaMismatchError(
             files[0] if files else "--data", "no OHLCV file among the inputs", "add OHLCV files"
         )
-    return md

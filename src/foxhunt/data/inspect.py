@@ -2,7 +2,7 @@
 
 Instruments are shown by symbol: the file's symbology mapping names each instrument id; a file
 without mappings (a re-encoded or hand-written one) that lists the symbols of one product shows
-that product's root. The file's contract specification (:mod:`foxhunt.data.instrument`) is
+that product's root. The file's contract specification (:mod:`foxhunt.domain.instrument`) is
 reported with it, or the reason it cannot be determined from the file alone.
 """
 
@@ -14,20 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.config.data import DataConfig
-from foxhunt.config.instrument import InstrumentConfig
 from foxhunt.data.arrays import BookArrays, MboArrays
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import DbnFile, read_raw, to_arrays
 from foxhunt.data.ingest import check_monotonic, expand_paths, median_spread_ticks
-from foxhunt.data.instrument import (
+from foxhunt.data.instrument import definitions_from_records
+from foxhunt.data.schemas import Schema
+from foxhunt.data.sessions import iso_utc
+from foxhunt.domain.instrument import (
     Instrument,
+    InstrumentConfig,
     InstrumentError,
-    definitions_from_records,
     resolve_instrument,
     symbol_root,
 )
-from foxhunt.data.schemas import Schema
-from foxhunt.data.sessions import iso_utc
 
 
 def instrument_symbols(f: DbnFile) -> dict[int, str]:

@@ -77,7 +77,7 @@ class Schema(StrEnum):
 
 
 class DataSource(StrEnum):
-    """Where bars and features come from (SPEC §2). Part of every cache key."""
+    """Where bars and features come from (docs/design.md §1). Part of every cache key."""
 
     # Book data: MBP-10 files or MBO rebuilt into MBP-10 (10 levels), or top-of-book files (MBP-1,
     # TBBO, BBO: the depth features are masked); trades from trades files or the book streams

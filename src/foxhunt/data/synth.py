@@ -1,8 +1,8 @@
 """Synthetic ES limit-order-book market: an event simulator that writes genuine DBN files.
 
-The embedded default market of foxhunt (SPEC §2). Each session is simulated independently by a
-numba event loop (:mod:`.synth_engine`) and written as MBP-10 and trades (optionally MBO and
-OHLCV-1m) through :mod:`.dbn_write`, so the real ingest path is always exercised.
+The embedded default market of foxhunt (docs/design.md §1). Each session is simulated
+independently by a numba event loop (:mod:`.synth_engine`) and written as MBP-10 and trades
+(optionally MBO and OHLCV-1m) through :mod:`.dbn_write`, so the real ingest path is always exercised.
 
 Model
 -----
@@ -96,9 +96,9 @@ import numpy as np
 
 from foxhunt import __version__
 from foxhunt.atomic import write_json
-from foxhunt.config.synth import SESSION_HOURS, PlantedSignal, SynthConfig
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
+from foxhunt.data.config import SESSION_HOURS, PlantedSignal, SynthConfig
 from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
 from foxhunt.data.dbn_write import write_book, write_mbo, write_ohlcv, write_trades
 from foxhunt.data.schemas import Schema
@@ -200,6 +200,26 @@ def _wall_hours(u: np.ndarray, profile: tuple[tuple[float, float], ...]) -> np.n
     return np.interp(u, cum / cum[-1], knots)
 
 
+def model_record(cfg: SynthConfig) -> np.void:
+    """The event loop's parameters of ``cfg``: one :data:`foxhunt.data.synth_engine.MODEL` record."""
+    table = np.zeros(1, eng.MODEL)
+    m = table[0]
+    m["depth_orders"] = np.asarray(cfg.depth_orders, np.float64)
+    m["level_turnover"] = np.asarray(cfg.level_turnover, np.float64)
+    m["size_mu"], m["size_sd"] = cfg.order_size_log_mean, cfg.order_size_log_sd
+    m["max_size"] = cfg.max_order_size
+    for name in ("cancel_rate", "refill_boost", "modify_rate", "market_rate", "move_rate", "gap_fill_rate"):
+        m[name] = getattr(cfg, name)
+    for name in ("activity", "move_mult", "gap_prob", "cancel_mult", "market_mult", "depth_mult"):
+        m[name] = [float(getattr(r, name)) for r in (cfg.calm, cfg.volatile)]
+    m["switch_prob"] = _switch_probabilities(cfg)
+    m["alpha"] = cfg.alpha
+    m["horizon"] = cfg.alpha_horizon_events
+    m["signal_kind"] = _SIGNAL_CODE[cfg.signal]
+    m["flow_horizon"] = cfg.flow_horizon_trades
+    return m
+
+
 def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = False) -> SynthSession:
     """Simulate session ``session_index`` (0-based) of ``cfg``; MBO records only if asked for.
 
@@ -211,103 +231,14 @@ def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = F
     trade_date = session_trade_dates(cfg)[session_index]
     start_ns, end_ns = session_window_ns(trade_date)
     seed32 = int(np.random.SeedSequence([cfg.seed, _STREAM_EVENTS, session_index]).generate_state(1)[0])
-    regimes = (cfg.calm, cfg.volatile)
     tick_raw = _tick_raw(cfg)
-
-    def per_regime(name: str) -> np.ndarray:
-        return np.array([float(getattr(r, name)) for r in regimes])
-
-    (
-        tau,
-        regime,
-        action,
-        side,
-        price,
-        size,
-        depth,
-        bid_px,
-        ask_px,
-        bid_sz,
-        ask_sz,
-        bid_ct,
-        ask_ct,
-        mbo_table,
-        tau_end,
-    ) = eng.simulate_kernel(
-        seed32,
-        int(cfg.events_per_session),
-        _open_bid_ticks(cfg, session_index),
-        tick_raw,
-        float(PRICE_SCALE),
-        np.asarray(cfg.depth_orders, np.float64),
-        np.asarray(cfg.level_turnover, np.float64),
-        float(cfg.order_size_log_mean),
-        float(cfg.order_size_log_sd),
-        int(cfg.max_order_size),
-        float(cfg.cancel_rate),
-        float(cfg.refill_boost),
-        float(cfg.modify_rate),
-        float(cfg.market_rate),
-        float(cfg.move_rate),
-        float(cfg.gap_fill_rate),
-        per_regime("activity"),
-        per_regime("move_mult"),
-        per_regime("gap_prob"),
-        per_regime("cancel_mult"),
-        per_regime("market_mult"),
-        per_regime("depth_mult"),
-        _switch_probabilities(cfg),
-        float(cfg.alpha),
-        int(cfg.alpha_horizon_events),
-        _SIGNAL_CODE[cfg.signal],
-        int(cfg.flow_horizon_trades),
-        with_mbo,
+    bid0 = _open_bid_ticks(cfg, session_index)
+    rows, mbo_table, tau_end = eng.simulate_kernel(
+        seed32, int(cfg.events_per_session), bid0, tick_raw, float(PRICE_SCALE), model_record(cfg), with_mbo
     )
-    n = len(tau)
-
-    # Clock: business time -> wall clock through the intraday activity profile.
-    hours = _wall_hours(tau / tau_end, cfg.activity_profile)
-    ts_event = start_ns + np.floor(hours * 3.6e12).astype(np.int64)
-    ts_event = np.minimum(np.maximum.accumulate(ts_event), end_ns - 1)
-    lat_rng = np.random.Generator(
-        np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_LATENCY, session_index]))
-    )
-    latency = np.rint(lat_rng.exponential(cfg.latency_ns, n)).astype(np.int64)
-    ts_recv = np.maximum.accumulate(ts_event + latency)
-
-    flags = np.full(n, F_LAST, np.uint8)
-    flags[0] |= F_SNAPSHOT
-    sequence = np.arange(1, n + 1, dtype=np.uint32)
-    iid = np.full(n, cfg.instrument_id, np.uint32)
-    book = BookArrays(
-        ts_event=ts_event,
-        ts_recv=ts_recv,
-        instrument_id=iid,
-        action=action,
-        side=side,
-        flags=flags,
-        price=price,
-        size=size,
-        depth=depth,
-        sequence=sequence,
-        bid_px=bid_px,
-        ask_px=ask_px,
-        bid_sz=bid_sz,
-        ask_sz=ask_sz,
-        bid_ct=bid_ct,
-        ask_ct=ask_ct,
-    )
-    trade_rows = np.flatnonzero(action == ACTION_TRADE)
-    trades = TradeArrays(
-        ts_event=ts_event[trade_rows],
-        ts_recv=ts_recv[trade_rows],
-        instrument_id=iid[trade_rows],
-        price=book.price[trade_rows],
-        size=size[trade_rows],
-        side=side[trade_rows],
-        flags=flags[trade_rows],
-        sequence=sequence[trade_rows],
-    )
+    tau, regime = rows[0], rows[1]
+    ts_event, ts_recv = _wall_clock(cfg, session_index, tau / tau_end, start_ns, end_ns)
+    book = _book_arrays(rows, ts_event, ts_recv, cfg.instrument_id)
     mbo = _mbo_arrays(mbo_table, ts_event, ts_recv, cfg.instrument_id, tick_raw) if with_mbo else None
     return SynthSession(
         session_index=session_index,
@@ -315,9 +246,69 @@ def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = F
         session_start_ns=start_ns,
         session_end_ns=end_ns,
         book=book,
-        trades=trades,
+        trades=_trade_rows(book),
         mbo=mbo,
         regime=regime,
+    )
+
+
+def _wall_clock(
+    cfg: SynthConfig, session_index: int, u: np.ndarray, start_ns: int, end_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(ts_event, ts_recv)`` of rows at business fractions ``u``: the event times through the
+    intraday activity profile (non-decreasing, inside the session), the receive times after an
+    exponential capture latency (non-decreasing too)."""
+    hours = _wall_hours(u, cfg.activity_profile)
+    ts_event = start_ns + np.floor(hours * 3.6e12).astype(np.int64)
+    ts_event = np.minimum(np.maximum.accumulate(ts_event), end_ns - 1)
+    lat_rng = np.random.Generator(
+        np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_LATENCY, session_index]))
+    )
+    latency = np.rint(lat_rng.exponential(cfg.latency_ns, len(u))).astype(np.int64)
+    return ts_event, np.maximum.accumulate(ts_event + latency)
+
+
+def _book_arrays(
+    rows: tuple[np.ndarray, ...], ts_event: np.ndarray, ts_recv: np.ndarray, instrument_id: int
+) -> BookArrays:
+    """The MBP-10 rows of the kernel's per-row arrays (each row an event's last record: F_LAST; the
+    opening snapshot also F_SNAPSHOT)."""
+    _, _, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct = rows
+    n = len(action)
+    flags = np.full(n, F_LAST, np.uint8)
+    flags[0] |= F_SNAPSHOT
+    return BookArrays(
+        ts_event=ts_event,
+        ts_recv=ts_recv,
+        instrument_id=np.full(n, instrument_id, np.uint32),
+        action=action,
+        side=side,
+        flags=flags,
+        price=price,
+        size=size,
+        depth=depth,
+        sequence=np.arange(1, n + 1, dtype=np.uint32),
+        bid_px=bid_px,
+        ask_px=ask_px,
+        bid_sz=bid_sz,
+        ask_sz=ask_sz,
+        bid_ct=bid_ct,
+        ask_ct=ask_ct,
+    )
+
+
+def _trade_rows(book: BookArrays) -> TradeArrays:
+    """The trade rows of ``book`` as the trades schema lists them (side = aggressor)."""
+    rows = np.flatnonzero(book.action == ACTION_TRADE)
+    return TradeArrays(
+        ts_event=book.ts_event[rows],
+        ts_recv=book.ts_recv[rows],
+        instrument_id=book.instrument_id[rows],
+        price=book.price[rows],
+        size=book.size[rows],
+        side=book.side[rows],
+        flags=book.flags[rows],
+        sequence=book.sequence[rows],
     )
 
 

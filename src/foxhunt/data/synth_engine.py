@@ -41,7 +41,7 @@ S_NONE = ord("N")
 # Event kinds, in the order their intensities are laid out.
 EV_ADD, EV_CANCEL, EV_MODIFY, EV_MARKET, EV_MOVE, EV_GAP_FILL = range(6)
 
-# Carriers of the planted alpha (``signal_kind``; foxhunt.config.synth.PlantedSignal, in this order).
+# Carriers of the planted alpha (``signal_kind``; foxhunt.data.config.PlantedSignal, in this order).
 SIGNAL_IMBALANCE, SIGNAL_TRADE_FLOW = range(2)
 
 
@@ -223,347 +223,354 @@ def _grow(mbo, need):
     return new
 
 
+# The market model's parameters as one record (numba reads its fields by name), filled from a
+# SynthConfig by foxhunt.data.synth.model_record. Per-regime fields hold [calm, volatile]; the
+# symbols are those of the model in :mod:`.synth`.
+MODEL = np.dtype(
+    [
+        ("depth_orders", np.float64, (VIS,)),  # m_i before the regime's depth_mult
+        ("level_turnover", np.float64, (VIS,)),  # w_i
+        ("size_mu", np.float64),  # order size 1 + floor(exp(N(size_mu, size_sd))) ...
+        ("size_sd", np.float64),
+        ("max_size", np.int64),  # ... at most max_size contracts
+        ("cancel_rate", np.float64),  # mu before the regime's cancel_mult
+        ("refill_boost", np.float64),  # kappa
+        ("modify_rate", np.float64),  # nu before the regime's cancel_mult
+        ("market_rate", np.float64),
+        ("move_rate", np.float64),
+        ("gap_fill_rate", np.float64),
+        ("activity", np.float64, (2,)),  # business-time speed of the regime
+        ("move_mult", np.float64, (2,)),
+        ("gap_prob", np.float64, (2,)),  # P(a price move leaves a two-tick spread)
+        ("cancel_mult", np.float64, (2,)),
+        ("market_mult", np.float64, (2,)),
+        ("depth_mult", np.float64, (2,)),
+        ("switch_prob", np.float64, (2,)),  # P(leaving the regime) per event
+        ("alpha", np.float64),  # strength of the planted alpha (0 = none)
+        ("horizon", np.int64),  # H: rows of the imbalance carrier's EMA
+        ("signal_kind", np.int64),  # SIGNAL_IMBALANCE or SIGNAL_TRADE_FLOW
+        ("flow_horizon", np.int64),  # N: market orders of the trade-flow carrier's EMA
+    ]
+)
+
+
+@numba.njit(cache=True)
+def _row_arrays(n_rows):
+    """The per-row outputs: tau, regime, action, side, price, size, depth, then the visible book
+    ``[n_rows, VIS]`` bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct."""
+    return (
+        np.empty(n_rows, np.float64),
+        np.empty(n_rows, np.uint8),
+        np.empty(n_rows, np.uint8),
+        np.empty(n_rows, np.uint8),
+        np.empty(n_rows, np.float64),
+        np.empty(n_rows, np.int64),
+        np.zeros(n_rows, np.uint8),
+        np.empty((n_rows, VIS), np.float64),
+        np.empty((n_rows, VIS), np.float64),
+        np.empty((n_rows, VIS), np.int64),
+        np.empty((n_rows, VIS), np.int64),
+        np.empty((n_rows, VIS), np.int64),
+        np.empty((n_rows, VIS), np.int64),
+    )
+
+
+@numba.njit(cache=True, inline="always")
+def _record_row(
+    row, t_now, regime, event, px, cnt, qty, tick_raw, price_scale,
+    tau, regime_out, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct,
+):  # fmt: skip
+    """Write row ``row`` of the :func:`_row_arrays`: its time, regime and event ``(action, side,
+    price, size, depth)``, and the visible book after it, prices in price units as DBN ingest
+    converts them."""
+    ev_action, ev_side, ev_price, ev_size, ev_depth = event
+    tau[row] = t_now
+    regime_out[row] = regime
+    action[row] = ev_action
+    side[row] = ev_side
+    price[row] = (ev_price * tick_raw) / price_scale
+    size[row] = ev_size
+    depth[row] = ev_depth
+    for i in range(VIS):
+        bid_px[row, i] = (px[BID, i] * tick_raw) / price_scale
+        ask_px[row, i] = (px[ASK, i] * tick_raw) / price_scale
+        bid_sz[row, i] = qty[BID, i]
+        ask_sz[row, i] = qty[ASK, i]
+        bid_ct[row, i] = cnt[BID, i]
+        ask_ct[row, i] = cnt[ASK, i]
+
+
+@numba.njit(cache=True)
+def _open_book(px, oid, osz, cnt, qty, bid0, m, mbo, emit):
+    """Row 0, the opening snapshot around best bid ``bid0``: R, then every order with F_SNAPSHOT,
+    the asks then the bids, each side from its farthest level (so the best bid comes last).
+
+    Returns ``(next order id, records written, row 0's event)``."""
+    k = 0
+    next_oid = 1
+    if emit:
+        k = _rec(mbo, k, 0, 0, NO_PRICE, 0, A_CLEAR, S_NONE, F_SNAPSHOT)
+    for s in (ASK, BID):
+        for i in range(LMAX - 1, -1, -1):
+            level_px = bid0 - i if s == BID else bid0 + 1 + i
+            target = m.depth_orders[min(i, VIS - 1)] * m.depth_mult[0]
+            next_oid, k = _fill_level(
+                px, oid, osz, cnt, qty, s, i, level_px, target,
+                m.size_mu, m.size_sd, m.max_size, next_oid, mbo, k, 0, F_SNAPSHOT, emit,
+            )  # fmt: skip
+    if emit:
+        mbo[R_FLAGS, k - 1] |= F_LAST
+    event = (A_ADD, S_BID, px[BID, 0], osz[BID, 0, cnt[BID, 0] - 1], 0)  # the last add: the best bid's
+    return next_oid, k, event
+
+
+@numba.njit(cache=True, inline="always")
+def _intensities(r_add, r_cancel, r_modify, px, cnt, qty, regime, m):
+    """The state's event intensities: lambda^A, lambda^C, lambda^M of each side and visible level
+    into ``r_*[2, VIS]``; returns ``(Lambda, lambda^O buy, lambda^O sell, lambda^P)`` (module
+    equations of :mod:`.synth`; lambda^G is what remains of Lambda)."""
+    mu = m.cancel_rate * m.cancel_mult[regime]
+    nu = m.modify_rate * m.cancel_mult[regime]
+    # the record's fields as locals: the loop's stores cannot then be taken to change them
+    depth_orders, turnover = m.depth_orders, m.level_turnover
+    mult, kappa = m.depth_mult[regime], m.refill_boost
+    total = 0.0
+    for s in range(2):
+        for i in range(VIS):
+            n = cnt[s, i]
+            target = depth_orders[i] * mult
+            w = turnover[i]
+            # add:    w_i mu m_i (1 + kappa max(0, 1 - n/m_i))   (queue-reactive refill)
+            # cancel: w_i mu (n - 1)   (the last order of a level stays: no depletion)
+            # modify: nu (n - 1)
+            refill = 1.0 + kappa * max(0.0, 1.0 - n / target)
+            r_add[s, i] = 0.0 if n >= CAP - 1 else w * mu * target * refill
+            r_cancel[s, i] = w * mu * (n - 1)
+            r_modify[s, i] = nu * (n - 1)
+            total += r_add[s, i] + r_cancel[s, i] + r_modify[s, i]
+    spread = px[ASK, 0] - px[BID, 0]
+    rm = m.market_rate * m.market_mult[regime]
+    r_buy = rm if qty[ASK, 0] > 1 else 0.0  # market orders never empty the touch
+    r_sell = rm if qty[BID, 0] > 1 else 0.0
+    r_move = m.move_rate * m.move_mult[regime] if spread == 1 else 0.0
+    r_gap = m.gap_fill_rate if spread > 1 else 0.0
+    total += r_buy + r_sell + r_move + r_gap
+    return total, r_buy, r_sell, r_move
+
+
+@numba.njit(cache=True, inline="always")
+def _pick_event(r_add, r_cancel, r_modify, r_buy, r_sell, r_move, total):
+    """Draw the next event with probability lambda_e / Lambda: ``(kind, side, level)``; the side of
+    a market order is the resting side it fills against (a buy rests on the ask side)."""
+    x = np.random.random() * total
+    for c in range(2 * VIS):
+        s, i = c // VIS, c % VIS
+        x -= r_add[s, i]
+        if x < 0.0:
+            return EV_ADD, s, i
+        x -= r_cancel[s, i]
+        if x < 0.0:
+            return EV_CANCEL, s, i
+        x -= r_modify[s, i]
+        if x < 0.0:
+            return EV_MODIFY, s, i
+    x -= r_buy
+    if x < 0.0:
+        return EV_MARKET, ASK, 0
+    x -= r_sell
+    if x < 0.0:
+        return EV_MARKET, BID, 0
+    if r_move > 0.0:
+        return EV_MOVE, 0, 0
+    return EV_GAP_FILL, 0, 0
+
+
+@numba.njit(cache=True, inline="always")
+def _p_up(m, signal, flow):
+    """P(up) = clip(1/2 + alpha * carrier, 0.02, 0.98) of a move or gap fill: the planted alpha,
+    carried by the imbalance EMA ``signal`` or the trade-flow EMA ``flow``."""
+    if m.alpha > 0.0:
+        carrier = flow if m.signal_kind == SIGNAL_TRADE_FLOW else signal
+        return min(0.98, max(0.02, 0.5 + m.alpha * carrier))
+    return 0.5
+
+
+# --- the events: each applies itself to the book, writes its MBO records and returns
+# (next order id, records written, its row's event (action, side, price, size, depth)) ---------
+
+
+@numba.njit(cache=True, inline="always")
+def _add(px, oid, osz, cnt, qty, s, i, m, next_oid, mbo, k, row, emit):
+    """A new order joins the back of level ``i`` of side ``s``."""
+    size = _order_size(m.size_mu, m.size_sd, m.max_size)
+    _append(oid, osz, cnt, qty, s, i, next_oid, size)
+    if emit:
+        k = _rec(mbo, k, row, next_oid, px[s, i], size, A_ADD, _side_code(s), 0)
+    return next_oid + 1, k, (A_ADD, _side_code(s), px[s, i], size, i)
+
+
+@numba.njit(cache=True, inline="always")
+def _cancel(px, oid, osz, cnt, qty, s, i, next_oid, mbo, k, row, emit):
+    """A uniformly drawn order of level ``i`` of side ``s`` leaves (never the last: lambda^C)."""
+    j = np.random.randint(0, cnt[s, i])
+    order_id = oid[s, i, j]
+    size = _remove_at(oid, osz, cnt, qty, s, i, j)
+    if emit:
+        k = _rec(mbo, k, row, order_id, px[s, i], size, A_CANCEL, _side_code(s), 0)
+    return next_oid, k, (A_CANCEL, _side_code(s), px[s, i], size, i)
+
+
+@numba.njit(cache=True, inline="always")
+def _modify(px, oid, osz, cnt, qty, s, i, next_oid, mbo, k, row, emit):
+    """An order moves one level in or out (never into the spread) and joins the back there."""
+    if i == 0:
+        t = 1
+    elif i == VIS - 1:
+        t = VIS - 2
+    else:
+        t = i + 1 if np.random.random() < 0.5 else i - 1
+    if cnt[s, t] >= CAP - 1:
+        t = i  # target full (never with sane depths): the order re-joins its own level
+    j = np.random.randint(0, cnt[s, i])
+    order_id = oid[s, i, j]
+    size = _remove_at(oid, osz, cnt, qty, s, i, j)
+    _append(oid, osz, cnt, qty, s, t, order_id, size)
+    if emit:
+        k = _rec(mbo, k, row, order_id, px[s, t], size, A_MODIFY, _side_code(s), 0)
+    return next_oid, k, (A_MODIFY, _side_code(s), px[s, t], size, t)
+
+
+@numba.njit(cache=True, inline="always")
+def _market(px, oid, osz, cnt, qty, s, m, next_oid, mbo, k, row, emit):
+    """A market order against resting side ``s`` that fills inside the touch queue (at most
+    q_0 - 1 contracts, so the touch never empties)."""
+    want = min(_order_size(m.size_mu, m.size_sd, m.max_size), qty[s, 0] - 1)
+    trade_px = px[s, 0]
+    k = _fill_touch(px, oid, osz, cnt, qty, s, want, mbo, k, row, emit)
+    agg = _side_code(1 - s)
+    if emit:
+        k = _rec(mbo, k, row, 0, trade_px, want, A_TRADE, agg, 0)
+    return next_oid, k, (A_TRADE, agg, trade_px, want, 0)
+
+
+@numba.njit(cache=True, inline="always")
+def _move(px, oid, osz, cnt, qty, regime, p_up, m, next_oid, mbo, k, row, emit):
+    """The latent price moves one tick: an aggressor sweeps the whole touch level of the resting
+    side; unless a gap is left (gap_prob), the aggressor's residual and joining quotes form a fresh
+    level (Poisson(m_0) orders) at the swept price."""
+    up = np.random.random() < p_up
+    if px[BID, 0] <= 4 * LMAX:  # keep prices positive on absurd configurations
+        up = True
+    s = ASK if up else BID  # resting side swept
+    a = 1 - s  # aggressor's side of the book
+    trade_px = px[s, 0]
+    filled = qty[s, 0]
+    k = _fill_touch(px, oid, osz, cnt, qty, s, filled, mbo, k, row, emit)
+    far = m.depth_orders[VIS - 1] * m.depth_mult[regime]
+    next_oid, k = _shift_in(
+        px, oid, osz, cnt, qty, s, far, m.size_mu, m.size_sd, m.max_size, next_oid, mbo, k, row, emit
+    )
+    if np.random.random() >= m.gap_prob[regime]:
+        k = _shift_out(px, oid, osz, cnt, qty, a, trade_px, mbo, k, row, emit)
+        touch = m.depth_orders[0] * m.depth_mult[regime]
+        next_oid, k = _fill_level(
+            px, oid, osz, cnt, qty, a, 0, trade_px, touch,
+            m.size_mu, m.size_sd, m.max_size, next_oid, mbo, k, row, 0, emit,
+        )  # fmt: skip
+    agg = _side_code(a)
+    if emit:
+        k = _rec(mbo, k, row, 0, trade_px, filled, A_TRADE, agg, 0)
+    return next_oid, k, (A_TRADE, agg, trade_px, filled, 0)
+
+
+@numba.njit(cache=True, inline="always")
+def _gap_fill(px, oid, osz, cnt, qty, p_up, m, next_oid, mbo, k, row, emit):
+    """An order improves a two-tick spread (on the bid side, the mid goes up)."""
+    s = BID if np.random.random() < p_up else ASK
+    new_px = px[BID, 0] + 1 if s == BID else px[ASK, 0] - 1
+    k = _shift_out(px, oid, osz, cnt, qty, s, new_px, mbo, k, row, emit)
+    size = _order_size(m.size_mu, m.size_sd, m.max_size)
+    _append(oid, osz, cnt, qty, s, 0, next_oid, size)
+    if emit:
+        k = _rec(mbo, k, row, next_oid, new_px, size, A_ADD, _side_code(s), 0)
+    return next_oid + 1, k, (A_ADD, _side_code(s), new_px, size, 0)
+
+
 # nogil: write_synthetic simulates its sessions on threads at once.
 @numba.njit(cache=True, nogil=True)
-def simulate_kernel(
-    seed,
-    n_rows,
-    bid0,
-    tick_raw,
-    price_scale,
-    depth_orders,
-    level_turnover,
-    size_mu,
-    size_sd,
-    max_size,
-    cancel_rate,
-    refill_boost,
-    modify_rate,
-    market_rate,
-    move_rate,
-    gap_fill_rate,
-    reg_activity,
-    reg_move,
-    reg_gap,
-    reg_cancel,
-    reg_market,
-    reg_depth,
-    reg_switch,
-    alpha,
-    horizon,
-    signal_kind,
-    flow_horizon,
-    emit_mbo,
-):
-    """Simulate ``n_rows`` book updates of one session (equations in :mod:`.synth`).
+def simulate_kernel(seed, n_rows, bid0, tick_raw, price_scale, m, emit):
+    """Simulate ``n_rows`` book updates of one session of the market ``m`` (a :data:`MODEL` record;
+    equations in :mod:`.synth`) opening with best bid ``bid0`` ticks.
 
-    Returns ``(tau, regime, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz,
-    bid_ct, ask_ct, mbo, tau_end)``: business time, regime and event fields per row, the visible
-    book after each row (prices in price units, ``ticks * tick_raw / price_scale`` as DBN ingest
-    converts them), the MBO record table ``[N_RCOLS, m]`` (prices in ticks; ``m`` = 0 without
-    ``emit_mbo``), and the business time at which the session ends.
+    Returns ``(rows, mbo, tau_end)``: the per-row arrays of :func:`_row_arrays` (business time,
+    regime and event fields, the visible book after each row, prices in price units,
+    ``ticks * tick_raw / price_scale`` as DBN ingest converts them), the MBO record table
+    ``[N_RCOLS, m]`` (prices in ticks; ``m`` = 0 without ``emit``), and the business time at
+    which the session ends.
 
     The planted alpha's carrier is the imbalance EMA over ``horizon`` rows (``SIGNAL_IMBALANCE``) or
     the EMA of market-order aggressor signs over ``flow_horizon`` market orders (``SIGNAL_TRADE_FLOW``;
     sweeps are the alpha's outcome, not its carrier, so they do not enter it).
     """
     np.random.seed(seed)
-    tau = np.empty(n_rows, np.float64)
-    regime_out = np.empty(n_rows, np.uint8)
-    action = np.empty(n_rows, np.uint8)
-    side = np.empty(n_rows, np.uint8)
-    price = np.empty(n_rows, np.float64)
-    size_out = np.empty(n_rows, np.int64)
-    depth = np.zeros(n_rows, np.uint8)
-    bid_px = np.empty((n_rows, VIS), np.float64)
-    ask_px = np.empty((n_rows, VIS), np.float64)
-    bid_sz = np.empty((n_rows, VIS), np.int64)
-    ask_sz = np.empty((n_rows, VIS), np.int64)
-    bid_ct = np.empty((n_rows, VIS), np.int64)
-    ask_ct = np.empty((n_rows, VIS), np.int64)
-    mbo = np.empty((N_RCOLS, 4 * n_rows + 4 * LMAX * CAP if emit_mbo else 0), np.int64)
-    k = 0
-
+    rows = _row_arrays(n_rows)
+    tau, regime_out, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct = rows
+    mbo = np.empty((N_RCOLS, 4 * n_rows + 4 * LMAX * CAP if emit else 0), np.int64)
     px = np.empty((2, LMAX), np.int64)
-    cnt = np.zeros((2, LMAX), np.int64)
-    qty = np.zeros((2, LMAX), np.int64)
     oid = np.zeros((2, LMAX, CAP), np.int64)
     osz = np.zeros((2, LMAX, CAP), np.int64)
+    cnt = np.zeros((2, LMAX), np.int64)
+    qty = np.zeros((2, LMAX), np.int64)
     r_add = np.zeros((2, VIS), np.float64)
     r_cancel = np.zeros((2, VIS), np.float64)
     r_modify = np.zeros((2, VIS), np.float64)
-    next_oid = 1
+    next_oid, k, event = _open_book(px, oid, osz, cnt, qty, bid0, m, mbo, emit)
     regime = 0
     t_now = 0.0
     total = 1.0
-
-    # --- row 0: the opening snapshot (R, then every order with F_SNAPSHOT, best bid last) ---
-    if emit_mbo:
-        k = _rec(mbo, k, 0, 0, NO_PRICE, 0, A_CLEAR, S_NONE, F_SNAPSHOT)
-    for s in (ASK, BID):
-        for i in range(LMAX - 1, -1, -1):
-            level_px = bid0 - i if s == BID else bid0 + 1 + i
-            next_oid, k = _fill_level(
-                px,
-                oid,
-                osz,
-                cnt,
-                qty,
-                s,
-                i,
-                level_px,
-                depth_orders[min(i, VIS - 1)] * reg_depth[0],
-                size_mu,
-                size_sd,
-                max_size,
-                next_oid,
-                mbo,
-                k,
-                0,
-                F_SNAPSHOT,
-                emit_mbo,
-            )
-    if emit_mbo:
-        mbo[R_FLAGS, k - 1] |= F_LAST
-    ev_action, ev_side, ev_price = A_ADD, S_BID, px[BID, 0]
-    ev_size, ev_depth = osz[BID, 0, cnt[BID, 0] - 1], 0
     signal = 0.0  # S: EMA of the level-1 imbalance over the rows so far
     flow = 0.0  # F: EMA of the market orders' aggressor signs so far (0 before the first)
-
     row = 0
     while True:
-        # --- record the state after the event (row ``row``) -----------------------------------
-        tau[row] = t_now
-        regime_out[row] = regime
-        action[row] = ev_action
-        side[row] = ev_side
-        price[row] = (ev_price * tick_raw) / price_scale
-        size_out[row] = ev_size
-        depth[row] = ev_depth
-        for i in range(VIS):
-            bid_px[row, i] = (px[BID, i] * tick_raw) / price_scale
-            ask_px[row, i] = (px[ASK, i] * tick_raw) / price_scale
-            bid_sz[row, i] = qty[BID, i]
-            ask_sz[row, i] = qty[ASK, i]
-            bid_ct[row, i] = cnt[BID, i]
-            ask_ct[row, i] = cnt[ASK, i]
+        _record_row(
+            row, t_now, regime, event, px, cnt, qty, tick_raw, price_scale,
+            tau, regime_out, action, side, price, size, depth, bid_px, ask_px, bid_sz, ask_sz, bid_ct, ask_ct,
+        )  # fmt: skip
         # I_t = (q_bid - q_ask) / (q_bid + q_ask); S_t = S_{t-1} + (I_t - S_{t-1}) / H, S_0 = I_0
         imb = (qty[BID, 0] - qty[ASK, 0]) / (qty[BID, 0] + qty[ASK, 0])
-        signal = imb if row == 0 else signal + (imb - signal) / horizon
+        signal = imb if row == 0 else signal + (imb - signal) / m.horizon
         row += 1
         if row == n_rows:
             break
-
-        # --- regime: a Markov chain stepped once per event ------------------------------------
-        if np.random.random() < reg_switch[regime]:
+        if np.random.random() < m.switch_prob[regime]:  # the regime: a Markov chain stepped per event
             regime = 1 - regime
-        if emit_mbo:
+        if emit:
             mbo = _grow(mbo, k + 4 * LMAX * CAP)
         k0 = k
-
-        # --- intensities lambda_e(state) --------------------------------------------------------
-        mu = cancel_rate * reg_cancel[regime]
-        nu = modify_rate * reg_cancel[regime]
-        total = 0.0
-        for s in range(2):
-            for i in range(VIS):
-                n = cnt[s, i]
-                target = depth_orders[i] * reg_depth[regime]
-                w = level_turnover[i]
-                # add:    w_i mu m_i (1 + kappa max(0, 1 - n/m_i))   (queue-reactive refill)
-                # cancel: w_i mu (n - 1)   (the last order of a level stays: no depletion)
-                # modify: nu (n - 1)
-                r_add[s, i] = (
-                    0.0
-                    if n >= CAP - 1
-                    else w * mu * target * (1.0 + refill_boost * max(0.0, 1.0 - n / target))
-                )
-                r_cancel[s, i] = w * mu * (n - 1)
-                r_modify[s, i] = nu * (n - 1)
-                total += r_add[s, i] + r_cancel[s, i] + r_modify[s, i]
-        spread = px[ASK, 0] - px[BID, 0]
-        rm = market_rate * reg_market[regime]
-        r_buy = rm if qty[ASK, 0] > 1 else 0.0  # market orders never empty the touch
-        r_sell = rm if qty[BID, 0] > 1 else 0.0
-        r_move = move_rate * reg_move[regime] if spread == 1 else 0.0
-        r_gap = gap_fill_rate if spread > 1 else 0.0
-        total += r_buy + r_sell + r_move + r_gap
-        # business time: dtau ~ Exp(total * activity_r)
-        t_now += np.random.exponential(1.0) / (total * reg_activity[regime])
-
-        # --- pick the event with probability lambda_e / total ---------------------------------
-        x = np.random.random() * total
-        kind = -1
-        ev_s = 0
-        ev_i = 0
-        for c in range(2 * VIS):
-            s, i = c // VIS, c % VIS
-            x -= r_add[s, i]
-            if x < 0.0:
-                kind, ev_s, ev_i = EV_ADD, s, i
-                break
-            x -= r_cancel[s, i]
-            if x < 0.0:
-                kind, ev_s, ev_i = EV_CANCEL, s, i
-                break
-            x -= r_modify[s, i]
-            if x < 0.0:
-                kind, ev_s, ev_i = EV_MODIFY, s, i
-                break
-        if kind < 0:
-            x -= r_buy
-            if x < 0.0:
-                kind, ev_s = EV_MARKET, ASK  # buy: rests on the ask side
-            else:
-                x -= r_sell
-                if x < 0.0:
-                    kind, ev_s = EV_MARKET, BID
-                elif r_move > 0.0:
-                    kind = EV_MOVE
-                else:
-                    kind = EV_GAP_FILL
-
-        # P(up) = clip(1/2 + alpha S_{t-1}, 0.02, 0.98): the planted alpha (moves and gap fills)
-        p_up = 0.5
-        if alpha > 0.0:
-            carrier = flow if signal_kind == SIGNAL_TRADE_FLOW else signal
-            p_up = min(0.98, max(0.02, 0.5 + alpha * carrier))
-
-        # --- apply it --------------------------------------------------------------------------
+        total, r_buy, r_sell, r_move = _intensities(r_add, r_cancel, r_modify, px, cnt, qty, regime, m)
+        t_now += np.random.exponential(1.0) / (total * m.activity[regime])  # dtau ~ Exp(Lambda activity_r)
+        kind, s, i = _pick_event(r_add, r_cancel, r_modify, r_buy, r_sell, r_move, total)
+        p_up = _p_up(m, signal, flow)
         if kind == EV_ADD:
-            s, i = ev_s, ev_i
-            size = _order_size(size_mu, size_sd, max_size)
-            _append(oid, osz, cnt, qty, s, i, next_oid, size)
-            if emit_mbo:
-                k = _rec(mbo, k, row, next_oid, px[s, i], size, A_ADD, _side_code(s), 0)
-            next_oid += 1
-            ev_action, ev_side, ev_price, ev_size, ev_depth = A_ADD, _side_code(s), px[s, i], size, i
+            next_oid, k, event = _add(px, oid, osz, cnt, qty, s, i, m, next_oid, mbo, k, row, emit)
         elif kind == EV_CANCEL:
-            s, i = ev_s, ev_i
-            j = np.random.randint(0, cnt[s, i])
-            order_id = oid[s, i, j]
-            size = _remove_at(oid, osz, cnt, qty, s, i, j)
-            if emit_mbo:
-                k = _rec(mbo, k, row, order_id, px[s, i], size, A_CANCEL, _side_code(s), 0)
-            ev_action, ev_side, ev_price, ev_size, ev_depth = (A_CANCEL, _side_code(s), px[s, i], size, i)
+            next_oid, k, event = _cancel(px, oid, osz, cnt, qty, s, i, next_oid, mbo, k, row, emit)
         elif kind == EV_MODIFY:
-            # an order moves one level in or out (never into the spread): it joins the back
-            s, i = ev_s, ev_i
-            if i == 0:
-                t = 1
-            elif i == VIS - 1:
-                t = VIS - 2
-            else:
-                t = i + 1 if np.random.random() < 0.5 else i - 1
-            if cnt[s, t] >= CAP - 1:
-                t = i  # target full (never with sane depths): the order re-joins its own level
-            j = np.random.randint(0, cnt[s, i])
-            order_id = oid[s, i, j]
-            size = _remove_at(oid, osz, cnt, qty, s, i, j)
-            _append(oid, osz, cnt, qty, s, t, order_id, size)
-            if emit_mbo:
-                k = _rec(mbo, k, row, order_id, px[s, t], size, A_MODIFY, _side_code(s), 0)
-            ev_action, ev_side, ev_price, ev_size, ev_depth = (A_MODIFY, _side_code(s), px[s, t], size, t)
+            next_oid, k, event = _modify(px, oid, osz, cnt, qty, s, i, next_oid, mbo, k, row, emit)
         elif kind == EV_MARKET:
-            # a market order that fills inside the touch queue (at most q0 - 1 contracts)
-            s = ev_s  # resting side
-            want = min(_order_size(size_mu, size_sd, max_size), qty[s, 0] - 1)
-            trade_px = px[s, 0]
-            k = _fill_touch(px, oid, osz, cnt, qty, s, want, mbo, k, row, emit_mbo)
-            agg = _side_code(1 - s)
-            if emit_mbo:
-                k = _rec(mbo, k, row, 0, trade_px, want, A_TRADE, agg, 0)
-            ev_action, ev_side, ev_price, ev_size, ev_depth = A_TRADE, agg, trade_px, want, 0
+            next_oid, k, event = _market(px, oid, osz, cnt, qty, s, m, next_oid, mbo, k, row, emit)
             # F <- F + (sign - F) / N, sign +1 for a buy (it rests on the ask side), -1 for a sell
-            flow += ((1.0 if s == ASK else -1.0) - flow) / flow_horizon
+            flow += ((1.0 if s == ASK else -1.0) - flow) / m.flow_horizon
         elif kind == EV_MOVE:
-            # the latent price moves one tick: an aggressor sweeps the whole touch level of
-            # the resting side; unless a gap is left, the aggressor's residual and joining
-            # quotes form a fresh level (Poisson(m_0) orders) at the swept price.
-            up = np.random.random() < p_up
-            if px[BID, 0] <= 4 * LMAX:  # keep prices positive on absurd configurations
-                up = True
-            s = ASK if up else BID  # resting side swept
-            a = 1 - s  # aggressor's side of the book
-            trade_px = px[s, 0]
-            filled = qty[s, 0]
-            k = _fill_touch(px, oid, osz, cnt, qty, s, filled, mbo, k, row, emit_mbo)
-            next_oid, k = _shift_in(
-                px,
-                oid,
-                osz,
-                cnt,
-                qty,
-                s,
-                depth_orders[VIS - 1] * reg_depth[regime],
-                size_mu,
-                size_sd,
-                max_size,
-                next_oid,
-                mbo,
-                k,
-                row,
-                emit_mbo,
-            )
-            if np.random.random() >= reg_gap[regime]:
-                k = _shift_out(px, oid, osz, cnt, qty, a, trade_px, mbo, k, row, emit_mbo)
-                next_oid, k = _fill_level(
-                    px,
-                    oid,
-                    osz,
-                    cnt,
-                    qty,
-                    a,
-                    0,
-                    trade_px,
-                    depth_orders[0] * reg_depth[regime],
-                    size_mu,
-                    size_sd,
-                    max_size,
-                    next_oid,
-                    mbo,
-                    k,
-                    row,
-                    0,
-                    emit_mbo,
-                )
-            agg = _side_code(a)
-            if emit_mbo:
-                k = _rec(mbo, k, row, 0, trade_px, filled, A_TRADE, agg, 0)
-            ev_action, ev_side, ev_price, ev_size, ev_depth = A_TRADE, agg, trade_px, filled, 0
-        else:  # EV_GAP_FILL: an order improves a two-tick spread (bid side = mid up)
-            s = BID if np.random.random() < p_up else ASK
-            new_px = px[BID, 0] + 1 if s == BID else px[ASK, 0] - 1
-            k = _shift_out(px, oid, osz, cnt, qty, s, new_px, mbo, k, row, emit_mbo)
-            size = _order_size(size_mu, size_sd, max_size)
-            _append(oid, osz, cnt, qty, s, 0, next_oid, size)
-            if emit_mbo:
-                k = _rec(mbo, k, row, next_oid, new_px, size, A_ADD, _side_code(s), 0)
-            next_oid += 1
-            ev_action, ev_side, ev_price, ev_size, ev_depth = A_ADD, _side_code(s), new_px, size, 0
-        if emit_mbo:
+            next_oid, k, event = _move(px, oid, osz, cnt, qty, regime, p_up, m, next_oid, mbo, k, row, emit)
+        else:
+            next_oid, k, event = _gap_fill(px, oid, osz, cnt, qty, p_up, m, next_oid, mbo, k, row, emit)
+        if emit:
             mbo[R_FLAGS, k - 1] |= F_LAST  # the event's last record closes it
-        if emit_mbo and k == k0:  # cannot happen: every event writes a record
+        if emit and k == k0:  # cannot happen: every event writes a record
             raise RuntimeError("synthetic event wrote no MBO record")
-
-    t_end = t_now + np.random.exponential(1.0) / (total * reg_activity[regime])
-    return (
-        tau,
-        regime_out,
-        action,
-        side,
-        price,
-        size_out,
-        depth,
-        bid_px,
-        ask_px,
-        bid_sz,
-        ask_sz,
-        bid_ct,
-        ask_ct,
-        mbo[:, :k],
-        t_end,
-    )
+    t_end = t_now + np.random.exponential(1.0) / (total * m.activity[regime])
+    return rows, mbo[:, :k], t_end
 
 
 @numba.njit(cache=True)

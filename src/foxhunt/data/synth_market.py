@@ -6,8 +6,8 @@ synth and ingest tests; this skips it, and produces exactly what ingesting the w
 
 from __future__ import annotations
 
-from foxhunt.config.synth import SynthConfig
 from foxhunt.data.arrays import BookArrays, TradeArrays
+from foxhunt.data.config import SynthConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.synth import simulate_session
 

@@ -1,7 +1,8 @@
 """The ``[env]`` config section: action branches, contract, costs, sizing, plan, rewards.
 
 Every optional mechanism has a numeric coefficient where 0 switches it off (no boolean flags).
-Branch sizes are read from here by the action codec; nothing else may assume 4 x 3 x 3 x 3.
+The branch sizes (:class:`~foxhunt.domain.actions.BranchConfig`) and the plan's triple barrier
+(:class:`~foxhunt.domain.barrier.Barrier`) are the domain's types, composed here.
 """
 
 from __future__ import annotations
@@ -9,32 +10,8 @@ from __future__ import annotations
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
-from foxhunt.env.rewards import RewardParams
-from foxhunt.env.sizing import SizingParams
-
-
-class BranchConfig(Frozen):
-    """How many values each action branch has (SPEC §6: 4 x 3 x 3 x 3 = 108 joint actions)."""
-
-    direction: int = Field(
-        4, ge=3, le=4, description="Short, Hold, Long, Flat (3: without Flat; test variant)."
-    )
-    magnitude: int = Field(3, ge=1, le=16, description="Fractions of the effective max position.")
-    order_type: int = Field(3, ge=1, le=3, description="Market, LimitAtTouch, LimitInside (a prefix).")
-    urgency: int = Field(3, ge=1, le=3, description="Normal, Patient, Immediate (a prefix).")
-    magnitude_fractions: tuple[float, ...] = Field(
-        (0.25, 0.5, 1.0), description="Target exposure per magnitude value, as a fraction of max position."
-    )
-
-    @model_validator(mode="after")
-    def _fractions(self) -> BranchConfig:
-        if len(self.magnitude_fractions) != self.magnitude:
-            raise ValueError(
-                f"magnitude_fractions needs {self.magnitude} values, got {len(self.magnitude_fractions)}"
-            )
-        if any(not 0.0 < f <= 1.0 for f in self.magnitude_fractions):
-            raise ValueError("magnitude_fractions must lie in (0, 1]")
-        return self
+from foxhunt.domain.actions import BranchConfig
+from foxhunt.domain.barrier import Barrier
 
 
 class CostConfig(Frozen):
@@ -64,7 +41,7 @@ class CostConfig(Frozen):
 
 class ContractConfig(Frozen):
     """Position limit and account. The contract's tick size and point value are not settings here:
-    they come from the data's instrument (``[instrument]`` overrides; foxhunt.data.instrument)."""
+    they come from the data's instrument (``[instrument]`` overrides; foxhunt.domain.instrument)."""
 
     max_position: int = Field(
         10, ge=1, le=10_000, description="Largest position in contracts before scaling."
@@ -76,19 +53,14 @@ class ContractConfig(Frozen):
 
 
 class PlanConfig(Frozen):
-    """The plan a new position opens (SPEC §6 plan lock): exits by profit, stop or timeout."""
+    """The plan a new position opens (docs/design.md §5 plan lock): exits by profit, stop or timeout.
 
-    target_bars: int = Field(
-        60, ge=1, le=100_000, description="Rows a plan may last before its timeout exit."
-    )
-    profit_mult: float = Field(
-        8.0,
-        gt=0,
-        le=1_000,
-        description="Profit level = entry x (1 + mult x per-row vol) (long; mirrored short).",
-    )
-    stop_mult: float = Field(
-        8.0, gt=0, le=1_000, description="Stop level = entry x (1 - mult x per-row vol)."
+    Its ``barrier`` is the labels' triple barrier too (one home: the labels of the feature cache are
+    computed with it, so it is part of the cache's key)."""
+
+    barrier: Barrier = Field(
+        default_factory=Barrier,
+        description="The triple barrier (profit, stop, volatility window, horizon) of plans and labels.",
     )
     trailing_mult: float = Field(
         0.0,
@@ -96,9 +68,93 @@ class PlanConfig(Frozen):
         le=1_000,
         description="Trailing stop distance in per-row vols from the best price (0 = off).",
     )
-    vol_window: int = Field(100, ge=2, le=100_000, description="Trailing window of the per-row volatility.")
     min_vol: float = Field(
         1e-5, gt=0, le=1, description="Floor of the per-row volatility used for barriers (a flat window)."
+    )
+
+
+class SizingParams(Frozen):
+    """Sizing factors of the effective max position (the formulas: :mod:`foxhunt.env.sizing`); a
+    ``*_weight`` of 0 switches that factor off (1)."""
+
+    conviction_min: float = Field(
+        0.25, gt=0, le=1, description="Lower clamp of the conviction (Q-gap); also the variance-scale floor."
+    )
+    conviction_max: float = Field(1.0, gt=0, le=1, description="Upper clamp of the conviction.")
+    cvar_weight: float = Field(
+        1.0, ge=0, le=1, description="CVaR scale blend: 0 = off (factor 1), 1 = the full CVaR factor."
+    )
+    cvar_confidence: float = Field(
+        0.95, ge=0.5, lt=1, description="CVaR confidence level: the tail is the worst 1 - confidence share."
+    )
+    cvar_window: int = Field(
+        100, ge=2, le=100_000, description="Width W of the per-step return ring buffer the env keeps."
+    )
+    cvar_min_obs: int = Field(
+        20, ge=1, le=100_000, description="Returns needed before the CVaR factor applies (1 before)."
+    )
+    cvar_budget: float = Field(
+        0.005,
+        gt=0,
+        le=1,
+        description="Per-step expected tail loss allowed at full size, as a share of equity.",
+    )
+    cvar_floor: float = Field(0.25, gt=0, le=1, description="Smallest CVaR factor.")
+    kelly_weight: float = Field(
+        1.0, ge=0, le=1, description="Kelly factor blend: 0 = off (factor 1), 1 = the full Kelly factor."
+    )
+    kelly_fraction: float = Field(
+        0.5, gt=0, le=1, description="Fractional Kelly multiplier on f* (0.5 = half Kelly)."
+    )
+    kelly_min_trades: int = Field(
+        20, ge=1, le=1_000_000, description="Closed trades of history before Kelly applies (1 before)."
+    )
+    kelly_floor: float = Field(0.25, gt=0, le=1, description="Smallest Kelly factor.")
+
+    @model_validator(mode="after")
+    def _ranges(self) -> SizingParams:
+        if self.conviction_min > self.conviction_max:
+            raise ValueError(
+                f"conviction_min {self.conviction_min} exceeds conviction_max {self.conviction_max}"
+            )
+        if self.cvar_min_obs > self.cvar_window:
+            raise ValueError(
+                f"cvar_min_obs {self.cvar_min_obs} exceeds cvar_window {self.cvar_window}: "
+                "the CVaR factor could never apply (raise cvar_window or lower cvar_min_obs)"
+            )
+        return self
+
+
+class RewardParams(Frozen):
+    """Reward normalisation and shaping (the terms: :mod:`foxhunt.env.rewards`); every shaping
+    coefficient lies in [0, 1], 0 = off."""
+
+    pnl_scale: float = Field(
+        1e-3,
+        gt=0,
+        le=1,
+        description="Reward unit as a share of initial capital: reward = PnL / (capital * pnl_scale).",
+    )
+    entry_bonus: float = Field(
+        0.0, ge=0, le=1, description="Entry quality (MFE - MAE)/(MFE + MAE) x |trade PnL|, paid at exit."
+    )
+    exit_timing_bonus: float = Field(
+        0.0, ge=0, le=1, description="(1 - 2 bars_since_peak / hold) x |trade PnL|, paid at exit."
+    )
+    drawdown_recovery_bonus: float = Field(
+        0.0, ge=0, le=1, description="|min_pnl| tanh(trade PnL / |min_pnl|) on a recovered trade, at exit."
+    )
+    regime_shift_penalty: float = Field(
+        0.0, ge=0, le=1, description="-(bars held after a regime shift / hold) x |trade PnL|, at exit."
+    )
+    regime_ema_alpha: float = Field(
+        0.02, gt=0, le=1, description="EMA rate of |regime change| per step (the adaptive threshold)."
+    )
+    regime_threshold_mult: float = Field(
+        3.0,
+        gt=0,
+        le=100,
+        description="Regime shift when drift since entry > mult x EMA|change| x sqrt(bars held).",
     )
 
 

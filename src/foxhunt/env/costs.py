@@ -1,10 +1,10 @@
-"""Execution and costs: fills, fees, slippage and mark-to-market as pure batched functions (SPEC §6).
+"""Execution and costs: fills, fees, slippage, mark-to-market as pure batched functions (docs/design.md §5).
 
 Every function takes ``[N]`` tensors (any broadcastable shape works) and returns tensors on the
 inputs' device: no ``.item()``, no Python loop over N, no host round trip, so the env step can be
 compiled or graph-captured. Prices are in price units (index points for ES), money in the contract's
 currency; the tick size and point value come from the data's
-:class:`~foxhunt.data.instrument.Instrument` (the one source of every contract number).
+:class:`~foxhunt.domain.instrument.Instrument` (the one source of every contract number).
 
 Conventions
 -----------
@@ -95,8 +95,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from foxhunt.data.instrument import Instrument
-from foxhunt.env.actions import OrderType, Urgency
+from foxhunt.domain.actions import OrderType, Urgency
+from foxhunt.domain.instrument import Instrument
 from foxhunt.env.config import CostConfig
 
 _ULPS = 8.0  # price comparison tolerance, in units of the dtype's epsilon x |price|

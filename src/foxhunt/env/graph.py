@@ -31,14 +31,13 @@ second process's compile of the same step a cache hit.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields
 
 import torch
 from torch import Tensor
 
-from foxhunt.env.actions import Direction
-from foxhunt.env.core import Portfolio, StepResult, TradingEnv
-from foxhunt.env.rewards import BRANCHES
+from foxhunt.domain.actions import BRANCHES, Direction
+from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.state import Portfolio
 
 COMPILE_OPTIONS: dict[str, object] = {
     # Store a value that several consumers read instead of re-inlining its expression into each. The
@@ -55,12 +54,8 @@ COMPILE_OPTIONS: dict[str, object] = {
 """Inductor options for compiling the step (default mode, not max-autotune)."""
 
 
-def _pairs(a: object, b: object) -> list[tuple[Tensor, Tensor]]:
-    out = []
-    for f in fields(a):  # type: ignore[arg-type]
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        out.extend(zip(x, y, strict=True) if isinstance(x, tuple) else [(x, y)])
-    return out
+def _pairs(a: Portfolio, b: Portfolio) -> list[tuple[Tensor, Tensor]]:
+    return list(zip(a.tensors(), b.tensors(), strict=True))
 
 
 def advance(
@@ -137,8 +132,7 @@ def reset_in_place(env: TradingEnv, starts: Tensor, ends: Tensor | None = None) 
 def own_storage(env: TradingEnv) -> Portfolio:
     """Give every state tensor its own storage (in-place writes of one field must not touch another;
     a fresh :class:`~foxhunt.env.rewards.TradePath` shares one zero tensor among its fields)."""
-    state = env._state()
-    env.state = Portfolio(**{f.name: _clone(getattr(state, f.name)) for f in fields(Portfolio)})
+    env.state = env._state().map(torch.clone)
     return env.state
 
 
@@ -194,9 +188,9 @@ class GraphedStep:
         self.actions = torch.zeros(n, len(BRANCHES), dtype=torch.int64, device=env.device)
         self.actions[:, BRANCHES.index("direction")] = int(Direction.HOLD)  # Hold while warming up
         if dynamic_batch:
-            for t in (*(t for t, _ in _pairs(state, state)), env.aux, self.actions):
+            for t in (*state.tensors(), env.aux, self.actions):
                 torch._dynamo.maybe_mark_dynamic(t, 0)
-        snapshot = [t.clone() for t, _ in _pairs(state, state)]
+        snapshot = [t.clone() for t in state.tensors()]
         t0 = time.perf_counter()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -207,7 +201,7 @@ class GraphedStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.result, self.obs = self.fn(env, state, self.actions, observe, ledger=ledger)
-        for (dst, _), src in zip(_pairs(state, state), snapshot, strict=True):  # warm-up and capture
+        for dst, src in zip(state.tensors(), snapshot, strict=True):  # warm-up and capture
             dst.copy_(src)  # ran the step: undo them
         torch.cuda.synchronize()
         self.compile_seconds = time.perf_counter() - t0
@@ -217,8 +211,3 @@ class GraphedStep:
         self.graph.replay()
         return self.result
 
-
-def _clone(x: object) -> object:
-    if isinstance(x, tuple):
-        return type(x)(*(t.clone() for t in x))
-    return x.clone()  # type: ignore[union-attr]

@@ -18,13 +18,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from foxhunt.domain.exits import ExitReason
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT
 
 OBS_BOUND = 20.0
-_CAPITAL_FLOOR = 4  # StepResult.exit_reason
+_CAPITAL_FLOOR = int(ExitReason.CAPITAL_FLOOR)  # a plain int: StepResult.exit_reason is an int64 tensor
 
 
 def _spaces(env: TradingEnv) -> tuple[gym.spaces.Box, gym.spaces.MultiDiscrete]:
@@ -61,7 +62,7 @@ class FoxhuntEnv(gym.Env):
         info = {
             "net_pnl": float(res.net[0]),
             "costs": float(res.costs[0]),
-            "position": float(self._env.state.position[0]),
+            "position": float(self._env.state.account.position[0]),
         }
         return self._obs(state), float(res.reward[0]), terminated, truncated, info
 
@@ -104,11 +105,8 @@ class FoxhuntVectorEnv(gym.vector.VectorEnv):
             self._env.reset(torch.where(self._restart, starts, s.row))
             # Episodes that did not finish keep their portfolio (and aux slots): copy them back.
             mask = ~self._restart.to(aux.device)
-            for name in keep.__dataclass_fields__:
-                old, new = getattr(keep, name), getattr(self._env.state, name)
-                pairs = zip(old, new, strict=True) if isinstance(old, tuple) else [(old, new)]
-                for o, n in pairs:
-                    n[mask] = o[mask]
+            for o, n in zip(keep.tensors(), self._env.state.tensors(), strict=True):
+                n[mask] = o[mask]
             self._env.aux[mask] = aux[mask]
         a = torch.as_tensor(np.asarray(actions, dtype=np.int64))
         state, res = self._env.step(a)

@@ -4,7 +4,7 @@ Built from a feature cache and a fold (:class:`~foxhunt.validation.dataset.FoldD
 feature groups (market, ofi, tlob, mtf, in :data:`~foxhunt.features.layout.STATE_LAYOUT` order)
 normalised with the fold's training-row scaler (the one normalisation path), the raw prices
 execution needs (mid path, high/low, touch, a trailing volatility for plan barriers) and the
-instrument they are prices of (tick grid, point value: foxhunt.data.instrument).
+instrument they are prices of (tick grid, point value: foxhunt.domain.instrument).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from foxhunt.config.instrument import InstrumentConfig
-from foxhunt.data.instrument import Instrument, instrument_of_cache, product_instrument
+from foxhunt.data.instrument import instrument_of_cache
+from foxhunt.domain.instrument import Instrument, InstrumentConfig, product_instrument
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.dataset import FoldData
@@ -56,7 +56,7 @@ class MarketTensors:
 AUX_TARGETS = (
     "next_return",  # log(mid[r+1] / mid[r]) / per-row vol (NaN across a segment end)
     "direction",  # 1 up / 0 down over the longest direction-label horizon (NaN: invalid or no move)
-    "outcome",  # triple-barrier class of a long entered at r (Outcome: profit 0, stop 1, timeout 2)
+    "outcome",  # triple-barrier class of a long entered at r (outcome_class: profit 0, stop 1, timeout 2)
 )
 
 

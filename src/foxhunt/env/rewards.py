@@ -1,4 +1,4 @@
-"""Rewards: normalised net PnL and bounded shaping terms (SPEC §6, invariant 9).
+"""Rewards: normalised net PnL and bounded shaping terms (docs/design.md §5, §10 invariant 9).
 
 Pure batched functions over ``[N]`` tensors (device and dtype from the inputs, no ``.item()``, no
 data-dependent Python branch; ``torch.compile(fullgraph=True)``-friendly).
@@ -29,7 +29,7 @@ on the step a trade closes (0 elsewhere), from the closed trade's :class:`TradeP
   can be bounded by it; discounted bootstrapping carries it back to the entry.
 * ``bars_since_peak``: bars from the trade's PnL peak to the exit, in ``[0, hold]``: exiting on the
   peak earns ``+|R|``, holding the whole trade after a peak at entry costs ``-|R|``.
-* ``m = min(trough, 0)``: the trade's worst PnL. The SPEC's ``|min_pnl| tanh(reward / |min_pnl|)``,
+* ``m = min(trough, 0)``: the trade's worst PnL; the term is ``|min_pnl| tanh(reward / |min_pnl|)``,
   paid only on a recovered (profitable) trade; 0 when the trade never went negative.
 * ``bars_after_shift``: bars the trade stayed open after the regime moved past the adaptive
   threshold (:func:`advance_trade`), in ``[0, hold]``.
@@ -59,49 +59,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import torch
-from pydantic import Field
 from torch import Tensor
 
-from foxhunt.config.base import Frozen
+from foxhunt.env.config import RewardParams
 
 COMPONENTS: tuple[str, ...] = ("pnl", "entry", "exit_timing", "drawdown_recovery", "regime_shift")
 """Names of the reward-components columns, in order."""
-
-BRANCHES: tuple[str, ...] = ("direction", "magnitude", "order_type", "urgency")
-"""Names of the action branches, in order (the columns of an action ``[N, 4]``)."""
-
-
-class RewardParams(Frozen):
-    """Reward normalisation and shaping; every shaping coefficient lies in [0, 1], 0 = off."""
-
-    pnl_scale: float = Field(
-        1e-3,
-        gt=0,
-        le=1,
-        description="Reward unit as a share of initial capital: reward = PnL / (capital * pnl_scale).",
-    )
-    entry_bonus: float = Field(
-        0.0, ge=0, le=1, description="Entry quality (MFE - MAE)/(MFE + MAE) x |trade PnL|, paid at exit."
-    )
-    exit_timing_bonus: float = Field(
-        0.0, ge=0, le=1, description="(1 - 2 bars_since_peak / hold) x |trade PnL|, paid at exit."
-    )
-    drawdown_recovery_bonus: float = Field(
-        0.0, ge=0, le=1, description="|min_pnl| tanh(trade PnL / |min_pnl|) on a recovered trade, at exit."
-    )
-    regime_shift_penalty: float = Field(
-        0.0, ge=0, le=1, description="-(bars held after a regime shift / hold) x |trade PnL|, at exit."
-    )
-    regime_ema_alpha: float = Field(
-        0.02, gt=0, le=1, description="EMA rate of |regime change| per step (the adaptive threshold)."
-    )
-    regime_threshold_mult: float = Field(
-        3.0,
-        gt=0,
-        le=100,
-        description="Regime shift when drift since entry > mult x EMA|change| x sqrt(bars held).",
-    )
-
 
 # --- normalisation -----------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
-"""Position sizing: conviction, variance scale, Kelly, CVaR and the effective max position (SPEC §6).
+"""Position sizing: conviction, variance scale, Kelly, CVaR, the effective max position (docs/design.md §5).
 
 Pure batched functions over ``[N]`` tensors (any broadcastable shape): outputs live on the inputs'
 device, there is no ``.item()``, no Python loop over N and no data-dependent Python branch, so the
 env step can be compiled with ``torch.compile(fullgraph=True)`` or graph-captured.
 
-The effective max position (SPEC §6) is the product of five factors, each in ``(0, 1]``::
+The effective max position (docs/design.md §5) is the product of five factors, each in ``(0, 1]``::
 
     effective_max = max_position * cvar * conviction * kelly * variance
 
@@ -77,63 +77,11 @@ import math
 from collections.abc import Sequence
 
 import torch
-from pydantic import Field, model_validator
 from torch import Tensor
 
-from foxhunt.config.base import Frozen
+from foxhunt.env.config import SizingParams
 
 _TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts as that integer
-
-
-class SizingParams(Frozen):
-    """Sizing factors of the effective max position; a ``*_weight`` of 0 switches that factor off (1)."""
-
-    conviction_min: float = Field(
-        0.25, gt=0, le=1, description="Lower clamp of the conviction (Q-gap); also the variance-scale floor."
-    )
-    conviction_max: float = Field(1.0, gt=0, le=1, description="Upper clamp of the conviction.")
-    cvar_weight: float = Field(
-        1.0, ge=0, le=1, description="CVaR scale blend: 0 = off (factor 1), 1 = the full CVaR factor."
-    )
-    cvar_confidence: float = Field(
-        0.95, ge=0.5, lt=1, description="CVaR confidence level: the tail is the worst 1 - confidence share."
-    )
-    cvar_window: int = Field(
-        100, ge=2, le=100_000, description="Width W of the per-step return ring buffer the env keeps."
-    )
-    cvar_min_obs: int = Field(
-        20, ge=1, le=100_000, description="Returns needed before the CVaR factor applies (1 before)."
-    )
-    cvar_budget: float = Field(
-        0.005,
-        gt=0,
-        le=1,
-        description="Per-step expected tail loss allowed at full size, as a share of equity.",
-    )
-    cvar_floor: float = Field(0.25, gt=0, le=1, description="Smallest CVaR factor.")
-    kelly_weight: float = Field(
-        1.0, ge=0, le=1, description="Kelly factor blend: 0 = off (factor 1), 1 = the full Kelly factor."
-    )
-    kelly_fraction: float = Field(
-        0.5, gt=0, le=1, description="Fractional Kelly multiplier on f* (0.5 = half Kelly)."
-    )
-    kelly_min_trades: int = Field(
-        20, ge=1, le=1_000_000, description="Closed trades of history before Kelly applies (1 before)."
-    )
-    kelly_floor: float = Field(0.25, gt=0, le=1, description="Smallest Kelly factor.")
-
-    @model_validator(mode="after")
-    def _ranges(self) -> SizingParams:
-        if self.conviction_min > self.conviction_max:
-            raise ValueError(
-                f"conviction_min {self.conviction_min} exceeds conviction_max {self.conviction_max}"
-            )
-        if self.cvar_min_obs > self.cvar_window:
-            raise ValueError(
-                f"cvar_min_obs {self.cvar_min_obs} exceeds cvar_window {self.cvar_window}: "
-                "the CVaR factor could never apply (raise cvar_window or lower cvar_min_obs)"
-            )
-        return self
 
 
 # --- conviction and variance -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The trade ledger: every fill that opens or closes a position is a trade event (SPEC §6, §9).
+"""The trade ledger: every fill that opens or closes a position is a trade event (docs/design.md §5, §8).
 
 A **trade** is one round trip: it opens when a fill takes the position away from 0 (or reverses
 it) and closes when a fill brings it back to 0 (or reverses it). A reversal is two events, the old
@@ -43,18 +43,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-
-class ExitReason(IntEnum):
-    """Why a trade closed (``StepResult.exit_reason`` holds the forced ones, 1-5, of the EXIT stage)."""
-
-    NONE = 0
-    PROFIT = 1  # the plan's profit level
-    STOP = 2  # the plan's (trailing) stop
-    TIMEOUT = 3  # the plan's target bars ran out
-    CAPITAL_FLOOR = 4  # equity below the floor: flattened, the episode ends
-    WINDOW_END = 5  # the episode's last row closes whatever is open
-    AGENT_CLOSE = 6  # the policy's own order brought the position to 0
-    FLIP = 7  # the policy's own order reversed the position (the new side opens a trade)
+from foxhunt.domain.exits import ExitReason
 
 
 class FillStage(IntEnum):

@@ -28,7 +28,7 @@ import math
 import numba
 import numpy as np
 
-# The fresh states of the kernels below (the values their loops used to start from).
+# The fresh states of the kernels below: their values before a batch's first row.
 PATH_FRESH = (0.0, 0.0, 0.0, -1.0)  # segment_log_path: started, ref, last, pos
 SUM_FRESH = (0.0, 0.0)  # rolling_sum_reset: sum, nonzero
 EMA_FRESH = (0.0,)
@@ -53,6 +53,14 @@ class Carry:
         if st is None:
             st = self.states[key] = np.array(fresh, np.float64)
         return st
+
+    def record(self, key: str, fresh: np.ndarray) -> np.void:
+        """The carried record state ``key`` (a structured scalar the kernel updates field by field);
+        ``fresh``: a one-element structured array of its values before any row."""
+        st = self.states.get(key)
+        if st is None:
+            st = self.states[key] = fresh.copy()
+        return st[0]
 
     def ints(self, key: str, fresh: tuple[int, ...]) -> np.ndarray:
         """An int64 state (nanosecond times, which a float64 cannot hold exactly)."""

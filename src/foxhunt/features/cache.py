@@ -19,7 +19,7 @@ span or row count, or a cut row is one line naming the file, never other numbers
 The **schema hash** covers every code path and setting that changes a value: the families, the
 frame/pipeline/bars code that turns events into rows, the stack's post-processing, the labels,
 the normaliser, the layout, and the data/features/labels config. A cache whose stored hash
-differs from the running code's is refused (SPEC §4). :func:`get_or_build` is the only way in:
+differs from the running code's is refused (docs/design.md §3). :func:`get_or_build` is the only way in:
 a miss and a rebuild run the same :func:`build_cache`, and the caller always reads the file.
 """
 
@@ -42,7 +42,8 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
-from foxhunt.data.instrument import Instrument, instrument_of_files
+from foxhunt.data.instrument import instrument_of_files
+from foxhunt.domain.instrument import Instrument
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
@@ -91,6 +92,8 @@ HASHED_MODULES = (
     "foxhunt.features._kernels",
     "foxhunt.features.cache",
     "foxhunt.validation.labels",
+    "foxhunt.domain.barrier",
+    "foxhunt.domain.exits",
     "foxhunt.validation.normalise",
 )
 
@@ -113,17 +116,33 @@ def horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:
 
 
 def barrier_horizon(cfg: FoxhuntConfig) -> int:
-    return int(cfg.labels.barrier_horizon(cfg.data.row_unit))
+    return int(cfg.env.plan.barrier.horizon)
 
 
-# The config sections that change cached values (not seeds, devices or training).
-VALUE_SECTIONS = ("data", "features", "labels", "instrument")
+# The config sections that change cached values (not seeds, devices or training), as dotted paths:
+# the triple barrier of the outcome labels is the env plan's (one home, env.plan.barrier).
+VALUE_SECTIONS = ("data", "features", "labels", "instrument", "env.plan.barrier")
+
+
+def _subtree(tree: Any, path: str) -> Any:
+    """The value at a dotted ``path`` of a nested config dump (None where it is missing)."""
+    for part in path.split("."):
+        tree = tree.get(part) if isinstance(tree, dict) else None
+    return tree
+
+
+def _graft(tree: dict[str, Any], path: str, value: Any) -> None:
+    """Set the value at a dotted ``path`` of a nested config dump."""
+    *parents, last = path.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
 
 
 def value_config(cfg: FoxhuntConfig) -> dict[str, Any]:
     """The config sections that change cached values (not seeds, devices or training)."""
     dump = cfg.model_dump(mode="json")
-    return {section: dump[section] for section in VALUE_SECTIONS}
+    return {section: _subtree(dump, section) for section in VALUE_SECTIONS}
 
 
 def schema_hash(cfg: FoxhuntConfig) -> str:
@@ -174,7 +193,7 @@ def compute_features(inp: RowInput, cfg: FoxhuntConfig, registry=None, carry=Non
 
 
 def label_columns(inp: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
-    labels = compute_labels(inp, cfg.labels)
+    labels = compute_labels(inp, cfg.labels, cfg.env.plan.barrier)
     out: dict[str, np.ndarray] = {}
     for j, k in enumerate(labels.horizons):
         out[f"label.dir_h{k}"] = labels.direction[:, j]
@@ -470,13 +489,11 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
     dump = cfg.model_dump(mode="json")
     conflicts = []
     for key in asked:
-        section, *parts = key.split(".")
-        if section not in VALUE_SECTIONS or section not in stored or not parts:
+        section = next((s for s in VALUE_SECTIONS if key.startswith(s + ".")), None)
+        if section is None or section not in stored:
             continue
-        cached, now = stored[section], dump[section]
-        for part in parts:
-            cached = cached.get(part) if isinstance(cached, dict) else None
-            now = now.get(part) if isinstance(now, dict) else None
+        rest = key.removeprefix(section + ".")
+        cached, now = _subtree(stored[section], rest), _subtree(_subtree(dump, section), rest)
         if cached != now:
             conflicts.append(f"{key}={now!r} (the cache has {cached!r})")
     if conflicts:
@@ -486,7 +503,8 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
             "drop those settings to use this cache as it is, or build one with them "
             "(foxhunt features build --data ... --set ...)",
         )
-    dump.update({section: stored[section] for section in VALUE_SECTIONS if section in stored})
+    for section in (s for s in VALUE_SECTIONS if s in stored):
+        _graft(dump, section, stored[section])
     merged = validate_tree(dump, f"the settings of cache {cache.path.name}")
     assert merged is not None  # cross checks on: an invalid tree raised
     return merged
@@ -570,7 +588,8 @@ def _loadable(meta: dict[str, Any], cfg: FoxhuntConfig) -> bool:
     from foxhunt.config.loader import validate_tree
 
     dump = cfg.model_dump(mode="json")
-    dump.update({s: meta["config"][s] for s in VALUE_SECTIONS if s in meta.get("config", {})})
+    for section in (s for s in VALUE_SECTIONS if s in meta.get("config", {})):
+        _graft(dump, section, meta["config"][section])
     try:
         own = validate_tree(dump, "cache")
     except FoxhuntError:

@@ -47,16 +47,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from foxhunt.config.data import DataConfig
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import read_ipc, write_ipc
+from foxhunt.data.config import DataConfig
 from foxhunt.data.continuous import choose_front, front_month
 from foxhunt.data.dbn_read import peek_metadata
 from foxhunt.data.ingest import MarketData, load_market
-from foxhunt.data.instrument import Instrument, instrument_of_files
+from foxhunt.data.instrument import instrument_of_files
 from foxhunt.data.schemas import MaskReason, Schema
 from foxhunt.data.sessions import session_dates
+from foxhunt.domain.instrument import Instrument
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import (
     barrier_horizon,

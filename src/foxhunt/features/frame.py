@@ -73,7 +73,7 @@ class RowInput:
     book_mask: np.ndarray  # bool: the book fields are real
     flow_mask: np.ndarray  # bool: the aggressor split / trade count are real
     events: EventInput | None  # None without book data
-    # What the input lacks, for the stack to mask the columns that need it (SPEC §3, 0 = no signal):
+    # What the input lacks, for the stack to mask the columns that need it (0 = no signal):
     # book levels with real data (1 = top of book only; None = all ``levels``), and per row
     # whether traded volume is known (None = every row; False where the session has no trades).
     book_levels: int | None = None

@@ -1,4 +1,4 @@
-"""The one layout of the RL state and of the supervised feature stacks (SPEC §3).
+"""The one layout of the RL state and of the supervised feature stacks (docs/design.md §2).
 
 Every width, offset and slot name comes from here; the families declare their slot names
 (``SLOTS``) and this module composes them, so changing a group's width is one edit (the family's
@@ -6,8 +6,8 @@ Every width, offset and slot name comes from here; the families declare their sl
 named ``<group>._pad<k>`` and always 0).
 
 RL state groups, in order: market, ofi, tlob, mtf (from the feature families), portfolio, plan
-(written by the environment), aux (predictions of the auxiliary heads, fed back with a one-step
-lag; written by the agent).
+(written by the environment, each slot's scale and clamp declared in :data:`STATE_SPEC`), aux
+(predictions of the auxiliary heads, fed back with a one-step lag; written by the agent).
 
 Supervised stacks (what the cache stores and the alpha check reads):
 
@@ -24,6 +24,7 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -35,26 +36,80 @@ if TYPE_CHECKING:
 
 ALIGN = 8
 
-PORTFOLIO_SLOTS = (
-    "position",  # signed contracts / max position
-    "unrealised_pnl",
-    "hold_time",
-    "max_pnl",  # intra-trade maximum
-    "min_pnl",  # intra-trade minimum
-    "drawdown",  # equity drawdown
-    "cost_paid",
-    "time_since_trade",
+class Unit(Enum):
+    """The config quantity a portfolio or plan slot is measured in (resolved by the environment from
+    its config: :func:`foxhunt.env.observe.unit_values`)."""
+
+    ONE = "one"
+    CAPITAL = "capital"  # contract.initial_capital ($)
+    MAX_POSITION = "max_position"  # contract.max_position (contracts)
+    HORIZON = "horizon"  # plan.barrier.horizon (rows a plan may last)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """``raw * times / (per * unit)``: e.g. a PnL in % of capital is ``Scale(0.01, Unit.CAPITAL)``.
+    A factor of 1 is skipped, so the division by a Python float is the one the state always took."""
+
+    per: float = 1.0
+    unit: Unit = Unit.ONE
+    times: float = 1.0
+
+
+@dataclass(frozen=True)
+class SlotSpec:
+    """One environment-written state slot: its name in the layout, its scale and its clamp."""
+
+    name: str
+    scale: Scale
+    clamp: float  # the scaled value is clamped to [-clamp, clamp]
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """An environment-written state group: its slots in layout order. ``nan_to_zero``: a NaN slot
+    (a plan distance on a row without a price) is written as 0, "no signal", before the clamp."""
+
+    name: str
+    slots: tuple[SlotSpec, ...]
+    nan_to_zero: bool = False
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(s.name for s in self.slots)
+
+
+_PCT_CAPITAL = Scale(0.01, Unit.CAPITAL)
+
+PORTFOLIO_SPEC = GroupSpec(
+    "portfolio",
+    (
+        SlotSpec("position", Scale(unit=Unit.MAX_POSITION), 10.0),  # signed contracts / max position
+        SlotSpec("unrealised_pnl", _PCT_CAPITAL, 10.0),  # the open trade's gross - costs, % of capital
+        SlotSpec("hold_time", Scale(unit=Unit.HORIZON), 10.0),  # rows held / the plan horizon
+        SlotSpec("max_pnl", _PCT_CAPITAL, 10.0),  # intra-trade maximum
+        SlotSpec("min_pnl", _PCT_CAPITAL, 10.0),  # intra-trade minimum
+        SlotSpec("drawdown", Scale(), 10.0),  # (peak - equity) / peak equity
+        SlotSpec("cost_paid", Scale(0.001, Unit.CAPITAL), 10.0),  # cumulative costs, per mille of capital
+        SlotSpec("time_since_trade", Scale(), 10.0),  # log(1 + rows since the last fill)
+    ),
 )
-PLAN_SLOTS = (
-    "active",
-    "direction",
-    "target_bars",
-    "remaining_fraction",  # clamp((target - held) / target, 0, 1)
-    "distance_to_profit",
-    "distance_to_stop",
-    "entry_regime",
+PLAN_SPEC = GroupSpec(
+    "plan",
+    (
+        SlotSpec("active", Scale(), 20.0),  # 1 while a plan is active; the others are 0 without one
+        SlotSpec("direction", Scale(), 20.0),  # +1 long, -1 short
+        SlotSpec("target_bars", Scale(100.0), 20.0),  # the plan's horizon in hundreds of rows
+        SlotSpec("remaining_fraction", Scale(), 20.0),  # clamp((target - held) / target, 0, 1)
+        SlotSpec("distance_to_profit", Scale(), 20.0),  # in entry vols of the price, + toward the level
+        SlotSpec("distance_to_stop", Scale(), 20.0),
+        SlotSpec("entry_regime", Scale(times=1e3), 20.0),  # per-row vol at entry, in thousandths
+    ),
+    nan_to_zero=True,
 )
-AUX_SLOTS = (  # the agent's auxiliary heads' predictions, one step lagged (SPEC §7)
+PORTFOLIO_SLOTS = PORTFOLIO_SPEC.names
+PLAN_SLOTS = PLAN_SPEC.names
+AUX_SLOTS = (  # the agent's auxiliary heads' predictions, one step lagged (docs/design.md §6)
     "next_return",  # predicted next-row log return, in trailing per-row vols
     "p_up",  # 2 * p_up - 1 of the direction head
     "p_profit",
@@ -194,6 +249,38 @@ STATE_LAYOUT = build_layout(
     + [("portfolio", PORTFOLIO_SLOTS), ("plan", PLAN_SLOTS), ("aux", AUX_SLOTS)],
     ALIGN,
 )
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """The RL state: its layout and the slots the environment writes, with their scales and clamps.
+
+    The environment's ``observe`` walks :attr:`env_groups` once, writing each slot's scaled value at
+    the layout's column for its name; construction fails unless every group's slots are the layout
+    group's slots in the same order (a spec and a layout that disagree would write a slot under
+    another slot's name).
+    """
+
+    layout: Layout
+    env_groups: tuple[GroupSpec, ...]
+
+    def __post_init__(self) -> None:
+        for g in self.env_groups:
+            if g.names != self.layout.group(g.name).slots:
+                raise ValueError(
+                    f"state spec group {g.name!r} has slots {g.names}, the {self.layout.kind} layout "
+                    f"{self.layout.group(g.name).slots}: list the slots in the layout's order"
+                )
+
+    def group(self, name: str) -> GroupSpec:
+        for g in self.env_groups:
+            if g.name == name:
+                return g
+        raise KeyError(f"no environment-written group {name!r} ({[g.name for g in self.env_groups]})")
+
+
+STATE_SPEC = StateSpec(STATE_LAYOUT, (PORTFOLIO_SPEC, PLAN_SPEC))
+"""The RL state's layout with the portfolio and plan slots' scales and clamps (:class:`StateSpec`)."""
 
 
 # Per state group: the slots the mirror negates and the pairs it swaps (feature families declare

@@ -210,175 +210,227 @@ def history_rows(p: Params) -> int:
     return max(windows) + 3
 
 
-def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
-    """The market features of every row, float32 ``[len(inp), len(SLOTS)]`` (see the module table).
+class _Series:
+    """The chunk's series with the carried history in front (``start``: the chunk's first row), and
+    the windowed statistics the slot groups share, each computed once (σ_W, H_W / L_W).
 
-    ``carry``: the state of the rows before ``inp`` (a chunk of a stream, foxhunt serve); None for the
-    batch, one chunk from a fresh state. Every array below is the carried history followed by the
-    chunk's rows, and the kernels compute from ``start``, its first row."""
-    p = params
-    n = len(inp)
-    out = np.zeros((n, len(SLOTS)), np.float32)
-    if n == 0:
-        return out
-    carry = K.Carry() if carry is None else carry
-    keep = history_rows(p)
-    start = carry.history("y")
-    seg = np.asarray(inp.segment_start, bool)
-    path = K.segment_log_path(
-        np.asarray(inp.open, np.float64),
-        np.asarray(inp.high, np.float64),
-        np.asarray(inp.low, np.float64),
-        np.asarray(inp.close, np.float64),
-        seg,
-        carry.state("path", K.PATH_FRESH),
-    )
-    names = ("lo", "lh", "ll", "y", "pos")
-    _, lh, ll, y, pos = (carry.extend(k, a, keep) for k, a in zip(names, path, strict=True))
-    vol = np.asarray(inp.volume, np.float64)
-    vol = carry.extend("vol", np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0), keep)
-    r = K.segment_diff(y, pos)
-    r2 = r * r
-    zc, tc = p.z_clip, p.tstat_clip
-    # The kernels run over the history and the chunk (they read back); the columns are made of the
-    # chunk's rows only (every operation below is per row), ``_n`` their values there.
-    y_n, r_n, pos_n, vol_n = y[start:], r[start:], pos[start:], vol[start:]
+    The kernels run over the history and the chunk (they read back); the columns are made of the
+    chunk's rows only (every operation on them is per row): ``*_n`` are the values there."""
 
-    def rsum(key: str, x: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
-        s, nz = K.rolling_sum_reset(x, pos, w, start, carry.state(key, K.SUM_FRESH))
-        return s[start:], nz[start:]
+    def __init__(self, inp: RowInput, p: Params, carry: K.Carry) -> None:
+        self.carry = carry
+        keep = history_rows(p)
+        self.start = start = carry.history("y")
+        path = K.segment_log_path(
+            np.asarray(inp.open, np.float64),
+            np.asarray(inp.high, np.float64),
+            np.asarray(inp.low, np.float64),
+            np.asarray(inp.close, np.float64),
+            np.asarray(inp.segment_start, bool),
+            carry.state("path", K.PATH_FRESH),
+        )
+        names = ("lo", "lh", "ll", "y", "pos")
+        extended = (carry.extend(k, a, keep) for k, a in zip(names, path, strict=True))
+        _, self.lh, self.ll, self.y, self.pos = extended
+        vol = np.asarray(inp.volume, np.float64)
+        self.vol = carry.extend("vol", np.where(np.isfinite(vol) & (vol > 0.0), vol, 0.0), keep)
+        self.r = K.segment_diff(self.y, self.pos)
+        self.r2 = self.r * self.r
+        self.y_n, self.r_n, self.pos_n, self.vol_n = (a[start:] for a in (self.y, self.r, self.pos, self.vol))
+        self._sigma: dict[int, np.ndarray] = {}
+        self._high_low: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def ema(key: str, x: np.ndarray, span: int) -> np.ndarray:
-        return K.ema_reset(x, pos, span, start, carry.state(key, K.EMA_FRESH))
+    def rsum(self, key: str, x: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """Σ over the last ``w`` rows of ``x`` and the count of its nonzero values (the chunk's rows)."""
+        s, nz = K.rolling_sum_reset(x, self.pos, w, self.start, self.carry.state(key, K.SUM_FRESH))
+        return s[self.start :], nz[self.start :]
 
-    def lag(k: int) -> np.ndarray:
-        return _lagged(y, k)[start:]
+    def ema(self, key: str, x: np.ndarray, span: int) -> np.ndarray:
+        """EMA_span of ``x`` (history and chunk)."""
+        return K.ema_reset(x, self.pos, span, self.start, self.carry.state(key, K.EMA_FRESH))
 
-    sig_cache: dict[int, np.ndarray] = {}
+    def lag(self, k: int) -> np.ndarray:
+        """``y_{t-k}`` on the chunk's rows."""
+        return _lagged(self.y, k)[self.start :]
 
-    def sigma(w: int) -> np.ndarray:
+    def full(self, w: int) -> np.ndarray:
+        """The segment has ``w`` returns."""
+        return self.pos_n >= w
+
+    def sigma(self, w: int) -> np.ndarray:
         """σ_w, 0 where the segment has fewer than w returns."""
-        if w not in sig_cache:
-            s, _ = rsum(f"r2_w{w}", r2, w)
-            sig_cache[w] = np.where(pos_n >= w, np.sqrt(np.maximum(s, 0.0) / w), 0.0)
-        return sig_cache[w]
+        if w not in self._sigma:
+            s, _ = self.rsum(f"r2_w{w}", self.r2, w)
+            self._sigma[w] = np.where(self.pos_n >= w, np.sqrt(np.maximum(s, 0.0) / w), 0.0)
+        return self._sigma[w]
 
-    def full(w: int) -> np.ndarray:
-        return pos_n >= w
+    def high_low(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(H_w, L_w)`` on the chunk's rows. The rolling extremes carry no state: an exact maximum
+        over the window, which the history holds."""
+        if w not in self._high_low:
+            lo = self.start
+            self._high_low[w] = (
+                K.rolling_max_reset(self.lh, self.pos, w)[lo:],
+                K.rolling_min_reset(self.ll, self.pos, w)[lo:],
+            )
+        return self._high_low[w]
 
-    wn = p.vol_norm_window
-    sig = sigma(wn)
-    ok_n = full(wn)
-    cols: list[np.ndarray] = []
 
-    # Returns (0-7).
-    cols.append(np.clip(r_n, -_RET_CLIP, _RET_CLIP))
-    z1 = _div(r_n, sig, ok_n, -zc, zc)
-    cols.append(z1)
-    cols.extend(_div(y_n - lag(k), sig * np.sqrt(k), ok_n & full(k), -zc, zc) for k in p.return_lags)
+def _returns(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 0-7: the row's log return, raw and normalised, and the normalised k-row returns."""
+    sig, ok_n, zc = c.sigma(p.vol_norm_window), c.full(p.vol_norm_window), p.z_clip
+    cols = [np.clip(c.r_n, -_RET_CLIP, _RET_CLIP), _div(c.r_n, sig, ok_n, -zc, zc)]
+    cols.extend(_div(c.y_n - c.lag(k), sig * np.sqrt(k), ok_n & c.full(k), -zc, zc) for k in p.return_lags)
+    return cols
 
-    # Momentum (8-11).
+
+def _momentum(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 8-11: distance from the SMA in volatility units, and the up/down count."""
+    cols = []
     for w in p.momentum_windows:
-        sy, _ = rsum(f"y_w{w}", y, w)
-        cols.append(_div(y_n - sy / w, sigma(w) * np.sqrt(w), full(w), -zc, zc))
-    sgn = np.sign(r)
+        sy, _ = c.rsum(f"y_w{w}", c.y, w)
+        cols.append(_div(c.y_n - sy / w, c.sigma(w) * np.sqrt(w), c.full(w), -p.z_clip, p.z_clip))
+    sgn = np.sign(c.r)
     for w in p.momentum_windows:
-        su, _ = rsum(f"sign_w{w}", sgn, w)
-        cols.append(np.where(full(w), su / w, 0.0))
+        su, _ = c.rsum(f"sign_w{w}", sgn, w)
+        cols.append(np.where(c.full(w), su / w, 0.0))
+    return cols
 
-    # Trend scanning (12-17).
+
+def _trend(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 12-17: the trailing OLS slope (in volatility units) and its t-statistic per window."""
+    cols = []
     for w in p.trend_windows:
-        beta, tstat = K.rolling_ols_tstat_reset(y, pos, w, tc, start, carry.state(f"ols_w{w}", K.OLS_FRESH))
-        cols.append(_div(beta[start:] * np.sqrt(w), sigma(w), full(w), -zc, zc))
-        cols.append(np.where(full(w), tstat[start:], 0.0))
+        st = c.carry.state(f"ols_w{w}", K.OLS_FRESH)
+        beta, tstat = K.rolling_ols_tstat_reset(c.y, c.pos, w, p.tstat_clip, c.start, st)
+        cols.append(_div(beta[c.start :] * np.sqrt(w), c.sigma(w), c.full(w), -p.z_clip, p.z_clip))
+        cols.append(np.where(c.full(w), tstat[c.start :], 0.0))
+    return cols
 
-    # Volatility (18-24).
+
+def _volatility(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 18-24: realised volatility (bps) and its ratios, block Parkinson and Garman-Klass."""
     v1, v2, v3 = p.vol_windows
-    cols.extend(np.clip(1e4 * sigma(w), 0.0, _BPS_MAX) for w in p.vol_windows)
-    cols.append(_log_ratio(sigma(v1), sigma(v2), full(max(v1, v2)), _RATIO_CLIP))
-    cols.append(_log_ratio(sigma(v2), sigma(v3), full(max(v2, v3)), _RATIO_CLIP))
-    # The rolling extremes carry no state: an exact maximum over the window, which the history holds.
+    cols = [np.clip(1e4 * c.sigma(w), 0.0, _BPS_MAX) for w in p.vol_windows]
+    cols.append(_log_ratio(c.sigma(v1), c.sigma(v2), c.full(max(v1, v2)), _RATIO_CLIP))
+    cols.append(_log_ratio(c.sigma(v2), c.sigma(v3), c.full(max(v2, v3)), _RATIO_CLIP))
     for w, kind in ((p.parkinson_window, "parkinson"), (p.gk_window, "gk")):
-        y_ref = lag(w)
-        hi = np.maximum(K.rolling_max_reset(lh, pos, w)[start:], y_ref)
-        lw = np.minimum(K.rolling_min_reset(ll, pos, w)[start:], y_ref)
+        y_ref = c.lag(w)  # the block covers W returns: H', L' include y_{t-W}
+        hi = np.maximum(K.rolling_max_reset(c.lh, c.pos, w)[c.start :], y_ref)
+        lw = np.minimum(K.rolling_min_reset(c.ll, c.pos, w)[c.start :], y_ref)
         rng2 = (hi - lw) ** 2
         if kind == "parkinson":
             var = rng2 / (4.0 * np.log(2.0) * w)
         else:
-            var = np.maximum(0.5 * rng2 - (2.0 * np.log(2.0) - 1.0) * (y_n - y_ref) ** 2, 0.0) / w
-        cols.append(np.where(full(w), np.clip(1e4 * np.sqrt(var), 0.0, _BPS_MAX), 0.0))
+            var = np.maximum(0.5 * rng2 - (2.0 * np.log(2.0) - 1.0) * (c.y_n - y_ref) ** 2, 0.0) / w
+        cols.append(np.where(c.full(w), np.clip(1e4 * np.sqrt(var), 0.0, _BPS_MAX), 0.0))
+    return cols
 
-    # Range (25-27).
-    hl: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
-    def high_low(w: int) -> tuple[np.ndarray, np.ndarray]:
-        if w not in hl:
-            hl[w] = (K.rolling_max_reset(lh, pos, w)[start:], K.rolling_min_reset(ll, pos, w)[start:])
-        return hl[w]
+def _range(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 25-27: the range in volatility units, and the position inside the range per window."""
+    r1, r2 = p.range_windows
+    h1, l1 = c.high_low(r1)
+    cols = [_div(h1 - l1, c.sigma(r1) * np.sqrt(r1), c.full(r1), 0.0, _RANGE_Z_MAX)]
+    for w in (r1, r2):
+        hw, lw = c.high_low(w)
+        cols.append(_div(2.0 * (c.y_n - lw) - (hw - lw), hw - lw, c.full(w), -1.0, 1.0))
+    return cols
 
-    r1, r2w = p.range_windows
-    h1, l1 = high_low(r1)
-    cols.append(_div(h1 - l1, sigma(r1) * np.sqrt(r1), full(r1), 0.0, _RANGE_Z_MAX))
-    for w in (r1, r2w):
-        hw, lw_ = high_low(w)
-        cols.append(_div(2.0 * (y_n - lw_) - (hw - lw_), hw - lw_, full(w), -1.0, 1.0))
 
-    # Volume (28-31).
+def _volume(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 28-31: volume against its short and long means, its z-score, and the mean's trend."""
     u1, u2 = p.volume_windows
     means = {}
     for w in (u1, u2):
-        sv, _ = rsum(f"vol_w{w}", vol, w)
+        sv, _ = c.rsum(f"vol_w{w}", c.vol, w)
         means[w] = np.maximum(sv / w, 0.0)
-    cols.extend(_log_ratio(1.0 + vol_n, 1.0 + means[w], full(w), _VOLUME_CLIP) for w in (u1, u2))
-    sv2, _ = rsum(f"vol2_w{u2}", vol * vol, u2)
+    cols = [_log_ratio(1.0 + c.vol_n, 1.0 + means[w], c.full(w), _VOLUME_CLIP) for w in (u1, u2)]
+    sv2, _ = c.rsum(f"vol2_w{u2}", c.vol * c.vol, u2)
     var_v = sv2 / u2 - means[u2] ** 2
-    var_v = np.where(var_v > 1e-12 * np.maximum(sv2 / u2, 1e-300), var_v, 0.0)
-    cols.append(_div(vol_n - means[u2], np.sqrt(var_v), full(u2), -zc, zc))
-    cols.append(_log_ratio(1.0 + means[u1], 1.0 + means[u2], full(max(u1, u2)), _VOLUME_CLIP))
+    var_v = np.where(var_v > 1e-12 * np.maximum(sv2 / u2, 1e-300), var_v, 0.0)  # rounding of a flat window
+    cols.append(_div(c.vol_n - means[u2], np.sqrt(var_v), c.full(u2), -p.z_clip, p.z_clip))
+    cols.append(_log_ratio(1.0 + means[u1], 1.0 + means[u2], c.full(max(u1, u2)), _VOLUME_CLIP))
+    return cols
 
-    # Technicals (32-39).
-    rsi = K.wilder_rsi_reset(r, pos, p.rsi_period, start, carry.state("rsi", K.RSI_FRESH))
-    cols.append(np.where(pos_n >= p.rsi_period, rsi[start:], 0.0))
+
+def _oscillators(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 32-35: RSI, Bollinger %b, and the distances from the trailing high and low."""
+    zc = p.z_clip
+    rsi = K.wilder_rsi_reset(c.r, c.pos, p.rsi_period, c.start, c.carry.state("rsi", K.RSI_FRESH))
+    cols = [np.where(c.pos_n >= p.rsi_period, rsi[c.start :], 0.0)]
     wb = p.bb_window
-    sb, _ = rsum("bb_y", y, wb)
-    qb, _ = rsum("bb_y2", y * y, wb)
-    _, moves_b = rsum("bb_moves", r, wb - 1)  # steps inside the window: 0 = flat window
+    sb, _ = c.rsum("bb_y", c.y, wb)
+    qb, _ = c.rsum("bb_y2", c.y * c.y, wb)
+    _, moves_b = c.rsum("bb_moves", c.r, wb - 1)  # steps inside the window: 0 = flat window
     mb = sb / wb
     var_b = np.where(moves_b > 0, np.maximum(qb / wb - mb * mb, 0.0), 0.0)
-    cols.append(_div(y_n - mb, p.bb_width * np.sqrt(var_b), full(wb) & (moves_b > 0), -_BB_CLIP, _BB_CLIP))
+    ok_b = c.full(wb) & (moves_b > 0)
+    cols.append(_div(c.y_n - mb, p.bb_width * np.sqrt(var_b), ok_b, -_BB_CLIP, _BB_CLIP))
     we = p.extreme_window
-    he, le = high_low(we)
-    cols.append(_div(y_n - he, sig * np.sqrt(we), ok_n & full(we), -zc, 0.0))
-    cols.append(_div(y_n - le, sig * np.sqrt(we), ok_n & full(we), 0.0, zc))
-    macd = ema("macd_fast", y, p.macd_fast) - ema("macd_slow", y, p.macd_slow)
-    macd = np.where(pos >= 0, macd, 0.0)
-    hist = macd[start:] - ema("macd_signal", macd, p.macd_signal)[start:]
-    ok_m = ok_n & (pos_n >= p.macd_slow)
-    cols.append(_div(macd[start:], sig, ok_m, -zc, zc))
-    cols.append(_div(hist, sig, ok_m, -zc, zc))
+    he, le = c.high_low(we)
+    sig, ok_n = c.sigma(p.vol_norm_window), c.full(p.vol_norm_window)
+    cols.append(_div(c.y_n - he, sig * np.sqrt(we), ok_n & c.full(we), -zc, 0.0))
+    cols.append(_div(c.y_n - le, sig * np.sqrt(we), ok_n & c.full(we), 0.0, zc))
+    return cols
+
+
+def _trend_quality(c: _Series, p: Params) -> list[np.ndarray]:
+    """Slots 36-39: MACD and its histogram, the signed efficiency ratio, the lag-1 autocorrelation."""
+    zc = p.z_clip
+    sig, ok_n = c.sigma(p.vol_norm_window), c.full(p.vol_norm_window)
+    macd = c.ema("macd_fast", c.y, p.macd_fast) - c.ema("macd_slow", c.y, p.macd_slow)
+    macd = np.where(c.pos >= 0, macd, 0.0)
+    hist = macd[c.start :] - c.ema("macd_signal", macd, p.macd_signal)[c.start :]
+    ok_m = ok_n & (c.pos_n >= p.macd_slow)
+    cols = [_div(macd[c.start :], sig, ok_m, -zc, zc), _div(hist, sig, ok_m, -zc, zc)]
     wf = p.efficiency_window
-    sa, _ = rsum("efficiency", np.abs(r), wf)
-    cols.append(_div(y_n - lag(wf), sa, full(wf), -1.0, 1.0))
+    sa, _ = c.rsum("efficiency", np.abs(c.r), wf)
+    cols.append(_div(c.y_n - c.lag(wf), sa, c.full(wf), -1.0, 1.0))
     wa = p.autocorr_window
-    rq = np.zeros_like(r)
-    rq[1:] = r[1:] * r[:-1]
-    rq[pos < 2] = 0.0
-    sq, _ = rsum("autocorr_rr", rq, wa)
-    sr, _ = rsum("autocorr_r2", r2, wa)
-    cols.append(_div(sq, sr, pos_n >= wa + 1, -1.0, 1.0))
+    rq = np.zeros_like(c.r)
+    rq[1:] = c.r[1:] * c.r[:-1]
+    rq[c.pos < 2] = 0.0  # r_{t-1} outside the segment
+    sq, _ = c.rsum("autocorr_rr", rq, wa)
+    sr, _ = c.rsum("autocorr_r2", c.r2, wa)
+    cols.append(_div(sq, sr, c.pos_n >= wa + 1, -1.0, 1.0))
+    return cols
 
-    # Regime (40-41).
-    adx = K.wilder_adx_reset(lh, ll, y, pos, p.adx_period, start, carry.state("adx", K.ADX_FRESH))
-    cols.append(np.clip(adx[start:], 0.0, 1.0))
-    z = np.zeros(len(y))
-    z[start:] = z1  # the CUSUM reads the chunk's rows only
-    st = carry.state("cusum", K.CUSUM_FRESH)
-    cusum = K.capped_cusum_reset(z, pos, p.cusum_drift, p.cusum_cap, start, st)
-    cols.append(np.clip(cusum[start:], -1.0, 1.0))
 
+def _regime(c: _Series, p: Params, z1: np.ndarray) -> list[np.ndarray]:
+    """Slots 40-41: ADX and the capped CUSUM of the normalised return ``z1`` (slot 1)."""
+    adx = K.wilder_adx_reset(c.lh, c.ll, c.y, c.pos, p.adx_period, c.start, c.carry.state("adx", K.ADX_FRESH))
+    z = np.zeros(len(c.y))
+    z[c.start :] = z1  # the CUSUM reads the chunk's rows only
+    st = c.carry.state("cusum", K.CUSUM_FRESH)
+    cusum = K.capped_cusum_reset(z, c.pos, p.cusum_drift, p.cusum_cap, c.start, st)
+    return [np.clip(adx[c.start :], 0.0, 1.0), np.clip(cusum[c.start :], -1.0, 1.0)]
+
+
+def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
+    """The market features of every row, float32 ``[len(inp), len(SLOTS)]`` (see the module table).
+
+    ``carry``: the state of the rows before ``inp`` (a chunk of a stream, foxhunt serve); None for the
+    batch, one chunk from a fresh state."""
+    n = len(inp)
+    out = np.zeros((n, len(SLOTS)), np.float32)
+    if n == 0:
+        return out
+    c = _Series(inp, params, K.Carry() if carry is None else carry)
+    returns = _returns(c, params)
+    cols = [
+        *returns,
+        *_momentum(c, params),
+        *_trend(c, params),
+        *_volatility(c, params),
+        *_range(c, params),
+        *_volume(c, params),
+        *_oscillators(c, params),
+        *_trend_quality(c, params),
+        *_regime(c, params, z1=returns[1]),
+    ]
     assert len(cols) == len(SLOTS), (len(cols), len(SLOTS))
-    K.fill_columns(out, tuple(np.ascontiguousarray(c, np.float64) for c in cols))
-    out[pos_n < 0] = 0.0  # no valid price yet in the segment
-    carry.rows += n
+    K.fill_columns(out, tuple(np.ascontiguousarray(col, np.float64) for col in cols))
+    out[c.pos_n < 0] = 0.0  # no valid price yet in the segment
+    c.carry.rows += n
     return out

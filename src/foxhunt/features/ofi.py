@@ -1,4 +1,4 @@
-"""Order-flow family ``ofi`` (SPEC §3): multi-level order-flow imbalance and microstructure state.
+"""Order-flow family ``ofi`` (docs/design.md §2): multi-level order-flow imbalance and microstructure state.
 
 Two numba passes over flat arrays: one over the book states (``inp.events``; each row's book when
 ``events`` is None) and one over the rows. Both are forward recursions, so row ``t`` only sees rows
@@ -70,6 +70,8 @@ Rows with ``book_mask`` False are all 0 and leave every recursion untouched; flo
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba
 import numpy as np
@@ -290,6 +292,30 @@ def cks_ofi(
     )
 
 
+class RowEvents(NamedTuple):
+    """[n] per-row results of the event pass: sums over the row's events and the event-level
+    recursions sampled at its last event."""
+
+    ofi: np.ndarray  # [n, L] E_{t,i}
+    rv: np.ndarray  # RV_t: squared mid changes, ticks^2
+    dep_b: np.ndarray  # d^b, d^a: touch queue depleted on each side
+    dep_a: np.ndarray
+    has_ev: np.ndarray  # bool: the row holds an event
+    lam_f: np.ndarray  # intensities just after the row's last event, events/s
+    lam_s: np.ndarray
+    t_last: np.ndarray  # int64 ns: the row's last event's time
+    imb_f: np.ndarray  # imbalance EMAs at the row's last event
+    imb_s: np.ndarray
+
+
+# What the event pass carries from one chunk to the next: the intensities and imbalance EMAs just
+# after the last event.
+EVENT_STATE = np.dtype(
+    [("lam_f", np.float64), ("lam_s", np.float64), ("imb_f", np.float64), ("imb_s", np.float64)], align=True
+)
+EVENT_FRESH = np.zeros(1, EVENT_STATE)
+
+
 @numba.njit(cache=True)
 def _event_pass(
     ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz,  # [m] / [m, L] the events
@@ -298,7 +324,7 @@ def _event_pass(
     """Per-row sums of event flows and the event-level recursions sampled at each row's last event.
 
     Events from ``start`` (the one before it: the last event of the previous chunk); ``st``: the
-    carried intensities and imbalance EMAs (lf, ls, sf, ss), updated in place."""
+    carried :data:`EVENT_STATE`, updated in place. Returns :class:`RowEvents`."""
     m, n_lev = bid_px.shape
     ofi = np.zeros((n_rows, n_lev))
     rv = np.zeros(n_rows)
@@ -310,10 +336,10 @@ def _event_pass(
     t_last = np.zeros(n_rows, np.int64)
     imb_f = np.zeros(n_rows)
     imb_s = np.zeros(n_rows)
-    lf = st[0]
-    ls = st[1]
-    sf = st[2]
-    ss = st[3]
+    lf = st.lam_f
+    ls = st.lam_s
+    sf = st.imb_f
+    ss = st.imb_s
     for k in range(start, m):
         r = ev_row[k]
         b0 = bid_sz[k, 0]
@@ -363,14 +389,97 @@ def _event_pass(
         t_last[r] = ev_ts[k]
         imb_f[r] = sf
         imb_s[r] = ss
-    st[0] = lf
-    st[1] = ls
-    st[2] = sf
-    st[3] = ss
-    return ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s
+    st.lam_f = lf
+    st.lam_s = ls
+    st.imb_f = sf
+    st.imb_s = ss
+    return RowEvents(ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s)
 
 
 # --- row pass ---------------------------------------------------------------------------------
+
+
+class RowSeries(NamedTuple):
+    """[n] per-row inputs of the row pass (numba reads them by name)."""
+
+    ts: np.ndarray  # int64 ns
+    segment_start: np.ndarray  # bool
+    book_mask: np.ndarray  # bool: the row's book is real
+    flow_mask: np.ndarray  # bool: the row has trades
+    open: np.ndarray  # float64 price path of the row
+    high: np.ndarray
+    low: np.ndarray
+    close: np.ndarray
+    buy: np.ndarray  # float64 aggressor volumes
+    sell: np.ndarray
+
+
+class RowBook(NamedTuple):
+    """[n, L] float64: each row's book (price NaN and size 0 on an empty level)."""
+
+    bid_px: np.ndarray
+    bid_sz: np.ndarray
+    ask_px: np.ndarray
+    ask_sz: np.ndarray
+    bid_ct: np.ndarray
+    ask_ct: np.ndarray
+
+
+# The row pass's constants, one record: the tick and the windows of Params (EMA horizons in rows).
+ROW_PARAMS = np.dtype(
+    [
+        ("tick", np.float64),
+        ("n_depth", np.float64),  # depth_span
+        ("n_fast", np.float64),  # fast_span
+        ("n_mid", np.float64),  # mid_span
+        ("n_slow", np.float64),  # slow_span
+        ("n_bucket", np.float64),  # toxicity_bucket_span
+        ("n_tox", np.float64),  # toxicity_span
+        ("n_vf", np.float64),  # vol_fast_span
+        ("n_vs", np.float64),  # vol_slow_span
+        ("tau_f", np.float64),  # hawkes_fast_seconds
+        ("tau_s", np.float64),  # hawkes_slow_seconds
+        ("decay", np.float64),  # pressure_decay
+        ("clip", np.float64),
+    ],
+    align=True,
+)
+
+# What the row pass carries from one row (and chunk) to the next, one record; the symbols are
+# those of the module table.
+ROW_STATE = np.dtype(
+    [
+        ("fresh", np.bool_),  # the next real row starts a segment
+        ("flow_fresh", np.bool_),  # the next row with trades starts the flow EMAs
+        ("x_fast", np.float64),  # EMA_fast(X), X = ofi_total
+        ("x_mid", np.float64),
+        ("x_slow", np.float64),
+        ("l0_mid", np.float64),  # EMA_mid(ofi_l0)
+        ("buy", np.float64),  # B, S, V: bucket EMAs of buy, sell, total volume
+        ("sell", np.float64),
+        ("volume", np.float64),
+        ("tox_num", np.float64),  # EMA_toxicity(|B - S|)
+        ("tox_den", np.float64),  # EMA_toxicity(V)
+        ("rv_fast", np.float64),  # EMA_vol_fast(RV), EMA_vol_slow(RV)
+        ("rv_slow", np.float64),
+        ("spread_prev", np.float64),  # spread_ticks of the previous real row
+        ("spread_mean", np.float64),  # EMA_slow(spread_ticks) ...
+        ("spread_mean_ok", np.bool_),  # ... once a row with both sides has started it
+        ("dep_num", np.float64),  # EMA_fast(d^b - d^a), EMA_fast(d^b + d^a)
+        ("dep_den", np.float64),
+        ("count_prev", np.float64),  # C of the previous real row
+        ("count_mean", np.float64),  # EMA_depth(C)
+        ("ev_ok", np.bool_),  # the segment has had an event: the samples below are its last
+        ("ev_lf", np.float64),  # lambda_f, lambda_s just after the last event
+        ("ev_ls", np.float64),
+        ("ev_sf", np.float64),  # the imbalance EMAs at the last event
+        ("ev_ss", np.float64),
+        ("ev_t", np.int64),  # its time, ns
+    ],
+    align=True,
+)
+ROW_FRESH = np.zeros(1, ROW_STATE)  # a segment to start (flow too), every EMA and event sample unset
+ROW_FRESH["fresh"] = ROW_FRESH["flow_fresh"] = True
 
 
 @numba.njit(cache=True)
@@ -383,203 +492,205 @@ def _clip(x: float, lim: float) -> float:
     return min(max(x, -lim), lim)
 
 
-@numba.njit(cache=True)
-def _row_pass(
-    ts, seg, book_mask, flow_mask,  # [n] row times and masks
-    o, h, lo, c, buy, sell,  # [n] price path and aggressor volumes
-    bid_px, bid_sz, ask_px, ask_sz, bid_ct, ask_ct,  # [n, L] the row's book
-    tick,
-    ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s,  # from _event_pass
-    n_depth, n_fast, n_mid, n_slow, n_bucket, n_tox, n_vf, n_vs,  # EMA horizons (_SPAN_FIELDS)
-    tau_f, tau_s, decay, lim,
-    st, depth, sti,  # carried: the scalars of _ROW_FRESH, the depth EMAs [L], the last event's time
-):  # fmt: skip
-    n, n_lev = bid_px.shape
+@numba.njit(cache=True, inline="always")
+def _ofi_slots(out, t, book, ofi, depth, st, p):
+    """Slots 0-10 and 31: depth-normalised OFI per level, deep and total, and their trajectories;
+    updates D_i (``depth``) and the OFI EMAs."""
+    n_lev = depth.shape[0]
     n_sep = min(_SEPARATE_LEVELS, n_lev)
+    lim = p.clip
+    tot_e = 0.0
+    tot_d = 0.0
+    deep_e = 0.0
+    deep_d = 0.0
+    for i in range(n_lev):
+        dl = 0.5 * (book.bid_sz[t, i] + book.ask_sz[t, i])
+        if st.fresh:
+            depth[i] = dl
+        else:
+            depth[i] += (dl - depth[i]) / p.n_depth
+        e = ofi[t, i]
+        tot_e += e
+        tot_d += depth[i]
+        if i < n_sep:
+            out[t, _S_OFI_L0 + i] = _clip(_ratio(e, depth[i]), lim)
+        else:
+            deep_e += e
+            deep_d += depth[i]
+    out[t, _S_OFI_DEEP] = _clip(_ratio(deep_e, deep_d), lim)
+    x = _clip(_ratio(tot_e, tot_d), lim)
+    out[t, _S_OFI_TOTAL] = x
+    l0 = out[t, _S_OFI_L0]
+    if st.fresh:
+        out[t, _S_OFI_ACCEL] = 0.0
+        st.x_fast = st.x_mid = st.x_slow = x
+        st.l0_mid = l0
+    else:
+        out[t, _S_OFI_ACCEL] = _clip(x - st.x_fast, lim)
+        st.x_fast += (x - st.x_fast) / p.n_fast
+        st.x_mid += (x - st.x_mid) / p.n_mid
+        st.x_slow += (x - st.x_slow) / p.n_slow
+        st.l0_mid += (l0 - st.l0_mid) / p.n_mid
+    out[t, _S_OFI_EMA_FAST] = st.x_fast
+    out[t, _S_OFI_EMA_MID] = st.x_mid
+    out[t, _S_OFI_EMA_SLOW] = st.x_slow
+    out[t, _S_OFI_L0_EMA] = st.l0_mid
+
+
+@numba.njit(cache=True, inline="always")
+def _flow_slots(out, t, b, s, depth0, st, p):
+    """Slots 11-12 and 21-23 of a row with trades (``b``, ``s``: its buy and sell volume): the
+    bucket-free VPIN, toxicity gradient, aggression and trade flow; updates the flow EMAs."""
+    v = b + s
+    if st.flow_fresh:
+        st.buy = b
+        st.sell = s
+        st.volume = v
+        st.tox_num = abs(b - s)
+        st.tox_den = v
+        st.flow_fresh = False
+    else:
+        st.buy += (b - st.buy) / p.n_bucket
+        st.sell += (s - st.sell) / p.n_bucket
+        st.volume += (v - st.volume) / p.n_bucket
+        st.tox_num += (abs(st.buy - st.sell) - st.tox_num) / p.n_tox
+        st.tox_den += (st.volume - st.tox_den) / p.n_tox
+    bb = st.buy
+    ss = st.sell
+    vpin = min(_ratio(st.tox_num, st.tox_den), 1.0)
+    out[t, _S_VPIN] = vpin
+    out[t, _S_TOXICITY_GRADIENT] = min(_ratio(abs(bb - ss), st.volume), 1.0) - vpin
+    out[t, _S_AGGRESSION] = _ratio(bb, bb + ss) - 0.5 if bb + ss > 0.0 else 0.0
+    out[t, _S_AGGRESSION_ROW] = b / v - 0.5 if v > 0.0 else 0.0
+    out[t, _S_TRADE_FLOW] = _clip(_ratio(bb - ss, depth0), p.clip)
+
+
+@numba.njit(cache=True, inline="always")
+def _vol_slots(out, t, rv, st, p):
+    """Slots 13-14: realised volatility (ticks) and its regime score from the row's RV_t ``rv``."""
+    if st.fresh:
+        st.rv_fast = st.rv_slow = rv
+    else:
+        st.rv_fast += (rv - st.rv_fast) / p.n_vf
+        st.rv_slow += (rv - st.rv_slow) / p.n_vs
+    out[t, _S_REALISED_VOL] = min(np.sqrt(st.rv_fast), 1000.0)
+    out[t, _S_VOL_REGIME] = _ratio(st.rv_fast - st.rv_slow, st.rv_fast + st.rv_slow)
+
+
+@numba.njit(cache=True, inline="always")
+def _event_slots(out, t, ts, st, p):
+    """Slots 15-16 and 29-30 from the segment's last event: the Hawkes-style intensities decayed to
+    the row's time ``ts``, lambda(s) = lambda(ts_k) exp(-(s - ts_k)/tau), and the imbalance EMAs."""
+    dt = max((ts - st.ev_t) * 1e-9, 0.0)
+    rf = st.ev_lf * np.exp(-dt / p.tau_f)
+    rs = st.ev_ls * np.exp(-dt / p.tau_s)
+    out[t, _S_HAWKES_RATE] = np.log1p(rf)
+    out[t, _S_HAWKES_RATIO] = _ratio(rf - rs, rf + rs)
+    out[t, _S_L1_IMBALANCE_EMA] = st.ev_sf
+    out[t, _S_L1_IMBALANCE_EMA_SLOW] = st.ev_ss
+
+
+@numba.njit(cache=True, inline="always")
+def _book_slots(out, t, book, w, st, p):
+    """Slots 17-20 and 27-28 from the row's book: pressure, spread and its change and deviation,
+    order-count imbalance, microprice residual. Returns C, the row's total order count."""
+    num = 0.0
+    den = 0.0
+    cb = 0.0
+    ca = 0.0
+    for i in range(w.shape[0]):
+        num += w[i] * (book.bid_sz[t, i] - book.ask_sz[t, i])
+        den += w[i] * (book.bid_sz[t, i] + book.ask_sz[t, i])
+        cb += book.bid_ct[t, i]
+        ca += book.ask_ct[t, i]
+    out[t, _S_BOOK_PRESSURE] = _ratio(num, den)
+    pb = book.bid_px[t, 0]
+    pa = book.ask_px[t, 0]
+    both = pb == pb and pa == pa
+    sp = min(max((pa - pb) / p.tick, -100.0), 100.0) if both else 0.0
+    out[t, _S_SPREAD_TICKS] = sp
+    if not st.fresh and sp != 0.0 and st.spread_prev != 0.0:
+        out[t, _S_SPREAD_CHANGE] = sp - st.spread_prev
+    st.spread_prev = sp
+    if st.fresh:
+        st.spread_mean_ok = False
+    if both:
+        if not st.spread_mean_ok:
+            st.spread_mean = sp
+            st.spread_mean_ok = True
+        else:
+            st.spread_mean += (sp - st.spread_mean) / p.n_slow
+        out[t, _S_SPREAD_DEV] = sp - st.spread_mean
+    qb = book.bid_sz[t, 0]
+    qa = book.ask_sz[t, 0]
+    if both and qb + qa > 0.0:
+        mid = 0.5 * (pa + pb)
+        micro = (pb * qa + pa * qb) / (qb + qa)
+        out[t, _S_MICROPRICE_RESIDUAL] = (micro - mid) / mid if mid != 0.0 else 0.0
+    cnt = cb + ca
+    out[t, _S_ORDER_COUNT_IMBALANCE] = _ratio(cb - ca, cnt)
+    return cnt
+
+
+@numba.njit(cache=True, inline="always")
+def _queue_slots(out, t, dep_b, dep_a, cnt, st, p):
+    """Slots 24-25: queue-depletion asymmetry from the row's depletions ``dep_b``, ``dep_a``, and the
+    order-count flux of its total order count ``cnt``."""
+    d_diff = dep_b - dep_a
+    d_sum = dep_b + dep_a
+    if st.fresh:
+        st.dep_num = d_diff
+        st.dep_den = d_sum
+    else:
+        st.dep_num += (d_diff - st.dep_num) / p.n_fast
+        st.dep_den += (d_sum - st.dep_den) / p.n_fast
+    out[t, _S_QUEUE_DEPLETION_ASYM] = _clip(_ratio(st.dep_num, st.dep_den), 1.0)
+    if st.fresh:
+        st.count_mean = cnt
+    else:
+        st.count_mean += (cnt - st.count_mean) / p.n_depth
+        out[t, _S_ORDER_COUNT_FLUX] = _clip(_ratio(cnt - st.count_prev, st.count_mean), p.clip)
+    st.count_prev = cnt
+
+
+@numba.njit(cache=True)
+def _row_pass(rows, book, ev, p, st, depth):
+    """float32 ``[n, 32]``: the slots of each row (:class:`RowSeries`, :class:`RowBook`) from the
+    event pass's per-row sums ``ev`` (:class:`RowEvents`), constants ``p`` (:data:`ROW_PARAMS`);
+    ``st`` (:data:`ROW_STATE`) and ``depth`` (D_i, [L]) are carried and updated in place."""
+    n, n_lev = book.bid_px.shape
     out = np.zeros((n, _WIDTH), np.float32)
     w = np.empty(n_lev)
     for i in range(n_lev):
-        w[i] = np.exp(-decay * i)
-    fresh = st[0] != 0.0  # the next real row starts a segment
-    flow_fresh = st[1] != 0.0
-    # carried state
-    x_f, x_m, x_s, l0_m = st[2], st[3], st[4], st[5]
-    bb, ss_, vv, tox_num, tox_den = st[6], st[7], st[8], st[9], st[10]
-    rv_f, rv_s = st[11], st[12]
-    sp_prev, sp_mean = st[13], st[14]
-    sp_mean_ok = st[15] != 0.0
-    dq_num, dq_den = st[16], st[17]
-    cnt_prev, cnt_mean = st[18], st[19]
-    ev_ok = st[20] != 0.0
-    ev_lf, ev_ls, ev_sf, ev_ss = st[21], st[22], st[23], st[24]
-    ev_t = sti[0]
+        w[i] = np.exp(-p.decay * i)  # book pressure weights
     for t in range(n):
-        if seg[t]:
-            fresh = True
-            flow_fresh = True
-            ev_ok = False
-        if has_ev[t]:
-            ev_ok = True
-            ev_lf = lam_f[t]
-            ev_ls = lam_s[t]
-            ev_sf = imb_f[t]
-            ev_ss = imb_s[t]
-            ev_t = t_last[t]
-        if not book_mask[t]:
+        if rows.segment_start[t]:
+            st.fresh = True
+            st.flow_fresh = True
+            st.ev_ok = False
+        if ev.has_ev[t]:  # sample the event recursions at the row's last event
+            st.ev_ok = True
+            st.ev_lf = ev.lam_f[t]
+            st.ev_ls = ev.lam_s[t]
+            st.ev_sf = ev.imb_f[t]
+            st.ev_ss = ev.imb_s[t]
+            st.ev_t = ev.t_last[t]
+        if not rows.book_mask[t]:
             continue
-        row = out[t]
-        # --- depth-normalised OFI --------------------------------------------------------
-        tot_e = 0.0
-        tot_d = 0.0
-        deep_e = 0.0
-        deep_d = 0.0
-        for i in range(n_lev):
-            dl = 0.5 * (bid_sz[t, i] + ask_sz[t, i])
-            if fresh:
-                depth[i] = dl
-            else:
-                depth[i] += (dl - depth[i]) / n_depth
-            e = ofi[t, i]
-            tot_e += e
-            tot_d += depth[i]
-            if i < n_sep:
-                row[_S_OFI_L0 + i] = _clip(_ratio(e, depth[i]), lim)
-            else:
-                deep_e += e
-                deep_d += depth[i]
-        row[_S_OFI_DEEP] = _clip(_ratio(deep_e, deep_d), lim)
-        x = _clip(_ratio(tot_e, tot_d), lim)
-        row[_S_OFI_TOTAL] = x
-        l0 = row[_S_OFI_L0]
-        if fresh:
-            row[_S_OFI_ACCEL] = 0.0
-            x_f = x_m = x_s = x
-            l0_m = l0
-        else:
-            row[_S_OFI_ACCEL] = _clip(x - x_f, lim)
-            x_f += (x - x_f) / n_fast
-            x_m += (x - x_m) / n_mid
-            x_s += (x - x_s) / n_slow
-            l0_m += (l0 - l0_m) / n_mid
-        row[_S_OFI_EMA_FAST] = x_f
-        row[_S_OFI_EMA_MID] = x_m
-        row[_S_OFI_EMA_SLOW] = x_s
-        row[_S_OFI_L0_EMA] = l0_m
-        # --- trade flow: toxicity, aggression ----------------------------------------------
-        if flow_mask[t]:
-            b = buy[t]
-            s = sell[t]
-            v = b + s
-            if flow_fresh:
-                bb = b
-                ss_ = s
-                vv = v
-                tox_num = abs(b - s)
-                tox_den = v
-                flow_fresh = False
-            else:
-                bb += (b - bb) / n_bucket
-                ss_ += (s - ss_) / n_bucket
-                vv += (v - vv) / n_bucket
-                tox_num += (abs(bb - ss_) - tox_num) / n_tox
-                tox_den += (vv - tox_den) / n_tox
-            vpin = min(_ratio(tox_num, tox_den), 1.0)
-            row[_S_VPIN] = vpin
-            row[_S_TOXICITY_GRADIENT] = min(_ratio(abs(bb - ss_), vv), 1.0) - vpin
-            row[_S_AGGRESSION] = _ratio(bb, bb + ss_) - 0.5 if bb + ss_ > 0.0 else 0.0
-            row[_S_AGGRESSION_ROW] = b / v - 0.5 if v > 0.0 else 0.0
-            row[_S_TRADE_FLOW] = _clip(_ratio(bb - ss_, depth[0]), lim)
-        # --- realised variance and its regime --------------------------------------------
-        if fresh:
-            rv_f = rv_s = rv[t]
-        else:
-            rv_f += (rv[t] - rv_f) / n_vf
-            rv_s += (rv[t] - rv_s) / n_vs
-        row[_S_REALISED_VOL] = min(np.sqrt(rv_f), 1000.0)
-        row[_S_VOL_REGIME] = _ratio(rv_f - rv_s, rv_f + rv_s)
-        # --- Hawkes-style intensity at the row's time ------------------------------------
-        if ev_ok:
-            dt = max((ts[t] - ev_t) * 1e-9, 0.0)
-            rf = ev_lf * np.exp(-dt / tau_f)
-            rs = ev_ls * np.exp(-dt / tau_s)
-            row[_S_HAWKES_RATE] = np.log1p(rf)
-            row[_S_HAWKES_RATIO] = _ratio(rf - rs, rf + rs)
-            row[_S_L1_IMBALANCE_EMA] = ev_sf
-            row[_S_L1_IMBALANCE_EMA_SLOW] = ev_ss
-        # --- book state -------------------------------------------------------------------
-        num = 0.0
-        den = 0.0
-        cb = 0.0
-        ca = 0.0
-        for i in range(n_lev):
-            num += w[i] * (bid_sz[t, i] - ask_sz[t, i])
-            den += w[i] * (bid_sz[t, i] + ask_sz[t, i])
-            cb += bid_ct[t, i]
-            ca += ask_ct[t, i]
-        row[_S_BOOK_PRESSURE] = _ratio(num, den)
-        pb = bid_px[t, 0]
-        pa = ask_px[t, 0]
-        both = pb == pb and pa == pa
-        sp = min(max((pa - pb) / tick, -100.0), 100.0) if both else 0.0
-        row[_S_SPREAD_TICKS] = sp
-        if not fresh and sp != 0.0 and sp_prev != 0.0:
-            row[_S_SPREAD_CHANGE] = sp - sp_prev
-        sp_prev = sp
-        if fresh:
-            sp_mean_ok = False
-        if both:
-            if not sp_mean_ok:
-                sp_mean = sp
-                sp_mean_ok = True
-            else:
-                sp_mean += (sp - sp_mean) / n_slow
-            row[_S_SPREAD_DEV] = sp - sp_mean
-        qb = bid_sz[t, 0]
-        qa = ask_sz[t, 0]
-        if both and qb + qa > 0.0:
-            mid = 0.5 * (pa + pb)
-            micro = (pb * qa + pa * qb) / (qb + qa)
-            row[_S_MICROPRICE_RESIDUAL] = (micro - mid) / mid if mid != 0.0 else 0.0
-        # --- queue depletion, order counts, intra-row momentum ------------------------------
-        d_diff = dep_b[t] - dep_a[t]
-        d_sum = dep_b[t] + dep_a[t]
-        if fresh:
-            dq_num = d_diff
-            dq_den = d_sum
-        else:
-            dq_num += (d_diff - dq_num) / n_fast
-            dq_den += (d_sum - dq_den) / n_fast
-        row[_S_QUEUE_DEPLETION_ASYM] = _clip(_ratio(dq_num, dq_den), 1.0)
-        cnt = cb + ca
-        if fresh:
-            cnt_mean = cnt
-        else:
-            cnt_mean += (cnt - cnt_mean) / n_depth
-            row[_S_ORDER_COUNT_FLUX] = _clip(_ratio(cnt - cnt_prev, cnt_mean), lim)
-        cnt_prev = cnt
-        rng = h[t] - lo[t]
-        if rng > 0.0 and c[t] == c[t] and o[t] == o[t]:
-            row[_S_INTRABAR_MOMENTUM] = _clip((c[t] - o[t]) / rng, 1.0)
-        row[_S_ORDER_COUNT_IMBALANCE] = _ratio(cb - ca, cnt)
-        fresh = False
-    st[0] = 1.0 if fresh else 0.0
-    st[1] = 1.0 if flow_fresh else 0.0
-    st[2], st[3], st[4], st[5] = x_f, x_m, x_s, l0_m
-    st[6], st[7], st[8], st[9], st[10] = bb, ss_, vv, tox_num, tox_den
-    st[11], st[12] = rv_f, rv_s
-    st[13], st[14] = sp_prev, sp_mean
-    st[15] = 1.0 if sp_mean_ok else 0.0
-    st[16], st[17] = dq_num, dq_den
-    st[18], st[19] = cnt_prev, cnt_mean
-    st[20] = 1.0 if ev_ok else 0.0
-    st[21], st[22], st[23], st[24] = ev_lf, ev_ls, ev_sf, ev_ss
-    sti[0] = ev_t
+        _ofi_slots(out, t, book, ev.ofi, depth, st, p)
+        if rows.flow_mask[t]:
+            _flow_slots(out, t, rows.buy[t], rows.sell[t], depth[0], st, p)
+        _vol_slots(out, t, ev.rv[t], st, p)
+        if st.ev_ok:
+            _event_slots(out, t, rows.ts[t], st, p)
+        cnt = _book_slots(out, t, book, w, st, p)
+        _queue_slots(out, t, ev.dep_b[t], ev.dep_a[t], cnt, st, p)
+        rng = rows.high[t] - rows.low[t]  # intra-row momentum of the row's price path
+        c, o = rows.close[t], rows.open[t]
+        if rng > 0.0 and c == c and o == o:
+            out[t, _S_INTRABAR_MOMENTUM] = _clip((c - o) / rng, 1.0)
+        st.fresh = False
     return out
-
-
-# The row pass's carried scalars, fresh: a segment to start (flow too), every EMA and the event
-# sample unset.
-_ROW_FRESH = (1.0, 1.0) + (0.0,) * 23
 
 
 # --- entry point ------------------------------------------------------------------------------
@@ -648,14 +759,36 @@ def with_last_event(ev: EventInput, reset: np.ndarray, carry: Carry) -> tuple[di
     return arrays, start
 
 
-_ROW_FLOAT_FIELDS = (
-    "open", "high", "low", "close", "buy_volume", "sell_volume",
-    "bid_px", "bid_sz", "ask_px", "ask_sz", "bid_ct", "ask_ct",
-)  # fmt: skip
-_SPAN_FIELDS = (
-    "depth_span", "fast_span", "mid_span", "slow_span",
-    "toxicity_bucket_span", "toxicity_span", "vol_fast_span", "vol_slow_span",
-)  # fmt: skip
+# ROW_PARAMS field -> the Params window it holds (the rest are the tick and Params fields by name).
+_SPANS = {
+    "n_depth": "depth_span", "n_fast": "fast_span", "n_mid": "mid_span", "n_slow": "slow_span",
+    "n_bucket": "toxicity_bucket_span", "n_tox": "toxicity_span", "n_vf": "vol_fast_span",
+    "n_vs": "vol_slow_span", "tau_f": "hawkes_fast_seconds", "tau_s": "hawkes_slow_seconds",
+    "decay": "pressure_decay", "clip": "clip",
+}  # fmt: skip
+
+
+def row_params(tick: float, params: Params) -> np.void:
+    """The row pass's constants: one :data:`ROW_PARAMS` record."""
+    p = np.zeros(1, ROW_PARAMS)[0]
+    p["tick"] = tick
+    for field, name in _SPANS.items():
+        p[field] = float(getattr(params, name))
+    return p
+
+
+_PRICE_PATH_AND_FLOW = ("open", "high", "low", "close", "buy_volume", "sell_volume")
+
+
+def row_arrays(inp: RowInput) -> tuple[RowSeries, RowBook]:
+    """The rows of ``inp`` as the row pass reads them (contiguous, in its dtypes)."""
+    f = np.ascontiguousarray
+    series = RowSeries(
+        f(inp.ts, np.int64),
+        *(f(getattr(inp, k), np.bool_) for k in ("segment_start", "book_mask", "flow_mask")),
+        *(f(getattr(inp, k), np.float64) for k in _PRICE_PATH_AND_FLOW),
+    )
+    return series, RowBook(*(f(getattr(inp, k), np.float64) for k in RowBook._fields))
 
 
 def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
@@ -665,7 +798,6 @@ def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.nda
     if n == 0:
         return np.zeros((0, len(SLOTS)), np.float32)
     carry = Carry() if carry is None else carry
-    f = np.ascontiguousarray
     tick = float(inp.tick_size)
     ev = book_events(inp)
     arrays, start = with_last_event(ev, event_reset(inp, ev, carry), carry)
@@ -681,23 +813,12 @@ def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.nda
         float(params.imbalance_horizon_events),
         float(params.imbalance_slow_horizon_events),
         start,
-        carry.state("events_ema", (0.0,) * 4),
+        carry.record("event_pass", EVENT_FRESH),
     )
-    out = _row_pass(
-        f(inp.ts, np.int64),
-        *(f(getattr(inp, k), np.bool_) for k in ("segment_start", "book_mask", "flow_mask")),
-        *(f(getattr(inp, k), np.float64) for k in _ROW_FLOAT_FIELDS),
-        tick,
-        *per_row,
-        *(float(getattr(params, k)) for k in _SPAN_FIELDS),
-        params.hawkes_fast_seconds,
-        params.hawkes_slow_seconds,
-        params.pressure_decay,
-        params.clip,
-        carry.state("rows", _ROW_FRESH),
-        carry.state("depth", (0.0,) * inp.levels),
-        carry.ints("last_event_ts", (0,)),
-    )
+    series, book = row_arrays(inp)
+    st = carry.record("row_pass", ROW_FRESH)
+    depth = carry.state("depth", (0.0,) * inp.levels)  # D_i
+    out = _row_pass(series, book, per_row, row_params(tick, params), st, depth)
     # NaN-safe by construction; a non-finite input size would still leak, so zero it here.
     out[~np.isfinite(out)] = 0.0
     carry.rows += n

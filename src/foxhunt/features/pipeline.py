@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.bars import build_bars, build_snapshots
+from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import RowUnit
 from foxhunt.features.frame import RowInput, from_bars, from_snapshots

@@ -51,7 +51,7 @@ from foxhunt.features.layout import Mirror, build_layout, build_mirror
 from foxhunt.features.registry import FAMILIES, Family
 
 if TYPE_CHECKING:
-    from foxhunt.config.features import FeaturesConfig
+    from foxhunt.features.config import FeaturesConfig
 
 ENTRY_POINT_GROUP = "foxhunt.features"
 _FILE_MODULE_PREFIX = "foxhunt_plugin_"  # sys.modules name of a plug-in loaded from a .py file

@@ -1,4 +1,4 @@
-"""Snapshot-native family ``snapshot`` (SPEC §3): timing and touch state of one book update.
+"""Snapshot-native family ``snapshot`` (docs/design.md §2): timing and touch state of one book update.
 
 Used in the snapshot row unit's stack; defined for bars too (there a "row" is a bar and the event
 rate counts the book states inside bars). One numba pass over the events (``inp.events``, or one

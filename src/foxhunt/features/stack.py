@@ -5,7 +5,7 @@ included, goes through :func:`compute_stack`). Post-processing here is deliberat
 covered by the cache's schema hash: rows where a book-dependent family has no book are set to 0
 (and its mask is False), a family's ``DEPTH_SLOTS`` are 0 on top-of-book input and its
 ``TRADE_SLOTS`` on rows without trades (listed in :attr:`FeatureMatrix.masked`), and a non-finite
-value from a family is an error, not something to paper over (SPEC §3: no NaN or Inf ever leaves a family).
+value from a family is an error, not something to paper over (no NaN or Inf ever leaves a family).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class FeatureMatrix:
 
     def coverage(self) -> np.ndarray:
         """[W] share of rows with a non-zero value, per column (0 = computed but never informative:
-        the old system found columns that never reached the model this way)."""
+        such a column costs compute and state width and carries nothing to the model)."""
         if len(self.values) == 0:
             return np.zeros(self.values.shape[1])
         return (self.values != 0).mean(axis=0)

@@ -1,4 +1,4 @@
-"""Book-shape family ``tlob`` (SPEC §3): the shape of the row's 10-level book.
+"""Book-shape family ``tlob`` (docs/design.md §2): the shape of the row's 10-level book.
 
 One numba pass over the rows' books (``inp.bid_*``/``inp.ask_*``: the book at the row). Only the
 last slot has memory (a trailing mean), restarted at every segment start; rows with ``book_mask``

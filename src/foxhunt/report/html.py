@@ -50,7 +50,7 @@ from foxhunt.report.fmt import (
     td,
     text,
 )
-from foxhunt.report.schema import LAST_EPOCH_KEY
+from foxhunt.report.schema import LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
 __all__ = ["ReportInputError", "check_summary", "duration", "money", "pct", "render", "write_report"]
@@ -344,6 +344,7 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         "<tr>"
         + td(str(fold_id(f, i)))
         + td(count(f.get("train_rows")))
+        + td(count(_selection(f).get("rows")))
         + td(count(f.get("val_rows")))
         + td(money(f.get("gross_pnl")))
         + td(money(f.get("costs")))
@@ -352,14 +353,26 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         for i, f in enumerate(folds)
     )
     breakdown = "<h3>Agent PnL breakdown</h3>" + table(
-        "<tr><th>fold</th><th>train rows</th><th>validation rows</th>"
+        "<tr><th>fold</th><th>train rows</th><th>of them selection rows</th><th>validation rows</th>"
         f"<th>gross PnL</th><th>costs</th><th>net PnL</th></tr>{brows}"
+    ) + (
+        '<p class="small">Selection rows: the tail of the fold\'s training rows on which each epoch is '
+        "judged and the reported epoch is picked (training episodes end the fold's embargo before them); "
+        "n/a: none (train.selection = last, or a summary from before the validation period was left "
+        "out of the choice).</p>"
     )
     body = (
         f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds)}\n"
         f"{_best_vs_last(folds)}\n{breakdown}"
     )
     return _section("metrics", body)
+
+
+def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The fold's selection period (``fold["selection"]``); empty for a run that selected nothing or
+    predates it."""
+    sel = fold.get(SELECTION_KEY)
+    return sel if isinstance(sel, Mapping) and sel.get("rows") else {}
 
 
 def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
@@ -456,7 +469,7 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
             + td(fixed(best, 0))
             + td(str(len(hist)))
             + td(shown)
-            + td(fixed(at.get("val_sharpe")))
+            + td(fixed(at.get("select_sharpe")))
             + td(fixed(at.get("gate_entropy"), 3))
             + td(pct(at.get("atom_utilisation")))
             + td(fixed(at.get("grad_norm"), 3))
@@ -467,14 +480,15 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         )
     tbl = table(
         "<tr><th>fold</th><th>best epoch</th><th>epochs run</th><th>epoch shown</th>"
-        "<th>val Sharpe</th><th>gate entropy (nats)</th><th>atom utilisation</th><th>grad norm</th>"
+        "<th>selection Sharpe</th><th>gate entropy (nats)</th><th>atom utilisation</th><th>grad norm</th>"
         "<th>expert utilisation</th><th>anomaly</th><th>plateau responses</th></tr>"
         f"{''.join(rows)}"
     )
     note_html = (
         '<p class="small">Per-epoch values are shown at the best epoch (the last recorded epoch when '
-        "the best one is not in the history); the val Sharpe here is the epoch's own validation, over "
-        "the first train.validation_rows rows when that setting caps it. Expert utilisation is the "
+        "the best one is not in the history); the selection Sharpe is the epoch's greedy backtest of the "
+        "fold's selection period (the tail of its training rows), which picks the best epoch: no epoch "
+        "reads the validation period. Expert utilisation is the "
         "last epoch's.</p>"
     )
     img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
@@ -497,7 +511,7 @@ def _qgap_table(folds: Sequence[Mapping[str, Any]]) -> str:
         rows.append(f"<tr>{td(str(fold_id(f, i)))}{cells}</tr>")
     head = "<tr><th>fold</th>" + "".join(f"<th>epoch {e}</th>" for e in epochs) + "</tr>"
     explain = (
-        '<p class="small">Per epoch, the correlation over the validation rows (at most 4,096, from a flat '
+        '<p class="small">Per epoch, the correlation over the selection rows (at most 4,096, from a flat '
         "portfolio) of the greedy network's Q(long) - Q(short) with the state feature carrying the "
         "planted signal. A learner's correlation rises and stays positive; a gambler's wanders around 0 "
         "whatever its PnL. n/a: the gap was constant (no correlation yet).</p>"

@@ -65,7 +65,7 @@ def _note_empty(ax: Any, text: str) -> None:
 
 
 def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -> Path | None:
-    """2x2 panels by epoch: loss components; Q mean with its spread; train vs validation Sharpe;
+    """2x2 panels by epoch: loss components; Q mean with its spread; train vs selection-period Sharpe;
     atom utilisation, active fraction and gate entropy. ``None`` for an empty history."""
     if not history:
         return None
@@ -100,13 +100,13 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
         _note_empty(ax_q, "no Q statistics recorded")
 
     any_sharpe = False
-    for key, label in (("train_sharpe", "train"), ("val_sharpe", "validation")):
+    for key, label in (("train_sharpe", "train (collection)"), ("select_sharpe", "selection period")):
         xs, ys = _series(history, key)
         if ys:
             ax_sharpe.plot(xs, ys, marker=".", label=label)
             any_sharpe = True
     ax_sharpe.axhline(0.0, color="grey", lw=0.8, ls=":")
-    ax_sharpe.set_title("Sharpe (annualised): train vs validation")
+    ax_sharpe.set_title("Sharpe (annualised): train vs selection period")
     if any_sharpe:
         ax_sharpe.legend(fontsize=8)
     else:

@@ -13,21 +13,40 @@ class ReportedCheckpoint(StrEnum):
     the equity curve, the action shares) come from: ``fold["checkpoint"]`` in ``metrics.json``."""
 
     BEST = "best"
-    """``checkpoints/fold<k>/best.safetensors``: the epoch with the highest validation Sharpe among
-    the epochs the anomaly guard passed."""
+    """``checkpoints/fold<k>/best.safetensors``: the epoch with the highest selection-period Sharpe
+    (the tail of the fold's training rows, :mod:`foxhunt.train.selection`) among the epochs the
+    anomaly guard passed."""
     LAST = "last"
-    """``checkpoints/fold<k>/last.safetensors``: the fold's last epoch (used when no epoch qualified
-    as best: every one was flagged, or none had a finite validation Sharpe)."""
+    """``checkpoints/fold<k>/last.safetensors``: the fold's last epoch (``train.selection = last``, or
+    no epoch qualified as best: every one was flagged, or none had a finite selection Sharpe)."""
 
 
-BEST_RULE = "the epoch with the highest validation Sharpe (annualised) among those the anomaly guard passed"
-"""How best.safetensors is chosen (``CheckpointStore.save_best`` with the epoch's validation Sharpe)."""
+BEST_RULE = (
+    "best selection-period Sharpe (annualised; the last training rows, among the epochs the anomaly "
+    "guard passed); validation never seen before the end"
+)
+"""How best.safetensors is chosen (``train.selection = train_tail``: ``CheckpointStore.save_best`` with
+each epoch's Sharpe over the fold's selection period); a fold's ``best_rule`` in metrics.json."""
+
+LAST_RULE = "the last epoch (train.selection = last: no selection); validation never seen before the end"
+"""A fold's ``best_rule`` when nothing is selected."""
+
+SELECTION_KEY = "selection"
+"""``fold["selection"]``: the fold's selection period (``rule``, ``start``, ``end``, ``rows``;
+:meth:`foxhunt.train.selection.FoldPeriods.summary`). A summary without it predates honest selection:
+its best epoch was picked on the validation period it reports."""
 
 SELECTION_CAVEAT = (
-    "the best epoch is chosen on this validation period, so its numbers are optimistic; the last "
+    "the best epoch was chosen on the validation period itself, so its numbers are optimistic; the last "
     "epoch's numbers, beside them, involve no such choice"
 )
-"""Why the last epoch is shown beside the best one."""
+"""Why the last epoch is shown beside the best one, in a summary that predates :data:`SELECTION_KEY`."""
+
+OUT_OF_SAMPLE = (
+    "the epoch is chosen on the selection period (the tail of the fold's training rows, before the "
+    "validation purge), so both numbers are out of sample"
+)
+"""What the best-vs-last comparison means when every fold records its selection period."""
 
 LAST_EPOCH_KEY = "last_epoch"
 """``fold["last_epoch"]``: the fold's last epoch evaluated over the same validation rows, with its

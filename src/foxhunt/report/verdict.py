@@ -24,7 +24,15 @@ from foxhunt.report.fmt import (
     pct,
     policies,
 )
-from foxhunt.report.schema import BEST_RULE, LAST_EPOCH_KEY, SELECTION_CAVEAT, ReportedCheckpoint
+from foxhunt.report.schema import (
+    BEST_RULE,
+    LAST_EPOCH_KEY,
+    LAST_RULE,
+    OUT_OF_SAMPLE,
+    SELECTION_CAVEAT,
+    SELECTION_KEY,
+    ReportedCheckpoint,
+)
 
 GOOD, BAD = '<span class="good">{}</span>', '<span class="bad">{}</span>'
 
@@ -146,20 +154,28 @@ def _checkpoint_line(folds: Sequence[Mapping[str, Any]]) -> str:
     kinds = [f.get("checkpoint") for f in folds]
     if any(k is None for k in kinds):
         return BAD.format("not recorded") + " (the summary does not say which epoch each fold is from)"
+    # Every fold of a summary written since the validation period left the choice records its
+    # selection period; an older summary picked its best epoch on the validation period it reports.
+    sels = [f.get(SELECTION_KEY) if isinstance(f.get(SELECTION_KEY), Mapping) else None for f in folds]
+    honest = all(sel is not None for sel in sels)
     per = ", ".join(
         f"fold {fold_id(f, i)}: {esc(f['checkpoint'])} = epoch {count(f.get('epoch'))}"
-        for i, f in enumerate(folds)
+        + (f" ({count(sel.get('rows'))} selection rows)" if sel is not None and sel.get("rows") else "")
+        for i, (f, sel) in enumerate(zip(folds, sels, strict=True))
     )
+    rule = folds[0].get("best_rule")
+    if not isinstance(rule, str):
+        rule = BEST_RULE if honest else "the best validation Sharpe"
     lasts = [f.get(LAST_EPOCH_KEY) if isinstance(f.get(LAST_EPOCH_KEY), Mapping) else {} for f in folds]
     best_mean = mean([f.get("net_pnl") for f in folds])
     last_mean = mean([last.get("net_pnl") for last in lasts])
     text = (
-        f"every agent number in this report is from the fold's <code>{esc(ReportedCheckpoint.BEST.value)}"
-        f".safetensors</code> ({esc(BEST_RULE)}) over the whole validation period, as "
-        f"<code>foxhunt backtest --checkpoint</code> evaluates it ({per}). "
-        f"Mean net PnL: best {money(best_mean)}, last epoch {money(last_mean)}; {esc(SELECTION_CAVEAT)}."
+        f"every agent number in this report is from the checkpoint each fold names ({esc(rule)}) over "
+        f"the whole validation period, as <code>foxhunt backtest --checkpoint</code> evaluates it ({per}). "
+        f"Mean net PnL: reported {money(best_mean)}, last epoch {money(last_mean)}; "
+        f"{esc(OUT_OF_SAMPLE if honest else SELECTION_CAVEAT)}."
     )
-    if ReportedCheckpoint.LAST.value in kinds:
+    if ReportedCheckpoint.LAST.value in kinds and rule != LAST_RULE:  # last by default, not by choice
         text += " Folds marked last had no epoch eligible as best and report their last epoch."
     return text
 

@@ -28,7 +28,6 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 
-from foxhunt.config.data import DataConfig
 from foxhunt.data.arrays import BookArrays, TradeArrays
 from foxhunt.data.bars import (
     Bars,
@@ -39,6 +38,7 @@ from foxhunt.data.bars import (
     time_bar_index,
     volume_known,
 )
+from foxhunt.data.config import DataConfig
 from foxhunt.data.continuous import choose_front
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import BarKind, DataSource

@@ -36,7 +36,7 @@ from fastapi import FastAPI, Header, Response
 from fastapi.responses import HTMLResponse, JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from foxhunt.env.actions import Direction, OrderType, Urgency
+from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.errors import FoxhuntError
 from foxhunt.serve.ledger import Ledger
 
@@ -111,7 +111,7 @@ def _decision_rows(ledger: Ledger, since: int) -> list[dict[str, Any]]:
 
 
 def _enum_names() -> dict[str, dict[int, str]]:
-    """The action branches' names by value, for the page (one source: foxhunt.env.actions)."""
+    """The action branches' names by value, for the page (one source: foxhunt.domain.actions)."""
     return {
         branch: {int(m): m.name.lower() for m in enum}
         for branch, enum in (("direction", Direction), ("order_type", OrderType), ("urgency", Urgency))

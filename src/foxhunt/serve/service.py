@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from foxhunt.backtest.decisions import HEADER, DecisionRow, step_rows
-from foxhunt.data.instrument import Instrument, resolve_instrument
-from foxhunt.env.actions import Direction, OrderType, Urgency
+from foxhunt.domain.actions import Direction, OrderType, Urgency
+from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.serve.config import FaultAction, ServeConfig
 from foxhunt.serve.ledger import Ledger
@@ -333,17 +333,15 @@ class Service:
             if self.pending_forced == FaultAction.FLATTEN.value:
                 # The fail-safe overrides the plan lock (it binds the policy, not the risk control) and
                 # cancels a resting order, which could otherwise fill after the position is closed.
-                env.state = dataclasses.replace(
-                    before,
-                    plan_active=torch.zeros_like(before.plan_active),
-                    order_side=torch.zeros_like(before.order_side),
-                )
+                plan = dataclasses.replace(before.plan, active=torch.zeros_like(before.plan.active))
+                order = dataclasses.replace(before.order, side=torch.zeros_like(before.order.side))
+                env.state = dataclasses.replace(before, plan=plan, order=order)
             _, res = env.step(self.pending)
         else:
             _, res = self.pending.step(env)
         after = env._state()
-        line = step_rows(stepped, res, after.position, lambda i: int(rows.ts[i]))[0]
-        pnl = (float(res.gross[0]), float(res.costs[0]), float(res.net[0]), float(after.equity[0]))
+        line = step_rows(stepped, res, after.account.position, lambda i: int(rows.ts[i]))[0]
+        pnl = (float(res.gross[0]), float(res.costs[0]), float(res.net[0]), float(after.account.equity[0]))
         fills = [
             (k, float(res.fills[0, k]), float(res.fill_price[0, k]), float(res.fill_costs[0, k]))
             for k in range(res.fills.shape[1])

@@ -51,10 +51,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from foxhunt.config.data import DataConfig
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.arrays import BookArrays, TradeArrays
 from foxhunt.data.book import BookState, rebuild_book
+from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import book_from_records, mbo_from_records
 from foxhunt.data.dbn_write import record_dtype, write_records
 from foxhunt.data.ingest import (
@@ -70,9 +70,9 @@ from foxhunt.data.ingest import (
     load_market,
     trades_in,
 )
-from foxhunt.data.instrument import Instrument
 from foxhunt.data.schemas import BarKind, RowUnit, Schema
 from foxhunt.data.sessions import session_dates, session_open_ns
+from foxhunt.domain.instrument import Instrument
 from foxhunt.env.market import MarketTensors, _ffill, aux_targets, market_tensors
 from foxhunt.errors import ConfigError
 from foxhunt.features._kernels import Carry
@@ -428,7 +428,7 @@ class IncrementalRows:
         # The session's price path and plan volatility, as market_tensors makes them of its rows.
         close = self.session.rows("close")
         mid = _ffill(close)
-        window = self.cfg.env.plan.vol_window
+        window = self.cfg.env.plan.barrier.vol_window
         vol = np.nan_to_num(trailing_volatility(mid, self.session.rows("segment_start"), window))
         finite = np.flatnonzero(np.isfinite(close))
         if k and (not len(finite) or finite[0] >= k):
@@ -590,7 +590,7 @@ class RowState:
         check_layout(fm.columns, self.fold.scaler)
         meta = {"columns": list(fm.columns), "row_unit": cfg.data.row_unit.value}
         cache = FeatureCache(Path(self._tmp.name), cache_table(inp, fm, {}, meta), meta)
-        vol_window = cfg.env.plan.vol_window
+        vol_window = cfg.env.plan.barrier.vol_window
         market = market_tensors(cache, self.fold, vol_window=vol_window, instrument=self.instrument)
         here = Rows(market, cache.column("ts"), cache.features(), tuple(cache.columns))
         return here if self.done is None else self.done.then(here)

@@ -5,8 +5,8 @@ Pure functions (no mlflow): :mod:`foxhunt.tracking.run` sends what they return.
 
 - Parameters: the resolved config flattened (``agent.network.hidden``: :func:`~foxhunt.config.base.leaves`),
   each value as JSON text (a string as itself), cut to MLflow's value limit.
-- Per-epoch metrics: every numeric field of the epoch row under its own name (``misc/val_net_pnl``,
-  ``sharpe/val``), at step :func:`epoch_step` = fold x epochs + epoch, which rises over the whole run.
+- Per-epoch metrics: every numeric field of the epoch row under its own name (``misc/select_net_pnl``,
+  ``sharpe/select``), at step :func:`epoch_step` = fold x epochs + epoch, which rises over the whole run.
 - Results: ``result/fold<k>/<metric>`` per fold (net PnL, trades, annual Sharpe, capture where the
   reference rule is defined) and ``result/total/...`` over the folds. ``foxhunt runs compare`` shows
   the ``result/`` metrics.

@@ -1,2 +1,2 @@
 """Training: the walk-forward run loop, checkpoints (:mod:`foxhunt.train.checkpoint`) and
-diagnostics (SPEC §8)."""
+diagnostics (docs/design.md §7)."""

@@ -1,31 +1,34 @@
-"""Checkpoints (SPEC §8): weights, optimizer state and extra state in one safetensors file, JSON
-metadata beside it, and a layout fingerprint that refuses to load into a different network.
+"""Checkpoints (docs/design.md §7): an agent's state in one safetensors file, JSON metadata beside
+it, and a layout fingerprint that refuses to load into a different network.
 
 A checkpoint named ``P`` is the pair ``P.safetensors`` + ``P.json``:
 
-* ``P.safetensors`` holds every tensor under a prefixed key -- ``module/<name>/<state_dict key>``,
-  ``optim/<name>/state/<param id>/<key>`` (and any tensor inside the optimizer's param groups),
-  ``extra/<key>`` -- and, in its header, the whole JSON metadata document. It is written to a
+* ``P.safetensors`` holds every tensor and, in its header, the whole JSON document. The document
+  holds two nested sections, each a tree of tables, lists and numbers whose tensors are placeholders
+  naming a tensor of the file (:func:`_encode`): ``policy``, what acting reads
+  (:meth:`foxhunt.agent.agent.Agent.policy_state_dict`: the network, PopArt and the acting
+  signals), and ``training``, what a resumed run continues from (the agent's learner, replay, visit
+  counts and generator, and the trainer's own state). A loader gets the two trees back as they were
+  given, tensors in place; nothing is found by the spelling of a key. The file is written to a
   temporary name and renamed, so it is the one authority: a checkpoint is either all there or
   absent, never half-written.
 * ``P.json`` is the same document, pretty-printed for people and tools (written after the
   safetensors file, also atomically; loading never needs it).
 
-The document holds the caller's ``meta`` (resolved config, fold, epoch, metrics, seed) plus
-``foxhunt_version``, ``created`` and ``fingerprint``, and the optimizers' param groups and
-non-tensor state (tuples, integer keys and tensor placeholders encoded losslessly).
+The document's ``meta`` holds the caller's meta (resolved config, fold, epoch, metrics, seed) plus
+``foxhunt_version``, ``created`` and ``fingerprint`` (the shapes and dtypes of the policy's
+tensors, the state layout and the action branches).
 
 **Integrity.** The document's ``content_hash`` holds the SHA-256 of every tensor (dtype, shape and
-bytes) and of the rest of the document itself; every read verifies them, and the module weights must
-be finite. A flipped byte, an edited epoch or a NaN weight is one line naming the file, never a
+bytes) and of the rest of the document itself; every read verifies them, and the policy's tensors
+must be finite. A flipped byte, an edited epoch or a NaN weight is one line naming the file, never a
 network that acts on other numbers. :func:`checkpoint_config` validates the header's resolved config
 and the keys a caller reads (``fold``, ``epoch``) before anything uses them.
 
 :func:`export_weights` writes a **weights-only export** of a training checkpoint in the same format:
-the acting modules and signals and the metadata, without the replay buffer, optimizer state and
-random streams (a few hundred kB instead of megabytes). It loads like a checkpoint for acting; a
-module it does not store loads its stand-in's weights (the document's ``stand_ins``: the target
-network is the online one), and resuming training from it is refused.
+the ``policy`` section and the metadata, without the ``training`` section (replay buffer, optimizer
+state, random streams: a few hundred kB instead of megabytes). It loads like a checkpoint for acting;
+resuming training from it is refused.
 
 :class:`CheckpointStore` lays checkpoints out per fold as
 ``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``; :meth:`CheckpointStore.save_epoch`
@@ -43,7 +46,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
@@ -54,24 +57,26 @@ import numpy as np
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
-from torch import Tensor, nn
+from torch import Tensor
 
 from foxhunt import __version__
 from foxhunt.atomic import atomic_path, write_text
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.env.actions import BRANCH_NAMES, ActionCodec
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
 from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
-# 2: the document's content_hash (a version 1 checkpoint has none and is refused).
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+"""The one version this foxhunt reads: the document holds the agent's ``policy`` and ``training``
+state as nested trees (module docstring). Version 2 stored named modules, optimizers and flat extra
+tensors; version 1 had no content hash. Both are refused with the fix."""
+POLICY, TRAINING = "policy", "training"
+"""The document's two state sections (module docstring)."""
 REQUIRED_META = ("fold", "epoch")
 """The keys of a checkpoint's meta that its readers use (besides the optional resolved ``config``)."""
 _HEADER_KEY = "foxhunt"  # safetensors header metadata key holding the JSON document
-_ADDED_META = ("foxhunt_version", "created", "fingerprint")
 
 
 class CheckpointError(FoxhuntError):
@@ -101,27 +106,22 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _module_spec(module: nn.Module) -> dict[str, dict[str, Any]]:
-    """Every parameter and buffer (non-persistent and tied ones included) by name."""
-    spec: dict[str, dict[str, Any]] = {}
-    for name, p in module.named_parameters(remove_duplicate=False):
-        spec[name] = {"kind": "parameter", "shape": list(p.shape), "dtype": _dtype_name(p.dtype)}
-    for name, b in module.named_buffers(remove_duplicate=False):
-        spec[name] = {"kind": "buffer", "shape": list(b.shape), "dtype": _dtype_name(b.dtype)}
-    return spec
+def _state_spec(state: Mapping[str, Tensor]) -> dict[str, dict[str, Any]]:
+    """Shape and dtype of every tensor of a state dict (tied tensors under each of their names)."""
+    return {name: {"shape": list(t.shape), "dtype": _dtype_name(t.dtype)} for name, t in state.items()}
 
 
 def _branch_sizes(branches: BranchConfig | ActionCodec) -> dict[str, int]:
     codec = branches if isinstance(branches, ActionCodec) else ActionCodec(branches)
-    return dict(zip(BRANCH_NAMES, codec.sizes, strict=True))
+    return dict(zip(BRANCHES, codec.sizes, strict=True))
 
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """What a checkpoint must match to be loaded: the modules' parameter and buffer names, shapes
-    and dtypes, the state layout's groups and the action branches' sizes."""
+    """What a checkpoint must match to be loaded: the names, shapes and dtypes of its policy's
+    tensors, the state layout's groups and the action branches' sizes."""
 
-    modules: dict[str, dict[str, dict[str, Any]]]  # module -> tensor name -> kind, shape, dtype
+    modules: dict[str, dict[str, dict[str, Any]]]  # policy entry -> tensor name -> shape, dtype
     layout: list[dict[str, Any]]  # Layout.describe()
     layout_align: int
     branches: dict[str, int]  # branch name -> size
@@ -129,12 +129,14 @@ class Fingerprint:
     @classmethod
     def of(
         cls,
-        modules: Mapping[str, nn.Module],
+        policy: Mapping[str, Mapping[str, Tensor]],
         branches: BranchConfig | ActionCodec,
         layout: Layout = STATE_LAYOUT,
     ) -> Fingerprint:
+        """The fingerprint of ``policy`` (entry -> state dict, as
+        :meth:`~foxhunt.agent.agent.Agent.policy_state_dict` gives it) under ``branches``, ``layout``."""
         return cls(
-            modules={name: _module_spec(m) for name, m in modules.items()},
+            modules={name: _state_spec(state) for name, state in policy.items()},
             layout=layout.describe(),
             layout_align=layout.align,
             branches=_branch_sizes(branches),
@@ -179,11 +181,11 @@ class Fingerprint:
                 key = f"{name}.{t}"
                 if a is None or b is None:
                     which = b if a is None else a
-                    out.append(f"{key}: {which['kind']} {_show(which)} only {here if b is None else there}")
+                    out.append(f"{key}: {_show(which)} only {here if b is None else there}")
                     continue
                 out.extend(
                     f"{key}: {attr} {a[attr]} {here}, {b[attr]} {there}"
-                    for attr in ("kind", "shape", "dtype")
+                    for attr in ("shape", "dtype")
                     if a[attr] != b[attr]
                 )
         out.extend(_layout_diff(self, other, here, there))
@@ -235,12 +237,30 @@ def _layout_diff(a: Fingerprint, b: Fingerprint, here: str, there: str) -> list[
 # --- lossless JSON for optimizer state and RNG states ------------------------------------------
 
 
-def _encode(value: Any, key: str, tensors: dict[str, Tensor] | None) -> Any:
-    """JSON-able form of ``value``; tensors go to ``tensors[key/...]`` and leave a placeholder."""
+def _view(t: Tensor) -> tuple:
+    """What makes two tensors one: the same memory read the same way (``state_dict`` hands out a new
+    tensor object for the same parameter at each call)."""
+    return (t.device, t.untyped_storage().data_ptr(), t.storage_offset(), t.dtype, tuple(t.shape), t.stride())
+
+
+def _encode(
+    value: Any, key: str, tensors: dict[str, Tensor] | None, views: dict[tuple, str] | None = None
+) -> Any:
+    """JSON-able form of ``value``; tensors go to ``tensors[key/...]`` and leave a placeholder. A
+    tensor met again (the learner's state repeats the policy's network and PopArt) is stored once,
+    both places naming its first key."""
+    if views is None:
+        views = {}
     if isinstance(value, Tensor):
         if tensors is None:
             raise TypeError(f"{key}: unexpected tensor")
+        if value.numel() and _view(value) in views:
+            return {"__tensor__": views[_view(value)]}
+        if key in tensors:  # two paths spelled alike ({"a/b": x} and {"a": {"b": y}}) would share one
+            raise ValueError(f"{key}: two tensors of the state have this path")
         tensors[key] = value
+        if value.numel():
+            views[_view(value)] = key
         return {"__tensor__": key}
     if value is None or isinstance(value, bool | int | float | str):
         return value
@@ -249,18 +269,30 @@ def _encode(value: Any, key: str, tensors: dict[str, Tensor] | None) -> Any:
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, tuple):
-        return {"__tuple__": [_encode(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]}
+        return {"__tuple__": [_encode(v, f"{key}/{i}", tensors, views) for i, v in enumerate(value)]}
     if isinstance(value, list):
-        return [_encode(v, f"{key}/{i}", tensors) for i, v in enumerate(value)]
+        return [_encode(v, f"{key}/{i}", tensors, views) for i, v in enumerate(value)]
     if isinstance(value, dict):
         if all(isinstance(k, str) and not k.startswith("__") for k in value):
-            return {k: _encode(v, f"{key}/{k}", tensors) for k, v in value.items()}
+            return {k: _encode(v, f"{key}/{k}", tensors, views) for k, v in value.items()}
         return {
             "__items__": [
-                [_encode(k, f"{key}/key", None), _encode(v, f"{key}/{k}", tensors)] for k, v in value.items()
+                [_encode(k, f"{key}/key", None), _encode(v, f"{key}/{k}", tensors, views)]
+                for k, v in value.items()
             ]
         }
     raise TypeError(f"{key}: cannot store a {type(value).__name__} in checkpoint metadata")
+
+
+def _tensor_keys(value: Any) -> list[str]:
+    """The file keys of the tensors an encoded tree refers to, in order."""
+    if isinstance(value, list):
+        return [k for v in value for k in _tensor_keys(v)]
+    if not isinstance(value, dict):
+        return []
+    if "__tensor__" in value:
+        return [value["__tensor__"]]
+    return [k for v in value.values() for k in _tensor_keys(v)]
 
 
 def _decode(value: Any, tensors: Mapping[str, Tensor]) -> Any:
@@ -332,48 +364,37 @@ def _flat_for_disk(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
 def save_checkpoint(
     path: str | Path,
     *,
-    modules: Mapping[str, nn.Module],
+    policy: Mapping[str, Mapping[str, Tensor]],
     branches: BranchConfig | ActionCodec,
-    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
-    tensors: Mapping[str, Tensor] | None = None,
+    training: Mapping[str, Any] | None = None,
     meta: Mapping[str, Any] | None = None,
     layout: Layout = STATE_LAYOUT,
 ) -> Path:
     """Write checkpoint ``path`` (``path.safetensors`` + ``path.json``) atomically; return the
     safetensors path.
 
-    ``tensors`` is extra state (replay contents, signal registry, :func:`capture_rng` output);
+    ``policy`` is what acting loads (entry -> state dict: fingerprinted and checked finite on every
+    read); ``training`` what a resumed run continues from (any tree of tables, lists, JSON values and
+    tensors: the learner, replay, counts, :func:`capture_rng` output), None for a policy alone;
     ``meta`` the resolved config, fold, epoch, metrics, seed. ``foxhunt_version``, ``created`` and
     ``fingerprint`` are added (replacing any the caller passed).
     """
-    weights_path = checkpoint_files(path)[0]
     flat: dict[str, Tensor] = {}
-    for name, module in modules.items():
-        for key, value in module.state_dict().items():
-            if not isinstance(value, Tensor):
-                raise TypeError(f"module {name}: state_dict entry {key!r} is not a tensor")
-            flat[f"module/{name}/{key}"] = value
-    optim_doc = {
-        name: _encode(opt.state_dict(), f"optim/{name}", flat) for name, opt in (optimizers or {}).items()
-    }
-    for key, value in (tensors or {}).items():
-        flat[f"extra/{key}"] = value
-    fingerprint = Fingerprint.of(modules, branches, layout)
-    full_meta = {
-        **(meta or {}),
-        "foxhunt_version": __version__,
-        "created": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
-        "fingerprint": fingerprint.to_json(),
-    }
-    doc = {
+    doc: dict[str, Any] = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
-        "meta": full_meta,
-        "modules": list(modules),
-        "optimizers": optim_doc,
-        "extras": list(tensors or {}),
+        "meta": {
+            **(meta or {}),
+            "foxhunt_version": __version__,
+            "created": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+            "fingerprint": Fingerprint.of(policy, branches, layout).to_json(),
+        },
     }
-    return _write(weights_path, flat, doc)
+    views: dict[tuple, str] = {}  # one table for both sections: a tensor in both is stored once
+    doc[POLICY] = _encode(policy, POLICY, flat, views)
+    if training is not None:
+        doc[TRAINING] = _encode(training, TRAINING, flat, views)
+    return _write(checkpoint_files(path)[0], flat, doc)
 
 
 def tensor_hash(t: Tensor) -> str:
@@ -448,8 +469,9 @@ def _verify_tensors(weights_path: Path, doc: Mapping[str, Any], flat: Mapping[st
             + " does not match",
             "use another checkpoint (the ring keeps earlier ones) or retrain",
         )
+    policy = set(_tensor_keys(doc[POLICY]))
     for key, t in flat.items():
-        if key.startswith("module/") and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        if key in policy and t.is_floating_point() and not bool(torch.isfinite(t).all()):
             raise CheckpointError(
                 weights_path,
                 f"non-finite weights (NaN or Inf) in {key}",
@@ -458,18 +480,26 @@ def _verify_tensors(weights_path: Path, doc: Mapping[str, Any], flat: Mapping[st
 
 
 def _read_tensors(
-    weights_path: Path, doc: Mapping[str, Any], device: str, keep: Callable[[str], bool] | None = None
+    weights_path: Path, doc: Mapping[str, Any], device: str, keys: set[str] | None = None
 ) -> dict[str, Tensor]:
-    """The checkpoint's tensors (those whose key ``keep`` accepts), verified."""
+    """The checkpoint's tensors (those of ``keys``, all of which must be there; None: every one),
+    verified."""
     try:
         with safe_open(str(weights_path), framework="pt", device=device) as f:
-            flat = {key: f.get_tensor(key) for key in f.keys() if keep is None or keep(key)}
+            flat = {key: f.get_tensor(key) for key in f.keys() if keys is None or key in keys}
     except (SafetensorError, OSError, RuntimeError) as e:
         raise CheckpointError(
             weights_path,
             f"cannot read its tensors ({e})",
             "use another checkpoint (the ring keeps earlier ones) or retrain",
         ) from e
+    absent = sorted((keys or set()) - set(flat))
+    if absent:
+        raise CheckpointError(
+            weights_path,
+            f"corrupt checkpoint: tensor {absent[0]} of its document is not in the file",
+            "use another checkpoint (the ring keeps earlier ones) or retrain",
+        )
     _verify_tensors(weights_path, doc, flat)
     return flat
 
@@ -491,20 +521,28 @@ def _read_document(weights_path: Path) -> dict[str, Any]:
             f"is truncated, corrupt or not a foxhunt checkpoint ({e})",
             "use another checkpoint (the ring keeps earlier ones) or retrain",
         ) from e
-    kind = (doc.get("format"), doc.get("format_version")) if isinstance(doc, dict) else None
-    if kind != (FORMAT, FORMAT_VERSION):
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointError(
             weights_path,
-            f"is not a version {FORMAT_VERSION} {FORMAT!r} file (with content hashes), the only kind "
-            "this foxhunt reads",
-            "load it with the foxhunt version that wrote it, or retrain",
+            f"is not a {FORMAT!r} file",
+            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+        )
+    if doc.get("format_version") != FORMAT_VERSION:
+        meta = doc.get("meta")
+        wrote = meta.get("foxhunt_version") if isinstance(meta, dict) else None
+        raise CheckpointError(
+            weights_path,
+            f"is a version {doc.get('format_version')} checkpoint"
+            + (f" (written by foxhunt {wrote})" if wrote else "")
+            + f"; this foxhunt {__version__} reads version {FORMAT_VERSION} only",
+            "retrain, or load it with the foxhunt release that wrote it",
         )
     recorded = doc.get("content_hash")
     if not isinstance(recorded, dict) or not isinstance(recorded.get("tensors"), dict):
         raise CheckpointError(
             weights_path, "corrupt checkpoint: its header lacks the content hash", "use another checkpoint"
         )
-    missing = [k for k in ("meta", "modules", "optimizers") if k not in doc]
+    missing = [k for k in ("meta", POLICY) if k not in doc]
     if recorded.get("document") != _document_hash(doc) or missing:
         raise CheckpointError(
             weights_path,
@@ -564,70 +602,51 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     return _read_document(checkpoint_files(path)[0])["meta"]
 
 
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """What :func:`load_checkpoint` read: the meta and the two state sections, tensors in place."""
+
+    meta: dict[str, Any]
+    policy: dict[str, dict[str, Tensor]]
+    training: dict[str, Any] | None  # None: not read (acting), or a weights-only export
+
+
 def load_checkpoint(
     path: str | Path,
     *,
-    modules: Mapping[str, nn.Module],
-    branches: BranchConfig | ActionCodec,
-    optimizers: Mapping[str, torch.optim.Optimizer] | None = None,
+    expect: Fingerprint,
+    training: bool = False,
     map_location: str | torch.device = "cpu",
-    layout: Layout = STATE_LAYOUT,
-) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """Load checkpoint ``path`` into ``modules`` (and ``optimizers``); return ``(meta, extras)``,
-    the extra tensors on ``map_location``.
+) -> LoadedCheckpoint:
+    """Read checkpoint ``path``: its meta, its ``policy`` section and (``training``) its ``training``
+    section, tensors on ``map_location``.
 
     Raises :class:`CheckpointMismatchError` listing every difference when the stored fingerprint
-    differs from that of ``modules``/``branches``/``layout`` (nothing is loaded then), and
-    :class:`CheckpointError` naming the file when it is missing or corrupt.
+    differs from ``expect`` (the loading agent's: ``Fingerprint.of(agent.policy_state_dict(), ...)``),
+    :class:`CheckpointError` when ``training`` is asked of a weights-only export, and naming the file
+    when it is missing or corrupt. Acting reads only the policy's tensors, never the replay buffer.
     """
     weights_path, _ = checkpoint_files(path)
     doc = _read_document(weights_path)
-    stored = Fingerprint.from_json(doc["meta"]["fingerprint"])
-    differences = Fingerprint.of(modules, branches, layout).diff(stored)
+    differences = expect.diff(Fingerprint.from_json(doc["meta"]["fingerprint"]))
     if differences:
         raise CheckpointMismatchError(weights_path, differences)
-    missing = [n for n in (optimizers or {}) if n not in doc["optimizers"]]
-    if missing and "export" in doc["meta"]:
+    if training and TRAINING not in doc:
         raise CheckpointError(
             weights_path,
             "is a weights-only export (no optimizer or replay state), which acts but cannot resume training",
             "resume from the full checkpoint it was exported from",
         )
-    if missing:
-        raise CheckpointMismatchError(
-            weights_path, [f"optimizer {n}: given here but not in the checkpoint" for n in missing]
-        )
-    # A module an export does not store loads the weights of its stand-in (STAND_INS).
-    source = {name: doc.get("stand_ins", {}).get(name, name) for name in modules}
-    absent = [n for n in modules if source[n] not in doc["modules"]]
-    if absent:
-        raise CheckpointMismatchError(
-            weights_path, [f"module {n}: given here but no weights stored in the file" for n in absent]
-        )
-    flat = _read_tensors(weights_path, doc, str(map_location))
-    for name, module in modules.items():
-        prefix = f"module/{source[name]}/"
-        module.load_state_dict({k[len(prefix) :]: v for k, v in flat.items() if k.startswith(prefix)})
-    for name, opt in (optimizers or {}).items():
-        try:
-            opt.load_state_dict(_decode(doc["optimizers"][name], flat))
-        except (ValueError, KeyError) as e:
-            raise CheckpointMismatchError(weights_path, [f"optimizer {name}: {e}"]) from e
-    extras = {k.removeprefix("extra/"): v for k, v in flat.items() if k.startswith("extra/")}
-    return doc["meta"], extras
+    keys = set(_tensor_keys(doc[POLICY]) + (_tensor_keys(doc[TRAINING]) if training else []))
+    flat = _read_tensors(weights_path, doc, str(map_location), keys)
+    return LoadedCheckpoint(
+        meta=doc["meta"],
+        policy=_decode(doc[POLICY], flat),
+        training=_decode(doc[TRAINING], flat) if training else None,
+    )
 
 
 # --- weights-only export ------------------------------------------------------------------------
-
-ACTING_MODULES = ("network", "popart")
-"""The modules a trained policy acts with: the Q network and PopArt, whose statistics turn the
-network's normalised Q values into dollars (the greedy argmax and the sizing read them)."""
-ACTING_EXTRAS = ("signals.",)
-"""Prefixes of the extra tensors the acting policy reads: the running signals (``q_gap``, ``q_abs``)
-that scale its conviction and Q-variance sizing inputs."""
-STAND_INS = {"target": "network"}
-"""Modules an export leaves out and what a loader puts in their place: the target network only
-serves the learner's bootstrap, so it loads the online network's weights (a learner starts so)."""
 
 
 def export_weights(
@@ -640,46 +659,40 @@ def export_weights(
     """Write the weights-only export of training checkpoint ``path`` as ``out`` (``out.safetensors``
     + ``out.json``); return the safetensors path.
 
-    The export keeps what acting needs: the :data:`ACTING_MODULES` weights, the
-    :data:`ACTING_EXTRAS` tensors and the whole metadata (resolved config, fold, epoch, metrics,
-    layout fingerprint); it drops the replay buffer, the optimizer state, the visit counts, the random
-    streams and the target network (:data:`STAND_INS`). ``scaler``, the fold's training-row
-    normaliser, is stored in the metadata as ``normaliser`` when given, so the file alone turns raw
-    feature rows into the states the network was trained on. ``instrument``, the contract the
-    training data was of (``Instrument.to_dict``), is stored as ``instrument`` when given: ``foxhunt
-    serve`` refuses a stream of another one. The export loads wherever the checkpoint
-    does (:func:`load_checkpoint`, ``foxhunt backtest --checkpoint``) and gives the same actions;
-    resuming training from it is refused.
+    The export keeps what acting needs: the ``policy`` section (the network, PopArt, whose statistics
+    turn the network's normalised Q values into dollars, and the running signals that scale the
+    conviction and Q-variance sizing inputs) and the whole metadata (resolved config, fold, epoch,
+    metrics, layout fingerprint); it drops the ``training`` section (replay buffer, optimizer state,
+    target network, visit counts, random streams). ``scaler``, the fold's training-row normaliser, is
+    stored in the metadata as ``normaliser`` when given, so the file alone turns raw feature rows into
+    the states the network was trained on. ``instrument``, the contract the training data was of
+    (``Instrument.to_dict``), is stored as ``instrument`` when given: ``foxhunt serve`` refuses a
+    stream of another one. The export loads wherever the checkpoint does (:func:`load_checkpoint`,
+    ``foxhunt backtest --checkpoint``) and gives the same actions; resuming training from it is
+    refused.
 
     Example::
 
         export_weights("runs/main/train/checkpoints/fold0/best.safetensors", "exports/fold0")
     """
+    from foxhunt.agent.agent import POLICY_ENTRIES
+
     source = checkpoint_files(path)[0]
     doc = _read_document(source)
-    lacking = [m for m in ACTING_MODULES if m not in doc["modules"]]
+    lacking = [m for m in POLICY_ENTRIES if m not in doc[POLICY]]
     if lacking:
         raise CheckpointError(
             source,
-            f"holds no {', '.join(lacking)} module, so it is not a trained agent's checkpoint",
+            f"holds no {', '.join(lacking)} policy state, so it is not a trained agent's checkpoint",
             "export a checkpoint that foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
         )
-    keep = tuple(f"module/{m}/" for m in ACTING_MODULES) + tuple(f"extra/{p}" for p in ACTING_EXTRAS)
-    flat = _read_tensors(source, doc, "cpu", keep=lambda key: key.startswith(keep))
+    flat = _read_tensors(source, doc, "cpu", set(_tensor_keys(doc[POLICY])))
     meta = {**doc["meta"], "export": {"source": str(source), "weights_only": True}}
     if scaler is not None:
         meta["normaliser"] = scaler.to_dict()
     if instrument is not None:
         meta["instrument"] = instrument
-    export = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "meta": meta,
-        "modules": [m for m in doc["modules"] if m in ACTING_MODULES],
-        "stand_ins": {m: s for m, s in STAND_INS.items() if m in doc["modules"]},
-        "optimizers": {},
-        "extras": [k.removeprefix("extra/") for k in flat if k.startswith("extra/")],
-    }
+    export = {"format": FORMAT, "format_version": FORMAT_VERSION, "meta": meta, POLICY: doc[POLICY]}
     return _write(checkpoint_files(out)[0], flat, export)
 
 
@@ -699,8 +712,8 @@ def capture_rng(
     generators: Mapping[str, torch.Generator | np.random.Generator] | None = None,
 ) -> dict[str, Tensor]:
     """The global torch (CPU and, when initialised, every CUDA device), numpy and Python random
-    states, plus those of the named ``generators``, as uint8 tensors keyed ``rng/...`` (pass them
-    to :func:`save_checkpoint` as extra tensors)."""
+    states, plus those of the named ``generators``, as uint8 tensors keyed ``rng/...`` (put them in
+    the ``training`` section of :func:`save_checkpoint`)."""
     out: dict[str, Tensor] = {
         "rng/torch": torch.get_rng_state(),
         "rng/numpy": _to_bytes_tensor(np.random.get_state(legacy=False)),
@@ -758,10 +771,9 @@ class BestEligibility(Protocol):
 class CheckpointContents:
     """What one checkpoint holds (see :func:`save_checkpoint` for each field)."""
 
-    modules: Mapping[str, nn.Module]
+    policy: Mapping[str, Mapping[str, Tensor]]
     branches: BranchConfig | ActionCodec
-    optimizers: Mapping[str, torch.optim.Optimizer] = field(default_factory=dict)
-    tensors: Mapping[str, Tensor] = field(default_factory=dict)
+    training: Mapping[str, Any] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = STATE_LAYOUT
 
@@ -809,10 +821,9 @@ class CheckpointStore:
     def _save(self, path: Path, fold: int, epoch: int, contents: CheckpointContents, **extra: Any) -> Path:
         return save_checkpoint(
             path,
-            modules=contents.modules,
+            policy=contents.policy,
             branches=contents.branches,
-            optimizers=contents.optimizers,
-            tensors=contents.tensors,
+            training=contents.training,
             meta={**contents.meta, "fold": fold, "epoch": epoch, **extra},
             layout=contents.layout,
         )

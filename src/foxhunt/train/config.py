@@ -1,9 +1,9 @@
 """The ``[train]`` config section: epochs, collection sizes, checkpoints ring, anomaly guard, plateau
-handling and memory-derived sizing (SPEC §8).
+handling and memory-derived sizing (docs/design.md §7).
 
 Every optional mechanism has a numeric coefficient where 0 (or 1 for a multiplier) switches it off.
-The defaults are the production sizes of SPEC §8 and issue 7's benchmark (16,384 episodes x 100
-steps per epoch); the smoke profile shrinks them.
+The defaults are the production sizes, those of the benchmarked epoch (16,384 episodes x 100 steps
+per epoch, bench/epoch.py); the smoke profile shrinks them.
 """
 
 from __future__ import annotations
@@ -36,14 +36,14 @@ class AnomalyConfig(Frozen):
         ge=1,
         le=1000,
         description="Consecutive exploding-loss epochs that stop the run (earlier ones are SUSPECT: "
-        "logged, never marked best). NaN/Inf and implausible validation results stop at once.",
+        "logged, never marked best). NaN/Inf and implausible selection-period results stop at once.",
     )
     max_sharpe_annual: float = Field(
         10.0,
         gt=0,
         le=1e6,
-        description="Validation Sharpe ceiling passed to backtest.metrics.implausibility when the "
-        "validation metrics carry no 'implausible' flag of their own.",
+        description="Sharpe ceiling of the run's backtests (each epoch's selection period, each fold's "
+        "validation) passed to backtest.metrics.implausibility.",
     )
 
 
@@ -124,9 +124,18 @@ class SizingConfig(Frozen):
         return self
 
 
+class Selection(StrEnum):
+    """How a fold picks the checkpoint it reports (:mod:`foxhunt.train.selection`). Neither reads the
+    validation period, which is evaluated once, at the end, with the picked checkpoint."""
+
+    TRAIN_TAIL = "train_tail"  # the best greedy Sharpe on the last rows of the training block
+    LAST = "last"  # no selection: the last epoch's weights
+
+
 class TrainConfig(Frozen):
     """Folds -> epochs: each epoch collects ``envs`` episodes x ``steps_per_epoch`` steps, runs the
-    learner updates (``agent.learn.updates_per_epoch``), then a validation backtest (SPEC §8)."""
+    learner updates (``agent.learn.updates_per_epoch``), then a greedy backtest of the selection
+    period (docs/design.md §7)."""
 
     epochs: int = Field(100, ge=1, le=1_000_000, description="Epochs per fold.")
     envs: int = Field(
@@ -138,11 +147,26 @@ class TrainConfig(Frozen):
     steps_per_epoch: int = Field(
         100, ge=1, le=1_000_000, description="Steps T each parallel episode advances per epoch."
     )
-    validation_rows: int = Field(
+    selection: Selection = Field(
+        Selection.TRAIN_TAIL,
+        description="Which epoch a fold reports: train_tail: the best greedy Sharpe on the selection "
+        "period (the tail of the training rows); last: the last epoch (no per-epoch evaluation). "
+        "The validation period is never an input to the choice.",
+    )
+    selection_fraction: float = Field(
+        0.2,
+        gt=0,
+        le=0.5,
+        description="train_tail: share of a fold's usable training rows, at their end, that form the "
+        "selection period (training episodes end the fold's embargo rows before it).",
+    )
+    selection_rows: int = Field(
         100_000,
         ge=0,
         le=1 << 40,
-        description="Cap on the validation rows backtested per epoch (0 = the whole validation window).",
+        description="train_tail: cap on the selection period's rows, which then are the last ones before "
+        "the validation purge; the rows cut off return to training (0 = no cap). Each epoch backtests "
+        "the whole selection period.",
     )
     ring: int = Field(3, ge=1, le=1000, description="Recent checkpoints kept for a plateau rewind.")
     log_every: int = Field(

@@ -1,4 +1,4 @@
-"""Per-epoch diagnostics (SPEC §8): accumulated on the device, read back once per epoch, written to
+"""Per-epoch diagnostics (docs/design.md §7): accumulated on the device, read back once per epoch, written to
 TensorBoard, a JSON-lines history and one console line.
 
 Key names
@@ -12,9 +12,11 @@ and collectors may add any others::
     q/<branch>/mean, q/<branch>/spread    E[Q] mean and its spread over the batch, per branch
     atoms/utilisation                     share of C51 atoms carrying probability
     experts/gate_entropy, experts/util/k  gate entropy (nats) and each expert's utilisation
-    actions/picked/<branch>/k, actions/realised/<branch>/k, actions/active_frac
-    sharpe/train, sharpe/val              annualised Sharpe of the collection and of validation
-    q/direction_gap_corr                  corr(greedy Q(long) - Q(short), planted carrier) on validation
+    actions/picked/<branch>/k, actions/realised/<branch>/k, actions/active_frac   on the selection period
+    sharpe/train, sharpe/select           annualised Sharpe of the collection and of the selection
+                                          period's greedy backtest (it picks best.safetensors)
+    misc/select_net_pnl, misc/select_trades   that backtest's net PnL and closed trades
+    q/direction_gap_corr                  corr(greedy Q(long) - Q(short), planted carrier) on selection
                                           rows (synthetic markets only: real data has no known carrier)
     time/epoch_s                          wall seconds of the epoch
 
@@ -36,6 +38,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from foxhunt.agent.stats import Q_GROUP, q_key
 from foxhunt.errors import FoxhuntError
 
 LOSS_TOTAL = "loss/total"
@@ -43,13 +46,17 @@ GRAD_TOTAL = "grad/total"
 ATOM_UTILISATION = "atoms/utilisation"
 GATE_ENTROPY = "experts/gate_entropy"
 SHARPE_TRAIN = "sharpe/train"
-SHARPE_VAL = "sharpe/val"
+SHARPE_SELECT = "sharpe/select"
+"""Annualised Sharpe of the epoch's greedy backtest over the fold's selection period (never validation)."""
+SELECT_NET_PNL = "misc/select_net_pnl"
+SELECT_TRADES = "misc/select_trades"
+SELECT_SECONDS = "time/select_s"
 ACTIVE_FRAC = "actions/active_frac"
 EPOCH_SECONDS = "time/epoch_s"
 QGAP_CORR = "q/direction_gap_corr"
-"""corr(Q(long) - Q(short) of the greedy policy, the planted signal's carrier) over validation rows."""
+"""corr(Q(long) - Q(short) of the greedy policy, the planted signal's carrier) over selection rows."""
 QGAP_MAX_ROWS = 4096
-"""Validation rows the direction-gap correlation reads at most (evenly spaced): one forward pass."""
+"""Selection rows the direction-gap correlation reads at most (evenly spaced): one forward pass."""
 
 TENSORBOARD_DIR = "tensorboard"
 """Under the run folder: one TensorBoard log folder per fold, ``tensorboard/fold_<k>``."""
@@ -62,18 +69,13 @@ class Group(StrEnum):
 
     LOSS = "loss"
     GRAD = "grad"
-    Q = "q"
+    Q = Q_GROUP  # the learner's per-branch Q statistics (foxhunt.agent.stats.q_key)
     ATOMS = "atoms"
     EXPERTS = "experts"
     ACTIONS = "actions"
     SHARPE = "sharpe"
     TIME = "time"
     MISC = "misc"
-
-
-def q_key(branch: str, stat: str) -> str:
-    """``q/<branch>/<stat>``, ``stat`` one of ``mean``, ``spread``."""
-    return f"{Group.Q}/{branch}/{stat}"
 
 
 def q_branches(stats: Mapping[str, float]) -> list[str]:
@@ -97,26 +99,19 @@ def gap_rows(lo: int, hi: int, most: int = QGAP_MAX_ROWS) -> torch.Tensor:
 def direction_q(agent: Any, market: Any, env_cfg: Any, rows: torch.Tensor) -> np.ndarray:
     """[N, D] E[Q] of the direction branch of the greedy network (no noise) at a flat portfolio on
     each row (an episode reset there), de-normalised by PopArt."""
+    from foxhunt.domain.actions import BRANCHES
     from foxhunt.env.core import TradingEnv
-    from foxhunt.env.rewards import BRANCHES
 
     env = TradingEnv(market, env_cfg.model_copy(update={"episode_rows": 2}))
     rows = rows.to(market.device)
     obs = env.reset(rows, rows + 1)
-    net = agent.net
-    was_training = net.training
-    net.eval()
-    try:
-        with torch.no_grad():
-            q_BA = net.expected_q(net(obs), agent.learner.popart.denormalise)[BRANCHES.index("direction")]
-    finally:
-        net.train(was_training)
+    q_BA = agent.expected_q(obs)[BRANCHES.index("direction")]
     return q_BA.cpu().numpy()
 
 
 def direction_gap(agent: Any, market: Any, env_cfg: Any, rows: torch.Tensor) -> np.ndarray:
     """[N] Q(long) - Q(short) of :func:`direction_q`: the greedy direction gap."""
-    from foxhunt.env.actions import Direction
+    from foxhunt.domain.actions import Direction
 
     q_BA = direction_q(agent, market, env_cfg, rows)
     return q_BA[:, int(Direction.LONG)] - q_BA[:, int(Direction.SHORT)]
@@ -378,7 +373,8 @@ def console_line(fold: int, epoch: int, stats: Mapping[str, float]) -> str:
         parts.append(f"atoms {_g(stats[ATOM_UTILISATION])}")
     if GATE_ENTROPY in stats:
         parts.append(f"gate H {_g(stats[GATE_ENTROPY])}")
-    sharpe = [f"{n} {_g(stats[k])}" for n, k in (("train", SHARPE_TRAIN), ("val", SHARPE_VAL)) if k in stats]
+    named = (("train", SHARPE_TRAIN), ("select", SHARPE_SELECT))
+    sharpe = [f"{n} {_g(stats[k])}" for n, k in named if k in stats]
     if sharpe:
         parts.append("Sharpe " + " ".join(sharpe))
     if ACTIVE_FRAC in stats:

@@ -1,5 +1,5 @@
-"""The anomaly guard (SPEC §8): an epoch whose statistics are broken or too good stops the run with a
-diagnosis instead of being saved as the best.
+"""The anomaly guard (docs/design.md §7): an epoch whose statistics are broken or too good stops the
+run with a diagnosis instead of being saved as the best.
 
 Checked once per epoch, on the host dict of :meth:`foxhunt.train.diagnostics.EpochStats.read` and
 the validation backtest's metrics:
@@ -9,10 +9,11 @@ the validation backtest's metrics:
 * **exploding loss**: ``|loss/total| > factor x median(|loss/total|)`` over the last
   ``median_window`` healthy epochs, once ``warmup_epochs`` of them exist -> SUSPECT, and ANOMALOUS
   on the ``max_consecutive``-th such epoch in a row (an exploding epoch never enters the median);
-* **implausible validation**: the backtester's flag (``metrics["implausible"]`` with its
-  ``implausible_reasons``, as ``foxhunt backtest`` writes them) or, when the metrics carry no flag,
-  :func:`foxhunt.backtest.metrics.implausibility` run on them -> ANOMALOUS at once (SPEC §9: the
-  oracle that peeks at the future must be stopped here).
+* **implausible backtest** (in training, each epoch's selection-period backtest): the backtester's
+  flag (``metrics["implausible"]`` with its ``implausible_reasons``, as ``foxhunt backtest`` writes
+  them) or, when the metrics carry no flag,
+  :func:`foxhunt.backtest.metrics.implausibility` run on them -> ANOMALOUS at once (the
+  oracle that peeks at the future must be stopped here, docs/design.md §8).
 
 Only an OK epoch may be marked best (:attr:`GuardResult.may_be_best`); :meth:`AnomalyGuard.check_or_raise`
 raises :class:`AnomalyError` on ANOMALOUS. Call :meth:`AnomalyGuard.reset` at a fold boundary.
@@ -119,9 +120,10 @@ class AnomalyGuard:
     ) -> GuardResult:
         """The verdict on one epoch (call once per epoch: it updates the loss history).
 
-        ``validation``: the validation backtest's metrics (a :func:`~foxhunt.backtest.metrics.compute_metrics`
-        dict, or a body with ``implausible`` / ``implausible_reasons``), or just the backtester's
-        boolean flag, or None when no validation ran this epoch.
+        ``validation``: the epoch's backtest metrics (training: the selection period's; a
+        :func:`~foxhunt.backtest.metrics.compute_metrics` dict, or a body with ``implausible`` /
+        ``implausible_reasons``), or just the backtester's boolean flag, or None when no backtest ran
+        this epoch (``train.selection = last``).
         """
         causes: list[Cause] = []
         findings: list[str] = []
@@ -159,7 +161,7 @@ class AnomalyGuard:
             reasons = self._implausible(validation)
             if reasons:
                 causes.append(Cause.IMPLAUSIBLE)
-                findings.append("implausible validation result: " + "; ".join(reasons))
+                findings.append("implausible backtest result: " + "; ".join(reasons))
 
         if not causes:
             if loss is not None and math.isfinite(loss):

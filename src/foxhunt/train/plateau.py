@@ -1,4 +1,4 @@
-"""Plateau handling (SPEC §8): detect a frozen learner and respond with an ordered ladder.
+"""Plateau handling (docs/design.md §7): detect a frozen learner and respond with an ordered ladder.
 
 Detection (:class:`PlateauDetector`)
 ------------------------------------

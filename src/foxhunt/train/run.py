@@ -1,26 +1,28 @@
-"""The walk-forward training run: folds -> epochs -> collect, learn, validate (SPEC §8).
+"""The walk-forward training run: folds -> epochs -> collect, learn, select (docs/design.md §7).
 
 Each fold trains a fresh agent (seeded by the run seed and the fold index), so fold k+1 starts
 from the same state whatever fold k did, and nothing learned on a later period reaches an earlier
-fold's validation. An epoch:
+fold's validation. The fold's usable training rows are split (:mod:`foxhunt.train.selection`): a
+collection block, then the fold's embargo, then the **selection period** (the last
+``train.selection_fraction`` of them). An epoch:
 
-1. **Collect.** ``envs`` episodes start at random rows of the fold's training block (their windows
-   end before the purge, so no episode reaches validation rows) and step ``steps_per_epoch`` rows
-   with the exploring policy; n-step transitions go to the device replay.
+1. **Collect.** ``envs`` episodes start at random rows of the collection block (their windows end
+   the fold's embargo before the selection period) and step ``steps_per_epoch`` rows with the
+   exploring policy; n-step transitions go to the device replay.
 2. **Learn.** ``updates_per_epoch`` learner updates.
-3. **Validate.** The greedy policy over every validation window of the fold (the backtester).
+3. **Select.** The greedy policy over every window of the selection period (the backtester).
 4. **Check and keep.** Diagnostics are read back once; the anomaly guard stops the run on NaN/Inf,
-   an exploding loss or an implausible validation result; the plateau detector responds to a
+   an exploding loss or an implausible selection result; the plateau detector responds to a
    frozen learner (not after the fold's last epoch); checkpoints: last, a ring of recent ones, and
-   the best validation Sharpe (never an anomalous one; saved before a plateau response moves the
-   weights it was validated with).
+   the best selection Sharpe (never an anomalous one; saved before a plateau response moves the
+   weights it was judged with).
 
-The reported validation metrics of a fold (its ``net_pnl``, ``sharpe_annual``, equity and action
-shares) are those of ``best.safetensors`` evaluated over the fold's whole validation period exactly
-as ``foxhunt backtest --checkpoint`` evaluates it, so the report and a backtest of that file agree;
-``checkpoint`` and ``epoch`` say which file and epoch. Because the best epoch is picked on the
-validation period, its numbers are optimistic: the last epoch, over the same rows, is reported
-beside them (``last_epoch``). A fold with no eligible best epoch reports its last one.
+Nothing of an epoch reads the validation period. When the fold's epochs are done, its validation
+period is evaluated once: with ``best.safetensors`` exactly as ``foxhunt backtest --checkpoint``
+evaluates it (its ``net_pnl``, ``sharpe_annual``, equity and action shares, so the report and a
+backtest of that file agree; ``checkpoint`` and ``epoch`` say which file and epoch), and with the
+last epoch beside it (``last_epoch``). Under ``train.selection = last``, or when no epoch was
+eligible as best, the fold reports its last epoch.
 
 ``--resume`` continues from the last checkpoint: weights, optimizer, PopArt, signals, replay,
 visit counts and every random generator are restored, so on CPU the resumed run reproduces the
@@ -31,18 +33,20 @@ from __future__ import annotations
 
 import json
 import math
-import random
 import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from foxhunt import seeding
 from foxhunt.agent.agent import Agent
+from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
 from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
@@ -50,27 +54,34 @@ from foxhunt.backtest.reference import fold_capture, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
-from foxhunt.env.actions import ActionCodec
+from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
-from foxhunt.report.schema import BEST_RULE, LAST_EPOCH_KEY, ReportedCheckpoint
+from foxhunt.report.schema import LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series, net_by_row
+from foxhunt.seeding import Stream
 from foxhunt.train.checkpoint import (
     CheckpointContents,
     CheckpointStore,
+    Fingerprint,
     capture_rng,
     load_checkpoint,
     restore_rng,
 )
+from foxhunt.train.config import Selection
 from foxhunt.train.diagnostics import (
+    ACTIVE_FRAC,
     EPOCH_SECONDS,
     HISTORY_FILE,
     LOSS_TOTAL,
     QGAP_CORR,
-    SHARPE_VAL,
+    SELECT_NET_PNL,
+    SELECT_SECONDS,
+    SELECT_TRADES,
+    SHARPE_SELECT,
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
@@ -78,10 +89,11 @@ from foxhunt.train.diagnostics import (
     direction_gap,
     gap_correlation,
     gap_rows,
-    q_key,
 )
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
+from foxhunt.train.policy import CheckpointPolicy
+from foxhunt.train.selection import FoldPeriods, episode_starts, fold_periods
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation.dataset import FoldData, make_folds
 
@@ -159,21 +171,21 @@ def _action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dic
     }
 
 
-def capped(fd: FoldData, cfg: FoxhuntConfig) -> bool:
-    """Whether train.validation_rows cuts the per-epoch validation short of the fold's whole period."""
-    cap = cfg.train.validation_rows
-    return 0 < cap < fd.fold.validation_end - fd.fold.validation_start
-
-
 def validate(
-    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float, *, whole: bool = False
+    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float
 ) -> tuple[dict, StepRecord]:
-    """The policy over the fold's validation rows: the first train.validation_rows of them per epoch,
-    or (``whole``) all of them, as ``foxhunt backtest`` evaluates a checkpoint."""
-    lo, hi = fd.fold.validation_start, fd.fold.validation_end
-    if not whole and capped(fd, cfg):
-        hi = lo + cfg.train.validation_rows
-    rec = evaluate(market, cfg.env, lo, hi, policy)
+    """The policy over the fold's whole validation period, as ``foxhunt backtest`` evaluates a
+    checkpoint: run once a fold, after its epochs, so it never decides which epoch is reported."""
+    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
+    return _summarise(rec, bpy, cfg), rec
+
+
+def evaluate_selection(
+    market: MarketTensors, periods: FoldPeriods, cfg: FoxhuntConfig, policy, bpy: float
+) -> tuple[dict, StepRecord]:
+    """The policy over the fold's selection period (each epoch's greedy backtest: its Sharpe picks
+    ``best.safetensors``); the same evaluator as :func:`validate`, over other rows."""
+    rec = evaluate(market, cfg.env, periods.select_lo, periods.select_hi, policy)
     return _summarise(rec, bpy, cfg), rec
 
 
@@ -200,7 +212,7 @@ class FoldTrainer:
     ) -> None:
         self.cfg, self.fd, self.device, self.store, self.log = cfg, fd, device, store, log
         self.k = fd.fold.index
-        self.market = market_tensors(cache, fd, vol_window=cfg.env.plan.vol_window, device=device)
+        self.market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
         self.bpy = bars_per_year(cache)
         self.ts = cache.column("ts")  # the report's equity curves are drawn against time
         t, net = cfg.train, cfg.agent.network
@@ -224,38 +236,28 @@ class FoldTrainer:
             ),
             n_step=cfg.agent.learn.n_step,
         )
-        seed = cfg.run.seed * 1000 + self.k
+        # Every stream of the fold from the run seed and the fold index alone (foxhunt.seeding).
+        seed = partial(seeding.stream_seed, cfg.run.seed, fold=self.k)
         self.agent = Agent(
-            cfg.agent, cfg.env.branches, device=device, seed=seed, replay_capacity=self.sizes.replay_capacity
+            cfg.agent,
+            cfg.env.branches,
+            device=device,
+            seed=seed(Stream.AGENT),
+            replay_capacity=self.sizes.replay_capacity,
         )
-        self.starts_gen = torch.Generator(device=device).manual_seed(seed + 1)
-        # The process-wide numpy and Python generators, which every checkpoint records beside torch's
-        # (seeded by the Agent): seeded per fold too, so that a run's checkpoints do not depend on the
-        # process that wrote them and a resumed run's are bit-identical to an uninterrupted one's.
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
+        seeding.seed_process(seed(Stream.PROCESS), torch_cpu_state=self.agent.noise_rng_state)
+        self.starts_gen = seeding.generator(seed(Stream.EPISODE_STARTS), device)
         self.env_cfg = cfg.env.model_copy(update={"episode_rows": t.steps_per_epoch + 1})
-        # Training episodes must end before the first purged row: the last usable row is the
-        # largest training row index (purged and embargoed rows are excluded from fd.fold.train).
-        self.train_lo = int(fd.fold.train_start)
-        self.train_hi = int(fd.fold.train.max()) + 1 if len(fd.fold.train) else self.train_lo
-        if self.train_hi - self.train_lo < t.steps_per_epoch + 2:
-            raise FoxhuntError(
-                f"fold {self.k}",
-                f"{self.train_hi - self.train_lo} training rows are fewer than "
-                f"one episode ({t.steps_per_epoch + 2})",
-                "lower train.steps_per_epoch or use more data",
-            )
+        # Training episodes end the fold's embargo before the selection period, which ends before
+        # the validation purge (too few rows for either: FoxhuntError).
+        self.periods = fold_periods(fd.fold, t)
         self.history: list[dict[str, float]] = []
         self.guard = AnomalyGuard(t.anomaly)
         self.plateau = PlateauDetector.from_config(t.plateau)
-        heads = [
-            p for name, p in self.agent.net.named_parameters() if name.startswith(("value", "advantage"))
-        ]
         self.responder = PlateauResponder(
             t.plateau,
-            self.agent.learner.opt,
-            heads,
+            self.agent.optimizer,
+            self.agent.head_parameters(),
             generator=self.agent.gen,
             rewind=self.rewind,
             temperature=cfg.agent.explore.temperature,  # 0 (Boltzmann off): the boost rung is skipped
@@ -266,55 +268,37 @@ class FoldTrainer:
 
     # --- state for checkpoints --------------------------------------------------------------
 
-    def modules(self) -> dict[str, torch.nn.Module]:
-        a = self.agent
-        return {"network": a.net, "target": a.learner.target, "popart": a.learner.popart}
-
-    def extra(self) -> dict[str, torch.Tensor]:
-        a = self.agent
-        out = {f"replay.{k}": v for k, v in a.replay.state_dict().items()}
-        out.update({f"signals.{k}": v for k, v in a.signals.state_dict().items()})
-        out.update({f"counts.{i}": c for i, c in enumerate(a.counts)})
-        out.update(capture_rng({"agent": a.gen, "starts": self.starts_gen}))
-        return out
-
     def contents(self, metrics: dict[str, Any]) -> CheckpointContents:
+        """The checkpoint of this fold as it stands: the agent's policy, and for training the agent's
+        training state and the trainer's random streams (its other state is JSON, in the meta)."""
         return CheckpointContents(
-            modules=self.modules(),
+            policy=self.agent.policy_state_dict(),
             branches=self.cfg.env.branches,
-            optimizers={"adam": self.agent.learner.opt},
-            tensors=self.extra(),
+            training={
+                "agent": self.agent.training_state_dict(),
+                "rng": capture_rng({"starts": self.starts_gen}),
+            },
             meta=self.meta(metrics),
         )
+
+    def _load(self, path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        """``(the agent's state_dict, the trainer's random streams, meta)`` of what :meth:`contents`
+        saved as checkpoint ``path``, checked against this fold's agent (a weights-only export is
+        refused: it holds no training section)."""
+        expect = Fingerprint.of(self.agent.policy_state_dict(), self.cfg.env.branches)
+        loaded = load_checkpoint(path, expect=expect, training=True, map_location=self.device)
+        assert loaded.training is not None  # training=True: returned, or refused
+        agent = {"policy": loaded.policy, "training": loaded.training["agent"]}
+        return agent, loaded.training["rng"], loaded.meta
 
     def rewind(self) -> str:
         """The plateau ladder's last rung: back to the newest ring checkpoint (weights and optimizer)."""
         path = self.store.latest_ring(self.k)
         if path is None:
             return "nothing (no ring checkpoint yet)"
-        load_checkpoint(
-            path,
-            modules=self.modules(),
-            branches=self.cfg.env.branches,
-            optimizers={"adam": self.agent.learner.opt},
-            map_location=self.device,
-        )
+        agent, _, _ = self._load(path)
+        self.agent.load_weights(agent)
         return str(path)
-
-    def load_extra(self, tensors: dict[str, torch.Tensor]) -> None:
-        a = self.agent
-        a.replay.load_state_dict(
-            {k[len("replay.") :]: v for k, v in tensors.items() if k.startswith("replay.")}
-        )
-        a.signals.load_state_dict(
-            {k[len("signals.") :]: v for k, v in tensors.items() if k.startswith("signals.")}
-        )
-        for i, c in enumerate(a.counts):
-            c.copy_(tensors[f"counts.{i}"])
-        restore_rng(
-            {k: v for k, v in tensors.items() if k.startswith("rng/")},
-            {"agent": a.gen, "starts": self.starts_gen},
-        )
 
     def meta(self, metrics: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -326,8 +310,6 @@ class FoldTrainer:
             "history": self.history,
             "responses": self.responses,
             "best_epoch": self.best_epoch,
-            "temperature_boost": self.agent.temperature_boost,
-            "lr_scale": self.agent.learner.lr_scale,
             # The guard's loss history and the plateau detector's window and rung: a resumed run
             # judges and responds at the same epochs as an uninterrupted one.
             "guard": self.guard.state_dict(),
@@ -344,20 +326,13 @@ class FoldTrainer:
                 f"the config differs from the interrupted run's ({path}): {'; '.join(differs[:8])}",
                 "resume with the same profile, --config and --set values, or start a new run with --out",
             )
-        meta, tensors = load_checkpoint(
-            path,
-            modules=self.modules(),
-            branches=self.cfg.env.branches,
-            optimizers={"adam": self.agent.learner.opt},
-            map_location=self.device,
-        )
-        self.load_extra(tensors)
+        agent, rng, meta = self._load(path)
+        self.agent.load_state_dict(agent)
+        restore_rng(rng, {"starts": self.starts_gen})
         self.epoch = int(meta["epoch"]) + 1
         self.history = list(meta["history"])
         self.responses = list(meta["responses"])
         self.best_epoch = int(meta["best_epoch"])
-        self.agent.temperature_boost = float(meta["temperature_boost"])
-        self.agent.learner.lr_scale = float(meta.get("lr_scale", 1.0))
         if "guard" in meta:
             self.guard.load_state_dict(meta["guard"])
         if "plateau" in meta:
@@ -369,12 +344,11 @@ class FoldTrainer:
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
-        lr = agent.learner.set_epoch(self.epoch)
+        lr = agent.set_epoch(self.epoch)
         stats = EpochStats(self.device)
         n, steps = self.sizes.envs, t.steps_per_epoch
-        span = self.train_hi - self.train_lo - steps - 1
         u = torch.rand(n, generator=self.starts_gen, device=self.device)
-        starts = self.train_lo + (u * span).to(torch.int64)
+        starts = episode_starts(u, self.periods, steps)
         # The fast step (on CUDA compiled and a replayed graph); the epoch's tail is bootstrapped.
         collect_stats = agent.collect(self.market, self.env_cfg, starts, steps)
         t1 = time.perf_counter()
@@ -389,41 +363,40 @@ class FoldTrainer:
                 bar.advance()  # a host-side count: no device read
 
             agent.learn(updates, batch, sink=sink)
-        # per-step Sharpe of the collected rewards, annualised like the validation Sharpe
+        # per-step Sharpe of the collected rewards, annualised like the selection Sharpe
         stats.add("sharpe/train", collect_stats["train_sharpe"] * math.sqrt(self.bpy))
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
         stats.add("misc/bonus_share", collect_stats["bonus_share"])
         stats.add("experts/utilisation", agent.signals["expert_utilisation"])
         t2 = time.perf_counter()
-        val, rec = validate(
-            self.market, self.fd, self.cfg, agent.greedy_policy(), self.bpy
-        )
-        t3 = time.perf_counter()
         row = stats.read()  # the one host read of the epoch
+        row.update({"misc/lr": lr, "time/collect_s": t1 - t0, "time/learn_s": t2 - t1})
+        row[EPOCH_SECONDS] = t2 - t0
+        if self.periods.selection is Selection.LAST:
+            return {"row": row, "select": None, "rec": None}  # nothing to judge: no backtest this epoch
+        sel, rec = evaluate_selection(self.market, self.periods, self.cfg, agent.greedy_policy(), self.bpy)
+        t3 = time.perf_counter()
         if self.planted is not None and self.planted in self.market.feature_columns:
-            rows = gap_rows(self.fd.fold.validation_start, self.fd.fold.validation_end)
+            rows = gap_rows(self.periods.select_lo, self.periods.select_hi)
             col = self.market.feature_columns.index(self.planted)
             signal = self.market.features[rows.to(self.device), col].cpu().numpy()
             row[QGAP_CORR] = gap_correlation(direction_gap(agent, self.market, self.cfg.env, rows), signal)
         row.update(
             {
-                "misc/lr": lr,
-                "sharpe/val": float(val["sharpe_annual"]),
-                "misc/val_net_pnl": float(val["net_pnl"]),
-                "actions/active_frac": float(val["active_frac"]),
-                "misc/val_trades": float(val["trades"]),
-                "time/collect_s": t1 - t0,
-                "time/learn_s": t2 - t1,
-                "time/validate_s": t3 - t2,
-                "time/epoch_s": t3 - t0,
+                SHARPE_SELECT: float(sel["sharpe_annual"]),
+                SELECT_NET_PNL: float(sel["net_pnl"]),
+                ACTIVE_FRAC: float(sel["active_frac"]),
+                SELECT_TRADES: float(sel["trades"]),
+                SELECT_SECONDS: t3 - t2,
+                EPOCH_SECONDS: t3 - t0,
             }
         )
-        # Validation action distributions, picked (every branch) and realised (after the plan lock
-        # and the Kelly cap), as shares of the written steps: actions/<picked|realised>/<branch>/<value>.
-        for kind, branches in _action_shares(val["all"], self.cfg).items():
+        # Selection-period action distributions, picked (every branch) and realised (after the plan
+        # lock and the Kelly cap), as shares of the written steps: actions/<picked|realised>/<branch>/<value>.
+        for kind, branches in _action_shares(sel["all"], self.cfg).items():
             for branch, shares in branches.items():
                 row.update({f"actions/{kind}/{branch}/{name}": x for name, x in shares.items()})
-        return {"row": row, "val": val, "rec": rec}
+        return {"row": row, "select": sel, "rec": rec}
 
 
 def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: float) -> tuple[dict, dict]:
@@ -432,7 +405,7 @@ def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: flo
     PnL per row."""
     metrics, curves = {}, {}
     for name, policy in fold_policies(cfg, market).items():
-        m, rec = validate(market, fd, cfg, policy, bpy, whole=True)
+        m, rec = validate(market, fd, cfg, policy, bpy)
         metrics[name] = {k: v for k, v in m.items() if k != "all"}
         curves[name] = _net_by_row(rec, fd, cfg)
     return metrics, curves
@@ -459,10 +432,11 @@ def train(
     cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result.
     ``planted`` names the state column carrying a synthetic market's planted signal
     (:func:`foxhunt.backtest.reference.planted_column`); each epoch then records the correlation of
-    the greedy direction gap with it (``q/direction_gap_corr``), n/a without it (real data).
-    ``on_epoch(fold, epoch, row)`` is called after every epoch's checkpoints are written, with the
-    epoch's row (training statistics and ``misc/val_net_pnl``, ``sharpe/val`` ...): experiment
-    tracking logs it, a tuning study's pruner may raise from it to stop the run.
+    the greedy direction gap with it on the selection rows (``q/direction_gap_corr``), n/a without it
+    (real data). ``on_epoch(fold, epoch, row)`` is called after every epoch's checkpoints are written,
+    with the epoch's row (training statistics and the selection period's ``misc/select_net_pnl``,
+    ``sharpe/select`` ...; never a validation number): experiment tracking logs it, a tuning study's
+    pruner may raise from it to stop the run.
 
     A folder holding another run is refused unless ``overwrite`` (its checkpoints, history and
     folds are then deleted); ``resume`` needs the folder, and ``cfg`` equal to the config it
@@ -535,7 +509,7 @@ def _report_row(epoch: int, row: dict[str, float]) -> dict[str, float]:
         "atom_utilisation": row.get("atoms/utilisation", float("nan")),
         "gate_entropy": row.get("experts/gate_entropy", float("nan")),
         "train_sharpe": row.get("sharpe/train", float("nan")),
-        "val_sharpe": row.get("sharpe/val", float("nan")),
+        "select_sharpe": row.get(SHARPE_SELECT, float("nan")),  # NaN: train.selection = last
         "active_frac": row.get("actions/active_frac", float("nan")),
         "lr": row.get("misc/lr", float("nan")),
         "epoch_s": row.get("time/epoch_s", float("nan")),
@@ -551,9 +525,9 @@ def _epoch_line(tr: FoldTrainer, row: dict[str, float]) -> str:
         tr.n_folds,
         tr.epoch,
         tr.cfg.train.epochs,
-        val_net=row.get("misc/val_net_pnl", nan),
-        trades=row.get("misc/val_trades", nan),
-        sharpe=row.get(SHARPE_VAL, nan),
+        select_net=row.get(SELECT_NET_PNL, nan),
+        trades=row.get(SELECT_TRADES, nan),
+        sharpe=row.get(SHARPE_SELECT, nan),
         loss=row.get(LOSS_TOTAL, nan),
         seconds=row.get(EPOCH_SECONDS, nan),
         eta_s=tr.overall.eta_s if tr.overall is not None else None,
@@ -568,15 +542,15 @@ def _train_fold(
 ) -> FoldResult:
     cfg, k = tr.cfg, tr.k
     writer = DiagnosticsWriter(store.run_dir, k)
-    final = None
     anomaly = None
     try:
         while tr.epoch < cfg.train.epochs:
             ep = tr.run_epoch()
-            row, val = ep["row"], ep["val"]
-            metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
+            row, sel = ep["row"], ep["select"]  # the selection period's metrics (None: selection last)
+            metrics = {kk: vv for kk, vv in (sel or {}).items() if kk != "all"}
             # The guard reads the reasons from implausible_reasons (here "implausible" is the list).
-            verdict: GuardResult = tr.guard.check(row, {**metrics, "implausible_reasons": val["implausible"]})
+            judged = None if sel is None else {**metrics, "implausible_reasons": sel["implausible"]}
+            verdict: GuardResult = tr.guard.check(row, judged)
             tr.history.append(_report_row(tr.epoch, row))
             writer.write(tr.epoch, row)
             if tr.overall is not None:
@@ -584,18 +558,22 @@ def _train_fold(
             if tr.epoch % cfg.train.log_every == 0 or not verdict.ok:
                 tr.log(_epoch_line(tr, row))
                 tr.progress.detail(console_line(k, tr.epoch, row))
-            # Best before any plateau response: it holds the weights whose validation it is marked by.
-            best = store.save_best(
-                k, tr.epoch, tr.contents(metrics), metric=float(val["sharpe_annual"]), verdict=verdict
+            # Best before any plateau response: it holds the weights whose selection Sharpe marks it.
+            best = (
+                None
+                if sel is None
+                else store.save_best(
+                    k, tr.epoch, tr.contents(metrics), metric=float(sel["sharpe_annual"]), verdict=verdict
+                )
             )
             # No response after the fold's last epoch: no training follows, and the last checkpoint
-            # keeps the weights whose validation the fold reports.
+            # keeps the weights the fold reports as its last epoch.
             if tr.plateau.update(row) and tr.epoch + 1 < cfg.train.epochs:
                 action = tr.responder.respond()
                 if action.response is Response.TEMPERATURE_BOOST:
                     tr.agent.temperature_boost *= action.temperature_multiplier
                 elif action.response is Response.LR_BUMP:
-                    tr.agent.learner.lr_scale *= cfg.train.plateau.lr_bump  # lasts past set_epoch
+                    tr.agent.scale_lr(cfg.train.plateau.lr_bump)  # lasts past set_epoch
                 tr.responses.append(f"epoch {tr.epoch}: {action.response.value} ({action.detail})")
                 writer.event(tr.epoch, "plateau", f"{action.response.value}: {action.detail}")
             if best is not None:
@@ -607,7 +585,6 @@ def _train_fold(
                 anomaly = verdict.diagnosis
                 writer.event(tr.epoch, "anomaly", verdict.diagnosis)
             tr.guard.raise_if(verdict, where=f"fold {k} epoch {tr.epoch}")
-            final = ep
             if on_epoch is not None:
                 on_epoch(k, tr.epoch, row)
             if stop_after is not None and (k, tr.epoch) == stop_after:
@@ -615,51 +592,41 @@ def _train_fold(
             tr.epoch += 1
     finally:
         writer.close()
-    return _fold_result(tr, store, final, anomaly)
+    return _fold_result(tr, store, anomaly)
 
 
-def _fold_result(
-    tr: FoldTrainer, store: CheckpointStore, final: dict[str, Any] | None, anomaly: str | None
-) -> FoldResult:
+def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -> FoldResult:
     """A trained fold's result: the reported checkpoint (best, else last) and the last epoch over the
-    whole validation period, the baselines over the same rows, equity in time order, diagnostics."""
+    whole validation period, the first time anything reads it; the baselines over the same rows,
+    equity in time order, the selection period and rule, diagnostics."""
     cfg, k = tr.cfg, tr.k
-    # The last epoch's policy over the whole validation period (the epoch's own validation already
-    # is that unless train.validation_rows cut it short, or the run resumed after the last epoch).
-    if final is None or capped(tr.fd, cfg):
-        last_val, last_rec = validate(
-            tr.market, tr.fd, cfg, tr.agent.greedy_policy(), tr.bpy, whole=True
-        )
-    else:
-        last_val, last_rec = final["val"], final["rec"]
+    # The last epoch's policy (the trainer's weights: no plateau response follows the last epoch).
+    last_val, last_rec = validate(tr.market, tr.fd, cfg, tr.agent.greedy_policy(), tr.bpy)
     last_epoch = tr.epoch - 1
     # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
     # (the same loader, policy and rows), so every number the report shows is that file's.
     best_path = store.best_path(k)
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
-        val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy, whole=True)
+        val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy)
         epoch = ckpt.epoch
     else:
         reported, epoch, val, rec = ReportedCheckpoint.LAST, last_epoch, last_val, last_rec
     base, base_curves = _baselines(tr.market, tr.fd, cfg, tr.bpy)
     metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
-    rule = BEST_RULE + (
-        f" (each epoch judged on the first {cfg.train.validation_rows:,} validation rows)"
-        if capped(tr.fd, cfg)
-        else ""
-    )
     metrics.update(
         checkpoint=reported.value,
         epoch=epoch,
         checkpoint_file=str(best_path.relative_to(store.run_dir))
         if reported is ReportedCheckpoint.BEST
         else str(store.last_path(k).relative_to(store.run_dir)),
-        best_rule=rule,
-        train_rows=len(tr.fd.fold.train),
+        best_rule=tr.periods.rule,
+        train_rows=len(tr.fd.fold.train),  # the usable training rows: collection, embargo, selection
+
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
+    metrics[SELECTION_KEY] = tr.periods.summary()
     metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()
@@ -679,31 +646,3 @@ def _fold_result(
             "sizes": {"envs": tr.sizes.envs, "batch": tr.sizes.batch, "replay": tr.sizes.replay_capacity},
         },
     )
-
-
-class CheckpointPolicy:
-    """A trained checkpoint as a backtest policy (greedy, the evaluation policy of SPEC §7)."""
-
-    def __init__(self, path: str | Path, cfg: FoxhuntConfig) -> None:
-        from foxhunt.train.checkpoint import checkpoint_config
-
-        self.path = Path(path)
-        # Tensors, fold, epoch and the header's config all checked before anything uses them.
-        self.cfg, meta = checkpoint_config(self.path, cfg)
-        self.fold = int(meta["fold"])
-        self.epoch = int(meta["epoch"])
-        self.value = f"checkpoint {self.path.name} (fold {self.fold}, epoch {self.epoch})"
-
-    def policy(self, device: torch.device | str):
-        agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, seed=0, replay_capacity=16)
-        _, tensors = load_checkpoint(
-            self.path,
-            modules={"network": agent.net, "target": agent.learner.target, "popart": agent.learner.popart},
-            branches=self.cfg.env.branches,
-            map_location=device,
-        )
-        # The greedy policy's sizing inputs (conviction, Q variance) are scaled by the acting signals.
-        agent.signals.load_state_dict(
-            {k[len("signals.") :]: v for k, v in tensors.items() if k.startswith("signals.")}
-        )
-        return agent.greedy_policy()  # capturable: one CUDA graph per window shape on CUDA

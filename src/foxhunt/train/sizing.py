@@ -1,4 +1,5 @@
-"""Run sizes from the device's free memory (SPEC §8): parallel episodes, learner batch, replay capacity.
+"""Run sizes from the device's free memory (docs/design.md §7): parallel episodes, learner batch,
+replay capacity.
 
 On CPU (or with ``train.sizing.mode = "profile"``) the profile's values are used as they are. On
 CUDA a share of the free memory (``torch.cuda.mem_get_info``) is split between the replay buffer,
@@ -28,8 +29,8 @@ from enum import StrEnum
 import torch
 
 from foxhunt.agent.replay import transition_fields
+from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.market import AUX_TARGETS
-from foxhunt.env.rewards import BRANCHES
 from foxhunt.train.config import SizingConfig, SizingMode
 
 _F32, _F64, _I64 = 4, 8, 8

@@ -44,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 from foxhunt.tracking import TrackingTarget
+from foxhunt.train.diagnostics import SELECT_NET_PNL
 from foxhunt.tune.config import Objective, Pruner, TuneConfig
 from foxhunt.tune.space import assignment, sample, with_params
 
@@ -57,8 +58,9 @@ SETS = "sets"
 SEED_VALUES = "seed_values"
 STUDY_CONFIG = "config_hash"
 """Study user attribute: the hash of the config it searches (:func:`study_identity`)."""
-PRUNED_METRIC = "misc/val_net_pnl"
-"""The epoch row's value reported to the pruner."""
+PRUNED_METRIC = SELECT_NET_PNL
+"""The epoch row's value reported to the pruner: the selection period's net PnL (the validation
+period is not read before a fold's end)."""
 STALE_BEATS = 3
 """Missed heartbeats after which a running trial's process is taken for dead."""
 
@@ -198,8 +200,8 @@ def seed_value(folds: list[dict[str, Any]], objective: Objective) -> float:
 
 
 class Pruning:
-    """The trainer's epoch hook for one trial: report each epoch's validation net PnL at a step that
-    rises over the trial's seeds, folds and epochs; raise ``TrialPruned`` when the pruner says so."""
+    """The trainer's epoch hook for one trial: report each epoch's selection-period net PnL at a step
+    that rises over the trial's seeds, folds and epochs; raise ``TrialPruned`` when the pruner says so."""
 
     def __init__(self, trial: optuna.Trial) -> None:
         self.trial = trial
@@ -212,7 +214,7 @@ class Pruning:
             return
         self.trial.report(value, step)
         if self.trial.should_prune():
-            raise optuna.TrialPruned(f"pruned at fold {fold} epoch {epoch}: validation net PnL {value:,.0f}")
+            raise optuna.TrialPruned(f"pruned at fold {fold} epoch {epoch}: selection net PnL {value:,.0f}")
 
 
 @dataclass(frozen=True)

@@ -5,5 +5,5 @@
 * :mod:`.folds`: purged walk-forward folds (expanding or rolling) with an embargo of at least the
   longest label horizon.
 * :mod:`.normalise`: the robust scaler fitted per fold on training rows only, and :func:`apply`,
-  the one normalisation function every loader path uses (SPEC §10 invariant 2).
+  the one normalisation function every loader path uses (docs/design.md §10, invariant 2).
 """

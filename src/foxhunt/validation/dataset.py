@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from foxhunt.atomic import write_json
-from foxhunt.validation.folds import Fold, FoldParams, purged_walk_forward
+from foxhunt.validation.config import FoldParams
+from foxhunt.validation.folds import Fold, purged_walk_forward
 from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
 NORMALISE_CLIP = 5.0  # robust z-scores beyond +-5 are clipped

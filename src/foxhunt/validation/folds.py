@@ -1,4 +1,4 @@
-"""Purged walk-forward folds with an embargo (SPEC §5).
+"""Purged walk-forward folds with an embargo (docs/design.md §4).
 
 Layout of ``n`` rows, ``k`` folds, embargo ``e = max(embargo_rows, label_span)``::
 
@@ -28,44 +28,11 @@ Layout of ``n`` rows, ``k`` folds, embargo ``e = max(embargo_rows, label_span)``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
-from pydantic import Field
 
-from foxhunt.config.base import Frozen
 from foxhunt.errors import FoxhuntError
-
-
-class FoldScheme(StrEnum):
-    EXPANDING = "expanding"  # training starts at row 0 and grows with each fold
-    ROLLING = "rolling"  # training keeps a fixed number of rows and slides forward
-
-
-class FoldParams(Frozen):
-    n_folds: int = Field(
-        3, ge=1, le=100, description="Validation blocks in time order (smoke 3, production 5+)."
-    )
-    scheme: FoldScheme = Field(
-        FoldScheme.EXPANDING,
-        description="expanding: train on every earlier row; rolling: a fixed-size window.",
-    )
-    min_train_fraction: float = Field(
-        0.5,
-        gt=0.0,
-        lt=1.0,
-        description="Share of rows before the first validation block; the blocks tile the remaining rows.",
-    )
-    embargo_rows: int = Field(
-        0,
-        ge=0,
-        description="Extra gap in rows between training and validation; embargo = max(this, label span).",
-    )
-    rolling_train_rows: int | None = Field(
-        None,
-        ge=1,
-        description="Training rows per fold for scheme = rolling (None: the first fold's training size).",
-    )
+from foxhunt.validation.config import FoldParams, FoldScheme
 
 
 @dataclass(frozen=True, eq=False)

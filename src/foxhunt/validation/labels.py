@@ -3,28 +3,31 @@
 Every label looks forward from row ``t`` and is **valid only inside one segment** (a session and
 contract, marked by ``segment_start``): a move across the daily halt or a roll is not a move. A row
 without a label is flagged invalid in the returned ``valid`` mask; its label value is a filler
-(0 for directions, :data:`NO_OUTCOME` = -1 for outcomes) that must never be read as a class.
+(0 for directions, :data:`~foxhunt.domain.exits.NO_OUTCOME` = -1 for outcomes) that must never be
+read as a class.
 
 Conventions
 -----------
 * Direction: ``label[t, h] = sign(close[t + K_h] - close[t])`` in {-1, 0, +1}; valid iff
   ``t + K_h < n``, row ``t + K_h`` is in the segment of row ``t`` and both prices are finite.
-* Triple barrier, for an entry at ``close[t]`` (side +1 = LONG, the default; -1 = SHORT):
+* Triple barrier (:mod:`foxhunt.domain.barrier`, the one definition shared with the env's plan
+  exits), for an entry at ``close[t]`` (side +1 = LONG, the default; -1 = SHORT):
   ``profit_price = c * (1 + side * profit_mult * vol[t])``,
-  ``stop_price = c * (1 - side * stop_mult * vol[t])`` (:func:`barrier_prices`, the one definition
-  the env reuses for plan exits, SPEC §6). Rows ``t+1 .. t+horizon`` are scanned in order with their
-  ``high``/``low``; a LONG's profit is touched when ``high >= profit_price``, its stop when
-  ``low <= stop_price`` (mirrored for a SHORT; :func:`barrier_touch`, shared with the env). The
-  first touch wins. **When one row touches both, the outcome is STOP** (the path inside the row is
-  unknown, so the conservative reading). With no touch the outcome is TIMEOUT at offset ``horizon``
-  (exit at ``close[t + horizon]``).
+  ``stop_price = c * (1 - side * stop_mult * vol[t])`` (:func:`barrier_prices`). Rows
+  ``t+1 .. t+horizon`` are scanned in order with their ``high``/``low``; a LONG's profit is touched
+  when ``high >= profit_price``, its stop when ``low <= stop_price`` (mirrored for a SHORT;
+  :func:`barrier_touch`). The first touch wins. **When one row touches both, the outcome is STOP**
+  (the path inside the row is unknown, so the conservative reading). With no touch the outcome is
+  TIMEOUT at offset ``horizon`` (exit at ``close[t + horizon]``). The stored outcome is the class
+  index of the :class:`~foxhunt.domain.exits.ExitReason` (:func:`~foxhunt.domain.exits.outcome_class`:
+  profit 0, stop 1, timeout 2).
 * The environment's plan is the same barrier (:mod:`foxhunt.env.core`): a position opened by a fill
   on step row ``r`` takes its entry reference ``close[t]`` (the env's ``mid``) and ``vol[t]`` at
   ``t = r + 1``, the row the step moves to. Row ``t``'s own high/low happened *before* that close,
   so the plan, like the label, first checks its barriers on row ``t + 1``. Its hold count is the
-  offset from ``t`` and its timeout ``hold >= env.plan.target_bars`` exits at ``t + target_bars``:
-  with ``target_bars = horizon`` a plan lasts exactly the label's horizon (``target_bars + 1`` rows
-  after the fill row ``r``, which is the "+1" an earlier review saw; it is not an extra bar).
+  offset from ``t`` and its timeout ``hold >= horizon`` exits at ``t + horizon``, as the label's:
+  a plan lasts exactly the label's horizon, ``horizon + 1`` rows after the fill row ``r`` (the fill
+  row itself precedes the entry reference; it is not an extra bar).
   A row is valid iff the whole horizon ``t .. t+horizon`` lies in its segment (so the label's
   availability never depends on the outcome, which would bias labels near segment ends), its
   ``close`` and ``vol`` are finite with ``vol > 0`` (a zero volatility scale puts both barriers on
@@ -35,104 +38,31 @@ Conventions
   It is a *per-row* volatility: for a random walk the move over ``horizon`` rows has standard
   deviation ``vol * sqrt(horizon)``, so ``profit_mult = stop_mult ~ sqrt(horizon)`` gives roughly
   a third each of profit, stop and timeout.
+
+The barrier's parameters (multiples, volatility window, horizon) are one
+:class:`~foxhunt.domain.barrier.Barrier`, ``env.plan.barrier`` in the config; the direction horizons
+are :class:`~foxhunt.validation.config.LabelParams` (``[labels]``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING
 
 import numba
 import numpy as np
-from numba.extending import register_jitable
-from pydantic import Field, field_validator
 
-from foxhunt.config.base import Frozen
-from foxhunt.data.schemas import RowUnit
+from foxhunt.domain.barrier import Barrier, barrier_prices, barrier_touch
+from foxhunt.domain.exits import NO_OUTCOME, ExitReason, outcome_class
 
 if TYPE_CHECKING:
     from foxhunt.features.frame import RowInput
+    from foxhunt.validation.config import LabelParams
 
-_MAX_HORIZON = 1_000_000
-
-
-class Outcome(IntEnum):
-    """Triple-barrier outcome of an entry (the plan exits of SPEC §6)."""
-
-    PROFIT = 0
-    STOP = 1
-    TIMEOUT = 2
-
-
-NO_OUTCOME = -1  # filler of rows without a valid outcome (never a class)
-
-Horizon = Annotated[int, Field(ge=1, le=_MAX_HORIZON)]
-
-
-class LabelParams(Frozen):
-    """Label definitions (part of the cache's schema hash). All horizons count rows of the row unit.
-
-    The default barrier multiples 8 ~ sqrt(60): one standard deviation of a random walk's move over
-    the 60-bar timeout, which splits outcomes roughly evenly between profit, stop and timeout.
-    """
-
-    bar_horizons: tuple[Horizon, ...] = Field(
-        (60,),
-        min_length=1,
-        description="Direction-label horizons K in rows for row_unit = bar (strictly increasing).",
-    )
-    snapshot_horizons: tuple[Horizon, ...] = Field(
-        (5, 20, 50, 200, 500),
-        min_length=1,
-        description="Direction-label horizons K in rows for row_unit = snapshot (strictly increasing).",
-    )
-    barrier_vol_window: int = Field(
-        100,
-        ge=2,
-        le=100_000,
-        description="Trailing rows of one-row log returns whose std scales the triple barriers (causal).",
-    )
-    profit_mult: float = Field(
-        8.0,
-        gt=0.0,
-        le=1_000.0,
-        description="Profit barrier distance in trailing per-row vols (entry * (1 + mult * vol) for a long).",
-    )
-    stop_mult: float = Field(
-        8.0,
-        gt=0.0,
-        le=1_000.0,
-        description="Stop barrier distance in trailing per-row vols (entry * (1 - mult * vol) for a long).",
-    )
-    barrier_horizon_bars: int = Field(
-        60, ge=1, le=_MAX_HORIZON, description="Triple-barrier timeout in rows for row_unit = bar."
-    )
-    barrier_horizon_snapshots: int = Field(
-        60,
-        ge=1,
-        le=_MAX_HORIZON,
-        description="Triple-barrier timeout in rows for row_unit = snapshot (= env.plan.target_bars there).",
-    )
-
-    @field_validator("bar_horizons", "snapshot_horizons")
-    @classmethod
-    def _increasing(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if any(b <= a for a, b in zip(value, value[1:], strict=False)):
-            raise ValueError(f"horizons must be strictly increasing, got {value}")
-        return value
-
-    def horizons(self, row_unit: RowUnit) -> tuple[int, ...]:
-        """Direction-label horizons of a row unit."""
-        return self.bar_horizons if row_unit is RowUnit.BAR else self.snapshot_horizons
-
-    def barrier_horizon(self, row_unit: RowUnit) -> int:
-        """Triple-barrier timeout of a row unit."""
-        return self.barrier_horizon_bars if row_unit is RowUnit.BAR else self.barrier_horizon_snapshots
-
-    def span(self, row_unit: RowUnit) -> int:
-        """The longest forward reach of any label of a row unit (:func:`label_span`)."""
-        return label_span(self.horizons(row_unit), self.barrier_horizon(row_unit))
+# The label kernel's class codes (numba reads module ints as compile-time constants).
+_PROFIT = outcome_class(int(ExitReason.PROFIT))
+_STOP = outcome_class(int(ExitReason.STOP))
+_TIMEOUT = outcome_class(int(ExitReason.TIMEOUT))
 
 
 def label_span(horizons: tuple[int, ...] | list[int], barrier_horizon: int) -> int:
@@ -271,46 +201,16 @@ def trailing_volatility(
 # --- triple barrier --------------------------------------------------------------------------
 
 
-def barrier_prices(
-    entry: Any, vol: Any, profit_mult: float, stop_mult: float, side: Any = 1
-) -> tuple[Any, Any]:
-    """Profit and stop prices of an entry: ``entry * (1 ± mult * vol)`` (side +1 long, -1 short).
-
-    Long: profit above, stop below the entry; short: the mirror image. The one formula for the
-    labels (numpy arrays or floats, float64) and the environment's plan exits (torch tensors, with
-    ``side`` a tensor of +-1 per episode).
-    """
-    if isinstance(side, int) and side not in (1, -1):
-        raise ValueError(f"side must be +1 (long) or -1 (short), got {side}")
-    if not hasattr(entry, "device"):  # numpy or Python numbers (torch tensors pass through)
-        entry = np.asarray(entry, dtype=np.float64)
-        vol = np.asarray(vol, dtype=np.float64)
-    return entry * (1.0 + side * profit_mult * vol), entry * (1.0 - side * stop_mult * vol)
-
-
-@register_jitable
-def barrier_touch(high: Any, low: Any, profit_px: Any, stop_px: Any, side: int) -> tuple[Any, Any]:
-    """Whether a row with range ``[low, high]`` touches an entry's ``(profit, stop)`` levels.
-
-    ``side`` is +1 (long: profit above, stop below) or -1 (short: the mirror image). The one test
-    of a row against the barriers, for the label kernel (compiled, floats) and the env's plan exits
-    (torch tensors, called once per side and selected by each episode's direction).
-    """
-    if side > 0:
-        return high >= profit_px, low <= stop_px
-    return low <= profit_px, high >= stop_px
-
-
 @numba.njit(cache=True)
 def _barrier_kernel(close, high, low, seg, ok_entry, profit_px, stop_px, horizon, side):  # pragma: no cover
     n = close.shape[0]
-    outcome = np.full(n, -1, np.int8)
+    outcome = np.full(n, NO_OUTCOME, np.int8)
     offset = np.full(n, -1, np.int64)
     for t in range(n):
         end = t + horizon
         if end >= n or seg[end] != seg[t] or not ok_entry[t]:
             continue
-        res = 2  # TIMEOUT
+        res = _TIMEOUT
         off = horizon
         ok = np.isfinite(close[end])
         for j in range(t + 1, end + 1):
@@ -321,10 +221,10 @@ def _barrier_kernel(close, high, low, seg, ok_entry, profit_px, stop_px, horizon
                 break
             profit, stop = barrier_touch(h, lo, profit_px[t], stop_px[t], side)
             if stop:  # a row touching both barriers counts as STOP (conservative)
-                res, off, ok = 1, j - t, True
+                res, off, ok = _STOP, j - t, True
                 break
             if profit:
-                res, off, ok = 0, j - t, True
+                res, off, ok = _PROFIT, j - t, True
                 break
         if ok:
             outcome[t] = res
@@ -345,7 +245,7 @@ def triple_barrier(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """First of profit / stop / timeout for an entry at ``close[t]`` (module docstring: conventions).
 
-    Returns ``(outcome int8 [n] (Outcome values, NO_OUTCOME where invalid), exit_offset int64 [n]
+    Returns ``(outcome int8 [n] (outcome classes, NO_OUTCOME where invalid), exit_offset int64 [n]
     (rows from entry to exit, 1..horizon; -1 where invalid), valid bool [n])``.
     """
     n = len(segment_start)
@@ -363,7 +263,7 @@ def triple_barrier(
     outcome, offset = _barrier_kernel(
         c, h, lo, segment_ids(segment_start), ok_entry, profit_px, stop_px, int(horizon), int(side)
     )
-    return outcome, offset, outcome >= 0
+    return outcome, offset, outcome != NO_OUTCOME
 
 
 # --- all labels of a row set -----------------------------------------------------------------
@@ -376,27 +276,27 @@ class Labels:
     horizons: tuple[int, ...]
     direction: np.ndarray  # [n, H] int8 in {-1, 0, +1}
     direction_valid: np.ndarray  # [n, H] bool
-    outcome: np.ndarray  # [n] int8 Outcome (LONG entry), NO_OUTCOME where invalid
+    outcome: np.ndarray  # [n] int8 outcome class (LONG entry, outcome_class), NO_OUTCOME where invalid
     exit_offset: np.ndarray  # [n] int64 rows to the exit, -1 where invalid
     outcome_valid: np.ndarray  # [n] bool
     vol: np.ndarray  # [n] float64 trailing per-row volatility (the barrier scale)
     span: int  # longest forward reach in rows (purge/embargo)
 
 
-def compute_labels(rows: RowInput, params: LabelParams) -> Labels:
-    """Direction labels and LONG triple-barrier outcomes of ``rows`` with the row unit's settings."""
+def compute_labels(rows: RowInput, params: LabelParams, barrier: Barrier) -> Labels:
+    """Direction labels (the row unit's horizons) and LONG triple-barrier outcomes of ``rows``."""
     horizons = params.horizons(rows.row_unit)
-    barrier_h = params.barrier_horizon(rows.row_unit)
+    barrier_h = barrier.horizon
     direction, direction_valid = direction_labels(rows.close, rows.segment_start, horizons)
-    vol = trailing_volatility(rows.close, rows.segment_start, params.barrier_vol_window)
+    vol = trailing_volatility(rows.close, rows.segment_start, barrier.vol_window)
     outcome, offset, valid = triple_barrier(
         rows.close,
         rows.high,
         rows.low,
         rows.segment_start,
         vol,
-        params.profit_mult,
-        params.stop_mult,
+        barrier.profit_mult,
+        barrier.stop_mult,
         barrier_h,
     )
     return Labels(

@@ -1,4 +1,5 @@
-"""The leak guard: change what a row must not see, recompute, and demand that it did not move (SPEC §5).
+"""The leak guard: change what a row must not see, recompute, and demand that it did not move
+(docs/design.md §4).
 
 Three checks, each through the code the commands run, so a leak planted anywhere (a feature
 family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks`` and in front of
@@ -22,12 +23,13 @@ family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks
    names the columns whose statistics moved.
 3. **Folds** (:func:`purge_problems`). The folds that training and the alpha check build must keep
    every training row's label window out of validation: ``min(validation) - max(train before it)
-   > max(folds.embargo_rows, label span)`` (the purge covers the label span and the embargo; SPEC
-   §5: embargo at least the longest label horizon), and no training row inside the block or in the
-   embargo after it. A violation names the fold, the row and the settings.
+   > max(folds.embargo_rows, label span)`` (the purge covers the label span and the embargo, which
+   is at least the longest label horizon: docs/design.md §4), and no training row inside the block
+   or in the embargo after it. A violation names the fold, the row and the settings.
 
-The old system's forward-window trend feature lifted accuracy from 0.49 to 0.75 (honest: 0.50);
-the first check catches that class of bug whatever module it hides in, because it tests the output.
+A feature fitted over a window that reaches past its row (a trend over rows after ``t``) can lift
+direction accuracy from an honest 0.50 to 0.75; the first check catches that class of bug whatever
+module it hides in, because it tests the output.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from foxhunt.features.registry import Family
 from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.folds import Fold, TooFewRowsError
+from foxhunt.validation.labels import label_span
 
 DEFAULT_CUTS = (0.2, 0.45, 0.7, 0.9)
 EVENT_SHARE = 0.3  # share of the events after a cut that are copied (Timing.INSERT) or deleted (DELETE)
@@ -206,7 +209,8 @@ def _spliced(
     tail reshaped by ``timing`` (:func:`_reshaped_index`), for the caller to perturb in place.
 
     One copy per column: a 600 k-state MBP-10 book is ~300 MB, and taking the tail, replacing its
-    columns and concatenating it to the head (three copies) was most of the guard's perturbation."""
+    columns and concatenating it to the head would copy it three times, most of the guard's
+    perturbation time."""
     index = ts = None  # Timing.NONE: every event stays
     if timing is not Timing.NONE:
         index, ts = _reshaped_index(arrays.ts_event[start:], t_cut, rng, timing)
@@ -401,7 +405,7 @@ def fold_spans(cfg: FoxhuntConfig) -> dict[str, int]:
     check (its longest direction horizon)."""
     unit = cfg.data.row_unit
     return {
-        "training": cfg.labels.span(unit),
+        "training": label_span(cfg.labels.horizons(unit), cfg.env.plan.barrier.horizon),
         "alpha check": max(cfg.alpha.horizons or cfg.labels.horizons(unit)),
     }
 

@@ -1,12 +1,12 @@
 """Per-fold robust normalisation: fitted on training rows only, applied by one function.
 
-:func:`apply` is **the** normalisation every loader path uses (SPEC §4, §10 invariant 2); its rule is
-named by :data:`NORMALISE_METHOD`, which the cache's schema hash and a stored scaler carry.
+:func:`apply` is **the** normalisation every loader path uses (docs/design.md §4, §10 invariant 2);
+its rule is named by :data:`NORMALISE_METHOD`, which the cache's schema hash and a stored scaler carry.
 
 Rule (per column ``j``)
 -----------------------
 * **Fit** (:func:`fit_robust`) on the training rows only, over the column's *finite, non-zero*
-  values: 0 is the "no signal" sentinel of every feature (SPEC §3), so padding and missing slots do
+  values: 0 is the "no signal" sentinel of every feature (docs/design.md §2), so padding and missing slots do
   not drag the statistics towards 0.
 
   - ``median`` = their median; ``scale`` = 1.4826 * MAD (median absolute deviation from the

@@ -9,8 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from foxhunt.env.actions import ActionCodec, Direction, OrderType, Urgency
-from foxhunt.env.config import BranchConfig
+from foxhunt.domain.actions import ActionCodec, BranchConfig, Direction, OrderType, Urgency
 
 VARIANT = BranchConfig(direction=3, magnitude=3, magnitude_fractions=(0.25, 0.5, 1.0))
 CONFIGS = [

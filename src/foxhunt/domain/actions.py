@@ -1,6 +1,7 @@
-"""The action codec: four branches <-> one joint action index (SPEC §6, §10 invariants 4 and 5).
+"""The action branches, their sizes and the codec: four branches <-> one joint action index
+(docs/design.md §5 and the codec invariants of §10).
 
-Branches, most significant first, with their sizes from :class:`BranchConfig`:
+Branches, most significant first (:data:`BRANCHES`), with their sizes from :class:`BranchConfig`:
 
 * ``direction`` -- :class:`Direction` Short, Hold, Long, Flat (size 4, or 3 = without Flat);
 * ``magnitude`` -- an index into ``magnitude_fractions`` (size 3 by default: 0.25, 0.5, 1.0);
@@ -17,7 +18,7 @@ every width (network heads, replay columns, epsilon-greedy ranges, reports) come
 :attr:`ActionCodec.sizes` / :attr:`ActionCodec.n_joint`, and the tests run over several size sets.
 
 Target exposure (:meth:`ActionCodec.target_exposure`), in units of the *effective* max position
-(contracts = exposure x effective max position, SPEC §6 sizing)::
+(contracts = exposure x effective max position, docs/design.md §5 sizing)::
 
     Short: -fractions[magnitude]     Long: +fractions[magnitude]
     Hold:  the current position (keeps it, trades nothing, costs nothing)
@@ -34,9 +35,38 @@ import math
 from enum import IntEnum
 
 import torch
+from pydantic import Field, model_validator
 from torch import Tensor
 
-from foxhunt.env.config import BranchConfig
+from foxhunt.config.base import Frozen
+
+BRANCHES: tuple[str, str, str, str] = ("direction", "magnitude", "order_type", "urgency")
+"""Names of the action branches, most significant first: the columns of an action ``[N, 4]``, the
+fields of :class:`BranchConfig` and the advantage streams of the network, in this order."""
+
+
+class BranchConfig(Frozen):
+    """How many values each action branch has (default 4 x 3 x 3 x 3 = 108 joint actions)."""
+
+    direction: int = Field(
+        4, ge=3, le=4, description="Short, Hold, Long, Flat (3: without Flat; test variant)."
+    )
+    magnitude: int = Field(3, ge=1, le=16, description="Fractions of the effective max position.")
+    order_type: int = Field(3, ge=1, le=3, description="Market, LimitAtTouch, LimitInside (a prefix).")
+    urgency: int = Field(3, ge=1, le=3, description="Normal, Patient, Immediate (a prefix).")
+    magnitude_fractions: tuple[float, ...] = Field(
+        (0.25, 0.5, 1.0), description="Target exposure per magnitude value, as a fraction of max position."
+    )
+
+    @model_validator(mode="after")
+    def _fractions(self) -> BranchConfig:
+        if len(self.magnitude_fractions) != self.magnitude:
+            raise ValueError(
+                f"magnitude_fractions needs {self.magnitude} values, got {len(self.magnitude_fractions)}"
+            )
+        if any(not 0.0 < f <= 1.0 for f in self.magnitude_fractions):
+            raise ValueError("magnitude_fractions must lie in (0, 1]")
+        return self
 
 
 class Direction(IntEnum):
@@ -67,8 +97,6 @@ class Urgency(IntEnum):
 # Plain ints for tensor comparisons: torch.compile (dynamo) mis-traces `tensor == IntEnum member`.
 _SHORT, _HOLD, _LONG = int(Direction.SHORT), int(Direction.HOLD), int(Direction.LONG)
 
-BRANCH_NAMES: tuple[str, str, str, str] = ("direction", "magnitude", "order_type", "urgency")
-
 
 class ActionCodec:
     """Encode/decode joint actions for the branch sizes of one :class:`BranchConfig`.
@@ -81,7 +109,7 @@ class ActionCodec:
         b = self.branches
         self.sizes: tuple[int, int, int, int] = (b.direction, b.magnitude, b.order_type, b.urgency)
         self.n_joint: int = math.prod(self.sizes)
-        self.branch_names: tuple[str, str, str, str] = BRANCH_NAMES
+        self.branch_names: tuple[str, str, str, str] = BRANCHES
         self.magnitude_fractions: tuple[float, ...] = tuple(float(f) for f in b.magnitude_fractions)
         self._fractions: dict[tuple[torch.device, torch.dtype], Tensor] = {}
 
@@ -113,11 +141,11 @@ class ActionCodec:
         return torch.stack(self.decode(torch.arange(self.n_joint, device=device)), dim=-1)
 
     def value_labels(self) -> dict[str, tuple[str, ...]]:
-        """Readable name of every value of every branch (keys :data:`BRANCH_NAMES`), for reports."""
+        """Readable name of every value of every branch (keys :data:`BRANCHES`), for reports."""
         d, m, o, u = self.sizes
         return dict(
             zip(
-                BRANCH_NAMES,
+                BRANCHES,
                 (
                     tuple(Direction(i).name.title() for i in range(d)),
                     tuple(f"{f:g}x" for f in self.magnitude_fractions[:m]),

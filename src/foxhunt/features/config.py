@@ -1,9 +1,10 @@
-"""The ``[features]`` config section.
+"""The feature stage's config section, ``[features]``: the composition of the feature families.
 
-Each feature family owns its parameters (``foxhunt.features.<family>.Params``); this section is
-their composition, so ``--set features.market.<field>=...`` reaches the family directly. (The
-``[labels]`` and ``[folds]`` sections are ``foxhunt.validation.labels.LabelParams`` and
-``foxhunt.validation.folds.FoldParams``.)
+Each feature family, built-in or plug-in, declares its parameters in its own module
+(``foxhunt.features.<family>.Params``): that is the plug-in contract (docs/feature-plugins.md), so a
+family is one module with its columns, its settings and its computation. This section composes the
+built-in families, so ``--set features.market.<field>=...`` reaches the family directly; it lives
+beside the stage's code, as every stage's section does (docs/design.md §9).
 
 A researcher's own families join through ``plugins`` (module paths, ``.py`` files or names of
 ``foxhunt.features`` entry points; docs/feature-plugins.md) with their settings under

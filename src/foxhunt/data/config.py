@@ -1,18 +1,81 @@
-"""Configuration of the synthetic ES market (:mod:`foxhunt.data.synth`).
+"""The data stage's config sections: ``[data]`` (the source, row unit, bars, sessions) and
+``[synth]`` (the synthetic ES market of :mod:`foxhunt.data.synth`, a data source of its own).
 
-Rates are intensities in the simulator's *business time*; only their ratios matter, because the
-event times of a session are rescaled to span its wall-clock hours (see the simulator's docstring
-for the equations each field enters). With the defaults, about 3% of book updates move the
-mid, about 10% are trades, the spread is one tick in about 95% of states, and the touch holds
-about 18 orders (about 130 contracts), the deeper levels about 30 orders (about 220 contracts).
+As every stage's sections do, they live beside the stage's code (docs/design.md §9): the data and
+feature stages import them from here, and :mod:`foxhunt.config.models` composes them into the root.
+
+The synthetic market's rates are intensities in the simulator's *business time*; only their ratios
+matter, because the event times of a session are rescaled to span its wall-clock hours (see the
+simulator's docstring for the equations each field enters). With the defaults, about 3% of book
+updates move the mid, about 10% are trades, the spread is one tick in about 95% of states, and the
+touch holds about 18 orders (about 130 contracts), the deeper levels about 30 orders (about 220
+contracts).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from enum import StrEnum
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
+
+from foxhunt.config.base import Frozen
+from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RollRule, RowUnit
+
+
+class DataConfig(Frozen):
+    data_source: DataSource = Field(
+        DataSource.MBP10,
+        description="mbp10: 10-level book (MBP-10 or MBO rebuilt) plus trades; ohlcv: OHLCV bars only.",
+    )
+    row_unit: RowUnit = Field(RowUnit.BAR, description="bar: one row per bar; snapshot: one per book state.")
+    bar_kind: BarKind = Field(BarKind.TIME, description="time bars (bar_seconds) or volume bars.")
+    bar_seconds: int = Field(30, ge=1, le=86_400, description="Length of a time bar in seconds.")
+    volume_bar_contracts: int = Field(
+        500, ge=1, description="Traded contracts per volume bar (bar_kind = volume)."
+    )
+    levels: int = Field(10, ge=1, le=10, description="Book levels kept per side.")
+    crossed_policy: CrossedPolicy = Field(
+        CrossedPolicy.FLAG,
+        description="Crossed/locked end-of-event book states: flag (keep, mark) or drop; both counted.",
+    )
+    max_crossed_share: float = Field(
+        0.05,
+        ge=0.0,
+        le=1.0,
+        description="Refuse a file whose share of crossed/locked states exceeds this (corrupt book).",
+    )
+    roll_rule: RollRule = Field(
+        RollRule.PRIOR_SESSION_VOLUME,
+        description="Front-month choice per session: prior_session_volume (causal) or same_session_volume.",
+    )
+    session_timezone: str = Field("America/Chicago", description="Exchange time zone of the session clock.")
+    session_open: dt.time = Field(
+        dt.time(17, 0), description="Session open, exchange local time (CME: 17:00 CT)."
+    )
+    session_close: dt.time = Field(
+        dt.time(16, 0),
+        description="Session close, exchange local time; the daily halt runs close..open.",
+    )
+    tick_size: float = Field(
+        0.25,
+        gt=0,
+        description="Tick of hand-built markets and of the leak guard's recomputation; a feature cache "
+        "counts spreads in its data's own instrument tick ([instrument]; foxhunt.domain.instrument).",
+    )
+
+    @field_validator("session_timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value!r} (e.g. America/Chicago)") from exc
+        return value
+
+
+# --- [synth]: the synthetic market ---------------------------------------------------------------------
 
 SESSION_HOURS = 23.0  # CME Globex: 17:00 CT to 16:00 CT the next day
 BOOK_LEVELS = 10  # MBP-10
@@ -32,10 +95,8 @@ class PlantedSignal(StrEnum):
     -1 sell): the order-flow family, a horizon counted in trades."""
 
 
-class RegimeConfig(BaseModel):
+class RegimeConfig(Frozen):
     """One state of the calm/volatile Markov chain: multipliers of the base intensities."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     activity: float = Field(
         1.0, gt=0, le=100, description="Events per unit of session time, relative to the calm state."
@@ -87,10 +148,8 @@ DEFAULT_ACTIVITY_PROFILE: tuple[tuple[float, float], ...] = (
 )
 
 
-class SynthConfig(BaseModel):
+class SynthConfig(Frozen):
     """The synthetic ES limit-order-book market: sessions, planted alpha, book and flow model."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     # --- run ----------------------------------------------------------------------------------
     seed: int = Field(0, ge=0, le=2**63 - 1, description="Seed of every random draw (same seed, same bytes).")

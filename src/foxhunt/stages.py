@@ -1,0 +1,78 @@
+"""The stages in front of every study, written once: leak guard -> features -> alpha check.
+
+``foxhunt run`` (:func:`foxhunt.job.run_job`) chains them all; ``foxhunt alpha``, ``train``,
+``seeds`` and ``tune`` (:mod:`foxhunt.cli`) run the guard and the features, and ``alpha`` the check
+too. Each entry point calls these functions rather than its own copy, so no command can guard its
+data differently from the job (another step name, no verdict line) or score other alpha horizons.
+The features stage is :func:`foxhunt.features.cache.get_or_build` itself.
+
+Imports of the stages' code stay inside the functions: the command line imports this module when a
+command runs, and ``foxhunt --help`` must not wait for them (tests/test_cli.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from foxhunt.console import SILENT, Reporter
+
+if TYPE_CHECKING:
+    from foxhunt.alpha.check import AlphaResult
+    from foxhunt.config.models import FoxhuntConfig
+    from foxhunt.features.cache import FeatureCache
+    from foxhunt.validation.leaks import LeakReport
+
+LEAK_GUARD = "leak guard"
+"""The guard's step name in the progress display (every command shows the same one)."""
+
+
+class Stopped(StrEnum):
+    """What a leak stops: the end of the guard's error line (``... : nothing is trained on a leak``)."""
+
+    TRAINING = "nothing is trained on a leak"
+    TUNING = "nothing is tuned on a leak"
+    ALPHA = "no alpha result is reported on a leak"
+
+
+def leak_guard(
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    where: str,
+    stops: Stopped,
+    progress: Reporter,
+    say: Callable[[str], object],
+    *,
+    load_progress: Reporter = SILENT,
+) -> LeakReport:
+    """Run the leak guard on the DBN ``files`` as a step of ``progress``, then ``say`` its verdict.
+
+    A leak raises :class:`~foxhunt.validation.leaks.LeakFoundError` (exit 3) naming ``where`` it
+    ran and what it ``stops``; nothing after the guard runs. ``load_progress`` shows the reading of
+    the files (silent by default: the features stage reads them again with its own bars).
+    """
+    from foxhunt.validation.leaks import guard
+
+    with progress.task(LEAK_GUARD):
+        report = guard(files, cfg, where, stops.value, load_progress)
+    say(report.verdict)
+    return report
+
+
+def alpha_horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:
+    """The horizons (rows) the alpha check scores: ``alpha.horizons``, else the labels' own."""
+    return tuple(cfg.alpha.horizons or cfg.labels.horizons(cfg.data.row_unit))
+
+
+def alpha_check(
+    cache: FeatureCache, cfg: FoxhuntConfig, leaks: LeakReport, progress: Reporter
+) -> AlphaResult:
+    """The alpha check of ``cache`` over :func:`alpha_horizons`, carrying the guard's report
+    (``alpha.json``'s ``leak_guard``: the result says which guard it passed)."""
+    from foxhunt.alpha.check import run_alpha
+
+    result = run_alpha(cache, cfg, alpha_horizons(cfg), progress=progress)
+    result.leak_guard = leaks.to_dict()
+    return result

@@ -1,0 +1,107 @@
+"""Honest model selection (docs/design.md §7): which of a fold's rows train the agent, which pick the
+epoch it reports, and the rule, so that the fold's validation period is evaluated once, at the end,
+by a checkpoint chosen without it.
+
+Layout of one fold's usable training rows ``[lo, hi)`` (purged and embargoed rows already removed,
+:mod:`foxhunt.validation.folds`), ``e`` the fold's embargo (``max(embargo_rows, label_span)``)::
+
+    train_tail:  [lo ... collection ...)<e>[ selection )<e, purge>[ validation )
+    last:        [lo ........... collection ..........)<e, purge>[ validation )
+
+* **selection** (``Selection.TRAIN_TAIL``): the last ``round(selection_fraction x (hi - lo))`` rows,
+  at most ``selection_rows`` (0: no cap); every epoch's greedy backtest runs there and the best
+  Sharpe picks ``best.safetensors``.
+* **collection**: training episodes start at ``lo`` and their windows end before
+  ``collect_hi = select_lo - e``: the gap between the two is the one the folds leave between training
+  and validation, so no reward, label or aux target of a training step reaches a selection row.
+* ``Selection.LAST`` has no selection period: training uses every usable row, nothing is evaluated per
+  epoch, and the fold reports its last epoch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from foxhunt.errors import FoxhuntError
+from foxhunt.report.schema import BEST_RULE, LAST_RULE
+from foxhunt.train.config import Selection, TrainConfig
+from foxhunt.validation.folds import Fold
+
+
+@dataclass(frozen=True)
+class FoldPeriods:
+    """A fold's row ranges (end exclusive): where training episodes run and where epochs are judged."""
+
+    selection: Selection
+    collect_lo: int  # first row a training episode may start at
+    collect_hi: int  # one past the last row a training episode's window may reach
+    select_lo: int  # first selection row (== select_hi: no selection period)
+    select_hi: int  # one past the last selection row: the fold's last usable training row + 1
+    embargo: int  # rows between the collection and the selection period, at least
+
+    @property
+    def select_rows(self) -> int:
+        return self.select_hi - self.select_lo
+
+    @property
+    def rule(self) -> str:
+        """How the fold's reported checkpoint is chosen (a fold's ``best_rule``)."""
+        return BEST_RULE if self.selection is Selection.TRAIN_TAIL else LAST_RULE
+
+    def summary(self) -> dict[str, Any]:
+        """``fold["selection"]`` of metrics.json (:data:`foxhunt.report.schema.SELECTION_KEY`)."""
+        return {
+            "rule": self.rule,
+            "mode": self.selection.value,
+            "start": self.select_lo,
+            "end": self.select_hi,
+            "rows": self.select_rows,
+            "collect_end": self.collect_hi,
+        }
+
+
+def fold_periods(fold: Fold, t: TrainConfig) -> FoldPeriods:
+    """The collection and selection periods of ``fold`` under ``t`` (module docstring: layout).
+
+    Raises :class:`~foxhunt.errors.FoxhuntError` when the collection block is shorter than one
+    episode or the selection period shorter than two rows (one backtest step)."""
+    lo = int(fold.train_start)
+    hi = int(fold.train.max()) + 1 if len(fold.train) else lo  # the rows after it are purged
+    where = f"fold {fold.index}"
+    if t.selection is Selection.LAST:
+        periods = FoldPeriods(t.selection, lo, hi, hi, hi, fold.embargo)
+    else:
+        rows = round(t.selection_fraction * (hi - lo))
+        if t.selection_rows > 0:
+            rows = min(rows, t.selection_rows)
+        if rows < 2:
+            raise FoxhuntError(
+                where,
+                f"a selection period of {rows} rows ({t.selection_fraction} of {hi - lo} training rows) "
+                "is too short to backtest",
+                "raise train.selection_fraction or train.selection_rows, or use more data",
+            )
+        select_lo = hi - rows
+        periods = FoldPeriods(t.selection, lo, select_lo - fold.embargo, select_lo, hi, fold.embargo)
+    need = t.steps_per_epoch + 2
+    if periods.collect_hi - lo < need:
+        raise FoxhuntError(
+            where,
+            f"{max(periods.collect_hi - lo, 0)} training rows are left for collection "
+            f"(of {hi - lo}: {periods.select_rows} selection rows and an embargo of {fold.embargo} before "
+            f"them), fewer than one episode ({need})",
+            "lower train.steps_per_epoch or train.selection_fraction, or use more data",
+        )
+    return periods
+
+
+def episode_starts(u: torch.Tensor, periods: FoldPeriods, steps: int) -> torch.Tensor:
+    """Start rows of training episodes of ``steps`` steps from uniform draws ``u`` in [0, 1) [N].
+
+    A window covers rows ``[start, start + steps]``; ``start <= collect_hi - steps - 1`` even where a
+    float32 ``u`` rounds ``u x span`` up to ``span``, so the last row is below ``collect_hi``."""
+    span = periods.collect_hi - periods.collect_lo - steps - 1
+    return periods.collect_lo + (u * span).to(torch.int64)

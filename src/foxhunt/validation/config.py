@@ -1,0 +1,79 @@
+"""The validation stage's config sections: ``[folds]``, the purged walk-forward of :mod:`.folds`, and
+``[labels]``, the direction labels of :mod:`.labels` (the triple barrier's parameters are
+``env.plan.barrier``, :class:`foxhunt.domain.barrier.Barrier`, shared with the env's plan).
+
+As every stage's sections do, they live beside the stage's code (docs/design.md §9): the code
+imports its section from here, and :mod:`foxhunt.config.models` composes the sections into the root.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from foxhunt.config.base import Frozen
+from foxhunt.data.schemas import RowUnit
+
+_MAX_HORIZON = 1_000_000
+
+
+class FoldScheme(StrEnum):
+    EXPANDING = "expanding"  # training starts at row 0 and grows with each fold
+    ROLLING = "rolling"  # training keeps a fixed number of rows and slides forward
+
+
+class FoldParams(Frozen):
+    n_folds: int = Field(
+        3, ge=1, le=100, description="Validation blocks in time order (smoke 3, production 5+)."
+    )
+    scheme: FoldScheme = Field(
+        FoldScheme.EXPANDING,
+        description="expanding: train on every earlier row; rolling: a fixed-size window.",
+    )
+    min_train_fraction: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="Share of rows before the first validation block; the blocks tile the remaining rows.",
+    )
+    embargo_rows: int = Field(
+        0,
+        ge=0,
+        description="Extra gap in rows between training and validation; embargo = max(this, label span).",
+    )
+    rolling_train_rows: int | None = Field(
+        None,
+        ge=1,
+        description="Training rows per fold for scheme = rolling (None: the first fold's training size).",
+    )
+
+
+Horizon = Annotated[int, Field(ge=1, le=_MAX_HORIZON)]
+
+
+class LabelParams(Frozen):
+    """Direction-label horizons (part of the cache's schema hash), in rows of each row unit."""
+
+    bar_horizons: tuple[Horizon, ...] = Field(
+        (60,),
+        min_length=1,
+        description="Direction-label horizons K in rows for row_unit = bar (strictly increasing).",
+    )
+    snapshot_horizons: tuple[Horizon, ...] = Field(
+        (5, 20, 50, 200, 500),
+        min_length=1,
+        description="Direction-label horizons K in rows for row_unit = snapshot (strictly increasing).",
+    )
+
+    @field_validator("bar_horizons", "snapshot_horizons")
+    @classmethod
+    def _increasing(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if any(b <= a for a, b in zip(value, value[1:], strict=False)):
+            raise ValueError(f"horizons must be strictly increasing, got {value}")
+        return value
+
+    def horizons(self, row_unit: RowUnit) -> tuple[int, ...]:
+        """Direction-label horizons of a row unit."""
+        return self.bar_horizons if row_unit is RowUnit.BAR else self.snapshot_horizons
