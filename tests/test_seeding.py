@@ -16,10 +16,12 @@ from foxhunt.seeding import Stream
 
 def test_stream_seeds_by_hand() -> None:
     # run seed 10, fold 2: 10 * 1000 + 2 = 10002 for the agent and the process streams, +1 for the
-    # episode starts (the derivation every recorded result was trained with).
+    # episode starts (the derivation every recorded result was trained with), +2 for a scripted
+    # baseline's draws.
     assert seeding.stream_seed(10, Stream.AGENT, fold=2) == 10_002
     assert seeding.stream_seed(10, Stream.PROCESS, fold=2) == 10_002
     assert seeding.stream_seed(10, Stream.EPISODE_STARTS, fold=2) == 10_003
+    assert seeding.stream_seed(10, Stream.SCRIPTED_POLICY, fold=2) == 10_004
     assert seeding.stream_seed(0, Stream.AGENT) == 0
     # Another fold or run seed moves every stream; folds of one run seed stay in its block.
     assert seeding.stream_seed(11, Stream.AGENT, fold=2) == 11_002

@@ -50,6 +50,7 @@ from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache, get_or_build, load_cache
+from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.dataset import FoldData
 from foxhunt.validation.dataset import make_folds as _make_folds
 from foxhunt.validation.normalise import RobustScaler
@@ -373,7 +374,8 @@ def backtest(
                 "policy", f"unknown scripted policy {policy!r}", "use flat, long, short, random or oracle"
             ) from None
     if isinstance(policy, ScriptedPolicy):
-        name, pol = policy.value, scripted(policy, cfg.env, seed=cfg.run.seed + k)  # as foxhunt backtest
+        seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, k)  # as foxhunt backtest
+        name, pol = policy.value, scripted(policy, cfg.env, seed=seed)
     elif isinstance(policy, TrainedAgent):
         name, pol = policy.value, policy.policy(device)
     else:

@@ -37,9 +37,12 @@ class Stream(StrEnum):
     """Python's, numpy's and torch's process-wide generators: the learner's noisy-layer noise draws
     from torch's, and a checkpoint records them all beside the named ones. Seeded per fold, so a
     fold's numbers and checkpoints do not depend on the process that computed them."""
+    SCRIPTED_POLICY = "scripted_policy"
+    """The draws of a scripted baseline policy (``random``) over a fold's validation period, the same
+    in ``foxhunt backtest`` and the Python API so the two give the same numbers."""
 
 
-_OFFSET = {Stream.AGENT: 0, Stream.EPISODE_STARTS: 1, Stream.PROCESS: 0}
+_OFFSET = {Stream.AGENT: 0, Stream.EPISODE_STARTS: 1, Stream.PROCESS: 0, Stream.SCRIPTED_POLICY: 2}
 
 
 def stream_seed(run_seed: int, stream: Stream, fold: int = 0) -> int:

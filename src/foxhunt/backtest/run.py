@@ -47,6 +47,7 @@ from foxhunt.env.graph import CapturablePolicy  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.errors import FoxhuntError  # noqa: E402
 from foxhunt.features.cache import FeatureCache  # noqa: E402
+from foxhunt.seeding import Stream, stream_seed  # noqa: E402
 from foxhunt.validation.dataset import make_folds  # noqa: E402
 from foxhunt.validation.normalise import RobustScaler  # noqa: E402
 
@@ -162,7 +163,8 @@ def run_backtest(
         )
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         if isinstance(policy, ScriptedPolicy):
-            pol = scripted(policy, cfg.env, seed=cfg.run.seed + fd.fold.index)
+            seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, fd.fold.index)
+            pol = scripted(policy, cfg.env, seed=seed)
             rec = evaluate(market, cfg.env, lo, hi, pol)
         else:
             # The fused step (one CUDA graph per step on CUDA) records decisions.csv's columns too
