@@ -1473,20 +1473,22 @@ def tune_cmd(
     tracking_uri: TrackingOpt = None,
 ) -> None:
     """Hyperparameter search: an Optuna study (TPE, median pruning on each epoch's selection-period
-    net PnL) over the search space in the config's tune section, every trial trained on one feature
+    net PnL) over the search space in the config's tune section, trials ranked on the folds'
+    selection periods (never their validation periods), every trial trained on one feature
     cache, WORKERS at once (Ray). Run it again to resume a killed study. Writes best.toml (a
     profile for --config), tune.html and tune.json. Tracked in MLflow: a run for the study, each
     trial's nested. docs/tune.md."""
     import shutil
     import time
 
-    from foxhunt.backtest.reference import RULE, edge, planted_column
+    from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import check_writable
     from foxhunt.stages import Stopped, leak_guard
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
+    from foxhunt.tune.objective import check_tunable, rule_on_selection
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
 
@@ -1506,6 +1508,7 @@ def tune_cmd(
             "has no [tune] params: there is nothing to search",
             'add tables such as [tune.params."agent.learn.lr"] (docs/tune.md) or tune another profile',
         )
+    check_tunable(cfg)
     if storage is not None:
         check_storage(storage)
     check_writable(out_dir, folder=True)
@@ -1519,12 +1522,12 @@ def tune_cmd(
     leak_guard(files, cfg, "foxhunt tune", Stopped.TUNING, progress, _line)
     cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
     if cfg.tune.objective is Objective.CAPTURE:
-        with step("reference rule per fold (the capture's denominator)", progress):
-            rule = edge(cache, cfg)["total"][RULE]  # a FoxhuntError names the missing feature
+        with step("reference rule over the selection periods (the capture's denominator)", progress):
+            rule = rule_on_selection(cache, cfg)  # a FoxhuntError names the missing feature
         if rule <= 0:
             raise FoxhuntError(
                 "tune.objective",
-                f"capture is undefined: the reference rule makes {rule:,.0f} over the validation folds",
+                f"capture is undefined: the reference rule makes {rule:,.0f} over the selection periods",
                 "use objective = net_pnl on this market",
             )
     write_resolved(cfg, out_dir / "tune.config.json")
@@ -1556,9 +1559,12 @@ def tune_cmd(
     else:
         b = summary["best"]
         params = ", ".join(f"{k}={v!r}" for k, v in b["params"].items())
+        val = b["validation"]
+        shown = {k: "n/a" if val.get(k) is None else f"{val[k]:,.6g}" for k in ("value", "last_fold")}
         out.print(
-            f"best: trial {b['number']}, {cfg.tune.objective.value} {b['value']:,.6g} ({params}); "
-            f"profile {best}; report {out_dir / REPORT_FILE}",
+            f"best: trial {b['number']}, {cfg.tune.objective.value} {b['value']:,.6g} over the selection "
+            f"periods (ranked on) ({params}); validation {shown['value']}, last fold {shown['last_fold']} "
+            f"({REPORT_FILE} says which is out of sample); profile {best}; report {out_dir / REPORT_FILE}",
             markup=False,
         )
 

@@ -2,9 +2,11 @@
 them by name), each a pure function of the config it is given, so a study's mechanics (sampling,
 workers, pruning, the guard, resuming, the export) are tested in milliseconds per trial.
 
-The fake's validation net PnL is highest at lr = 3e-3 (:func:`score`); it records the config it
-was given as ``train()`` does (``train.config.json``), so a test can compare the exported profile
-with the config a trial really trained.
+The fake's selection-period net PnL (what a study ranks) is highest at lr = 3e-3 (:func:`score`), its
+validation net PnL at lr = 3e-2 (:func:`validation_score`): a study that ranked on the validation
+periods would pick another trial. It records the config it was given as ``train()`` does
+(``train.config.json``), so a test can compare the exported profile with the config a trial really
+trained.
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ SLOW_SECONDS = 0.5
 
 
 def score(cfg: FoxhuntConfig) -> float:
-    """The fake's validation net PnL: 1000 at lr = 3e-3, falling by 1000 per decade away from it."""
+    """The fake's selection-period net PnL: 1000 at lr = 3e-3, falling by 1000 per decade away from it."""
     return 1000.0 - 1000.0 * abs(math.log10(cfg.agent.learn.lr / 3e-3))
+
+
+def validation_score(cfg: FoxhuntConfig) -> float:
+    """The fake's validation net PnL: 500 at lr = 3e-2, falling by 1000 per decade away from it."""
+    return 500.0 - 1000.0 * abs(math.log10(cfg.agent.learn.lr / 3e-2))
 
 
 def _folds(
@@ -45,7 +52,17 @@ def _folds(
             time.sleep(pause)
             if on_epoch is not None:
                 on_epoch(k, epoch, {PRUNED_METRIC: net})
-        folds.append({"fold": k, "net_pnl": net, "trades": 10, "sharpe_annual": 1.0, "baselines": {}})
+        selection = {"rows": 100, "net_pnl": net, "sharpe_annual": 1.0, "rule_net_pnl": None}
+        folds.append(
+            {
+                "fold": k,
+                "net_pnl": validation_score(cfg),
+                "trades": 10,
+                "sharpe_annual": 1.0,
+                "baselines": {},
+                "selection": selection,
+            }
+        )
     return folds
 
 

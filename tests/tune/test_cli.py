@@ -101,6 +101,9 @@ def test_tune_killed_mid_trial_resumes_without_counting_a_trial_twice(
     again = load_config(config_file=out / "best.toml")
     assert again == trained and config_hash(again) == config_hash(trained) == body["config_hash"]
     assert (out / "tune.html").read_text().count("<section") == 5
+    # ranked on the selection periods, its validation numbers beside (one fold: out of sample)
+    assert summary["ranked_on"] == "selection" and best["validation"]["last_fold_out_of_sample"]
+    assert "over the selection periods (ranked on)" in result.output
 
 
 # The 4-trial study on 2 workers with real (tiny) training, in the default suite: about 40-55 s

@@ -173,12 +173,13 @@ def test_a_study_of_another_config_is_not_resumed(tmp_path: Path) -> None:
 
 
 def test_a_seeds_objective_hand_worked() -> None:
+    """Over the selection periods (``fold["selection"]``); the validation numbers beside them differ."""
     folds = [
-        {"fold": 0, "net_pnl": 300.0, "baselines": {"rule": {"net_pnl": 1000.0}}},
-        {"fold": 1, "net_pnl": -100.0, "baselines": {"rule": {"net_pnl": 600.0}}},
+        {"fold": 0, "net_pnl": 9.0, "selection": {"net_pnl": 300.0, "rule_net_pnl": 1000.0}},
+        {"fold": 1, "net_pnl": 7.0, "selection": {"net_pnl": -100.0, "rule_net_pnl": 600.0}},
     ]
     assert seed_value(folds, Objective.NET_PNL) == pytest.approx(100.0)  # (300 - 100) / 2
     assert seed_value(folds, Objective.CAPTURE) == pytest.approx(0.125)  # 200 / 1600
-    lost = [dict(f, baselines={"rule": {"net_pnl": -50.0}}) for f in folds]
-    with pytest.raises(Undefined, match="reference rule made no money"):
+    lost = [dict(f, selection=dict(f["selection"], rule_net_pnl=-50.0)) for f in folds]
+    with pytest.raises(Undefined, match="reference rule made no money over the folds' selection periods"):
         seed_value(lost, Objective.CAPTURE)

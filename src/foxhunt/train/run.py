@@ -50,7 +50,7 @@ from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
 from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.backtest.reference import fold_capture, fold_policies
+from foxhunt.backtest.reference import RULE, fold_capture, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
@@ -510,6 +510,7 @@ def _report_row(epoch: int, row: dict[str, float]) -> dict[str, float]:
         "gate_entropy": row.get("experts/gate_entropy", float("nan")),
         "train_sharpe": row.get("sharpe/train", float("nan")),
         "select_sharpe": row.get(SHARPE_SELECT, float("nan")),  # NaN: train.selection = last
+        "select_net_pnl": row.get(SELECT_NET_PNL, float("nan")),
         "active_frac": row.get("actions/active_frac", float("nan")),
         "lr": row.get("misc/lr", float("nan")),
         "epoch_s": row.get("time/epoch_s", float("nan")),
@@ -595,6 +596,21 @@ def _train_fold(
     return _fold_result(tr, store, anomaly)
 
 
+def _selection_result(tr: FoldTrainer, epoch: int) -> dict[str, float | None]:
+    """The reported epoch's numbers over the fold's selection period (those it was picked on) and the
+    reference rule's net PnL there (None where its feature is not in the state): what a tuning study
+    ranks its trials by (docs/tune.md), so that no trial is chosen on a validation number. Empty
+    under ``train.selection = last`` (no selection period)."""
+    if tr.periods.select_rows == 0:
+        return {}
+    [at] = [h for h in tr.history if h["epoch"] == epoch]
+    rule = fold_policies(tr.cfg, tr.market).get(RULE)
+    rule_net = None
+    if rule is not None:  # the rule learns nothing: its selection rows are as unseen as any
+        rule_net = float(evaluate_selection(tr.market, tr.periods, tr.cfg, rule, tr.bpy)[0]["net_pnl"])
+    return {"net_pnl": at["select_net_pnl"], "sharpe_annual": at["select_sharpe"], "rule_net_pnl": rule_net}
+
+
 def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -> FoldResult:
     """A trained fold's result: the reported checkpoint (best, else last) and the last epoch over the
     whole validation period, the first time anything reads it; the baselines over the same rows,
@@ -626,7 +642,7 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
-    metrics[SELECTION_KEY] = tr.periods.summary()
+    metrics[SELECTION_KEY] = tr.periods.summary() | _selection_result(tr, epoch)
     metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()

@@ -33,8 +33,11 @@ from foxhunt.config.base import Frozen
 
 
 class Objective(StrEnum):
-    NET_PNL = "net_pnl"  # mean validation net PnL over the folds (of the trial's seeds)
-    CAPTURE = "capture"  # the agent's validation net PnL over the reference rule's, summed over the folds
+    """What a trial is ranked on, over each fold's selection period (never its validation period:
+    :mod:`foxhunt.tune.objective`), averaged over the trial's seeds."""
+
+    NET_PNL = "net_pnl"  # mean net PnL of the folds' reported epochs over their selection periods
+    CAPTURE = "capture"  # the agent's selection-period net PnL over the reference rule's, summed over folds
 
 
 class Direction(StrEnum):
@@ -108,8 +111,9 @@ class TuneConfig(Frozen):
     )
     objective: Objective = Field(
         Objective.NET_PNL,
-        description="net_pnl: mean validation net PnL over the folds; capture: agent / reference rule "
-        "net PnL over the folds (needs the rule's feature column and a rule that makes money).",
+        description="Computed on each fold's selection period (the tail of its training rows), never on "
+        "its validation period: net_pnl: mean net PnL over the folds; capture: agent / reference rule net "
+        "PnL summed over the folds (needs the rule's feature column and a rule that makes money there).",
     )
     direction: Direction = Field(Direction.MAXIMIZE, description="Maximize or minimize the objective.")
     trials: int = Field(20, ge=1, le=100_000, description="Trials of the study (--trials overrides).")

@@ -18,6 +18,7 @@ from foxhunt.atomic import write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.config.toml_text import config_toml
 from foxhunt.tune.space import with_params
+from foxhunt.tune.study import ranked_on
 
 BEST_PROFILE = "best.toml"
 
@@ -41,7 +42,8 @@ def write_best(cfg: FoxhuntConfig, study: optuna.Study, out: Path) -> Path | Non
         return None
     header = (
         f"foxhunt tune: the best trial ({trial.number}) of study {study.study_name}, "
-        f"{cfg.tune.objective.value} {trial.value:.6g}.\n"
+        f"{cfg.tune.objective.value} {trial.value:.6g} over the folds' {ranked_on(study).value} periods "
+        "(what the trials were ranked on; tune.html shows its validation numbers and what they are worth).\n"
         f"Parameters: {', '.join(f'{k} = {v!r}' for k, v in trial.params.items())}.\n"
         f"Train it: foxhunt train --config {BEST_PROFILE} (or foxhunt run, backtest ...)."
     )

@@ -2,6 +2,10 @@
 ``tune.html`` (self-contained, as the run report: the optimisation history, the parameter
 importances and the best configuration, every trial in a table), with its PNGs in ``plots/``.
 
+Every trial's value is its objective over the folds' selection periods (what the study ranked);
+its validation numbers stand beside it, each labelled out of sample for the choice only when the
+study's ranking did not read it (:func:`held_out`).
+
 Parameter importances are Optuna's fANOVA (scikit-learn's random forest; PED-ANOVA without it) over
 the COMPLETE trials; with fewer than two, or a space where nothing varied, the report says why
 there are none.
@@ -25,7 +29,8 @@ from foxhunt.report.html import CSS
 from foxhunt.report.plots import _save, plt
 from foxhunt.tune.config import Direction
 from foxhunt.tune.export import BEST_PROFILE, best_trial
-from foxhunt.tune.study import REASON, counted, trial_row
+from foxhunt.tune.objective import Period, out_of_sample
+from foxhunt.tune.study import REASON, VALIDATION, counted, ranked_on, trial_row
 
 SUMMARY_FILE = "tune.json"
 REPORT_FILE = "tune.html"
@@ -59,6 +64,20 @@ def importances(study: optuna.Study, seed: int) -> tuple[dict[str, float] | None
     return {k: float(v) for k, v in found.items()}, None
 
 
+def held_out(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> dict[str, Any]:
+    """The trial's validation numbers (``value``: all folds, ``last_fold``) and, for each, whether it
+    is out of sample for the choice of the trial's hyper-parameters
+    (:func:`foxhunt.tune.objective.out_of_sample`). A study ranked on the validation periods has only
+    its value, the number it was chosen on."""
+    ranked = ranked_on(study)
+    if ranked is Period.VALIDATION:
+        numbers: dict[str, Any] = {"value": trial.value, "last_fold": None, "folds": None}
+    else:
+        numbers = dict(trial.user_attrs.get(VALIDATION) or {})
+    clean = out_of_sample(ranked, numbers.get("folds") or 0)
+    return numbers | {f"{k}_out_of_sample": v for k, v in clean.items()}
+
+
 def summarise(
     study: optuna.Study, cfg: FoxhuntConfig, storage: str, seconds: float, out: Path
 ) -> dict[str, Any]:
@@ -71,6 +90,7 @@ def summarise(
         "study": study.study_name,
         "storage": shown_storage(storage),
         "objective": cfg.tune.objective.value,
+        "ranked_on": ranked_on(study).value,
         "direction": cfg.tune.direction.value,
         "trials_asked": cfg.tune.trials,
         "trials_counted": len(counted(trials)),
@@ -81,6 +101,7 @@ def summarise(
         else {
             "number": best.number,
             "value": best.value,
+            "validation": held_out(study, best),
             "params": best.params,
             "folder": best.user_attrs.get("folder"),
             "profile": str(Path(out) / BEST_PROFILE),
@@ -124,7 +145,7 @@ def plot_history(study: optuna.Study, direction: Direction, path: Path) -> Path 
         xs, ys = [n for n, _ in pruned], [v for _, v in pruned]
         ax.scatter(xs, ys, marker="x", color="tab:grey", label="pruned (last epoch)")
     ax.set_xlabel("trial")
-    ax.set_ylabel("objective")
+    ax.set_ylabel(f"objective ({ranked_on(study).value} periods)")
     ax.set_title("Optimisation history", fontsize=10)
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -154,8 +175,9 @@ def _value(x: Any) -> str:
     return NA if x is None or (isinstance(x, float) and not math.isfinite(x)) else esc(f"{x:.6g}")
 
 
-def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str:
-    head = "".join(f"<th>{esc(h)}</th>" for h in ("trial", "state", "value", *keys, "seconds", "reason"))
+def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked: str) -> str:
+    columns = ("trial", "state", f"value ({ranked}, ranked)", "validation", *keys, "seconds", "reason")
+    head = "".join(f"<th>{esc(h)}</th>" for h in columns)
     body = []
     for r in rows:
         params = r.get("params") or {}
@@ -163,6 +185,7 @@ def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str
             td(esc(r["number"])),
             td(esc(r["state"]), ""),
             td(_value(r.get("value"))),
+            td(_value((r.get("validation") or {}).get("value"))),
             *(td(esc(params[k]) if k in params else NA) for k in keys),
             td(_value(r.get("seconds"))),
             td(esc(r.get("reason") or ""), ""),
@@ -171,22 +194,42 @@ def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> str
     return table(f"<tr>{head}</tr>" + "".join(body))
 
 
+def _held_out(val: Mapping[str, Any], key: str, ranked: str) -> str:
+    """A validation number of the best trial with what it is worth as evidence (:func:`held_out`)."""
+    if val.get(key) is None:
+        return NA
+    if val.get(f"{key}_out_of_sample"):
+        why = "out of sample for the choice: no trial was ranked on these rows"
+    elif ranked == Period.VALIDATION.value:
+        why = "NOT out of sample: the trials were ranked on this number"
+    else:
+        why = "partly in sample for the choice: later folds train and select on earlier folds' validation"
+    return f"{_value(val[key])} ({esc(why)})"
+
+
 def render(summary: Mapping[str, Any], history_png: Path | None, importance_png: Path | None) -> str:
     title = f"foxhunt tune: study {summary['study']}"
+    objective, ranked = summary["objective"], summary.get("ranked_on", Period.VALIDATION.value)
     best = summary.get("best")
     states = ", ".join(f"{n} {k.lower()}" for k, n in (summary.get("states") or {}).items()) or "none"
     overview = kv(
         [
             ("storage", esc(summary["storage"])),
-            ("objective", esc(f"{summary['objective']} ({summary['direction']})")),
+            ("objective", esc(f"{objective} ({summary['direction']}) over the {ranked} periods")),
             ("trials", esc(f"{summary['trials_counted']} of {summary['trials_asked']} counted; {states}")),
             ("stopped by the anomaly guard", esc(summary.get("guard_failed", 0))),
             ("time of this run", esc(f"{summary['seconds']:.1f} s")),
         ]
     )
     if best:
+        val = best.get("validation") or {}
         best_html = kv(
-            [("trial", esc(best["number"])), ("value", _value(best["value"]))]
+            [
+                ("trial", esc(best["number"])),
+                (f"{objective} over the {ranked} periods (ranked on)", _value(best["value"])),
+                (f"{objective} over the validation periods", _held_out(val, "value", ranked)),
+                (f"{objective} over the last fold's validation period", _held_out(val, "last_fold", ranked)),
+            ]
             + [(k, esc(v)) for k, v in best["params"].items()]
             + [("profile", f"<code>{esc(best['profile'])}</code>"), ("run folder", esc(best.get("folder")))]
         )
@@ -201,7 +244,7 @@ def render(summary: Mapping[str, Any], history_png: Path | None, importance_png:
         f"{_img(history_png, 'No trial has a value yet.')}</section>",
         f"<section id='importance'><h2>Parameter importances</h2>"
         f"{_img(importance_png, 'Parameter importances: ' + imp_note + '.')}</section>",
-        f"<section id='trials'><h2>Trials</h2>{_trials_table(summary['trials'], keys)}</section>",
+        f"<section id='trials'><h2>Trials</h2>{_trials_table(summary['trials'], keys, ranked)}</section>",
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 # Sections a study may not set: its own definition.
 _FORBIDDEN = ("tune",)
+# A value a study may not search: its trials are ranked on the folds' selection periods, which
+# train.selection = last removes (foxhunt.tune.objective).
+_RANKING = "train.selection"
 
 
 def assignment(key: str, value: Any) -> str:
@@ -81,6 +84,12 @@ def check_space(cfg: FoxhuntConfig) -> None:
         where = f"tune.params.{key}"
         if key.split(".")[0] in _FORBIDDEN or "." not in key:
             raise ConfigError(where, "not a searchable config value", "name a value such as agent.learn.lr")
+        if key == _RANKING:
+            raise ConfigError(
+                where,
+                "decides where trials are ranked (the folds' selection periods), so it cannot be searched",
+                f"remove {where} (tune needs train.selection = train_tail)",
+            )
         parent: Any = None
         node: Any = base
         for part in key.split("."):

@@ -4,13 +4,16 @@ A **trial** samples the ``[tune]`` space (TPE, seeded from ``run.seed``), sets t
 profile as ``--set`` would (:mod:`foxhunt.tune.space`), and trains it, once per seed of
 ``tune.seeds``, on the one feature cache the command built, into ``DIR/trials/<number>/`` (a run
 folder; ``seed<s>/`` inside it for several seeds). Its value is the mean over its seeds of the
-objective: the mean validation net PnL over the folds, or the capture of the reference rule's net
-PnL (:func:`foxhunt.backtest.reference.total_capture`).
+objective over the folds' **selection periods** (the mean net PnL of each fold's reported epoch
+there, or its capture of the reference rule's net PnL there: :mod:`foxhunt.tune.objective`); the
+same objective over the validation periods is recorded beside it (user attribute
+:data:`VALIDATION`) and never ranked on (which of those numbers are out of sample for the choice:
+:func:`foxhunt.tune.objective.out_of_sample`).
 
-**Pruning.** After every epoch the trial reports the epoch's validation net PnL at a step that
-rises over its seeds, folds and epochs (one step per epoch); the median pruner stops a trial behind
-the median of the finished trials at that step (``optuna.TrialPruned`` raised from the trainer's
-epoch hook).
+**Pruning.** After every epoch the trial reports the epoch's selection-period net PnL at a step
+that rises over its seeds, folds and epochs (one step per epoch); the median pruner stops a trial
+behind the median of the finished trials at that step (``optuna.TrialPruned`` raised from the
+trainer's epoch hook).
 
 **Results that are not values.** A trial the anomaly guard stops, or whose capture is undefined (the
 rule made no money), is FAILED with the reason in its user attribute :data:`REASON`: it counts as a
@@ -45,7 +48,16 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 from foxhunt.tracking import TrackingTarget
 from foxhunt.train.diagnostics import SELECT_NET_PNL
-from foxhunt.tune.config import Objective, Pruner, TuneConfig
+from foxhunt.tune.config import Pruner, TuneConfig
+from foxhunt.tune.objective import (
+    RANKED_ON,
+    Period,
+    Undefined,
+    check_tunable,
+    mean_or_none,
+    seed_value,
+    validation_numbers,
+)
 from foxhunt.tune.space import assignment, sample, with_params
 
 STUDY_DB = "study.db"
@@ -56,8 +68,16 @@ capture): such a trial counts towards ``tune.trials``, a crashed or killed one d
 SETS = "sets"
 """User attribute: the trial's parameters as ``--set`` assignments."""
 SEED_VALUES = "seed_values"
+"""User attribute: the objective of each seed over the selection periods (the value is their mean)."""
+VALIDATION = "validation"
+"""User attribute of a COMPLETE trial: the objective over the validation periods (``value``) and over
+the last fold's (``last_fold``), means over its seeds, and the number of ``folds``
+(:func:`foxhunt.tune.objective.validation_numbers`); reported, never ranked on."""
 STUDY_CONFIG = "config_hash"
 """Study user attribute: the hash of the config it searches (:func:`study_identity`)."""
+STUDY_RANKED_ON = "ranked_on"
+"""Study user attribute: the period its trials are ranked on (:data:`foxhunt.tune.objective.RANKED_ON`).
+A study without it was made by a foxhunt that ranked on the validation periods."""
 PRUNED_METRIC = SELECT_NET_PNL
 """The epoch row's value reported to the pruner: the selection period's net PnL (the validation
 period is not read before a fold's end)."""
@@ -70,10 +90,6 @@ _RUN_KEYS = ("trials", "heartbeat_seconds", "retries", "gpus_per_trial")
 
 Trainer = Callable[[FoxhuntConfig, int, Path, Path, "str | None", "Callable | None"], list[dict[str, Any]]]
 """``(cfg, seed, run folder, cache path, planted column, epoch hook) -> train()'s fold results``."""
-
-
-class Undefined(Exception):
-    """A trial's objective has no value (capture where the reference rule made no money)."""
 
 
 def default_storage(out: Path) -> str:
@@ -149,7 +165,8 @@ def open_study(
     storage: optuna.storages.RDBStorage, name: str, cfg: FoxhuntConfig, *, overwrite: bool, data: str = ""
 ) -> optuna.Study:
     """Create the study, or load it to resume; refused when it searches another config or market
-    (``data``: :func:`study_identity`) unless ``overwrite``, which deletes it first."""
+    (``data``: :func:`study_identity`), or was ranked on another period (an older foxhunt's, on the
+    validation periods), unless ``overwrite``, which deletes it first."""
     if overwrite and name in optuna.get_all_study_names(storage):
         optuna.delete_study(study_name=name, storage=storage)
     study = optuna.create_study(
@@ -160,13 +177,29 @@ def open_study(
     if recorded is None:
         study.set_user_attr(STUDY_CONFIG, identity)
         study.set_user_attr("objective", cfg.tune.objective.value)
+        study.set_user_attr(STUDY_RANKED_ON, RANKED_ON.value)
     elif recorded != identity:
         raise ConfigError(
             f"study {name}",
             "was made with another config (profile, --set or [tune] space) or market than this one",
             "run the same config to resume, pass --overwrite to start again, or use another --out/--storage",
         )
+    elif ranked_on(study) is not RANKED_ON:
+        # Its trials' values are validation numbers: mixing them with selection-period values would
+        # rank incomparable numbers, and its best trial was chosen on the period it reports.
+        raise ConfigError(
+            f"study {name}",
+            "ranked its trials on the validation periods (made by an older foxhunt); this one ranks "
+            "them on the selection periods",
+            "pass --overwrite to start it again, or use another --out/--storage",
+        )
     return study
+
+
+def ranked_on(study: optuna.Study) -> Period:
+    """The period the study ranks its trials on (a study without the record was made by a foxhunt
+    that ranked on the validation periods)."""
+    return Period(study.user_attrs.get(STUDY_RANKED_ON, Period.VALIDATION.value))
 
 
 def trial_seeds(cfg: FoxhuntConfig) -> list[int]:
@@ -185,18 +218,6 @@ def run_folder(out: Path, number: int, seed: int, cfg: FoxhuntConfig) -> Path:
 
     folder = trial_folder(out, number)
     return folder if cfg.tune.seeds == 1 else seed_folder(folder, seed)
-
-
-def seed_value(folds: list[dict[str, Any]], objective: Objective) -> float:
-    """One seed's objective from ``train()``'s fold results."""
-    if objective is Objective.NET_PNL:
-        return float(np.mean([f["net_pnl"] for f in folds]))
-    from foxhunt.backtest.reference import total_capture
-
-    capture = total_capture(folds)
-    if capture is None:
-        raise Undefined("capture is undefined: the reference rule made no money over the validation folds")
-    return float(capture)
 
 
 class Pruning:
@@ -264,6 +285,7 @@ def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
         trial.set_user_attr("folder", str(folder))
         pruning = Pruning(trial) if work.cfg.tune.pruner is not Pruner.NONE else None
         values: list[float] = []
+        held_out: list[dict[str, float | None]] = []  # each seed's validation numbers (never ranked)
         t0 = time.perf_counter()
         tags = {"optuna.study": work.study, "optuna.trial": trial.number} | params
         folder.mkdir(parents=True, exist_ok=True)
@@ -276,6 +298,7 @@ def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
                     folds = trainer(cfg, seed, seed_dir, work.cache_path, work.planted, hook)
                     run.log_folds(folds, seed_dir)
                     values.append(seed_value(folds, cfg.tune.objective))
+                    held_out.append(validation_numbers(folds, cfg.tune.objective))
                     trial.set_user_attr(SEED_VALUES, values)
             except (AnomalyError, Undefined) as err:
                 trial.set_user_attr(REASON, str(err))
@@ -283,7 +306,11 @@ def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
             finally:
                 trial.set_user_attr("seconds", round(time.perf_counter() - t0, 1))
             value = float(np.mean(values))
-            run.log_results({"objective": value})
+            validation = {k: mean_or_none([h[k] for h in held_out]) for k in ("value", "last_fold")}
+            validation["folds"] = held_out[0]["folds"]  # every seed trains the same folds
+            trial.set_user_attr(VALIDATION, validation)
+            held = {f"validation_{k}": validation[k] for k in ("value", "last_fold")}
+            run.log_results({"objective": value} | held)
         return value
 
     return objective
@@ -363,6 +390,7 @@ def run_study(
     from foxhunt.parallel import Resources, open_executor
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    check_tunable(work.cfg)
     tune = work.cfg.tune
     storage = open_storage(work.storage, tune)
     study = open_study(storage, work.study, work.cfg, overwrite=overwrite, data=work.cache_path.name)
@@ -399,6 +427,7 @@ def trial_row(t: FrozenTrial) -> dict[str, Any]:
         "number": t.number,
         "state": t.state.name,
         "value": t.value,
+        "validation": t.user_attrs.get(VALIDATION),
         "params": t.params,
         "reason": t.user_attrs.get(REASON),
         "seconds": t.user_attrs.get("seconds"),

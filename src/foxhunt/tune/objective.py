@@ -1,0 +1,149 @@
+"""What a study ranks its trials on: each fold's **selection period**, never its validation period.
+
+A fold's reported checkpoint is picked on the selection period (the tail of its training rows,
+:mod:`foxhunt.train.selection`) and its validation period is evaluated once, at the fold's end. A
+study that ranked its trials by the validation numbers would choose hyper-parameters on the period
+it then reports: the best trial's validation result would be the maximum of many noisy draws, not a
+held-out number. So the objective (``tune.objective``) is computed on the selection periods, from
+the numbers every fold result records of its reported epoch (``fold["selection"]``: ``net_pnl``,
+``sharpe_annual``, ``rule_net_pnl``), and the same formula over the validation periods is recorded
+beside it, reported and never ranked on (docs/tune.md, "The objective").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from foxhunt.errors import ConfigError
+from foxhunt.report.schema import SELECTION_KEY
+from foxhunt.tune.config import Objective
+
+if TYPE_CHECKING:
+    from foxhunt.config.models import FoxhuntConfig
+    from foxhunt.features.cache import FeatureCache
+
+
+class Period(StrEnum):
+    """The rows of each fold an objective is computed on."""
+
+    SELECTION = "selection"  # the tail of the fold's training rows: what trials are ranked on
+    VALIDATION = "validation"  # the fold's validation rows: reported beside, never ranked on
+
+
+RANKED_ON = Period.SELECTION
+"""The period this version of ``foxhunt tune`` ranks trials on (recorded on every study it creates)."""
+
+
+class Undefined(Exception):
+    """A trial's objective has no value (capture where the reference rule made no money)."""
+
+
+def fold_numbers(fold: Mapping[str, Any], period: Period) -> tuple[float, float | None]:
+    """``(agent net PnL, reference rule net PnL or None)`` of one fold result over ``period``.
+
+    Raises ``KeyError`` naming the fold when it recorded no selection-period result (a fold trained
+    with ``train.selection = last``, which :func:`check_tunable` refuses)."""
+    if period is Period.SELECTION:
+        sel = fold.get(SELECTION_KEY) or {}
+        if sel.get("net_pnl") is None:
+            raise KeyError(f"fold {fold.get('fold')} recorded no selection-period result")
+        return float(sel["net_pnl"]), sel.get("rule_net_pnl")
+    from foxhunt.backtest.reference import RULE
+
+    rule = (fold.get("baselines") or {}).get(RULE)
+    return float(fold["net_pnl"]), None if rule is None else rule["net_pnl"]
+
+
+def period_value(folds: Sequence[Mapping[str, Any]], objective: Objective, period: Period) -> float | None:
+    """``objective`` of one seed's fold results over ``period``: the mean net PnL over the folds, or the
+    capture (the agent's net PnL summed over the folds / the rule's); None where the capture is
+    undefined (no rule in some fold, or a rule that made no money: :func:`capture_ratio`)."""
+    numbers = [fold_numbers(f, period) for f in folds]
+    if objective is Objective.NET_PNL:
+        return float(np.mean([agent for agent, _ in numbers]))
+    from foxhunt.backtest.reference import capture_ratio
+
+    if not numbers or any(rule is None for _, rule in numbers):
+        return None
+    return capture_ratio(sum(a for a, _ in numbers), sum(float(r) for _, r in numbers if r is not None))
+
+
+def seed_value(folds: Sequence[Mapping[str, Any]], objective: Objective) -> float:
+    """One seed's objective, the value the study ranks: over the selection periods only."""
+    value = period_value(folds, objective, Period.SELECTION)
+    if value is None:
+        raise Undefined(
+            "capture is undefined: the reference rule made no money over the folds' selection periods"
+        )
+    return value
+
+
+def validation_numbers(folds: Sequence[Mapping[str, Any]], objective: Objective) -> dict[str, float | None]:
+    """The same objective over the validation periods (``value``) and over the last fold's alone
+    (``last_fold``), and the number of folds (:func:`out_of_sample`). Reported, never ranked on."""
+    return {
+        "value": period_value(folds, objective, Period.VALIDATION),
+        "last_fold": period_value(folds[-1:], objective, Period.VALIDATION),
+        "folds": len(folds),
+    }
+
+
+def out_of_sample(ranked: Period, folds: int) -> dict[str, bool]:
+    """Which of a trial's validation numbers (:func:`validation_numbers`) are out of sample for the
+    choice of its hyper-parameters. None where the study ranked on them. Otherwise the last fold's;
+    all folds' only with one fold: a walk-forward fold's validation rows are training rows of the
+    next fold, whose selection period (the tail of its training rows) overlaps them, so a study ranking
+    on the selection periods reads every validation period but the last."""
+    clean = ranked is Period.SELECTION
+    return {"value": clean and folds == 1, "last_fold": clean}
+
+
+def mean_or_none(values: Sequence[float | None]) -> float | None:
+    """The mean over a trial's seeds; None when any seed's is undefined (or there are none)."""
+    if not values or any(v is None for v in values):
+        return None
+    return float(np.mean([float(v) for v in values if v is not None]))
+
+
+def check_tunable(cfg: FoxhuntConfig) -> None:
+    """Refuse a study whose folds would have no selection period to rank its trials on."""
+    from foxhunt.train.config import Selection
+
+    if cfg.train.selection is Selection.LAST:
+        raise ConfigError(
+            "train.selection",
+            "last leaves the folds no selection period, and tune ranks its trials there (never on the "
+            "validation periods it reports)",
+            "use train.selection = train_tail (the default) for foxhunt tune",
+        )
+
+
+def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
+    """The reference rule's net PnL summed over the folds' selection periods (capture's denominator),
+    evaluated as training evaluates it there; a FoxhuntError names a carrier feature not in the state."""
+    from foxhunt.backtest.reference import ReferenceRule
+    from foxhunt.backtest.run import bars_per_year
+    from foxhunt.env.market import market_tensors
+    from foxhunt.errors import FoxhuntError
+    from foxhunt.train.run import evaluate_selection
+    from foxhunt.train.selection import fold_periods
+    from foxhunt.validation.dataset import make_folds
+
+    rule = ReferenceRule.for_config(cfg)
+    bpy = bars_per_year(cache)
+    total = 0.0
+    for fd in make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"])):
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
+        if not rule.available(market):
+            raise FoxhuntError(
+                "tune.objective",
+                f"capture needs the reference rule, which reads {rule.column}: not a state feature here",
+                "turn its feature family on ([features]), pick another synth.signal, or tune net_pnl",
+            )
+        metrics, _ = evaluate_selection(market, fold_periods(fd.fold, cfg.train), cfg, rule.policy(), bpy)
+        total += float(metrics["net_pnl"])
+    return total
