@@ -35,6 +35,19 @@ def test_override_changes_one_field_and_the_hash() -> None:
     assert config_hash(load_config("smoke")) == config_hash(base)  # stable
 
 
+def test_coupled_keys_of_one_section_are_set_one_by_one() -> None:
+    """``magnitude`` and its ``magnitude_fractions`` are valid together only: two --set, in either
+    order, give the config (each alone was once refused, whichever came first); a --set that breaks
+    the tree is still the one named."""
+    full = ["env.branches.magnitude=3", "env.branches.magnitude_fractions=[0.25, 0.5, 1.0]"]
+    for overrides in (full, full[::-1]):
+        cfg = load_config("smoke", overrides=overrides)
+        assert cfg.env.branches.magnitude == 3 and cfg.env.branches.magnitude_fractions == (0.25, 0.5, 1.0)
+    with pytest.raises(ConfigError) as info:
+        load_config("smoke", overrides=["run.seed=8", "env.branches.magnitude=2"])
+    assert "--set env.branches.magnitude=2" in str(info.value) and "needs 2 values" in str(info.value)
+
+
 def test_bad_value_names_key_value_and_what_is_allowed() -> None:
     with pytest.raises(ConfigError) as info:
         load_config("smoke", overrides=["data.data_source=parquet"])

@@ -19,7 +19,7 @@ runner = CliRunner()
 
 # The sizes each profile gives (gpu.toml, smoke.toml): what a GPU user must get without a flag.
 GPU_SIZES = {"envs": 4096, "batch": 16384, "replay": 2_097_152, "updates": 200}
-SMOKE_SIZES = {"envs": 64, "batch": 256, "replay": 16384, "updates": 256}
+SMOKE_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256}
 
 
 def _sizes(cfg) -> dict[str, int]:

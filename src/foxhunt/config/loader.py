@@ -152,11 +152,21 @@ def load_config(
         name = profile or DEFAULT_PROFILE
         tree, where = _profile_dict(name), f"profile {name}"
     validate_tree(tree, where)  # errors in the profile itself are reported against the profile
+    final = tree
     for assignment in overrides:
-        tree = apply_override(tree, assignment)
-        validate_tree(tree, f"--set {assignment}", cross_checks=False)
+        final = apply_override(final, assignment)
     if overrides:
-        where = f"{where} with --set {' '.join(overrides)}"
+        try:
+            cfg = validate_tree(final, f"{where} with --set {' '.join(overrides)}")
+            assert cfg is not None  # cross checks on: an invalid tree raised
+            return cfg
+        except ConfigError:
+            # Blame the first --set that breaks the tree. Only on failure: coupled keys of one section
+            # (env.branches.magnitude with its magnitude_fractions) are valid together, not one by one.
+            for assignment in overrides:
+                tree = apply_override(tree, assignment)
+                validate_tree(tree, f"--set {assignment}", cross_checks=False)
+            raise
     cfg = validate_tree(tree, where)
     assert cfg is not None  # cross checks on: an invalid tree raised
     return cfg
