@@ -19,8 +19,15 @@ Also per case: the p50 latency of the first and the last quarter of the decision
 re-ran the session would grow from one to the other; one that computes its new rows stays flat),
 and where a row close's time goes (``--parts``: wall time of each step, summed over the replay and
 divided by its rows: decoding and the session's market, the bars, ``from_bars``, the feature
-families, normaliser and market tensors, the environment's step, the policy, the ledger commit).
+families, normaliser and market tensors, the environment's step, the policy, the ledger commit),
+and the record handling outside the row closes per record (the replay's seconds less its closes':
+reading the source, decoding, the monitor's checks, the time buckets, the logs).
 ``--pin CORE`` runs on that CPU core only (``os.sched_setaffinity``).
+
+The decision side (env step and forward, foxhunt.serve.decide) is Inductor-compiled unless
+``--eager``. Its compile is paid at the first two decided rows and reported apart (``compile_seconds``
+per part, the first two decisions' latencies): it is taken out of the replay's seconds, of the step
+and policy parts and of the latency percentiles, which are those of the service once started.
 
 ``--scaling EVENTS``: how a row close's own work (``RowState.rows``: the session's market, bars,
 features, normaliser and market tensors; no environment or policy) grows over a session, on one
@@ -117,7 +124,9 @@ PARTS = (
     ("foxhunt.serve.service", "Service._step", "environment step"),
     ("foxhunt.serve.service", "Service._decide", "policy"),
     ("foxhunt.serve.ledger", "Ledger.commit_row", "ledger commit"),
+    ("foxhunt.serve.service", "Service._close_rows", "row closes (all of the above)"),
 )
+CLOSES = PARTS[-1][2]
 
 
 def timed(parts: dict[str, float]) -> list:
@@ -148,29 +157,53 @@ def timed(parts: dict[str, float]) -> list:
     return undo
 
 
-def serve(checkpoint: Path, files: list[Path], warmup_rows: int, parts: bool = False) -> dict:
+def serve(
+    checkpoint: Path, files: list[Path], warmup_rows: int, parts: bool = False, compile: bool = True
+) -> dict:
     source = ReplaySource(files)
     spent: dict[str, float] = {}
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
-        svc = Service(checkpoint, source, Path(out), ServeConfig(warmup_rows=warmup_rows), log=lambda m: None)
+        scfg = ServeConfig(warmup_rows=warmup_rows)
+        svc = Service(checkpoint, source, Path(out), scfg, log=lambda m: None, compile=compile)
         t0 = time.perf_counter()
         summary = svc.run()
         seconds = time.perf_counter() - t0
         lat = np.array([r[0] for r in svc.ledger.db.execute("SELECT latency_us FROM decisions")], float)
         rows = svc.rows_done
+        # Compiled, the first decided row (the forward's compile) and the next (the step's) carry
+        # Inductor's one-time compile: reported apart, and taken out of the replay's time, its parts
+        # and its latencies.
+        compiled = svc.decider.compile_times
+        first = [float(x) for x in lat[:2]]
+        if compiled:
+            seconds -= sum(compiled.values())
+            lat = lat[2:]
+            for label, what in (("environment step", "step"), ("policy", "decide")):
+                if label in spent:
+                    spent[label] -= compiled.get(what, 0.0)
+            if CLOSES in spent:
+                spent[CLOSES] -= sum(compiled.values())
         incremental = getattr(svc.state, "incremental", None) is not None
         svc.close()
     for owner, attr, fn in undo:
         setattr(owner, attr, fn)
     quarter = max(len(lat) // 4, 1)
+    # Everything outside the row closes: the source, decoding, the monitor, the bucket keys, the logs.
+    handling = (seconds - spent[CLOSES]) / len(source) if CLOSES in spent else None
     return {
+        "record_handling_us_per_record": None if handling is None else handling * 1e6,
         "incremental": incremental,
         "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
         "latency_us_p50_last_quarter": float(np.median(lat[-quarter:])) if len(lat) else None,
         "parts_us_per_row": {k: v * 1e6 / max(rows, 1) for k, v in spent.items()},
         "records": len(source),
         "rows": rows,
+        # The decision side compiled (foxhunt.serve.decide): Inductor's seconds per part, and the
+        # latencies of the two decided rows that paid them.
+        "compiled": compile,
+        "compile_seconds": compiled,
+        "latency_us_first_two_decisions": first,
         "decisions": summary["decisions"],
         "seconds": seconds,
         "records_per_s": len(source) / seconds,
@@ -245,6 +278,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup-rows", type=int, default=0)
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "serve.json")
     ap.add_argument("--parts", action="store_true", help="time each step of a row close")
+    ap.add_argument("--eager", action="store_true", help="the decision side eager (default: compiled)")
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     args = ap.parse_args(argv)
@@ -263,7 +297,7 @@ def main(argv: list[str] | None = None) -> dict:
         results = {}
         for name, files in cases.items():
             batch_s, batch_rows = batch(checkpoint, files)
-            got = serve(checkpoint, files, args.warmup_rows, parts=args.parts)
+            got = serve(checkpoint, files, args.warmup_rows, parts=args.parts, compile=not args.eager)
             got.update(
                 files=[str(p) for p in files],
                 batch_records_per_s=got["records"] / batch_s,
@@ -289,10 +323,16 @@ def main(argv: list[str] | None = None) -> dict:
         )
     for name, r in results.items():
         q = r["latency_us_p50_first_quarter"], r["latency_us_p50_last_quarter"]
+        if r["compiled"]:
+            c = ", ".join(f"{k} {v:.1f} s" for k, v in r["compile_seconds"].items())
+            print(f"{name}: decision side compiled at the first closes ({c}; out of the numbers above)")
         if q[0] is not None:
             print(f"{name}: p50 of the first / last quarter of decisions {q[0]:,.0f} / {q[1]:,.0f} us")
         for label, us in sorted(r["parts_us_per_row"].items(), key=lambda kv: -kv[1]):
             print(f"    {label:30} {us:>9,.0f} us per row")
+        handling = r["record_handling_us_per_record"]
+        if handling is not None:
+            print(f"    {'record handling (outside closes)':30} {handling:>9,.2f} us per record")
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(body, indent=2) + "\n")
     return body

@@ -933,7 +933,10 @@ def serve_cmd(
         source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
-    service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose)
+    from foxhunt.serve.config import DecidePath
+
+    compiled = cfg.serve.decide is DecidePath.COMPILED
+    service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose, compile=compiled)
     server = None
     try:
         if port is not None:

@@ -318,7 +318,7 @@ def test_serve_command_serves_http_until_stopped(
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     args = ["serve", "--checkpoint", str(export), "--replay", *map(str, replay), "--out", str(tmp_path)]
-    args += ["--speed", "2000", "--port", str(port)]
+    args += ["--speed", "2000", "--port", str(port), "--set", "serve.decide=eager"]
     got: dict[str, Any] = {}
     thread = threading.Thread(target=lambda: got.update(result=runner.invoke(app, args)), daemon=True)
     thread.start()

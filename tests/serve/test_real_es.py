@@ -63,6 +63,7 @@ def test_real_es_replay_decides_as_the_backtest(real_data_dir: Path, export: Pat
     assert got.exit_code == 0, got.output
     decided = read_decisions_csv(bt / "decisions.csv")
     args = ["serve", "--checkpoint", str(export), "--replay", str(data), "--out", str(sv), "-q"]
+    args += ["--set", "serve.decide=eager"]  # the compiled path: tests/serve/test_decide.py
     got = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={decided[0].row}"])
     assert got.exit_code == 0, got.output
     served = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}

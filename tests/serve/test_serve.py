@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import astuple
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +33,15 @@ from foxhunt.serve.config import ServeConfig
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.monitor import Fault
 from foxhunt.serve.service import Service
-from foxhunt.serve.source import Disconnected, LiveSource, ReplaySource, SourceEnded, StreamMeta, StreamRecord
+from foxhunt.serve.source import (
+    Disconnected,
+    LiveSource,
+    ReplaySource,
+    SourceEnded,
+    StreamBlock,
+    StreamMeta,
+    StreamRecord,
+)
 
 # Three 23-hour sessions of 4,000 book events in 15-minute bars: 92 rows a session, two folds.
 MARKET = (
@@ -110,7 +119,7 @@ def served(
     out = tmp_path_factory.mktemp("served")
     start = read_decisions_csv(backtested / "decisions.csv")[0].row
     args = ["serve", "--checkpoint", str(export), "--replay", *map(str, replay), "--out", str(out), "-q"]
-    result = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={start}"])
+    result = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={start}", "--set", "serve.decide=eager"])
     assert result.exit_code == 0, result.output
     return out
 
@@ -170,6 +179,7 @@ def test_book_streams_alone_decide_and_compute_as_the_backtest(
     assert got.exit_code == 0, got.output
     decided = read_decisions_csv(bt / "decisions.csv")
     args = ["serve", "--checkpoint", str(export), "--replay", *map(str, books), "--out", str(sv), "-q"]
+    args += ["--set", "serve.decide=eager"]  # the compiled path: tests/serve/test_decide.py
     got = runner.invoke(app, [*args, "--set", f"serve.warmup_rows={decided[0].row}"])
     assert got.exit_code == 0, got.output
     served = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}
@@ -193,7 +203,7 @@ def test_kill_9_and_restart_lose_and_double_no_fill(
     start = read_decisions_csv(backtested / "decisions.csv")[0].row
     args = [FOXHUNT, "serve", "--checkpoint", str(export), "--replay", *map(str, replay)]
     args += ["--out", str(tmp_path)]
-    args += ["--set", f"serve.warmup_rows={start}", "-q"]
+    args += ["--set", f"serve.warmup_rows={start}", "--set", "serve.decide=eager", "-q"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ledger = tmp_path / "ledger.sqlite"
@@ -430,6 +440,199 @@ def test_hold_keeps_the_position_instead(export: Path, stream, tmp_path: Path) -
     assert forced and {d for (d,) in forced} == {int(Direction.HOLD)}
 
 
+# --- records in blocks (foxhunt.serve.source.StreamBlock) ----------------------------------------
+
+
+class Blocks(Scripted):
+    """``Scripted`` handing out blocks: the runs of consecutive records of one stream and size, up to
+    ``limit`` (a scripted event ends a block, as a live feed's quiet moment would)."""
+
+    def __init__(self, *args, limit: int = 64) -> None:  # noqa: ANN002
+        super().__init__(*args)
+        self.limit = limit
+
+    def next_block(self, timeout: float) -> StreamBlock | None:
+        first = self.next(timeout)
+        if first is None:
+            return None
+        payloads = [first.payload]
+        while len(payloads) < self.limit and self.i < len(self.records) and self.i not in self.events:
+            r = self.records[self.i]
+            if r.stream != first.stream or len(r.payload) != len(first.payload):
+                break
+            payloads.append(r.payload)
+            self.i += 1
+        return StreamBlock(first.stream, b"".join(payloads), len(first.payload))
+
+
+def _traced(export: Path, out: Path, source: Scripted) -> tuple[Service, list[int]]:
+    """A service run on ``source``, and the records consumed at each row commit (the resume points)."""
+    cfg = ServeConfig(warmup_rows=2, stall_seconds=0.05, reconnect_seconds=0.0, max_gap_seconds=600)
+    svc = Service(export, source, out, cfg, log=lambda m: None)
+    commits: list[int] = []
+    commit = svc.ledger.commit_row
+
+    def traced(**kw: Any) -> None:
+        commits.append(kw["records"])
+        commit(**kw)
+
+    svc.ledger.commit_row = traced  # type: ignore[method-assign]
+    svc.run()
+    return svc, commits
+
+
+_EVENTS = {200: "stall", 250: "disconnect"}
+
+
+@pytest.fixture(scope="module")
+def faulty(export: Path, stream, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """The stream with every fault case in it, and what the service makes of it one record at a time:
+    (streams, records, service, the records consumed at each commit)."""
+    streams, records = stream
+    i = _book_index(records, 500)
+    ask = int(np.frombuffer(records[i].payload, dtype=_dtype(records, i))["ask_px_00"][0])
+    bad = _with(records, i, bid_px_00=ask + 250_000_000)  # crossed
+    j = _book_index(bad, 450)
+    bad = _with(bad, j, instrument_id=4242)  # roll
+    late = [StreamRecord(r.stream, _shift(r.payload, bad, 20 * 60)) for r in bad[650:]]
+    bad = bad[:650] + late  # gap
+    bad.insert(600, StreamRecord(0, records[550].payload[:-7]))  # truncated
+    bad.insert(400, _with(records, 350, ts_event=0)[350])  # no time
+    bad.insert(300, records[100])  # out of order
+    one, commits = _traced(export, tmp_path_factory.mktemp("one"), Scripted(streams, bad, _EVENTS))
+    yield streams, bad, one, commits
+    one.close()
+
+
+@pytest.mark.parametrize("limit", [1, 7, 4096])
+def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
+    export: Path, faulty, tmp_path: Path, limit: int
+) -> None:
+    """Every fault case at once, read in blocks: the same faults (kind and detail, in order), the same
+    decisions bit for bit and the same resume point at every commit as read one record at a time, and
+    the block reader did read blocks. A block that hid a bad record (a roll or a crossed book inside
+    it) would change the faults and the decisions; a close at the block's end instead of at the
+    record that opens the bar would change the resume points."""
+    streams, bad, one, one_commits = faulty
+    blocks = Blocks(streams, bad, _EVENTS, limit=limit)
+    calls = 0
+    read = blocks.next_block
+
+    def counted(timeout: float) -> StreamBlock | None:
+        nonlocal calls
+        calls += 1
+        return read(timeout)
+
+    blocks.next_block = counted  # type: ignore[method-assign]
+    got, got_commits = _traced(export, tmp_path, blocks)
+    kinds = {k for k, _ in one.ledger.faults()}
+    assert kinds == {f.value for f in Fault} - {Fault.ERROR.value}
+    assert got.ledger.faults() == one.ledger.faults()
+    a, b = got.ledger.decisions(), one.ledger.decisions()
+    assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    assert got_commits == one_commits and got.consumed == one.consumed == len(bad)
+    assert calls < len(bad) / 2 if limit > 1 else calls > len(bad)
+    got.close()
+
+
+def test_replay_blocks_are_the_records_in_order(replay: list[Path]) -> None:
+    """``ReplaySource.next_block`` hands out the records ``next`` does, in the same order, each block
+    one file's consecutive records (two merged files: many short runs), at most ``limit``."""
+    one = ReplaySource(replay)
+    want = []
+    while True:
+        try:
+            got = one.next(0.0)
+        except SourceEnded:
+            break
+        assert got is not None
+        want.append((got.stream, got.payload))
+    src, limit = ReplaySource(replay), 50
+    have, sizes = [], []
+    while True:
+        try:
+            block = src.next_block(0.0, limit=limit)
+        except SourceEnded:
+            break
+        assert block is not None and 1 <= block.count <= limit
+        sizes.append(block.count)
+        p = block.payload
+        have += [(block.stream, bytes(p[k * block.size : (k + 1) * block.size])) for k in range(block.count)]
+    assert have == want and max(sizes) == limit and len(sizes) < len(want) / 2
+
+
+def test_paced_replay_blocks_release_no_record_before_it_is_due(replay: list[Path]) -> None:
+    """At ``speed`` x the recorded pace a block holds the records already due, none later: the last
+    record of every block was due when the block came (its recorded time since the first, divided by
+    the speed), and the replay still ends at its recorded length."""
+    src = ReplaySource(replay[:1])
+    span = (int(src._ts[-1]) - int(src._ts[0])) / 1e9
+    speed = span / 0.5  # half a second of replay
+    src = ReplaySource(replay[:1], speed=speed)
+    released, blocks = 0, 0
+    while True:
+        try:
+            block = src.next_block(1.0)
+        except SourceEnded:
+            break
+        now = time.monotonic()
+        if block is None:
+            continue
+        released += block.count
+        blocks += 1
+        last = np.frombuffer(block.payload, dtype=np.uint8)[-block.size :].view(_dtype_of(block.size))
+        due = (int(last["ts_event"][0]) - int(src._ts[0])) / 1e9 / speed
+        assert src._t0_wall is not None and due <= now - src._t0_wall + 1e-6
+    assert released == len(src) and blocks < released
+    assert src._t0_wall is not None and time.monotonic() - src._t0_wall >= 0.5 - 1e-3
+
+
+def _dtype_of(size: int) -> np.dtype:
+    from foxhunt.data.dbn_write import record_dtype
+    from foxhunt.data.schemas import Schema
+
+    return next(record_dtype(s) for s in (Schema.MBP_10, Schema.TRADES) if record_dtype(s).itemsize == size)
+
+
+def test_monitor_clean_is_check_record_by_record() -> None:
+    """``Monitor.clean`` passes exactly the leading records ``check`` finds no fault in, and leaves the
+    monitor as ``check`` would: random MBP-10 blocks with every kind of bad record sprinkled in."""
+    from foxhunt.data.dbn_write import empty_records
+    from foxhunt.data.schemas import Schema
+    from foxhunt.serve.monitor import Monitor
+
+    rng = np.random.default_rng(0)
+    for trial in range(200):
+        n = int(rng.integers(1, 40))
+        recs = empty_records(Schema.MBP_10, n)
+        recs["ts_event"] = 10**18 + np.cumsum(rng.integers(0, 5, n)) * 10**9
+        recs["instrument_id"] = 7
+        recs["bid_px_00"], recs["ask_px_00"] = 100 * 10**9, 101 * 10**9
+        recs["bid_sz_00"], recs["ask_sz_00"] = 1, 1
+        for _ in range(int(rng.integers(0, 3))):
+            k, kind = int(rng.integers(0, n)), int(rng.integers(0, 6))
+            if kind == 0:
+                recs["ts_event"][k] = 0
+            elif kind == 1:
+                recs["instrument_id"][k] = 9
+            elif kind == 2:
+                recs["ts_event"][k:] -= np.uint64(3 * 10**9)  # back in time
+            elif kind == 3:
+                recs["ts_event"][k:] += np.uint64(700 * 10**9)  # a gap
+            elif kind == 4:
+                recs["bid_px_00"][k] = 102 * 10**9  # crossed
+            else:
+                recs["bid_sz_00"][k], recs["bid_px_00"][k] = 0, 102 * 10**9  # one-sided: not crossed
+        cfg = ServeConfig(max_gap_seconds=600)
+        start = None if trial % 2 else 10**18 - 10**9  # a fresh monitor, or one that has seen a record
+        block, single = Monitor(cfg), Monitor(cfg)
+        block.last_ts = single.last_ts = start
+        k = block.clean(recs)
+        assert all(single.check(recs[m : m + 1]) == [] for m in range(k))
+        assert (block.last_ts, block.instrument_id) == (single.last_ts, single.instrument_id)
+        assert k == n or single.check(recs[k : k + 1]) != []
+
+
 # --- the live adapter, the command line, the status endpoint --------------------------------------
 
 
@@ -479,6 +682,26 @@ def test_live_adapter_hands_out_the_recorded_stream(replay: list[Path]) -> None:
         drain()
     want = read_raw(book).records
     assert len(got) == len(want) and b"".join(got) == want.tobytes()
+
+
+def test_live_adapter_blocks_are_the_recorded_stream(replay: list[Path]) -> None:
+    """``LiveSource.next_block``: the queued records in blocks of one size, the stream unchanged (the
+    recorded client's symbol mappings and end message are no records), then the end as a disconnect."""
+    book = next(p for p in replay if "mbp-10" in p.name)
+    live = LiveSource("GLBX.MDP3", ["ES.c.0"], client_factory=lambda: RecordedLive(book))
+    got: list[bytes] = []
+    counts = []
+
+    def drain() -> None:
+        while (block := live.next_block(1.0, limit=100)) is not None:
+            assert len(block.payload) == block.count * block.size
+            got.append(block.payload)
+            counts.append(block.count)
+
+    with pytest.raises(Disconnected):  # the recorded session's end
+        drain()
+    want = read_raw(book).records
+    assert b"".join(got) == want.tobytes() and max(counts) == 100 and sum(counts) == len(want)
 
 
 def test_live_without_a_key_is_one_line_exit_2(

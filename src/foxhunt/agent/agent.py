@@ -88,6 +88,9 @@ class PolicyOut:
 
 @contextmanager
 def _eval_mode(net: torch.nn.Module):
+    if not net.training:  # already evaluating (a served agent, foxhunt.serve.decide): eval() and the
+        yield  # train(False) after it would be two passes over every module for nothing
+        return
     was = net.training
     net.eval()
     try:

@@ -5,6 +5,9 @@ what a DBN file's header says) and then hands out records one at a time as raw D
 (:class:`StreamRecord`), in arrival order. ``next(timeout)`` returns None when nothing arrived in
 ``timeout`` seconds (the service's stall check), raises :class:`SourceEnded` when a replay has no
 more records and :class:`Disconnected` when a live connection dropped (``reconnect()`` tries again).
+``next_block(timeout)`` is the same with the records that are there at once (:class:`StreamBlock`:
+consecutive records of one stream, up to ``BLOCK``), which the service handles without Python work
+per record; a source without it is read record by record.
 
 * :class:`ReplaySource` reads DBN files (foxhunt.data.dbn_read, the batch reader), merges their
   records by ``ts_event`` (stable: file order breaks ties, as ingest's merge does) and releases them
@@ -50,6 +53,25 @@ class StreamRecord:
     payload: bytes  # one DBN record as it was received (decoded and checked by the state)
 
 
+@dataclass(frozen=True)
+class StreamBlock:
+    """Consecutive records of one stream, in arrival order: ``payload`` is ``count`` records of ``size``
+    bytes each, as received (the state checks ``size`` against the stream's schema); a replay's is a
+    view of its file's bytes."""
+
+    stream: int
+    payload: bytes | memoryview
+    size: int
+
+    @property
+    def count(self) -> int:
+        return len(self.payload) // self.size
+
+
+# Records a block holds at most: a block is handled between two checks of the service's stop flag.
+BLOCK = 4096
+
+
 class SourceEnded(Exception):
     """A replay has released its last record."""
 
@@ -79,6 +101,9 @@ class ReplaySource:
         local = np.concatenate([np.arange(len(f.records)) for f in files])
         order = np.argsort(ts, kind="stable")
         self._ts, self._which, self._local = ts[order], which[order], local[order]
+        # Where a run of consecutive records of one file starts (a block never spans two).
+        cut = (self._which[1:] != self._which[:-1]) | (self._local[1:] != self._local[:-1] + 1)
+        self._runs = np.flatnonzero(cut) + 1
         self._records = [f.records for f in files]
         self.speed = speed
         self.position = skip  # records released so far (a restart may skip none: the state needs them)
@@ -105,6 +130,29 @@ class ReplaySource:
         self.position += 1
         s = int(self._which[i])
         return StreamRecord(s, self._records[s][int(self._local[i])].tobytes())
+
+    def next_block(self, timeout: float, limit: int = BLOCK) -> StreamBlock | None:
+        """The next record and those after it of the same file that are due too (all, at full speed),
+        up to ``limit``; None as ``next``."""
+        if self.position >= len(self._ts):
+            raise SourceEnded
+        i = self.position
+        got = self.next(timeout)
+        if got is None:
+            return None
+        end = min(len(self._ts), i + limit)
+        run = np.searchsorted(self._runs, i, side="right")
+        if run < len(self._runs):
+            end = min(end, int(self._runs[run]))
+        if self.speed is not None and end > i + 1:
+            assert self._t0_wall is not None
+            now_ts = self._t0_ts + (time.monotonic() - self._t0_wall) * self.speed * 1e9
+            end = min(end, max(i + 1, int(np.searchsorted(self._ts, now_ts, side="right"))))
+        s, a = got.stream, int(self._local[i])
+        recs = self._records[s]
+        self.position = end
+        # The file's bytes themselves (a read-only view, not a copy).
+        return StreamBlock(s, recs[a : a + end - i].view(np.uint8).data, recs.dtype.itemsize)
 
     def reconnect(self) -> None:  # a file does not disconnect
         return None
@@ -192,6 +240,24 @@ class LiveSource:
             symbol = getattr(item, "stype_out_symbol", None)
             if symbol is not None:  # a symbol mapping: instrument_id -> the contract it names now
                 self.streams[0].symbols[int(item.instrument_id)] = str(symbol)
+
+    def next_block(self, timeout: float, limit: int = BLOCK) -> StreamBlock | None:
+        """The next record and those already queued behind it of its size, up to ``limit``."""
+        first = self.next(timeout)
+        if first is None:
+            return None
+        payloads, size = [first.payload], len(first.payload)
+        while len(payloads) < limit and not self._queue.empty():
+            # Peek (this thread alone takes from the queue): anything but a record of this size (an end,
+            # a symbol mapping, a corrupt record) is left for the next call.
+            item = self._queue.queue[0]
+            if getattr(item, "rtype", None) != self._rtype or len(bytes(item)) != size:
+                break
+            got = self.next(0.0)
+            if got is None:
+                break
+            payloads.append(got.payload)
+        return StreamBlock(0, b"".join(payloads), size)
 
     def reconnect(self) -> None:
         self.close()

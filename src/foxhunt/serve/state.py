@@ -35,8 +35,16 @@ every feature family computes those rows with its carried state (foxhunt.feature
 EMAs, running sums, window histories, the last book event; the batch is the one-chunk case, the same
 kernels); the normaliser and ``market_tensors`` run on the new rows and the one before them, and the
 rows are appended to buffers the environment's market is a view of. A close then costs O(its new
-records) plus a few 1-d passes over the session's rows (the price path's back-fill, the plan's
-trailing volatility, the flow masks), instead of the session's records again.
+records) plus two cheap 1-d passes over the session's rows (the plan's trailing volatility, a
+Welford recursion whose rounding depends on every row before, and the flow masks' comparison),
+instead of the session's records again; the price path carries its last price forward once the
+session has one (before, the leading NaNs are back-filled over the session).
+
+Records reach the log in blocks (foxhunt.serve.source.StreamBlock; the service's ``on_block``):
+the monitor checks a block with array operations (foxhunt.serve.monitor.Monitor.clean), a block's
+run of clean records of one time bar is found by a binary search (:meth:`RowState.in_bucket`) and
+appended at once (:meth:`RowState.append_block`); a record with a fault goes alone through the
+per-record path, so faults, closes and resume points are those of the records one by one.
 """
 
 from __future__ import annotations
@@ -157,32 +165,37 @@ class Appended:
         self.names: list[str] = []  # the container's fields (dataclasses.fields is slow per call)
         self.buffers: dict[str, np.ndarray] = {}
         self.n = 0
+        self.cap = 0
+        self._rows: Any = None  # the last rows(), until the next append (a close asks several times)
 
     def append(self, part: Any) -> None:
         if self.kind is None:
             self.kind = type(part)
-            self.names = names = [f.name for f in dataclasses.fields(part)]
-            first = {k: getattr(part, k) for k in names}
+            self.names = [f.name for f in dataclasses.fields(part)]
+            first = {k: getattr(part, k) for k in self.names}
             self.buffers = {k: np.empty((1024, *a.shape[1:]), a.dtype) for k, a in first.items()}
-        names = self.names
-        m = self.n + len(getattr(part, names[0]))
-        cap = len(next(iter(self.buffers.values())))
-        if m > cap:
-            cap = max(m, 2 * cap)
+            self.cap = 1024
+        arrays = [getattr(part, k) for k in self.names]
+        m = self.n + len(arrays[0])
+        if m > self.cap:
+            self.cap = cap = max(m, 2 * self.cap)
             for k, a in self.buffers.items():
                 grown = np.empty((cap, *a.shape[1:]), a.dtype)
                 grown[: self.n] = a[: self.n]
                 self.buffers[k] = grown
-        for k in names:
-            self.buffers[k][self.n : m] = getattr(part, k)
+        for k, a in zip(self.names, arrays, strict=True):
+            self.buffers[k][self.n : m] = a
         self.n = m
+        self._rows = None
 
     def rows(self) -> Any:
         assert self.kind is not None
-        views = {k: a[: self.n] for k, a in self.buffers.items()}
-        for v in views.values():
-            v.flags.writeable = False
-        return self.kind(**views)
+        if self._rows is None:
+            views = {k: a[: self.n] for k, a in self.buffers.items()}
+            for v in views.values():
+                v.flags.writeable = False
+            self._rows = self.kind(**views)
+        return self._rows
 
 
 class BookStream:
@@ -209,15 +222,21 @@ class BookStream:
         else:
             arrays = book_from_records(self.where, recs, self.meta.schema.levels)
             book = arrays.with_levels(self.cfg.levels)
-        self.books.append(book)
+        self.unchecked.append(book)
+        self.fed_states += len(book)
         self.trades.append(trades_in(arrays))
         self.records += len(recs)
 
     def end_session(self) -> None:
-        self.books, self.trades, self.records = Appended(), Appended(), 0
-        # What the last part() made of the states and trades before ``checked`` / ``traded``.
+        self.trades, self.records = Appended(), 0
+        # The states fed since the last part() that passed (only they are checked again: the session's
+        # states are ``kept``, after the crossed policy), and how many states the session was fed.
+        self.unchecked: list[BookArrays] = []
+        self.fed_states = 0
+        self.no_states: BookArrays | None = None  # none of the stream's states (a close without new ones)
+        # What the last part() made of the states and trades before ``traded``.
         self.kept, self.kept_crossed = Appended(), _Grown(np.bool_)  # states after the crossed policy
-        self.checked = self.traded = 0
+        self.traded = 0
         self.counts = (0, 0)  # states and crossed states so far (the policy's share)
         self.span: tuple[int, int] | None = None  # first and last ts_event of the states (or trades)
         self.instruments: set[int] = set()  # of the kept states
@@ -229,11 +248,15 @@ class BookStream:
         the crossed policy, their crossed flags and its trades; its symbols, depth, trade coverage and
         report go into ``md``."""
         cfg = self.cfg
-        book: BookArrays = self.books.rows()
+        unchecked = self.unchecked
+        if not unchecked:  # no state since the last part (a part follows a feed: the first has some)
+            assert self.no_states is not None
+            unchecked = [self.no_states]
+        new = unchecked[0] if len(unchecked) == 1 else BookArrays.concat(unchecked)
         carried: TradeArrays = self.trades.rows()
-        new, new_trades = book.take(slice(self.checked, None)), carried.take(slice(self.traded, None))
+        new_trades = carried.take(slice(self.traded, None))
         md.symbols.update(self.meta.symbols)
-        span = self._span(new.ts_event if len(book) else new_trades.ts_event)
+        span = self._span(new.ts_event if self.fed_states else new_trades.ts_event)
         report = FileReport(
             path=str(self.where),
             schema=self.meta.schema.value,
@@ -250,7 +273,7 @@ class BookStream:
         # Both checks passed: the new states and trades are the session's (a refusal repeats at the
         # next close, as a batch over the session's records would refuse them again).
         self.span, self.counts = span, (report.book_states, report.crossed)
-        self.checked, self.traded = len(book), len(carried)
+        self.unchecked, self.no_states, self.traded = [], new.take(slice(0, 0)), len(carried)
         last_kept = self.kept.rows().ts_event[-1:] if self.kept.n else np.zeros(0, np.int64)
         last_trade = carried.ts_event[self.traded - len(new_trades) - 1 : self.traded - len(new_trades)]
         self._see(kept, last_kept, self.instruments)
@@ -269,7 +292,9 @@ class BookStream:
     def _see(self, part: Any, last: np.ndarray, instruments: set[int]) -> None:
         """Note a part's instruments and whether it follows ``last`` (the ts before it) in order."""
         if len(part):
-            instruments.update(int(i) for i in np.unique(part.instrument_id))
+            ids = part.instrument_id
+            one = bool((ids == ids[0]).all())  # the usual part: one contract (np.unique sorts)
+            instruments.update((int(ids[0]),) if one else (int(i) for i in np.unique(ids)))
             self.in_order &= bool((np.diff(np.concatenate([last, part.ts_event])) >= 0).all())
 
     def _span(self, ts: np.ndarray) -> tuple[int, int] | None:
@@ -314,17 +339,36 @@ class _CacheRows:
     """Some rows of a feature cache, in memory: what ``market_tensors`` reads of a FeatureCache (its
     feature matrix, its columns by name), without writing and hashing an Arrow table per close."""
 
-    def __init__(self, cols: dict[str, np.ndarray], values: np.ndarray, columns: tuple[str, ...]) -> None:
-        self.cols, self.values, self.columns = cols, values, list(columns)
+    def __init__(
+        self, cols: dict[str, np.ndarray], values: np.ndarray, columns: tuple[str, ...] | _Indexed
+    ) -> None:
+        indexed = columns if isinstance(columns, _Indexed) else _Indexed(columns)
+        self.cols, self.values, self.columns = cols, values, indexed
         self.meta = {"columns": self.columns}
         self.table = SimpleNamespace(column_names=[*cols, *columns])
-        self._index = {c: j for j, c in enumerate(columns)}
 
     def features(self) -> np.ndarray:
         return self.values
 
     def column(self, name: str) -> np.ndarray:
-        return self.cols[name] if name in self.cols else self.values[:, self._index[name]]
+        return self.cols[name] if name in self.cols else self.values[:, self.columns.index(name)]
+
+
+class _Indexed(list):
+    """A list of distinct names whose ``in`` and ``index`` are dict look-ups, not scans (market_tensors
+    asks both for every state column at every close)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        super().__init__(names)
+        self._at = {c: j for j, c in enumerate(names)}
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._at
+
+    def index(self, name: str, *_: Any) -> int:  # type: ignore[override]
+        if name not in self._at:
+            raise ValueError(f"{name!r} is not in list")
+        return self._at[name]
 
 
 class _RowBuffers:
@@ -373,9 +417,10 @@ class IncrementalRows:
     ``compute_features`` (each family's :class:`foxhunt.features._kernels.Carry`: the batch is the
     one-chunk case, tests/features/test_chunks.py), the fold's normaliser and ``market_tensors`` on the
     new rows and the one before them (``_CacheRows``), appended to the rows of the sessions so far.
-    Two of market_tensors' quantities look back over the whole session and are computed over it
-    (1-d, cheap): the price path, whose leading NaNs are back-filled, and the plan's trailing
-    volatility (a running Welford sum). The session is recomputed from its start, as one chunk,
+    Two of market_tensors' quantities look back over the whole session: the price path, whose
+    leading NaNs are back-filled (over the session until it has a price, then carried forward from
+    its last one), and the plan's trailing volatility (a running Welford sum, computed over the
+    session: 1-d, cheap). The session is recomputed from its start, as one chunk,
     when the bars so far are not those it has rows for (the bars fell back to ``build_bars``) or the
     session's trade coverage changed the flow masks of rows it has (its first trade)."""
 
@@ -390,6 +435,7 @@ class IncrementalRows:
         self.carry: dict[str, Carry] = {}
         self.frame = BarsCarry()
         self.session = _RowBuffers()  # the session's cache columns before the features (row_columns)
+        self.priced = False  # whether the session's rows so far have a finite close
 
     def end_session(self) -> None:
         self.session_start = self.rows.n
@@ -420,25 +466,32 @@ class IncrementalRows:
         if not self.checked:
             check_layout(fm.columns, self.fold.scaler)
             self.columns, self.checked = tuple(fm.columns), True
+            self.indexed = _Indexed(self.columns)  # built once: a close asks it ~200 times
         k = self.session.n  # the session's rows before these
         cols = row_columns(inp)
         self.session.write(k, {**cols, "flow": inp.flow_mask})
         at = self.session_start + k
         self.rows.write(at, {"ts": cols["ts"], "raw": fm.values})
-        # The session's price path and plan volatility, as market_tensors makes them of its rows.
+        # The session's price path and plan volatility, as market_tensors makes them of its rows. Once
+        # the session has a finite price the path of the new rows carries the last one forward (the
+        # same values as the back-filled path over the session); before, it is made over the session.
         close = self.session.rows("close")
-        mid = _ffill(close)
+        if k and self.priced:
+            last = self.session.rows("mid", k - 1)[:1]
+            self.session.write(k, {"mid": _ffill(np.concatenate([last, close[k:]]))[1:]})
+        else:
+            k = 0  # the back-fill of the leading NaNs reaches rows already made: make them again
+            self.priced = bool(np.isfinite(close).any())
+            self.session.write(0, {"mid": _ffill(close)})
+        mid = self.session.rows("mid")
         window = self.cfg.env.plan.barrier.vol_window
         vol = np.nan_to_num(trailing_volatility(mid, self.session.rows("segment_start"), window))
-        finite = np.flatnonzero(np.isfinite(close))
-        if k and (not len(finite) or finite[0] >= k):
-            k = 0  # the back-fill of the leading NaNs reaches rows already made: make them again
         h = 1 if k else 0  # the row before, for its look-ahead aux target and the segment numbers
         a = k - h
         part = {name: self.session.rows(name, a) for name in cols}
         part["close"] = mid[a:]
         raw = self.rows.rows("raw", self.session_start + a)
-        rows = _CacheRows(part, raw, self.columns)
+        rows = _CacheRows(part, raw, self.indexed)
         mt = market_tensors(rows, self.fold, vol_window=window, instrument=self.instrument)  # type: ignore[arg-type]
         self.state_columns = mt.feature_columns
         tensors = {f: getattr(mt, f) for f in _TENSOR_FIELDS if getattr(mt, f) is not None}
@@ -537,6 +590,25 @@ class RowState:
             raise ValueError(f"{len(payload)} bytes where a {schema} record has {dt.itemsize}")
         return np.frombuffer(payload, dtype=dt)
 
+    def decode_block(self, stream: int, payload: bytes, size: int) -> np.ndarray:
+        """Records of one stream as a structured array (no copy); ValueError when they are not its
+        schema's (then each is decoded alone, and found corrupt, by :meth:`decode`)."""
+        if not 0 <= stream < len(self.dtypes):
+            raise ValueError(f"records of unknown stream {stream}")
+        dt = self.dtypes[stream]
+        if size != dt.itemsize or len(payload) % size:
+            schema = self.streams[stream].schema.value
+            raise ValueError(f"{size} bytes a record where a {schema} record has {dt.itemsize}")
+        return np.frombuffer(payload, dtype=dt)
+
+    def in_bucket(self, ts_event: np.ndarray) -> int:
+        """How many leading timestamps (non-decreasing) fall in the time bar of the first one."""
+        self.bucket_of(int(ts_event[0]))  # the session's span
+        lo, hi, _ = self._session
+        step = self.cfg.data.bar_seconds * NS
+        end = min(lo + ((int(ts_event[0]) - lo) // step + 1) * step, hi)
+        return int(np.searchsorted(ts_event, np.uint64(end), side="left"))
+
     def bucket_of(self, ts_event: int) -> tuple[int, int]:
         """The time bar a record falls in: (session date, bars since the session open), as ingest
         keys bars (foxhunt.data.bars). The session's span is remembered: dates cost a pandas call."""
@@ -555,13 +627,20 @@ class RowState:
         self.logs[stream] += payload
         self.records += 1
 
+    def append_block(self, stream: int, recs: np.ndarray) -> None:
+        """Records of one stream (a structured array of its dtype), as many ``append`` calls."""
+        self.logs[stream] += recs.data
+        self.records += len(recs)
+
     def _market(self) -> MarketData:
         """The market of the records logged since the last cut: from the book stream, else through
         ``load_market`` on the logs written as DBN files."""
         if self.books is not None:
             for i, (book, log) in enumerate(zip(self.books, self.logs, strict=True)):
                 if len(log) > self.fed[i]:
-                    book.feed(np.frombuffer(bytes(log[self.fed[i] :]), dtype=self.dtypes[i]))
+                    with memoryview(log) as view:  # one copy (released: the log grows again)
+                        new = bytes(view[self.fed[i] :])
+                    book.feed(np.frombuffer(new, dtype=self.dtypes[i]))
                     self.fed[i] = len(log)
             return book_market(self.books)
         paths = []

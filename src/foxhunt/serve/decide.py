@@ -1,0 +1,156 @@
+"""The decision side of a served row close: the greedy policy's forward and the environment's step of
+the one served episode, the backtest's own code at a batch of one.
+
+At a close the service steps the decision taken on the row before (:meth:`Decider.step`) and decides
+on the new row (:meth:`Decider.decide`). Both run the code ``foxhunt backtest --checkpoint`` runs:
+the agent's greedy ``policy`` (``Agent.policy(states, Mode.GREEDY)``) and the environment's pure
+transition (:func:`foxhunt.env.graph.advance`: ``TradingEnv.transition`` written back into the
+state's tensors, then ``observe``). Eagerly each is a few hundred single-element torch operations
+(the step about a thousand), and at one episode their cost is the dispatch of those operations, not
+arithmetic: on the shared 2-core CPU box the step took ~8 ms and the forward ~5 ms a close.
+
+``compile=True`` compiles both with Inductor (C++ on the CPU) at their first calls (the first decided
+row and the next: tens of seconds, docs/serve.md). What each option buys, measured there in a loop
+of calls alone (one thread, the market of the ESH4 MBP-10 replay, p50 per call; inside a replay,
+between the row side's work, each call costs 2-4x that):
+
+- the step: :func:`~foxhunt.env.graph.advance` with :data:`~foxhunt.env.graph.COMPILE_OPTIONS`
+  (~0.5 ms compiled against ~8 ms eager). ``cpp_wrapper``: the compiled graph's calls and its ~240
+  one-element buffers (``realize_reads_threshold=1`` stores every shared intermediate) are made in
+  C++ rather than by Python, 1.3-2 ms -> 0.5 ms a step. The market's row count is marked dynamic
+  before the first call, so the market growing by a row each close compiles nothing more.
+- the forward: ``cpp_wrapper`` likewise (0.9 -> 0.6 ms), and the guards on the network's modules
+  dropped (``skip_guard_on_all_nn_modules_unsafe``): checking every parameter before every call cost
+  ~0.3-0.5 ms; safe here because a served agent is never trained or reloaded, and each Decider's
+  forward is compiled from a code object of its own (:func:`_own_code`). Freezing the weights
+  (``freezing``) bought nothing more at this size and defeats Inductor's on-disk cache.
+
+Exactness. The step is float64 elementwise arithmetic, which Inductor's C++ computes as the eager
+kernels do (no fused multiply-add, no fast-math reassociation): its results and the next state are
+bit for bit the eager step's (tests/serve/test_decide.py). The forward is float32 matrix products
+and softmaxes, whose summation order Inductor may change: its convictions and aux predictions can
+differ from the eager forward's in the last bits, as the eager forward at batch 1 already differs
+from the backtest's at a batch of every window (in 929 of 1,500 outputs on 300 random states); the
+actions (an argmax) and the positions and fills the decisions.csv invariant compares stay the
+backtest's (the same tests, on the synthetic market).
+
+Compiled or not, the network is put in eval mode once (the greedy policy then skips its two passes
+over the modules per call, ``agent._eval_mode``) and the observation the step returns is the one the
+decision reads, not assembled a second time (both exact; ~1 ms a close eagerly).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import time
+import types
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
+
+STEP_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "cpp_wrapper": True}
+"""Inductor options of the served step (the module docstring says why)."""
+
+POLICY_OPTIONS: dict[str, object] = {
+    "cpp_wrapper": True,
+    "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
+}
+"""Inductor options of the served forward (the module docstring says why)."""
+
+
+class Decider:
+    """The greedy policy and the environment step of one served episode (module docstring).
+
+    ``compile_times``: the seconds the first compiled step and decision took (``"step"``, ``"decide"``:
+    Inductor's compile, paid at the first close that steps and decides)."""
+
+    def __init__(self, agent: Agent, compile: bool = False) -> None:
+        agent.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
+        self.agent = agent
+        self.compile = compile
+        self.compile_times: dict[str, float] = {}
+        greedy: Callable[[Tensor], PolicyOut] = lambda obs: agent.policy(obs, Mode.GREEDY)  # noqa: E731
+        # Its own code object: Dynamo keeps compiled graphs per code object, and with the module guards
+        # dropped another Decider's agent (another network) must not find this one's graphs.
+        self._greedy = torch.compile(_own_code(greedy), options=POLICY_OPTIONS) if compile else greedy
+        self._advance = torch.compile(advance, fullgraph=True, options=STEP_OPTIONS) if compile else None
+        self._owned: object = None  # the state whose tensors the compiled step writes in place
+        self._next: tuple[object, object, object, Tensor] | None = None  # (state, aux, market, obs)
+
+    def decide(self, env: TradingEnv) -> PolicyOut:
+        """The greedy decision on the env's current row."""
+        state = env._state()
+        nxt = self._next
+        if nxt is not None and nxt[0] is state and nxt[1] is env.aux and nxt[2] is env.market:
+            obs = nxt[3]  # the observation the step made of this very state, aux and market
+        else:  # a new episode, a restored or fail-safe state, another market: assemble it
+            obs = env.observe()
+        return self._timed("decide", lambda: self._greedy(obs))
+
+    def step(self, env: TradingEnv, decision: PolicyOut | Tensor) -> StepResult:
+        """Step the env's episode by ``decision`` (the policy's, or fail-safe ``[1, 4]`` actions with
+        neutral sizing inputs, as ``env.step(actions)`` takes them)."""
+        if isinstance(decision, PolicyOut):
+            env.aux = decision.aux  # seen in the next state: the one-step lag (PolicyOut.step)
+            inputs = (decision.actions, decision.direction_conviction, decision.magnitude_conviction)
+            q_var = decision.q_variance
+        else:
+            # The transition's neutral inputs (conviction 1, variance 0) given as tensors of the
+            # policy's dtype: the same values, and the compiled step's one signature for both kinds
+            # (three distinct tensors, as the policy's are: aliased inputs would be another signature).
+            one = torch.ones(decision.shape[0], dtype=torch.float32, device=decision.device)
+            inputs, q_var = (decision, one, one.clone()), torch.zeros_like(one)
+        if self._advance is None:
+            obs, res = env.step(*inputs, q_var)
+        else:
+            res, obs = self._timed("step", lambda: self._compiled_step(env, inputs, q_var))
+        self._next = (env.state, env.aux, env.market, obs)
+        return res
+
+    def _compiled_step(self, env: TradingEnv, inputs: tuple[Tensor, Tensor, Tensor], q_var: Tensor):
+        assert self._advance is not None
+        if env.state is not self._owned:  # a new episode, restored or fail-safe state: fresh tensors
+            self._owned = own_storage(env)
+        if "step" not in self.compile_times:
+            _mark_rows_dynamic(env)
+        actions, d_conv, m_conv = inputs
+        return self._advance(env, env.state, actions, True, d_conv, m_conv, q_var)
+
+    def _timed(self, what: str, call: Callable):
+        """``call()``; the first call of a compiled ``what`` is timed into ``compile_times``."""
+        if not self.compile or what in self.compile_times:
+            return call()
+        t0 = time.perf_counter()
+        out = call()
+        self.compile_times[what] = time.perf_counter() - t0
+        return out
+
+
+_CODES = itertools.count()
+
+
+def _own_code(fn: Callable) -> Callable:
+    """``fn`` with a code object of its own (the same bytecode, closure and globals)."""
+    code = fn.__code__.replace(co_name=f"{fn.__code__.co_name}_{next(_CODES)}")
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__, fn.__closure__)
+
+
+def _mark_rows_dynamic(env: TradingEnv) -> None:
+    """Mark the row axis of the market and of the env's per-row tables dynamic before the first
+    compiled step: a served market grows by a row each close, and a static first compile would be
+    followed by a second one (dynamic) at the next close."""
+    m = env.market
+    tables = [getattr(m, f.name) for f in dataclasses.fields(m)]
+    tables += [*env.quotes, env.vol, env.regime]
+    for t in tables:
+        if isinstance(t, Tensor):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+
+
+__all__ = ["POLICY_OPTIONS", "STEP_OPTIONS", "Decider"]

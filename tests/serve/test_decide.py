@@ -1,0 +1,212 @@
+"""The decision side of a served row close (foxhunt.serve.decide.Decider): the backtest's greedy policy
+and env step at one episode, eager and Inductor-compiled, on a hand-made market that grows a row a
+close as a served one does."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor
+
+from foxhunt import api
+from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.domain.actions import Direction, OrderType, Urgency
+from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.market import MarketTensors
+from foxhunt.serve.decide import Decider
+from tests.env.test_core import config
+from tests.env.test_core import market as hand_market
+from tests.serve.test_serve import _same as _same_line
+from tests.serve.test_serve import backtested, cfg, export, market, replay  # noqa: F401 (fixtures)
+
+ROWS, START, CLOSES, NEW_EPISODE = 120, 10, 60, 30
+FLAT = torch.tensor([[int(Direction.FLAT), 0, int(OrderType.MARKET), int(Urgency.NORMAL)]])
+RESULT = (
+    *("gross", "costs", "net", "reward", "picked", "realised_magnitude"),
+    *("fills", "fill_price", "fill_costs"),
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _market() -> MarketTensors:
+    """A zig-zag market with touch sizes and volume (the queue-aware fills run) and random normalised
+    features (the greedy actions vary from row to row)."""
+    mid = [100.0 + 0.25 * ((i * 7) % 11) for i in range(ROWS)]
+    low = [m - 0.25 * (i % 3 == 0) for i, m in enumerate(mid)]
+    sizes = [float(1 + (i * 5) % 9) for i in range(ROWS)]
+    mk = hand_market(mid, low=low, bid_size=sizes, volume=[float((i * 3) % 7) for i in range(ROWS)])
+    features = torch.randn(mk.features.shape, generator=torch.Generator().manual_seed(0))
+    return dataclasses.replace(mk, features=features)
+
+
+def _rows(mk: MarketTensors, n: int) -> MarketTensors:
+    """The first ``n`` rows: the market a served close has (views; a new object each close)."""
+    views = {f.name: getattr(mk, f.name) for f in dataclasses.fields(mk)}
+    return dataclasses.replace(mk, **{k: v[:n] for k, v in views.items() if isinstance(v, Tensor)})
+
+
+_CFG = config(horizon=5)
+# Room for the sizing to trade a contract or more at the smallest conviction a fresh network has.
+_CONTRACT = _CFG.contract.model_copy(update={"max_position": 40})
+ENV = _CFG.model_copy(update={"episode_rows": 40, "contract": _CONTRACT})
+
+
+def _agent() -> Agent:
+    return Agent(api.config("smoke").agent, ENV.branches, seed=3, replay_capacity=16)  # acting only
+
+
+def _episode(env: TradingEnv, start: int) -> None:
+    """A served episode from ``start``: its rows are still to come (Service._new_episode)."""
+    env.reset(torch.tensor([start]))
+    env.state = dataclasses.replace(env.state, end=torch.tensor([10**6]), done=torch.tensor([False]))
+
+
+def _loop(step, decide) -> tuple[list[StepResult], TradingEnv]:
+    """The service's close, CLOSES times: the market grows a row, the pending decision is stepped, the
+    new row decided; a fail-safe Flat at every 9th close and a new episode at close NEW_EPISODE."""
+    mk = _market()
+    env = TradingEnv(_rows(mk, START + 1), ENV)
+    _episode(env, START)
+    pending: PolicyOut | Tensor | None = None
+    results = []
+    for c in range(CLOSES):
+        env.market = _rows(mk, START + 2 + c)
+        if pending is not None:
+            results.append(step(env, pending))
+        if c == NEW_EPISODE:
+            _episode(env, START + c)
+        pending = FLAT.clone() if c % 9 == 8 else decide(env)
+    return results, env
+
+
+def _backtest_calls(agent: Agent) -> tuple[list[StepResult], TradingEnv]:
+    """The loop through the calls the backtest makes: ``PolicyOut.step`` (or ``env.step(actions)``)
+    and the greedy policy on ``env.observe()``."""
+
+    def step(env: TradingEnv, d: PolicyOut | Tensor) -> StepResult:
+        return (d.step(env) if isinstance(d, PolicyOut) else env.step(d))[1]
+
+    return _loop(step, lambda env: agent.policy(env.observe(), Mode.GREEDY))
+
+
+def _same(a: Tensor, b: Tensor) -> bool:
+    """Equal bit for bit (NaN equal to NaN)."""
+    if a.is_floating_point():
+        return a.shape == b.shape and torch.allclose(a, b, rtol=0.0, atol=0.0, equal_nan=True)
+    return torch.equal(a, b)
+
+
+def _same_result(a: StepResult, b: StepResult) -> bool:
+    return all(_same(getattr(a, f), getattr(b, f)) for f in RESULT)
+
+
+def _same_state(a: TradingEnv, b: TradingEnv) -> bool:
+    return all(_same(x, y) for x, y in zip(a.state.tensors(), b.state.tensors(), strict=True))
+
+
+def test_a_served_decision_is_the_greedy_policy_and_switches_no_module_mode() -> None:
+    """The network is put in eval mode once; after that a decision makes no pass over the modules
+    (the greedy policy used to switch them to eval and back at every call: two passes over the whole
+    network a close) and decides exactly as ``Agent.policy(obs, GREEDY)``."""
+    agent = _agent()
+    decider = Decider(agent)
+    calls: list[bool] = []
+    train = agent.net.train
+    agent.net.train = lambda mode=True: calls.append(mode) or train(mode)  # type: ignore[method-assign]
+    env = TradingEnv(_rows(_market(), 40), ENV)
+    _episode(env, 30)
+    got = [decider.decide(env) for _ in range(3)]
+    assert calls == []
+    want = agent.policy(env.observe(), Mode.GREEDY)
+    fields = [f.name for f in dataclasses.fields(PolicyOut)]
+    assert all(_same(getattr(d, f), getattr(want, f)) for d in got for f in fields)
+
+
+def test_a_close_assembles_the_state_once_and_steps_and_decides_as_the_backtest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision reads the observation its close's step made (``env.step`` returns it) instead of
+    assembling it again: one ``observe`` a close, plus one where the state was not stepped (the first
+    decision, a new episode's). Every step's result and the final state equal those of the backtest's
+    own calls bit for bit, fail-safe Flats (neutral sizing inputs) included."""
+    observed: list[int] = []
+    observe = TradingEnv.observe
+    monkeypatch.setattr(TradingEnv, "observe", lambda env: observed.append(1) or observe(env))
+    decider = Decider(_agent())
+    got, env = _loop(decider.step, decider.decide)
+    # One per step; the two decisions on an unstepped state and the two resets' own (env.reset returns
+    # an observation) are the rest. Assembled again at each decision it was 2 a close.
+    assert len(observed) == len(got) + 2 + 2
+    monkeypatch.setattr(TradingEnv, "observe", observe)
+    want, ref = _backtest_calls(_agent())  # the same weights (seed)
+    assert len(got) == len(want) == CLOSES - 1
+    assert [i for i, (a, b) in enumerate(zip(got, want, strict=True)) if not _same_result(a, b)] == []
+    assert _same_state(env, ref)
+    assert sum(int(r.fills.ne(0).any()) for r in got) > 3  # it trades (else the comparison is weak)
+
+
+@pytest.mark.slow  # Inductor compiles the step and the forward: about a minute on a 2-core host
+def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once() -> None:
+    """Compiled, every step's result and next state equal the eager step's bit for bit (both step the
+    same decisions); the actions equal the eager forward's (its float32 outputs within rounding: the
+    summation order may differ); and a market growing a row a close, a new episode and fail-safe
+    decisions compile nothing more than one graph for the step and one for the forward."""
+    from torch._dynamo.utils import counters
+
+    mk = _market()
+    deciders = (Decider(_agent()), Decider(_agent(), compile=True))
+    envs = (TradingEnv(_rows(mk, START + 1), ENV), TradingEnv(_rows(mk, START + 1), ENV))
+    for env in envs:
+        _episode(env, START)
+    graphs = counters["stats"]["unique_graphs"]
+    pending: PolicyOut | Tensor | None = None
+    trades = 0
+    for c in range(CLOSES):
+        for env in envs:
+            env.market = _rows(mk, START + 2 + c)
+        if pending is not None:
+            eager, compiled = (d.step(env, pending) for d, env in zip(deciders, envs, strict=True))
+            assert _same_result(eager, compiled), c
+            assert _same_state(*envs), c
+            trades += int(eager.fills.ne(0).any())
+        if c == NEW_EPISODE:
+            for env in envs:
+                _episode(env, START + c)
+        eager, compiled = (d.decide(env) for d, env in zip(deciders, envs, strict=True))
+        assert torch.equal(eager.actions, compiled.actions)
+        for f in ("direction_conviction", "magnitude_conviction", "q_variance", "aux"):
+            torch.testing.assert_close(getattr(compiled, f), getattr(eager, f), rtol=1e-5, atol=1e-6)
+        pending = FLAT.clone() if c % 9 == 8 else eager  # both step the same decision
+    assert trades > 3  # it trades (else the comparison is weak)
+    assert counters["stats"]["unique_graphs"] - graphs == 2
+    assert set(deciders[1].compile_times) == {"step", "decide"}
+
+
+@pytest.mark.slow  # trains an epoch, backtests and compiles: a few minutes on a 2-core host
+def test_compiled_serve_decides_row_for_row_as_the_backtest(
+    export: Path,  # noqa: F811 (the fixture)
+    replay: list[Path],  # noqa: F811
+    backtested: Path,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """The replay-equals-backtest invariant (tests/serve/test_serve.py) with the decision side
+    compiled: every row the backtest decided, serve decided alike, positions and fills bit for bit."""
+    from foxhunt.backtest.decisions import DecisionRow, read_decisions_csv
+    from foxhunt.serve.config import ServeConfig
+    from foxhunt.serve.service import Service
+    from foxhunt.serve.source import ReplaySource
+
+    bt = read_decisions_csv(backtested / "decisions.csv")
+    scfg = ServeConfig(warmup_rows=bt[0].row)
+    svc = Service(export, ReplaySource(replay), tmp_path, scfg, log=lambda m: None, compile=True)
+    svc.run()
+    svc.close()
+    assert set(svc.decider.compile_times) == {"step", "decide"}
+    sv = {d.row: d for d in read_decisions_csv(tmp_path / "decisions.csv")}
+    assert len(bt) > 40 and any(d.fill_contracts != 0 for d in bt)
+    missing = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
+    assert [d.row for d in bt if not _same_line(d, sv.get(d.row, missing))] == []
