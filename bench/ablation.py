@@ -57,7 +57,14 @@ BASELINE = Row("baseline", (), "the profile as it is")
 ROWS: tuple[Row, ...] = (
     BASELINE,
     Row("iqn_off", ("agent.loss.iqn=0",), "C51 only: the IQN loss off"),
-    Row("c51_off", ("agent.loss.c51=0", "agent.loss.magnitude_c51=0"), "IQN only: the C51 losses off"),
+    # Actions, targets, the Thompson draw, the Q-variance and the magnitude branch's input read only the
+    # trained heads (foxhunt.agent.network.TrainedHeads). The atom-entropy bonus regularises the C51
+    # heads: left on, it would train them and the trunk beneath through a head the row switches off.
+    Row(
+        "c51_off",
+        ("agent.loss.c51=0", "agent.loss.magnitude_c51=0", "agent.loss.atom_entropy=0"),
+        "IQN only: the C51 losses off",
+    ),
     Row("n_step_1", ("agent.learn.n_step=1",), "one-step targets instead of 21-step windows"),
     Row("bootstrap_steps", ("agent.learn.bootstrap=steps",), "fixed 21-step windows, not to a decision"),
     Row("per", ("agent.replay.alpha=0.6",), "prioritised replay (alpha 0.6, beta 0.4) instead of uniform"),
@@ -81,7 +88,7 @@ ROWS: tuple[Row, ...] = (
     ),
     # One expert under a gate of 1 is a plain residual MLP block: the mixture without its mixing.
     Row("moe_off", ("agent.network.experts=1", "agent.loss.moe_balance=0"), "plain MLP trunk (one expert)"),
-    Row("aux_off", ("agent.loss.aux=0",), "aux heads untrained (loss weight 0)"),
+    Row("aux_off", ("agent.loss.aux=0",), "aux heads untrained (loss weight 0), their state slots 0"),
     Row("mirror_off", ("agent.network.symmetry=none",), "no long/short mirror symmetry"),
     Row("popart_off", ("agent.learn.popart=0",), "PopArt off"),
     Row("cql_on", ("agent.loss.cql=0.1",), "conservative Q-learning penalty 0.1"),
@@ -96,13 +103,7 @@ ROWS: tuple[Row, ...] = (
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 
-MISSING: tuple[str, ...] = (
-    "C51 vs IQN is switched by the loss weights only: action selection always averages the two heads' "
-    "E[Q] (QNetwork.expected_q), so in iqn_off / c51_off the untrained head still adds its near-constant "
-    "initial E[Q] to every choice. A clean row needs expected_q to read only the trained heads.",
-    "aux_off leaves the aux heads in the network: their untrained outputs still enter the next state's "
-    "aux slots (no switch removes the slots from the state).",
-)
+MISSING: tuple[str, ...] = ()
 
 
 def seed_chunks(seeds: list[int], size: int) -> list[list[int]]:

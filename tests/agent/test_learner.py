@@ -11,8 +11,10 @@ from collections.abc import Iterator
 import pytest
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from foxhunt.agent.config import AgentConfig, LearnConfig, LossConfig, NetworkConfig
+from foxhunt.agent.distributional import project_c51
 from foxhunt.agent.learner import Batch, Learner
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.signals import Signals
@@ -310,6 +312,41 @@ def test_double_q_targets_select_online_and_evaluate_target() -> None:
         want_iqn = r + d * (3.0 * b.quantiles[rows, a_star] + 0.2)
         torch.testing.assert_close(y_mse[i], want_mse)
         torch.testing.assert_close(y_iqn[i], want_iqn)
+
+
+def test_c51_targets_are_each_branch_projected_on_its_own_bit_for_bit() -> None:
+    """The learner projects every branch in one call (rows stacked): the same bits as one
+    ``project_c51`` per branch, with rewards and discounts that put targets between atoms, on atoms,
+    beyond both ends and (d = 0) at the reward."""
+    learner = make_learner(agent_cfg(network={"support_growth": 1.0}))
+    batch = make_batch(64, seed=13)
+    batch.reward.copy_(torch.linspace(-3.0, 3.0, 64))
+    batch.discount[::5] = 0.0
+    probs, _, _, _ = learner._target_values(batch)
+    c51, _, _ = learner._targets(batch)
+    z = learner.net.support()
+    assert len(c51) == len(BRANCHES)
+    for i, p in enumerate(probs):
+        assert torch.equal(c51[i], project_c51(p, batch.reward, batch.discount, z)), BRANCHES[i]
+
+
+def test_adam_step_is_one_multi_tensor_kernel_on_the_cpu() -> None:
+    """Adam runs fused on the CPU too: a handful of ops for the whole step, not torch's default
+    per-parameter loop (~9 ops per parameter tensor: 900 of a smoke update's ~3,900 ops)."""
+    learner = make_learner(agent_cfg())
+    update(learner, make_batch(32, seed=14))  # Adam's state exists; the gradients are in place
+    ops: list[str] = []
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+            ops.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    with Record():
+        learner.opt.step()
+    n_params = len(list(learner.net.parameters()))
+    assert "_fused_adam_" in ops
+    assert len(ops) < 10 < n_params, ops
 
 
 def test_polyak_target_is_the_exact_average_after_one_update() -> None:

@@ -346,6 +346,23 @@ def test_dueling_heads_centre_advantages() -> None:
         torch.testing.assert_close(net(s).branches[ORDER].q_mse, base.branches[ORDER].q_mse + 0.7)
 
 
+@pytest.mark.parametrize("noisy_sigma", [0.0, 0.5])
+def test_iqn_quantiles_are_the_linear_of_the_embedding_modulated_hidden(noisy_sigma: float) -> None:
+    """θ(τ_q) = IQN(f ⊙ φ(τ_q)) per fraction (Dabney et al. 2018, Eq. 4), the stream's one-matmul form
+    against the definition, per fraction, for every stream; and the same gradient to the IQN layer."""
+    net = make_net(seed=4, noisy_sigma=noisy_sigma)
+    phi_QF = torch.relu(net.tau_embed(net.tau_cos))
+    x = torch.randn(16, SMALL["hidden"], generator=torch.Generator().manual_seed(5))
+    stream = net.value
+    f_BF = torch.nn.functional.elu(stream.hidden(x))
+    _, quantiles_BAQ, _ = stream(x, phi_QF)
+    expected = torch.stack([stream.iqn(f_BF * phi_QF[q]) for q in range(phi_QF.shape[0])], dim=2)
+    torch.testing.assert_close(quantiles_BAQ, expected)
+    (g_fast,) = torch.autograd.grad(quantiles_BAQ.square().sum(), stream.iqn.weight)
+    (g_def,) = torch.autograd.grad(expected.square().sum(), stream.iqn.weight)
+    torch.testing.assert_close(g_fast, g_def)
+
+
 # -- support, expected Q, PopArt layers -------------------------------------------------------------
 
 

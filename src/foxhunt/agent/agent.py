@@ -4,8 +4,11 @@
 environment's sizing needs (direction and magnitude convictions, Q-variance) and the auxiliary
 heads' predictions, which the caller writes into the environment's aux slots before stepping, so
 they appear in the *next* state (a one-step lag, identical in training and evaluation:
-:meth:`PolicyOut.step`). ``Mode.GREEDY`` is the evaluation policy: argmax of (E_C51 + E_IQN) / 2 per
-branch with the noisy layers at their means and no exploration. ``Mode.EXPLORE`` adds, each with
+:meth:`PolicyOut.step`); with the aux loss off (``agent.loss.aux = 0``) the slots get zeros, the
+value the environment starts them at: an untrained head's output would be noise fed into the state.
+``Mode.GREEDY`` is the evaluation policy: argmax of the trained heads' E[Q] per branch
+(:meth:`QNetwork.expected_q`: (E_C51 + E_IQN) / 2, or the one head whose loss is on) with the noisy
+layers at their means and no exploration. ``Mode.EXPLORE`` adds, each with
 its coefficient (0 = off): a count bonus, Boltzmann sampling with a temperature floor, Thompson
 sampling for the direction branch, and per-branch epsilon-greedy. (There is no Q-mean centering:
 removing a branch's mean Q shifts all its actions equally, so no choice above could change.)
@@ -13,7 +16,10 @@ removing a branch's mean Q shifts all its actions equally, so no choice above co
 Conviction (the sizing's ``q_gap`` input, clamped there to ``[conviction_min, 1]``) is the gap
 between a branch's best and second-best E[Q] over twice its running mean (the ``q_gap`` signal),
 so a typical decision sizes at one half and a decisive one at full. The Q-variance is the variance
-of the chosen direction's C51 distribution in units of the running ``|Q|`` reference squared.
+of the chosen direction's C51 distribution in units of the running ``|Q|`` reference squared; with
+the C51 loss off, that of its de-normalised IQN quantiles. With both on it stays C51's: a distribution
+over the whole support, where the IQN head's few fixed fractions miss the tails (the default five
+carry 0.77 of a normal's variance).
 """
 
 from __future__ import annotations
@@ -176,10 +182,10 @@ class Agent:
                 a = ex.greedy(q)
             if i == _DIRECTION and e.thompson > 0:
                 b = out.branches[i]
-                a = ex.thompson_direction(
-                    torch.softmax(b.logits, -1),
+                a = ex.thompson_direction(  # draws from the trained heads only (TrainedHeads)
+                    torch.softmax(b.logits, -1) if net.trained.c51[i] else None,
                     z,
-                    self.learner.popart.denormalise(b.quantiles),
+                    self.learner.popart.denormalise(b.quantiles) if net.trained.iqn[i] else None,
                     self.taus,
                     e.thompson,
                     self.gen,
@@ -195,15 +201,24 @@ class Agent:
         d_gap = _top2_gap(qs[_DIRECTION])
         m_gap = _top2_gap(qs[_MAGNITUDE]) if qs[_MAGNITUDE].shape[1] > 1 else torch.ones_like(d_gap) * gap_ref
         rows = torch.arange(states.shape[0], device=states.device)
-        p_dir = torch.softmax(out.branches[_DIRECTION].logits, -1)[rows, acts[:, _DIRECTION]]
-        mean = (p_dir * z).sum(-1)
-        var = (p_dir * (z - mean[:, None]).pow(2)).sum(-1)
+        direction = out.branches[_DIRECTION]
+        if net.trained.c51[_DIRECTION]:  # the C51 distribution's variance (both heads on, or C51 alone)
+            p_dir = torch.softmax(direction.logits, -1)[rows, acts[:, _DIRECTION]]
+            mean = (p_dir * z).sum(-1)
+            var = (p_dir * (z - mean[:, None]).pow(2)).sum(-1)
+        else:  # C51 untrained: the variance of the de-normalised IQN quantiles, equal weights
+            var = self.learner.popart.denormalise(direction.quantiles[rows, acts[:, _DIRECTION]]).var(
+                -1, correction=0
+            )
         q_var = var / self.signals["q_abs"].clamp(min=1e-6).pow(2)
-        p_up = torch.softmax(out.aux_direction, -1)[:, 1]
-        ret = AUX_RETURN_BOUND * torch.tanh(out.aux_return / AUX_RETURN_BOUND)  # bounded: see the constant
-        aux = torch.cat(
-            [ret[:, None], (2.0 * p_up - 1.0)[:, None], torch.softmax(out.aux_outcome, -1)], dim=1
-        )
+        if net.trained.aux:
+            p_up = torch.softmax(out.aux_direction, -1)[:, 1]
+            ret = AUX_RETURN_BOUND * torch.tanh(out.aux_return / AUX_RETURN_BOUND)  # bounded: the constant
+            aux = torch.cat(
+                [ret[:, None], (2.0 * p_up - 1.0)[:, None], torch.softmax(out.aux_outcome, -1)], dim=1
+            )
+        else:  # aux loss off: the untrained heads' outputs would be noise in the next state; 0 is none
+            aux = torch.zeros(states.shape[0], STATE_LAYOUT.group("aux").width, device=states.device)
         return PolicyOut(
             actions=acts,
             direction_conviction=d_gap / gap_ref,

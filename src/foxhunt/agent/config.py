@@ -12,6 +12,7 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
+from foxhunt.domain.actions import BRANCHES
 
 
 class Symmetry(StrEnum):
@@ -113,6 +114,24 @@ class LossConfig(Frozen):
     moe_balance: float = Field(
         1.0, ge=0, description="Multiplier of the adaptive MoE load-balance loss (0 = off)."
     )
+
+    def c51_weight(self, branch: str) -> float:
+        """The C51 loss weight of ``branch`` (a name of ``BRANCHES``): the magnitude branch has its own."""
+        return self.magnitude_c51 if branch == "magnitude" else self.c51
+
+    @model_validator(mode="after")
+    def _a_trained_value_head(self) -> LossConfig:
+        """Actions are chosen on the trained heads' E[Q] only (``QNetwork.expected_q``): a branch whose
+        C51 and IQN weights are both 0 would have none to choose with."""
+        untrained = [b for b in BRANCHES if self.c51_weight(b) == 0]
+        if self.iqn == 0 and untrained:
+            keys = [k for k in ("c51", "magnitude_c51") if getattr(self, k) == 0]
+            raise ValueError(
+                f"agent.loss.iqn and {' and '.join(f'agent.loss.{k}' for k in keys)} are 0: no value head "
+                f"(C51 or IQN) is trained to choose the actions of {', '.join(untrained)}; "
+                f"set agent.loss.iqn > 0 (or {' and '.join(f'agent.loss.{k}' for k in keys)} > 0)"
+            )
+        return self
 
 
 class LearnConfig(Frozen):

@@ -68,9 +68,9 @@ def count_bonus(q_BA: Tensor, counts_A: Tensor, coef: Tensor | float) -> Tensor:
 
 
 def thompson_direction(
-    probs_BAK: Tensor,
+    probs_BAK: Tensor | None,
     z_K: Tensor,
-    quantiles_BAQ: Tensor,
+    quantiles_BAQ: Tensor | None,
     taus_Q: Tensor,
     share: Tensor | float,
     generator: torch.Generator | None = None,
@@ -87,17 +87,35 @@ def thompson_direction(
     evaluation policy ``argmax_a (E_C51 + E_IQN) / 2`` with ``E_IQN`` the mean of the quantiles.
 
     ``probs_BAK`` (C51 probabilities on ``z_K``) and ``quantiles_BAQ`` (at ``taus_Q``) must be in the
-    same units: de-normalise PopArt-normalised IQN outputs first.
+    same units: de-normalise PopArt-normalised IQN outputs first. A head passed as ``None`` is left
+    out (untrained, its loss weight 0: ``network.TrainedHeads``): the draw and the default fallback
+    come from the other head alone, with the same random numbers.
     """
-    b, a = probs_BAK.shape[:2]
-    dev = probs_BAK.device
-    u_BA = torch.rand((b, a), generator=generator, device=dev, dtype=probs_BAK.dtype)  # one u per action
-    draw_BA = 0.5 * (
-        sample_c51(probs_BAK, z_K, u_BA) + sample_quantiles(quantiles_BAQ, taus_Q, u_BA)
+    given = probs_BAK if probs_BAK is not None else quantiles_BAQ  # either head's [B, A, ...]
+    if given is None:
+        raise ValueError("thompson_direction: pass the C51 probabilities, the IQN quantiles or both")
+    b, a = given.shape[:2]
+    dev = given.device
+    u_BA = torch.rand((b, a), generator=generator, device=dev, dtype=given.dtype)  # one u per action
+    draw_BA = _average(
+        sample_c51(probs_BAK, z_K, u_BA) if probs_BAK is not None else None,
+        sample_quantiles(quantiles_BAQ, taus_Q, u_BA) if quantiles_BAQ is not None else None,
     )  # [B, A]
     thompson_B = draw_BA.argmax(dim=-1)  # [B]
     if fallback_B is None:
-        mean_BA = 0.5 * (expectation(probs_BAK, z_K) + quantiles_BAQ.mean(dim=-1))  # (E_C51 + E_IQN) / 2
+        mean_BA = _average(  # (E_C51 + E_IQN) / 2
+            expectation(probs_BAK, z_K) if probs_BAK is not None else None,
+            quantiles_BAQ.mean(dim=-1) if quantiles_BAQ is not None else None,
+        )
         fallback_B = mean_BA.argmax(dim=-1)
     use_B = torch.rand((b,), generator=generator, device=dev) < share  # Thompson for this sample?
     return torch.where(use_B, thompson_B, fallback_B)
+
+
+def _average(c51: Tensor | None, iqn: Tensor | None) -> Tensor:
+    """``(c51 + iqn) / 2``, or the one of the two given (the other head untrained)."""
+    if c51 is not None and iqn is not None:
+        return 0.5 * (c51 + iqn)
+    only = c51 if c51 is not None else iqn
+    assert only is not None  # thompson_direction checked that one head is given
+    return only

@@ -20,7 +20,8 @@ Per branch ``b`` (``BRANCHES`` order, ``n`` branches), action ``a_b`` of the bat
     loss_entropy = -atom_entropy · on · mean_b mean(H(p_b(s, ·)))           (on: utilisation under floor)
     loss_balance = moe_balance · λ · E · Σ_e ḡ_e²                           (:func:`balance.load_loss`)
     loss_aux     = aux · (MSE(next return) + CE(direction) + CE(outcome))   (masked: NaN = no target)
-    td_error     = Σ_b CE(m_b, p(s, a_b)) / n   [B], the new priorities (no gradient)
+    td_error     = Σ_b CE(m_b, p(s, a_b)) / n   [B], the new priorities (no gradient; a branch whose C51
+                   weight is 0 contributes its quantile loss instead)
 
 The magnitude branch has its own C51 and MSE weights (``magnitude_c51``, ``magnitude_mse``).
 """
@@ -132,11 +133,13 @@ def value_terms(
         ce_B = c51_cross_entropy(b.logits[rows_B, a_B], targets.c51[i])
         qh_B = quantile_huber(b.quantiles[rows_B, a_B], targets.iqn[i], taus_Q, cfg.huber_kappa)
         se_B = (b.q_mse[rows_B, a_B] - targets.mse[i]).pow(2)
-        c51_w, mse_w = (cfg.magnitude_c51, cfg.magnitude_mse) if i == _MAGNITUDE else (cfg.c51, cfg.mse)
+        c51_w, mse_w = cfg.c51_weight(BRANCHES[i]), (cfg.magnitude_mse if i == _MAGNITUDE else cfg.mse)
         l_c51 = l_c51 + c51_w * (weight_B * ce_B).mean() / n_br
         l_iqn = l_iqn + cfg.iqn * (weight_B * qh_B).mean() / n_br
         l_mse = l_mse + mse_w * (weight_B * se_B).mean() / n_br
-        td_error_B = td_error_B + ce_B.detach() / n_br
+        # The priority is the trained head's error: a branch whose C51 weight is 0 (an IQN-only ablation)
+        # is prioritised by its quantile loss, not by an untrained head's cross-entropy.
+        td_error_B = td_error_B + (ce_B if c51_w > 0 else qh_B).detach() / n_br
     q_BA = expected_q(out)
     l_cql = zero  # off (cql = 0): not even computed
     if cfg.cql > 0:
