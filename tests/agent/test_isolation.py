@@ -20,19 +20,10 @@ from foxhunt.config.loader import load_config
 from foxhunt.domain.actions import BRANCHES, BranchConfig
 from foxhunt.errors import ConfigError
 from foxhunt.features.layout import STATE_LAYOUT
+from tests.agent.test_agent import SMALL
 from tests.agent.test_learner import make_batch
 
 W = STATE_LAYOUT.width
-SMALL = {
-    "hidden": 16,
-    "trunk_layers": 1,
-    "experts": 4,
-    "expert_hidden": 4,
-    "head_hidden": 16,
-    "atoms": 11,
-    "quantile_embedding": 8,
-    "aux_hidden": 8,
-}
 BOTH: dict[str, float] = {}
 IQN_OFF = {"iqn": 0.0}
 C51_OFF = {"c51": 0.0, "magnitude_c51": 0.0}
