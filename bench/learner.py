@@ -528,7 +528,10 @@ def main() -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     profile = args.profile or ("production" if cuda else "smoke")
-    cfg = AgentConfig() if profile == "production" else load_config(profile=profile).agent
+    # The profile's network and its action branches (smoke: the direction branch alone, 4 x 1 x 1 x 1).
+    full_cfg = None if profile == "production" else load_config(profile=profile)
+    cfg = AgentConfig() if full_cfg is None else full_cfg.agent
+    branches = BranchConfig() if full_cfg is None else full_cfg.env.branches
     batch = args.batch or (16_384 if cuda else 256)
     out = args.out or REPO / "bench" / "results" / f"learner_{'h200' if cuda else 'cpu'}.json"
     if out.suffix != ".json":  # a folder (the device tool's $OUT)
@@ -542,6 +545,7 @@ def main() -> int:
     if cuda:
         hw["gpu"] = torch.cuda.get_device_name(device)
     doc: dict[str, Any] = {"hardware": hw, "profile": profile, "batch": batch, "rows": [], "notes": []}
+    doc["branches"] = list(ActionCodec(branches).sizes)
 
     def save() -> None:
         out.write_text(json.dumps(doc, indent=2))
@@ -558,7 +562,7 @@ def main() -> int:
         return entry
 
     t_setup = time.perf_counter()
-    agent = Agent(cfg, BranchConfig(), device=device, seed=0, replay_capacity=args.capacity)
+    agent = Agent(cfg, branches, device=device, seed=0, replay_capacity=args.capacity)
     agent.update_mode = UpdateMode.EAGER  # the eager rows; the graph rows use GraphedUpdate below
     gen = torch.Generator(device=device).manual_seed(1)
     fill_replay(agent, device, gen)
