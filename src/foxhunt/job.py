@@ -108,7 +108,6 @@ def run_job(
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
     from foxhunt.backtest.reference import planted_column, total_capture
-    from foxhunt.data.synth import write_synthetic
     from foxhunt.features import warmup
     from foxhunt.features.cache import get_or_build
     from foxhunt.parallel.idle import idle_cores
@@ -127,6 +126,10 @@ def run_job(
     started = datetime.now(UTC).isoformat(timespec="seconds")
     synthetic = not data
     if synthetic:
+        # Imported here, not above: importing the simulator compiles its eager-signature kernels (~10 s
+        # on a cold numba cache), which a job on real data never runs.
+        from foxhunt.data.synth import write_synthetic
+
         # The feature and label kernels compile in forked processes while the market is written (on a
         # machine with idle cores; with numba's cache warm they only load): the guard then loads them.
         warm = warmup.start(cfg, idle_cores())

@@ -30,7 +30,7 @@ from torch import Tensor
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.data.config import PlantedSignal
+from foxhunt.data.config import MANIFEST_NAME, PlantedSignal  # not from .synth (compiles the simulator)
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
@@ -182,8 +182,6 @@ def planted_column(files: list[Path]) -> str | None:
     ``foxhunt run`` and ``data synth`` write), which records its signal kind. Real data has no known
     planted signal: None (the report says n/a, never a guessed column)."""
     import json
-
-    from foxhunt.data.synth import MANIFEST_NAME
 
     manifests = {Path(f).parent / MANIFEST_NAME for f in files}
     if not files or not all(m.is_file() for m in manifests):

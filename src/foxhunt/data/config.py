@@ -80,6 +80,11 @@ class DataConfig(Frozen):
 SESSION_HOURS = 23.0  # CME Globex: 17:00 CT to 16:00 CT the next day
 BOOK_LEVELS = 10  # MBP-10
 MAX_TARGET_ORDERS = 120  # mean orders per level the simulator's queues (256 slots) can hold
+# The simulator's manifest beside the market's files (foxhunt.data.synth writes it). Named here, not in
+# .synth, so that asking "is this market synthetic?" (foxhunt.backtest.reference.planted_column, run on
+# real data too) never imports the simulator, whose eager-signature kernels compile on import (~10 s
+# on a cold numba cache).
+MANIFEST_NAME = "synth.json"
 
 
 class PlantedSignal(StrEnum):

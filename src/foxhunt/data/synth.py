@@ -98,7 +98,7 @@ from foxhunt import __version__
 from foxhunt.atomic import write_json
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
-from foxhunt.data.config import SESSION_HOURS, PlantedSignal, SynthConfig
+from foxhunt.data.config import MANIFEST_NAME, SESSION_HOURS, PlantedSignal, SynthConfig
 from foxhunt.data.dbn_read import PRICE_SCALE, UNDEF_PRICE
 from foxhunt.data.dbn_write import write_book, write_mbo, write_ohlcv, write_trades
 from foxhunt.data.schemas import Schema
@@ -111,7 +111,6 @@ SESSION_CLOSE = dt.time(16, 0)  # CT, on the trade date
 F_LAST = eng.F_LAST
 F_SNAPSHOT = eng.F_SNAPSHOT
 WRITABLE_SCHEMAS = (Schema.MBP_10, Schema.TRADES, Schema.MBO, Schema.OHLCV_1M)
-MANIFEST_NAME = "synth.json"
 # Sessions simulated and written at once (each holds its arrays and records, ~1 GB at 1 M events).
 MAX_SESSION_THREADS = 8
 _MINUTE_NS = 60_000_000_000

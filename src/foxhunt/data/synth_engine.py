@@ -219,7 +219,12 @@ def _grow(mbo, need):
     if need <= mbo.shape[1]:
         return mbo
     new = np.empty((N_RCOLS, max(need, 2 * mbo.shape[1])), np.int64)
-    new[:, : mbo.shape[1]] = mbo
+    # A loop, not ``new[:, : mbo.shape[1]] = mbo``: the slice assignment makes numba compile its
+    # broadcast error message (string formatting), 5 s of this kernel's 5.4 s cold compile, paid at
+    # import (eager signature) before the job's first line. Same copy: ``mbo`` has N_RCOLS rows.
+    for r in range(N_RCOLS):
+        for j in range(mbo.shape[1]):
+            new[r, j] = mbo[r, j]
     return new
 
 
