@@ -82,6 +82,7 @@ import databento_dbn as dbn
 import numba
 import numpy as np
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.data.arrays import (
     ACTION_ADD,
     ACTION_CANCEL,

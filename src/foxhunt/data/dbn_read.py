@@ -24,6 +24,7 @@ import numpy as np
 import zstandard
 from databento.common.error import BentoError, BentoWarning
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.data.arrays import (
     ACTION_NONE,
     BookArrays,

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
+
 BID, ASK = 0, 1
 VIS = 10  # visible levels (MBP-10)
 LMAX = 12  # levels kept per side: 10 visible + 2 hidden reserve levels

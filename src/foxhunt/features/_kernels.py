@@ -28,6 +28,8 @@ import math
 import numba
 import numpy as np
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
+
 # The fresh states of the kernels below: their values before a batch's first row.
 PATH_FRESH = (0.0, 0.0, 0.0, -1.0)  # segment_log_path: started, ref, last, pos
 SUM_FRESH = (0.0, 0.0)  # rolling_sum_reset: sum, nonzero

@@ -39,6 +39,7 @@ import numba
 import numpy as np
 from pydantic import Field, model_validator
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.config.base import Frozen
 from foxhunt.features import _kernels as K
 from foxhunt.features.frame import RowInput

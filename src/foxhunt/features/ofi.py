@@ -77,6 +77,7 @@ import numba
 import numpy as np
 from pydantic import Field, model_validator
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.config.base import Frozen
 from foxhunt.features._kernels import Carry
 from foxhunt.features.frame import EventInput, RowInput

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 import numba
 import numpy as np
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.domain.barrier import Barrier, barrier_prices, barrier_touch
 from foxhunt.domain.exits import NO_OUTCOME, ExitReason, outcome_class
 
