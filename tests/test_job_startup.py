@@ -58,10 +58,12 @@ from foxhunt.config.loader import load_config
 from foxhunt.errors import FoxhuntError
 from foxhunt.job import run_job
 cfg = load_config(profile="smoke", overrides=["alpha.horizons=[0]"])
+refused = False
 try:  # refused right after run_job's imports, before anything is written
     run_job(cfg, Path("never-written"), [Path("real.dbn.zst")], log=lambda line: None)
 except FoxhuntError:
-    pass
+    refused = True
+assert refused
 assert planted_column([Path("real.dbn.zst")]) is None
 print(json.dumps("foxhunt.data.synth_engine" in sys.modules))
 """

@@ -920,7 +920,13 @@ def serve_cmd(
 
         check_bind(host)  # a public bind without a token: one line, before anything is loaded or written
     cfg = _config(profile, config, set_)
+    from foxhunt.serve.config import DecidePath
+    from foxhunt.serve.decide import check_compilable
     from foxhunt.serve.service import Service
+
+    compiled = cfg.serve.decide is DecidePath.COMPILED
+    if compiled:
+        check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
 
     if live is not None:
@@ -933,9 +939,6 @@ def serve_cmd(
         source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
-    from foxhunt.serve.config import DecidePath
-
-    compiled = cfg.serve.decide is DecidePath.COMPILED
     service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose, compile=compiled)
     server = None
     try:

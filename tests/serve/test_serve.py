@@ -715,6 +715,28 @@ def test_live_without_a_key_is_one_line_exit_2(
     assert "DATABENTO_API_KEY" in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_compiled_decisions_without_a_cpp_compiler_are_refused_in_one_line(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """serve.decide = compiled (the default) on a machine where Inductor finds no C++ compiler: one line
+    naming the setting and the fix, exit 2, nothing written (not a traceback at the first decision)."""
+    from torch._inductor import config as inductor_config
+    from torch._inductor.cpp_builder import cpp_compiler_search
+
+    out = tmp_path / "o"
+    args = ["serve", "--checkpoint", str(export), "--replay", str(replay[0]), "--out", str(out)]
+    cpp_compiler_search.cache_clear()  # its answer is memoised per search list
+    try:
+        with inductor_config.patch({"cpp.cxx": ("no-such-cxx-for-foxhunt",)}):
+            result = runner.invoke(app, args)
+    finally:
+        cpp_compiler_search.cache_clear()
+    assert result.exit_code == 2, result.output
+    assert "serve.decide" in result.output and "eager" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_a_checkpoint_without_normaliser_is_refused(export: Path, replay: list[Path], tmp_path: Path) -> None:
     bare = export.with_name("bare.safetensors")
     args = ["serve", "--checkpoint", str(bare), "--replay", str(replay[0]), "--out", str(tmp_path / "o")]

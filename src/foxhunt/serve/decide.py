@@ -53,6 +53,7 @@ from torch import Tensor
 from foxhunt.agent.agent import Agent, Mode, PolicyOut
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
+from foxhunt.errors import FoxhuntError
 
 STEP_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "cpp_wrapper": True}
 """Inductor options of the served step (the module docstring says why)."""
@@ -62,6 +63,24 @@ POLICY_OPTIONS: dict[str, object] = {
     "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
 }
 """Inductor options of the served forward (the module docstring says why)."""
+
+
+def check_compilable() -> None:
+    """Refuse ``serve.decide = compiled`` in one line, before anything is read, where Inductor has no
+    C++ compiler: it would otherwise fail with a traceback at the first decided row, minutes into a
+    replay or a live session."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+    except ImportError:  # another torch layout: Inductor reports for itself at the first call
+        return
+    try:
+        get_cpp_compiler()
+    except RuntimeError as exc:  # torch._inductor.exc.InvalidCxxCompiler
+        raise FoxhuntError(
+            "serve.decide",
+            f"compiled needs a C++ compiler for Inductor and none works here ({exc})",
+            "install g++ (or set CXX), or run with --set serve.decide=eager",
+        ) from None
 
 
 class Decider:
@@ -153,4 +172,4 @@ def _mark_rows_dynamic(env: TradingEnv) -> None:
             torch._dynamo.maybe_mark_dynamic(t, 0)
 
 
-__all__ = ["POLICY_OPTIONS", "STEP_OPTIONS", "Decider"]
+__all__ = ["POLICY_OPTIONS", "STEP_OPTIONS", "Decider", "check_compilable"]
