@@ -20,6 +20,7 @@ On real data the planted signal is unknown; the rule is then only a named one-fe
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,6 +147,22 @@ def evaluate_fold(
     return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons}
 
 
+def rule_folds(
+    cache: FeatureCache, cfg: FoxhuntConfig, where: str, fix: str
+) -> Iterator[tuple[FoldData, MarketTensors]]:
+    """Each walk-forward fold of ``cache`` with its market, once the reference rule's carrier column is
+    known to be a state feature there: a FoxhuntError at ``where`` (the setting that asked for the
+    rule) with ``fix`` otherwise."""
+    rule = ReferenceRule.for_config(cfg)
+    for fd in make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"])):
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
+        if not rule.available(market):
+            raise FoxhuntError(
+                where, f"the reference rule reads {rule.column}, which is not a state feature here", fix
+            )
+        yield fd, market
+
+
 def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
     """The reference rule beside flat and long on every fold's validation period (``foxhunt edge``).
 
@@ -153,17 +170,10 @@ def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
     "total": {name: summed net PnL}}``; raises a FoxhuntError when the carrier column is not a state
     feature (its feature family is off)."""
     rule = ReferenceRule.for_config(cfg)
-    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
     bpy = bars_per_year(cache)
     rows = []
-    for fd in folds:
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
-        if not rule.available(market):
-            raise FoxhuntError(
-                "synth.signal",
-                f"the reference rule reads {rule.column}, which is not a state feature of this config",
-                "turn its feature family on ([features]) or pick another synth.signal",
-            )
+    fix = "turn its feature family on ([features]) or pick another synth.signal"
+    for fd, market in rule_folds(cache, cfg, "synth.signal", fix):
         pols = fold_policies(cfg, market)
         metrics = {n: evaluate_fold(market, fd, cfg, p, bpy) for n, p in pols.items()}
         rows.append({"fold": fd.fold.index} | metrics)

@@ -125,25 +125,16 @@ def check_tunable(cfg: FoxhuntConfig) -> None:
 def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     """The reference rule's net PnL summed over the folds' selection periods (capture's denominator),
     evaluated as training evaluates it there; a FoxhuntError names a carrier feature not in the state."""
-    from foxhunt.backtest.reference import ReferenceRule
+    from foxhunt.backtest.reference import ReferenceRule, rule_folds
     from foxhunt.backtest.run import bars_per_year
-    from foxhunt.env.market import market_tensors
-    from foxhunt.errors import FoxhuntError
     from foxhunt.train.run import evaluate_selection
     from foxhunt.train.selection import fold_periods
-    from foxhunt.validation.dataset import make_folds
 
     rule = ReferenceRule.for_config(cfg)
     bpy = bars_per_year(cache)
+    fix = "turn its feature family on ([features]), pick another synth.signal, or tune net_pnl"
     total = 0.0
-    for fd in make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"])):
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
-        if not rule.available(market):
-            raise FoxhuntError(
-                "tune.objective",
-                f"capture needs the reference rule, which reads {rule.column}: not a state feature here",
-                "turn its feature family on ([features]), pick another synth.signal, or tune net_pnl",
-            )
+    for fd, market in rule_folds(cache, cfg, "tune.objective", fix):
         metrics, _ = evaluate_selection(market, fold_periods(fd.fold, cfg.train), cfg, rule.policy(), bpy)
         total += float(metrics["net_pnl"])
     return total
