@@ -36,9 +36,10 @@ JOB_RESULTS = (RECORDED_CONFIG, "metrics.json", "report.html", "train")
 
 def _symbols(files: list[Path]) -> str:
     """The symbols the DBN files' metadata headers name (their records are not decoded)."""
-    import databento as db
     import databento_dbn as dbn
     from databento.common.error import BentoError
+
+    from foxhunt.data.bento import db
 
     found: set[str] = set()
     for p in files:

@@ -17,7 +17,6 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-import databento as db
 import databento_dbn as dbn
 import numba
 import numpy as np
@@ -34,6 +33,7 @@ from foxhunt.data.arrays import (
     OhlcvArrays,
     TradeArrays,
 )
+from foxhunt.data.bento import db
 from foxhunt.data.schemas import Schema
 from foxhunt.errors import (
     CorruptCompressionError,

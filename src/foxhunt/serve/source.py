@@ -189,7 +189,7 @@ def api_key() -> str:
 
 
 def databento_client() -> LiveClient:
-    import databento as db
+    from foxhunt.data.bento import db
 
     return db.Live(key=api_key())  # type: ignore[return-value]
 
