@@ -42,7 +42,7 @@ def lap(name):
     global t0
     torch.cuda.synchronize()
     now = time.perf_counter(); laps[name] = now - t0; t0 = now
-torch.zeros(1, device="cuda"); lap("cuda start")
+torch.zeros(1, device="cuda"); lap("torch import, CUDA start")
 sys.path.insert(0, "bench")
 from env import synthetic_market
 from foxhunt.agent.agent import Agent, Mode
