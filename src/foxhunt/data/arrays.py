@@ -17,6 +17,7 @@ can tell them apart.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Self
 
@@ -34,24 +35,29 @@ SIDE_ASK = ord("A")  # ask side of the book; for trades, a sell aggressor
 SIDE_NONE = ord("N")
 
 
+@functools.cache
+def field_names(cls: type) -> tuple[str, ...]:
+    """A container's field names, once per class (``dataclasses.fields`` walks them at every call,
+    and foxhunt serve asks a few thousand times a second)."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
 class _Columns:
     """Row selection and concatenation shared by all containers (all fields have ``n`` rows)."""
 
     def __len__(self) -> int:
-        return len(getattr(self, dataclasses.fields(self)[0].name))  # type: ignore[arg-type]
+        return len(getattr(self, field_names(type(self))[0]))
 
     def take(self, index: np.ndarray | slice) -> Self:
         """Rows selected by an integer index, boolean mask or slice (a new container)."""
-        return type(self)(**{f.name: getattr(self, f.name)[index] for f in dataclasses.fields(self)})  # type: ignore[arg-type]
+        return type(self)(**{k: getattr(self, k)[index] for k in field_names(type(self))})
 
     @classmethod
     def concat(cls, parts: list[Self]) -> Self:
         """Rows of ``parts`` one after another (the caller sorts if order matters)."""
         if not parts:
             raise ValueError(f"{cls.__name__}.concat needs at least one part")
-        return cls(
-            **{f.name: np.concatenate([getattr(p, f.name) for p in parts]) for f in dataclasses.fields(cls)}
-        )  # type: ignore[arg-type]
+        return cls(**{k: np.concatenate([getattr(p, k) for p in parts]) for k in field_names(cls)})
 
 
 @dataclass(frozen=True, eq=False)

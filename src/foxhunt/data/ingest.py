@@ -301,18 +301,19 @@ def _apply_crossed_policy(
     """The crossed policy on a file's book states; ``before``: the (states, crossed) of the file's
     states before ``book`` (foxhunt serve applies it to each close's new states), counted in the share."""
     crossed = book.crossed()
+    n_crossed = int(crossed.sum())  # in this part (serve's close); report.crossed counts the file's
     report.book_states = before[0] + len(book)
-    report.crossed = before[1] + int(crossed.sum())
+    report.crossed = before[1] + n_crossed
     if report.crossed_share > cfg.max_crossed_share:
         raise CrossedBookError(
             path,
-            f"{report.crossed} of {len(book)} book states are crossed or locked "
+            f"{report.crossed} of {report.book_states} book states are crossed or locked "
             f"({report.crossed_share:.1%} > data.max_crossed_share = {cfg.max_crossed_share:.1%})",
             "the book is corrupt or was built wrongly; re-download or raise data.max_crossed_share",
         )
     if cfg.crossed_policy is CrossedPolicy.DROP and report.crossed:
         report.dropped = report.crossed
-        return book.take(~crossed), np.zeros(len(book) - report.crossed, bool)
+        return book.take(~crossed), np.zeros(len(book) - n_crossed, bool)
     return book, crossed
 
 

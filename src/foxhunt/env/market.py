@@ -9,6 +9,7 @@ instrument they are prices of (tick grid, point value: foxhunt.domain.instrument
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -85,9 +86,20 @@ def aux_targets(cache: FeatureCache, mid: np.ndarray, seg: np.ndarray, vol: np.n
     return out
 
 
+@functools.cache
 def state_feature_columns() -> tuple[str, ...]:
-    """The cache columns that feed the state, in state order (from the layout)."""
+    """The cache columns that feed the state, in state order (from the layout, a module constant:
+    made once, not at each of foxhunt serve's row closes)."""
     return tuple(c for g in STATE_FEATURE_GROUPS for c in STATE_LAYOUT.group(g).names)
+
+
+@functools.lru_cache(maxsize=8)
+def _state_index(cache_columns: tuple[str, ...]) -> tuple[list[str], np.ndarray]:
+    """The state columns a cache of ``cache_columns`` lacks, and where the others are in it."""
+    at = {c: j for j, c in enumerate(cache_columns)}
+    columns = state_feature_columns()
+    missing = [c for c in columns if c not in at]
+    return missing, np.array([at.get(c, -1) for c in columns], np.int64)
 
 
 def _ffill(x: np.ndarray) -> np.ndarray:
@@ -130,20 +142,23 @@ def market_tensors(
     dtype: torch.dtype = torch.float64,
     instrument: Instrument | None = None,
     overrides: InstrumentConfig | None = None,
+    vol: np.ndarray | None = None,
 ) -> MarketTensors:
     """The fold's market on ``device``; ``instrument`` None: the cache's own (its source files'
-    definitions or symbols, with ``overrides``, the config's ``[instrument]``)."""
+    definitions or symbols, with ``overrides``, the config's ``[instrument]``). ``vol``: the rows'
+    trailing volatility where the caller has it (foxhunt serve's rows are the last of a session,
+    over which it is computed); None: computed over these rows."""
     if instrument is None:
         instrument = instrument_of_cache(cache.meta, overrides)
     columns = state_feature_columns()
-    missing = [c for c in columns if c not in cache.columns]
+    missing, index = _state_index(tuple(cache.columns))
     if missing:
         raise ValueError(f"cache {cache.path} lacks state columns {missing[:4]}... (rebuild the cache)")
     x_all = fold.normalise(cache.features())
-    index = [cache.columns.index(c) for c in columns]
     mid = _ffill(cache.column("close").astype(np.float64))
     seg = cache.column("segment_start").astype(bool)
-    vol = np.nan_to_num(trailing_volatility(mid, seg, vol_window))
+    if vol is None:
+        vol = np.nan_to_num(trailing_volatility(mid, seg, vol_window))
 
     def t(a: np.ndarray, dt: torch.dtype = dtype) -> torch.Tensor:
         return torch.as_tensor(np.array(a, copy=True), dtype=dt, device=device)

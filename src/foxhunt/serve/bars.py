@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -43,6 +45,8 @@ from foxhunt.data.continuous import choose_front
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import BarKind, DataSource
 from foxhunt.data.sessions import in_halt, session_dates, session_open_ns
+
+_C = TypeVar("_C", BookArrays, TradeArrays)
 
 
 class _Grown:
@@ -65,6 +69,35 @@ class _Grown:
         view = self.buf[: self.n]
         view.flags.writeable = False
         return view
+
+
+class _InBars(Generic[_C]):
+    """The session's records in bars: the session market's (which only grows) less the halted ones.
+    While none is dropped they are the market's own rows (no copy); from the first drop on, a copy
+    of the kept ones, appended at each close."""
+
+    def __init__(self, appended: Callable[[], Any]) -> None:
+        self.appended = appended
+        self.kept: Any = None  # foxhunt.serve.state.Appended, from the first drop on
+
+    def add(self, rows: _C, seen: int, keep: np.ndarray) -> None:
+        """``rows`` (the session's market) has ``rows[seen:]`` new, of which ``keep`` are in bars."""
+        if self.kept is None:
+            if keep.all():
+                return
+            self.kept = self.appended()
+            if seen:
+                self.kept.append(rows.take(slice(0, seen)))
+        new = rows.take(slice(seen, None))
+        new = new if keep.all() else new.take(keep)
+        if len(new):
+            self.kept.append(new)
+
+    def rows(self, rows: _C) -> _C:
+        """The records in bars of the session market ``rows`` (all of them added)."""
+        if self.kept is None:
+            return rows
+        return self.kept.rows() if self.kept.n else rows.take(slice(0, 0))
 
 
 class _SessionClock:
@@ -122,8 +155,10 @@ class SessionBars:
     def reset(self) -> None:
         """A new session (the carried bars restart from an empty state)."""
         self.bars = self._appended()
-        self.book = self._appended()
-        self.trades = self._appended()
+        # The session's book states and trades in bars: the market's (md.books / md.trades, which only
+        # grow) less the halted ones.
+        self.book_in = _InBars(self._appended)
+        self.trade_in = _InBars(self._appended)
         self.book_bar = _Grown(np.int64)
         self.trade_bar = _Grown(np.int64)
         self.book_seen = 0  # states / trades of the session's market already in a bar or dropped
@@ -181,6 +216,8 @@ class SessionBars:
                 else:
                     at[0] += int(counts[dates == d].sum())
         keep_b, keep_t = ~book_halt, ~trade_halt
+        self.book_in.add(book, self.book_seen, keep_b)
+        self.trade_in.add(trades, self.trade_seen, keep_t)
         dropped = int((~keep_b).sum() + (~keep_t).sum())
         if not keep_b.all():
             new_book, book_date = new_book.take(keep_b), book_date[keep_b]
@@ -194,7 +231,11 @@ class SessionBars:
         # The carried state, outside every bar (index -1), for a bar without a book state of its own.
         agg_book, agg_bar, agg_date = new_book, book_bar, book_date
         if self.last is not None:
-            agg_book = BookArrays.concat([self.last, new_book])
+            # While the session has dropped none, the market holds it right before the new states: a view.
+            if self.book_in.kept is None:
+                agg_book = book.take(slice(self.book_seen - 1, None))
+            else:
+                agg_book = BookArrays.concat([self.last, new_book])
             agg_bar = np.concatenate([[-1], book_bar])
             agg_date = np.concatenate([[self.last_date], book_date])
         n = len(bar_date)
@@ -215,11 +256,9 @@ class SessionBars:
             self.bars.append(chunk)
             self.last_key = (int(bar_date[-1]), int(ts_open[-1]))
         if len(new_book):
-            self.book.append(new_book)
             self.book_bar.append(book_bar + offset)
             self.last, self.last_date = new_book.take(slice(len(new_book) - 1, None)), int(book_date[-1])
         if len(new_trades):
-            self.trades.append(new_trades)
             self.trade_bar.append(trade_bar + offset)
         self.book_seen, self.trade_seen = len(book), len(trades)
         self.seen_ts = self._ends(book, trades)
@@ -251,9 +290,9 @@ class SessionBars:
             bars=bars,
             front=front,
             halt_dropped=self.halt_dropped,
-            book=self.book.rows() if self.book.n else new_book,
+            book=self.book_in.rows(book),
             book_bar=self.book_bar.rows(),
-            trades=self.trades.rows() if self.trades.n else new_trades,
+            trades=self.trade_in.rows(trades),
             trade_bar=self.trade_bar.rows(),
             book_levels=md.book_levels,
         )

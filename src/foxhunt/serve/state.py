@@ -49,6 +49,7 @@ per-record path, so faults, closes and resume points are those of the records on
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import tempfile
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ from foxhunt.data.ingest import (
 from foxhunt.data.schemas import BarKind, RowUnit, Schema
 from foxhunt.data.sessions import session_dates, session_open_ns
 from foxhunt.domain.instrument import Instrument
-from foxhunt.env.market import MarketTensors, _ffill, aux_targets, market_tensors
+from foxhunt.env.market import MarketTensors, _ffill, market_tensors
 from foxhunt.errors import ConfigError
 from foxhunt.features._kernels import Carry
 from foxhunt.features.cache import FeatureCache, _families, compute_features, row_columns
@@ -188,6 +189,10 @@ class Appended:
         self.n = m
         self._rows = None
 
+    def truncate(self, n: int) -> None:
+        """Drop the rows from ``n`` on (rows appended and then refused)."""
+        self.n, self._rows = n, None
+
     def rows(self) -> Any:
         assert self.kind is not None
         if self._rows is None:
@@ -248,11 +253,18 @@ class BookStream:
         the crossed policy, their crossed flags and its trades; its symbols, depth, trade coverage and
         report go into ``md``."""
         cfg = self.cfg
-        unchecked = self.unchecked
-        if not unchecked:  # no state since the last part (a part follows a feed: the first has some)
-            assert self.no_states is not None
-            unchecked = [self.no_states]
-        new = unchecked[0] if len(unchecked) == 1 else BookArrays.concat(unchecked)
+        # The new states go into the session's buffer at once (the chunks fed since the last part, not
+        # concatenated first) and are checked there; a refusal takes them out again.
+        start = self.kept.n
+        last_kept = self.kept.rows().ts_event[-1:] if start else np.zeros(0, np.int64)
+        fresh = [u for u in self.unchecked if len(u)]
+        for states in fresh:
+            self.kept.append(states)
+        if fresh:
+            new = self.kept.rows().take(slice(start, None))
+        else:  # no state since the last part (a part follows a feed: the first has some)
+            new = self.unchecked[0] if self.unchecked else self.no_states
+            assert new is not None
         carried: TradeArrays = self.trades.rows()
         new_trades = carried.take(slice(self.traded, None))
         md.symbols.update(self.meta.symbols)
@@ -268,18 +280,24 @@ class BookStream:
         )
         depth = 1 if self.meta.schema.is_top_of_book else cfg.levels
         md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
-        kept, crossed = _apply_crossed_policy(self.where, new, cfg, report, before=self.counts)
-        check_trade_prices(self.where, new_trades)
+        try:
+            kept, crossed = _apply_crossed_policy(self.where, new, cfg, report, before=self.counts)
+            check_trade_prices(self.where, new_trades)
+        except Exception:
+            self.kept.truncate(start)
+            raise
+        if kept is not new:  # the policy dropped crossed states
+            self.kept.truncate(start)
+            if len(kept):
+                self.kept.append(kept)
         # Both checks passed: the new states and trades are the session's (a refusal repeats at the
         # next close, as a batch over the session's records would refuse them again).
         self.span, self.counts = span, (report.book_states, report.crossed)
         self.unchecked, self.no_states, self.traded = [], new.take(slice(0, 0)), len(carried)
-        last_kept = self.kept.rows().ts_event[-1:] if self.kept.n else np.zeros(0, np.int64)
         last_trade = carried.ts_event[self.traded - len(new_trades) - 1 : self.traded - len(new_trades)]
         self._see(kept, last_kept, self.instruments)
         self._see(new_trades, last_trade, self.trade_instruments)
         if len(kept):
-            self.kept.append(kept)
             self.kept_crossed.append(crossed)
         if len(carried):
             # The coverage of a session's first and last trade is that of all of them.
@@ -492,13 +510,12 @@ class IncrementalRows:
         part["close"] = mid[a:]
         raw = self.rows.rows("raw", self.session_start + a)
         rows = _CacheRows(part, raw, self.indexed)
-        mt = market_tensors(rows, self.fold, vol_window=window, instrument=self.instrument)  # type: ignore[arg-type]
+        # With the session's volatility, which the aux targets read too (next return / volatility).
+        mt = market_tensors(
+            rows, self.fold, vol_window=window, instrument=self.instrument, vol=vol[a:]  # type: ignore[arg-type]
+        )
         self.state_columns = mt.feature_columns
         tensors = {f: getattr(mt, f) for f in _TENSOR_FIELDS if getattr(mt, f) is not None}
-        # The session's volatility, and the aux targets that read it (next return / volatility).
-        tensors["vol"] = torch.as_tensor(vol[a:], dtype=mt.vol.dtype)
-        targets = aux_targets(rows, mid[a:], part["segment_start"], vol[a:])  # type: ignore[arg-type]
-        tensors["aux_targets"] = torch.as_tensor(targets, dtype=torch.float32)
         # market_tensors numbers the segments of its rows from 0; the rows before go on from theirs.
         seg = tensors["segment"]
         if h:
@@ -628,20 +645,33 @@ class RowState:
         self.records += 1
 
     def append_block(self, stream: int, recs: np.ndarray) -> None:
-        """Records of one stream (a structured array of its dtype), as many ``append`` calls."""
+        """Records of one stream (a structured array of its dtype), as many ``append`` calls. A book
+        stream decodes them now, not at the row close: a close's latency then starts at its own
+        record (the records before it are decoded as they arrive)."""
         self.logs[stream] += recs.data
         self.records += len(recs)
+        if self.books is not None:
+            # A stream the decoder refuses (it raises before it changes the book) is left to the
+            # close, which decodes the same records again and reports the failure as a fault.
+            with contextlib.suppress(Exception):
+                self._feed(stream)
+
+    def _feed(self, stream: int) -> None:
+        """Decode the stream's records logged since the last feed into its book stream."""
+        assert self.books is not None
+        log, fed = self.logs[stream], self.fed[stream]
+        if len(log) > fed:
+            with memoryview(log) as view:  # one copy (released: the log grows again)
+                new = bytes(view[fed:])
+            self.books[stream].feed(np.frombuffer(new, dtype=self.dtypes[stream]))
+            self.fed[stream] = len(log)
 
     def _market(self) -> MarketData:
         """The market of the records logged since the last cut: from the book stream, else through
         ``load_market`` on the logs written as DBN files."""
         if self.books is not None:
-            for i, (book, log) in enumerate(zip(self.books, self.logs, strict=True)):
-                if len(log) > self.fed[i]:
-                    with memoryview(log) as view:  # one copy (released: the log grows again)
-                        new = bytes(view[self.fed[i] :])
-                    book.feed(np.frombuffer(new, dtype=self.dtypes[i]))
-                    self.fed[i] = len(log)
+            for i in range(len(self.books)):
+                self._feed(i)  # what append_block has not decoded (single records, a refused block)
             return book_market(self.books)
         paths = []
         for i, (meta, log) in enumerate(zip(self.streams, self.logs, strict=True)):
