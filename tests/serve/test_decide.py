@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,9 +15,10 @@ from torch import Tensor
 from foxhunt import api
 from foxhunt.agent.agent import Agent, Mode, PolicyOut
 from foxhunt.domain.actions import Direction, OrderType, Urgency
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors
-from foxhunt.serve.decide import Decider
+from foxhunt.serve.decide import Decider, served_guards
 from tests.env.test_core import config
 from tests.env.test_core import market as hand_market
 from tests.serve.test_serve import _same as _same_line
@@ -65,11 +67,11 @@ def _episode(env: TradingEnv, start: int) -> None:
     env.state = dataclasses.replace(env.state, end=torch.tensor([10**6]), done=torch.tensor([False]))
 
 
-def _loop(step, decide) -> tuple[list[StepResult], TradingEnv]:
+def _loop(step, decide, env_cfg: EnvConfig = ENV) -> tuple[list[StepResult], TradingEnv]:
     """The service's close, CLOSES times: the market grows a row, the pending decision is stepped, the
     new row decided; a fail-safe Flat at every 9th close and a new episode at close NEW_EPISODE."""
     mk = _market()
-    env = TradingEnv(_rows(mk, START + 1), ENV)
+    env = TradingEnv(_rows(mk, START + 1), env_cfg)
     _episode(env, START)
     pending: PolicyOut | Tensor | None = None
     results = []
@@ -210,3 +212,69 @@ def test_compiled_serve_decides_row_for_row_as_the_backtest(
     assert len(bt) > 40 and any(d.fill_contracts != 0 for d in bt)
     missing = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
     assert [d.row for d in bt if not _same_line(d, sv.get(d.row, missing))] == []
+
+
+def _entry(name: str, guard_type: str, nn_module: bool = False) -> SimpleNamespace:
+    """A guard as ``guard_filter_fn`` sees it (torch._dynamo.types.GuardFilterEntry's fields read)."""
+    source = SimpleNamespace(is_unspecialized_nn_module=lambda: nn_module)
+    return SimpleNamespace(name=name, guard_type=guard_type, orig_guard=SimpleNamespace(source=source))
+
+
+def test_a_served_call_keeps_the_tensor_guards_and_drops_the_config_constants() -> None:
+    """What the compiled step and forward check before each call (their guards were ~1,700 checks on
+    the step, ~0.3-1 ms a close): kept, every input tensor's dtype and static sizes, the ambient grad
+    mode, and the market object's own attributes (a stream of another instrument compiles anew);
+    dropped, the env's config constants, module globals, dynamic-dimension markers, shape lambdas,
+    aliasing checks and the network's modules."""
+    kept = [
+        _entry("L['env']._market.features", "TENSOR_MATCH"),
+        _entry("L['state'].account.position", "TENSOR_MATCH"),
+        _entry("", "GLOBAL_STATE"),
+        _entry("L['env']._market.instrument.tick_size", "EQUALS_MATCH"),
+        _entry("L['env']._market.instrument", "TYPE_MATCH"),
+    ]
+    dropped = [
+        _entry("L['env'].cfg.costs.commission_per_contract", "EQUALS_MATCH"),
+        _entry("G['__import_foxhunt_dot_env_dot_core'].torch", "ID_MATCH"),
+        _entry("L['env']._market.features", "DIMENSION_DYNAMIC_MARKING_GUARD"),
+        _entry("L['env']._market.mid", "NO_TENSOR_ALIASING"),
+        _entry("", "LAMBDA_GUARD"),
+        _entry("L['agent'].net.body.weight", "TENSOR_MATCH", nn_module=True),
+    ]
+    assert served_guards(kept + dropped) == [True] * len(kept) + [False] * len(dropped)
+
+
+@pytest.mark.slow  # Inductor compiles two steps: a minute or two on a 2-core host
+def test_compiled_deciders_of_two_configs_in_one_process_each_step_their_own() -> None:
+    """The served step checks no config constant before a call (``served_guards``); each Decider compiles
+    a step of its own (its own code object), so a second Decider in the process whose env charges
+    another commission steps with that commission, as its eager twin does, and does not reuse the
+    first one's graph."""
+    pricier = ENV.model_copy(update={"costs": ENV.costs.model_copy(update={"commission_per_contract": 3.0})})
+    got = {}
+    for name, env_cfg in (("cheap", ENV), ("pricier", pricier)):
+        for compile in (False, True):
+            decider = Decider(_agent(), compile=compile)
+            got[name, compile] = _loop(decider.step, decider.decide, env_cfg)[0]
+    for name in ("cheap", "pricier"):
+        pairs = zip(got[name, False], got[name, True], strict=True)
+        assert [i for i, (eager, compiled) in enumerate(pairs) if not _same_result(eager, compiled)] == []
+    costs = [torch.cat([r.costs for r in got[name, True]]) for name in ("cheap", "pricier")]
+    assert not torch.equal(*costs)  # the commission matters (else the comparison is weak)
+
+
+def test_a_compiled_decider_refuses_an_env_of_another_config() -> None:
+    """Its step's guards check no config constant (``served_guards``), so an env of another config is
+    refused before the compiled step is called, instead of stepped with the first config's constants;
+    an env of an equal config is stepped."""
+    decider = Decider(_agent(), compile=True)
+    calls: list[TradingEnv] = []
+    decider._advance = lambda env, *args: calls.append(env) or (None, None)  # the compiled call itself
+    envs = [TradingEnv(_rows(_market(), START + 2), c) for c in (ENV, ENV.model_copy(), _CFG)]
+    for env in envs:
+        _episode(env, START)
+    decider.step(envs[0], FLAT.clone())
+    decider.step(envs[1], FLAT.clone())
+    with pytest.raises(ValueError, match="one config"):
+        decider.step(envs[2], FLAT.clone())
+    assert calls == envs[:2]

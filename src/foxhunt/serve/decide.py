@@ -24,6 +24,16 @@ between the row side's work, each call costs 2-4x that):
   ~0.3-0.5 ms; safe here because a served agent is never trained or reloaded, and each Decider's
   forward is compiled from a code object of its own (:func:`_own_code`). Freezing the weights
   (``freezing``) bought nothing more at this size and defeats Inductor's on-disk cache.
+- both: only the guards :func:`served_guards` keeps. Dynamo checked ~1,700 guards before each step
+  (every constant of the env's config, every module global the transition reads, five markers and
+  an aliasing check per tensor, a Python lambda per market table) and ~250 before each forward; a
+  Decider's config and globals cannot change under it (it refuses an env of another config), and
+  its step, like its forward, is compiled from a code object of its own, so another Decider
+  (another config) compiles its own. What is kept still catches what can change: each input
+  tensor's dtype and static sizes (a new compile, never a wrong one) and the market object's
+  instrument. In a loop of calls alone on the shared box (CPU time, p50, four runs under a load of
+  2-5): the step 0.9-2.4 -> 0.5-1.5 ms, the forward 0.7-1.7 -> 0.5-1.5 ms (within the machine's
+  noise; docs/serve.md).
 
 Exactness. The step is float64 elementwise arithmetic, which Inductor's C++ computes as the eager
 kernels do (no fused multiply-add, no fast-math reassociation): its results and the next state are
@@ -55,13 +65,32 @@ from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
 from foxhunt.errors import FoxhuntError
 
-STEP_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "cpp_wrapper": True}
+_KEPT_GUARDS = frozenset({"TENSOR_MATCH", "GLOBAL_STATE", "DEFAULT_DEVICE", "TORCH_FUNCTION_MODE_STACK"})
+_MARKET = "L['env']._market"  # the guards on the market object and what hangs off it
+_ON_MARKET = frozenset({"ID_MATCH", "EQUALS_MATCH", "TYPE_MATCH", "TENSOR_MATCH"})
+
+
+def served_guards(entries: list) -> list[bool]:
+    """The guards a served step or forward keeps (``guard_filter_fn``; the module docstring says why):
+    every tensor's (dtype, device, static sizes and strides: a tensor that differs compiles anew),
+    the ambient state (grad mode, default device, function modes) and whatever the step reads off
+    the market object besides its tensors (its instrument: a new stream's market is checked). Dropped:
+    the constants of the env's config, the modules' globals and the dataclasses' fields (fixed for
+    the life of a Decider, whose functions have code objects of their own: :func:`_own_code`), the
+    dynamic-dimension markers, the ``2 <= rows`` shape checks (a step reads rows r and r + 1) and the
+    in-place aliasing checks (the stepped state's tensors have their own storage: ``own_storage``);
+    and everything on the network's modules (``skip_guard_on_all_nn_modules_unsafe``)."""
+    modules = torch.compiler.skip_guard_on_all_nn_modules_unsafe(entries)
+    return [
+        keep and (e.guard_type in _KEPT_GUARDS or (e.name.startswith(_MARKET) and e.guard_type in _ON_MARKET))
+        for e, keep in zip(entries, modules, strict=True)
+    ]
+
+
+STEP_OPTIONS: dict[str, object] = {**COMPILE_OPTIONS, "cpp_wrapper": True, "guard_filter_fn": served_guards}
 """Inductor options of the served step (the module docstring says why)."""
 
-POLICY_OPTIONS: dict[str, object] = {
-    "cpp_wrapper": True,
-    "guard_filter_fn": torch.compiler.skip_guard_on_all_nn_modules_unsafe,
-}
+POLICY_OPTIONS: dict[str, object] = {"cpp_wrapper": True, "guard_filter_fn": served_guards}
 """Inductor options of the served forward (the module docstring says why)."""
 
 
@@ -98,8 +127,10 @@ class Decider:
         # Its own code object: Dynamo keeps compiled graphs per code object, and with the module guards
         # dropped another Decider's agent (another network) must not find this one's graphs.
         self._greedy = torch.compile(_own_code(greedy), options=POLICY_OPTIONS) if compile else greedy
-        self._advance = torch.compile(advance, fullgraph=True, options=STEP_OPTIONS) if compile else None
+        step = _own_code(advance)
+        self._advance = torch.compile(step, fullgraph=True, options=STEP_OPTIONS) if compile else None
         self._owned: object = None  # the state whose tensors the compiled step writes in place
+        self._env_cfg: object = None  # the config the compiled step's constants are (served_guards)
         self._next: tuple[object, object, object, Tensor] | None = None  # (state, aux, market, obs)
 
     def decide(self, env: TradingEnv) -> PolicyOut:
@@ -134,6 +165,11 @@ class Decider:
 
     def _compiled_step(self, env: TradingEnv, inputs: tuple[Tensor, Tensor, Tensor], q_var: Tensor):
         assert self._advance is not None
+        if self._env_cfg is None:
+            self._env_cfg = env.cfg
+        elif env.cfg is not self._env_cfg and env.cfg != self._env_cfg:
+            # Its guards check no config constant: stepping another config would step with the first.
+            raise ValueError("a compiled Decider steps envs of one config; make a Decider per config")
         if env.state is not self._owned:  # a new episode, restored or fail-safe state: fresh tensors
             self._owned = own_storage(env)
         if "step" not in self.compile_times:

@@ -383,10 +383,13 @@ class Service:
         res = self.decider.step(env, self.pending)
         after = env._state()
         line = step_rows(stepped, res, after.account.position, lambda i: int(rows.ts[i]))[0]
-        # The ledger's numbers read from the tensors in one host copy each (float64: exact as float()).
-        money = torch.stack([res.gross[0], res.costs[0], res.net[0], after.account.equity[0]])
-        gross, costs, net, equity = money.double().tolist()
-        stages = torch.stack([res.fills[0], res.fill_price[0], res.fill_costs[0]]).double().tolist()
+        # The ledger's numbers read from the tensors in one host copy (float64: exact as float()): the
+        # money of the one episode, then its fill stages' contracts, prices and costs.
+        money = [res.gross, res.costs, res.net, after.account.equity]
+        values = torch.cat([*money, res.fills[0], res.fill_price[0], res.fill_costs[0]]).double().tolist()
+        gross, costs, net, equity = values[:4]
+        n = res.fills.shape[1]
+        stages = (values[4 : 4 + n], values[4 + n : 4 + 2 * n], values[4 + 2 * n :])
         fills = [(k, c, p, f) for k, (c, p, f) in enumerate(zip(*stages, strict=True)) if c != 0]
         self.pending = None
         pnl = (gross, costs, net, equity)
