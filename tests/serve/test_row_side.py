@@ -59,17 +59,22 @@ def _replay_blocks(state: RowState, source: ReplaySource) -> tuple[Rows, int]:
     return state.rows(), decoded
 
 
+def _row_state(config, path: Path, tmp_path: Path) -> tuple[ReplaySource, RowState]:
+    """A replay source of ``path`` and the row state serving it (the normaliser fitted on it)."""
+    md = load_market([path], config.data)
+    x = compute_features(rows_from_market(md, config.data), config)
+    scaler = fit_robust(x.values, np.arange(len(x.values)), x.columns)
+    source = ReplaySource([path])
+    return source, RowState(source.streams, config, scaler, resolve_instrument(["ESZ6"]), tmp_path)
+
+
 def test_blocks_are_decoded_on_arrival_and_give_the_records_rows(
     cfg, stream: Path, incremental: Rows, tmp_path: Path  # noqa: F811 (fixtures)
 ) -> None:
     """A close's own work starts at its record: the records of the bar it closes were decoded into
     the book stream as they arrived (the close decodes none), and the rows are those the records
     give one by one (``incremental``) bit for bit."""
-    md = load_market([stream], cfg.data)
-    x = compute_features(rows_from_market(md, cfg.data), cfg)
-    scaler = fit_robust(x.values, np.arange(len(x.values)), x.columns)
-    source = ReplaySource([stream])
-    state = RowState(source.streams, cfg, scaler, resolve_instrument(["ESZ6"]), tmp_path)
+    source, state = _row_state(cfg, stream, tmp_path)
     try:
         rows, decoded = _replay_blocks(state, source)
     finally:
@@ -88,11 +93,7 @@ def test_a_block_the_decoder_refuses_fails_at_the_close_not_on_arrival(
     """A populated book level without a price inside a block: appending it does not raise (the
     service's record loop must go on); the close decodes it again and raises, which the service logs
     as a fault."""
-    md = load_market([stream], cfg.data)
-    x = compute_features(rows_from_market(md, cfg.data), cfg)
-    scaler = fit_robust(x.values, np.arange(len(x.values)), x.columns)
-    source = ReplaySource([stream])
-    state = RowState(source.streams, cfg, scaler, resolve_instrument(["ESZ6"]), tmp_path)
+    source, state = _row_state(cfg, stream, tmp_path)
     try:
         block = source.next_block(timeout=0.0)
         assert block is not None
