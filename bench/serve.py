@@ -116,7 +116,9 @@ def batch(checkpoint: Path, files: list[Path]) -> tuple[float, int]:
 
 # The steps of a row close (module, attribute, label), timed by --parts.
 PARTS = (
-    ("foxhunt.serve.state", "RowState._market", "decode + session market"),
+    # A book stream's records are decoded as their block arrives (RowState.append_block, counted in the
+    # record handling); a close decodes only what is left (single records, a refused block).
+    ("foxhunt.serve.state", "RowState._market", "session market (+ decoding left)"),
     ("foxhunt.serve.bars", "SessionBars.series", "bars"),
     ("foxhunt.serve.state", "from_bars", "from_bars"),
     ("foxhunt.serve.state", "compute_features", "feature families"),
