@@ -87,13 +87,19 @@ def advance(
     return result, obs
 
 
-COMPILE_MIN_BATCH = 128
+COMPILE_MIN_BATCH = 1024
 """Smallest batch (episodes stepped together) for which a captured step is compiled by Inductor
 first. Below it the CUDA graph of the eager step is launch-free already and each compile (35-45 s
-per input signature on the H200 box, bench/epoch.py) costs more than a short run saves: the smoke
-profile's 64 training episodes and few validation windows stay uncompiled. Measured on the H200 at
-16,384 episodes: collection 4.1 ms per step compiled + graph; validation of 196 windows 0.90 ms
-per step compiled + graph (0.46 s for 100 k rows) against 23.9 ms eager."""
+per input signature on the H200 box, bench/epoch.py; more on a fresh host, whose Inductor and
+Triton caches are empty) costs more than a short run saves. At 128 the smoke profile's 256
+training episodes compiled: on a fresh H200 host its first epoch took 81 s, 79.5 s of it in the
+collector's first capture, against 8.9 s when the same host ran it again from Inductor's cache
+(189.6 s against 99.5 s end to end). The smoke job steps ~1,200 training batches in all, so even
+a 2 ms saving a step repays under 3 s of that. At 1,024 the fresh host's smoke job took 119.9 s,
+its first epoch 3.8 s. The gpu profile's 4,096 episodes and production's
+16,384 compile. Measured on the H200 at 16,384 episodes: collection 4.1 ms per step compiled +
+graph; validation of 196 windows 0.90 ms per step compiled + graph (0.46 s for 100 k rows)
+against 23.9 ms eager."""
 
 _COMPILED: list[Callable[..., tuple[StepResult, Tensor]]] = []
 
