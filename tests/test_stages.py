@@ -86,11 +86,13 @@ def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch
     calls: list[tuple] = []
     report = _Report(verdict="leak guard: 12 columns clean")
 
+    prepared = object()
+
     def fake_guard(files, cfg, where, consequence, progress):  # noqa: ANN001, ANN202
         calls.append((list(files), where, consequence, progress))
-        return report
+        return report, prepared
 
-    monkeypatch.setattr(leaks, "guard", fake_guard)
+    monkeypatch.setattr(leaks, "guard_prepared", fake_guard)
     lines: list[str] = []
     rep = Reporter.lines(lines.append)
     said: list[str] = []
@@ -98,3 +100,8 @@ def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch
     assert got is report and said == [report.verdict]
     assert calls == [([Path("a.dbn")], "foxhunt run", "nothing is trained on a leak", stages.SILENT)]
     assert any(stages.LEAK_GUARD in line for line in lines)  # the step shows under its one name
+    said.clear()
+    both = stages.leak_guard_prepared(
+        [Path("a.dbn")], None, "foxhunt run", stages.Stopped.TRAINING, rep, said.append  # type: ignore[arg-type]
+    )
+    assert both == (report, prepared) and said == [report.verdict]

@@ -497,11 +497,13 @@ def _cache_from(
     progress: Reporter,
     command: str,
     asked: list[str] | None,
+    prepared: Any = None,
 ) -> tuple[Any, FoxhuntConfig]:
     """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``, and the
     config to use with it: with ``--cache``, the cache's own row unit, data source, features and
     labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
-    checkpoint's config, which the cache must match as it is)."""
+    checkpoint's config, which the cache must match as it is). ``prepared``: the leak guard's
+    reading of ``--data`` (:func:`foxhunt.stages.leak_guard_prepared`), for a cache built here."""
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
 
     _one_source(data, cache_path, command)
@@ -510,7 +512,8 @@ def _cache_from(
             if asked is not None:
                 cfg = config_from_cache(cache_path, cfg, asked)
             return load_cache(cache_path, cfg), cfg
-    return get_or_build(_data_paths(data or [], ctx), cfg, out_dir / "cache", progress=progress), cfg
+    files = _data_paths(data or [], ctx)
+    return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
@@ -755,7 +758,7 @@ def alpha_cmd(
     from foxhunt.alpha.report import verdict_line, write_report
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
     from foxhunt.outputs import claim_folder
-    from foxhunt.stages import Stopped, alpha_check, leak_guard
+    from foxhunt.stages import Stopped, alpha_check, leak_guard_prepared
     from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
@@ -773,9 +776,12 @@ def alpha_cmd(
         files = cache_sources(cache, cache_path)
     else:
         files = _data_paths(data or [], ctx)
-    report = leak_guard(files, cfg, "alpha check", Stopped.ALPHA, progress, _line, load_progress=progress)
+    report, prepared = leak_guard_prepared(
+        files, cfg, "alpha check", Stopped.ALPHA, progress, _line, load_progress=progress
+    )
     if cache_path is None:
-        cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+        cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
+    del prepared
     result = alpha_check(cache, cfg, report, progress)
     write_report(result, out_dir)
     write_resolved(cfg, out_dir / "alpha.config.json")
@@ -1033,7 +1039,7 @@ def train_cmd(
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import config_from_cache
     from foxhunt.outputs import claim_run
-    from foxhunt.stages import Stopped, leak_guard
+    from foxhunt.stages import Stopped, leak_guard, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train
     from foxhunt.validation.leaks import cache_sources
@@ -1055,10 +1061,12 @@ def train_cmd(
     claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume is not None, overwrite=overwrite)
     # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
     # on the files the cache was built from (they must still be where they were).
+    prepared = None
     if cache_path is None and data is not None:
         files = _data_paths(data, ctx)
-        leaks = leak_guard(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
-    cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked)
+        leaks, prepared = leak_guard_prepared(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
+    cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked, prepared)
+    del prepared  # the market and its rows: not held through training
     if cache_path is not None:
         files = cache_sources(cache, cache_path)
         leaks = leak_guard(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
@@ -1245,7 +1253,7 @@ def seeds_cmd(
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder
     from foxhunt.report.plots import plot_seeds
-    from foxhunt.stages import Stopped, leak_guard
+    from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.train.seeds import SEEDS_FILE, SEEDS_PLOT, run_seeds, seed_folder, summarise_seeds
 
@@ -1263,8 +1271,9 @@ def seeds_cmd(
     finished = (SEEDS_FILE, "seeds.config.json", *(seed_folder(Path(), s).name for s in chosen))
     claim_folder(out_dir, finished, overwrite=overwrite)
     files = _market_files(ctx, data, cfg, out_dir)
-    leak_guard(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
-    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+    _, prepared = leak_guard_prepared(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
+    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
+    del prepared
     with step("reference rule, flat and long per fold", progress):
         try:
             reference = edge(cache, cfg)
@@ -1490,7 +1499,7 @@ def tune_cmd(
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import check_writable
-    from foxhunt.stages import Stopped, leak_guard
+    from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
@@ -1525,8 +1534,9 @@ def tune_cmd(
         shutil.rmtree(out_dir / TRIALS_DIR, ignore_errors=True)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = _market_files(ctx, data, cfg, out_dir)
-    leak_guard(files, cfg, "foxhunt tune", Stopped.TUNING, progress, _line)
-    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+    _, prepared = leak_guard_prepared(files, cfg, "foxhunt tune", Stopped.TUNING, progress, _line)
+    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
+    del prepared
     if cfg.tune.objective is Objective.CAPTURE:
         with step("reference rule over the selection periods (the capture's denominator)", progress):
             rule = rule_on_selection(cache, cfg)  # a FoxhuntError names the missing feature

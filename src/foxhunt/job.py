@@ -113,7 +113,7 @@ def run_job(
     from foxhunt.features.cache import get_or_build
     from foxhunt.parallel.idle import idle_cores
     from foxhunt.report.html import write_report
-    from foxhunt.stages import Stopped, alpha_check, leak_guard
+    from foxhunt.stages import Stopped, alpha_check, leak_guard_prepared
     from foxhunt.tracking import start_run
     from foxhunt.train.guard import AnomalyError
     from foxhunt.train.run import resolve_device, train
@@ -144,9 +144,10 @@ def run_job(
         warm.wait()
     else:
         files = list(data or [])
-    leaks = leak_guard(files, cfg, "foxhunt run", Stopped.TRAINING, rep, log)
+    leaks, prepared = leak_guard_prepared(files, cfg, "foxhunt run", Stopped.TRAINING, rep, log)
     write_resolved(cfg, out / RECORDED_CONFIG)
-    cache = get_or_build(files, cfg, out / "cache", progress=rep)
+    cache = get_or_build(files, cfg, out / "cache", progress=rep, prepared=prepared)
+    del prepared  # the market and its rows: not held through training
     alpha = alpha_check(cache, cfg, leaks, rep)
     alpha_paths = write_alpha(alpha, out / "alpha")
     log(verdict_line(alpha))

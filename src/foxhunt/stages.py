@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from foxhunt.alpha.check import AlphaResult
     from foxhunt.config.models import FoxhuntConfig
     from foxhunt.features.cache import FeatureCache
-    from foxhunt.validation.leaks import LeakReport
+    from foxhunt.validation.leaks import LeakReport, Prepared
 
 LEAK_GUARD = "leak guard"
 """The guard's step name in the progress display (every command shows the same one)."""
@@ -51,14 +51,30 @@ def leak_guard(
 
     A leak raises :class:`~foxhunt.validation.leaks.LeakFoundError` (exit 3) naming ``where`` it
     ran and what it ``stops``; nothing after the guard runs. ``load_progress`` shows the reading of
-    the files (silent by default: the features stage reads them again with its own bars).
+    the files (silent by default: a features stage that reads them again shows its own bars).
     """
-    from foxhunt.validation.leaks import guard
+    return leak_guard_prepared(files, cfg, where, stops, progress, say, load_progress=load_progress)[0]
+
+
+def leak_guard_prepared(
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    where: str,
+    stops: Stopped,
+    progress: Reporter,
+    say: Callable[[str], object],
+    *,
+    load_progress: Reporter = SILENT,
+) -> tuple[LeakReport, Prepared]:
+    """:func:`leak_guard`, and what it read and computed on the unperturbed files: passed to
+    :func:`foxhunt.features.cache.get_or_build` (``prepared``), a cache built next starts from it
+    instead of reading the files and computing the rows and features a second time."""
+    from foxhunt.validation.leaks import guard_prepared
 
     with progress.task(LEAK_GUARD):
-        report = guard(files, cfg, where, stops.value, load_progress)
+        report, prepared = guard_prepared(files, cfg, where, stops.value, load_progress)
     say(report.verdict)
-    return report
+    return report, prepared
 
 
 def alpha_horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:

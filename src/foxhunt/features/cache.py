@@ -32,7 +32,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +54,9 @@ from foxhunt.features.registry import FAMILIES, with_plugins
 from foxhunt.features.stack import FeatureMatrix, compute_stack
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span
+
+if TYPE_CHECKING:
+    from foxhunt.validation.leaks import Prepared
 
 # 2: per-column content hashes in the metadata (a version 1 cache has none and is rebuilt).
 FORMAT_VERSION = 2
@@ -248,18 +251,29 @@ def seal_table(cols: dict[str, pa.Array], meta: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays(list(cols.values()), schema=schema)
 
 
-def build_cache(md: MarketData, cfg: FoxhuntConfig, path: Path, sources: list[dict[str, Any]]) -> Path:
+def build_cache(
+    md: MarketData,
+    cfg: FoxhuntConfig,
+    path: Path,
+    sources: list[dict[str, Any]],
+    prepared: Prepared | None = None,
+) -> Path:
     """Compute rows, features and labels from ``md`` and write the cache file atomically.
 
     Spreads and book distances are measured in the data's own tick (its instrument: definitions,
     the built-in table, or ``[instrument]``), so a 6E or CL cache is not scaled by ES's 0.25.
+    ``prepared``: the leak guard's rows and features of this ``md`` in that tick, used as they are.
     """
     instrument = instrument_of_files([s["path"] for s in sources], cfg.instrument, where="--data")
-    inp = rows_from_market(md, cfg.data, tick_size=instrument.tick_size)
+    if prepared is not None and prepared.tick_size == float(instrument.tick_size):
+        inp = prepared.rows
+    else:
+        prepared = None
+        inp = rows_from_market(md, cfg.data, tick_size=instrument.tick_size)
     # Rows too few for the configured folds are refused before anything is computed or written:
     # every command that reads a cache splits it into these folds (TooFewRowsError, one line).
     purged_walk_forward(len(inp), cfg.folds, label_span(horizons(cfg), barrier_horizon(cfg)))
-    fm = compute_features(inp, cfg)
+    fm = prepared.features if prepared is not None else compute_features(inp, cfg)
     labels = label_columns(inp, cfg)
     meta = cache_meta(cfg, sources, instrument, fm, len(inp))
     return write_ipc(_table(inp, fm, labels, meta), path)
@@ -519,11 +533,15 @@ def get_or_build(
     progress: Reporter = SILENT,
     workers: int = 1,
     address: str | None = None,
+    prepared: Prepared | None = None,
 ) -> FeatureCache:
     """The cache for ``paths`` under ``cfg``: loaded if a valid one exists, else built (same code).
 
     ``workers`` > 1 or a Ray ``address``: built one session group per task
-    (:mod:`foxhunt.features.distributed`), the same file bit for bit."""
+    (:mod:`foxhunt.features.distributed`), the same file bit for bit. ``prepared``: what the leak
+    guard read and computed from these files under this ``cfg``
+    (:func:`foxhunt.validation.leaks.guard_prepared`); a build in this process starts from it instead
+    of reading the files and computing the rows and features again (the same arrays)."""
     files = expand_paths(paths)
     sources = []
     with progress.task(f"hashing {len(files)} input file(s)", total=len(files), announce=False) as task:
@@ -553,12 +571,18 @@ def get_or_build(
                 build_by_session(files, cfg, path, sources, executor, progress)
         _remove_orphans(path, sources, cfg)
         return load_cache(path, cfg, sources)
-    with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
-        md = load_market(files, cfg.data, progress)
-        task.update(description="features: computing rows, features and labels")
-        task.advance()
-        build_cache(md, cfg, path, sources)
-        task.advance()
+    if prepared is not None and tuple(prepared.files) != tuple(files):
+        prepared = None  # the guard read other files: nothing of it is this cache's
+    if prepared is not None:
+        with progress.task("features: labels, from the leak guard's rows and features"):
+            build_cache(prepared.market, cfg, path, sources, prepared)
+    else:
+        with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
+            md = load_market(files, cfg.data, progress)
+            task.update(description="features: computing rows, features and labels")
+            task.advance()
+            build_cache(md, cfg, path, sources)
+            task.advance()
     _remove_orphans(path, sources, cfg)
     return load_cache(path, cfg, sources)
 

@@ -49,12 +49,14 @@ import numpy as np
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
-from foxhunt.data.ingest import MarketData, load_market
+from foxhunt.data.ingest import MarketData, expand_paths, load_market
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import compute_features
 from foxhunt.features.fingerprint import file_fingerprint
+from foxhunt.features.frame import RowInput
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import Family
+from foxhunt.features.stack import FeatureMatrix
 from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.folds import Fold, TooFewRowsError
@@ -417,12 +419,23 @@ def fold_spans(cfg: FoxhuntConfig) -> dict[str, int]:
 _FORKED_JOBS: list[tuple] = []
 
 
-def _one_cut(md: MarketData, cfg: FoxhuntConfig, registry, base_ts, base, j: int, t_cut: int, seed: int):
+def _one_cut(
+    md: MarketData,
+    cfg: FoxhuntConfig,
+    registry,
+    base_ts,
+    base,
+    j: int,
+    t_cut: int,
+    seed: int,
+    tick: float | None = None,
+):
     """Check 1 at one cut: the market with everything after ``t_cut`` perturbed, its rows and features
-    recomputed through the pipeline, compared with the base on the rows known at ``t_cut``."""
+    recomputed through the pipeline (rows in ``tick``, as the base's), compared with the base on the
+    rows known at ``t_cut``."""
     timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
     other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
-    other_inp = rows_from_market(other_md, cfg.data)
+    other_inp = rows_from_market(other_md, cfg.data, tick_size=tick)
     other = compute_features(other_inp, cfg, registry)
     return _cut_result(base_ts, base.values, other_inp.ts, other.values, base.columns, t_cut)
 
@@ -497,27 +510,34 @@ def check_leaks(
     registry: Mapping[str, Family] | None = None,
     seed: int = 0,
     workers: int | None = None,
+    tick_size: float | None = None,
+    base: tuple[RowInput, FeatureMatrix] | None = None,
 ) -> LeakReport:
     """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline).
 
+    Rows count spreads in ``tick_size`` (None: ``data.tick_size``). ``base``: the unperturbed market's
+    rows and features, computed so (from ``md`` in ``tick_size`` with ``registry``) by the caller, who
+    keeps them for the feature cache (:func:`guard_prepared`); None computes them here.
     The cuts are independent: ``workers`` processes check them at once (None: :func:`cut_workers`;
     1: in this process), with the same result."""
-    inp = rows_from_market(md, cfg.data)
-    base = compute_features(inp, cfg, registry)
+    inp, feats = base if base is not None else _base(md, cfg, tick_size, registry)
     n = len(inp)
     jobs = [
-        (md, cfg, registry, inp.ts, base, j, int(inp.ts[int(np.clip(round(frac * (n - 1)), 0, n - 1))]), seed)
+        (
+            md, cfg, registry, inp.ts, feats, j,
+            int(inp.ts[int(np.clip(round(frac * (n - 1)), 0, n - 1))]), seed, tick_size,
+        )
         for j, frac in enumerate(cuts)
-    ]
+    ]  # fmt: skip
     results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers)
-    report = LeakReport(columns=base.values.shape[1], rows=n, cuts=results)
+    report = LeakReport(columns=feats.values.shape[1], rows=n, cuts=results)
     users_by_span: dict[int, list[str]] = {}
     for user, span in fold_spans(cfg).items():
         users_by_span.setdefault(span, []).append(user)
     for span, users in users_by_span.items():
         user = " and ".join(users)
         try:
-            cols, bad_folds, folds = scaler_leaks(base.values, base.columns, cfg, span, seed=seed)
+            cols, bad_folds, folds = scaler_leaks(feats.values, feats.columns, cfg, span, seed=seed)
         except TooFewRowsError as exc:
             # Too few rows for the training folds: nothing could be trained or backtested on them,
             # and a clean verdict over a handful of rows would only let the next command fail.
@@ -558,10 +578,45 @@ def cache_sources(cache: Any, cache_path: str | Path) -> list[Path]:
     return files
 
 
+def _base(
+    md: MarketData, cfg: FoxhuntConfig, tick_size: float | None, registry: Mapping[str, Family] | None = None
+) -> tuple[RowInput, FeatureMatrix]:
+    inp = rows_from_market(md, cfg.data, tick_size=tick_size)
+    return inp, compute_features(inp, cfg, registry)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What the guard read and computed on the unperturbed data, in the data's own tick: the feature
+    cache is built from exactly these (``foxhunt.features.cache.get_or_build``'s ``prepared``), so a
+    command that guards and then builds reads the files and computes the rows and features once."""
+
+    files: tuple[Path, ...]
+    market: MarketData
+    rows: RowInput
+    features: FeatureMatrix
+    tick_size: float
+
+
+def guard_prepared(
+    files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str, progress: Reporter = SILENT
+) -> tuple[LeakReport, Prepared]:
+    """The leak guard in front of a command (the report when clean, else :class:`LeakFoundError`), on
+    the rows the cache would hold (the instrument's tick, as :func:`foxhunt.features.cache.build_cache`
+    counts it), with what it computed kept for the cache."""
+    from foxhunt.data.instrument import instrument_of_files
+
+    paths = tuple(expand_paths(files))
+    tick = instrument_of_files(paths, cfg.instrument, where="--data").tick_size
+    md = load_market(paths, cfg.data, progress)
+    inp, feats = _base(md, cfg, tick)
+    report = check_leaks(md, cfg, tick_size=tick, base=(inp, feats))
+    report.raise_if_leaking(where, consequence)
+    return report, Prepared(paths, md, inp, feats, float(tick))
+
+
 def guard(
     files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str, progress: Reporter = SILENT
 ) -> LeakReport:
     """The leak guard in front of a command: the report when clean, else :class:`LeakFoundError`."""
-    report = check_leaks(load_market(files, cfg.data, progress), cfg)
-    report.raise_if_leaking(where, consequence)
-    return report
+    return guard_prepared(files, cfg, where, consequence, progress)[0]
