@@ -1350,14 +1350,13 @@ def check_leaks_cmd(
     cut to be identical; refit each fold's normaliser with the rows outside its training replaced
     and require it unchanged; require each fold's purge to cover the label span and the embargo.
     Exits 3 naming the leaking columns or settings."""
-    from foxhunt.data.ingest import load_market
     from foxhunt.data.sessions import iso_utc
-    from foxhunt.validation.leaks import check_leaks
+    from foxhunt.validation.leaks import check_files
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, _with_row_unit(set_, row_unit))
     with step("checking for look-ahead leaks", progress):
-        report = check_leaks(load_market(_data_paths(data, ctx), cfg.data, progress), cfg)
+        report, _ = check_files(_data_paths(data, ctx), cfg, progress)  # the rows the guard checks
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:

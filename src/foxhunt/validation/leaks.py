@@ -598,12 +598,12 @@ class Prepared:
     tick_size: float
 
 
-def guard_prepared(
-    files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str, progress: Reporter = SILENT
+def check_files(
+    files: Sequence[str | Path], cfg: FoxhuntConfig, progress: Reporter = SILENT
 ) -> tuple[LeakReport, Prepared]:
-    """The leak guard in front of a command (the report when clean, else :class:`LeakFoundError`), on
-    the rows the cache would hold (the instrument's tick, as :func:`foxhunt.features.cache.build_cache`
-    counts it), with what it computed kept for the cache."""
+    """:func:`check_leaks` on DBN files, on the rows a cache of them holds (spreads in the instrument's
+    tick, as :func:`foxhunt.features.cache.build_cache` counts them), with what it read and computed
+    on the unperturbed files."""
     from foxhunt.data.instrument import instrument_of_files
 
     paths = tuple(expand_paths(files))
@@ -611,8 +611,17 @@ def guard_prepared(
     md = load_market(paths, cfg.data, progress)
     inp, feats = _base(md, cfg, tick)
     report = check_leaks(md, cfg, tick_size=tick, base=(inp, feats))
-    report.raise_if_leaking(where, consequence)
     return report, Prepared(paths, md, inp, feats, float(tick))
+
+
+def guard_prepared(
+    files: Sequence[str | Path], cfg: FoxhuntConfig, where: str, consequence: str, progress: Reporter = SILENT
+) -> tuple[LeakReport, Prepared]:
+    """The leak guard in front of a command (the report when clean, else :class:`LeakFoundError`), by
+    :func:`check_files`, with what it computed kept for the cache."""
+    report, prepared = check_files(files, cfg, progress)
+    report.raise_if_leaking(where, consequence)
+    return report, prepared
 
 
 def guard(
