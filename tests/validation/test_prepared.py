@@ -55,6 +55,16 @@ def test_a_reading_of_other_files_is_not_used(tmp_path: Path) -> None:
     assert not np.array_equal(prepared.features.values[:100], want[:100], equal_nan=True)
 
 
+def test_a_reading_under_other_settings_is_not_used(tmp_path: Path) -> None:
+    cfg = tiny_cfg()
+    files = write_synthetic(cfg.synth, tmp_path / "market")
+    _, prepared = guard_prepared(files, tiny_cfg("data.bar_seconds=60"), "test", "nothing runs")
+    built = get_or_build(files, cfg, tmp_path / "cache", prepared=prepared)
+    fresh = get_or_build(files, cfg, tmp_path / "fresh")
+    assert built.table.num_rows == fresh.table.num_rows != len(prepared.rows)
+    assert np.array_equal(built.features(), fresh.features(), equal_nan=True)
+
+
 def test_the_guard_counts_rows_in_the_instruments_tick(tmp_path: Path) -> None:
     """The rows the guard checks are the cache's: spreads in the instrument's tick (here an
     ``[instrument]`` override of ES's 0.25), not ``data.tick_size``."""

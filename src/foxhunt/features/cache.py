@@ -571,8 +571,8 @@ def get_or_build(
                 build_by_session(files, cfg, path, sources, executor, progress)
         _remove_orphans(path, sources, cfg)
         return load_cache(path, cfg, sources)
-    if prepared is not None and tuple(prepared.files) != tuple(files):
-        prepared = None  # the guard read other files: nothing of it is this cache's
+    if prepared is not None and (prepared.files, prepared.settings) != (tuple(files), value_config(cfg)):
+        prepared = None  # the guard read other files, or under other settings: none of it is this cache's
     if prepared is not None:
         with progress.task("features: labels, from the leak guard's rows and features"):
             build_cache(prepared.market, cfg, path, sources, prepared)

@@ -51,7 +51,7 @@ from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
 from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import compute_features
+from foxhunt.features.cache import compute_features, value_config
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.features.frame import RowInput
 from foxhunt.features.pipeline import rows_from_market
@@ -596,6 +596,7 @@ class Prepared:
     rows: RowInput
     features: FeatureMatrix
     tick_size: float
+    settings: dict[str, Any]  # the cfg's cache-relevant values (foxhunt.features.cache.value_config)
 
 
 def check_files(
@@ -611,7 +612,7 @@ def check_files(
     md = load_market(paths, cfg.data, progress)
     inp, feats = _base(md, cfg, tick)
     report = check_leaks(md, cfg, tick_size=tick, base=(inp, feats))
-    return report, Prepared(paths, md, inp, feats, float(tick))
+    return report, Prepared(paths, md, inp, feats, float(tick), value_config(cfg))
 
 
 def guard_prepared(
