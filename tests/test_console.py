@@ -40,7 +40,15 @@ def test_epoch_line_reads_as_the_example() -> None:
 
 def test_epoch_line_stays_short_and_plain_for_large_values() -> None:
     line = epoch_line(
-        2, 3, 29, 30, select_net=-123_456.78, trades=903, sharpe=-856.04, loss=0.01234, seconds=123.4,
+        2,
+        3,
+        29,
+        30,
+        select_net=-123_456.78,
+        trades=903,
+        sharpe=-856.04,
+        loss=0.01234,
+        seconds=123.4,
         eta_s=7380,
     )
     assert line == (
@@ -55,6 +63,24 @@ def test_epoch_line_marks_missing_values_and_drops_a_spent_eta() -> None:
     nan = float("nan")
     line = epoch_line(0, 1, 0, 1, select_net=nan, trades=0, sharpe=nan, loss=nan, seconds=0.04, eta_s=None)
     assert line == "fold 1/1 epoch 1/1  select net -  trades 0  Sharpe -  loss -  0.0 s"
+
+
+def test_epoch_line_without_a_selection_backtest_shows_the_training_sharpe() -> None:
+    nan = float("nan")  # train.selection = last: nothing is backtested per epoch
+    line = epoch_line(
+        0,
+        3,
+        2,
+        6,
+        select_net=nan,
+        trades=nan,
+        sharpe=nan,
+        loss=0.41,
+        seconds=12.3,
+        eta_s=65,
+        train_sharpe=4.24,
+    )
+    assert line == "fold 1/3 epoch 3/6  train Sharpe 4.2  loss 0.41  12.3 s  ETA 1m05s"
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,10 @@ def main() -> None:
         if epoch >= 0:
             trainer.epoch = epoch
             val = trainer.run_epoch()["select"]  # the epoch's selection-period backtest
-            pnl, trades = float(val["net_pnl"]), int(val["trades"])
+            if val is None:  # train.selection = last: no selection period, nothing backtested
+                pnl, trades = float("nan"), 0
+            else:
+                pnl, trades = float(val["net_pnl"]), int(val["trades"])
         q = direction_q(trainer.agent, trainer.market, trainer.cfg.env, rows)
         gap = q[:, int(Direction.LONG)] - q[:, int(Direction.SHORT)]
         corr = gap_correlation(gap, x)  # what training records each epoch (q/direction_gap_corr)

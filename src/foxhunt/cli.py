@@ -1488,7 +1488,8 @@ def tune_cmd(
 ) -> None:
     """Hyperparameter search: an Optuna study (TPE, median pruning on each epoch's selection-period
     net PnL) over the search space in the config's tune section, trials ranked on the folds'
-    selection periods (never their validation periods), every trial trained on one feature
+    selection periods (never their validation periods; under train.selection = last the trials
+    train with train_tail, and best.toml keeps last), every trial trained on one feature
     cache, WORKERS at once (Ray). Run it again to resume a killed study. Writes best.toml (a
     profile for --config), tune.html and tune.json. Tracked in MLflow: a run for the study, each
     trial's nested. docs/tune.md."""
@@ -1502,7 +1503,7 @@ def tune_cmd(
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
-    from foxhunt.tune.objective import check_tunable, rule_on_selection
+    from foxhunt.tune.objective import rule_on_selection, trial_config
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
 
@@ -1522,10 +1523,15 @@ def tune_cmd(
             "has no [tune] params: there is nothing to search",
             'add tables such as [tune.params."agent.learn.lr"] (docs/tune.md) or tune another profile',
         )
-    check_tunable(cfg)
+    # The study's config from here on is the trials' (train_tail under a profile's selection = last);
+    # best.toml sets the best parameters on the profile's own (asked).
+    asked = cfg
+    cfg, overridden = trial_config(cfg)
     if storage is not None:
         check_storage(storage)
     check_writable(out_dir, folder=True)
+    if overridden:  # once the arguments are known good: a refusal stays one line
+        _line(overridden)
     out_dir = out_dir.absolute()  # workers (Ray tasks, spawned processes) may start elsewhere
     url = storage or default_storage(out_dir)
     name = study_name or out_dir.name
@@ -1559,7 +1565,7 @@ def tune_cmd(
                 overwrite=overwrite,
                 say=progress.say,
             )
-        best = write_best(cfg, study, out_dir)
+        best = write_best(asked, study, out_dir)
         summary = write_outputs(study, cfg, url, time.perf_counter() - t0, out_dir)
         parent.log_results(
             {"best_value": (summary["best"] or {}).get("value"), "trials": summary["trials_counted"]}

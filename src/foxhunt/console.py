@@ -71,6 +71,7 @@ def epoch_line(
     loss: float,
     seconds: float,
     eta_s: float | None,
+    train_sharpe: float = float("nan"),
 ) -> str:
     """The one short line per training epoch, in plain words (``fold`` and ``epoch`` are 0-based
     indices, shown counted from 1)::
@@ -82,13 +83,22 @@ def epoch_line(
     validation period), ``loss`` the learner's mean loss over the epoch (2 significant digits: a
     trend to watch, the exact values are in TensorBoard and ``--verbose``), then the epoch's seconds
     and the estimated time left for the whole training (left out when none is left). A value that is
-    not finite reads ``-``.
+    not finite reads ``-``. Under ``train.selection = last`` there is no selection backtest (all three
+    are NaN): the line shows ``train Sharpe``, the annualised Sharpe of the epoch's collected rewards
+    (exploring, in-sample), instead::
+
+        fold 1/3 epoch 3/6  train Sharpe 4.2  loss 0.41  12.3 s  ETA 1m05s
     """
-    parts = [
-        f"fold {fold + 1}/{n_folds} epoch {epoch + 1}/{n_epochs}",
-        f"select net {_num(select_net, '+,.2f')}",
-        f"trades {_num(trades, '.0f')}",
-        f"Sharpe {_num(sharpe, '.1f' if abs(sharpe) < 100 else '.0f')}",
+    parts = [f"fold {fold + 1}/{n_folds} epoch {epoch + 1}/{n_epochs}"]
+    if math.isnan(select_net) and math.isnan(sharpe) and math.isnan(trades):
+        parts.append(f"train Sharpe {_num(train_sharpe, '.1f' if abs(train_sharpe) < 100 else '.0f')}")
+    else:
+        parts += [
+            f"select net {_num(select_net, '+,.2f')}",
+            f"trades {_num(trades, '.0f')}",
+            f"Sharpe {_num(sharpe, '.1f' if abs(sharpe) < 100 else '.0f')}",
+        ]
+    parts += [
         f"loss {_num(loss, '.2g')}",
         f"{seconds:.1f} s",
     ]

@@ -28,7 +28,8 @@ from tests.train.test_run import TINY, same, tiny_cfg
 
 pytestmark = pytest.mark.slow
 
-SETS = [a for s in (*TINY, "run.threads=1") for a in ("--set", s)]
+# train_tail: both files a run reports, best and last, are compared after a kill and a resume.
+SETS = [a for s in (*TINY, "run.threads=1", "train.selection=train_tail") for a in ("--set", s)]
 BUILD_KILLS = 4
 TRAIN_KILLS = 8
 KILL_BEFORE = 0.85  # kill moments up to this share of an uninterrupted run (the load varies)

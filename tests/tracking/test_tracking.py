@@ -86,10 +86,11 @@ def test_train_records_config_epochs_folds_and_checkpoints(two_runs: tuple[Path,
     assert run.data.params["train.epochs"] == "2" and run.data.params["agent.network.hidden"] == "16"
     # per epoch: one step per fold x epoch, rising, the values the fold's history reports
     folds = json.loads((out / "folds.json").read_text())
-    history = client.get_metric_history(run.info.run_id, "sharpe/select")
+    # (a training statistic: the smoke profile's train.selection = last backtests no epoch)
+    history = client.get_metric_history(run.info.run_id, "loss/total")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
     by_step = [m.value for m in sorted(history, key=lambda m: m.step)]
-    assert _same(by_step, [h["select_sharpe"] for f in folds for h in f["history"]])
+    assert _same(by_step, [h["loss"] for f in folds for h in f["history"]])
     # per fold and totals
     metrics = run.data.metrics
     for f in folds:

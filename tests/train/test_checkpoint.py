@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from foxhunt.train.checkpoint import (
     CheckpointStore,
     Fingerprint,
     ResumePoint,
+    Writes,
     capture_rng,
     checkpoint_files,
     load_checkpoint,
@@ -365,6 +367,82 @@ def test_resume_point_is_the_last_fold_and_epoch_saved(tmp_path: Path) -> None:
     assert store.resume_point() == ResumePoint(1, 1, store.last_path(1))
     store.last_path(1).write_bytes(b"\x00" * 3)  # an unreadable last falls back to the ring
     assert store.resume_point() == ResumePoint(1, 1, store.ring_path(1, 1))
+
+
+def _epochs(store: CheckpointStore, net: Net, history: list[int]) -> None:
+    """Four epochs of saves as training makes them, the live net and meta changed after each save."""
+    for epoch in range(4):
+        contents = CheckpointContents(
+            policy=_policy(net),
+            branches=BranchConfig(),
+            training={"learner": _policy(net), "step": torch.tensor(epoch)},
+            meta={"history": history},
+        )
+        store.save_best(0, epoch, contents, metric=float(epoch % 3), verdict=CLEAN)
+        store.save_epoch(0, epoch, contents)
+        with torch.no_grad():  # the next epoch trains in place while the writer may still be writing
+            for param in net.parameters():
+                param.add_(1.0)
+        history.append(epoch)
+
+
+def test_background_writes_hold_the_state_of_the_save_call_and_equal_immediate_ones(tmp_path: Path) -> None:
+    now, later = (
+        CheckpointStore(tmp_path / "now", ring=2),
+        CheckpointStore(tmp_path / "bg", ring=2, writes=Writes.BACKGROUND),
+    )
+    _epochs(now, Net(seed=1), [])
+    _epochs(later, Net(seed=1), [])
+    later.close()
+    for a, b in ((now.last_path(0), later.last_path(0)), (now.best_path(0), later.best_path(0))):
+        want = load_checkpoint(a, expect=_expect(Net()), training=True)
+        got = load_checkpoint(b, expect=_expect(Net()), training=True)
+        assert want.training is not None and got.training is not None
+        for key, value in want.policy["network"].items():
+            assert torch.equal(got.policy["network"][key], value), key
+            assert torch.equal(got.training["learner"]["network"][key], value), key
+        assert (got.meta["epoch"], got.meta["history"]) == (want.meta["epoch"], want.meta["history"])
+        with safe_open(str(a), framework="pt") as fa, safe_open(str(b), framework="pt") as fb:
+            assert sorted(fa.keys()) == sorted(fb.keys())  # shared storages still stored once
+    # last is epoch 3 as it was when saved: the +1 after the save did not reach the file
+    assert read_checkpoint_meta(later.last_path(0))["history"] == [0, 1, 2]
+    assert (read_checkpoint_meta(later.best_path(0))["epoch"], later.best_metric(0)) == (2, 2.0)
+    assert [p.name for p in later.list_ring(0)] == ["epoch0002.safetensors", "epoch0003.safetensors"]
+
+
+def test_a_background_save_writes_the_state_at_the_call_not_at_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gate, save = threading.Event(), checkpoint.save_checkpoint
+
+    def held_back(*args, **kwargs):  # the writer thread writes only once training has moved on
+        assert gate.wait(timeout=30)
+        return save(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_checkpoint", held_back)
+    store, net, history = CheckpointStore(tmp_path, ring=1, writes=Writes.BACKGROUND), Net(seed=2), [0]
+    store.save_epoch(
+        0, 0, CheckpointContents(policy=_policy(net), branches=BranchConfig(), meta={"h": history})
+    )
+    with torch.no_grad():
+        net.value.weight.add_(1.0)
+    history.append(1)
+    gate.set()
+    store.close()
+    into = Net(seed=9)
+    assert _load_into(store.last_path(0), into)["h"] == [0]
+    assert torch.equal(into.value.weight, Net(seed=2).value.weight)
+
+
+def test_a_failed_background_write_raises_at_the_next_wait(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, ring=1, writes=Writes.BACKGROUND)
+    store.root.mkdir(parents=True)
+    store.fold_dir(0).write_text("a file where the fold's folder goes")
+    store.save_epoch(0, 0, _contents(Net()))  # returns: the write fails on the writer thread
+    with pytest.raises(OSError):
+        store.wait()
+    store.wait()  # reported once
+    store.close()
 
 
 def _draw(gens: dict) -> tuple:

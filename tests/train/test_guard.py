@@ -92,6 +92,8 @@ def test_non_finite_statistics_stop_at_once(key: str, value: float) -> None:
     assert isinstance(err.value, FoxhuntError) and err.value.result.verdict is Verdict.ANOMALOUS
     # a non-finite statistic outside loss/, grad/, q/ is not the guard's business (validation has its own)
     assert guard.check({**_healthy(1.0), "atoms/utilisation": math.nan}).verdict is Verdict.OK
+    # nor is the direction gap's correlation with the planted signal: NaN where the gap is constant
+    assert guard.check({**_healthy(1.0), "q/direction_gap_corr": math.nan}).verdict is Verdict.OK
 
 
 def test_the_guards_error_survives_a_process_boundary() -> None:

@@ -155,8 +155,9 @@ def test_same_seed_same_run_another_seed_another_run(
     np.random.seed(456)
     again = train(cache, tiny_cfg(), tmp_path / "again", log=quiet)
     assert canon(json.loads(json.dumps(again))) == canon(folds_of(run_a))
-    # Every checkpoint tensor the same, the recorded numpy and Python generator states included.
-    for name in ("fold0/last", "fold1/best"):
+    # Every checkpoint tensor the same, the recorded numpy and Python generator states included (the
+    # smoke profile reports the last epoch: no best, a ring entry instead).
+    for name in ("fold0/last", "fold1/ring/epoch0000"):
         a, b = (load_file(str(d / f"checkpoints/{name}.safetensors")) for d in (run_a, tmp_path / "again"))
         assert a.keys() == b.keys() and [k for k in a if not same(a[k], b[k])] == []
     with pytest.raises(Interrupted):
@@ -171,15 +172,15 @@ def test_a_fresh_run_into_an_old_run_folder_keeps_nothing_of_it(cache: FeatureCa
     """Without resume, the folder's earlier checkpoints, history and finished folds are not the new
     run's: its best is judged against its own epochs only (not the old run's best Sharpe), and a
     later resume does not take the old run's folds for its own."""
-    one = "train.epochs=1"
+    one = ("train.epochs=1", "train.selection=train_tail")  # a best checkpoint, picked by its Sharpe
     with pytest.raises(Interrupted):  # the old run: fold 0 finished, stopped in fold 1
-        train(cache, tiny_cfg(one, "run.seed=8"), tmp_path, log=quiet, stop_after=(1, 0))
+        train(cache, tiny_cfg(*one, "run.seed=8"), tmp_path, log=quiet, stop_after=(1, 0))
     assert [f["fold"] for f in folds_of(tmp_path)] == [0]
     with pytest.raises(OutputError, match="already holds a result"):  # not without being asked
-        train(cache, tiny_cfg(one), tmp_path, log=quiet, stop_after=(0, 0))
+        train(cache, tiny_cfg(*one), tmp_path, log=quiet, stop_after=(0, 0))
     assert [f["fold"] for f in folds_of(tmp_path)] == [0]
     with pytest.raises(Interrupted):
-        train(cache, tiny_cfg(one), tmp_path, overwrite=True, log=quiet, stop_after=(0, 0))
+        train(cache, tiny_cfg(*one), tmp_path, overwrite=True, log=quiet, stop_after=(0, 0))
     store = CheckpointStore(tmp_path, ring=1)
     assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [10, 10]
     assert store.folds() == [0] and not (tmp_path / "folds.json").exists()
@@ -216,7 +217,12 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
     # One fold whose selection period (half its training rows: about 1,340) runs in 128-row windows:
     # enough closed trades for the oracle to be implausible beyond sampling error (in 32-row windows
     # its plans time out at the windows' ends).
-    oracle_run = ("folds.n_folds=1", "env.episode_rows=128", "train.selection_fraction=0.5")
+    oracle_run = (
+        "folds.n_folds=1",
+        "env.episode_rows=128",
+        "train.selection=train_tail",  # the guard judges each epoch's selection-period backtest
+        "train.selection_fraction=0.5",
+    )
     cfg = tiny_cfg(*oracle_run)
     real_select, real_validate = run_mod.evaluate_selection, run_mod.validate
     calls: list[str] = []
@@ -258,6 +264,7 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
 
 FROZEN = (
     "folds.n_folds=1",
+    "train.selection=train_tail",  # a new best (its selection Sharpe) restarts the ladder
     "train.epochs=8",
     "train.ring=8",  # keep every epoch's checkpoint: the rewind's effect is read from the ring
     "agent.replay.capacity=4096",  # 8 x 256 transitions: the replay never wraps (a wrapped one: below)
@@ -438,7 +445,7 @@ def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
 
 
 def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
-    path = run_a / "checkpoints" / "fold0" / "best.safetensors"
+    path = run_a / "checkpoints" / "fold0" / "last.safetensors"
     wide = tiny_cfg("agent.network.hidden=24")
     agent = Agent(wide.agent, wide.env.branches, seed=0, replay_capacity=16)
     before = {k: v.clone() for k, v in agent.net.state_dict().items()}

@@ -18,13 +18,16 @@ import torch
 from safetensors.torch import load_file
 
 import foxhunt.train.run as run_mod
+from foxhunt.backtest.reference import REFERENCE_COLUMN
+from foxhunt.config.loader import load_config
+from foxhunt.data.config import PlantedSignal
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.report.schema import BEST_RULE, LAST_RULE
 from foxhunt.train.checkpoint import CheckpointStore, read_checkpoint_meta
 from foxhunt.train.config import Selection, TrainConfig
 from foxhunt.train.run import Interrupted, train
-from foxhunt.train.selection import episode_starts, fold_periods
+from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
 from foxhunt.validation.config import FoldParams, FoldScheme
 from foxhunt.validation.folds import purged_walk_forward
 from tests.train.test_run import canon, quiet, tiny_cfg
@@ -94,6 +97,24 @@ def test_too_small_a_selection_or_collection_is_one_line_naming_the_key() -> Non
         fold_periods(fold, TrainConfig(steps_per_epoch=498, selection_fraction=0.5))
 
 
+def test_diagnostic_rows_by_hand() -> None:
+    """Where the direction-gap correlation reads: train_tail's selection period; under last the
+    collection period's tail of the same size (so the very rows train_tail would select)."""
+    [fold] = purged_walk_forward(2_000, ONE_FOLD, 30)  # 1,000 usable rows, embargo 60
+    tail = TrainConfig(steps_per_epoch=16)
+    assert diagnostic_rows(fold_periods(fold, tail), tail) == (800, 1_000)  # the selection period
+    last = TrainConfig(steps_per_epoch=16, selection=Selection.LAST)
+    assert diagnostic_rows(fold_periods(fold, last), last) == (800, 1_000)  # round(0.2 x 1,000) = 200
+    capped = TrainConfig(steps_per_epoch=16, selection=Selection.LAST, selection_rows=150)
+    assert diagnostic_rows(fold_periods(fold, capped), capped) == (850, 1_000)  # at most 150
+    tiny = TrainConfig(steps_per_epoch=16, selection=Selection.LAST, selection_fraction=0.001)
+    assert diagnostic_rows(fold_periods(fold, tiny), tiny) == (998, 1_000)  # round(1.0) = 1 -> at least 2
+    # a collection period that starts later: 0.25 x (600 - 100) = 125 rows before row 600
+    periods = FoldPeriods(Selection.LAST, 100, 600, select_lo=600, select_hi=600, embargo=30)
+    quarter = TrainConfig(selection=Selection.LAST, selection_fraction=0.25)
+    assert diagnostic_rows(periods, quarter) == (475, 600)
+
+
 # --- (2) the validation period is never read before the end ---------------------------------------
 
 
@@ -134,7 +155,7 @@ def test_perturbing_the_validation_period_changes_no_epoch_and_not_the_pick(
     history, the diagnostics lines), the best epoch and its weights are the same; only the numbers
     evaluated at the end over the validation period differ. Before the selection period each epoch's
     Sharpe came from the validation rows, so the histories differed and the pick could."""
-    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3")
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3", "train.selection=train_tail")
     seen: list[torch.Tensor] = []  # the rows the trainer's episodes really start at
     real_starts = run_mod.episode_starts
 
@@ -209,13 +230,49 @@ def test_selection_last_reports_the_last_epoch(cache: FeatureCache, tmp_path: Pa
     assert all(math.isnan(h["select_sharpe"]) for h in fold["history"]) and len(fold["history"]) == 2
 
 
+@pytest.mark.parametrize(
+    ("profile", "selection"),
+    [("smoke", Selection.LAST), ("gpu", Selection.TRAIN_TAIL), ("production", Selection.TRAIN_TAIL)],
+)
+def test_the_smoke_profile_reports_its_last_epoch_others_select(profile: str, selection: Selection) -> None:
+    assert load_config(profile=profile).train.selection is selection
+    assert TrainConfig().selection is Selection.TRAIN_TAIL  # the default
+
+
+def test_selection_last_records_the_direction_gap_on_the_collection_tail(
+    cache: FeatureCache, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under last (the smoke profile's) a planted market's epochs still record the direction gap's
+    correlation with the carrier, finite, over the last 20% of the training rows (in sample), which
+    the guard and the history carry like any q/ statistic."""
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=2")
+    assert cfg.train.selection is Selection.LAST
+    spans: list[tuple[int, int]] = []
+    real_rows = run_mod.gap_rows
+
+    def recording(lo: int, hi: int) -> torch.Tensor:
+        spans.append((lo, hi))
+        return real_rows(lo, hi)
+
+    monkeypatch.setattr(run_mod, "gap_rows", recording)
+    planted = REFERENCE_COLUMN[PlantedSignal.IMBALANCE]
+    [fold] = train(cache, cfg, tmp_path, log=quiet, planted=planted)
+    rows = fold["train_rows"]  # one fold from row 0: its usable rows are [0, rows)
+    assert fold["selection"]["collect_end"] == fold["selection"]["end"] == rows  # every usable row trains
+    assert spans == [(rows - round(0.2 * rows), rows)] * 2  # ... and its tail is read, once an epoch
+    corr = [h["qgap_corr"] for h in fold["history"]]
+    assert len(corr) == 2 and all(math.isfinite(c) and -1 <= c <= 1 for c in corr)
+    lines = [json.loads(line) for line in (tmp_path / "diagnostics.jsonl").read_text().splitlines()]
+    assert [r["stats"]["q/direction_gap_corr"] for r in lines if "stats" in r] == corr
+
+
 # --- (4) resume -----------------------------------------------------------------------------------
 
 
 def test_a_resumed_run_keeps_its_selection(cache: FeatureCache, tmp_path: Path) -> None:
     """Interrupted after its first epoch and resumed: the same selection period, per-epoch history, best
     epoch and best Sharpe as the uninterrupted run (the stored best is judged against, not restarted)."""
-    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=2")
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=2", "train.selection=train_tail")
     whole = train(cache, cfg, tmp_path / "whole", log=quiet)
     with pytest.raises(Interrupted):
         train(cache, cfg, tmp_path / "resumed", log=quiet, stop_after=(0, 0))
@@ -227,6 +284,8 @@ def test_a_resumed_run_keeps_its_selection(cache: FeatureCache, tmp_path: Path) 
     sharpes = [h["select_sharpe"] for h in fold["history"]]
     assert stored == max(sharpes) == sharpes[best]
     # another selection is another run: a resume with it is refused, naming the key
-    other = tiny_cfg("folds.n_folds=1", "train.epochs=2", "train.selection_fraction=0.3")
+    other = tiny_cfg(
+        "folds.n_folds=1", "train.epochs=2", "train.selection=train_tail", "train.selection_fraction=0.3"
+    )
     with pytest.raises(FoxhuntError, match=r"train\.selection_fraction: 0\.2 -> 0\.3"):
         train(cache, other, tmp_path / "resumed", resume=True, log=quiet)

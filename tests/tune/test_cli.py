@@ -1,6 +1,7 @@
 """``foxhunt tune`` end to end with real (tiny) training: killed with SIGKILL in its first trial and
 run again, it finishes the study without counting a trial twice, and its best profile is the
-config the best trial trained (issue 17)."""
+config the best trial trained (issue 17), with the smoke profile's ``train.selection = last`` kept
+where the trials trained with ``train_tail`` (they are ranked on the selection periods)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from foxhunt.config.loader import config_hash, load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import get_or_build
+from foxhunt.train.config import Selection
 from foxhunt.tune.study import REASON, counted, default_storage, open_storage
 from tests.train.test_run import TINY
 
@@ -94,12 +96,21 @@ def test_tune_killed_mid_trial_resumes_without_counting_a_trial_twice(
     assert [t.number for t in counted(trials)] == [1, 2] and len(trials) == TRIALS + 1
     summary = json.loads((out / "tune.json").read_text())
     assert summary["trials_counted"] == TRIALS and summary["states"]["FAIL"] == 1
-    # the exported profile is the config the best trial trained, key for key
+    # the smoke profile reports its last epoch: the trials trained with train_tail, and said so
+    assert load_config(profile="smoke", overrides=SETS).train.selection is Selection.LAST
+    assert "the trials train with train.selection = train_tail" in result.output
+    study_cfg = json.loads((out / "tune.config.json").read_text())["config"]
+    assert study_cfg["train"]["selection"] == "train_tail"
+    # the exported profile is the config the best trial trained, key for key, but the profile's
+    # train.selection = last
     best = summary["best"]
     body = json.loads((Path(best["folder"]) / "train.config.json").read_text())
     trained = FoxhuntConfig.model_validate(body["config"])
+    assert trained.train.selection is Selection.TRAIN_TAIL
     again = load_config(config_file=out / "best.toml")
-    assert again == trained and config_hash(again) == config_hash(trained) == body["config_hash"]
+    assert again.train.selection is Selection.LAST
+    again_tail = load_config(config_file=out / "best.toml", overrides=["train.selection=train_tail"])
+    assert again_tail == trained and config_hash(again_tail) == config_hash(trained) == body["config_hash"]
     assert (out / "tune.html").read_text().count("<section") == 5
     # ranked on the selection periods, its validation numbers beside (one fold: out of sample)
     assert summary["ranked_on"] == "selection" and best["validation"]["last_fold_out_of_sample"]
@@ -121,6 +132,7 @@ def test_tune_trains_four_trials_on_two_workers(market: tuple[list[Path], Path],
     for t in summary["trials"]:
         recorded = json.loads((Path(t["folder"]) / "train.config.json").read_text())["config"]
         assert recorded["agent"]["learn"]["lr"] == t["params"]["agent.learn.lr"]
+        assert recorded["train"]["selection"] == "train_tail"  # the smoke profile's last, overridden
 
 
 def test_a_storage_url_nothing_can_open_is_refused_before_anything_is_built(tmp_path: Path) -> None:

@@ -15,12 +15,14 @@ import pytest
 from optuna.trial import TrialState
 
 import foxhunt.train.run as run_mod
-from foxhunt.config.loader import validate_tree
+from foxhunt.config.loader import load_config, validate_tree
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 from foxhunt.features.cache import FeatureCache
+from foxhunt.train.config import Selection
 from foxhunt.tune.config import Objective
-from foxhunt.tune.objective import Period, out_of_sample, rule_on_selection, validation_numbers
+from foxhunt.tune.export import write_best
+from foxhunt.tune.objective import Period, out_of_sample, rule_on_selection, trial_config, validation_numbers
 from foxhunt.tune.report import REPORT_FILE, write_outputs
 from foxhunt.tune.space import with_params
 from foxhunt.tune.study import (
@@ -35,7 +37,7 @@ from foxhunt.tune.study import (
 from tests.train.test_run import tiny_cfg
 from tests.train.test_selection import _perturbed_validation
 from tests.tune.fakes import score, validation_score
-from tests.tune.test_study import LR, enqueue, load, study_cfg, work_for
+from tests.tune.test_study import LR, enqueue, load, recorded, study_cfg, work_for
 
 # --- the objective function ------------------------------------------------------------------------
 
@@ -153,26 +155,56 @@ def test_a_study_ranked_on_validation_is_not_resumed_nor_labelled_out_of_sample(
     assert load(work).user_attrs["ranked_on"] == "selection"
 
 
-def test_no_selection_period_no_study(tmp_path: Path) -> None:
-    tree = study_cfg({"agent.learn.lr": LR}).model_dump(mode="json")
+def _last(cfg: FoxhuntConfig) -> FoxhuntConfig:
+    tree = cfg.model_dump(mode="json")
     tree["train"]["selection"] = "last"
     last = validate_tree(tree)
     assert last is not None
+    return last
+
+
+def test_no_selection_period_no_study(tmp_path: Path) -> None:
+    """Trials never train without a selection period to rank them on, nor search one."""
+    last = _last(study_cfg({"agent.learn.lr": LR}))
     with pytest.raises(ConfigError, match=r"train\.selection: last leaves the folds no selection period"):
         run_study(work_for(last, tmp_path), say=lambda _: None)
     with pytest.raises(ConfigError, match=r"tune\.params\.train\.selection: decides where trials are ranked"):
         study_cfg({"agent.learn.lr": LR, "train.selection": {"choices": ["train_tail", "last"]}})
 
 
+def test_a_last_profile_trains_its_trials_on_train_tail_and_keeps_last_in_its_best_profile(
+    tmp_path: Path,
+) -> None:
+    """A profile with train.selection = last (the smoke profile's) is tuned: its trials train with
+    train_tail, every one (their recorded configs), and only that key differs from the profile; the
+    best parameters are then set on the profile as it is, last included, and best.toml says so."""
+    asked = _last(study_cfg({"agent.learn.lr": LR}, trials=2))
+    cfg, note = trial_config(asked)
+    assert note is not None and "the trials train with train.selection = train_tail" in note
+    assert "never on the validation periods" in note
+    assert cfg.train.selection is Selection.TRAIN_TAIL and _last(cfg) == asked  # nothing else changed
+    assert trial_config(cfg) == (cfg, None)  # a train_tail config is its own
+    work = work_for(cfg, tmp_path)
+    study = run_study(work, say=lambda _: None)
+    for t in study.trials:
+        assert recorded(t.user_attrs["folder"]).train.selection is Selection.TRAIN_TAIL
+    path = write_best(asked, study, tmp_path)
+    assert path is not None and "trials trained with train.selection = train_tail" in path.read_text()
+    best = load_config(config_file=path)
+    trained = recorded(study.best_trial.user_attrs["folder"])
+    assert best.train.selection is Selection.LAST and best == _last(trained)
+
+
 # --- a tiny real study --------------------------------------------------------------------------------
 
 
 def _tiny_study_cfg() -> FoxhuntConfig:
+    """The tiny smoke config as a study's trials train it (train_tail: trial_config)."""
     tree = tiny_cfg("folds.n_folds=1", "train.epochs=2").model_dump(mode="json")
     tree["tune"] = {"params": {"agent.learn.lr": LR}, "trials": 3, "prune_warmup_epochs": 0}
     cfg = validate_tree(tree)
     assert cfg is not None
-    return cfg
+    return trial_config(cfg)[0]
 
 
 def _tiny_study(cache: FeatureCache, out: Path) -> tuple[optuna.Study, dict[str, Any]]:

@@ -37,10 +37,12 @@ LR = {"low": 1e-4, "high": 1e-1, "log": True}
 
 
 def study_cfg(params: dict[str, Any], **tune: Any) -> FoxhuntConfig:
+    """The smoke profile as a study's trials train it (trial_config: train_tail, where trials rank)."""
     tree = load_config(profile="smoke").model_dump(mode="json")
     tree["tune"] = {"params": params, "trials": 4, "startup_trials": 2} | tune
     tree["folds"]["n_folds"] = 1
     tree["train"]["epochs"] = 2
+    tree["train"]["selection"] = "train_tail"
     cfg = validate_tree(tree)
     assert cfg is not None
     return cfg

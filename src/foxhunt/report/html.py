@@ -488,7 +488,8 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         '<p class="small">Per-epoch values are shown at the best epoch (the last recorded epoch when '
         "the best one is not in the history); the selection Sharpe is the epoch's greedy backtest of the "
         "fold's selection period (the tail of its training rows), which picks the best epoch: no epoch "
-        "reads the validation period. Expert utilisation is the "
+        "reads the validation period (train.selection = last: no selection period, n/a, and the last "
+        "epoch is reported). Expert utilisation is the "
         "last epoch's.</p>"
     )
     img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
@@ -513,8 +514,10 @@ def _qgap_table(folds: Sequence[Mapping[str, Any]]) -> str:
     explain = (
         '<p class="small">Per epoch, the correlation over the selection rows (at most 4,096, from a flat '
         "portfolio) of the greedy network's Q(long) - Q(short) with the state feature carrying the "
-        "planted signal. A learner's correlation rises and stays positive; a gambler's wanders around 0 "
-        "whatever its PnL. n/a: the gap was constant (no correlation yet).</p>"
+        "planted signal; under train.selection = last (no selection period) over as many rows at the "
+        "end of the training rows, in sample, which is sound here: it reads no label and no future "
+        "return, and picks nothing. A learner's correlation rises and stays positive; a gambler's "
+        "wanders around 0 whatever its PnL. n/a: the gap was constant (no correlation yet).</p>"
     )
     return "<h3>Direction gap vs the planted signal</h3>" + table(head + "".join(rows)) + explain
 

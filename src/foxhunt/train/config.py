@@ -134,8 +134,8 @@ class Selection(StrEnum):
 
 class TrainConfig(Frozen):
     """Folds -> epochs: each epoch collects ``envs`` episodes x ``steps_per_epoch`` steps, runs the
-    learner updates (``agent.learn.updates_per_epoch``), then a greedy backtest of the selection
-    period (docs/design.md §7)."""
+    learner updates (``agent.learn.updates_per_epoch``), then (``selection = train_tail``) a greedy
+    backtest of the selection period (docs/design.md §7)."""
 
     epochs: int = Field(100, ge=1, le=1_000_000, description="Epochs per fold.")
     envs: int = Field(
@@ -158,7 +158,8 @@ class TrainConfig(Frozen):
         gt=0,
         le=0.5,
         description="train_tail: share of a fold's usable training rows, at their end, that form the "
-        "selection period (training episodes end the fold's embargo rows before it).",
+        "selection period (training episodes end the fold's embargo rows before it); last: the share, "
+        "at their end, that the per-epoch direction-gap diagnostic reads (in sample: it reads no label).",
     )
     selection_rows: int = Field(
         100_000,

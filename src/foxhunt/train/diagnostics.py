@@ -16,8 +16,11 @@ and collectors may add any others::
     sharpe/train, sharpe/select           annualised Sharpe of the collection and of the selection
                                           period's greedy backtest (it picks best.safetensors)
     misc/select_net_pnl, misc/select_trades   that backtest's net PnL and closed trades
-    q/direction_gap_corr                  corr(greedy Q(long) - Q(short), planted carrier) on selection
-                                          rows (synthetic markets only: real data has no known carrier)
+    q/direction_gap_corr                  corr(greedy Q(long) - Q(short), planted carrier) on the
+                                          selection rows; under train.selection = last on the
+                                          in-sample tail of the collection rows (it reads no label:
+                                          foxhunt.train.selection.diagnostic_rows). Synthetic
+                                          markets only: real data has no known carrier
     time/epoch_s                          wall seconds of the epoch
 
 A vector statistic ``name`` of ``k`` elements expands to ``name/0 .. name/k-1`` (or to the labels
@@ -54,9 +57,12 @@ SELECT_SECONDS = "time/select_s"
 ACTIVE_FRAC = "actions/active_frac"
 EPOCH_SECONDS = "time/epoch_s"
 QGAP_CORR = "q/direction_gap_corr"
-"""corr(Q(long) - Q(short) of the greedy policy, the planted signal's carrier) over selection rows."""
+"""corr(Q(long) - Q(short) of the greedy policy, the planted signal's carrier) over the fold's
+diagnostic rows (:func:`foxhunt.train.selection.diagnostic_rows`: the selection period, or under
+``train.selection = last`` the in-sample tail of the collection period; no label or future return is
+read, so in-sample rows are legitimate)."""
 QGAP_MAX_ROWS = 4096
-"""Selection rows the direction-gap correlation reads at most (evenly spaced): one forward pass."""
+"""Diagnostic rows the direction-gap correlation reads at most (evenly spaced): one forward pass."""
 
 TENSORBOARD_DIR = "tensorboard"
 """Under the run folder: one TensorBoard log folder per fold, ``tensorboard/fold_<k>``."""

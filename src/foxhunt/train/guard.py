@@ -32,7 +32,7 @@ from typing import Any
 from foxhunt.backtest.metrics import implausibility
 from foxhunt.errors import FoxhuntError
 from foxhunt.train.config import AnomalyConfig
-from foxhunt.train.diagnostics import LOSS_TOTAL, Group
+from foxhunt.train.diagnostics import LOSS_TOTAL, QGAP_CORR, Group
 
 WATCHED_GROUPS = (Group.LOSS, Group.GRAD, Group.Q)
 """Statistics under these groups must be finite."""
@@ -88,9 +88,19 @@ class AnomalyError(FoxhuntError):
         super().__init__(where, f"training stopped by the anomaly guard: {result.diagnosis}", fix)
 
 
+_NOT_WATCHED = frozenset({QGAP_CORR})
+"""Keys of the watched groups that are diagnostics, not training state: the direction gap's
+correlation with the planted signal is NaN where the gap is constant (a policy that has not learned
+a direction yet), which the report shows as n/a and which must not stop the run."""
+
+
 def _non_finite(stats: Mapping[str, float]) -> list[str]:
     prefixes = tuple(f"{g}/" for g in WATCHED_GROUPS)
-    return [f"{k} is {v}" for k, v in stats.items() if k.startswith(prefixes) and not math.isfinite(v)]
+    return [
+        f"{k} is {v}"
+        for k, v in stats.items()
+        if k.startswith(prefixes) and k not in _NOT_WATCHED and not math.isfinite(v)
+    ]
 
 
 class AnomalyGuard:

@@ -67,6 +67,7 @@ from foxhunt.train.checkpoint import (
     CheckpointContents,
     CheckpointStore,
     Fingerprint,
+    Writes,
     capture_rng,
     load_checkpoint,
     restore_rng,
@@ -93,7 +94,7 @@ from foxhunt.train.diagnostics import (
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.policy import CheckpointPolicy
-from foxhunt.train.selection import FoldPeriods, episode_starts, fold_periods
+from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation.dataset import FoldData, make_folds
 
@@ -281,6 +282,12 @@ class FoldTrainer:
             meta=self.meta(metrics),
         )
 
+    def policy_contents(self, metrics: dict[str, Any]) -> CheckpointContents:
+        """:meth:`contents` without the training section (what acting and the report read)."""
+        return CheckpointContents(
+            policy=self.agent.policy_state_dict(), branches=self.cfg.env.branches, meta=self.meta(metrics)
+        )
+
     def _load(self, path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """``(the agent's state_dict, the trainer's random streams, meta)`` of what :meth:`contents`
         saved as checkpoint ``path``, checked against this fold's agent (a weights-only export is
@@ -341,6 +348,20 @@ class FoldTrainer:
 
     # --- one epoch --------------------------------------------------------------------------
 
+    def _direction_gap_corr(self, row: dict[str, Any]) -> None:
+        """``row[q/direction_gap_corr]``: corr(greedy Q(long) - Q(short), the planted carrier) over the
+        fold's diagnostic rows (:func:`foxhunt.train.selection.diagnostic_rows`: the selection period,
+        or under ``train.selection = last`` the in-sample tail of the collection period). Nothing
+        without a known carrier (real data)."""
+        if self.planted is None or self.planted not in self.market.feature_columns:
+            return
+        # In-sample rows are fine under last: the number reads the network's Q and the carrier's value
+        # at each row (no label, no future return, no PnL) and chooses nothing.
+        rows = gap_rows(*diagnostic_rows(self.periods, self.cfg.train))
+        col = self.market.feature_columns.index(self.planted)
+        signal = self.market.features[rows.to(self.device), col].cpu().numpy()
+        row[QGAP_CORR] = gap_correlation(direction_gap(self.agent, self.market, self.cfg.env, rows), signal)
+
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
@@ -371,16 +392,12 @@ class FoldTrainer:
         t2 = time.perf_counter()
         row = stats.read()  # the one host read of the epoch
         row.update({"misc/lr": lr, "time/collect_s": t1 - t0, "time/learn_s": t2 - t1})
-        row[EPOCH_SECONDS] = t2 - t0
+        self._direction_gap_corr(row)
+        row[EPOCH_SECONDS] = time.perf_counter() - t0
         if self.periods.selection is Selection.LAST:
             return {"row": row, "select": None, "rec": None}  # nothing to judge: no backtest this epoch
         sel, rec = evaluate_selection(self.market, self.periods, self.cfg, agent.greedy_policy(), self.bpy)
         t3 = time.perf_counter()
-        if self.planted is not None and self.planted in self.market.feature_columns:
-            rows = gap_rows(self.periods.select_lo, self.periods.select_hi)
-            col = self.market.feature_columns.index(self.planted)
-            signal = self.market.features[rows.to(self.device), col].cpu().numpy()
-            row[QGAP_CORR] = gap_correlation(direction_gap(agent, self.market, self.cfg.env, rows), signal)
         row.update(
             {
                 SHARPE_SELECT: float(sel["sharpe_annual"]),
@@ -432,11 +449,14 @@ def train(
     cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result.
     ``planted`` names the state column carrying a synthetic market's planted signal
     (:func:`foxhunt.backtest.reference.planted_column`); each epoch then records the correlation of
-    the greedy direction gap with it on the selection rows (``q/direction_gap_corr``), n/a without it
-    (real data). ``on_epoch(fold, epoch, row)`` is called after every epoch's checkpoints are written,
-    with the epoch's row (training statistics and the selection period's ``misc/select_net_pnl``,
-    ``sharpe/select`` ...; never a validation number): experiment tracking logs it, a tuning study's
-    pruner may raise from it to stop the run.
+    the greedy direction gap with it (``q/direction_gap_corr``), n/a without it (real data), on the
+    selection rows, or under ``train.selection = last`` on the in-sample tail of the collection rows
+    (:func:`foxhunt.train.selection.diagnostic_rows`: the number reads no label or future return and
+    picks nothing, so rows the agent trained on are as good as any). ``on_epoch(fold, epoch, row)``
+    is called after every epoch's checkpoints are written, with the epoch's row (training statistics
+    and the selection period's ``misc/select_net_pnl``, ``sharpe/select`` ..., none under ``last``;
+    never a validation number): experiment tracking logs it, a tuning study's pruner may raise from
+    it to stop the run.
 
     A folder holding another run is refused unless ``overwrite`` (its checkpoints, history and
     folds are then deleted); ``resume`` needs the folder, and ``cfg`` equal to the config it
@@ -463,9 +483,12 @@ def train(
     torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
     if device.type == "cpu" and cfg.run.threads > 0:
         torch.set_num_threads(cfg.run.threads)
+    store: CheckpointStore | None = None
     try:
         folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
-        store = CheckpointStore(out, ring=cfg.train.ring)
+        # Checkpoints are written by a background thread while the next epoch trains
+        # (foxhunt.train.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
+        store = CheckpointStore(out, ring=cfg.train.ring, writes=Writes.BACKGROUND)
         done_path = out / "folds.json"
         results: list[dict[str, Any]] = (
             json.loads(done_path.read_text()) if resume and done_path.exists() else []
@@ -486,6 +509,8 @@ def train(
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
     finally:
+        if store is not None:
+            store.close()  # every checkpoint on disk before train() returns (or raises)
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.set_num_threads(threads)
     return results
@@ -532,6 +557,7 @@ def _epoch_line(tr: FoldTrainer, row: dict[str, float]) -> str:
         loss=row.get(LOSS_TOTAL, nan),
         seconds=row.get(EPOCH_SECONDS, nan),
         eta_s=tr.overall.eta_s if tr.overall is not None else None,
+        train_sharpe=row.get("sharpe/train", nan),
     )
 
 
@@ -564,7 +590,13 @@ def _train_fold(
                 None
                 if sel is None
                 else store.save_best(
-                    k, tr.epoch, tr.contents(metrics), metric=float(sel["sharpe_annual"]), verdict=verdict
+                    # The policy alone: nothing resumes from best (resumes and rewinds read last and
+                    # the ring), and without the replay buffer it is megabytes, not 1-2 GB an epoch.
+                    k,
+                    tr.epoch,
+                    tr.policy_contents(metrics),
+                    metric=float(sel["sharpe_annual"]),
+                    verdict=verdict,
                 )
             )
             # No response after the fold's last epoch: no training follows, and the last checkpoint
@@ -621,6 +653,7 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     last_epoch = tr.epoch - 1
     # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
     # (the same loader, policy and rows), so every number the report shows is that file's.
+    store.wait()  # the best and last checkpoints on disk (the writer thread may still be saving)
     best_path = store.best_path(k)
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)

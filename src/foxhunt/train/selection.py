@@ -16,6 +16,9 @@ Layout of one fold's usable training rows ``[lo, hi)`` (purged and embargoed row
   and validation, so no reward, label or aux target of a training step reaches a selection row.
 * ``Selection.LAST`` has no selection period: training uses every usable row, nothing is evaluated per
   epoch, and the fold reports its last epoch.
+* **diagnostic rows** (:func:`diagnostic_rows`): where each epoch's direction-gap correlation
+  (``q/direction_gap_corr``) is read: the selection period, or under ``last`` the in-sample tail of
+  the collection period of the same size.
 """
 
 from __future__ import annotations
@@ -96,6 +99,29 @@ def fold_periods(fold: Fold, t: TrainConfig) -> FoldPeriods:
             "lower train.steps_per_epoch or train.selection_fraction, or use more data",
         )
     return periods
+
+
+def diagnostic_rows(periods: FoldPeriods, t: TrainConfig) -> tuple[int, int]:
+    """The rows ``[lo, hi)`` each epoch's direction-gap correlation reads (``q/direction_gap_corr``,
+    :func:`foxhunt.train.diagnostics.gap_correlation`): the selection period under ``train_tail``;
+    under ``last`` (no selection period) the last rows of the collection period, as many as
+    ``train_tail`` would hold out (``round(selection_fraction x (collect_hi - collect_lo))``, at most
+    ``selection_rows`` where it caps), and at least 2 (one row and the next it steps to). The
+    collection period of ``last`` ends where the fold's usable rows do, so these are the very rows
+    ``train_tail`` would have made its selection period: the two modes' curves read the same rows.
+
+    In-sample rows are legitimate here: the number correlates the greedy network's Q(long) - Q(short)
+    at each row with the planted feature's value at that row. It reads no label, no future return and
+    no PnL, picks no checkpoint and is reported beside the run, never acted on; it asks whether the
+    network has learned to read the carrier, which the rows it was trained on answer as well as any."""
+    if periods.selection is Selection.TRAIN_TAIL:
+        return periods.select_lo, periods.select_hi
+    span = periods.collect_hi - periods.collect_lo
+    rows = round(t.selection_fraction * span)
+    if t.selection_rows > 0:
+        rows = min(rows, t.selection_rows)
+    rows = min(max(rows, 2), span)  # fold_periods guarantees span >= steps_per_epoch + 2 >= 3
+    return periods.collect_hi - rows, periods.collect_hi
 
 
 def episode_starts(u: torch.Tensor, periods: FoldPeriods, steps: int) -> torch.Tensor:

@@ -20,6 +20,7 @@ import numpy as np
 
 from foxhunt.errors import ConfigError
 from foxhunt.report.schema import SELECTION_KEY
+from foxhunt.train.config import Selection
 from foxhunt.tune.config import Objective
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def fold_numbers(fold: Mapping[str, Any], period: Period) -> tuple[float, float 
     """``(agent net PnL, reference rule net PnL or None)`` of one fold result over ``period``.
 
     Raises ``KeyError`` naming the fold when it recorded no selection-period result (a fold trained
-    with ``train.selection = last``, which :func:`check_tunable` refuses)."""
+    with ``train.selection = last``: :func:`trial_config` trains the trials with ``train_tail``)."""
     if period is Period.SELECTION:
         sel = fold.get(SELECTION_KEY) or {}
         if sel.get("net_pnl") is None:
@@ -109,16 +110,43 @@ def mean_or_none(values: Sequence[float | None]) -> float | None:
     return float(np.mean([float(v) for v in values if v is not None]))
 
 
-def check_tunable(cfg: FoxhuntConfig) -> None:
-    """Refuse a study whose folds would have no selection period to rank its trials on."""
-    from foxhunt.train.config import Selection
+TRIAL_SELECTION = Selection.TRAIN_TAIL
+"""The ``train.selection`` every trial trains with: the one that gives the folds a selection period to
+rank it on."""
 
-    if cfg.train.selection is Selection.LAST:
+
+def trial_config(cfg: FoxhuntConfig) -> tuple[FoxhuntConfig, str | None]:
+    """The config a study's trials train (their parameters set on it), and the line that says why
+    when it is not ``cfg``.
+
+    Trials are ranked on the folds' selection periods, never on the validation periods they report
+    (module docstring); ``train.selection = last`` leaves no selection period, so under it the trials
+    train with ``train_tail``. Every part of the study then uses the returned config (its identity,
+    recorded config, the reference rule's selection-period PnL, each trial's run); the best
+    parameters found are set back on ``cfg`` itself (:func:`foxhunt.tune.export.write_best`)."""
+    from foxhunt.tune.space import with_params
+
+    if cfg.train.selection is TRIAL_SELECTION:
+        return cfg, None
+    trials = with_params(cfg, {"train.selection": TRIAL_SELECTION.value}, where="foxhunt tune")
+    note = (
+        f"train.selection = {cfg.train.selection.value} has no selection period: the trials train with "
+        f"train.selection = {TRIAL_SELECTION.value}, as they are ranked on the folds' selection periods "
+        "(never on the validation periods); best.toml sets the best parameters on the profile as it is "
+        f"(train.selection = {cfg.train.selection.value})"
+    )
+    return trials, note
+
+
+def check_tunable(cfg: FoxhuntConfig) -> None:
+    """Refuse to run trials of a config whose folds would have no selection period to rank them on (a
+    caller passes :func:`trial_config`'s config, never a profile's as it is)."""
+    if cfg.train.selection is not TRIAL_SELECTION:
         raise ConfigError(
             "train.selection",
-            "last leaves the folds no selection period, and tune ranks its trials there (never on the "
-            "validation periods it reports)",
-            "use train.selection = train_tail (the default) for foxhunt tune",
+            f"{cfg.train.selection.value} leaves the folds no selection period, and tune ranks its trials "
+            "there (never on the validation periods it reports)",
+            f"train the trials on trial_config(cfg) (train.selection = {TRIAL_SELECTION.value})",
         )
 
 

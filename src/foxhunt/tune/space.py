@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # Sections a study may not set: its own definition.
 _FORBIDDEN = ("tune",)
 # A value a study may not search: its trials are ranked on the folds' selection periods, which
-# train.selection = last removes (foxhunt.tune.objective).
+# train.selection = last removes; every trial trains with train_tail (foxhunt.tune.objective.trial_config).
 _RANKING = "train.selection"
 
 
@@ -88,7 +88,7 @@ def check_space(cfg: FoxhuntConfig) -> None:
             raise ConfigError(
                 where,
                 "decides where trials are ranked (the folds' selection periods), so it cannot be searched",
-                f"remove {where} (tune needs train.selection = train_tail)",
+                f"remove {where} (tune trains every trial with train.selection = train_tail)",
             )
         parent: Any = None
         node: Any = base

@@ -1,7 +1,9 @@
 """The Optuna study of ``foxhunt tune``: its storage, its trials' objective, and the workers.
 
 A **trial** samples the ``[tune]`` space (TPE, seeded from ``run.seed``), sets the values on the
-profile as ``--set`` would (:mod:`foxhunt.tune.space`), and trains it, once per seed of
+study's config as ``--set`` would (:mod:`foxhunt.tune.space`; the study's config is the profile's,
+with ``train.selection = train_tail`` where the profile has ``last``:
+:func:`foxhunt.tune.objective.trial_config`), and trains it, once per seed of
 ``tune.seeds``, on the one feature cache the command built, into ``DIR/trials/<number>/`` (a run
 folder; ``seed<s>/`` inside it for several seeds). Its value is the mean over its seeds of the
 objective over the folds' **selection periods** (the mean net PnL of each fold's reported epoch
@@ -245,6 +247,7 @@ class Work:
     storage: str
     study: str
     cfg: FoxhuntConfig
+    """The trials' config (:func:`foxhunt.tune.objective.trial_config`: ``train.selection = train_tail``)."""
     out: Path
     cache_path: Path
     planted: str | None = None
