@@ -170,7 +170,10 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="module")
 def run_dir(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
-    trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH])
+    # Seed 1: one whose briefly trained policy trades in fold 1 (the profile's seed 7 is flat there), so
+    # the reported validation the API backtest must reproduce is a trading policy's; which seeds trade
+    # after 4 updates depends on the random streams.
+    trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, "run.seed=1"])
     folds = api.train(cache, trained, out, log=lambda m: None)
     assert [f["fold"] for f in folds] == [0, 1]
     return out

@@ -2,10 +2,12 @@
 row) are those ``foxhunt backtest --checkpoint best.safetensors`` gives for that fold, and the last
 epoch's numbers shown beside them are those of ``last.safetensors``.
 
-One fold of the tiny training run of ``tests/train/test_run.py``, three epochs, seed 8: there the
-best selection-period Sharpe is epoch 1's and the last epoch (2) validates differently, so a report that
-gave the last epoch's numbers as the fold's fails the comparison with the best checkpoint. Marked slow:
-run it with ``pytest -m slow tests/report/test_checkpoint_numbers.py``.
+One fold of the tiny training run of ``tests/train/test_run.py``, three epochs, seed 14: there the
+best selection-period Sharpe is epoch 1's, neither the first epoch's nor the last's, and the last epoch
+(2) validates differently (both checkpoints trade, -1,066 against -1,196.5 net on fold 0), so a report
+that gave the first or the last epoch's numbers as the fold's fails the comparison with the best
+checkpoint. Which epoch is best, and whether both checkpoints trade, depends on the seed's random
+streams. Marked slow: run it with ``pytest -m slow tests/report/test_checkpoint_numbers.py``.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from tests.train.test_run import tiny_cfg
 # ~30 s of CPU (market, features, three epochs, two backtests): over the default run's budget.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-OVERRIDES = ("train.epochs=3", "run.seed=8", "train.selection=train_tail")  # a best epoch, picked by Sharpe
+OVERRIDES = ("train.epochs=3", "run.seed=14", "train.selection=train_tail")  # a best epoch, picked by Sharpe
 KEYS = ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "max_drawdown", "active_frac", "win_rate")
 runner = CliRunner()
 
