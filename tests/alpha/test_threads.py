@@ -31,7 +31,10 @@ def test_mlp_fit_is_the_same_at_1_and_2_threads():
     x, y = _rows()
     fits = [fit_mlp(x, y, MlpParams(threads=t, max_epochs=2), gap=5, seed=11) for t in (1, 2)]
     assert fits[0].n_iterations == fits[1].n_iterations
-    np.testing.assert_array_equal(fits[0].predict(x), fits[1].predict(x))
+    # Equal up to float32 summation order: on some CPUs (an AVX-512 Xeon) a second thread splits the
+    # matmuls' reductions differently and the predicted probabilities move by ~1e-8, far below
+    # anything the check's AUC and verdict could see; on others they are bit-identical.
+    np.testing.assert_allclose(fits[0].predict(x), fits[1].predict(x), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("profile", ["smoke", "gpu"])
