@@ -269,24 +269,22 @@ class FoldTrainer:
 
     # --- state for checkpoints --------------------------------------------------------------
 
-    def contents(self, metrics: dict[str, Any]) -> CheckpointContents:
-        """The checkpoint of this fold as it stands: the agent's policy, and for training the agent's
-        training state and the trainer's random streams (its other state is JSON, in the meta)."""
-        return CheckpointContents(
-            policy=self.agent.policy_state_dict(),
-            branches=self.cfg.env.branches,
-            training={
-                "agent": self.agent.training_state_dict(),
-                "rng": capture_rng({"starts": self.starts_gen}),
-            },
-            meta=self.meta(metrics),
-        )
-
     def policy_contents(self, metrics: dict[str, Any]) -> CheckpointContents:
-        """:meth:`contents` without the training section (what acting and the report read)."""
+        """The checkpoint of this fold's policy as it stands (what acting and the report read; the
+        trainer's other state is JSON, in the meta)."""
         return CheckpointContents(
             policy=self.agent.policy_state_dict(), branches=self.cfg.env.branches, meta=self.meta(metrics)
         )
+
+    def contents(self, metrics: dict[str, Any]) -> CheckpointContents:
+        """:meth:`policy_contents` and, for training, the agent's training state and the trainer's
+        random streams."""
+        contents = self.policy_contents(metrics)
+        contents.training = {
+            "agent": self.agent.training_state_dict(),
+            "rng": capture_rng({"starts": self.starts_gen}),
+        }
+        return contents
 
     def _load(self, path: Path) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         """``(the agent's state_dict, the trainer's random streams, meta)`` of what :meth:`contents`
@@ -453,7 +451,8 @@ def train(
     selection rows, or under ``train.selection = last`` on the in-sample tail of the collection rows
     (:func:`foxhunt.train.selection.diagnostic_rows`: the number reads no label or future return and
     picks nothing, so rows the agent trained on are as good as any). ``on_epoch(fold, epoch, row)``
-    is called after every epoch's checkpoints are written, with the epoch's row (training statistics
+    is called after every epoch's checkpoints are saved (handed to the background writer: on disk
+    by the next save or read of the store), with the epoch's row (training statistics
     and the selection period's ``misc/select_net_pnl``, ``sharpe/select`` ..., none under ``last``;
     never a validation number): experiment tracking logs it, a tuning study's pruner may raise from
     it to stop the run.
