@@ -186,15 +186,23 @@ def test_q_and_aux_parameters_split_the_network() -> None:
 
 
 def test_param_count_at_production_defaults() -> None:
-    """Production widths (NetworkConfig defaults, 4x3x3x3): 1,370,501 parameters (13,318 auxiliary).
+    """Production widths (NetworkConfig defaults, 4x3x3x3): 1,326,277 parameters whatever the state
+    layout (4,614 of them auxiliary), plus ``hidden`` per real state slot (its group's row of the
+    selection embedding) and ``selection_hidden + experts + aux_hidden`` per state column, padding
+    included (the selection weights, the MoE gate and the aux trunk read the whole state): 1,371,461
+    (13,830 auxiliary) at the 127 slots and 144 columns of the layout today.
 
     NoisyNet's σ parameters are included (noisy_sigma 0.5 by default).
     """
     torch.manual_seed(0)
-    net = QNetwork(AgentConfig(), BranchConfig())
+    cfg = AgentConfig()
+    net = QNetwork(cfg, BranchConfig())
     print(f"QNetwork parameters at production defaults: {net.param_count():,}")
-    assert net.param_count() == sum(p.numel() for p in net.parameters()) == 1_370_501
-    assert sum(p.numel() for p in net.aux_parameters()) == 13_318
+    n, width = cfg.network, STATE_LAYOUT.width
+    slots = sum(g.width for g in STATE_LAYOUT.groups)
+    by_layout = slots * n.hidden + width * (n.selection_hidden + n.experts + n.aux_hidden)
+    assert net.param_count() == sum(p.numel() for p in net.parameters()) == 1_326_277 + by_layout
+    assert sum(p.numel() for p in net.aux_parameters()) == 4_614 + width * n.aux_hidden
 
 
 # -- NoisyNet ---------------------------------------------------------------------------------------

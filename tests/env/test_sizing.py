@@ -177,13 +177,10 @@ def test_smallest_sum_counts_ties() -> None:
     close(smallest_sum(x, k, k_max=5), ref)
 
 
-def test_smallest_sum_is_one_selection_and_the_compiled_sort_gives_the_same_bits(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Eagerly the tail is one topk and a masked sum: the same few operators whatever the tail size
-    (the rounds it replaced launched ~17 a round, 88 at the default tail of 5). The branch traced
-    under torch.compile (a sort Inductor fuses) selects the same values in the same order: the sums
-    are equal bit for bit, ties and +inf padding included, and equal a plain sort's."""
+def test_smallest_sum_is_one_selection() -> None:
+    """The tail is one topk and a masked sum: the same few operators whatever the tail size (the
+    rounds it replaced launched ~17 a round, 88 at the default tail of 5), equal to a plain sort's
+    sum, ties and +inf padding included."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -198,18 +195,15 @@ def test_smallest_sum_is_one_selection_and_the_compiled_sort_gives_the_same_bits
     gen = torch.Generator().manual_seed(5)
     x = torch.randint(-3, 4, (300, 100), generator=gen).to(F64) * 0.01
     x[:50, 60:] = float("inf")  # padding past the written slots
-    counts, eager = [], []
+    counts = []
     cases = [(k_max, torch.randint(1, k_max + 1, (300,), generator=gen).to(F64)) for k_max in (5, 16, 40)]
     for k_max, k in cases:
         with Count() as c:
-            eager.append(smallest_sum(x, k, k_max))
+            got = smallest_sum(x, k, k_max)
         counts.append(c.n)
         ref = torch.where(torch.arange(100) < k[:, None], x.sort(-1).values, 0.0).sum(-1)
-        close(eager[-1], ref, atol=1e-12)
+        close(got, ref, atol=1e-12)
     assert counts[0] == counts[1] == counts[2] <= 8, counts
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # the traced branch, run eagerly
-    for (k_max, k), got in zip(cases, eager, strict=True):
-        assert torch.equal(smallest_sum(x, k, k_max), got)
 
 
 def test_cvar_scale_hand_worked() -> None:
@@ -238,17 +232,6 @@ def test_cvar_scale_hand_worked() -> None:
         params.model_copy(update={"cvar_weight": 0.0}),
     )
     close(off, torch.ones(6, dtype=F64))
-
-
-def test_cvar_eager_and_compiled_branches_agree(monkeypatch: pytest.MonkeyPatch) -> None:
-    gen = torch.Generator().manual_seed(4)
-    returns = torch.randint(-5, 6, (300, 100), generator=gen).to(F64) * 1e-3  # many ties
-    count = torch.randint(0, 250, (300,), generator=gen)
-    for params in (P, P.model_copy(update={"cvar_confidence": 0.5})):  # tails of 5 and 50 returns
-        selected = cvar_scale(returns, count, params)
-        with monkeypatch.context() as mp:
-            mp.setattr(torch.compiler, "is_compiling", lambda: True)  # the sort traced under compile
-            assert torch.equal(cvar_scale(returns, count, params), selected)
 
 
 def test_cvar_tail_size_is_exact_at_95_percent() -> None:

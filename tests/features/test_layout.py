@@ -14,20 +14,32 @@ from foxhunt.features.layout import (
     AUX_SLOTS,
     PLAN_SLOTS,
     PORTFOLIO_SLOTS,
+    STATE_FEATURE_GROUPS,
     STATE_LAYOUT,
     build_layout,
     stack_layout,
 )
+from foxhunt.features.registry import FAMILIES
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "foxhunt"
 
 
+def _padded(width: int) -> int:
+    return -(-width // ALIGN) * ALIGN
+
+
 def test_state_layout_matches_spec_widths_and_alignment() -> None:
+    """Each group is as wide as its family's (or the environment's) slot names, padded to ALIGN."""
     widths = {g.name: g.width for g in STATE_LAYOUT.groups}
-    assert widths == {"market": 42, "ofi": 32, "tlob": 16, "mtf": 16, "portfolio": 8, "plan": 7, "aux": 5}
+    env_groups = {"portfolio": PORTFOLIO_SLOTS, "plan": PLAN_SLOTS, "aux": AUX_SLOTS}
+    assert widths == {
+        **{name: len(FAMILIES[name].SLOTS) for name in STATE_FEATURE_GROUPS},
+        **{name: len(slots) for name, slots in env_groups.items()},
+    }
     for g in STATE_LAYOUT.groups:
         assert g.offset % ALIGN == 0 and g.padded % ALIGN == 0 and g.padded >= g.width
-    assert STATE_LAYOUT.width == 48 + 32 + 16 + 16 + 8 + 8 + 8
+        assert g.padded == _padded(g.width)
+    assert STATE_LAYOUT.width == sum(_padded(w) for w in widths.values())
     assert len(STATE_LAYOUT.columns) == STATE_LAYOUT.width
     assert "ret" in STATE_LAYOUT.group("market").slots[0]  # slot 0: the last row's return
     # ADX and CUSUM in the last two market slots (docs/design.md §2).
@@ -44,8 +56,8 @@ def test_layout_is_composed_from_the_families() -> None:
     assert STATE_LAYOUT.group("portfolio").slots == PORTFOLIO_SLOTS
     assert STATE_LAYOUT.group("plan").slots == PLAN_SLOTS and STATE_LAYOUT.group("aux").slots == AUX_SLOTS
     bar, snap = stack_layout(RowUnit.BAR), stack_layout(RowUnit.SNAPSHOT)
-    assert bar.width == 42 + 32 + 16 + 16
-    assert snap.width == bar.width + len(snapshot.SLOTS) and len(snapshot.SLOTS) == 6
+    assert bar.width == sum(len(FAMILIES[name].SLOTS) for name in STATE_FEATURE_GROUPS)  # unpadded
+    assert snap.width == bar.width + len(snapshot.SLOTS)
 
 
 def test_changing_a_group_width_is_one_edit() -> None:

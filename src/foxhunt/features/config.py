@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import Field
 
 from foxhunt.config.base import Frozen
+from foxhunt.features import market, mtf, ofi, snapshot, tlob
 from foxhunt.features.market import Params as MarketParams
 from foxhunt.features.mtf import Params as MtfParams
 from foxhunt.features.ofi import Params as OfiParams
@@ -26,13 +27,22 @@ from foxhunt.features.snapshot import Params as SnapshotParams
 from foxhunt.features.tlob import Params as TlobParams
 
 
+def _about(what: str, slots: tuple[str, ...]) -> str:
+    """A family field's description, its width from the family's slot names (no literal width)."""
+    return f"{what} ({len(slots)} slots)."
+
+
 class FeaturesConfig(Frozen):
-    market: MarketParams = Field(default_factory=MarketParams, description="market family (42 slots).")
-    ofi: OfiParams = Field(default_factory=OfiParams, description="order-flow family (32 slots).")
-    tlob: TlobParams = Field(default_factory=TlobParams, description="book-shape family (16 slots).")
-    mtf: MtfParams = Field(default_factory=MtfParams, description="slower-timeframe family (16 slots).")
+    market: MarketParams = Field(
+        default_factory=MarketParams, description=_about("market family", market.SLOTS)
+    )
+    ofi: OfiParams = Field(default_factory=OfiParams, description=_about("order-flow family", ofi.SLOTS))
+    tlob: TlobParams = Field(default_factory=TlobParams, description=_about("book-shape family", tlob.SLOTS))
+    mtf: MtfParams = Field(
+        default_factory=MtfParams, description=_about("slower-timeframe family", mtf.SLOTS)
+    )
     snapshot: SnapshotParams = Field(
-        default_factory=SnapshotParams, description="snapshot-only extras (6 slots)."
+        default_factory=SnapshotParams, description=_about("snapshot-only extras", snapshot.SLOTS)
     )
     plugins: tuple[str, ...] = Field(
         (),
