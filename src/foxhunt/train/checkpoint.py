@@ -37,9 +37,11 @@ leaves the ring's newest entry at the resume point's epoch. With ``Writes.BACKGR
 training uses) a save copies the state to host memory and returns; one writer thread hashes and
 writes it while the next epoch runs (at production sizes a checkpoint holds a 1-2 GB replay buffer:
 hashing, writing and fsyncing it took about 5 s an epoch, more than the epoch's own 2.9 s on an
-H200). Saves keep their order, and every method that reads the store first waits for the pending
-one. :func:`capture_rng` and
-:func:`restore_rng` put the random streams into tensors so a resumed run continues them.
+H200). The copy goes into host buffers the store reuses from save to save, pinned and filled
+asynchronously on the current CUDA stream for a GPU state (:mod:`foxhunt.train.snapshot`). Saves
+keep their order, and every method that reads the store first waits for the pending one.
+:func:`capture_rng` and :func:`restore_rng` put the random streams into tensors so a resumed run
+continues them.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
+from foxhunt.train.snapshot import HostPool, Snapshot
 from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
@@ -466,26 +469,6 @@ def copy_checkpoint(src: str | Path, dst: str | Path) -> Path:
     return dst_w
 
 
-def _held(value: Any, storages: dict[tuple, torch.UntypedStorage]) -> Any:
-    """A copy of a checkpoint's contents that later training cannot change: every tensor copied to
-    host memory (tensors that shared a storage still share one copy, so :func:`_encode` stores
-    them once), every other value deep-copied (the meta's history list grows after the save)."""
-    if isinstance(value, Tensor):
-        t = value.detach()
-        src = t.untyped_storage()
-        key = (src.device.type, src.device.index, src.data_ptr())
-        held = storages.get(key)
-        if held is None:
-            held = storages[key] = torch.UntypedStorage(src.nbytes())
-            held.copy_(src)
-        return torch.empty(0, dtype=t.dtype).set_(held, t.storage_offset(), t.size(), t.stride())
-    if isinstance(value, Mapping):
-        return {k: _held(v, storages) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_held(v, storages) for v in value)
-    return copy.deepcopy(value)
-
-
 def _verify_tensors(weights_path: Path, doc: Mapping[str, Any], flat: Mapping[str, Tensor]) -> None:
     """Refuse tensors whose hash is not the recorded one, and module weights that are not finite."""
     recorded = doc["content_hash"]["tensors"]
@@ -809,14 +792,15 @@ class CheckpointContents:
 
 
 MAX_PENDING = 2
-"""Background saves a :class:`CheckpointStore` holds in memory at once (each a copy of the state)."""
+"""Background saves a :class:`CheckpointStore` holds in memory at once (each a copy of the state).
+Its host pool keeps the storages of one more save at most (:class:`foxhunt.train.snapshot.HostPool`)."""
 
 
 class Writes(Enum):
     """When a :class:`CheckpointStore`'s saves reach the disk."""
 
     NOW = "now"  # before the save returns
-    BACKGROUND = "background"  # the save copies the state to host memory; a writer thread writes it
+    BACKGROUND = "background"  # the save copies the state to reused host buffers; a writer thread writes it
 
 
 @dataclass(frozen=True)
@@ -851,6 +835,8 @@ class CheckpointStore:
         self.writes = writes
         self._writer: ThreadPoolExecutor | None = None
         self._pending: deque[Future] = deque()  # submitted saves, oldest first
+        self.pool = HostPool(saves=MAX_PENDING + 1)
+        """The host storages background saves copy into, reused from save to save."""
 
     def wait(self, keep: int = 0) -> None:
         """Block until all but the newest ``keep`` pending saves are on disk; raise the first error
@@ -859,36 +845,43 @@ class CheckpointStore:
             self._pending.popleft().result()
 
     def close(self) -> None:
-        """Wait for the pending save and stop the writer thread (the store stays usable: a later
-        save starts a new one)."""
+        """Wait for the pending save, stop the writer thread and free the host pool's storages (the
+        store stays usable: a later save starts a new thread and fills the pool again)."""
         try:
             self.wait()
         finally:
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
                 self._writer = None
+            self.pool.clear()
 
     def _submit(self, write: Callable[..., Any], contents: CheckpointContents, *args: Any) -> None:
         """Run ``write(contents, *args)`` now, or on the writer thread with a held copy of
-        ``contents``, after the saves before it (one thread: saves keep their order, ring before
-        ``last``). At most :data:`MAX_PENDING` held copies wait (an epoch's ``best`` and ring +
-        ``last``): where writing is slower than training, training waits rather than piling up
-        gigabytes of copies."""
+        ``contents`` (:class:`~foxhunt.train.snapshot.Snapshot`: host storages of :attr:`pool`, the
+        state as at this call), after the saves before it (one thread: saves keep their order, ring
+        before ``last``). At most :data:`MAX_PENDING` held copies wait (an epoch's ``best`` and ring
+        + ``last``): where writing is slower than training, training waits rather than piling up
+        gigabytes of copies. A copy's storages go back to the pool once its write is done or failed."""
         self.wait(keep=MAX_PENDING - 1)
         if self.writes is Writes.NOW:
             write(contents, *args)
             return
-        storages: dict[tuple, torch.UntypedStorage] = {}  # one table for both sections
-        held = CheckpointContents(
-            policy=_held(contents.policy, storages),
-            branches=contents.branches,
-            training=None if contents.training is None else _held(contents.training, storages),
-            meta=copy.deepcopy(dict(contents.meta)),
-            layout=contents.layout,
-        )
-        if self._writer is None:
-            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="foxhunt-checkpoint")
-        self._pending.append(self._writer.submit(write, held, *args))
+        snap = Snapshot(self.pool)  # one table for both sections: a tensor in both is copied once
+        try:
+            held = CheckpointContents(
+                policy=snap.hold(contents.policy),
+                branches=contents.branches,
+                training=None if contents.training is None else snap.hold(contents.training),
+                meta=copy.deepcopy(dict(contents.meta)),
+                layout=contents.layout,
+            )
+            snap.seal()
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="foxhunt-checkpoint")
+            self._pending.append(self._writer.submit(snap.written_by, write, held, *args))
+        except BaseException:
+            snap.abandon()
+            raise
 
     def fold_dir(self, fold: int) -> Path:
         return self.root / f"fold{fold}"
