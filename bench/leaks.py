@@ -5,12 +5,20 @@ the market of a profile, written once, and of its parts, median of ``--repeat`` 
     .venv/bin/python bench/leaks.py [--profile smoke] [--repeat 3] [--out bench/results/leaks.json]
     git show HEAD:src/foxhunt/validation/leaks.py > /tmp/leaks_head.py
     .venv/bin/python bench/leaks.py --leaks /tmp/leaks_head.py   # another version, same market
+    .venv/bin/python bench/leaks.py --set synth.sessions=6 --workers 4   # a larger market, 4 forks
 
 ``--leaks FILE`` times that version of ``foxhunt/validation/leaks.py`` instead of the installed one
-(before/after comparisons on one machine in one minute). The parts: ``load_market`` (the DBN
-decode), ``check_leaks`` (the three checks; its cuts in ``leaks.cut_workers`` forked processes where
-the version has them, and ``check_leaks, 1p`` with all of them in this process) and, inside it,
-``perturb_after`` (the changed future; in this process only, so 0 where the cuts are forked).
+(before/after comparisons on one machine in one minute). ``--set KEY=VALUE`` (repeatable) changes
+the profile as the command line's ``--set`` does (e.g. the market's size: ``synth.sessions``,
+``synth.events_per_session``); ``--workers N`` replaces ``leaks.cut_workers`` (the processes for
+the cuts, chosen from the idle cores and free memory) by N, so a loaded machine still times the
+forked path. The parts: ``load_market`` (the DBN decode), ``check_leaks`` (the three checks; its
+cuts in ``leaks.cut_workers`` forked processes where the version has them, and ``check_leaks, 1p``
+with all of them in this process) and, inside it, ``perturb_after`` (the changed future; in this
+process only, so 0 where the cuts are forked); then the pieces of the check, each alone in this
+process, from which a many-core host's time can be estimated: ``base rows`` and ``base features``
+(the unperturbed market's), ``slowest cut`` (one cut's ``perturb_after``, rows and features, the
+slowest of the cuts) and ``fold checks`` (checks 2 and 3 on the base features).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from pathlib import Path
 from foxhunt.config.loader import load_config
 from foxhunt.data.ingest import load_market
 from foxhunt.data.synth import write_synthetic
+from foxhunt.features.cache import compute_features
+from foxhunt.features.pipeline import rows_from_market
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -47,17 +57,52 @@ def leaks_module(path: Path | None):
     return module
 
 
+def check_parts(leaks, perturb, md, cfg) -> dict[str, float]:
+    """Seconds of the pieces of the check, each alone in this process (module docstring), computed
+    as ``check_leaks`` does (its cuts placed and perturbed alike: the version's ``Timing``)."""
+    out = {}
+    t0 = time.perf_counter()
+    inp = rows_from_market(md, cfg.data)
+    out["base rows"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    feats = compute_features(inp, cfg)
+    out["base features"] = time.perf_counter() - t0
+    n, cuts = len(inp), []
+    for j, frac in enumerate(leaks.DEFAULT_CUTS):
+        t_cut = int(inp.ts[min(max(round(frac * (n - 1)), 0), n - 1)])
+        timing = (leaks.Timing.INSERT, leaks.Timing.DELETE)[j % 2]
+        t0 = time.perf_counter()
+        other = perturb(md, t_cut, seed=j, tick=cfg.data.tick_size, timing=timing)
+        compute_features(rows_from_market(other, cfg.data), cfg)
+        cuts.append(time.perf_counter() - t0)
+    out["slowest cut"] = max(cuts)
+    t0 = time.perf_counter()
+    for span in set(leaks.fold_spans(cfg).values()):
+        _, _, folds = leaks.scaler_leaks(feats.values, feats.columns, cfg, span)
+        leaks.purge_problems(folds, span, cfg.folds.embargo_rows, "bench")
+    out["fold checks"] = time.perf_counter() - t0
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--profile", default="smoke")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--leaks", type=Path, default=None, help="another leaks.py to time (default: installed)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a profile override")
+    ap.add_argument("--workers", type=int, default=None, help="processes for the cuts (default: cut_workers)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "leaks.json")
     args = ap.parse_args()
-    cfg = load_config(args.profile)
+    cfg = load_config(args.profile, overrides=args.set)
     leaks = leaks_module(args.leaks)
-    files = write_synthetic(cfg.synth, Path(tempfile.mkdtemp(prefix="foxhunt-bench-leaks-")))
+    if args.workers is not None:
+        leaks.cut_workers = lambda *_a, **_kw: args.workers  # check_leaks looks it up at each call
+    # The market is removed afterwards: a production-sized one is gigabytes.
+    with tempfile.TemporaryDirectory(prefix="foxhunt-bench-leaks-") as market_dir:
+        return bench(args, cfg, leaks, write_synthetic(cfg.synth, Path(market_dir)))
 
+
+def bench(args: argparse.Namespace, cfg, leaks, files: list[Path]) -> int:
     perturb = leaks.perturb_after
     spent = {"perturb": 0.0}
 
@@ -97,6 +142,8 @@ def main() -> int:
             t0 = time.perf_counter()
             leaks.check_leaks(md, cfg, workers=1)
             runs.setdefault("check_leaks, 1p", []).append(time.perf_counter() - t0)
+        for name, seconds in check_parts(leaks, perturb, md, cfg).items():
+            runs.setdefault(name, []).append(seconds)
     rows = [{"name": name, "median_s": statistics.median(ts), "runs_s": ts} for name, ts in runs.items()]
     print(
         f"leak guard on the {args.profile} market: {report.rows:,} rows x {report.columns} columns, "
@@ -111,6 +158,8 @@ def main() -> int:
         json.dumps(
             {
                 "profile": args.profile,
+                "overrides": args.set,
+                "workers": args.workers,
                 "leaks": str(args.leaks or "installed"),
                 "rows": report.rows,
                 "columns": report.columns,
