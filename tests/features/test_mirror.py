@@ -1,9 +1,9 @@
 """The long/short mirror of the state (``STATE_MIRROR``) against the features of a mirrored market.
 
 Mirroring the market (prices ``p -> K / p`` with ``K`` the squared median price, so every log return
-is negated; bid and ask levels, sizes and counts swapped; buyer and seller volume swapped and every
-trade's aggressor sign negated) must map every feature column ``j`` to ``sign[j] * column[source[j]]``
-of the original. A slot declared even that is really odd (or a missing swap) fails here with its name.
+is negated; bid and ask levels, sizes and counts swapped; buyer and seller volume swapped) must map
+every feature column ``j`` to ``sign[j] * column[source[j]]`` of the original. A slot declared even
+that is really odd (or a missing swap) fails here with its name.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ def mirror_rows(inp: RowInput) -> RowInput:
         }
 
     events = None if inp.events is None else dataclasses.replace(inp.events, **sides(inp.events))
-    trades = None if inp.trades is None else dataclasses.replace(inp.trades, sign=-inp.trades.sign)
     return dataclasses.replace(
         inp,
         open=flip(inp.open),
@@ -52,7 +51,6 @@ def mirror_rows(inp: RowInput) -> RowInput:
         buy_volume=inp.sell_volume,
         sell_volume=inp.buy_volume,
         events=events,
-        trades=trades,
         **sides(inp),
     )
 

@@ -45,11 +45,9 @@ RULE = "rule"
 
 REFERENCE_COLUMN: dict[PlantedSignal, str] = {
     PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",
-    PlantedSignal.TRADE_FLOW: "ofi.trade_sign_ema",
+    PlantedSignal.TRADE_FLOW: "ofi.trade_flow",
 }
-"""The state feature that carries each kind of planted signal (the feature family it lives in). The
-trade-flow carrier is a count-weighted EMA of aggressor signs in trade time, which ``ofi.trade_sign_ema``
-computes (at the same horizon by default); the volume-weighted ``ofi.trade_flow`` sees it only faintly."""
+"""The state feature that carries each kind of planted signal (the feature family it lives in)."""
 
 REFERENCE_THRESHOLD = 1.5
 """Entry threshold in fold-normalised standard deviations of the carrier feature."""

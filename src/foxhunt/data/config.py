@@ -183,15 +183,13 @@ class SynthConfig(Frozen):
     signal: PlantedSignal = Field(
         PlantedSignal.IMBALANCE,
         description="Carrier of the planted alpha: imbalance (book) or trade_flow (market-order signs; "
-        "stronger per unit of alpha: the smoke market's edge of alpha 4 on the imbalance is alpha 0.85 "
-        "here, docs/edge-capture.md).",
+        "stronger per unit of alpha: the smoke market's edge of alpha 4 on the imbalance is alpha 1 here).",
     )
     flow_horizon_trades: int = Field(
         200,
         ge=2,
         le=100_000,
-        description="Market orders N of the EMA of aggressor signs that carries the trade_flow alpha "
-        "(the state observes it through ofi.trade_sign_ema, features.ofi.trade_sign_horizon_trades).",
+        description="Market orders N of the EMA of aggressor signs that carries the trade_flow alpha.",
     )
     # --- instrument ---------------------------------------------------------------------------
     symbol: str = Field(

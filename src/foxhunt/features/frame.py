@@ -4,11 +4,9 @@ Both row units map onto the same arrays, so a family is written once:
 
 * ``row_unit = bar``: one row per bar; the row becomes known at the bar's close (``ts``); its price
   path is the mid's open/high/low/close (the trade price's for ``data_source = ohlcv``); its flows
-  are the bar's; its book is the book at the close; ``events`` are the book states inside bars and
-  ``trades`` the trades.
+  are the bar's; its book is the book at the close; ``events`` are the book states inside bars.
 * ``row_unit = snapshot``: one row per book state; the price path is the mid (o = h = l = c);
-  flows are the trades since the previous state of the segment (``trades`` lists them); ``events``
-  are the rows.
+  flows are the trades since the previous state of the segment; ``events`` are the rows.
 
 ``segment_start`` marks the first row of each session and contract: no lagged quantity may reach
 across it (a return across the daily halt or a roll is not a return). Prices of empty book levels
@@ -22,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays, TradeArrays
+from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays
 from foxhunt.data.bars import BarSeries, SnapshotRows
 from foxhunt.data.schemas import DataSource, RowUnit
 
@@ -43,30 +41,6 @@ class EventInput:
 
     def __len__(self) -> int:
         return len(self.ts)
-
-
-@dataclass(frozen=True, eq=False)
-class TradeInput:
-    """The rows' trades one by one, in time order, for features in trade-count time (the
-    aggressor-sign EMA). Only trades whose aggressor is known: a print with side N is neither a
-    buy nor a sell market order, and the volumes leave it out too."""
-
-    row: np.ndarray  # [k] int64 row index, non-decreasing
-    sign: np.ndarray  # [k] float64 aggressor: +1 buy (lifts the ask), -1 sell (hits the bid)
-
-    def __len__(self) -> int:
-        return len(self.row)
-
-    @classmethod
-    def of(cls, trades: TradeArrays, row: np.ndarray, keep: np.ndarray | None = None) -> TradeInput:
-        """The trades of ``trades`` (``keep``: a mask of those in a row) at rows ``row`` (``[k]``, or
-        ``[kept]`` with ``keep``), those of unknown aggressor left out."""
-        side = trades.side if keep is None else trades.side[keep]
-        known = (side == SIDE_BID) | (side == SIDE_ASK)
-        return cls(
-            row=np.asarray(row, np.int64)[known],
-            sign=np.where(side[known] == SIDE_BID, 1.0, -1.0),
-        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,9 +78,6 @@ class RowInput:
     # whether traded volume is known (None = every row; False where the session has no trades).
     book_levels: int | None = None
     volume_mask: np.ndarray | None = None
-    # The individual trades (None: not known, as in OHLCV bars or a hand-built input: the
-    # trade-time features read 0).
-    trades: TradeInput | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -133,19 +104,17 @@ class RowInput:
         return self.rows(0, k)
 
     def rows(self, a: int, b: int) -> RowInput:
-        """Rows ``a .. b - 1`` and their events and trades (renumbered from 0): a chunk of the rows, as
-        a stream delivers them (a family runs it with the carried state of rows ``0 .. a - 1``)."""
+        """Rows ``a .. b - 1`` and their events (renumbered from 0): a chunk of the rows, as a stream
+        delivers them (a family runs it with the carried state of rows ``0 .. a - 1``)."""
         fields = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             fields[f.name] = v[a:b] if isinstance(v, np.ndarray) else v
-        for name, cls in (("events", EventInput), ("trades", TradeInput)):
-            part_of = getattr(self, name)
-            if part_of is not None:
-                lo, hi = np.searchsorted(part_of.row, [a, b], "left")
-                part = {f.name: getattr(part_of, f.name)[lo:hi] for f in dataclasses.fields(cls)}
-                part["row"] = part["row"] - a
-                fields[name] = cls(**part)
+        if self.events is not None:
+            lo, hi = np.searchsorted(self.events.row, [a, b], "left")
+            part = {f.name: getattr(self.events, f.name)[lo:hi] for f in dataclasses.fields(EventInput)}
+            part["row"] = part["row"] - a
+            fields["events"] = EventInput(**part)
         return RowInput(**fields)
 
 
@@ -227,9 +196,6 @@ def from_bars(
             ev_seg[0] = carry.segments + seg_id[series.book_bar[0]] != carry.event_segment
         carry.event_segment = carry.segments + int(seg_id[series.book_bar[-1]])
         events = _events(series.book, series.book_bar, ev_seg)
-    trades = None
-    if series.trades is not None and series.trade_bar is not None:
-        trades = TradeInput.of(series.trades, series.trade_bar)
     seg_first = _segment_first(b.ts_open, seg)
     trade_ts = np.zeros(0, np.int64) if series.trades is None else series.trades.ts_event
     if going:
@@ -273,7 +239,6 @@ def from_bars(
         events=events,
         book_levels=series.book_levels or None,
         volume_mask=b.volume_mask.copy(),
-        trades=trades,
     )
 
 
@@ -296,11 +261,6 @@ def from_snapshots(rows: SnapshotRows, tick_size: float) -> RowInput:
     cs_sell = np.concatenate([[0.0], np.cumsum(np.where(trades.side == SIDE_ASK, size, 0.0))])
     cs_pv = np.concatenate([[0.0], np.cumsum(size * trades.price)])
     volume = cs[upto] - cs[prev]
-    # Trade k is row t's when prev[t] <= k < upto[t]: the first row whose count passes it, unless
-    # it came before that row's segment (a trade before a session's first book state).
-    trade_row = np.searchsorted(upto, np.arange(len(trades)), "right")
-    in_row = trade_row < n
-    in_row[in_row] = np.arange(len(trades))[in_row] >= prev[trade_row[in_row]]
     with np.errstate(invalid="ignore", divide="ignore"):
         vwap = np.where(volume > 0, (cs_pv[upto] - cs_pv[prev]) / volume, np.nan)
     return RowInput(
@@ -332,5 +292,4 @@ def from_snapshots(rows: SnapshotRows, tick_size: float) -> RowInput:
         events=_events(book, np.arange(n), seg),
         book_levels=rows.book_levels or None,
         volume_mask=rows.volume_mask,
-        trades=TradeInput.of(trades, trade_row[in_row], in_row),
     )

@@ -63,22 +63,10 @@ slot   name                     formula (windows in rows unless stated)
                                 over rows without events): the synthetic market's alpha carrier
 30     l1_imbalance_ema_slow    the same with horizon imbalance_slow_horizon_events
 31     ofi_l0_ema               EMA_mid_span(ofi_l0): touch OFI trajectory
-32     trade_sign_ema           G = EMA over *trades* (horizon trade_sign_horizon_trades = N) of the
-                                aggressor sign s_j (+1 buy, -1 sell), count-weighted: G <- G + (s_j - G)/N
-                                trade by trade, in time order, G = 0 at a segment start; read after the
-                                row's last trade (carried over rows without trades): the synthetic
-                                trade_flow market's alpha carrier (which counts its market orders only,
-                                not the sweeps)
 =====  =======================  ============================================================================
 
-Rows with ``book_mask`` False are all 0 and leave every recursion untouched (the event and trade
-recursions run over their events and trades all the same: they count in events and trades, not
-rows); flow slots (11, 12, 21-23, 32) are 0 on rows with ``flow_mask`` False.
-
-``trade_sign_ema`` is the one slot in trade-count time: every trade moves it by the same step
-whatever its size, so a stream of small market orders one way reads as strongly as it is, where
-the volume-weighted slots (21-23) let one large print (a sweep of the touch) outweigh it. It reads
-the individual trades (``RowInput.trades``); an input without them (OHLCV bars) leaves it 0.
+Rows with ``book_mask`` False are all 0 and leave every recursion untouched; flow slots (11, 12,
+21-23) are 0 on rows with ``flow_mask`` False.
 """
 
 from __future__ import annotations
@@ -127,7 +115,6 @@ SLOTS: tuple[str, ...] = (
     "l1_imbalance_ema",
     "l1_imbalance_ema_slow",
     "ofi_l0_ema",
-    "trade_sign_ema",
 )
 NEEDS_BOOK = True
 # Slots that need the book beyond the touch (levels 1-9, or all levels summed): the stack sets
@@ -147,23 +134,17 @@ DEPTH_SLOTS: tuple[str, ...] = (
     "order_count_flux",
     "order_count_imbalance",
 )
-TRADE_SLOTS: tuple[str, ...] = (
-    "vpin",
-    "toxicity_gradient",
-    "aggression",
-    "aggression_row",
-    "trade_flow",
-    "trade_sign_ema",
-)
+TRADE_SLOTS: tuple[str, ...] = ("vpin", "toxicity_gradient", "aggression", "aggression_row", "trade_flow")
 
 # The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(
     s
     for s in SLOTS
-    if s.startswith(("ofi_", "l1_imbalance", "aggression", "trade_"))
+    if s.startswith(("ofi_", "l1_imbalance", "aggression"))
     or s
     in (
         "book_pressure",
+        "trade_flow",
         "queue_depletion_asym",
         "intrabar_momentum",
         "order_count_imbalance",
@@ -202,7 +183,6 @@ _S_MICROPRICE_RESIDUAL = _S["microprice_residual"]
 _S_L1_IMBALANCE_EMA = _S["l1_imbalance_ema"]
 _S_L1_IMBALANCE_EMA_SLOW = _S["l1_imbalance_ema_slow"]
 _S_OFI_L0_EMA = _S["ofi_l0_ema"]
-_S_TRADE_SIGN_EMA = _S["trade_sign_ema"]
 
 _SEPARATE_LEVELS = 5  # ofi_l0 .. ofi_l4; levels 5.. go to ofi_deep
 
@@ -242,14 +222,6 @@ class Params(Frozen):
     )
     imbalance_slow_horizon_events: int = Field(
         500, ge=1, le=1_000_000, description="Events of the slow level-1 imbalance EMA."
-    )
-    trade_sign_horizon_trades: int = Field(
-        200,
-        ge=1,
-        le=1_000_000,
-        description="Trades N of the count-weighted aggressor-sign EMA (trade_sign_ema): each trade, "
-        "whatever its size, moves it by 1/N. 200 is the synthetic trade-flow market's carrier "
-        "(synth.flow_horizon_trades), so the slot observes that carrier itself.",
     )
     clip: float = Field(
         10.0, ge=1, le=1_000, description="Bound of the depth-normalised flow ratios (slots 0-7, 23, 25)."
@@ -443,13 +415,6 @@ class RowSeries(NamedTuple):
     sell: np.ndarray
 
 
-class RowTrades(NamedTuple):
-    """[k] the rows' trades in time order (foxhunt.features.frame.TradeInput; empty without them)."""
-
-    row: np.ndarray  # int64 row index, non-decreasing
-    sign: np.ndarray  # float64 aggressor sign: +1 buy, -1 sell
-
-
 class RowBook(NamedTuple):
     """[n, L] float64: each row's book (price NaN and size 0 on an empty level)."""
 
@@ -477,7 +442,6 @@ ROW_PARAMS = np.dtype(
         ("tau_s", np.float64),  # hawkes_slow_seconds
         ("decay", np.float64),  # pressure_decay
         ("clip", np.float64),
-        ("n_sign", np.float64),  # trade_sign_horizon_trades (in trades)
     ],
     align=True,
 )
@@ -512,7 +476,6 @@ ROW_STATE = np.dtype(
         ("ev_sf", np.float64),  # the imbalance EMAs at the last event
         ("ev_ss", np.float64),
         ("ev_t", np.int64),  # its time, ns
-        ("sign_ema", np.float64),  # G: the aggressor-sign EMA after the last trade (0: none yet)
     ],
     align=True,
 )
@@ -604,19 +567,6 @@ def _flow_slots(out, t, b, s, depth0, st, p):
 
 
 @numba.njit(cache=True, inline="always")
-def _trade_signs(trades, t, j, st, p):
-    """Runs the aggressor-sign EMA G (slot 32) over row ``t``'s trades, ``trades.row[j] == t`` on,
-    one trade at a time in their order: ``G <- G + (s_j - G) / N``, so after a row of ``n`` trades
-    ``G_t = (1 - 1/N)^n G_{t-1} + (1/N) sum_{i=1..n} (1 - 1/N)^(n-i) s_i`` exactly (the order inside
-    the row matters: a later trade weighs more). Returns the index of the first trade after the row."""
-    k = trades.row.shape[0]
-    while j < k and trades.row[j] <= t:
-        st.sign_ema += (trades.sign[j] - st.sign_ema) / p.n_sign
-        j += 1
-    return j
-
-
-@numba.njit(cache=True, inline="always")
 def _vol_slots(out, t, rv, st, p):
     """Slots 13-14: realised volatility (ticks) and its regime score from the row's RV_t ``rv``."""
     if st.fresh:
@@ -705,24 +655,20 @@ def _queue_slots(out, t, dep_b, dep_a, cnt, st, p):
 
 
 @numba.njit(cache=True)
-def _row_pass(rows, book, ev, trades, p, st, depth):
-    """float32 ``[n, len(SLOTS)]``: the slots of each row (:class:`RowSeries`, :class:`RowBook`) from
-    the event pass's per-row sums ``ev`` (:class:`RowEvents`), the rows' trades ``trades``
-    (:class:`RowTrades`), constants ``p`` (:data:`ROW_PARAMS`); ``st`` (:data:`ROW_STATE`) and
-    ``depth`` (D_i, [L]) are carried and updated in place."""
+def _row_pass(rows, book, ev, p, st, depth):
+    """float32 ``[n, 32]``: the slots of each row (:class:`RowSeries`, :class:`RowBook`) from the
+    event pass's per-row sums ``ev`` (:class:`RowEvents`), constants ``p`` (:data:`ROW_PARAMS`);
+    ``st`` (:data:`ROW_STATE`) and ``depth`` (D_i, [L]) are carried and updated in place."""
     n, n_lev = book.bid_px.shape
     out = np.zeros((n, _WIDTH), np.float32)
     w = np.empty(n_lev)
     for i in range(n_lev):
         w[i] = np.exp(-p.decay * i)  # book pressure weights
-    j = 0  # the next trade
     for t in range(n):
         if rows.segment_start[t]:
             st.fresh = True
             st.flow_fresh = True
             st.ev_ok = False
-            st.sign_ema = 0.0  # no trade of the segment seen: no flow (not the first trade's +-1)
-        j = _trade_signs(trades, t, j, st, p)
         if ev.has_ev[t]:  # sample the event recursions at the row's last event
             st.ev_ok = True
             st.ev_lf = ev.lam_f[t]
@@ -735,7 +681,6 @@ def _row_pass(rows, book, ev, trades, p, st, depth):
         _ofi_slots(out, t, book, ev.ofi, depth, st, p)
         if rows.flow_mask[t]:
             _flow_slots(out, t, rows.buy[t], rows.sell[t], depth[0], st, p)
-            out[t, _S_TRADE_SIGN_EMA] = st.sign_ema
         _vol_slots(out, t, ev.rv[t], st, p)
         if st.ev_ok:
             _event_slots(out, t, rows.ts[t], st, p)
@@ -820,7 +765,7 @@ _SPANS = {
     "n_depth": "depth_span", "n_fast": "fast_span", "n_mid": "mid_span", "n_slow": "slow_span",
     "n_bucket": "toxicity_bucket_span", "n_tox": "toxicity_span", "n_vf": "vol_fast_span",
     "n_vs": "vol_slow_span", "tau_f": "hawkes_fast_seconds", "tau_s": "hawkes_slow_seconds",
-    "decay": "pressure_decay", "clip": "clip", "n_sign": "trade_sign_horizon_trades",
+    "decay": "pressure_decay", "clip": "clip",
 }  # fmt: skip
 
 
@@ -847,17 +792,9 @@ def row_arrays(inp: RowInput) -> tuple[RowSeries, RowBook]:
     return series, RowBook(*(f(getattr(inp, k), np.float64) for k in RowBook._fields))
 
 
-def row_trades(inp: RowInput) -> RowTrades:
-    """The trades of ``inp`` as the row pass reads them (none when ``inp.trades`` is None)."""
-    if inp.trades is None:
-        return RowTrades(np.zeros(0, np.int64), np.zeros(0, np.float64))
-    f = np.ascontiguousarray
-    return RowTrades(f(inp.trades.row, np.int64), f(inp.trades.sign, np.float64))
-
-
 def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
-    """float32 ``[len(inp), len(SLOTS)]``: the ``ofi`` slots (see the module docstring); ``carry``: the
-    state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
+    """float32 ``[len(inp), 32]``: the ``ofi`` slots (see the module docstring); ``carry``: the state
+    of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)
     if n == 0:
         return np.zeros((0, len(SLOTS)), np.float32)
@@ -882,7 +819,7 @@ def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.nda
     series, book = row_arrays(inp)
     st = carry.record("row_pass", ROW_FRESH)
     depth = carry.state("depth", (0.0,) * inp.levels)  # D_i
-    out = _row_pass(series, book, per_row, row_trades(inp), row_params(tick, params), st, depth)
+    out = _row_pass(series, book, per_row, row_params(tick, params), st, depth)
     # NaN-safe by construction; a non-finite input size would still leak, so zero it here.
     out[~np.isfinite(out)] = 0.0
     carry.rows += n
