@@ -189,8 +189,8 @@ def test_param_count_at_production_defaults() -> None:
     """Production widths (NetworkConfig defaults, 4x3x3x3): 1,326,277 parameters whatever the state
     layout (4,614 of them auxiliary), plus ``hidden`` per real state slot (its group's row of the
     selection embedding) and ``selection_hidden + experts + aux_hidden`` per state column, padding
-    included (the selection weights, the MoE gate and the aux trunk read the whole state): 1,371,461
-    (13,830 auxiliary) at the 127 slots and 144 columns of the layout today.
+    included (the selection weights, the MoE gate and the aux trunk read the whole state): 1,370,501
+    (13,318 auxiliary) at the 126 slots and 136 columns of the layout today.
 
     NoisyNet's σ parameters are included (noisy_sigma 0.5 by default).
     """
