@@ -10,7 +10,14 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent.agent import AUX_RETURN_BOUND, Agent, Mode
-from foxhunt.agent.config import AgentConfig, ExploreConfig, LearnConfig, NetworkConfig, ReplayConfig
+from foxhunt.agent.config import (
+    ActConfig,
+    AgentConfig,
+    ExploreConfig,
+    LearnConfig,
+    NetworkConfig,
+    ReplayConfig,
+)
 from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
 from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
 from foxhunt.env.core import TradingEnv
@@ -49,6 +56,7 @@ def make_agent(
     explore: dict | None = None,
     learn: dict | None = None,
     replay: dict | None = None,
+    act: dict | None = None,
     capacity: int = 64,
 ) -> Agent:
     cfg = AgentConfig(
@@ -56,6 +64,7 @@ def make_agent(
         explore=ExploreConfig(**(explore or {})),
         learn=LearnConfig(**(learn or {})),
         replay=ReplayConfig(**(replay or {})),
+        act=ActConfig(**(act or {})),
     )
     return Agent(cfg, branches or BranchConfig(), seed=seed, replay_capacity=capacity)
 
@@ -557,3 +566,40 @@ def test_expected_q_is_what_the_greedy_policy_takes_the_argmax_of() -> None:
     for i, q in enumerate(qs):
         assert torch.equal(q.argmax(1), greedy[:, i])
     assert agent.net.training  # evaluated at the noisy layers' means, then back to training mode
+
+
+@pytest.mark.parametrize("branches", BRANCH_SETS)
+def test_entry_margin_trades_only_where_short_or_long_beats_hold_and_flat_by_the_margin(
+    branches: BranchConfig,
+) -> None:
+    """With ``agent.act.entry_margin = m`` the direction is Short or Long only where its E[Q] beats the
+    best of Hold and Flat by more than m running gaps (the q_gap signal, set so the margin is about the median
+    advantage of the trades the plain argmax takes), in both
+    modes (exploration off, NoisyNet too, so both modes act on the same E[Q]); the other branches and
+    the sizing inputs are those of the plain argmax."""
+    m = 0.5
+    plain = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0})
+    margined = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0}, act={"entry_margin": m})
+    s = states(512)
+    q = plain.expected_q(s)[0]
+    stay = q[:, [d for d in (Direction.HOLD, Direction.FLAT) if d < q.shape[1]]].max(1)
+    trade = q[:, [Direction.SHORT, Direction.LONG]]
+    best_trade = trade.max(1)
+    advantage = best_trade.values - stay.values
+    positive = advantage[advantage > 0].sort().values
+    mid = positive.shape[0] // 2  # halfway between two advantages: no row sits on the margin
+    gap = float(positive[mid - 1 : mid + 1].mean()) / m
+    for agent in (plain, margined):
+        agent.signals["q_gap"].fill_(gap)
+    want = torch.where(
+        best_trade.values - m * gap > stay.values,
+        torch.tensor([Direction.SHORT, Direction.LONG])[best_trade.indices],
+        torch.tensor([Direction.HOLD, Direction.FLAT])[stay.indices],
+    )
+    for mode in (Mode.GREEDY, Mode.EXPLORE):
+        base, out = plain.policy(s, mode), margined.policy(s, mode)
+        assert torch.equal(out.actions[:, 0], want), mode
+        assert torch.equal(out.actions[:, 1:], base.actions[:, 1:]), mode
+        assert torch.equal(out.direction_conviction, base.direction_conviction), mode
+    trades_plain = torch.isin(plain.policy(s, Mode.GREEDY).actions[:, 0], torch.tensor([0, 2])).sum()
+    assert 0 < int(torch.isin(want, torch.tensor([0, 2])).sum()) < int(trades_plain)  # the margin bites

@@ -12,6 +12,9 @@ layers at their means and no exploration. ``Mode.EXPLORE`` adds, each with
 its coefficient (0 = off): a count bonus, Boltzmann sampling with a temperature floor, Thompson
 sampling for the direction branch, and per-branch epsilon-greedy. (There is no Q-mean centering:
 removing a branch's mean Q shifts all its actions equally, so no choice above could change.)
+With ``agent.act.entry_margin = m > 0`` (off by default) both modes first lower the direction's
+Short and Long E[Q] by m running gaps (the ``q_gap`` signal), so a trade must beat Hold and Flat by
+that margin; the sizing's conviction still reads the unlowered gap.
 
 Conviction (the sizing's ``q_gap`` input, clamped there to ``[conviction_min, 1]``) is the gap
 between a branch's best and second-best E[Q] over twice its running mean (the ``q_gap`` signal),
@@ -43,7 +46,7 @@ from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
 from foxhunt.agent.stats import q_key
-from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig, Direction
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import CapturablePolicy
@@ -152,6 +155,7 @@ class Agent:
         self._collector: Collector | None = None
         self._collector_key: tuple | None = None
         self._greedy: CapturablePolicy | None = None
+        self._penalty: Tensor | None = None  # the direction branch's entry margin per action (_entry_penalty)
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -169,6 +173,8 @@ class Agent:
         qs = net.expected_q(out, self.learner.popart.denormalise)  # per branch [N, A], real units
         actions = []
         for i, q in enumerate(qs):
+            if i == _DIRECTION and self.cfg.act.entry_margin > 0:
+                q = q - self._entry_penalty(q.shape[1]) * self.signals["q_gap"]
             if mode is Mode.GREEDY:
                 actions.append(ex.greedy(q))
                 continue
@@ -227,6 +233,15 @@ class Agent:
             aux=aux.float(),
             q_gap=d_gap.mean(),
         )
+
+    def _entry_penalty(self, n_directions: int) -> Tensor:
+        """``[A]``: the entry margin (``agent.act.entry_margin``, in running direction gaps) on Short
+        and Long, 0 on Hold and Flat; subtracted from the direction's E[Q] before any choice."""
+        if self._penalty is None or self._penalty.shape[0] != n_directions:
+            trades = torch.zeros(n_directions, device=self.device)
+            trades[[Direction.SHORT, Direction.LONG]] = self.cfg.act.entry_margin
+            self._penalty = trades
+        return self._penalty
 
     def greedy_policy(self) -> CapturablePolicy:
         """The evaluation policy as a backtest policy ``(state, env) -> PolicyOut``, marked capturable:
