@@ -228,15 +228,16 @@ def main() -> int:
             row = {"envs": n, "mode": mode, "steps_per_s": rate, "setup_s": setup}
             row |= {"numpy_steps_per_s": refs[n], "ratio": rate / refs[n]}
             row["kernels_generated"] = metrics.generated_kernel_count - kernels
+            if args.profile and cuda and mode == "compiled" and n == max(counts):
+                # Before the eager step below: it steps the env outside the captured graph, whose
+                # replays would then read rows the graph's own episode bookkeeping never reset.
+                report["profile"] = profile_step(step, pool, n)
             if bandwidth is not None:
                 nbytes = step_bytes(env, obs, env.step(pool[0])[1])
                 row |= {"bytes_per_step": nbytes, "floor_steps_per_s": bandwidth / nbytes}
             report["rows"].append(row)
             args.out.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
             print(f"{n:>9,} {mode:>9} {rate:>11.3e} steps/s  setup {setup:6.1f} s", flush=True)
-            if args.profile and cuda and mode == "compiled" and n == max(counts):
-                report["profile"] = profile_step(step, pool, n)
-                args.out.write_text(json.dumps(report, indent=2))
             del env, step, obs
             if cuda:
                 torch.cuda.empty_cache()

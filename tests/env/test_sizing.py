@@ -178,9 +178,9 @@ def test_smallest_sum_counts_ties() -> None:
 
 
 def test_smallest_sum_is_one_selection() -> None:
-    """The tail is one topk and a masked sum: the same few operators whatever the tail size (the
-    rounds it replaced launched ~17 a round, 88 at the default tail of 5), equal to a plain sort's
-    sum, ties and +inf padding included."""
+    """The tail is one selection (topk on the CPU, a row sort on CUDA) and a masked sum: the same few
+    operators whatever the tail size (the rounds it replaced launched ~17 a round, 88 at the default
+    tail of 5), equal to a plain sort's sum, ties and +inf padding included."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Count(TorchDispatchMode):
@@ -374,3 +374,32 @@ def test_cuda_matches_cpu() -> None:
     for a, b in zip(_all_factors("cpu"), _all_factors("cuda"), strict=True):
         assert b.device.type == "cuda"
         torch.testing.assert_close(b.cpu(), a)
+
+
+def test_smallest_sum_compiles_as_one_opaque_operator() -> None:
+    """Under ``torch.compile(fullgraph=True)`` the tail is the custom operator, called rather than
+    lowered (Inductor's fused sort took minutes to build on CUDA: foxhunt.env.sizing), and gives the
+    eager values."""
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randint(-3, 4, (64, 100), generator=gen).to(F64) * 0.01
+    k = torch.randint(1, 6, (64,), generator=gen).to(F64)
+    compiled = torch.compile(lambda v, kk: smallest_sum(v * 1.0, kk, 5), fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x, k), smallest_sum(x, k, 5))
+    graph = torch._dynamo.explain(lambda v, kk: smallest_sum(v, kk, 5))(x, k)
+    assert graph.graph_break_count == 0
+
+
+@pytest.mark.gpu
+def test_smallest_sum_on_cuda_takes_topk_s_values() -> None:
+    """The CUDA path (a row sort) sums the values topk takes, in its order, bit for bit on the device;
+    against the CPU within the last bit of a differently ordered sum."""
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randint(-300, 301, (4096, 100), generator=gen).to(F64) * 1e-4
+    x[:500, 40:] = float("inf")
+    k = torch.randint(1, 6, (4096,), generator=gen).to(F64)
+    xc, kc = x.cuda(), k.cuda()
+    low = xc.topk(5, dim=-1, largest=False).values
+    ref = torch.where(torch.arange(5, device="cuda") < kc[:, None], low, torch.zeros_like(low)).sum(-1)
+    got = smallest_sum(xc, kc, 5)
+    assert torch.equal(got, ref)
+    torch.testing.assert_close(got.cpu(), smallest_sum(x, k, 5), rtol=1e-15, atol=1e-18)

@@ -63,16 +63,24 @@ From the trailing per-step returns of the episode (step net PnL / equity) in a `
     CVaR = -mean(k smallest returns)                              (expected tail loss, > 0 if losing)
     raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)               (1 when CVaR <= 0)
 
-The k smallest are one ``topk`` of the ``k_max = ceil((1 - cvar_confidence) * W)`` smallest and a
-masked sum of the first ``k`` (:func:`smallest_sum`), eagerly and under ``torch.compile`` alike
-(Inductor calls ATen's topk kernel). A sort of the row, which Inductor fuses with the step into one
-pass over the ring, ran the compiled step faster (8.5e7 against 3.9e7 env-steps/s at 16,384 envs
-on an H200, ``bench/env.py``) but its fused kernel (a bitonic sort in registers, a 4.5 MB cubin)
-took Triton about two minutes to build: the compiled step's first build on a fresh H200 host took
-162.9 s with the sort and 19.6 s with topk. Training collection spends ~0.2 ms more a step on it
-(about 4.1 against 4.3 ms at 16,384 episodes: 1.5 s over production's 6,400 steps), against two
-minutes of every fresh process that compiles the step (each training run, seed and tune trial on a
-host whose Inductor cache is cold).
+The k smallest are the first ``k_max = ceil((1 - cvar_confidence) * W)`` of the row in ascending
+order, summed under a mask of the first ``k`` (:func:`smallest_sum`). The selection is one custom
+operator (``foxhunt::smallest_sum``) that ``torch.compile`` calls as an opaque kernel rather than
+lowering: on CUDA ATen's row sort, on the CPU ATen's ``topk`` (one operator). The ways tried, on an
+H200 at 16,384 envs (``bench/env.py --profile``, W = 100, k_max = 5):
+
+* a ``sort`` lowered by Inductor, fused with the step into one pass over the ring: the step alone
+  8.5e7 env-steps/s, but the fused kernel (an in-register bitonic sort, a 4.5 MB cubin) took Triton
+  about two minutes to build on every fresh host (the step's first compile 162.9 s, against 19.6 s);
+* ATen's ``topk`` (Inductor calls it as an extern kernel): compiled in 19.6 s, but its radix-select
+  kernel (``gatherTopK``, built for long rows) took 309 us of the step's 427 us of kernels: 3.9e7
+  (4.5e7 at 1,048,576 envs);
+* ATen's ``sort`` behind the custom operator (now): compiled in 18.6 s; a radix sort of the double
+  rows (``radixSortKVInPlace``), 210 us: 4.5e7 (5.7e7 at 1,048,576 envs). Still the step's largest
+  kernel: ``k_max`` rounds of a row minimum would be ~11 small kernels (not measured yet).
+
+Both paths give the same k_max values in the same ascending order; their sums can differ in the last
+bit between devices (CPU and CUDA reduce in different orders), as any sum does.
 """
 
 from __future__ import annotations
@@ -231,16 +239,30 @@ def push_return(
     return ring, count_N + (1 if mask_N is None else mask_N.to(count_N.dtype))
 
 
+@torch.library.custom_op("foxhunt::smallest_sum", mutates_args=())
+def _smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
+    if values_NW.is_cuda:  # a row sort: ATen's kernel for short rows beats its topk (module docstring)
+        low = values_NW.sort(dim=-1).values[..., :k_max]
+    else:  # the CPU's partial selection: one operator, faster there than a sort for a few of a row
+        low = values_NW.topk(k_max, dim=-1, largest=False).values  # ascending, as the sort's head
+    take = torch.arange(k_max, device=values_NW.device) < k_N.unsqueeze(-1)
+    return torch.where(take, low, torch.zeros_like(low)).sum(dim=-1)
+
+
+@_smallest_sum.register_fake
+def _(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
+    return values_NW.new_empty(values_NW.shape[:-1])
+
+
 def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
     """Sum of the ``k`` smallest entries of each row (``k <= k_max``, float ``[N]``), ties counted.
 
-    One ``topk`` of the ``k_max`` smallest, ascending, then a masked sum of the first ``k``: the same
-    7 operators whatever ``k_max``, eagerly and compiled (module docstring: why not a fused sort).
-    Entries of ``+inf`` (padding) are never taken while ``k`` does not exceed the finite entries.
+    The ``k_max`` smallest in ascending order (a row sort on CUDA, ``topk`` on the CPU: the same
+    values in the same order), then a masked sum of the first ``k``; one custom operator, which
+    ``torch.compile`` calls rather than lowers (module docstring: why). Entries of ``+inf`` (padding)
+    are never taken while ``k`` does not exceed the finite entries.
     """
-    low = values_NW.topk(k_max, dim=-1, largest=False).values
-    take = torch.arange(k_max, device=values_NW.device) < k_N.unsqueeze(-1)
-    return torch.where(take, low, torch.zeros_like(low)).sum(dim=-1)
+    return _smallest_sum(values_NW, k_N, k_max)
 
 
 def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Tensor:
