@@ -573,10 +573,10 @@ def test_entry_margin_trades_only_where_short_or_long_beats_hold_and_flat_by_the
     branches: BranchConfig,
 ) -> None:
     """With ``agent.act.entry_margin = m`` the direction is Short or Long only where its E[Q] beats the
-    best of Hold and Flat by more than m running gaps (the q_gap signal, set so the margin is about the median
-    advantage of the trades the plain argmax takes), in both
-    modes (exploration off, NoisyNet too, so both modes act on the same E[Q]); the other branches and
-    the sizing inputs are those of the plain argmax."""
+    best of Hold and Flat by more than m running gaps (the q_gap signal, set so the margin is about the
+    median advantage of the trades the plain argmax takes), in both modes (exploration off, NoisyNet
+    too, so both modes act on the same E[Q]); the other branches and the sizing inputs are those of the
+    plain argmax."""
     m = 0.5
     plain = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0})
     margined = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0}, act={"entry_margin": m})
@@ -601,5 +601,6 @@ def test_entry_margin_trades_only_where_short_or_long_beats_hold_and_flat_by_the
         assert torch.equal(out.actions[:, 0], want), mode
         assert torch.equal(out.actions[:, 1:], base.actions[:, 1:]), mode
         assert torch.equal(out.direction_conviction, base.direction_conviction), mode
-    trades_plain = torch.isin(plain.policy(s, Mode.GREEDY).actions[:, 0], torch.tensor([0, 2])).sum()
-    assert 0 < int(torch.isin(want, torch.tensor([0, 2])).sum()) < int(trades_plain)  # the margin bites
+    entries = torch.tensor([Direction.SHORT, Direction.LONG])
+    trades_plain = torch.isin(plain.policy(s, Mode.GREEDY).actions[:, 0], entries).sum()
+    assert 0 < int(torch.isin(want, entries).sum()) < int(trades_plain)  # the margin bites

@@ -155,7 +155,10 @@ class Agent:
         self._collector: Collector | None = None
         self._collector_key: tuple | None = None
         self._greedy: CapturablePolicy | None = None
-        self._penalty: Tensor | None = None  # the direction branch's entry margin per action (_entry_penalty)
+        # [A] the entry margin (agent.act.entry_margin, in running direction gaps) on Short and Long,
+        # 0 on Hold and Flat: subtracted from the direction's E[Q] before any choice.
+        self.entry_penalty = torch.zeros(self.sizes[_DIRECTION], device=self.device)
+        self.entry_penalty[[Direction.SHORT, Direction.LONG]] = cfg.act.entry_margin
 
     # --- acting ---------------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class Agent:
         actions = []
         for i, q in enumerate(qs):
             if i == _DIRECTION and self.cfg.act.entry_margin > 0:
-                q = q - self._entry_penalty(q.shape[1]) * self.signals["q_gap"]
+                q = q - self.entry_penalty * self.signals["q_gap"]
             if mode is Mode.GREEDY:
                 actions.append(ex.greedy(q))
                 continue
@@ -233,15 +236,6 @@ class Agent:
             aux=aux.float(),
             q_gap=d_gap.mean(),
         )
-
-    def _entry_penalty(self, n_directions: int) -> Tensor:
-        """``[A]``: the entry margin (``agent.act.entry_margin``, in running direction gaps) on Short
-        and Long, 0 on Hold and Flat; subtracted from the direction's E[Q] before any choice."""
-        if self._penalty is None or self._penalty.shape[0] != n_directions:
-            trades = torch.zeros(n_directions, device=self.device)
-            trades[[Direction.SHORT, Direction.LONG]] = self.cfg.act.entry_margin
-            self._penalty = trades
-        return self._penalty
 
     def greedy_policy(self) -> CapturablePolicy:
         """The evaluation policy as a backtest policy ``(state, env) -> PolicyOut``, marked capturable:
