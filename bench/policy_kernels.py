@@ -9,7 +9,9 @@ Collection (``foxhunt.agent.collect``) spends almost all of a step in this forwa
 runs them (``tf32_matmuls``):
 
 * ``foxhunt explore``: ``Agent.policy(obs, Mode.EXPLORE)`` (noise draws, C51 + IQN heads, Thompson
-  draws, conviction), eager and replayed as a CUDA graph (the path training takes);
+  draws, conviction), eager, replayed as a CUDA graph, and with the forward and E[Q] compiled
+  (``Agent.compile_policy``) and replayed as a CUDA graph: the path training takes from
+  ``COMPILE_MIN_BATCH`` episodes (compile seconds reported apart);
 * ``plain MLP``: ``Linear``/ReLU layers whose matmul FLOPs equal the forward's (counted by
   ``torch.utils.flop_counter``), replayed as a CUDA graph: the dense-network reference.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -95,6 +98,14 @@ def main() -> int:
         with torch.no_grad():
             mlp_ms = timed(graphed(lambda: mlp(obs)), device, 50, 3)["ms"]
         rows = kernels(explore, device)
+        # the path training takes at these batches: the forward and E[Q] compiled (Agent.compile_policy)
+        agent.compile_policy()
+        t0 = time.perf_counter()
+        explore()
+        torch.cuda.synchronize(device)
+        compile_s = time.perf_counter() - t0
+        compiled_ms = timed(graphed(explore, generators=[agent.gen]), device, 50, 3)["ms"]
+        compiled_rows = kernels(explore, device)
     total_us = sum(float(r["us"]) for r in rows)  # type: ignore[misc]
     gemm = [r for r in rows if any(g in str(r["kernel"]).lower() for g in _GEMM)]
     gemm_us = sum(float(r["us"]) for r in gemm)  # type: ignore[misc]
@@ -109,6 +120,11 @@ def main() -> int:
         "gemm_us": gemm_us,
         "gemm_tflops": flops / (gemm_us * 1e-6) / 1e12 if gemm_us else None,
         "kernels": rows[:40],
+        "explore_compiled_graph_ms": compiled_ms,
+        "compile_s": compile_s,
+        "compiled_kernel_us": sum(float(r["us"]) for r in compiled_rows),  # type: ignore[misc]
+        "compiled_kernels_per_call": sum(float(r["calls"]) for r in compiled_rows),  # type: ignore[misc]
+        "compiled_kernels": compiled_rows[:40],
     }
     steps = lambda ms: args.envs / (ms * 1e-3)  # noqa: E731
     print(f"exploring forward at {args.envs:,} envs, {agent.net.param_count():,} parameters, "
@@ -117,6 +133,7 @@ def main() -> int:
     for name, ms in (
         ("foxhunt explore, eager", eager_ms),
         ("foxhunt explore, CUDA graph", graph_ms),
+        ("compiled forward, CUDA graph", compiled_ms),
         ("plain MLP, same FLOPs, CUDA graph", mlp_ms),
     ):
         print(f"{name:<34} {ms:>8.3f} {steps(ms):>13.3e}")
@@ -124,6 +141,10 @@ def main() -> int:
           f"({report['gemm_tflops'] or 0:.1f} TFLOP/s), the rest {total_us - gemm_us:.0f} us; "
           f"graph time - kernel time = {graph_ms * 1e3 - total_us:.0f} us of launch gaps")
     for r in rows[:15]:
+        print(f"{float(r['us']):>9.1f} us  x{float(r['calls']):<5.0f} {r['kernel']}")
+    c_us, c_n = report["compiled_kernel_us"], report["compiled_kernels_per_call"]
+    print(f"compiled forward (compile {compile_s:.1f} s): {c_n:.0f} kernels a call, {c_us:.0f} us of kernels")
+    for r in compiled_rows[:12]:
         print(f"{float(r['us']):>9.1f} us  x{float(r['calls']):<5.0f} {r['kernel']}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2))

@@ -19,7 +19,9 @@ from foxhunt.data.ingest import (
     _check_primary,
     _merge_parts,
     _Parts,
+    _prefetched,
     _take_book_file,
+    read_book_file,
 )
 from foxhunt.data.schemas import DataSource, Schema
 from foxhunt.errors import SchemaMismatchError
@@ -40,7 +42,8 @@ def test_check_accepted_names_the_data_source_that_reads_the_file() -> None:
 def test_take_book_file_keeps_states_and_the_levels(tmp_path: Path) -> None:
     path = write_book(tmp_path / "a.mbp-10.dbn.zst", make_book(T0 + np.arange(4) * S, np.zeros(4)))
     md, parts = MarketData(trade_coverage=[]), _Parts()
-    report = _take_book_file(path, read_raw(path), DataConfig(), md, parts)
+    f = read_raw(path)
+    report = _take_book_file(path, f, read_book_file(f, DataConfig()), DataConfig(), md, parts)
     assert report.book_states == 4 and len(parts.books) == 1 and len(parts.books[0]) == 4
     assert parts.crossed[0].dtype == bool and not parts.crossed[0].any()
     assert md.book_levels == DataConfig().levels and len(parts.carried) == 1
@@ -74,3 +77,18 @@ def test_check_primary() -> None:
         _check_primary(MarketData(), DataConfig(data_source=DataSource.OHLCV, row_unit="bar"), [])
     md = MarketData(books={1: make_book(np.array([T0]), np.zeros(1))})
     _check_primary(md, DataConfig(), [])  # a book: nothing to refuse
+
+
+def test_prefetched_keeps_the_order_and_raises_an_items_error_at_its_turn() -> None:
+    def fn(x: int) -> int:
+        if x == 5:
+            raise ValueError("five")
+        return x * x
+
+    out = _prefetched(fn, list(range(8)), workers=3)
+    seen = [next(out) for _ in range(5)]  # everything before the failing item, in order
+    with pytest.raises(ValueError, match="five"):
+        next(out)
+    assert seen == [0, 1, 4, 9, 16]
+    threaded, sequential = _prefetched(fn, [1, 2, 3], workers=3), _prefetched(fn, [1, 2, 3], workers=1)
+    assert list(threaded) == list(sequential) == [1, 4, 9]

@@ -24,6 +24,7 @@ from foxhunt.env.sizing import (
     kelly_optimal_f,
     push_return,
     smallest_sum,
+    smallest_sum_by_rounds,
     variance_scale,
 )
 
@@ -175,6 +176,30 @@ def test_smallest_sum_counts_ties() -> None:
     k = torch.randint(1, 6, (200,), generator=gen).to(F64)
     ref = torch.where(torch.arange(20) < k[:, None], x.sort(-1).values, 0.0).sum(-1)
     close(smallest_sum(x, k, k_max=5), ref)
+
+
+def test_smallest_sum_by_rounds_hand_worked() -> None:
+    """The rounds (the compiled CUDA path) count ties and stop at the +inf padding: each round takes
+    the next distinct value times as many of its copies as k still needs."""
+    inf = float("inf")
+    rows = torch.tensor(
+        [
+            [0.0, -1.0, 0.0, -1.0, 2.0],  # k 3: round 1 takes -1 twice, round 2 one 0 of two -> -2
+            [0.0, 0.0, 0.0, 0.0, 0.0],  # k 4: round 1 takes 4 of five zeros, rounds 2-4 find +inf
+            [3.0, -2.0, inf, inf, inf],  # k 2: -2 then 3 -> 1; the padding is never summed
+            [5.0, 4.0, 3.0, 2.0, 1.0],  # k 4: 1 + 2 + 3 + 4 -> 10
+        ],
+        dtype=F64,
+    )
+    got = smallest_sum_by_rounds(rows, t(3.0, 4.0, 2.0, 4.0), k_max=4)
+    close(got, t(-2.0, 0.0, 1.0, 10.0))
+    assert torch.isfinite(got).all()
+    gen = torch.Generator().manual_seed(13)  # against a sort, many ties and padding
+    x = torch.randint(-3, 4, (500, 100), generator=gen).to(F64) * 0.01
+    x[:80, 30:] = inf
+    k = torch.randint(1, 6, (500,), generator=gen).to(F64)
+    ref = torch.where(torch.arange(100) < k[:, None], x.sort(-1).values, 0.0).sum(-1)
+    close(smallest_sum_by_rounds(x, k, k_max=5), ref, atol=1e-12)
 
 
 def test_smallest_sum_is_one_selection() -> None:
@@ -403,3 +428,18 @@ def test_smallest_sum_on_cuda_takes_topk_s_values() -> None:
     got = smallest_sum(xc, kc, 5)
     assert torch.equal(got, ref)
     torch.testing.assert_close(got.cpu(), smallest_sum(x, k, 5), rtol=1e-15, atol=1e-18)
+
+
+@pytest.mark.gpu
+def test_smallest_sum_compiled_on_cuda_takes_the_rounds() -> None:
+    """Compiled on CUDA the tail is the rounds (fused by Inductor), equal to the eager operator's
+    sort to the last bits of a differently ordered sum, ties and padding included."""
+    gen = torch.Generator().manual_seed(17)
+    x = torch.randint(-300, 301, (4096, 100), generator=gen).to(F64) * 1e-4
+    x[:500, 40:] = float("inf")
+    k = torch.randint(1, 6, (4096,), generator=gen).to(F64)
+    xc, kc = x.cuda(), k.cuda()
+    compiled = torch.compile(lambda v, kk: smallest_sum(v * 1.0, kk, 5), fullgraph=True)
+    got = compiled(xc, kc)
+    torch.testing.assert_close(got, smallest_sum(xc, kc, 5), rtol=1e-14, atol=1e-16)
+    torch.testing.assert_close(got, smallest_sum_by_rounds(xc, kc, 5), rtol=1e-14, atol=1e-16)

@@ -385,6 +385,28 @@ def test_resume_after_the_replay_wrapped(cache: FeatureCache, tmp_path: Path) ->
     assert canon(folds_of(tmp_path / "resumed")) == canon(folds_of(tmp_path / "whole"))
 
 
+@pytest.mark.parametrize("stop", [(0, 0), (0, 2)])
+def test_checkpoint_every_k_epochs_and_a_resume_redoes_the_unsaved_ones(
+    cache: FeatureCache, tmp_path: Path, stop: tuple[int, int]
+) -> None:
+    """train.checkpoint_every = 2 of 4 epochs: resumable checkpoints after epochs 1 and 3 (the last)
+    only; a run stopped after an unsaved epoch resumes from the one before and reaches the same
+    result, its best epoch included (a best that a redone epoch had saved is that epoch's again)."""
+    every = ("train.epochs=4", "train.checkpoint_every=2", "train.selection=train_tail")
+    cfg = tiny_cfg("folds.n_folds=1", *every)
+    train(cache, cfg, tmp_path / "whole", log=quiet)
+    whole = CheckpointStore(tmp_path / "whole", ring=cfg.train.ring)
+    assert [p.name for p in whole.list_ring(0)] == ["epoch0001.safetensors", "epoch0003.safetensors"]
+    with pytest.raises(Interrupted):
+        train(cache, cfg, tmp_path / "resumed", log=quiet, stop_after=stop)
+    store = CheckpointStore(tmp_path / "resumed", ring=cfg.train.ring)
+    saved = None if stop[1] < 1 else 1
+    assert (read_checkpoint_meta(store.last_path(0))["epoch"] if saved is not None else None) == saved
+    assert store.best_metric(0) is not None  # a best was saved by an epoch the resume redoes
+    train(cache, cfg, tmp_path / "resumed", resume=True, log=quiet)
+    assert canon(folds_of(tmp_path / "resumed")) == canon(folds_of(tmp_path / "whole"))
+
+
 def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCache, tmp_path: Path) -> None:
     cfg = tiny_cfg("folds.n_folds=1", "train.epochs=2")
     with pytest.raises(Interrupted):

@@ -42,7 +42,7 @@ from foxhunt.agent.collect import Collector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap
 from foxhunt.agent.graph import GraphedLearn
 from foxhunt.agent.learner import Batch, Learner, plan_locked
-from foxhunt.agent.network import QNetwork
+from foxhunt.agent.network import NetOut, QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
 from foxhunt.agent.stats import q_key
@@ -155,6 +155,8 @@ class Agent:
         self._collector: Collector | None = None
         self._collector_key: tuple | None = None
         self._greedy: CapturablePolicy | None = None
+        self._values_fn = self._values  # torch.compile-d by compile_policy
+        self.policy_compiled = False
         # [A] the entry margin (agent.act.entry_margin, in running direction gaps) on Short and Long,
         # 0 on Hold and Flat: subtracted from the direction's E[Q] before any choice.
         self.entry_penalty = torch.zeros(self.sizes[_DIRECTION], device=self.device)
@@ -162,18 +164,35 @@ class Agent:
 
     # --- acting ---------------------------------------------------------------------------
 
+    def _values(self, states: Tensor) -> tuple[NetOut, tuple[Tensor, ...]]:
+        """The network's outputs for ``states`` and each branch's E[Q] ``[N, A]`` in reward units: the
+        pure, deterministic head of :meth:`policy` (no draws), what :meth:`compile_policy` compiles."""
+        out = self.net(states)
+        return out, self.net.expected_q(out, self.learner.popart.denormalise)
+
+    def compile_policy(self) -> None:
+        """``torch.compile`` the policy's network forward and E[Q] (:meth:`_values`). Replayed as a CUDA
+        graph, the eager forward of a large batch is bound by its ~300 unfused elementwise kernels,
+        not its matmuls (``bench/policy_kernels.py``); Inductor fuses them. The noise and exploration
+        draws stay eager (they take the agent's generator). Training collection calls it where it
+        compiles the env step (``foxhunt.agent.collect``). Only the exploring mode takes it: greedy
+        calls (validation, backtests, serving) stay eager, one compile fewer per process. Compile
+        before a CUDA-graph capture: the first call compiles, the capture must not."""
+        if not self.policy_compiled:
+            self._values_fn = torch.compile(self._values, fullgraph=True, dynamic=False)
+            self.policy_compiled = True
+
     @torch.no_grad()
     def policy(self, states: Tensor, mode: Mode) -> PolicyOut:
         """Branch actions, sizing inputs and aux predictions for ``states`` ``[N, W]``."""
         net, e = self.net, self.cfg.explore
-        if mode is Mode.GREEDY:
+        if mode is Mode.GREEDY:  # eager: a backtest's batches are small, their graph launch-bound
             with _eval_mode(net):
-                out = net(states)
+                out, qs = self._values(states)
         else:
             net.reset_noise(self.gen)
-            out = net(states)
-        z = net.support()
-        qs = net.expected_q(out, self.learner.popart.denormalise)  # per branch [N, A], real units
+            out, qs = self._values_fn(states)
+        z = net.support()  # qs: per branch [N, A], real units
         actions = []
         for i, q in enumerate(qs):
             if i == _DIRECTION and self.cfg.act.entry_margin > 0:

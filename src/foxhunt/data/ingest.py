@@ -17,9 +17,12 @@ with empty levels and :attr:`MarketData.book_levels` says how deep the real book
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -428,14 +431,13 @@ def load_market(paths: Sequence[str | Path], cfg: DataConfig, progress: Reporter
     check_inputs(paths, files, cfg)
     md = MarketData(trade_coverage=[])
     parts = _Parts()
-    for path in progress.track(files, "ingest: reading DBN files"):
-        f = read_raw(path)
-        _check_accepted(path, f.schema, cfg)
+    decoded = _prefetched(lambda path: _decode(path, cfg), files, _read_workers(len(files)))
+    for path, (f, arrays) in zip(progress.track(files, "ingest: reading DBN files"), decoded, strict=True):
         md.symbols.update(f.instrument_symbols)
         if f.schema in BOOK_SCHEMAS:
-            report = _take_book_file(path, f, cfg, md, parts)
+            report = _take_book_file(path, f, arrays, cfg, md, parts)
         else:
-            report = _take_other_file(path, f, cfg, md, parts)
+            report = _take_other_file(path, f, arrays, cfg, md, parts)
         ids = np.unique(f.records["instrument_id"])
         report.instruments = {int(i): f.instrument_symbols.get(int(i), str(int(i))) for i in ids}
         md.files.append(report)
@@ -465,10 +467,58 @@ def _check_accepted(path: Path, schema: Schema, cfg: DataConfig) -> None:
     )
 
 
-def _take_book_file(path: Path, f: DbnFile, cfg: DataConfig, md: MarketData, parts: _Parts) -> FileReport:
+T = TypeVar("T")
+R = TypeVar("R")
+
+READ_AHEAD = 8
+"""Most files decoded at once by :func:`load_market` (its threads; fewer on fewer idle cores). Each
+file's decoding (zstd, the DBN records, the book levels' conversion) is independent of the others
+and spends most of its time in C code that releases the GIL; the checks and the merge that follow
+stay in file order on the calling thread. Bounded so that at most this many files' raw records are
+held at once (an MBP-10 session of 1 M events is ~370 MB of them)."""
+
+
+def _read_workers(n_files: int) -> int:
+    from foxhunt.parallel.idle import idle_cores
+
+    return max(1, min(n_files, READ_AHEAD, int(idle_cores())))
+
+
+def _prefetched(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Iterator[R]:
+    """``fn(item)`` for each item in order, up to ``workers`` of them computed ahead on threads. An
+    item's error is raised when its turn comes, as in a sequential loop."""
+    if workers <= 1:
+        yield from (fn(x) for x in items)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="foxhunt-read") as pool:
+        ahead: deque[Future[R]] = deque(pool.submit(fn, x) for x in items[:workers])
+        for nxt in items[workers:]:
+            done = ahead.popleft()
+            ahead.append(pool.submit(fn, nxt))
+            yield done.result()
+        while ahead:
+            yield ahead.popleft().result()
+
+
+def _decode(path: Path, cfg: DataConfig) -> tuple[DbnFile, tuple[BookArrays, TradeArrays, FileReport] | Any]:
+    """One file read, checked against ``cfg.data_source`` and converted: for a book file
+    :func:`read_book_file`'s ``(book, carried trades, report)``, else :func:`to_arrays`'s arrays."""
+    f = read_raw(path)
+    _check_accepted(path, f.schema, cfg)
+    return f, (read_book_file(f, cfg) if f.schema in BOOK_SCHEMAS else to_arrays(f))
+
+
+def _take_book_file(
+    path: Path,
+    f: DbnFile,
+    decoded: tuple[BookArrays, TradeArrays, FileReport],
+    cfg: DataConfig,
+    md: MarketData,
+    parts: _Parts,
+) -> FileReport:
     """A book file (MBP-10, MBO, top of book): its states after the crossed-book policy, and the trade
     records its stream carries."""
-    book, carried, report = read_book_file(f, cfg)
+    book, carried, report = decoded
     depth = 1 if f.schema.is_top_of_book else cfg.levels
     md.book_levels = min(md.book_levels, depth) if md.book_levels else depth
     book, crossed = _apply_crossed_policy(path, book, cfg, report)
@@ -480,9 +530,11 @@ def _take_book_file(path: Path, f: DbnFile, cfg: DataConfig, md: MarketData, par
     return report
 
 
-def _take_other_file(path: Path, f: DbnFile, cfg: DataConfig, md: MarketData, parts: _Parts) -> FileReport:
-    """A trades, OHLCV or definition file, checked (time order, trade prices) and kept."""
-    arrays = to_arrays(f)
+def _take_other_file(
+    path: Path, f: DbnFile, arrays: Any, cfg: DataConfig, md: MarketData, parts: _Parts
+) -> FileReport:
+    """A trades, OHLCV or definition file (``arrays``: its :func:`to_arrays`), checked (time order,
+    trade prices) and kept."""
     report = FileReport(
         path=str(path),
         schema=f.schema.value,

@@ -64,10 +64,20 @@ From the trailing per-step returns of the episode (step net PnL / equity) in a `
     raw  = clamp(cvar_budget / CVaR, cvar_floor, 1)               (1 when CVaR <= 0)
 
 The k smallest are the first ``k_max = ceil((1 - cvar_confidence) * W)`` of the row in ascending
-order, summed under a mask of the first ``k`` (:func:`smallest_sum`). The selection is one custom
-operator (``foxhunt::smallest_sum``) that ``torch.compile`` calls as an opaque kernel rather than
-lowering: on CUDA ATen's row sort, on the CPU ATen's ``topk`` (one operator). The ways tried, on an
-H200 at 16,384 envs (``bench/env.py --profile``, W = 100, k_max = 5):
+order, summed under a mask of the first ``k`` (:func:`smallest_sum`). Two implementations, one per
+path, because what is fast differs:
+
+* **compiled on CUDA** (the training step, validation and the backtest): ``k_max`` rounds of a row
+  minimum and its tie count, in plain tensor operations (:func:`smallest_sum_by_rounds`). Inductor
+  turns the dependent row reductions into one persistent-reduction kernel (the row of W in
+  registers, as it does a softmax's max and sum), fused with the step's other reads of the ring: one
+  pass over the buffer and no sort.
+* **eager** (CPU training, CUDA outside a graph): one custom operator (``foxhunt::smallest_sum``):
+  ATen's row sort on CUDA, its ``topk`` on the CPU, a single operator where the rounds would launch
+  ~5 kernels a round.
+
+The ways tried for the compiled CUDA step, on an H200 at 16,384 envs (``bench/env.py --profile``,
+W = 100, k_max = 5):
 
 * a ``sort`` lowered by Inductor, fused with the step into one pass over the ring: the step alone
   8.5e7 env-steps/s, but the fused kernel (an in-register bitonic sort, a 4.5 MB cubin) took Triton
@@ -75,12 +85,12 @@ H200 at 16,384 envs (``bench/env.py --profile``, W = 100, k_max = 5):
 * ATen's ``topk`` (Inductor calls it as an extern kernel): compiled in 19.6 s, but its radix-select
   kernel (``gatherTopK``, built for long rows) took 309 us of the step's 427 us of kernels: 3.9e7
   (4.5e7 at 1,048,576 envs);
-* ATen's ``sort`` behind the custom operator (now): compiled in 18.6 s; a radix sort of the double
-  rows (``radixSortKVInPlace``), 210 us: 4.5e7 (5.7e7 at 1,048,576 envs). Still the step's largest
-  kernel: ``k_max`` rounds of a row minimum would be ~11 small kernels (not measured yet).
+* ATen's ``sort`` behind the custom operator: compiled in 18.6 s; a radix sort of the double rows
+  (``radixSortKVInPlace``), 210 us of ~330 us: 4.5e7 (5.7e7 at 1,048,576 envs);
+* the rounds (now): see ``bench/env.py``'s profile and docs/design.md for the measurement.
 
-Both paths give the same k_max values in the same ascending order; their sums can differ in the last
-bit between devices (CPU and CUDA reduce in different orders), as any sum does.
+Both give the same k_max values; their sums can differ in the last bit (the rounds add value x tie
+count, the others add the sorted values one by one; CPU and CUDA reduce in different orders).
 """
 
 from __future__ import annotations
@@ -254,14 +264,41 @@ def _(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
     return values_NW.new_empty(values_NW.shape[:-1])
 
 
+def smallest_sum_by_rounds(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
+    """Sum of the ``k`` smallest entries of each row by ``k_max`` rounds of a row minimum.
+
+    Round r takes the smallest value above the last round's, ``m_r``, and its count ``c_r`` in the
+    row, and adds ``m_r x min(c_r, k left)``: ties are counted, and each round takes at least one
+    entry while ``k`` is left, so ``k_max`` rounds cover any ``k <= k_max``. A round past the
+    finite entries finds ``+inf`` with nothing left to take and adds 0. Written for Inductor, which
+    fuses the dependent row reductions into one kernel (module docstring); eager, each round is
+    ~5 kernels.
+    """
+    dtype = values_NW.dtype
+    total = values_NW.new_zeros(values_NW.shape[:-1])
+    left = k_N.to(dtype)
+    floor = torch.full_like(total, float("-inf"))
+    inf = torch.full_like(values_NW, float("inf"))
+    for _ in range(k_max):
+        low = torch.where(values_NW > floor.unsqueeze(-1), values_NW, inf).amin(dim=-1)  # m_r
+        ties = (values_NW == low.unsqueeze(-1)).sum(dim=-1).to(dtype)  # c_r
+        take = torch.minimum(ties, left)
+        total = total + torch.where(take > 0, low * take, torch.zeros_like(low))  # inf x 0 never formed
+        left = left - take
+        floor = low
+    return total
+
+
 def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
     """Sum of the ``k`` smallest entries of each row (``k <= k_max``, float ``[N]``), ties counted.
 
-    The ``k_max`` smallest in ascending order (a row sort on CUDA, ``topk`` on the CPU: the same
-    values in the same order), then a masked sum of the first ``k``; one custom operator, which
-    ``torch.compile`` calls rather than lowers (module docstring: why). Entries of ``+inf`` (padding)
+    Compiled on CUDA, :func:`smallest_sum_by_rounds` (one fused kernel); otherwise one custom
+    operator: the ``k_max`` smallest in ascending order (a row sort on CUDA, ``topk`` on the CPU),
+    then a masked sum of the first ``k`` (module docstring: why each). Entries of ``+inf`` (padding)
     are never taken while ``k`` does not exceed the finite entries.
     """
+    if values_NW.is_cuda and torch.compiler.is_compiling():
+        return smallest_sum_by_rounds(values_NW, k_N, k_max)
     return _smallest_sum(values_NW, k_N, k_max)
 
 

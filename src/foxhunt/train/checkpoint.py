@@ -837,6 +837,10 @@ class CheckpointStore:
         self._pending: deque[Future] = deque()  # submitted saves, oldest first
         self.pool = HostPool(saves=MAX_PENDING + 1)
         """The host storages background saves copy into, reused from save to save."""
+        # Each fold's best metric as this store saved or first read it: save_best compares with it
+        # every epoch, and reading the file would wait for the pending saves (a 1-2 GB resumable
+        # checkpoint at GPU sizes) on every epoch. Only this store writes best, so it cannot go stale.
+        self._best_metrics: dict[int, float | None] = {}
 
     def wait(self, keep: int = 0) -> None:
         """Block until all but the newest ``keep`` pending saves are on disk; raise the first error
@@ -955,12 +959,30 @@ class CheckpointStore:
         self._submit(
             lambda c: self._save(self.best_path(fold), fold, epoch, c, best_metric=float(metric)), contents
         )
+        self._best_metrics[fold] = float(metric)
         return self.best_path(fold)
 
     def best_metric(self, fold: int) -> float | None:
+        """The fold's best metric (None before any best), without waiting for pending saves once known."""
+        if fold not in self._best_metrics:
+            self.wait()
+            path = self.best_path(fold)
+            known = float(read_checkpoint_meta(path)["best_metric"]) if path.is_file() else None
+            self._best_metrics[fold] = known
+        return self._best_metrics[fold]
+
+    def forget_best_from(self, fold: int, epoch: int) -> None:
+        """Delete the fold's best checkpoint when it was saved at ``epoch`` or later: a resume redoes
+        the epochs after its resume point (up to ``train.checkpoint_every``), and a best saved by one
+        of them before the kill would otherwise outrank its own redo, which then is never recorded as
+        the best epoch. A best from a later epoch was better than every earlier one, so nothing the
+        redo needs is lost."""
         self.wait()
         path = self.best_path(fold)
-        return float(read_checkpoint_meta(path)["best_metric"]) if path.is_file() else None
+        if path.is_file() and int(read_checkpoint_meta(path)["epoch"]) >= epoch:
+            for file in checkpoint_files(path):
+                file.unlink(missing_ok=True)
+        self._best_metrics.pop(fold, None)
 
     def list_ring(self, fold: int) -> list[Path]:
         """The ring's safetensors files, oldest epoch first."""

@@ -170,6 +170,15 @@ class TrainConfig(Frozen):
         "the whole selection period.",
     )
     ring: int = Field(3, ge=1, le=1000, description="Recent checkpoints kept for a plateau rewind.")
+    checkpoint_every: int = Field(
+        1,
+        ge=1,
+        le=1_000_000,
+        description="Epochs between resumable checkpoints (the ring entry and last: the agent's whole "
+        "training state, the replay buffer included, 1-2 GB at GPU sizes); a fold's last epoch is "
+        "always saved. A resume redoes at most this many epochs, a plateau rewind goes back to the "
+        "newest ring entry. The best checkpoint (the policy alone) is saved whenever it improves.",
+    )
     log_every: int = Field(
         1, ge=1, le=1_000_000, description="Console line every k epochs (TensorBoard gets every epoch)."
     )

@@ -504,6 +504,8 @@ def train(
                     trainer.resume_from(last)
                     overall.update(total=(overall.total or 0) - trainer.epoch)  # epochs done before
                     rep.say(f"fold {trainer.k + 1}/{len(folds)}: resumed after epoch {trainer.epoch}")
+                if resume:  # a best saved by an epoch the resume redoes is the redo's to save
+                    store.forget_best_from(trainer.k, trainer.epoch)
                 result = _train_fold(trainer, store, stop_after, on_epoch)
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
@@ -611,8 +613,9 @@ def _train_fold(
             if best is not None:
                 tr.best_epoch = tr.epoch
                 tr.responder.note_progress()
-            contents = tr.contents(metrics)  # after the response: the resume point continues from here
-            store.save_epoch(k, tr.epoch, contents)  # the ring, then last: a kill keeps them in step
+            if (tr.epoch + 1) % cfg.train.checkpoint_every == 0 or tr.epoch + 1 == cfg.train.epochs:
+                contents = tr.contents(metrics)  # after the response: the resume point continues from here
+                store.save_epoch(k, tr.epoch, contents)  # the ring, then last: a kill keeps them in step
             if not verdict.ok:
                 anomaly = verdict.diagnosis
                 writer.event(tr.epoch, "anomaly", verdict.diagnosis)
