@@ -166,6 +166,32 @@ def test_the_aux_return_fed_to_the_next_state_is_bounded_and_odd() -> None:
     assert slot.abs().max() <= AUX_RETURN_BOUND and torch.equal(torch.sign(slot), torch.sign(raw))
 
 
+@pytest.mark.parametrize(
+    "backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow)]
+)
+def test_compiled_exploring_policy_equals_the_eager_one(backend: str) -> None:
+    """compile_policy changes how the exploring forward runs, not what it picks: the same seed gives
+    the same actions, sizing inputs and aux predictions (float32, compiled kernels may sum in another
+    order: 1e-5), in a whole graph (fullgraph: a graph break raises), and the compiled graph is
+    reused by the next agent (one compile per process, not per fold)."""
+    from torch._dynamo.utils import counters
+
+    x = states(64)
+    eager, compiled = make_agent(seed=3), make_agent(seed=3)
+    compiled.compile_policy(backend)
+    for _ in range(3):
+        a, b = eager.policy(x, Mode.EXPLORE), compiled.policy(x, Mode.EXPLORE)
+        assert torch.equal(a.actions, b.actions)
+        for field in ("direction_conviction", "magnitude_conviction", "q_variance", "aux"):
+            torch.testing.assert_close(getattr(b, field), getattr(a, field), rtol=1e-5, atol=1e-5)
+    assert (a.actions != a.actions[0]).any()  # the draws vary: not a constant policy compared
+    graphs = counters["stats"]["unique_graphs"]
+    again = make_agent(seed=4)
+    again.compile_policy(backend)
+    again.policy(x, Mode.EXPLORE)
+    assert counters["stats"]["unique_graphs"] == graphs  # a new agent's weights: no new graph
+
+
 def test_greedy_policy_is_deterministic_and_the_argmax_of_mean_c51_and_iqn() -> None:
     """Mode.GREEDY with NoisyNet layers and non-trivial PopArt statistics (mu 0.3, sigma 5): repeated
     calls, with exploring calls (fresh noise) between them, return the same actions, which are

@@ -170,16 +170,17 @@ class Agent:
         out = self.net(states)
         return out, self.net.expected_q(out, self.learner.popart.denormalise)
 
-    def compile_policy(self) -> None:
+    def compile_policy(self, backend: str = "inductor") -> None:
         """``torch.compile`` the policy's network forward and E[Q] (:meth:`_values`). Replayed as a CUDA
         graph, the eager forward of a large batch is bound by its ~300 unfused elementwise kernels,
         not its matmuls (``bench/policy_kernels.py``); Inductor fuses them. The noise and exploration
         draws stay eager (they take the agent's generator). Training collection calls it where it
         compiles the env step (``foxhunt.agent.collect``). Only the exploring mode takes it: greedy
         calls (validation, backtests, serving) stay eager, one compile fewer per process. Compile
-        before a CUDA-graph capture: the first call compiles, the capture must not."""
+        before a CUDA-graph capture: the first call compiles, the capture must not. ``backend``:
+        Inductor; the CPU tests also trace it with ``"eager"`` (the same graph, no code generated)."""
         if not self.policy_compiled:
-            self._values_fn = torch.compile(self._values, fullgraph=True, dynamic=False)
+            self._values_fn = torch.compile(self._values, fullgraph=True, dynamic=False, backend=backend)
             self.policy_compiled = True
 
     @torch.no_grad()
