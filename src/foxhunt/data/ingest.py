@@ -500,7 +500,7 @@ def _prefetched(fn: Callable[[T], R], items: Sequence[T], workers: int) -> Itera
             yield ahead.popleft().result()
 
 
-def _decode(path: Path, cfg: DataConfig) -> tuple[DbnFile, tuple[BookArrays, TradeArrays, FileReport] | Any]:
+def _decode(path: Path, cfg: DataConfig) -> tuple[DbnFile, Any]:
     """One file read, checked against ``cfg.data_source`` and converted: for a book file
     :func:`read_book_file`'s ``(book, carried trades, report)``, else :func:`to_arrays`'s arrays."""
     f = read_raw(path)
