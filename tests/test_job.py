@@ -176,3 +176,47 @@ def test_smoke_agent_shows_no_edge_without_alpha(tmp_path: Path, one_thread: Non
     print(f"no alpha, pooled: net Sharpe {sharpe:.3f}, 95% CI [{lo:.3f}, {hi:.3f}] ({len(ret)} bars)")
     found.append(("pooled", lo))
     assert [(k, lo) for k, lo in found if lo > 0] == []
+
+
+def test_a_leak_stops_the_job_and_removes_the_cache_built_beside_the_guard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The job builds its cache (and, on a GPU, compiles training) while the guard's cuts run
+    (foxhunt.validation.leaks.guard_while): a leak still stops it with nothing of that left behind,
+    and no recorded config, report or training folder."""
+    from types import ModuleType
+
+    from foxhunt.data.schemas import RowUnit
+    from foxhunt.features import cache as cache_mod
+    from foxhunt.features.layout import STACK_FAMILIES
+    from foxhunt.features.registry import FAMILIES
+    from foxhunt.validation.leaks import LeakFoundError
+
+    def compute(inp, params):
+        fwd = np.zeros((len(inp), 1), np.float32)
+        c = np.nan_to_num(inp.close)
+        fwd[:-5, 0] = np.sign(c[5:] - c[:-5])  # peeks 5 rows ahead
+        return fwd
+
+    cfg = load_config(profile="smoke", overrides=[*TINY, *QUICK_ALPHA])
+    leaky = ModuleType("leaky")  # a family is a module: the cache's schema hash fingerprints it
+    leaky.SLOTS, leaky.NEEDS_BOOK, leaky.compute = ("forward_move",), False, compute
+    params = {n: getattr(cfg.features, n) for n in FAMILIES} | {"leaky": None}
+    monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], "leaky"))
+    monkeypatch.setitem(FAMILIES, "leaky", leaky)
+    monkeypatch.setattr(cache_mod, "_feature_params", lambda cfg: params)
+    built: list[Path] = []
+    build = cache_mod.get_or_build
+
+    def spy(files, cfg, cache_dir, **kwargs):
+        built.append(Path(cache_dir))
+        return build(files, cfg, cache_dir, **kwargs)
+
+    monkeypatch.setattr(cache_mod, "get_or_build", spy)
+    out = tmp_path / "job"
+    with pytest.raises(LeakFoundError, match="leaky.forward_move"):
+        run_job(cfg, out, log=lambda _: None)
+    assert built == [out / "cache"]  # built beside the cuts, before the verdict
+    assert (out / "market").is_dir()  # the synthetic market is the job's input, kept
+    left = {p.name for p in out.iterdir()}
+    assert not left & {"cache", "run.config.json", "metrics.json", "report.html", "train"}, left

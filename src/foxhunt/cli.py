@@ -1039,9 +1039,9 @@ def train_cmd(
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import config_from_cache
     from foxhunt.outputs import claim_run
-    from foxhunt.stages import Stopped, leak_guard, leak_guard_prepared
+    from foxhunt.stages import Stopped, leak_guard_while
     from foxhunt.tracking import tracked_run
-    from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train
+    from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train, warm_compile
     from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
@@ -1061,15 +1061,28 @@ def train_cmd(
     claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume is not None, overwrite=overwrite)
     # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
     # on the files the cache was built from (they must still be where they were).
-    prepared = None
+    # While the guard's cuts run in forked processes: the cache (with --data, from the guard's
+    # reading) and training's compiles on a GPU (foxhunt.train.run.warm_compile), used only once the
+    # guard has passed; on a leak a cache built here is removed.
     if cache_path is None and data is not None:
         files = _data_paths(data, ctx)
-        leaks, prepared = leak_guard_prepared(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
-    cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked, prepared)
-    del prepared  # the market and its rows: not held through training
-    if cache_path is not None:
+
+        def build_and_compile(prepared: Any) -> tuple[Any, float]:
+            built, _ = _cache_from(ctx, data, None, cfg, out_dir, progress, "train", asked, prepared)
+            return built, warm_compile(built, cfg)
+
+        leaks, (cache, compile_s) = leak_guard_while(
+            files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line, build_and_compile,
+            builds=out_dir / "cache",
+        )  # fmt: skip
+    else:
+        cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked)
         files = cache_sources(cache, cache_path)
-        leaks = leak_guard(files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line)
+        leaks, compile_s = leak_guard_while(
+            files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line, lambda _: warm_compile(cache, cfg)
+        )
+    if compile_s:
+        _line(f"training's steps compiled in {compile_s:.0f}s, beside the leak guard's cuts")
     named = profile or ("file" if config else "default")
     resumed = resume is not None
     with tracked_run(

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,10 @@ from foxhunt.console import Reporter, reporter_or_lines
 from foxhunt.data.sessions import iso_utc
 from foxhunt.outputs import claim_run
 from foxhunt.report.schema import LAST_EPOCH_KEY
+
+if TYPE_CHECKING:
+    from foxhunt.features.cache import FeatureCache
+    from foxhunt.validation.leaks import Prepared
 
 # The job's resolved config, written once its data has been read: a resume is compared with it.
 RECORDED_CONFIG = "run.config.json"
@@ -113,10 +117,10 @@ def run_job(
     from foxhunt.features.cache import get_or_build
     from foxhunt.parallel.idle import idle_cores
     from foxhunt.report.html import write_report
-    from foxhunt.stages import Stopped, alpha_check, leak_guard_prepared
+    from foxhunt.stages import Stopped, alpha_check, leak_guard_while
     from foxhunt.tracking import start_run
     from foxhunt.train.guard import AnomalyError
-    from foxhunt.train.run import resolve_device, train
+    from foxhunt.train.run import resolve_device, train, warm_compile
 
     rep = reporter_or_lines(progress, log)
     log = rep.say  # every line below goes through the reporter (stamped, or silenced by --quiet)
@@ -144,10 +148,21 @@ def run_job(
         warm.wait()
     else:
         files = list(data or [])
-    leaks, prepared = leak_guard_prepared(files, cfg, "foxhunt run", Stopped.TRAINING, rep, log)
+
+    def build_and_compile(prepared: Prepared) -> tuple[FeatureCache, float]:
+        # While the guard's cuts run in forked processes (its slowest part): the cache from the
+        # guard's rows and features, then training's compiles (on a GPU ~105 s on a fresh host).
+        # Neither is used before the verdict; on a leak the cache this job built is removed.
+        cache = get_or_build(files, cfg, out / "cache", progress=rep, prepared=prepared)
+        with rep.task("compiling training's steps while the guard's cuts run"):
+            return cache, warm_compile(cache, cfg)
+
+    leaks, (cache, compile_s) = leak_guard_while(
+        files, cfg, "foxhunt run", Stopped.TRAINING, rep, log, build_and_compile, builds=out / "cache"
+    )
     write_resolved(cfg, out / RECORDED_CONFIG)
-    cache = get_or_build(files, cfg, out / "cache", progress=rep, prepared=prepared)
-    del prepared  # the market and its rows: not held through training
+    if compile_s:
+        log(f"training's steps compiled in {compile_s:.0f}s, beside the leak guard's cuts")
     alpha = alpha_check(cache, cfg, leaks, rep)
     alpha_paths = write_alpha(alpha, out / "alpha")
     log(verdict_line(alpha))

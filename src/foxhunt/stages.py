@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from foxhunt.console import SILENT, Reporter
 
@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
     from foxhunt.features.cache import FeatureCache
     from foxhunt.validation.leaks import LeakReport, Prepared
+
+T = TypeVar("T")
 
 LEAK_GUARD = "leak guard"
 """The guard's step name in the progress display (every command shows the same one)."""
@@ -75,6 +77,38 @@ def leak_guard_prepared(
         report, prepared = guard_prepared(files, cfg, where, stops.value, load_progress)
     say(report.verdict)
     return report, prepared
+
+
+def leak_guard_while(
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    where: str,
+    stops: Stopped,
+    progress: Reporter,
+    say: Callable[[str], object],
+    meanwhile: Callable[[Prepared], T],
+    *,
+    builds: Path | None = None,
+    load_progress: Reporter = SILENT,
+) -> tuple[LeakReport, T]:
+    """:func:`leak_guard`, with ``meanwhile(prepared)`` run while the guard's cuts run in other
+    processes (:func:`foxhunt.validation.leaks.guard_while`): its result when the data is clean.
+    ``builds``: a folder ``meanwhile`` may create (a feature cache), removed when the guard refuses
+    the data or either fails, unless it was there before: nothing built from refused data stays."""
+    import shutil
+
+    from foxhunt.validation.leaks import guard_while
+
+    new = builds is not None and not builds.exists()
+    try:
+        with progress.task(LEAK_GUARD):
+            report, value = guard_while(files, cfg, where, stops.value, meanwhile, load_progress)
+    except BaseException:
+        if new and builds is not None:
+            shutil.rmtree(builds, ignore_errors=True)
+        raise
+    say(report.verdict)
+    return report, value
 
 
 def alpha_horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:

@@ -208,3 +208,4 @@ def test_a_leaky_plugin_is_refused_naming_its_column(
     out = tmp_path / "out"
     assert not (out / "alpha.json").exists() and not (out / "metrics.json").exists()
     assert not (out / "folds.json").exists()
+    assert not (out / "cache").exists()  # train and run build it beside the guard's cuts: removed

@@ -82,3 +82,65 @@ def test_cut_workers_follow_cores_and_memory(md, monkeypatch) -> None:
     assert cut_workers(md, 4) == 2  # two copies of the market each
     monkeypatch.setattr(leaks, "_available_bytes", lambda: market)
     assert cut_workers(md, 4) == 1  # in this process
+
+
+def test_meanwhile_runs_while_the_forked_cuts_do_and_its_errors_stop_them(md, monkeypatch) -> None:
+    """``meanwhile`` (the main job builds the cache and compiles training there) runs in this process
+    while the cut workers are alive, once, and the report is the one without it; an error in it is
+    raised and the workers are stopped (none left behind)."""
+    import multiprocessing
+
+    cfg = load_config("smoke")
+    seen: list[int] = []
+
+    def count_workers() -> None:
+        seen.append(len(multiprocessing.active_children()))
+
+    report = check_leaks(md, cfg, workers=2, meanwhile=count_workers)
+    assert seen == [2]  # both cut workers alive during it
+    assert report.to_dict() == check_leaks(md, cfg, workers=1).to_dict()
+
+    seen.clear()
+    check_leaks(md, cfg, workers=1, meanwhile=count_workers)
+    assert seen == [0]  # no workers: after the cuts, in this process
+
+    def fails() -> None:
+        raise RuntimeError("the compile failed")
+
+    with pytest.raises(RuntimeError, match="the compile failed"):
+        check_leaks(md, cfg, workers=2, meanwhile=fails)
+    assert multiprocessing.active_children() == []
+
+
+def test_guard_while_returns_meanwhiles_value_when_clean_and_raises_on_a_leak(monkeypatch, tmp_path) -> None:
+    """:func:`guard_while` on DBN files: ``meanwhile`` gets the guard's reading (the cache is built
+    from it) and its value comes back with a clean report; a leak is still refused after it ran."""
+    from foxhunt.data.synth import write_synthetic
+    from foxhunt.validation.leaks import LeakFoundError, Prepared, guard_while
+    from tests.train.test_run import tiny_cfg
+
+    cfg = tiny_cfg()
+    files = write_synthetic(cfg.synth, tmp_path / "market")
+    got: list[Prepared] = []
+
+    def keep(prepared: Prepared) -> int:
+        got.append(prepared)
+        return len(prepared.rows)
+
+    report, rows = guard_while(files, cfg, "test", "nothing runs", keep)
+    assert report.clean and rows == len(got[0].rows) == report.rows > 0
+
+    def compute(inp, params):
+        fwd = np.zeros((len(inp), 1), np.float32)
+        c = np.nan_to_num(inp.close)
+        fwd[:-5, 0] = np.sign(c[5:] - c[:-5])  # peeks 5 rows ahead
+        return fwd
+
+    from foxhunt.features import cache as cache_mod
+
+    registry = _with_family(monkeypatch, cfg, "leaky", "forward_move", compute)
+    plugins = cache_mod.with_plugins
+    monkeypatch.setattr(cache_mod, "with_plugins", lambda found: plugins(found) | registry)
+    with pytest.raises(LeakFoundError, match="nothing runs"):
+        guard_while(files, cfg, "test", "nothing runs", keep)
+    assert len(got) == 2  # it ran beside the cuts; the verdict refuses what it made

@@ -31,11 +31,12 @@ uninterrupted one exactly.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -360,6 +361,11 @@ class FoldTrainer:
         signal = self.market.features[rows.to(self.device), col].cpu().numpy()
         row[QGAP_CORR] = gap_correlation(direction_gap(self.agent, self.market, self.cfg.env, rows), signal)
 
+    def warm(self) -> None:
+        """One epoch as :meth:`run_epoch` runs it, with nothing kept: the compiles and captures of
+        training's steps, paid by the throwaway trainer of :func:`warm_compile`."""
+        self.run_epoch()
+
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
@@ -473,21 +479,12 @@ def train(
             shutil.rmtree(old, ignore_errors=True)
         for old in (out / HISTORY_FILE, out / "folds.json"):
             old.unlink(missing_ok=True)
-    # CPU runs are deterministic (resume reproduces them); both process-wide settings are restored.
-    before = (
-        torch.are_deterministic_algorithms_enabled(),
-        torch.is_deterministic_algorithms_warn_only_enabled(),
-    )
-    threads = torch.get_num_threads()
-    torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
-    if device.type == "cpu" and cfg.run.threads > 0:
-        torch.set_num_threads(cfg.run.threads)
-    store: CheckpointStore | None = None
-    try:
+    with training_settings(cfg, device), contextlib.ExitStack() as closing:
         folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
         # Checkpoints are written by a background thread while the next epoch trains
         # (foxhunt.train.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
         store = CheckpointStore(out, ring=cfg.train.ring, writes=Writes.BACKGROUND)
+        closing.callback(store.close)  # every checkpoint on disk before train() returns (or raises)
         done_path = out / "folds.json"
         results: list[dict[str, Any]] = (
             json.loads(done_path.read_text()) if resume and done_path.exists() else []
@@ -509,12 +506,58 @@ def train(
                 result = _train_fold(trainer, store, stop_after, on_epoch)
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
+    return results
+
+
+@contextlib.contextmanager
+def training_settings(cfg: FoxhuntConfig, device: torch.device) -> Iterator[None]:
+    """The process-wide settings training runs under, restored after: deterministic algorithms on
+    the CPU (a resume reproduces a run; warn-only elsewhere) and ``run.threads`` CPU threads. Dynamo
+    guards its compiled code on both, so :func:`warm_compile` compiles under them too: outside them
+    the run's first epoch compiled its steps again (three of four, ~44 s on the H200)."""
+    before = (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    )
+    threads = torch.get_num_threads()
+    torch.use_deterministic_algorithms(device.type == "cpu", warn_only=True)
+    if device.type == "cpu" and cfg.run.threads > 0:
+        torch.set_num_threads(cfg.run.threads)
+    try:
+        yield
     finally:
-        if store is not None:
-            store.close()  # every checkpoint on disk before train() returns (or raises)
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
         torch.set_num_threads(threads)
-    return results
+
+
+def warm_compile(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
+    """Compile (Inductor) and capture (CUDA graphs) training's steps ahead of :func:`train`: seconds
+    taken, 0 where training compiles nothing (the CPU: its steps run eagerly).
+
+    One epoch of a throwaway trainer of the first fold, built as :func:`train` builds it, so its
+    steps have the shapes the run's have; dynamo's caches are per process, so the run's trainers
+    reuse what it compiled (the compiled functions are module-level or keyed on code, not on the
+    agent). Nothing of it is kept: its agent, replay and checkpoints (in a temporary folder) are
+    dropped and the device's cached blocks released, so the run sizes itself from the same free
+    memory (:func:`foxhunt.train.sizing.size_run`). On a fresh H200 the compiles took ~105 s of the
+    production job's first epoch; the main job pays them while the leak guard's cuts run in other
+    processes (:func:`foxhunt.validation.leaks.guard_while`)."""
+    import gc
+    import tempfile
+
+    device = resolve_device(cfg)
+    if device.type != "cuda":
+        return 0.0
+    t0 = time.perf_counter()
+    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    with tempfile.TemporaryDirectory() as tmp, training_settings(cfg, device):
+        store = CheckpointStore(tmp, ring=1)
+        FoldTrainer(cache, folds[0], cfg, device, store, lambda _: None).warm()
+        store.close()
+    gc.collect()  # the trainer's graphs and replay, before their memory goes back to the device
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    return time.perf_counter() - t0
 
 
 def _report_row(epoch: int, row: dict[str, float]) -> dict[str, float]:

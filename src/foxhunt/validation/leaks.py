@@ -38,11 +38,12 @@ import dataclasses
 import multiprocessing
 import sys
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -61,6 +62,8 @@ from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.folds import Fold, TooFewRowsError
 from foxhunt.validation.labels import label_span
+
+T = TypeVar("T")
 
 DEFAULT_CUTS = (0.2, 0.45, 0.7, 0.9)
 EVENT_SHARE = 0.3  # share of the events after a cut that are copied (Timing.INSERT) or deleted (DELETE)
@@ -480,21 +483,32 @@ def cut_workers(md: MarketData, n_cuts: int) -> int:
     return max(1, workers)
 
 
-def _run_cuts(jobs: list[tuple], workers: int) -> list[CutResult]:
-    """``[_one_cut(*job) for job in jobs]``, in ``workers`` forked processes when more than one.
+def _run_cuts(
+    jobs: list[tuple], workers: int, meanwhile: Callable[[], object] | None = None
+) -> list[CutResult]:
+    """``[_one_cut(*job) for job in jobs]``, in ``workers`` forked processes when more than one;
+    ``meanwhile()`` runs in this process while they do (after them where they run here).
 
     Forked, not spawned: a worker inherits the market, the base features and every compiled numba
     kernel (the base computation compiled them), where a spawned one would import, compile and be
     sent hundreds of MB. The workers run numpy, pandas and numba only, never torch's thread pools, so
     the fork's usual hazard (a pool's threads lost in the child) does not arise. The pool is made
-    before any of its threads start, and a cut's error reaches the caller as itself."""
+    before any of its threads start (and before ``meanwhile`` starts any: it may start CUDA and
+    compiler workers, which the children then never see), and a cut's error reaches the caller as
+    itself. An error in ``meanwhile`` stops the workers and is raised."""
     if workers <= 1 or len(jobs) <= 1:
-        return [_one_cut(*job) for job in jobs]
+        results = [_one_cut(*job) for job in jobs]
+        if meanwhile is not None:
+            meanwhile()
+        return results
     global _FORKED_JOBS
     _FORKED_JOBS = jobs
     try:
         with multiprocessing.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            return pool.map(_forked_cut, range(len(jobs)), chunksize=1)
+            pending = pool.map_async(_forked_cut, range(len(jobs)), chunksize=1)
+            if meanwhile is not None:
+                meanwhile()
+            return pending.get()
     finally:
         _FORKED_JOBS = []
 
@@ -512,6 +526,7 @@ def check_leaks(
     workers: int | None = None,
     tick_size: float | None = None,
     base: tuple[RowInput, FeatureMatrix] | None = None,
+    meanwhile: Callable[[], object] | None = None,
 ) -> LeakReport:
     """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline).
 
@@ -519,7 +534,8 @@ def check_leaks(
     rows and features, computed so (from ``md`` in ``tick_size`` with ``registry``) by the caller, who
     keeps them for the feature cache (:func:`guard_prepared`); None computes them here.
     The cuts are independent: ``workers`` processes check them at once (None: :func:`cut_workers`;
-    1: in this process), with the same result."""
+    1: in this process), with the same result. ``meanwhile()`` runs in this process while they do
+    (:func:`guard_while`)."""
     inp, feats = base if base is not None else _base(md, cfg, tick_size, registry)
     n = len(inp)
     jobs = [
@@ -529,7 +545,7 @@ def check_leaks(
         )
         for j, frac in enumerate(cuts)
     ]  # fmt: skip
-    results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers)
+    results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers, meanwhile)
     report = LeakReport(columns=feats.values.shape[1], rows=n, cuts=results)
     users_by_span: dict[int, list[str]] = {}
     for user, span in fold_spans(cfg).items():
@@ -600,19 +616,29 @@ class Prepared:
 
 
 def check_files(
-    files: Sequence[str | Path], cfg: FoxhuntConfig, progress: Reporter = SILENT
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    progress: Reporter = SILENT,
+    meanwhile: Callable[[Prepared], object] | None = None,
 ) -> tuple[LeakReport, Prepared]:
     """:func:`check_leaks` on DBN files, on the rows a cache of them holds (spreads in the instrument's
     tick, as :func:`foxhunt.features.cache.build_cache` counts them), with what it read and computed
-    on the unperturbed files."""
+    on the unperturbed files; ``meanwhile(prepared)`` runs while the cuts do (:func:`check_leaks`)."""
     from foxhunt.data.instrument import instrument_of_files
 
     paths = tuple(expand_paths(files))
     tick = instrument_of_files(paths, cfg.instrument, where="--data").tick_size
     md = load_market(paths, cfg.data, progress)
     inp, feats = _base(md, cfg, tick)
-    report = check_leaks(md, cfg, tick_size=tick, base=(inp, feats))
-    return report, Prepared(paths, md, inp, feats, float(tick), value_config(cfg))
+    prepared = Prepared(paths, md, inp, feats, float(tick), value_config(cfg))
+    report = check_leaks(
+        md,
+        cfg,
+        tick_size=tick,
+        base=(inp, feats),
+        meanwhile=None if meanwhile is None else partial(meanwhile, prepared),
+    )
+    return report, prepared
 
 
 def guard_prepared(
@@ -623,6 +649,25 @@ def guard_prepared(
     report, prepared = check_files(files, cfg, progress)
     report.raise_if_leaking(where, consequence)
     return report, prepared
+
+
+def guard_while(
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    where: str,
+    consequence: str,
+    meanwhile: Callable[[Prepared], T],
+    progress: Reporter = SILENT,
+) -> tuple[LeakReport, T]:
+    """:func:`guard_prepared`, with ``meanwhile(prepared)`` run in this process while the cuts run in
+    forked ones; ``(report, what it returned)`` when the data is clean, else :class:`LeakFoundError`
+    (whatever ``meanwhile`` built is the caller's to discard). The main job builds the cache and
+    compiles training's steps there (:func:`foxhunt.job.run_job`): work that waits for the verdict
+    before anything of it is used, done while the slowest part of the guard runs instead of after it."""
+    done: list[T] = []
+    report, _ = check_files(files, cfg, progress, lambda prepared: done.append(meanwhile(prepared)))
+    report.raise_if_leaking(where, consequence)
+    return report, done[0]
 
 
 def guard(
