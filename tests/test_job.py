@@ -190,6 +190,7 @@ def test_a_leak_stops_the_job_and_removes_the_cache_built_beside_the_guard(
     from foxhunt.features import cache as cache_mod
     from foxhunt.features.layout import STACK_FAMILIES
     from foxhunt.features.registry import FAMILIES
+    from foxhunt.validation import leaks
     from foxhunt.validation.leaks import LeakFoundError
 
     def compute(inp, params):
@@ -213,6 +214,7 @@ def test_a_leak_stops_the_job_and_removes_the_cache_built_beside_the_guard(
         return build(files, cfg, cache_dir, **kwargs)
 
     monkeypatch.setattr(cache_mod, "get_or_build", spy)
+    monkeypatch.setattr(leaks, "cut_workers", lambda md, n: 2)  # forked cuts, whatever the box's load
     out = tmp_path / "job"
     with pytest.raises(LeakFoundError, match="leaky.forward_move"):
         run_job(cfg, out, log=lambda _: None)

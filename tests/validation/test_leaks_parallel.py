@@ -141,6 +141,11 @@ def test_guard_while_returns_meanwhiles_value_when_clean_and_raises_on_a_leak(mo
     registry = _with_family(monkeypatch, cfg, "leaky", "forward_move", compute)
     plugins = cache_mod.with_plugins
     monkeypatch.setattr(cache_mod, "with_plugins", lambda found: plugins(found) | registry)
+    monkeypatch.setattr(leaks, "cut_workers", lambda md, n: 2)  # forked, whatever the box's load
     with pytest.raises(LeakFoundError, match="nothing runs"):
         guard_while(files, cfg, "test", "nothing runs", keep)
     assert len(got) == 2  # it ran beside the cuts; the verdict refuses what it made
+    monkeypatch.setattr(leaks, "cut_workers", lambda md, n: 1)
+    with pytest.raises(LeakFoundError, match="nothing runs"):
+        guard_while(files, cfg, "test", "nothing runs", keep)
+    assert len(got) == 2  # the cuts in this process found the leak first: it did not run

@@ -487,7 +487,8 @@ def _run_cuts(
     jobs: list[tuple], workers: int, meanwhile: Callable[[], object] | None = None
 ) -> list[CutResult]:
     """``[_one_cut(*job) for job in jobs]``, in ``workers`` forked processes when more than one;
-    ``meanwhile()`` runs in this process while they do (after them where they run here).
+    ``meanwhile()`` runs in this process while they do; where they run here, after them, and only
+    when none leaks (its work would wait for a verdict that refuses the data).
 
     Forked, not spawned: a worker inherits the market, the base features and every compiled numba
     kernel (the base computation compiled them), where a spawned one would import, compile and be
@@ -498,7 +499,7 @@ def _run_cuts(
     itself. An error in ``meanwhile`` stops the workers and is raised."""
     if workers <= 1 or len(jobs) <= 1:
         results = [_one_cut(*job) for job in jobs]
-        if meanwhile is not None:
+        if meanwhile is not None and not any(r.leaking_columns for r in results):
             meanwhile()
         return results
     global _FORKED_JOBS
