@@ -93,6 +93,7 @@ ROWS: tuple[Row, ...] = (
         "shaping: drawdown-recovery bonus 0.5",
     ),
     Row("regime_shift", ("env.rewards.regime_shift_penalty=0.5",), "shaping: regime-shift penalty 0.5"),
+    Row("weight_decay", ("agent.learn.weight_decay=0.1",), "AdamW decay 0.1 of the weight matrices"),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

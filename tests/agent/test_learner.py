@@ -467,3 +467,22 @@ def test_compiled_update_equals_the_eager_update() -> None:
     for pe_, pc_ in zip(eager.net.parameters(), compiled.net.parameters(), strict=True):
         torch.testing.assert_close(pc_, pe_, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(compiled.signals["gate_entropy"], eager.signals["gate_entropy"])
+
+
+def test_weight_decay_shrinks_the_weight_matrices_by_lr_times_it_and_nothing_else() -> None:
+    """AdamW's decoupled decay, hand-worked: with every gradient 0 Adam's own step is 0, so one
+    optimiser step multiplies each weight matrix by 1 - lr x weight_decay (0.1 x 0.5: 0.95) and leaves
+    the biases and other vectors as they were. Off (0), the step is plain Adam's kernel."""
+    learner = make_learner(agent_cfg(learn={"lr": 0.1, "weight_decay": 0.5}))
+    before = {n: p.detach().clone() for n, p in learner.net.named_parameters()}
+    for p in learner.net.parameters():
+        p.grad = torch.zeros_like(p)
+    learner.opt.step()
+    matrices = 0
+    for name, p in learner.net.named_parameters():
+        want = before[name] * 0.95 if p.ndim >= 2 else before[name]
+        assert torch.allclose(p, want, rtol=1e-6, atol=1e-7), name
+        matrices += p.ndim >= 2
+    assert 0 < matrices < len(before)  # both kinds were there to check
+    assert [g["weight_decay"] for g in learner.opt.param_groups] == [0.5, 0.0]
+    assert make_learner(agent_cfg()).opt.param_groups[0]["decoupled_weight_decay"] is False

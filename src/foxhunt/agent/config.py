@@ -160,6 +160,13 @@ class LearnConfig(Frozen):
     )
     popart: float = Field(3e-4, ge=0, lt=1, description="PopArt statistics rate beta (0 = off).")
     updates_per_epoch: int = Field(200, ge=1, description="Learner updates per epoch.")
+    weight_decay: float = Field(
+        0.0,
+        ge=0,
+        le=10,
+        description="Decoupled (AdamW) weight decay of the network's weight matrices (not its biases or "
+        "norm gains): each update shrinks them by lr x this (0 = off).",
+    )
 
 
 class ReplayConfig(Frozen):
