@@ -88,11 +88,11 @@ def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch
 
     prepared = object()
 
-    def fake_guard(files, cfg, where, consequence, progress):  # noqa: ANN001, ANN202
+    def fake_guard(files, cfg, where, consequence, meanwhile, progress):  # noqa: ANN001, ANN202
         calls.append((list(files), where, consequence, progress))
-        return report, prepared
+        return report, meanwhile(prepared)
 
-    monkeypatch.setattr(leaks, "guard_prepared", fake_guard)
+    monkeypatch.setattr(leaks, "guard_while", fake_guard)
     lines: list[str] = []
     rep = Reporter.lines(lines.append)
     said: list[str] = []

@@ -1042,7 +1042,7 @@ def train_cmd(
     from foxhunt.stages import Stopped, leak_guard_while
     from foxhunt.tracking import tracked_run
     from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train, warm_compile
-    from foxhunt.validation.leaks import cache_sources
+    from foxhunt.validation.leaks import Prepared, cache_sources
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
@@ -1067,7 +1067,7 @@ def train_cmd(
     if cache_path is None and data is not None:
         files = _data_paths(data, ctx)
 
-        def build_and_compile(prepared: Any) -> tuple[Any, float]:
+        def build_and_compile(prepared: Prepared) -> tuple[Any, float]:
             built, _ = _cache_from(ctx, data, None, cfg, out_dir, progress, "train", asked, prepared)
             return built, warm_compile(built, cfg)
 

@@ -71,12 +71,11 @@ def leak_guard_prepared(
     """:func:`leak_guard`, and what it read and computed on the unperturbed files: passed to
     :func:`foxhunt.features.cache.get_or_build` (``prepared``), a cache built next starts from it
     instead of reading the files and computing the rows and features a second time."""
-    from foxhunt.validation.leaks import guard_prepared
+    return leak_guard_while(files, cfg, where, stops, progress, say, _kept, load_progress=load_progress)
 
-    with progress.task(LEAK_GUARD):
-        report, prepared = guard_prepared(files, cfg, where, stops.value, load_progress)
-    say(report.verdict)
-    return report, prepared
+
+def _kept(prepared: Prepared) -> Prepared:
+    return prepared
 
 
 def leak_guard_while(
@@ -99,13 +98,13 @@ def leak_guard_while(
 
     from foxhunt.validation.leaks import guard_while
 
-    new = builds is not None and not builds.exists()
+    removed_on_failure = builds if builds is not None and not builds.exists() else None
     try:
         with progress.task(LEAK_GUARD):
             report, value = guard_while(files, cfg, where, stops.value, meanwhile, load_progress)
     except BaseException:
-        if new and builds is not None:
-            shutil.rmtree(builds, ignore_errors=True)
+        if removed_on_failure is not None:
+            shutil.rmtree(removed_on_failure, ignore_errors=True)
         raise
     say(report.verdict)
     return report, value

@@ -361,11 +361,6 @@ class FoldTrainer:
         signal = self.market.features[rows.to(self.device), col].cpu().numpy()
         row[QGAP_CORR] = gap_correlation(direction_gap(self.agent, self.market, self.cfg.env, rows), signal)
 
-    def warm(self) -> None:
-        """One epoch as :meth:`run_epoch` runs it, with nothing kept: the compiles and captures of
-        training's steps, paid by the throwaway trainer of :func:`warm_compile`."""
-        self.run_epoch()
-
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
@@ -552,7 +547,7 @@ def warm_compile(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
     with tempfile.TemporaryDirectory() as tmp, training_settings(cfg, device):
         store = CheckpointStore(tmp, ring=1)
-        FoldTrainer(cache, folds[0], cfg, device, store, lambda _: None).warm()
+        FoldTrainer(cache, folds[0], cfg, device, store, lambda _: None).run_epoch()  # result dropped
         store.close()
     gc.collect()  # the trainer's graphs and replay, before their memory goes back to the device
     torch.cuda.synchronize(device)

@@ -647,9 +647,7 @@ def guard_prepared(
 ) -> tuple[LeakReport, Prepared]:
     """The leak guard in front of a command (the report when clean, else :class:`LeakFoundError`), by
     :func:`check_files`, with what it computed kept for the cache."""
-    report, prepared = check_files(files, cfg, progress)
-    report.raise_if_leaking(where, consequence)
-    return report, prepared
+    return guard_while(files, cfg, where, consequence, lambda prepared: prepared, progress)
 
 
 def guard_while(
