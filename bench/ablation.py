@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.atomic import write_json, write_text
+from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError
-from foxhunt.train.seeds import SEEDS_FILE, merge_studies
+from foxhunt.train.seeds import SEEDS_FILE, committee_result, merge_studies
 
 ABLATION_FILE = "ablation.json"
 TABLE_FILE = "ablation.md"
@@ -203,9 +204,25 @@ def row_study(row: Row, args: argparse.Namespace, failed: list[Part]) -> dict[st
     missing = set(args.seeds) - {int(s["seed"]) for _, body in parts for s in body["seeds"]}
     if missing:
         return {"failed": f"no result for seeds {sorted(missing)}"}
-    merged = merge_studies(parts)
+    merged = merge_studies(parts) | {"committee": parts_committee(parts, args.device)}
     write_json(row_dir / SEEDS_FILE, merged, indent=2, default=float)
     return merged
+
+
+def parts_committee(parts: list[tuple[Path, dict[str, Any]]], device: str) -> dict[str, Any] | None:
+    """The committee of every finished seed of a row's parts (:func:`foxhunt.train.seeds.
+    committee_result`), on the first part's cache and config; None when a part's runs or cache are
+    not on this machine (only its ``seeds.json`` was kept)."""
+    first = parts[0][0].parent
+    runs = [
+        path.parent / f"seed{s['seed']}" for path, body in parts for s in body["seeds"] if not s["stopped"]
+    ]
+    caches = sorted((first / "cache").glob("*.arrow"))
+    if not caches or not all((r / "folds.json").exists() for r in runs):
+        return None
+    cfg = FoxhuntConfig.model_validate(json.loads((first / "seeds.config.json").read_text())["config"])
+    result = committee_result(caches[0], cfg, runs, device=device)
+    return result.to_dict() if result is not None else None
 
 
 def table_row(row: Row, study: dict[str, Any], sets: list[str]) -> dict[str, Any]:
@@ -223,6 +240,7 @@ def table_row(row: Row, study: dict[str, Any], sets: list[str]) -> dict[str, Any
         "net_pnl_total": study["net_pnl_total"],
         "trades_mean": sum(trades) / len(trades) if trades else None,
         "seeds": [s["seed"] for s in study["seeds"]],
+        "committee": study.get("committee"),
     }
 
 
@@ -231,17 +249,18 @@ def _pct(x: float | None) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
-    """The table: row, overrides, capture mean, 95% interval, beat flat, mean net PnL, trades."""
+    """The table: row, overrides, capture mean, 95% interval, beat flat, mean net PnL, trades, and the
+    seeds' committee (its capture and net PnL over the folds)."""
     lines = [
         header,
         "",
-        "| row | overrides | capture mean | 95% interval | beat flat | mean net PnL | trades |",
-        "|---|---|---|---|---|---|---|",
+        "| row | overrides | capture mean | 95% interval | beat flat | mean net PnL | trades | committee |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         sets = " ".join(f"`{s}`" for s in r["sets"]) or "(none)"
         if "failed" in r:
-            lines.append(f"| {r['row']} | {sets} | failed: {r['failed']} | | | | |")
+            lines.append(f"| {r['row']} | {sets} | failed: {r['failed']} | | | | | |")
             continue
         c, pnl = r["capture"], r["net_pnl_total"]
         ci = f"[{_pct(c['lo'])}, {_pct(c['hi'])}]" if c["lo"] is not None else "n/a"
@@ -249,7 +268,11 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         beat += f" ({len(r['stopped'])} stopped)" if r["stopped"] else ""
         net = "n/a" if pnl["mean"] is None else f"{pnl['mean']:+,.0f}"
         trades = "n/a" if r["trades_mean"] is None else f"{r['trades_mean']:.1f}"
-        lines.append(f"| {r['row']} | {sets} | {_pct(c['mean'])} | {ci} | {beat} | {net} | {trades} |")
+        com = r.get("committee")
+        committee = "n/a" if not com else f"{_pct(com['capture'])} ({com['total']:+,.0f})"
+        lines.append(
+            f"| {r['row']} | {sets} | {_pct(c['mean'])} | {ci} | {beat} | {net} | {trades} | {committee} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -277,6 +300,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--jobs", type=int, default=1, help="foxhunt seeds calls at once (e.g. CPU rows)")
     ap.add_argument("--tracking-uri", default="none", help="MLflow store of the studies (default: none)")
     ap.add_argument("--overwrite", action="store_true", help="retrain every part, whatever --out holds")
+    ap.add_argument("--device", default="cpu", help="where each row's committee is judged (default cpu)")
     args = ap.parse_args(argv)
     try:
         args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]

@@ -806,12 +806,13 @@ def backtest_cmd(
         Path | None, typer.Option("--cache", metavar="FILE", help="A feature cache built before.")
     ] = None,
     checkpoint: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             "--checkpoint",
             metavar="FILE",
             help="A trained checkpoint (RUN/checkpoints/fold<k>/best.safetensors) instead of --policy; "
-            "judged on its own fold's validation period.",
+            "judged on its own fold's validation period. Repeated: a committee of that fold's "
+            "checkpoints (the argmax of their mean E[Q]).",
         ),
     ] = None,
     fold: Annotated[
@@ -839,10 +840,12 @@ def backtest_cmd(
     overrides = _with_row_unit(set_, row_unit)
     cfg = _config(profile, config, overrides)
     claim_folder(out_dir, ("metrics.json", "trades.csv", "backtest.config.json"), overwrite=overwrite)
-    if checkpoint is not None:
-        from foxhunt.train.policy import CheckpointPolicy
+    if checkpoint:
+        from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy
 
-        kind = CheckpointPolicy(checkpoint, cfg)
+        kind = (
+            CheckpointPolicy(checkpoint[0], cfg) if len(checkpoint) == 1 else CommitteePolicy(checkpoint, cfg)
+        )
         cfg = kind.cfg  # the checkpoint's own resolved config (its widths, branches and folds)
     else:
         try:
@@ -851,7 +854,7 @@ def backtest_cmd(
             raise FoxhuntError(
                 "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
             ) from None
-    asked = None if checkpoint is not None else _set_keys(overrides)
+    asked = None if checkpoint else _set_keys(overrides)
     if data is not None and cache_path is None:
         from foxhunt.data.instrument import instrument_of_files
 
@@ -1268,7 +1271,15 @@ def seeds_cmd(
     from foxhunt.report.plots import plot_seeds
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
-    from foxhunt.train.seeds import SEEDS_FILE, SEEDS_PLOT, run_seeds, seed_folder, summarise_seeds
+    from foxhunt.train.run import resolve_device
+    from foxhunt.train.seeds import (
+        SEEDS_FILE,
+        SEEDS_PLOT,
+        committee_result,
+        run_seeds,
+        seed_folder,
+        summarise_seeds,
+    )
 
     try:
         chosen = [int(s) for s in seeds.split(",") if s.strip()]
@@ -1310,7 +1321,13 @@ def seeds_cmd(
                 address=ray_address,
                 say=lambda line: out.print(line, markup=False),
             )
-        summary = summarise_seeds(results, reference) | {"profile": profile, "sets": list(set_ or [])}
+        runs = [seed_folder(out_dir, r.seed) for r in results if not r.stopped]
+        with step(f"the committee of {len(runs)} seeds per fold", progress):
+            committee = committee_result(cache.path, cfg, runs, device=str(resolve_device(cfg)))
+        summary = summarise_seeds(results, reference, committee) | {
+            "profile": profile,
+            "sets": list(set_ or []),
+        }
         write_json(out_dir / SEEDS_FILE, summary, indent=2, default=float)
         plot_seeds(summary, out_dir / SEEDS_PLOT)
         study.log_results(
@@ -1330,6 +1347,13 @@ def seeds_cmd(
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in r.folds)
         cap = f"{r.capture:.0%}" if r.capture is not None else "n/a"
         out.print(f"seed {r.seed}: net {nets} (total {r.total:+,.0f}), capture {cap}", markup=False)
+    if committee is not None:
+        nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in committee.folds)
+        cap = f"{committee.capture:.0%}" if committee.capture is not None else "n/a"
+        out.print(
+            f"committee of {len(runs)}: net {nets} (total {committee.total:+,.0f}), capture {cap}",
+            markup=False,
+        )
     c = summary["capture"]
     ci = f" [{c['lo']:.0%}, {c['hi']:.0%}]" if c["lo"] is not None else ""
     mean = f"{c['mean']:.0%}{ci}" if c["mean"] is not None else "n/a"
@@ -1482,7 +1506,9 @@ def tune_cmd(
     workers: Annotated[int, typer.Option(metavar="N", help="Trials run at once.")] = 1,
     storage: Annotated[
         str | None,
-        typer.Option(metavar="URL", help="SQLAlchemy URL of the study's database (default: sqlite:///DIR/study.db)."),
+        typer.Option(
+            metavar="URL", help="SQLAlchemy URL of the study's database (default: sqlite:///DIR/study.db)."
+        ),
     ] = None,
     study_name: Annotated[
         str | None,

@@ -82,3 +82,8 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert nets[0] != nets[1]  # different seeds, different agents
     assert (out / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     assert "seed 3: net" in result.output and "beat flat" in result.output
+    # the two seeds' committee, fold by fold, with the folds' own baselines
+    com = body["committee"]
+    assert com["seed"] == -1 and [f["fold"] for f in com["folds"]] == [0, 1]
+    assert [f["rule"] for f in com["folds"]] == [f["rule"] for f in body["seeds"][0]["folds"]]
+    assert "committee of 2: net" in result.output

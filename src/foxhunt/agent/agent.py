@@ -188,16 +188,13 @@ class Agent:
         """Branch actions, sizing inputs and aux predictions for ``states`` ``[N, W]``."""
         net, e = self.net, self.cfg.explore
         if mode is Mode.GREEDY:  # eager: a backtest's batches are small, their graph launch-bound
-            with _eval_mode(net):
-                out, qs = self._values(states)
+            out, qs = self.greedy_values(states)
         else:
             net.reset_noise(self.gen)
             out, qs = self._values_fn(states)
         z = net.support()  # qs: per branch [N, A], real units
         actions = []
-        for i, q in enumerate(qs):
-            if i == _DIRECTION and self.cfg.act.entry_margin > 0:
-                q = q - self.entry_penalty * self.signals["q_gap"]
+        for i, q in enumerate(self.acting_q(qs)):
             if mode is Mode.GREEDY:
                 actions.append(ex.greedy(q))
                 continue
@@ -224,12 +221,33 @@ class Agent:
             # index_add_ rather than bincount: bincount syncs with the host to size its output.
             self.counts[i].index_add_(0, a, torch.ones_like(a, dtype=self.counts[i].dtype))
             actions.append(a)
-        acts = torch.stack(actions, dim=1)
+        return self.decision(out, qs, torch.stack(actions, dim=1))
 
+    def greedy_values(self, states: Tensor) -> tuple[NetOut, tuple[Tensor, ...]]:
+        """The network's outputs and each branch's E[Q] ``[N, A]`` (real units) as :attr:`Mode.GREEDY`
+        sees them: noisy layers at their means, no draws (what a committee of agents averages)."""
+        with _eval_mode(self.net):
+            return self._values(states)
+
+    def acting_q(self, qs: tuple[Tensor, ...]) -> list[Tensor]:
+        """The E[Q] a choice is made on: the direction's Short and Long lowered by the entry margin
+        (``agent.act.entry_margin`` running direction gaps), the other branches as they are."""
+        if self.cfg.act.entry_margin <= 0:
+            return list(qs)
+        margin = self.entry_penalty * self.signals["q_gap"]
+        return [q - margin if i == _DIRECTION else q for i, q in enumerate(qs)]
+
+    def decision(self, out: NetOut, qs: tuple[Tensor, ...], acts: Tensor) -> PolicyOut:
+        """The decision for the chosen ``acts`` ``[N, branches]``: the convictions (each branch's
+        best-minus-second E[Q] gap in ``qs`` over twice the running gap), the Q-variance of the chosen
+        direction's return distribution and the aux predictions, from the network's ``out``."""
+        net = self.net
+        z = net.support()
+        states_n = acts.shape[0]
         gap_ref = 2.0 * self.signals["q_gap"].clamp(min=1e-6)
         d_gap = _top2_gap(qs[_DIRECTION])
         m_gap = _top2_gap(qs[_MAGNITUDE]) if qs[_MAGNITUDE].shape[1] > 1 else torch.ones_like(d_gap) * gap_ref
-        rows = torch.arange(states.shape[0], device=states.device)
+        rows = torch.arange(states_n, device=acts.device)
         direction = out.branches[_DIRECTION]
         if net.trained.c51[_DIRECTION]:  # the C51 distribution's variance (both heads on, or C51 alone)
             p_dir = torch.softmax(direction.logits, -1)[rows, acts[:, _DIRECTION]]
@@ -247,7 +265,7 @@ class Agent:
                 [ret[:, None], (2.0 * p_up - 1.0)[:, None], torch.softmax(out.aux_outcome, -1)], dim=1
             )
         else:  # aux loss off: the untrained heads' outputs would be noise in the next state; 0 is none
-            aux = torch.zeros(states.shape[0], STATE_LAYOUT.group("aux").width, device=states.device)
+            aux = torch.zeros(states_n, STATE_LAYOUT.group("aux").width, device=acts.device)
         return PolicyOut(
             actions=acts,
             direction_conviction=d_gap / gap_ref,

@@ -8,13 +8,16 @@ policy without loading the code that trains one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
 from foxhunt.agent.agent import Agent
+from foxhunt.agent.committee import committee_decision
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.env.graph import CapturablePolicy
+from foxhunt.errors import FoxhuntError
 from foxhunt.train.checkpoint import Fingerprint, checkpoint_config, load_checkpoint
 
 _ACTING_REPLAY = 16
@@ -43,3 +46,53 @@ class CheckpointPolicy:
         """The greedy policy ``(state, env) -> PolicyOut``: capturable, one CUDA graph per window shape
         on CUDA."""
         return self.agent(device).greedy_policy()
+
+
+class CommitteePolicy:
+    """Several trained checkpoints of one fold as one greedy policy: each branch's action is the
+    argmax of the members' mean E[Q] (:mod:`foxhunt.agent.committee`). The members must have been
+    trained on the same fold under the same environment and state layout (different seeds or
+    settings of the learner are what a committee is for); their stored normalisers, if any, must
+    agree. One member is that checkpoint's :class:`CheckpointPolicy`, bit for bit."""
+
+    def __init__(self, paths: Sequence[str | Path], cfg: FoxhuntConfig) -> None:
+        if not paths:
+            raise FoxhuntError("--checkpoint", "no checkpoints for a committee", "pass one or more")
+        self.members = [CheckpointPolicy(p, cfg) for p in paths]
+        first = self.members[0]
+        for m in self.members[1:]:
+            if m.fold != first.fold:
+                raise FoxhuntError(
+                    m.path,
+                    f"trained on fold {m.fold}, {first.path} on fold {first.fold}",
+                    "a committee judges one fold: pass checkpoints of one fold",
+                )
+            if m.cfg.env != first.cfg.env or m.cfg.folds != first.cfg.folds:
+                raise FoxhuntError(
+                    m.path,
+                    f"its environment or folds differ from {first.path}'s",
+                    "pass checkpoints trained with one env and fold config",
+                )
+            if _normaliser(m.path) != _normaliser(first.path):
+                raise FoxhuntError(
+                    m.path,
+                    f"its stored normaliser differs from {first.path}'s",
+                    "export every member from the same feature cache",
+                )
+        self.cfg = first.cfg
+        self.fold = first.fold
+        self.epoch = first.epoch
+        self.path = first.path  # its stored normaliser (if any) is every member's
+        n = len(self.members)
+        self.value = first.value if n == 1 else f"committee of {n} checkpoints (fold {self.fold})"
+
+    def policy(self, device: torch.device | str) -> CapturablePolicy:
+        """The committee's greedy policy ``(state, env) -> PolicyOut`` (capturable, as a member's)."""
+        agents = [m.agent(device) for m in self.members]
+        return CapturablePolicy(lambda obs, env: committee_decision(agents, obs))
+
+
+def _normaliser(path: Path) -> object:
+    from foxhunt.train.checkpoint import read_checkpoint_meta
+
+    return read_checkpoint_meta(path).get("normaliser")

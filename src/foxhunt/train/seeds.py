@@ -31,6 +31,8 @@ from foxhunt.tracking import TrackingTarget, nested_run
 SEEDS_FILE = "seeds.json"
 SEEDS_PLOT = "seeds.png"
 INTERVAL_LEVEL = 0.95
+COMMITTEE_SEED = -1
+"""The ``seed`` of a study's committee result (:func:`committee_result`): no run has it."""
 
 
 @dataclass
@@ -148,6 +150,51 @@ def train_one_seed(
     return SeedResult(seed, [seed_fold(f) for f in folds], seconds=time.perf_counter() - t0)
 
 
+def committee_result(
+    cache_path: Path, cfg: FoxhuntConfig, runs: list[Path], device: str = "cpu"
+) -> SeedResult | None:
+    """The committee of the runs' reported checkpoints, fold by fold (:class:`~foxhunt.train.policy.
+    CommitteePolicy`: the argmax of the seeds' mean E[Q]) judged on each fold's validation rows as the
+    runs judged their own agents; its ``seed`` is -1. ``runs``: finished seed folders of one study
+    (``folds.json`` and the checkpoints it names). None with fewer than two runs.
+
+    No member, epoch or weight is picked on validation: every finished seed's reported agent votes,
+    so the committee's numbers are as honest as each seed's."""
+    import json
+
+    from foxhunt.backtest.evaluate import evaluate
+    from foxhunt.backtest.run import bars_per_year, summarise
+    from foxhunt.env.market import market_tensors
+    from foxhunt.features.cache import load_cache
+    from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.validation.dataset import make_folds
+
+    if len(runs) < 2:
+        return None
+    t0 = time.perf_counter()
+    reports = [json.loads((r / "folds.json").read_text()) for r in runs]
+    cache = load_cache(cache_path, cfg)
+    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    result = SeedResult(COMMITTEE_SEED)
+    for k, fold in enumerate(reports[0]):
+        committee = CommitteePolicy(
+            [r / rep[k]["checkpoint_file"] for r, rep in zip(runs, reports, strict=True)], cfg
+        )
+        fd = folds[committee.fold]
+        market = market_tensors(
+            cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device, overrides=cfg.instrument
+        )
+        rec = evaluate(
+            market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, committee.policy(device)
+        )
+        metrics, _ = summarise(rec, bars_per_year(cache, market.instrument), cfg)
+        result.folds.append(
+            seed_fold(fold | {key: metrics[key] for key in ("net_pnl", "trades", "sharpe_annual")})
+        )
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
 def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, Any]:
     """Mean, standard error (sd / sqrt(n), sd with n - 1) and the Student-t interval of ``values``.
 
@@ -164,15 +211,18 @@ def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, An
     return {"n": n, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "level": level}
 
 
-def summarise_seeds(results: list[SeedResult], reference: dict[str, Any] | None) -> dict[str, Any]:
-    """The body of ``seeds.json`` (module docstring)."""
+def summarise_seeds(
+    results: list[SeedResult], reference: dict[str, Any] | None, committee: SeedResult | None = None
+) -> dict[str, Any]:
+    """The body of ``seeds.json`` (module docstring); ``committee``: the finished seeds' committee
+    (:func:`committee_result`), kept apart from the seeds' statistics."""
     done = [r for r in results if not r.stopped]
     captures = [c for c in (r.capture for r in done) if c is not None]
     return {
+        "committee": committee.to_dict() if committee is not None else None,
         "seeds": [r.to_dict() for r in results],
         "reference": reference,
-        "capture": interval(captures)
-        | {"undefined_seeds": [r.seed for r in done if r.capture is None]},
+        "capture": interval(captures) | {"undefined_seeds": [r.seed for r in done if r.capture is None]},
         "net_pnl_total": interval([r.total for r in done if r.total is not None]),
         "beats_flat": sum(bool(r.beats_flat) for r in done),
         "finished": len(done),
