@@ -264,7 +264,8 @@ def plot_expert_utilisation(by_fold: Mapping[int, Sequence[Any]], path: Path) ->
 
 def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
     """A seeds study (``seeds.json``): each seed's validation net PnL per fold as bars beside the
-    reference rule's (black bar outline), flat's and long's (markers); ``None`` when no seed finished."""
+    reference rule's (black bar outline), flat's, long's and the seeds' committee's (markers); ``None``
+    when no seed finished."""
     seeds = [s for s in summary.get("seeds") or () if not s.get("stopped") and s.get("folds")]
     if not seeds:
         return None
@@ -282,9 +283,28 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         pts = [(k, y) for k, y in pts if y is not None]
         if pts:
             ax.scatter(
-                [k + 0.4 for k, _ in pts], [y for _, y in pts], marker=marker, s=300 if marker == "_" else 40,
-                color="black" if name == "rule" else POLICY_COLOURS.get(name), label=name, zorder=3,
+                [k + 0.4 for k, _ in pts],
+                [y for _, y in pts],
+                marker=marker,
+                s=300 if marker == "_" else 40,
+                color="black" if name == "rule" else POLICY_COLOURS.get(name),
+                label=name,
+                zorder=3,
             )
+    committee = {
+        int(f["fold"]): float(f["net_pnl"]) for f in (summary.get("committee") or {}).get("folds") or ()
+    }
+    if committee:  # the seeds voting as one policy (foxhunt.train.seeds.committee_result)
+        ks = [k for k in folds if k in committee]
+        ax.scatter(
+            [k + 0.4 for k in ks],
+            [committee[k] for k in ks],
+            marker="D",
+            s=40,
+            color="tab:purple",
+            label="committee",
+            zorder=3,
+        )
     ax.axhline(0.0, color="black", lw=0.6)
     ax.set_xticks(folds, [f"fold {k}" for k in folds])
     ax.set_ylabel("validation net PnL ($)")
@@ -295,6 +315,9 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         lo, hi = _finite(cap.get("lo")), _finite(cap.get("hi"))
         span = f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else ""
         title += f": mean capture {mean:.0%}{span} over {cap.get('n')} seeds"
+    com = _finite((summary.get("committee") or {}).get("capture"))
+    if com is not None:
+        title += f"; their committee {com:.0%}"
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
