@@ -4,7 +4,8 @@
 market, and writes seeds.json and seeds.png); this probe runs the same :func:`train_one_seed` on a
 cache built before, so a study can reuse one cache across settings. Each line holds the per-fold
 validation net PnL, trades, Sharpe and the baselines' net PnL (or ``stopped``: the anomaly guard's
-diagnosis); the last line is the capture's mean and 95% interval over the seeds that finished.
+diagnosis); the last line is the capture's mean and 95% interval over the seeds that finished and
+the seeds' committee (their agents' mean E[Q] deciding, per fold: ``foxhunt.train.seeds.committee_result``).
 
     python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
 
@@ -22,7 +23,7 @@ from foxhunt.backtest.reference import planted_column
 from foxhunt.config.loader import load_config
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import open_cache
-from foxhunt.train.seeds import run_seeds, summarise_seeds
+from foxhunt.train.seeds import committee_result, run_seeds, seed_folder, summarise_seeds
 from foxhunt.validation.leaks import cache_sources
 
 
@@ -46,8 +47,11 @@ def main() -> None:
     results = run_seeds(cfg, path, seeds, args.out, workers=args.jobs, planted=planted)
     for r in results:
         print(json.dumps(r.to_dict()), flush=True)
-    body = summarise_seeds(results, reference=None)
-    print(json.dumps({"capture": body["capture"], "beats_flat": body["beats_flat"], "sets": args.sets}))
+    runs = [seed_folder(args.out, r.seed) for r in results if not r.stopped]
+    committee = committee_result(path, cfg, runs)
+    body = summarise_seeds(results, reference=None, committee=committee)
+    line = {"capture": body["capture"], "beats_flat": body["beats_flat"], "sets": args.sets}
+    print(json.dumps(line | {"committee": body["committee"]}))
 
 
 if __name__ == "__main__":
