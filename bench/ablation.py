@@ -34,7 +34,7 @@ from typing import Any
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError
-from foxhunt.train.seeds import SEEDS_FILE, committee_result, merge_studies
+from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies
 
 ABLATION_FILE = "ablation.json"
 TABLE_FILE = "ablation.md"
@@ -204,9 +204,30 @@ def row_study(row: Row, args: argparse.Namespace, failed: list[Part]) -> dict[st
     missing = set(args.seeds) - {int(s["seed"]) for _, body in parts for s in body["seeds"]}
     if missing:
         return {"failed": f"no result for seeds {sorted(missing)}"}
-    merged = merge_studies(parts) | {"committee": parts_committee(parts, args.device)}
+    merged = merge_studies(parts) | {
+        "committee": parts_committee(parts, args.device),
+        "part_committees": part_committees(parts),
+    }
     write_json(row_dir / SEEDS_FILE, merged, indent=2, default=float)
     return merged
+
+
+def part_committees(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any] | None:
+    """Each part's own committee (its ``foxhunt seeds`` call's, over the part's seeds) as one unit: a
+    GPU measurement of committees of 8 is ``--chunk 8 --workers 8``, one part per committee. Their
+    captures (mean and 95% interval over the parts, :func:`foxhunt.train.seeds.interval`) and how many
+    beat flat; None when no part has a committee (parts of one seed)."""
+    found = [body["committee"] for _, body in parts if body.get("committee")]
+    if not found:
+        return None
+    captures = [c["capture"] for c in found if c["capture"] is not None]
+    return {
+        "members": [len(body["seeds"]) for _, body in parts if body.get("committee")],
+        "captures": captures,
+        "capture": interval(captures),
+        "beats_flat": sum(bool(c["beats_flat"]) for c in found),
+        "n": len(found),
+    }
 
 
 def parts_committee(parts: list[tuple[Path, dict[str, Any]]], device: str) -> dict[str, Any] | None:
@@ -241,6 +262,7 @@ def table_row(row: Row, study: dict[str, Any], sets: list[str]) -> dict[str, Any
         "trades_mean": sum(trades) / len(trades) if trades else None,
         "seeds": [s["seed"] for s in study["seeds"]],
         "committee": study.get("committee"),
+        "part_committees": study.get("part_committees"),
     }
 
 
@@ -250,7 +272,8 @@ def _pct(x: float | None) -> str:
 
 def markdown(rows: list[dict[str, Any]], header: str) -> str:
     """The table: row, overrides, capture mean, 95% interval, beat flat, mean net PnL, trades, and the
-    seeds' committee (its capture and net PnL over the folds)."""
+    seeds' committee (its capture and net PnL over the folds; with parts of several seeds, each part's
+    committee too)."""
     lines = [
         header,
         "",
@@ -270,6 +293,13 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
         trades = "n/a" if r["trades_mean"] is None else f"{r['trades_mean']:.1f}"
         com = r.get("committee")
         committee = "n/a" if not com else f"{_pct(com['capture'])} ({com['total']:+,.0f})"
+        units = r.get("part_committees")
+        if units:  # each part's committee a unit: their captures, mean, interval and beat flat
+            uc = units["capture"]
+            span = f" [{_pct(uc['lo'])}, {_pct(uc['hi'])}]" if uc["lo"] is not None else ""
+            each = ", ".join(_pct(c) for c in units["captures"])
+            beat = f"{units['beats_flat']}/{units['n']} beat flat"
+            committee += f"; per part: {each} (mean {_pct(uc['mean'])}{span}, {beat})"
         lines.append(
             f"| {r['row']} | {sets} | {_pct(c['mean'])} | {ci} | {beat} | {net} | {trades} | {committee} |"
         )

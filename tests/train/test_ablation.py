@@ -96,6 +96,32 @@ def test_table_row_numbers_are_the_study_numbers() -> None:
     assert "| 43% |" in line and "| 2/2 (1 stopped) |" in line and "| +2,150 |" in line and "| 20.5 |" in line
 
 
+def test_each_parts_committee_is_a_unit_of_the_table(tmp_path: Path) -> None:
+    """Parts of several seeds each carry their own committee (foxhunt seeds writes it): the table gives
+    their captures, mean and interval and how many beat flat, read from the parts' bodies."""
+    parts = []
+    for i, (a, b) in enumerate(((2_500.0, 0.0), (-500.0, -100.0))):  # captures 50% and -12%
+        committee = SeedResult(-1, _seed(0, (a, b)).folds)
+        body = summarise_seeds(
+            [_seed(10 * i + 1, (1.0, 1.0)), _seed(10 * i + 2, (1.0, 1.0))], REFERENCE, committee
+        )
+        parts.append(
+            (
+                tmp_path / f"p{i}" / "seeds.json",
+                json.loads(json.dumps(body | {"profile": "smoke", "sets": []})),
+            )
+        )
+    units = ablation.part_committees(parts)
+    assert units["members"] == [2, 2] and units["n"] == 2 and units["beats_flat"] == 1
+    assert units["captures"] == pytest.approx([0.5, -0.12])
+    assert units["capture"]["mean"] == pytest.approx(0.19)
+    row = ablation.table_row(ablation.BASELINE, merge_studies(parts) | {"part_committees": units}, [])
+    line = ablation.markdown([row], "h").splitlines()[-1]
+    assert "per part: 50%, -12% (mean 19% [" in line and "1/2 beat flat)" in line
+    single = [(path, {**body, "committee": None}) for path, body in parts]
+    assert ablation.part_committees(single) is None  # parts of one seed have no committee
+
+
 class FakeSeeds:
     """Stands in for the ``foxhunt seeds`` subprocess: writes a study of the command's seeds."""
 
