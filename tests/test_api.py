@@ -213,9 +213,10 @@ def test_weights_only_export_is_small_and_backtests_like_the_checkpoint(
     assert keys and all(k.startswith(("policy/network/", "policy/popart/", "policy/signals/")) for k in keys)
     meta = json.loads(checkpoint_files(export)[1].read_text())["meta"]
     assert meta["normaliser"] == api.make_folds(cache, cfg)[FOLD].scaler.to_dict()
-    assert meta["fold"] == FOLD and meta["fingerprint"] == json.loads(checkpoint_files(full)[1].read_text())[
-        "meta"
-    ]["fingerprint"]
+    assert (
+        meta["fold"] == FOLD
+        and meta["fingerprint"] == json.loads(checkpoint_files(full)[1].read_text())["meta"]["fingerprint"]
+    )
 
     bodies = []
     for path, out in ((full, tmp_path / "bt-full"), (light, tmp_path / "bt-export")):
@@ -231,6 +232,17 @@ def test_weights_only_export_is_small_and_backtests_like_the_checkpoint(
     agent = api.load_policy(light)
     assert torch.equal(agent.act(states), api.load_policy(full).act(states))
     assert agent.scaler is not None and agent.scaler.columns == tuple(cache.columns)
+
+
+def test_a_committee_of_a_checkpoint_twice_backtests_as_the_checkpoint(
+    checkpoint: Path, cache: FeatureCache
+) -> None:
+    """The mean of two identical E[Q] is that E[Q] exactly, so the committee trades as its one agent:
+    the same validation numbers, on the agent's own fold and config by default."""
+    alone = api.backtest(cache, api.load_policy(checkpoint))
+    twice = api.backtest(cache, api.load_committee([checkpoint, checkpoint]))
+    assert alone.metrics["trades"] > 0 and twice.fold == alone.fold == FOLD
+    assert twice.metrics == alone.metrics and twice.policy == f"committee of 2 checkpoints (fold {FOLD})"
 
 
 def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> None:

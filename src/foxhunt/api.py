@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -54,6 +54,9 @@ from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.dataset import FoldData
 from foxhunt.validation.dataset import make_folds as _make_folds
 from foxhunt.validation.normalise import RobustScaler
+
+if TYPE_CHECKING:  # imported where used: the training code stays out of `import foxhunt.api`
+    from foxhunt.train.policy import CommitteePolicy
 
 __all__ = [
     "BacktestResult",
@@ -289,6 +292,22 @@ def load_policy(
     return TrainedAgent(path, cfg, device)
 
 
+def load_committee(paths: Sequence[str | Path], cfg: FoxhuntConfig | None = None) -> CommitteePolicy:
+    """Several checkpoints (or exports) of one fold as one greedy policy: each branch the argmax of
+    their mean E[Q] (:mod:`foxhunt.agent.committee`; ``foxhunt backtest`` with ``--checkpoint``
+    repeated). :func:`backtest` judges it on its fold with the first member's config.
+
+    Example::
+
+        runs = [f"runs/seeds/seed{s}" for s in (7, 8, 9)]
+        committee = api.load_committee([api.checkpoint_path(r, 0, "last") for r in runs])
+        api.backtest(cache, committee).metrics["net_pnl"]
+    """
+    from foxhunt.train.policy import CommitteePolicy
+
+    return CommitteePolicy(paths, cfg if cfg is not None else load_config())
+
+
 def checkpoint_path(run_dir: str | Path, fold: int, which: str = "best") -> Path:
     """The ``best`` or ``last`` checkpoint of ``fold`` in a training run folder.
 
@@ -329,7 +348,7 @@ class BacktestResult:
 
 def backtest(
     cache: FeatureCache,
-    policy: UserPolicy | ScriptedPolicy | str | TrainedAgent,
+    policy: UserPolicy | ScriptedPolicy | str | TrainedAgent | CommitteePolicy,
     *,
     cfg: FoxhuntConfig | None = None,
     fold: int | FoldData | None = None,
@@ -339,8 +358,9 @@ def backtest(
     ``foxhunt backtest``.
 
     ``policy`` is a callable ``(states, rows) -> actions`` (module docs), a scripted policy
-    (``"flat"``, ``"long"``, ``"short"``, ``"random"``, ``"oracle"``) or a :class:`TrainedAgent`,
-    which defaults ``cfg`` to its own config and ``fold`` to the fold it was trained on.
+    (``"flat"``, ``"long"``, ``"short"``, ``"random"``, ``"oracle"``), a :class:`TrainedAgent` or a
+    committee (:func:`load_committee`), which default ``cfg`` to their own config and ``fold`` to the
+    fold they were trained on.
 
     Example::
 
@@ -351,7 +371,10 @@ def backtest(
         r = api.backtest(cache, momentum, cfg=cfg, fold=0)
         r.metrics["net_pnl"], r.metrics["trades"], r.implausible_reasons
     """
-    if isinstance(policy, TrainedAgent):
+    from foxhunt.train.policy import CommitteePolicy
+
+    trained = isinstance(policy, TrainedAgent | CommitteePolicy)
+    if trained:
         cfg = cfg if cfg is not None else policy.cfg
         fold = fold if fold is not None else policy.fold
     if cfg is None or fold is None:
@@ -376,7 +399,7 @@ def backtest(
     if isinstance(policy, ScriptedPolicy):
         seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, k)  # as foxhunt backtest
         name, pol = policy.value, scripted(policy, cfg.env, seed=seed)
-    elif isinstance(policy, TrainedAgent):
+    elif trained:
         name, pol = policy.value, policy.policy(device)
     else:
         name, pol = getattr(policy, "__name__", "custom"), _user_policy(policy, cfg)
