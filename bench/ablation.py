@@ -232,14 +232,17 @@ def part_committees(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any] 
 
 def parts_committee(parts: list[tuple[Path, dict[str, Any]]], device: str) -> dict[str, Any] | None:
     """The committee of every finished seed of a row's parts (:func:`foxhunt.train.seeds.
-    committee_result`), on the first part's cache and config; None when a part's runs or cache are
-    not on this machine (only its ``seeds.json`` was kept)."""
+    committee_result`), on the first part's cache and config; None when a part's runs, checkpoints or
+    cache are not on this machine (only its ``seeds.json`` was kept)."""
     first = parts[0][0].parent
     runs = [
         path.parent / f"seed{s['seed']}" for path, body in parts for s in body["seeds"] if not s["stopped"]
     ]
     caches = sorted((first / "cache").glob("*.arrow"))
     if not caches or not all((r / "folds.json").exists() for r in runs):
+        return None
+    named = [r / f["checkpoint_file"] for r in runs for f in json.loads((r / "folds.json").read_text())]
+    if not all(path.exists() for path in named):  # checkpoints deleted to save space: no votes
         return None
     cfg = FoxhuntConfig.model_validate(json.loads((first / "seeds.config.json").read_text())["config"])
     result = committee_result(caches[0], cfg, runs, device=device)

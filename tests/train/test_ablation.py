@@ -201,6 +201,15 @@ def test_ablation_of_two_rows_over_two_seeds_end_to_end(tmp_path: Path) -> None:
         assert row["net_pnl_total"]["mean"] == pytest.approx(sum(totals) / 2)
         text = (tmp_path / "ablation.md").read_text()
         assert f"{row['net_pnl_total']['mean']:+,.0f}" in text
+        # the part's committee, written by the seeds subprocess from its runs, is the row's, judged
+        # again here from the checkpoints that process left on disk
+        assert [f["trades"] for f in row["committee"]["folds"]] == [
+            f["trades"] for f in study["committee"]["folds"]
+        ]
+        for mine, theirs in zip(row["committee"]["folds"], study["committee"]["folds"], strict=True):
+            assert mine["net_pnl"] == pytest.approx(theirs["net_pnl"], rel=1e-9, abs=1e-9)
+        cap = study["committee"]["capture"]  # None where the tiny market's rule made <= 0
+        assert row["part_committees"]["captures"] == ([] if cap is None else [cap])
 
 
 def test_parts_at_once_give_the_same_table(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -36,10 +36,7 @@ def committee_decision(members: Sequence[Agent], states: torch.Tensor) -> Policy
     if not members:
         raise ValueError("a committee needs at least one agent")
     values = [m.greedy_values(states) for m in members]
-    if len(members) == 1:  # exactly the agent's greedy policy (no averaging arithmetic at all)
-        (m,), ((out, qs),) = members, values
-        acts = torch.stack([ex.greedy(q) for q in m.acting_q(qs)], dim=1)
-        return m.decision(out, qs, acts)
+    # K = 1: 0 + q then / 1 are exact, so one member decides as its agent to the bit
     k = float(len(members))
     branches = len(values[0][1])
     mean_q = tuple(sum(qs[i] for _, qs in values) / k for i in range(branches))

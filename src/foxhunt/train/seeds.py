@@ -162,11 +162,11 @@ def committee_result(
     so the committee's numbers are as honest as each seed's."""
     import json
 
-    from foxhunt.backtest.evaluate import evaluate
-    from foxhunt.backtest.run import bars_per_year, summarise
+    from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
     from foxhunt.features.cache import load_cache
     from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.train.run import validate
     from foxhunt.validation.dataset import make_folds
 
     if len(runs) < 2:
@@ -181,13 +181,9 @@ def committee_result(
             [r / rep[k]["checkpoint_file"] for r, rep in zip(runs, reports, strict=True)], cfg
         )
         fd = folds[committee.fold]
-        market = market_tensors(
-            cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device, overrides=cfg.instrument
-        )
-        rec = evaluate(
-            market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, committee.policy(device)
-        )
-        metrics, _ = summarise(rec, bars_per_year(cache, market.instrument), cfg)
+        # the fold's market and validation exactly as the seeds' training built and judged them
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
+        metrics, _ = validate(market, fd, cfg, committee.policy(device), bars_per_year(cache))
         result.folds.append(
             seed_fold(fold | {key: metrics[key] for key in ("net_pnl", "trades", "sharpe_annual")})
         )
