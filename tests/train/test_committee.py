@@ -15,7 +15,7 @@ from foxhunt.cli import app
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy
+from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy, differing_market
 from foxhunt.train.run import train
 from foxhunt.train.seeds import committee_result
 from tests.train.test_run import quiet, tiny_cfg
@@ -52,6 +52,16 @@ def test_a_committee_refuses_checkpoints_of_two_folds(runs: list[Path]) -> None:
     with pytest.raises(FoxhuntError, match="fold 1.*fold 0") as info:
         CommitteePolicy([_last(runs[0], 0), _last(runs[1], 1)], tiny_cfg())
     assert str(_last(runs[1], 1)) in str(info.value)
+
+
+def test_members_must_share_the_market_not_the_learner() -> None:
+    base = tiny_cfg()
+    assert differing_market(base, tiny_cfg("run.seed=11", "agent.learn.lr=0.001", "train.epochs=3")) == []
+    assert differing_market(base, tiny_cfg("folds.n_folds=3", "env.plan.barrier.horizon=7")) == [
+        "folds",
+        "env",
+    ]
+    assert differing_market(base, tiny_cfg("synth.alpha=0")) == ["synth"]
 
 
 def test_backtest_of_a_committee_is_the_studys_committee(

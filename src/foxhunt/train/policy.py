@@ -51,9 +51,9 @@ class CheckpointPolicy:
 class CommitteePolicy:
     """Several trained checkpoints of one fold as one greedy policy: each branch's action is the
     argmax of the members' mean E[Q] (:mod:`foxhunt.agent.committee`). The members must have been
-    trained on the same fold under the same environment and state layout (different seeds or
-    settings of the learner are what a committee is for); their stored normalisers, if any, must
-    agree. One member is that checkpoint's :class:`CheckpointPolicy`, bit for bit."""
+    trained on the same fold of one market (:data:`MARKET_SECTIONS`; different seeds or settings of
+    the learner are what a committee is for); their stored normalisers, if any, must agree. One
+    member is that checkpoint's :class:`CheckpointPolicy`, bit for bit."""
 
     def __init__(self, paths: Sequence[str | Path], cfg: FoxhuntConfig) -> None:
         if not paths:
@@ -67,11 +67,12 @@ class CommitteePolicy:
                     f"trained on fold {m.fold}, {first.path} on fold {first.fold}",
                     "a committee judges one fold: pass checkpoints of one fold",
                 )
-            if m.cfg.env != first.cfg.env or m.cfg.folds != first.cfg.folds:
+            if differ := differing_market(m.cfg, first.cfg):
                 raise FoxhuntError(
                     m.path,
-                    f"its environment or folds differ from {first.path}'s",
-                    "pass checkpoints trained with one env and fold config",
+                    f"its [{'], ['.join(differ)}] config differs from {first.path}'s",
+                    "a committee votes on one market: pass checkpoints trained on the same data, features, "
+                    "folds and environment",
                 )
             if _normaliser(m.path) != _normaliser(first.path):
                 raise FoxhuntError(
@@ -90,6 +91,16 @@ class CommitteePolicy:
         """The committee's greedy policy ``(state, env) -> PolicyOut`` (capturable, as a member's)."""
         agents = [m.agent(device) for m in self.members]
         return CapturablePolicy(lambda obs, env: committee_decision(agents, obs))
+
+
+MARKET_SECTIONS = ("data", "instrument", "synth", "features", "labels", "folds", "env")
+"""The config sections that make the market a checkpoint acts on: its rows, features, folds and
+environment. Members of a committee share them; the learner's (``agent``, ``train``, ``run``) may differ."""
+
+
+def differing_market(a: FoxhuntConfig, b: FoxhuntConfig) -> list[str]:
+    """The :data:`MARKET_SECTIONS` in which ``a`` and ``b`` differ (empty: one market)."""
+    return [name for name in MARKET_SECTIONS if getattr(a, name) != getattr(b, name)]
 
 
 def _normaliser(path: Path) -> object:
