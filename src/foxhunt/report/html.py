@@ -267,7 +267,13 @@ def _flag_cell(pols: Mapping[str, Mapping[str, Any]]) -> str:
 
 def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
     kind = fold.get("checkpoint")
-    return td(f"{esc(kind)}, epoch {count(fold.get('epoch'))}" if kind else NA, "")
+    if not kind:
+        return td(NA, "")
+    text = f"{esc(kind)}, epoch {count(fold.get('epoch'))}"
+    committee = fold.get("committee")  # train.members > 1: the members' committee, each at its own
+    if isinstance(committee, Mapping):
+        text = f"committee of {count(committee.get('members'))} members ({text})"
+    return td(text, "")
 
 
 def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:

@@ -182,6 +182,21 @@ class TrainConfig(Frozen):
     log_every: int = Field(
         1, ge=1, le=1_000_000, description="Console line every k epochs (TensorBoard gets every epoch)."
     )
+    members: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Agents trained on the run's market, each with a seed of its own (member 0 is the "
+        "run seed, member m the seed run.seed + m x 1,000,000); each fold reports their committee (the "
+        "argmax of the members' mean E[Q], foxhunt.train.members). 1 = one agent.",
+    )
+    member_workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Members trained at once, member 0 included (the others in spawned processes "
+        "sharing the run's device); 0 = every member at once, 1 = one after the other in this process.",
+    )
     anomaly: AnomalyConfig = Field(default_factory=AnomalyConfig, description="Anomaly guard.")
     plateau: PlateauConfig = Field(default_factory=PlateauConfig, description="Plateau detection, ladder.")
     sizing: SizingConfig = Field(default_factory=SizingConfig, description="Memory-derived sizes.")

@@ -93,6 +93,7 @@ from foxhunt.train.diagnostics import (
     gap_rows,
 )
 from foxhunt.train.guard import AnomalyGuard, GuardResult
+from foxhunt.train.members import COMMITTEE_KEY, MEMBERS_DIR, MemberRuns, committee_folds
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
@@ -151,7 +152,7 @@ def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any
     return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
 
 
-def _net_by_row(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray:
+def validation_net(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray:
     """Net PnL per validation row in time order, of a record over the whole validation period."""
     lo, hi = fd.fold.validation_start, fd.fold.validation_end
     starts, _ = windows(lo, hi, cfg.env.episode_rows)
@@ -159,7 +160,7 @@ def _net_by_row(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray
     return net_by_row(net, rec.written.cpu().numpy(), starts.numpy(), lo, hi)
 
 
-def _action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, float]]]:
+def action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, float]]]:
     """``{picked|realised: {branch: {value label: share of written steps}}}`` from
     :func:`~foxhunt.backtest.metrics.compute_metrics`' distributions (picked: every branch;
     realised: direction after the plan lock, magnitude after the Kelly cap)."""
@@ -409,7 +410,7 @@ class FoldTrainer:
         )
         # Selection-period action distributions, picked (every branch) and realised (after the plan
         # lock and the Kelly cap), as shares of the written steps: actions/<picked|realised>/<branch>/<value>.
-        for kind, branches in _action_shares(sel["all"], self.cfg).items():
+        for kind, branches in action_shares(sel["all"], self.cfg).items():
             for branch, shares in branches.items():
                 row.update({f"actions/{kind}/{branch}/{name}": x for name, x in shares.items()})
         return {"row": row, "select": sel, "rec": rec}
@@ -423,7 +424,7 @@ def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: flo
     for name, policy in fold_policies(cfg, market).items():
         m, rec = validate(market, fd, cfg, policy, bpy)
         metrics[name] = {k: v for k, v in m.items() if k != "all"}
-        curves[name] = _net_by_row(rec, fd, cfg)
+        curves[name] = validation_net(rec, fd, cfg)
     return metrics, curves
 
 
@@ -474,7 +475,17 @@ def train(
             shutil.rmtree(old, ignore_errors=True)
         for old in (out / HISTORY_FILE, out / "folds.json"):
             old.unlink(missing_ok=True)
+    # Members 1 .. K-1 (train.members): their own runs in OUT/members, started before member 0 (this
+    # run) trains so they train beside it; each fold then reports the members' committee.
+    members = MemberRuns(cfg, out, cache.path, planted, resume=resume) if cfg.train.members > 1 else None
     with training_settings(cfg, device), contextlib.ExitStack() as closing:
+        if members is not None:
+            closing.callback(members.close)
+            members.start()
+            rep.say(
+                f"members 1-{cfg.train.members - 1} of {cfg.train.members}: "
+                f"{members.spawned} training beside this run, the rest after it ({out / MEMBERS_DIR})"
+            )
         folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
         # Checkpoints are written by a background thread while the next epoch trains
         # (foxhunt.train.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
@@ -501,6 +512,11 @@ def train(
                 result = _train_fold(trainer, store, stop_after, on_epoch)
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
+        if members is not None and not all(COMMITTEE_KEY in r for r in results):
+            members.finish()
+            store.wait()
+            results = committee_folds(cache, cfg, out, results, members.folders, device, rep.say)
+            write_json(done_path, results, default=float)
     return results
 
 
@@ -711,7 +727,6 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
         else str(store.last_path(k).relative_to(store.run_dir)),
         best_rule=tr.periods.rule,
         train_rows=len(tr.fd.fold.train),  # the usable training rows: collection, embargo, selection
-
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
@@ -724,9 +739,9 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
         metrics=metrics,
         history=tr.history,
         equity=equity_series(
-            {"agent": _net_by_row(rec, tr.fd, cfg), **base_curves}, tr.ts, tr.fd.fold.validation_start
+            {"agent": validation_net(rec, tr.fd, cfg), **base_curves}, tr.ts, tr.fd.fold.validation_start
         ),
-        actions=_action_shares(val["all"], cfg),
+        actions=action_shares(val["all"], cfg),
         diagnostics={
             "expert_utilisation": util,
             "anomaly": anomaly,

@@ -27,6 +27,7 @@ from foxhunt.backtest.reference import RULE, capture_ratio
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.tracking import TrackingTarget, nested_run
+from foxhunt.train.members import COMMITTEE_KEY
 
 SEEDS_FILE = "seeds.json"
 SEEDS_PLOT = "seeds.png"
@@ -153,10 +154,11 @@ def train_one_seed(
 def committee_result(
     cache_path: Path, cfg: FoxhuntConfig, runs: list[Path], device: str = "cpu"
 ) -> SeedResult | None:
-    """The committee of the runs' reported checkpoints, fold by fold (:class:`~foxhunt.train.policy.
-    CommitteePolicy`: the argmax of the seeds' mean E[Q]) judged on each fold's validation rows as the
-    runs judged their own agents; its ``seed`` is -1. ``runs``: finished seed folders of one study
-    (``folds.json`` and the checkpoints it names). None with fewer than two runs.
+    """The committee of the runs' reported checkpoints (every member's: :func:`voters`), fold by fold
+    (:class:`~foxhunt.train.policy.CommitteePolicy`: the argmax of the seeds' mean E[Q]) judged on
+    each fold's validation rows as the runs judged their own agents; its ``seed`` is -1. ``runs``:
+    finished seed folders of one study (``folds.json`` and the checkpoints it names). None with fewer
+    than two runs.
 
     No member, epoch or weight is picked on validation: every finished seed's reported agent votes,
     so the committee's numbers are as honest as each seed's."""
@@ -177,9 +179,8 @@ def committee_result(
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
     result = SeedResult(COMMITTEE_SEED)
     for k, fold in enumerate(reports[0]):
-        committee = CommitteePolicy(
-            [r / rep[k]["checkpoint_file"] for r, rep in zip(runs, reports, strict=True)], cfg
-        )
+        files = [run / f for run, rep in zip(runs, reports, strict=True) for f in voters(rep[k])]
+        committee = CommitteePolicy(files, cfg)
         fd = folds[committee.fold]
         # the fold's market and validation exactly as the seeds' training built and judged them
         market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
@@ -189,6 +190,13 @@ def committee_result(
         )
     result.seconds = time.perf_counter() - t0
     return result
+
+
+def voters(fold: dict[str, Any]) -> list[str]:
+    """A run's checkpoints that vote for one fold, relative to its folder: every member's where the run
+    trained several (``train.members``), else its reported checkpoint."""
+    members = fold.get(COMMITTEE_KEY)
+    return list(members["files"]) if members else [fold["checkpoint_file"]]
 
 
 def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, Any]:

@@ -126,14 +126,27 @@ def trial_config(cfg: FoxhuntConfig) -> tuple[FoxhuntConfig, str | None]:
     parameters found are set back on ``cfg`` itself (:func:`foxhunt.tune.export.write_best`)."""
     from foxhunt.tune.space import with_params
 
-    if cfg.train.selection is TRIAL_SELECTION:
+    updates: dict[str, object] = {}
+    notes, kept = [], []
+    if cfg.train.selection is not TRIAL_SELECTION:
+        updates["train.selection"] = TRIAL_SELECTION.value
+        kept.append(f"train.selection = {cfg.train.selection.value}")
+        notes.append(
+            f"train.selection = {cfg.train.selection.value} has no selection period: the trials train with "
+            f"train.selection = {TRIAL_SELECTION.value}, as they are ranked on the folds' selection periods "
+            "(never on the validation periods)"
+        )
+    if cfg.train.members > 1:
+        # A committee's members are trained alike; the trial tunes that training, one member each,
+        # and the selection periods rank one agent's epochs, not a committee's.
+        updates["train.members"] = 1
+        kept.append(f"train.members = {cfg.train.members}")
+        notes.append(f"train.members = {cfg.train.members}: each trial trains one member (train.members = 1)")
+    if not updates:
         return cfg, None
-    trials = with_params(cfg, {"train.selection": TRIAL_SELECTION.value}, where="foxhunt tune")
-    note = (
-        f"train.selection = {cfg.train.selection.value} has no selection period: the trials train with "
-        f"train.selection = {TRIAL_SELECTION.value}, as they are ranked on the folds' selection periods "
-        "(never on the validation periods); best.toml sets the best parameters on the profile as it is "
-        f"(train.selection = {cfg.train.selection.value})"
+    trials = with_params(cfg, updates, where="foxhunt tune")
+    note = "; ".join(
+        [*notes, f"best.toml sets the best parameters on the profile as it is ({', '.join(kept)})"]
     )
     return trials, note
 

@@ -1,0 +1,115 @@
+"""A run of several members (train.members): member 0 is the run a single agent makes, member m the run
+of its own seed, and each fold reports their committee exactly as the seeds study's committee and
+`foxhunt backtest --checkpoint ...` judge those checkpoints; trained beside the run in a spawned
+process, sequentially, or resumed after an interruption, the numbers are the same."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from foxhunt.features.cache import FeatureCache
+from foxhunt.report.html import _checkpoint_cell
+from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
+from foxhunt.train.run import Interrupted, train
+from foxhunt.train.seeds import committee_result
+from foxhunt.tune.objective import trial_config
+from tests.train.test_run import canon, quiet, same, tiny_cfg
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SEED = 10
+
+
+def _folds(run: Path) -> list[dict]:
+    return json.loads((run / "folds.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def singles(tiny_cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Plain one-agent runs of the members' seeds: SEED and SEED + MEMBER_STRIDE."""
+    out = []
+    for m in (0, 1):
+        folder = tmp_path_factory.mktemp(f"single{m}")
+        train(tiny_cache, tiny_cfg(f"run.seed={member_seed(SEED, m)}"), folder, log=quiet)
+        out.append(folder)
+    return out
+
+
+@pytest.fixture(scope="module")
+def sequential(tiny_cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two members, the second trained after the first in this process (member_workers = 1)."""
+    folder = tmp_path_factory.mktemp("members")
+    cfg = tiny_cfg(f"run.seed={SEED}", "train.members=2", "train.member_workers=1")
+    train(tiny_cache, cfg, folder, log=quiet)
+    return folder
+
+
+def test_member_seeds_are_the_run_seed_then_strides() -> None:
+    assert [member_seed(7, m) for m in range(3)] == [7, 7 + MEMBER_STRIDE, 7 + 2 * MEMBER_STRIDE]
+    assert member_folder(Path("run"), 0) == Path("run")
+    assert member_folder(Path("run"), 2) == Path("run/members/m2")
+
+
+def test_member_0_is_the_single_agents_run_and_member_1_its_own_seed(
+    sequential: Path, singles: list[Path]
+) -> None:
+    for m, single in enumerate(singles):
+        for k in (0, 1):
+            a = load_file(member_folder(sequential, m) / "checkpoints" / f"fold{k}" / "last.safetensors")
+            b = load_file(single / "checkpoints" / f"fold{k}" / "last.safetensors")
+            assert a.keys() == b.keys()
+            assert all(same(a[key], b[key]) for key in a), (m, k)
+    for k, fold in enumerate(_folds(sequential)):
+        results = fold[COMMITTEE_KEY]["member_results"]
+        for m, single in enumerate(singles):  # each member's own numbers are its single run's
+            own = _folds(single)[k]
+            assert results[m]["net_pnl"] == own["net_pnl"] and results[m]["trades"] == own["trades"]
+
+
+def test_each_fold_reports_the_committee_the_seeds_study_judges(
+    tiny_cache: FeatureCache, sequential: Path, singles: list[Path]
+) -> None:
+    study = committee_result(tiny_cache.path, tiny_cfg(f"run.seed={SEED}"), singles)
+    assert study is not None
+    folds = _folds(sequential)
+    assert [f.net_pnl for f in study.folds] == [f["net_pnl"] for f in folds]
+    assert [f.trades for f in study.folds] == [f["trades"] for f in folds]
+    for fold in folds:
+        committee = fold[COMMITTEE_KEY]
+        assert committee["members"] == 2 and committee["seeds"] == [SEED, SEED + MEMBER_STRIDE]
+        assert committee["files"][1].startswith("members/m1/checkpoints/")
+        agent = fold["equity"]["agent"]  # the committee's curve ends at its net PnL
+        assert agent[-1] == pytest.approx(fold["net_pnl"], abs=1e-6)
+        assert "committee of 2 members (last, epoch 1)" in _checkpoint_cell(fold)
+
+
+def test_a_member_trained_in_a_spawned_process_gives_the_same_run(
+    tiny_cache: FeatureCache, sequential: Path, tmp_path: Path
+) -> None:
+    cfg = tiny_cfg(f"run.seed={SEED}", "train.members=2", "train.member_workers=2")
+    train(tiny_cache, cfg, tmp_path, log=quiet)
+    got, want = _folds(tmp_path), _folds(sequential)
+    assert canon(got) == canon(want)
+
+
+def test_an_interrupted_run_of_members_resumes_to_the_same_numbers(
+    tiny_cache: FeatureCache, sequential: Path, tmp_path: Path
+) -> None:
+    cfg = tiny_cfg(f"run.seed={SEED}", "train.members=2", "train.member_workers=1")
+    with pytest.raises(Interrupted):
+        train(tiny_cache, cfg, tmp_path, log=quiet, stop_after=(0, 0))
+    train(tiny_cache, cfg, tmp_path, log=quiet, resume=True)
+    assert canon(_folds(tmp_path)) == canon(_folds(sequential))
+    train(tiny_cache, cfg, tmp_path, log=quiet, resume=True)  # a finished run: nothing trains or moves
+    assert canon(_folds(tmp_path)) == canon(_folds(sequential))
+
+
+def test_tuning_trials_train_one_member() -> None:
+    cfg, note = trial_config(tiny_cfg("train.members=4", "train.selection=train_tail"))
+    assert cfg.train.members == 1
+    assert note is not None and "train.members = 4: each trial trains one member" in note
+    assert "(train.members = 4)" in note
