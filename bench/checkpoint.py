@@ -6,7 +6,7 @@ background, at a profile's replay size.
 
 Each epoch of ``foxhunt train`` saves the fold's ring entry and ``last`` (a byte copy of it) with the
 agent's whole training state, the full replay buffer included, and ``best`` (the policy alone) when
-the selection Sharpe improves: at the production and gpu profiles' 1-2 M transitions a checkpoint is
+the selection Sharpe improves: at the production profile's 1-2 M transitions a checkpoint is
 about 1-2 GB. This script builds that state (the profile's agent on ``--device``, its replay buffer
 filled with random transitions; ``--capacity`` sets another replay size) and times, per epoch, the
 caller's wait for ``CheckpointStore.save_best`` + ``save_epoch`` (what training waits for) under

@@ -18,8 +18,8 @@ from foxhunt.errors import FoxhuntError
 runner = CliRunner()
 
 # The sizes each profile gives (gpu.toml, smoke.toml): what a GPU user must get without a flag.
-GPU_SIZES = {"envs": 4096, "batch": 16384, "replay": 2_097_152, "updates": 200}
-SMOKE_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256}
+GPU_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256, "members": 8}
+SMOKE_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256, "members": 1}
 
 
 def _sizes(cfg) -> dict[str, int]:
@@ -28,6 +28,7 @@ def _sizes(cfg) -> dict[str, int]:
         "batch": cfg.agent.learn.batch,
         "replay": cfg.agent.replay.capacity,
         "updates": cfg.agent.learn.updates_per_epoch,
+        "members": cfg.train.members,
     }
 
 
@@ -72,7 +73,7 @@ def test_run_picks_the_profile_by_device(monkeypatch, tmp_path: Path, cuda, args
     assert result.exit_code == 0, result.output
     assert _sizes(seen["cfg"]) == sizes
     assert seen["profile"] == profile
-    line = "no --profile or --config: NVIDIA H200 found, so the gpu profile (4,096 episodes, batch 16,384"
+    line = "no --profile or --config: NVIDIA H200 found, so the gpu profile (8 members of 256 episodes"
     assert (line in result.output) is announced
 
 
@@ -91,7 +92,8 @@ def test_seeds_and_tune_pick_gpu_with_cuda(monkeypatch, tmp_path: Path, command)
     result = runner.invoke(app, [command, "--out", str(tmp_path / command), *extra])
     assert result.exit_code == 2, result.output
     assert "stopped before the market" in result.output
-    assert _sizes(seen["cfg"]) == GPU_SIZES
+    # a study's trials train one member each (foxhunt.tune.objective.trial_config)
+    assert _sizes(seen["cfg"]) == (GPU_SIZES | {"members": 1} if command == "tune" else GPU_SIZES)
     assert "so the gpu profile" in result.output
     if command == "tune":  # the gpu profile carries a search space of its own
         assert "agent.learn.lr" in seen["cfg"].tune.params

@@ -260,8 +260,8 @@ def _training_config(
         return (cfg if chosen == DEFAULT_PROFILE else _config(DEFAULT_PROFILE, None, sets)), None
     progress.say(
         f"no --profile or --config: {torch.cuda.get_device_name()} found, so the {chosen} profile "
-        f"({cfg.train.envs:,} episodes, batch {cfg.agent.learn.batch:,}; --profile {DEFAULT_PROFILE} "
-        "for the CPU sizes)"
+        f"({cfg.train.members} members of {cfg.train.envs:,} episodes, batch {cfg.agent.learn.batch:,}, "
+        f"trained at once; --profile {DEFAULT_PROFILE} for one agent)"
     )
     return cfg, chosen
 
@@ -1142,8 +1142,9 @@ def run_cmd(
 ) -> None:
     """The main job: (synthetic market when no --data) -> leak guard -> features -> alpha check ->
     walk-forward training -> validation backtests against flat and long -> report.html and
-    metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile's sizes
-    when neither --profile nor --config is given. Tracked in MLflow (--tracking-uri)."""
+    metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile (8 members
+    trained at once, their committee reported) when neither --profile nor --config is given. Tracked
+    in MLflow (--tracking-uri)."""
     from foxhunt.job import run_job
 
     progress = _reporter(quiet, verbose)

@@ -37,7 +37,7 @@ from foxhunt.agent.learner import Batch, Learner
 COMPILE_MIN_BATCH = 4096
 """Smallest learner batch whose captured update is compiled first. The compile (forward with and
 without grad, loss and backward; tens of seconds on the H200 box, reported by bench/learner.py) pays
-only where the update is long and many: the gpu, localdev and production profiles' batches of
+only where the update is long and many: the localdev and production profiles' batches of
 4,096-16,384, not the smoke profile's 256 (its CUDA graph of the eager update is short already)."""
 
 T = TypeVar("T")

@@ -96,7 +96,7 @@ training episodes compiled: on a fresh H200 host its first epoch took 81 s, 79.5
 collector's first capture, against 8.9 s when the same host ran it again from Inductor's cache
 (189.6 s against 99.5 s end to end). The smoke job steps ~1,200 training batches in all, so even
 a 2 ms saving a step repays under 3 s of that. At 1,024 the fresh host's smoke job took 119.9 s,
-its first epoch 3.8 s. The gpu profile's 4,096 episodes and production's
+its first epoch 3.8 s. The localdev profile's 4,096 episodes and production's
 16,384 compile. Measured on the H200 at 16,384 episodes: collection 4.1 ms per step compiled +
 graph; validation of 196 windows 0.90 ms per step compiled + graph (0.46 s for 100 k rows)
 against 23.9 ms eager."""
