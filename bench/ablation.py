@@ -34,7 +34,7 @@ from typing import Any
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError
-from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies
+from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies, voters
 
 ABLATION_FILE = "ablation.json"
 TABLE_FILE = "ablation.md"
@@ -241,7 +241,7 @@ def parts_committee(parts: list[tuple[Path, dict[str, Any]]], device: str) -> di
     caches = sorted((first / "cache").glob("*.arrow"))
     if not caches or not all((r / "folds.json").exists() for r in runs):
         return None
-    named = [r / f["checkpoint_file"] for r in runs for f in json.loads((r / "folds.json").read_text())]
+    named = [r / v for r in runs for f in json.loads((r / "folds.json").read_text()) for v in voters(f)]
     if not all(path.exists() for path in named):  # checkpoints deleted to save space: no votes
         return None
     cfg = FoxhuntConfig.model_validate(json.loads((first / "seeds.config.json").read_text())["config"])
@@ -301,8 +301,8 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
             uc = units["capture"]
             span = f" [{_pct(uc['lo'])}, {_pct(uc['hi'])}]" if uc["lo"] is not None else ""
             each = ", ".join(_pct(c) for c in units["captures"])
-            beat = f"{units['beats_flat']}/{units['n']} beat flat"
-            committee += f"; per part: {each} (mean {_pct(uc['mean'])}{span}, {beat})"
+            unit_beat = f"{units['beats_flat']}/{units['n']} beat flat"
+            committee += f"; per part: {each} (mean {_pct(uc['mean'])}{span}, {unit_beat})"
         lines.append(
             f"| {r['row']} | {sets} | {_pct(c['mean'])} | {ci} | {beat} | {net} | {trades} | {committee} |"
         )

@@ -118,6 +118,7 @@ def test_each_parts_committee_is_a_unit_of_the_table(tmp_path: Path) -> None:
     row = ablation.table_row(ablation.BASELINE, merge_studies(parts) | {"part_committees": units}, [])
     line = ablation.markdown([row], "h").splitlines()[-1]
     assert "per part: 50%, -12% (mean 19% [" in line and "1/2 beat flat)" in line
+    assert line.split(" | ")[4] == "4/4"  # the seeds' own column, not the parts' committees'
     single = [(path, {**body, "committee": None}) for path, body in parts]
     assert ablation.part_committees(single) is None  # parts of one seed have no committee
 
