@@ -1347,12 +1347,14 @@ def seeds_cmd(
             continue
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in r.folds)
         cap = f"{r.capture:.0%}" if r.capture is not None else "n/a"
-        out.print(f"seed {r.seed}: net {nets} (total {r.total:+,.0f}), capture {cap}", markup=False)
+        of = f" (a committee of {cfg.train.members} members)" if cfg.train.members > 1 else ""
+        out.print(f"seed {r.seed}{of}: net {nets} (total {r.total:+,.0f}), capture {cap}", markup=False)
     if committee is not None:
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in committee.folds)
         cap = f"{committee.capture:.0%}" if committee.capture is not None else "n/a"
         out.print(
-            f"committee of {len(runs)}: net {nets} (total {committee.total:+,.0f}), capture {cap}",
+            f"committee of {len(runs)}{f' x {cfg.train.members} members' if cfg.train.members > 1 else ''}: "
+            f"net {nets} (total {committee.total:+,.0f}), capture {cap}",
             markup=False,
         )
     c = summary["capture"]

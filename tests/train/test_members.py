@@ -113,3 +113,24 @@ def test_tuning_trials_train_one_member() -> None:
     assert cfg.train.members == 1
     assert note is not None and "train.members = 4: each trial trains one member" in note
     assert "(train.members = 4)" in note
+
+
+def test_the_main_job_reports_the_members_committee(tmp_path: Path) -> None:
+    """`foxhunt run` with two members, through the CLI: metrics.json and report.html carry the committee
+    (its net PnL the fold's equity, each member's own numbers beside it) and the report names it."""
+    from typer.testing import CliRunner
+
+    from foxhunt.cli import app
+    from tests.train.test_run import TINY
+
+    sets = [a for s in (*TINY, "run.threads=1", "train.members=2") for a in ("--set", s)]
+    args = ["run", "--profile", "smoke", "--out", str(tmp_path / "run"), "-q", *sets]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    for fold in metrics["folds"]:
+        committee = fold[COMMITTEE_KEY]
+        assert committee["members"] == 2 and len(committee["member_results"]) == 2
+        assert fold["equity"]["agent"][-1] == pytest.approx(fold["net_pnl"], abs=1e-6)
+    assert (tmp_path / "run" / "train" / "members" / "m1" / "folds.json").is_file()
+    assert "committee of 2 members" in (tmp_path / "run" / "report.html").read_text()
