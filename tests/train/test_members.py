@@ -134,3 +134,15 @@ def test_the_main_job_reports_the_members_committee(tmp_path: Path) -> None:
         assert fold["equity"]["agent"][-1] == pytest.approx(fold["net_pnl"], abs=1e-6)
     assert (tmp_path / "run" / "train" / "members" / "m1" / "folds.json").is_file()
     assert "committee of 2 members" in (tmp_path / "run" / "report.html").read_text()
+
+
+def test_an_error_in_the_run_stops_the_members_still_training(
+    tiny_cache: FeatureCache, tmp_path: Path
+) -> None:
+    """Member 0 stopped after its first epoch: the spawned member is terminated, not waited for (its
+    folder never gets a finished folds.json)."""
+    cfg = tiny_cfg(f"run.seed={SEED}", "train.members=2", "train.member_workers=2", "train.epochs=40")
+    with pytest.raises(Interrupted):
+        train(tiny_cache, cfg, tmp_path, log=quiet, stop_after=(0, 0))
+    done = member_folder(tmp_path, 1) / "folds.json"
+    assert not done.exists() or len(_folds(member_folder(tmp_path, 1))) < 2

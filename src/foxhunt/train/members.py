@@ -122,6 +122,18 @@ class MemberRuns:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def __enter__(self) -> MemberRuns:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
+        """Leaving the run: on an error (member 0's guard, an interruption) the members still training
+        are stopped, not waited for (minutes of work whose committee will never be judged)."""
+        if kind is not None and self._pool is not None:
+            # CPython's pool keeps its worker processes here (no public terminate before 3.14).
+            for process in list(getattr(self._pool, "_processes", {}).values()):
+                process.terminate()
+        self.close()
+
 
 def committee_folds(
     cache,  # FeatureCache

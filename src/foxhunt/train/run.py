@@ -480,7 +480,7 @@ def train(
     members = MemberRuns(cfg, out, cache.path, planted, resume=resume) if cfg.train.members > 1 else None
     with training_settings(cfg, device), contextlib.ExitStack() as closing:
         if members is not None:
-            closing.callback(members.close)
+            closing.enter_context(members)  # an error stops the members still training
             members.start()
             rep.say(
                 f"members 1-{cfg.train.members - 1} of {cfg.train.members}: "
