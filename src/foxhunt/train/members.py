@@ -34,8 +34,6 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from foxhunt.config.models import FoxhuntConfig
 
 MEMBERS_DIR = "members"
@@ -55,10 +53,10 @@ def member_seed(run_seed: int, member: int) -> int:
 
 def member_config(cfg: FoxhuntConfig, member: int) -> FoxhuntConfig:
     """Member ``member``'s config: the run's with its own seed and ``train.members = 1``."""
-    body = cfg.model_dump(mode="json")
-    body["run"]["seed"] = member_seed(cfg.run.seed, member)
-    body["train"]["members"] = 1
-    return FoxhuntConfig.model_validate(body)
+    from foxhunt.tune.space import with_params
+
+    update = {"run.seed": member_seed(cfg.run.seed, member), "train.members": 1}
+    return with_params(cfg, update, where="train.members")
 
 
 def member_folder(run_dir: Path, member: int) -> Path:
@@ -135,6 +133,24 @@ class MemberRuns:
         self.close()
 
 
+def judge_committee(
+    cache, cfg: FoxhuntConfig, files: list[Path], folds: list, device
+) -> tuple[dict[str, Any], Any, Any]:
+    """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
+    its market built as training builds it and judged by training's own ``validate``: ``(metrics, the
+    step record, the fold's data)``. ``folds``: the cache's folds (``make_folds``)."""
+    from foxhunt.backtest.run import bars_per_year
+    from foxhunt.env.market import market_tensors
+    from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.train.run import validate
+
+    committee = CommitteePolicy(files, cfg)
+    fd = folds[committee.fold]
+    market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
+    metrics, rec = validate(market, fd, cfg, committee.policy(device), bars_per_year(cache))
+    return metrics, rec, fd
+
+
 def committee_folds(
     cache,  # FeatureCache
     cfg: FoxhuntConfig,
@@ -151,24 +167,18 @@ def committee_folds(
     import json
 
     from foxhunt.backtest.reference import fold_capture
-    from foxhunt.backtest.run import bars_per_year
-    from foxhunt.env.market import market_tensors
     from foxhunt.report.series import equity_series
-    from foxhunt.train.policy import CommitteePolicy
-    from foxhunt.train.run import action_shares, validate, validation_net
+    from foxhunt.train.run import action_shares, validation_net
     from foxhunt.validation.dataset import make_folds
 
     reports = [own] + [json.loads((m / "folds.json").read_text()) for m in members]
     folders = [run_dir, *members]
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
-    bpy, ts = bars_per_year(cache), cache.column("ts")
+    ts = cache.column("ts")
     result = []
     for k, fold in enumerate(own):
         files = [folder / rep[k]["checkpoint_file"] for folder, rep in zip(folders, reports, strict=True)]
-        committee = CommitteePolicy(files, cfg)
-        fd = folds[committee.fold]
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
-        metrics, rec = validate(market, fd, cfg, committee.policy(device), bpy)
+        metrics, rec, fd = judge_committee(cache, cfg, files, folds, device)
         say(f"fold {k + 1}/{len(own)}: committee of {len(files)} members: net {metrics['net_pnl']:+,.0f}")
         body = {**fold, **{key: v for key, v in metrics.items() if key != "all"}}
         body["capture"] = fold_capture(body)
@@ -186,9 +196,3 @@ def committee_folds(
         }
         result.append(body)
     return result
-
-
-def member_capture_mean(fold: dict[str, Any]) -> float | None:
-    """The members' mean capture in a committee fold (None where a member's is undefined)."""
-    caps = [r.get("capture") for r in fold[COMMITTEE_KEY]["member_results"]]
-    return None if any(c is None for c in caps) else float(np.mean(caps))

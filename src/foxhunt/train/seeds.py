@@ -164,11 +164,8 @@ def committee_result(
     so the committee's numbers are as honest as each seed's."""
     import json
 
-    from foxhunt.backtest.run import bars_per_year
-    from foxhunt.env.market import market_tensors
     from foxhunt.features.cache import load_cache
-    from foxhunt.train.policy import CommitteePolicy
-    from foxhunt.train.run import validate
+    from foxhunt.train.members import judge_committee
     from foxhunt.validation.dataset import make_folds
 
     if len(runs) < 2:
@@ -180,11 +177,7 @@ def committee_result(
     result = SeedResult(COMMITTEE_SEED)
     for k, fold in enumerate(reports[0]):
         files = [run / f for run, rep in zip(runs, reports, strict=True) for f in voters(rep[k])]
-        committee = CommitteePolicy(files, cfg)
-        fd = folds[committee.fold]
-        # the fold's market and validation exactly as the seeds' training built and judged them
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
-        metrics, _ = validate(market, fd, cfg, committee.policy(device), bars_per_year(cache))
+        metrics, _, _ = judge_committee(cache, cfg, files, folds, device)
         result.folds.append(
             seed_fold(fold | {key: metrics[key] for key in ("net_pnl", "trades", "sharpe_annual")})
         )
