@@ -19,12 +19,11 @@ from foxhunt.env.market import AUX_TARGETS
 from tests.agent.test_agent import env_config, make_agent, rising_market
 
 
-@pytest.mark.parametrize("per_decision", [False, True])
 @pytest.mark.parametrize(("T", "N", "n"), [(12, 5, 3), (2, 4, 5), (30, 7, 6), (5, 3, 1)])
-def test_nstep_windows_equal_nstep_pushed_then_flushed(T: int, N: int, n: int, per_decision: bool) -> None:
+def test_nstep_windows_equal_nstep_pushed_then_flushed(T: int, N: int, n: int) -> None:
     """Random rewards, dones and stop states (about a third), windows longer and shorter than the
-    sequence, the discount per step or per decision: returns within float32 rounding of the sum
-    order (1e-6), discounts and bootstrap states exactly."""
+    sequence: returns within float32 rounding of the sum order (1e-6), discounts and bootstrap
+    states exactly."""
     g = torch.Generator().manual_seed(T * 100 + n)
     W = 4
     states = torch.randn(T + 1, N, W, generator=g)
@@ -35,7 +34,7 @@ def test_nstep_windows_equal_nstep_pushed_then_flushed(T: int, N: int, n: int, p
 
     r = torch.randn(T, N, generator=g)
     d = torch.rand(T, N, generator=g) < 0.15
-    acc, outs = NStep(N, n, 0.9, stop=stop, per_decision=per_decision), []
+    acc, outs = NStep(N, n, 0.9, stop=stop), []
     for t in range(T):
         o = acc.push(states[t], torch.zeros(N, 2), r[t], d[t], states[t + 1], torch.zeros(N, 3))
         if o is not None:
@@ -43,7 +42,7 @@ def test_nstep_windows_equal_nstep_pushed_then_flushed(T: int, N: int, n: int, p
     tail = acc.flush()
     outs += [tail] if tail is not None else []
     want = {k: torch.cat([o[k] for o in outs]) for k in ("reward", "discount", "next_state")}
-    ret, disc, m = nstep_windows(r, d, stop(states[1:].reshape(-1, W)).view(T, N), 0.9, n, per_decision)
+    ret, disc, m = nstep_windows(r, d, stop(states[1:].reshape(-1, W)).view(T, N), 0.9, n)
     nxt = states[torch.arange(T).unsqueeze(1) + m, torch.arange(N)]
     torch.testing.assert_close(ret.reshape(-1), want["reward"], rtol=1e-6, atol=1e-6)
     assert torch.equal(disc.reshape(-1), want["discount"])

@@ -100,7 +100,23 @@ def test_nstep_decision_windows_hand_worked(device):
             [[1, 4], [0, 4], [0, 4]],
         ]
     ).to(device)  # [t, env, W]; slot 1 is t, to read back which state a window bootstraps from
-    got, bootstrap_t = _decision_windows(states, per_decision=False)
+    acc = NStep(3, 4, 0.5, device, stop=lambda s: s[:, 0] > 0.5)
+    outs = []
+    for t in range(4):
+        done = torch.tensor([False, False, t == 1], device=device)
+        out = acc.push(
+            states[t],
+            torch.zeros(3, 1, device=device),
+            torch.full((3,), t + 1.0, device=device),
+            done,
+            states[t + 1],
+            torch.zeros(3, 1, device=device),
+        )
+        if out is not None:
+            outs.append(out)
+    outs.append(acc.flush())
+    got = {k: torch.cat([o[k] for o in outs]).cpu() for k in ("reward", "discount")}
+    bootstrap_t = torch.cat([o["next_state"][:, 1] for o in outs]).cpu()
     # window start t = 0, 1, 2, 3 (rows of 3 envs each)
     want_reward = [
         1 + 2 / 2 + 3 / 4,
@@ -122,41 +138,6 @@ def test_nstep_decision_windows_hand_worked(device):
     used = got["discount"] > 0
     want_from = torch.tensor([3.0, 4, 2, 3, 4, 2, 3, 4, 4, 4, 4, 4])
     assert torch.equal(bootstrap_t[used], want_from[used])
-
-    # Discount per decision: a window's rewards are summed, and it bootstraps with gamma = 1/2 once
-    # where it reached a decision state (env 0 always; env 1 never: cut by n or the sequence, 1), 0
-    # on a done (env 2 at t = 0, 1). The same windows and bootstrap states.
-    got, bootstrap_dec = _decision_windows(states, per_decision=True)
-    want_reward = [1.0 + 2 + 3, 1 + 2 + 3 + 4, 1 + 2, 2 + 3, 2 + 3 + 4, 2, 3, 3 + 4, 3 + 4, 4, 4, 4]
-    want_discount = [0.5, 1.0, 0, 1 / 2, 1, 0, 1 / 2, 1, 1, 1 / 2, 1, 1]
-    torch.testing.assert_close(got["reward"], torch.tensor(want_reward))
-    torch.testing.assert_close(got["discount"], torch.tensor(want_discount))
-    assert torch.equal(bootstrap_dec, bootstrap_t)
-
-
-def _decision_windows(
-    states: torch.Tensor, per_decision: bool
-) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """The windows of :func:`test_nstep_decision_windows_hand_worked`'s three envs (rewards t + 1,
-    env 2's episode ending with step 1), pushed and flushed: reward and discount, bootstrap t."""
-    device = states.device
-    acc = NStep(3, 4, 0.5, device, stop=lambda s: s[:, 0] > 0.5, per_decision=per_decision)
-    outs = []
-    for t in range(4):
-        done = torch.tensor([False, False, t == 1], device=device)
-        out = acc.push(
-            states[t],
-            torch.zeros(3, 1, device=device),
-            torch.full((3,), t + 1.0, device=device),
-            done,
-            states[t + 1],
-            torch.zeros(3, 1, device=device),
-        )
-        if out is not None:
-            outs.append(out)
-    outs.append(acc.flush())
-    got = {k: torch.cat([o[k] for o in outs]).cpu() for k in ("reward", "discount")}
-    return got, torch.cat([o["next_state"][:, 1] for o in outs]).cpu()
 
 
 def test_nstep_without_stop_states_is_plain_nstep():

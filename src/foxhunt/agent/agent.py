@@ -39,7 +39,7 @@ from torch import Tensor
 from foxhunt import seeding
 from foxhunt.agent import explore as ex
 from foxhunt.agent.collect import Collector, StepMode
-from foxhunt.agent.config import AgentConfig, Bootstrap, Discount
+from foxhunt.agent.config import AgentConfig, Bootstrap
 from foxhunt.agent.graph import GraphedLearn
 from foxhunt.agent.learner import Batch, Learner, plan_locked
 from foxhunt.agent.network import NetOut, QNetwork
@@ -371,8 +371,7 @@ class Agent:
         """The n-step accumulator of this agent's learn config for ``n_envs`` parallel episodes."""
         learn = self.cfg.learn
         stop = _decision_state if learn.bootstrap is Bootstrap.DECISION else None
-        per_decision = learn.discount is Discount.DECISION
-        return NStep(n_envs, learn.n_step, learn.gamma, self.device, stop=stop, per_decision=per_decision)
+        return NStep(n_envs, learn.n_step, learn.gamma, self.device, stop=stop)
 
     def collector(self, market: MarketTensors, env_cfg: EnvConfig, n_envs: int, steps: int) -> Collector:
         """The collection step for ``n_envs`` episodes of ``steps`` steps on ``market`` (built once, then

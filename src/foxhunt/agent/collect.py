@@ -239,7 +239,7 @@ class Collector:
 
     def _write_replay(self) -> None:
         from foxhunt.agent.agent import _decision_state
-        from foxhunt.agent.config import Bootstrap, Discount
+        from foxhunt.agent.config import Bootstrap
         from foxhunt.agent.replay import VALID, nstep_windows
 
         learn, T, n = self.agent.cfg.learn, self.steps, self.n
@@ -248,10 +248,7 @@ class Collector:
             stop = _decision_state(after.reshape(T * n, -1)).view(T, n)
         else:
             stop = torch.zeros(T, n, dtype=torch.bool, device=self.states.device)
-        per_decision = learn.discount is Discount.DECISION
-        ret, discount, m = nstep_windows(
-            self.rewards, self.dones, stop, learn.gamma, learn.n_step, per_decision=per_decision
-        )
+        ret, discount, m = nstep_windows(self.rewards, self.dones, stop, learn.gamma, learn.n_step)
         t = torch.arange(T, device=m.device).unsqueeze(1)
         envs = torch.arange(n, device=m.device)
         self.agent.replay.add(

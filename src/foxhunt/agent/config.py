@@ -36,19 +36,6 @@ class Bootstrap(StrEnum):
     DECISION = "decision"
 
 
-class Discount(StrEnum):
-    """What ``agent.learn.gamma`` discounts: each bar, or each decision."""
-
-    # gamma per bar: a window's return is sum_k gamma^k r_{t+k} and its bootstrap gamma^m.
-    STEP = "step"
-    # gamma per decision (bootstrap = decision only): a window that ends at the next decision state
-    # sums its rewards undiscounted (a plan earns its whole PnL, its exit cost included) and
-    # bootstraps with gamma once; a window cut before a decision (n, or the epoch's end) bootstraps
-    # with 1 from the locked state, whose value is the rest of the same plan. The semi-MDP discount
-    # per option (Sutton, Precup & Singh 1999) with every option, a plan or a flat bar, discounted alike.
-    DECISION = "decision"
-
-
 class NetworkConfig(Frozen):
     """Widths of the branching, dueling, distributional network (docs/design.md §6)."""
 
@@ -159,11 +146,6 @@ class LearnConfig(Frozen):
         description="steps: bootstrap n steps later; decision: at the next plan-free state, at most n "
         "steps later (set n_step above env.plan.barrier.horizon so a whole plan fits one window).",
     )
-    discount: Discount = Field(
-        Discount.STEP,
-        description="step: gamma per bar; decision: gamma per decision, a plan's rewards summed "
-        "undiscounted (needs bootstrap = decision).",
-    )
     batch: int = Field(16_384, ge=2, le=1 << 20, description="Learner batch size.")
     lr: float = Field(3e-5, gt=0, le=1, description="Adam learning rate (peak of the cosine schedule).")
     lr_min_share: float = Field(0.1, ge=0, le=1, description="Cosine schedule floor as a share of lr.")
@@ -185,15 +167,6 @@ class LearnConfig(Frozen):
         description="Decoupled (AdamW) weight decay of the network's weight matrices (not its biases or "
         "norm gains): each update shrinks them by lr x this (0 = off).",
     )
-
-    @model_validator(mode="after")
-    def _discount_needs_decisions(self) -> LearnConfig:
-        if self.discount is Discount.DECISION and self.bootstrap is not Bootstrap.DECISION:
-            raise ValueError(
-                "agent.learn.discount = decision discounts at the decision states the windows stop at; "
-                "set agent.learn.bootstrap = decision too (or discount = step)"
-            )
-        return self
 
 
 class ReplayConfig(Frozen):

@@ -518,12 +518,10 @@ class NStep:
         gamma: float,
         device: torch.device | str | None = None,
         stop: Callable[[Tensor], Tensor] | None = None,
-        per_decision: bool = False,
     ) -> None:
         if n < 1:
             raise ValueError(f"n-step n must be >= 1, got {n}")
         self.n_envs, self.n, self.gamma = n_envs, n, float(gamma)
-        self.per_decision = per_decision
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.stop = stop
         self._ring: dict[str, Tensor] | None = None  # [n, N, ...] per input
@@ -617,14 +615,14 @@ class NStep:
         ended_before = torch.cumsum(end.to(torch.int32), 0) - end.to(torch.int32)  # [L, N] ends before k
         counts = ended_before == 0
         k = torch.arange(length, device=self.device, dtype=reward.dtype)
-        powers = torch.pow(1.0 if self.per_decision else g, k).unsqueeze(1)  # [L, 1] gamma^k (or 1)
+        powers = torch.pow(g, k).unsqueeze(1)  # [L, 1] gamma^k
         ret = (powers * torch.where(counts, reward, torch.zeros_like(reward))).sum(0)
         any_end = end.any(0)
         first = torch.argmax(end.to(torch.int32), 0)  # first ending step (0 if none: masked below)
         m = torch.where(any_end, first + 1, torch.full_like(first, length))  # [N] steps in the window
         envs = torch.arange(self.n_envs, device=self.device)
         terminal = any_end & done[first, envs]
-        discount = _window_discount(terminal, any_end, m.to(ret.dtype), g, self.per_decision)
+        discount = torch.where(terminal, 0.0, torch.pow(g, m.to(ret.dtype)))  # gamma^m, 0 at a done
         # the bootstrap state s_{t+m}: held in the ring for m < L, the latest next_state for m = L
         slot = order[m.clamp(max=length - 1)]
         inside = ring["state"][slot, envs]  # [N, W]
@@ -642,7 +640,7 @@ class NStep:
 
 
 def nstep_windows(
-    reward_TN: Tensor, done_TN: Tensor, stop_TN: Tensor, gamma: float, n: int, per_decision: bool = False
+    reward_TN: Tensor, done_TN: Tensor, stop_TN: Tensor, gamma: float, n: int
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Every n-step window of a whole ``[T, N]`` sequence at once: ``(return, discount, m)`` ``[T, N]``.
 
@@ -651,9 +649,7 @@ def nstep_windows(
     ``t`` covers ``t .. t+m-1`` with ``m <= min(n, T - t)``; it ends early after the first step ``k``
     where the episode ended (``done_TN``) or the state after it is a stop state (``stop_TN[t+k]``
     holds for ``s_{t+k+1}``). ``return = sum_{k<m} gamma^k r_{t+k}``; ``discount = gamma^m``, 0 when
-    the window ended on a done; the window bootstraps from ``s_{t+m}``. ``per_decision``
-    (:attr:`~foxhunt.agent.config.Discount.DECISION`): ``return = sum_{k<m} r_{t+k}`` and ``discount
-    = gamma`` where the window ended at a stop state, 1 where it was cut before one, 0 on a done.
+    the window ended on a done; the window bootstraps from ``s_{t+m}``.
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
@@ -669,25 +665,12 @@ def nstep_windows(
     ended_before = torch.cumsum(end.to(torch.int32), -1) - end.to(torch.int32)
     counts = ended_before == 0  # no earlier step ended the window (padded rewards are 0)
     k = torch.arange(L, device=reward_TN.device, dtype=reward_TN.dtype)
-    per_step = 1.0 if per_decision else gamma
-    ret = (torch.pow(per_step, k) * torch.where(counts, reward, torch.zeros_like(reward))).sum(-1)
+    ret = (torch.pow(gamma, k) * torch.where(counts, reward, torch.zeros_like(reward))).sum(-1)
     any_end = end.any(-1)
     first = torch.argmax(end.to(torch.int32), -1, keepdim=True)  # first ending step (0 if none)
     t = torch.arange(T, device=reward_TN.device)
     length = (T - t).clamp(max=n).unsqueeze(1).expand(T, N)  # steps before the sequence ends
     m = torch.where(any_end, first.squeeze(-1) + 1, length)
     terminal = any_end & done.gather(-1, first).squeeze(-1)
-    discount = _window_discount(terminal, any_end, m.to(ret.dtype), gamma, per_decision)
+    discount = torch.where(terminal, 0.0, torch.pow(gamma, m.to(ret.dtype)))
     return ret, discount.to(ret.dtype), m
-
-
-def _window_discount(
-    terminal: Tensor, at_stop: Tensor, m: Tensor, gamma: float, per_decision: bool
-) -> Tensor:
-    """A window's bootstrap discount: 0 on a done; else ``gamma^m`` per step, or per decision ``gamma``
-    where it ended at a stop state (``at_stop``, not a done) and 1 where it was cut before one."""
-    if per_decision:
-        live = torch.where(at_stop, torch.full_like(m, gamma), torch.ones_like(m))
-    else:
-        live = torch.pow(gamma, m)
-    return torch.where(terminal, torch.zeros_like(live), live)
