@@ -880,11 +880,13 @@ def backtest_cmd(
 def serve_cmd(
     ctx: typer.Context,
     checkpoint: Annotated[
-        Path,
+        list[Path],
         typer.Option(
             "--checkpoint",
             metavar="FILE",
-            help="A weights-only export with its fold's normaliser (foxhunt export CKPT --out F --cache C).",
+            help="A weights-only export with its fold's normaliser (foxhunt export CKPT --out F --cache C). "
+            "Repeated: a committee of one fold's exports (the argmax of their mean E[Q]), as foxhunt "
+            "backtest judges it.",
         ),
     ],
     out_dir: Annotated[

@@ -159,6 +159,49 @@ def test_served_feature_rows_are_the_cache_rows_bit_for_bit(backtested: Path, se
     assert [r for r in rows if not np.array_equal(rows[r], x[r], equal_nan=True)] == []
 
 
+@pytest.fixture(scope="module")
+def member(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A second agent of fold 1 (another seed, the same market and features), exported likewise: with
+    ``export`` a committee of two."""
+    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.train.run import FoldTrainer
+
+    other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 2})})
+    root = tmp_path_factory.mktemp("member")
+    cache = api.build_features(market, other, root / "cache")
+    store = CheckpointStore(root / "run", ring=1)
+    trainer = FoldTrainer(cache, api.make_folds(cache, other)[FOLD], other, torch.device("cpu"), store, print)
+    trainer.run_epoch()
+    return api.export_weights(store.save_last(FOLD, 0, trainer.contents({})), root / "export", cache=cache)
+
+
+def test_a_committee_replay_decides_row_for_row_as_its_backtest(
+    export: Path, member: Path, replay: list[Path], backtested: Path, tmp_path: Path
+) -> None:
+    """Two exports of one fold served as a committee (--checkpoint twice) decide, fill and end as
+    ``foxhunt backtest`` with the same two --checkpoint: the argmax of their mean E[Q], bit for bit;
+    and not as the first member alone."""
+    pair = ["--checkpoint", str(export), "--checkpoint", str(member)]
+    bt, sv = tmp_path / "bt", tmp_path / "sv"
+    got = runner.invoke(app, ["backtest", "--data", *map(str, replay), *pair, "--out", str(bt), "-q"])
+    assert got.exit_code == 0, got.output
+    decided = read_decisions_csv(bt / "decisions.csv")
+    args = ["serve", *pair, "--replay", *map(str, replay), "--out", str(sv), "-q"]
+    args += ["--set", f"serve.warmup_rows={decided[0].row}", "--set", "serve.decide=eager"]
+    got = runner.invoke(app, args)
+    assert got.exit_code == 0, got.output
+    served = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}
+    missing = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
+    assert len(decided) > 40 and any(d.fill_contracts != 0 for d in decided)
+    assert [d.row for d in decided if not _same(d, served.get(d.row, missing))] == []
+    alone = read_decisions_csv(backtested / "decisions.csv")
+    assert [d.row for d in decided] == [d.row for d in alone]
+    assert any(not _same(a, b) for a, b in zip(decided, alone, strict=True)), "the committee is member 0"
+    summary = json.loads((sv / "summary.json").read_text())
+    net = json.loads((bt / "metrics.json").read_text())["net_pnl"]
+    assert summary["net_pnl"] == pytest.approx(net, rel=1e-9, abs=1e-9)
+
+
 @pytest.mark.slow  # a backtest and a replay of 184 rows
 def test_book_streams_alone_decide_and_compute_as_the_backtest(
     export: Path, replay: list[Path], tmp_path: Path

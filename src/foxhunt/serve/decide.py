@@ -44,6 +44,11 @@ from the backtest's at a batch of every window (in 929 of 1,500 outputs on 300 r
 actions (an argmax) and the positions and fills the decisions.csv invariant compares stay the
 backtest's (the same tests, on the synthetic market).
 
+A committee (several exports of one fold, ``foxhunt serve --checkpoint A --checkpoint B ...``)
+decides with :func:`~foxhunt.agent.committee.committee_decision`, the backtest's
+:class:`~foxhunt.train.policy.CommitteePolicy`: the argmax of the members' mean E[Q], the sizing
+inputs and aux predictions averaged over them; one member is that agent's greedy policy.
+
 Compiled or not, the network is put in eval mode once (the greedy policy then skips its two passes
 over the modules per call, ``agent._eval_mode``) and the observation the step returns is the one the
 decision reads, not assembled a second time (both exact; ~1 ms a close eagerly).
@@ -55,12 +60,13 @@ import dataclasses
 import itertools
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
 from foxhunt.errors import FoxhuntError
@@ -118,12 +124,21 @@ class Decider:
     ``compile_times``: the seconds the first compiled step and decision took (``"step"``, ``"decide"``:
     Inductor's compile, paid at the first close that steps and decides)."""
 
-    def __init__(self, agent: Agent, compile: bool = False) -> None:
-        agent.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
-        self.agent = agent
+    def __init__(self, agent: Agent | Sequence[Agent], compile: bool = False) -> None:
+        members = [agent] if isinstance(agent, Agent) else list(agent)
+        if not members:
+            raise ValueError("a Decider needs at least one agent")
+        for member in members:
+            member.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
+        self.members = members
+        self.agent = members[0]
         self.compile = compile
         self.compile_times: dict[str, float] = {}
-        greedy: Callable[[Tensor], PolicyOut] = lambda obs: agent.policy(obs, Mode.GREEDY)  # noqa: E731
+        greedy: Callable[[Tensor], PolicyOut]
+        if len(members) == 1:
+            greedy = lambda obs: members[0].policy(obs, Mode.GREEDY)  # noqa: E731
+        else:  # a committee: the argmax of the members' mean E[Q], as the backtest's CommitteePolicy
+            greedy = lambda obs: committee_decision(members, obs)  # noqa: E731
         # Its own code object: Dynamo keeps compiled graphs per code object, and with the module guards
         # dropped another Decider's agent (another network) must not find this one's graphs.
         self._greedy = torch.compile(_own_code(greedy), options=POLICY_OPTIONS) if compile else greedy

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from foxhunt.backtest.decisions import HEADER, DecisionRow, step_rows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
+from foxhunt.errors import FoxhuntError
 from foxhunt.serve.config import FaultAction, ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.ledger import Ledger
@@ -43,7 +44,7 @@ from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
 from foxhunt.serve.source import Disconnected, RecordSource, SourceEnded, StreamBlock
 from foxhunt.serve.state import Rows, RowState
 from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
-from foxhunt.train.policy import CheckpointPolicy
+from foxhunt.train.policy import CommitteePolicy
 
 
 def load_trained(checkpoint: Path, serve: ServeConfig | None, device: str = "cpu"):
@@ -80,11 +81,12 @@ def check_instrument(checkpoint: Path, trained: dict[str, Any] | None, stream: I
 
 
 class Service:
-    """Serves one checkpoint on one record source; everything it writes goes under ``out``."""
+    """Serves one checkpoint, or a committee of one fold's checkpoints, on one record source;
+    everything it writes goes under ``out``."""
 
     def __init__(
         self,
-        checkpoint: Path,
+        checkpoint: Path | Sequence[Path],
         source: RecordSource,
         out: Path,
         serve: ServeConfig | None = None,
@@ -95,16 +97,25 @@ class Service:
     ) -> None:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
-        agent, self.cfg = load_trained(checkpoint, serve, device)
+        one = isinstance(checkpoint, str | Path)
+        checkpoints = [Path(checkpoint)] if one else [Path(c) for c in checkpoint]
+        if not checkpoints:
+            raise FoxhuntError("--checkpoint", "no checkpoint to serve", "pass one export (or several)")
+        agent, self.cfg = load_trained(checkpoints[0], serve, device)
         self.scfg: ServeConfig = self.cfg.serve
+        # Several exports are a committee of one fold (the backtest's CommitteePolicy: the same fold,
+        # market and normaliser, checked there); the rows are scaled with the first's normaliser, which
+        # is every member's.
+        committee = CommitteePolicy(checkpoints, agent.cfg)
         # The backtest's greedy policy and env step at one episode; ``compile``: Inductor-compiled at
         # the first two decided rows (foxhunt.serve.decide: tens of seconds once, then the step and the
         # forward ~5x faster in a replay, docs/serve.md).
-        self.decider = Decider(CheckpointPolicy(checkpoint, agent.cfg).agent(device), compile)
+        self.decider = Decider([m.agent(device) for m in committee.members], compile)
         self.source, self.log, self.log_rows = source, log, log_rows
         symbols = sorted({s for m in source.streams for s in m.symbols.values()})
         self.instrument = resolve_instrument(symbols, (), self.cfg.instrument, where="the stream")
-        check_instrument(checkpoint, read_checkpoint_meta(checkpoint).get("instrument"), self.instrument)
+        for path in checkpoints:
+            check_instrument(path, read_checkpoint_meta(path).get("instrument"), self.instrument)
         self.state = RowState(source.streams, self.cfg, agent.scaler, self.instrument, self.out)
         self.monitor = Monitor(self.scfg)
         self.ledger = Ledger(self.out / "ledger.sqlite")
