@@ -175,11 +175,16 @@ def member(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.Temp
     return api.export_weights(store.save_last(FOLD, 0, trainer.contents({})), root / "export", cache=cache)
 
 
+@pytest.mark.parametrize(
+    "decide",
+    ["eager", pytest.param("compiled", marks=pytest.mark.slow)],  # compiled: Inductor, about a minute
+)
 def test_a_committee_replay_decides_row_for_row_as_its_backtest(
-    export: Path, member: Path, replay: list[Path], backtested: Path, tmp_path: Path
+    export: Path, member: Path, replay: list[Path], backtested: Path, tmp_path: Path, decide: str
 ) -> None:
     """Two exports of one fold served as a committee (--checkpoint twice) decide, fill and end as
-    ``foxhunt backtest`` with the same two --checkpoint: the argmax of their mean E[Q], bit for bit;
+    ``foxhunt backtest`` with the same two --checkpoint: the argmax of their mean E[Q], bit for bit,
+    eager or compiled (the forward's float32 sums may move in the last bits there, never the actions);
     and not as the first member alone."""
     pair = ["--checkpoint", str(export), "--checkpoint", str(member)]
     bt, sv = tmp_path / "bt", tmp_path / "sv"
@@ -187,7 +192,7 @@ def test_a_committee_replay_decides_row_for_row_as_its_backtest(
     assert got.exit_code == 0, got.output
     decided = read_decisions_csv(bt / "decisions.csv")
     args = ["serve", *pair, "--replay", *map(str, replay), "--out", str(sv), "-q"]
-    args += ["--set", f"serve.warmup_rows={decided[0].row}", "--set", "serve.decide=eager"]
+    args += ["--set", f"serve.warmup_rows={decided[0].row}", "--set", f"serve.decide={decide}"]
     got = runner.invoke(app, args)
     assert got.exit_code == 0, got.output
     served = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}
