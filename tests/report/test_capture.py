@@ -56,3 +56,25 @@ def test_no_planted_signal_says_na_and_no_rule_says_so(tmp_path: Path) -> None:
     assert "n/a: this market has no known planted signal" in text
     assert not any(cells and cells[0] == "epoch 0" for sec, _, cells in p.rows if sec == "diagnostics")
     assert "No reference rule in this run" in text
+
+
+def test_entry_calibration_per_fold_on_training_and_validation_rows(tmp_path: Path) -> None:
+    """The reported policy's entry advantage against the move that followed: one line per fold and
+    part, a money cell per quantile bucket (n/a where a bucket was empty) and the correlation."""
+    summary = full_summary()
+    for f in summary["folds"]:
+        part = {"rows": 1_200, "horizon": 20, "corr": 0.21, "move": [2.0, 14.5, 35.0, float("nan"), 80.25]}
+        val = {**part, "corr": -0.05, "move": [12.0, 22.0, 30.0, -13.0, -81.0]}
+        f["calibration"] = {"train": part, "validation": val}
+    p = parse(write_report(tmp_path, summary))
+    rows = [cells for sec, _, cells in p.rows if sec == "diagnostics"]
+    i = rows.index(["fold", "rows", "n", "below the median", "50-75%", "75-90%", "90-97%", "top 3%", "corr"])
+    assert rows[i + 1] == ["0", "train", "1,200", "$2.00", "$14.50", "$35.00", "n/a", "$80.25", "0.210"]
+    val = ["$12.00", "$22.00", "$30.00", "-$13.00", "-$81.00"]
+    assert rows[i + 2] == ["0", "validation", "1,200", *val, "-0.050"]
+    assert "the next 20 rows' mid" in (tmp_path / "report.html").read_text()
+
+
+def test_a_summary_without_calibration_says_so(tmp_path: Path) -> None:
+    text = write_report(tmp_path, full_summary()).read_text()
+    assert "n/a: this summary predates the calibration" in text

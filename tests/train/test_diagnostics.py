@@ -17,7 +17,9 @@ from foxhunt.train.diagnostics import (
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
+    calibration_buckets,
     console_line,
+    forward_rows,
     read_events,
     read_history,
     tensorboard_tag,
@@ -189,3 +191,27 @@ def test_gap_rows_cover_the_selection_block_evenly() -> None:
     assert gap_rows(10, 15).tolist() == [10, 11, 12, 13]  # every row with a next row
     # 5 of rows 0..999: 0, 249.75, 499.5, 749.25, 999 rounded (half to even)
     assert gap_rows(0, 1001, most=5).tolist() == [0, 250, 500, 749, 999]
+
+
+def test_calibration_buckets_hand_worked() -> None:
+    """Advantages 0..9 with moves 10 x advantage: the quantile edges 0, 4.5, 6.75, 8.1, 8.73, 9 (NumPy's
+    linear rule) give buckets {0..4}, {5, 6}, {7, 8}, none, {9}: means 20, 55, 75, NaN, 90; corr 1."""
+    adv = np.arange(10.0)
+    got = calibration_buckets(adv, 10.0 * adv)
+    assert got["rows"] == 10
+    np.testing.assert_allclose(got["edges"], [0.0, 4.5, 6.75, 8.1, 8.73, 9.0])
+    np.testing.assert_allclose(got["move"], [20.0, 55.0, 75.0, np.nan, 90.0])
+    assert got["corr"] == pytest.approx(1.0)
+    # an advantage that ranks the moves backwards
+    assert calibration_buckets(adv, -adv)["corr"] == pytest.approx(-1.0)
+    assert calibration_buckets(np.zeros(0), np.zeros(0))["move"] == []
+
+
+def test_forward_rows_stay_in_their_segment_and_need_both_prices() -> None:
+    """Rows 0..9, two segments (0..4, 5..9), a missing price at row 7, horizon 2: a row counts when
+    row + 2 exists, lies in its segment and both prices are finite."""
+    mid = np.arange(10.0)
+    mid[7] = np.nan
+    segment = np.array([0] * 5 + [1] * 5)
+    got = forward_rows(mid, segment, np.arange(10), 2)
+    assert got.tolist() == [0, 1, 2, 6]  # 3, 4 cross into segment 1; 5 and 7 touch NaN; 8, 9 run out

@@ -446,6 +446,33 @@ def test_backtest_of_a_checkpoint_reproduces_its_validation(
         assert body[key] == pytest.approx(last[key], rel=1e-9, abs=1e-9), key
 
 
+def test_each_fold_records_where_its_reported_policy_entries_paid(cache: FeatureCache, run_a: Path) -> None:
+    """``folds.json``'s calibration is the reported checkpoint's entry advantage against the plan
+    horizon's move, on the fold's training rows and on its validation rows: recomputed from the file."""
+    from foxhunt.env.market import market_tensors
+    from foxhunt.train.diagnostics import advantage_calibration
+    from foxhunt.validation.dataset import make_folds
+
+    cfg = tiny_cfg()
+    folds = folds_of(run_a)
+    data = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    for k, fold in enumerate(folds):
+        fd = data[k]
+        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
+        agent = CheckpointPolicy(run_a / fold["checkpoint_file"], cfg).agent("cpu")
+        horizon = cfg.env.plan.barrier.horizon
+        lo, hi = fd.fold.validation_start, fd.fold.validation_end
+        want = {
+            "train": advantage_calibration(agent, market, cfg.env, fd.fold.train, horizon),
+            "validation": advantage_calibration(agent, market, cfg.env, np.arange(lo, hi), horizon),
+        }
+        got = fold["calibration"]
+        for part in ("train", "validation"):
+            assert got[part]["rows"] == want[part]["rows"] > 0 and got[part]["horizon"] == horizon
+            np.testing.assert_allclose(got[part]["move"], want[part]["move"], rtol=1e-6)
+            np.testing.assert_allclose(got[part]["edges"], want[part]["edges"], rtol=1e-5, atol=1e-9)
+
+
 def _expect(agent: Agent, cfg: FoxhuntConfig) -> Fingerprint:
     return Fingerprint.of(agent.policy_state_dict(), cfg.env.branches)
 

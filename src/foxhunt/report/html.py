@@ -50,7 +50,7 @@ from foxhunt.report.fmt import (
     td,
     text,
 )
-from foxhunt.report.schema import LAST_EPOCH_KEY, SELECTION_KEY
+from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
 __all__ = ["ReportInputError", "check_summary", "duration", "money", "pct", "render", "write_report"]
@@ -499,7 +499,51 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         "last epoch's.</p>"
     )
     img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
-    return _section("diagnostics", f"{tbl}\n{note_html}\n{_qgap_table(folds)}\n{img}")
+    body = f"{tbl}\n{note_html}\n{_qgap_table(folds)}\n{_calibration_table(folds)}\n{img}"
+    return _section("diagnostics", body)
+
+
+_BUCKETS = ("below the median", "50-75%", "75-90%", "90-97%", "top 3%")
+"""The columns of :func:`_calibration_table` (foxhunt.train.diagnostics.CALIBRATION_QUANTILES)."""
+
+
+def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
+    """Where the entries pay: per fold, the next plan horizon's move per contract in the entry's
+    direction by quantile of the reported policy's entry advantage, on training and validation rows."""
+    found = [(i, f, f.get(CALIBRATION_KEY)) for i, f in enumerate(folds)]
+    found = [(i, f, c) for i, f, c in found if isinstance(c, Mapping)]
+    title = "<h3>Entry advantage vs the move that followed</h3>"
+    if not found:
+        return title + note("n/a: this summary predates the calibration (fold[\"calibration\"]).")
+    rows, horizon = [], None
+    for i, f, cal in found:
+        for part in ("train", "validation"):
+            c = cal.get(part)
+            if not isinstance(c, Mapping):
+                continue
+            horizon = c.get("horizon", horizon)
+            moves = list(c.get("move") or [])
+            cells = "".join(td(money(moves[b]) if b < len(moves) else "n/a") for b in range(len(_BUCKETS)))
+            rows.append(
+                f"<tr>{td(str(fold_id(f, i)))}{td(part, '')}{td(count(c.get('rows')))}{cells}"
+                f"{td(fixed(c.get('corr'), 3))}</tr>"
+            )
+    head = (
+        "<tr><th>fold</th><th>rows</th><th>n</th>"
+        + "".join(f"<th>{b}</th>" for b in _BUCKETS)
+        + "<th>corr</th></tr>"
+    )
+    explain = (
+        '<p class="small">The reported policy\'s entry advantage on each row from a flat portfolio '
+        "(its best entry's E[Q] over staying out: max(Q(long), Q(short)) - max(Q(hold), Q(flat))), the "
+        f"rows bucketed by its quantiles, and the mean move of the next {horizon} rows' mid in that "
+        "entry's direction, in money per contract before costs; corr: of the advantage with that move. "
+        "A learner ranks the validation rows as it ranked its training rows (the means rise to the "
+        "right on both lines); a network that fitted noise ranks only its training rows, and its "
+        "surest entries are the ones that lose out of sample. Computed once the fold's training is "
+        "over; nothing is chosen on it.</p>"
+    )
+    return title + table(head + "".join(rows)) + explain
 
 
 def _qgap_table(folds: Sequence[Mapping[str, Any]]) -> str:

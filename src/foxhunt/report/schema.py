@@ -54,6 +54,12 @@ LAST_EPOCH_KEY = "last_epoch"
 """``fold["last_epoch"]``: the fold's last epoch evaluated over the same validation rows, with its
 ``epoch`` number, shown beside the reported (best) checkpoint."""
 
+CALIBRATION_KEY = "calibration"
+"""``fold["calibration"]``: ``{"train": ..., "validation": ...}``, each
+:func:`foxhunt.train.diagnostics.calibration_buckets` of the reported policy's entry advantage against
+the next ``horizon`` rows' move per contract (with ``horizon``), on the fold's training rows and on its
+validation rows."""
+
 EQUITY_TIME_KEY = "time"
 """``fold["equity"]["time"]``: ISO-8601 UTC time of each equity point (the row where that step's PnL
 is marked); the policies' curves are lists of the same length."""

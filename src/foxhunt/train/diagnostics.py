@@ -133,6 +133,77 @@ def gap_correlation(gap: np.ndarray, signal: np.ndarray) -> float:
     return float(np.corrcoef(g, x)[0, 1])
 
 
+CALIBRATION_QUANTILES = (0.0, 0.5, 0.75, 0.9, 0.97, 1.0)
+"""The buckets of :func:`calibration_buckets`: below the median, 50-75%, 75-90%, 90-97%, the top 3%."""
+
+
+def entry_advantage(
+    agent: Any, market: Any, env_cfg: Any, rows: torch.Tensor
+) -> tuple[np.ndarray, np.ndarray]:
+    """``([N] advantage, [N] side)`` of the greedy network at a flat portfolio on each row: the best
+    entry's E[Q] over the best of staying out, ``max(Q(long), Q(short)) - max(Q(hold)[, Q(flat)])``,
+    and that entry's side (+1 long, -1 short)."""
+    from foxhunt.domain.actions import Direction
+
+    q = direction_q(agent, market, env_cfg, rows)
+    long_q, short_q = q[:, int(Direction.LONG)], q[:, int(Direction.SHORT)]
+    stay = q[:, int(Direction.HOLD)]
+    if q.shape[1] > int(Direction.FLAT):
+        stay = np.maximum(stay, q[:, int(Direction.FLAT)])
+    return np.maximum(long_q, short_q) - stay, np.where(long_q > short_q, 1.0, -1.0)
+
+
+def forward_rows(mid: np.ndarray, segment: np.ndarray, rows: np.ndarray, horizon: int) -> np.ndarray:
+    """The ``rows`` whose ``horizon``-th next row exists, in the same segment, and has a finite price
+    at both ends (the rows a forward move is defined on)."""
+    rows = rows[rows + horizon < len(mid)]
+    same = segment[rows + horizon] == segment[rows]
+    return rows[same & np.isfinite(mid[rows]) & np.isfinite(mid[rows + horizon])]
+
+
+def calibration_buckets(
+    advantage: np.ndarray, move: np.ndarray, quantiles: Sequence[float] = CALIBRATION_QUANTILES
+) -> dict[str, Any]:
+    """The mean ``move`` of the rows in each ``advantage`` quantile bucket (``[lo, hi)``, the last one
+    ``[lo, hi]``; NaN for an empty one) and ``corr(advantage, move)`` (NaN when either is constant).
+    A learner's means rise with its advantage on rows it never trained on; a network that fitted
+    noise ranks its training rows and not the others."""
+    if len(advantage) == 0:
+        return {"rows": 0, "quantiles": list(quantiles), "edges": [], "move": [], "corr": float("nan")}
+    edges = np.quantile(advantage, quantiles)
+    means = []
+    last = len(edges) - 2
+    for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
+        inside = (advantage >= lo) & ((advantage < hi) | ((advantage <= hi) if i == last else False))
+        means.append(float(move[inside].mean()) if inside.any() else float("nan"))
+    return {
+        "rows": int(len(advantage)),
+        "quantiles": list(quantiles),
+        "edges": [float(e) for e in edges],
+        "move": means,
+        "corr": gap_correlation(advantage, move),
+    }
+
+
+def advantage_calibration(
+    agent: Any, market: Any, env_cfg: Any, rows: np.ndarray, horizon: int, most: int = QGAP_MAX_ROWS
+) -> dict[str, Any]:
+    """:func:`calibration_buckets` of the greedy entry advantage (:func:`entry_advantage`) on ``rows``
+    (at most ``most``, evenly spaced) against the next ``horizon`` rows' mid move in the entry's
+    direction, in money per contract (the market's point value): where along its advantage the agent's
+    entries pay, before costs. It reads future prices: a fold's result computes it once its training
+    is over, on its training rows and its validation rows, and nothing is chosen on it."""
+    mid, segment = market.mid.cpu().numpy(), market.segment.cpu().numpy()
+    rows = forward_rows(mid, segment, np.asarray(rows, dtype=np.int64), horizon)
+    if len(rows) > most:
+        rows = rows[np.linspace(0, len(rows) - 1, most).round().astype(np.int64)]
+    if len(rows) == 0:
+        return calibration_buckets(np.zeros(0), np.zeros(0)) | {"horizon": horizon}
+    advantage, side = entry_advantage(agent, market, env_cfg, torch.as_tensor(rows))
+    move = (mid[rows + horizon] - mid[rows]) * market.instrument.point_value * side
+    return calibration_buckets(advantage, move) | {"horizon": horizon}
+
+
 # --- accumulation on the device ----------------------------------------------------------------
 
 

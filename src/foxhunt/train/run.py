@@ -61,7 +61,7 @@ from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
-from foxhunt.report.schema import LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
+from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series, net_by_row
 from foxhunt.seeding import Stream
 from foxhunt.train.checkpoint import (
@@ -87,6 +87,7 @@ from foxhunt.train.diagnostics import (
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
+    advantage_calibration,
     console_line,
     direction_gap,
     gap_correlation,
@@ -714,9 +715,10 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
         val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy)
-        epoch = ckpt.epoch
+        epoch, agent = ckpt.epoch, ckpt.agent(tr.device)
     else:
         reported, epoch, val, rec = ReportedCheckpoint.LAST, last_epoch, last_val, last_rec
+        agent = tr.agent
     base, base_curves = _baselines(tr.market, tr.fd, cfg, tr.bpy)
     metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
     metrics.update(
@@ -733,6 +735,14 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     metrics[SELECTION_KEY] = tr.periods.summary() | _selection_result(tr, epoch)
     metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
+    # Where the reported policy's entries pay: its entry advantage against the plan horizon's move, on
+    # the rows it trained on and on the validation rows (diagnostics.advantage_calibration).
+    horizon = cfg.env.plan.barrier.horizon
+    lo, hi = tr.fd.fold.validation_start, tr.fd.fold.validation_end
+    metrics[CALIBRATION_KEY] = {
+        "train": advantage_calibration(agent, tr.market, cfg.env, tr.fd.fold.train, horizon),
+        "validation": advantage_calibration(agent, tr.market, cfg.env, np.arange(lo, hi), horizon),
+    }
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()
     return FoldResult(
         fold=k,
