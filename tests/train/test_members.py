@@ -87,6 +87,36 @@ def test_each_fold_reports_the_committee_the_seeds_study_judges(
         assert "committee of 2 members (last, epoch 1)" in _checkpoint_cell(fold)
 
 
+def test_each_fold_records_where_the_committees_entries_paid(
+    tiny_cache: FeatureCache, sequential: Path
+) -> None:
+    """A committee fold's calibration is its mean E[Q]'s (the values it acts on), recomputed here from
+    the members' checkpoints, not member 0's own (which its folds.json had before the committee)."""
+    import numpy as np
+
+    from foxhunt.env.market import market_tensors
+    from foxhunt.train.diagnostics import advantage_calibration
+    from foxhunt.train.members import MeanValues
+    from foxhunt.train.policy import CheckpointPolicy
+    from foxhunt.validation.dataset import make_folds
+
+    cfg = tiny_cfg(f"run.seed={SEED}")
+    span = int(tiny_cache.meta["label_span"])
+    data = make_folds(tiny_cache.features(), tiny_cache.columns, cfg.folds, span)
+    for k, fold in enumerate(_folds(sequential)):
+        fd = data[k]
+        market = market_tensors(tiny_cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
+        files = fold[COMMITTEE_KEY]["files"]
+        values = MeanValues([CheckpointPolicy(sequential / f, cfg).agent("cpu") for f in files])
+        lo, hi = fd.fold.validation_start, fd.fold.validation_end
+        horizon = cfg.env.plan.barrier.horizon
+        want = advantage_calibration(values, market, cfg.env, np.arange(lo, hi), horizon)
+        got = fold["calibration"]["validation"]
+        assert got["rows"] == want["rows"] > 0
+        np.testing.assert_allclose(got["move"], want["move"], rtol=1e-6)
+        np.testing.assert_allclose(got["edges"], want["edges"], rtol=1e-5, atol=1e-9)
+
+
 def test_a_member_trained_in_a_spawned_process_gives_the_same_run(
     tiny_cache: FeatureCache, sequential: Path, tmp_path: Path
 ) -> None:

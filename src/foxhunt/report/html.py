@@ -535,7 +535,8 @@ def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
     )
     explain = (
         '<p class="small">The reported policy\'s entry advantage on each row from a flat portfolio '
-        "(its best entry's E[Q] over staying out: max(Q(long), Q(short)) - max(Q(hold), Q(flat))), the "
+        "(its best entry's E[Q] over staying out: max(Q(long), Q(short)) - max(Q(hold), Q(flat)); a "
+        "committee's on its members' mean E[Q]), the "
         f"rows bucketed by its quantiles, and the mean move of the next {horizon} rows' mid in that "
         "entry's direction, in money per contract before costs; corr: of the advantage with that move. "
         "A learner ranks the validation rows as it ranked its training rows (the means rise to the "

@@ -32,9 +32,12 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from foxhunt.config.models import FoxhuntConfig
+
+if TYPE_CHECKING:
+    import torch
 
 MEMBERS_DIR = "members"
 """The folder, inside a run's, of its members 1 .. K-1 (``m1``, ``m2`` ...)."""
@@ -139,8 +142,12 @@ def judge_committee(
     """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
     its market built as training builds it and judged by training's own ``validate``: ``(metrics, the
     step record, the fold's data)``. ``folds``: the cache's folds (``make_folds``)."""
+    import numpy as np
+
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
+    from foxhunt.report.schema import CALIBRATION_KEY
+    from foxhunt.train.diagnostics import advantage_calibration
     from foxhunt.train.policy import CommitteePolicy
     from foxhunt.train.run import validate
 
@@ -148,7 +155,28 @@ def judge_committee(
     fd = folds[committee.fold]
     market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
     metrics, rec = validate(market, fd, cfg, committee.policy(device), bars_per_year(cache))
+    # Where the committee's entries paid, on its mean E[Q] (what it takes the argmax of), as a single
+    # run's fold records its own (foxhunt.train.diagnostics.advantage_calibration).
+    values = MeanValues([m.agent(device) for m in committee.members])
+    horizon = cfg.env.plan.barrier.horizon
+    lo, hi = fd.fold.validation_start, fd.fold.validation_end
+    metrics[CALIBRATION_KEY] = {
+        "train": advantage_calibration(values, market, cfg.env, fd.fold.train, horizon),
+        "validation": advantage_calibration(values, market, cfg.env, np.arange(lo, hi), horizon),
+    }
     return metrics, rec, fd
+
+
+class MeanValues:
+    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.agent.Agent.expected_q` gives one
+    agent's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
+
+    def __init__(self, agents: list) -> None:
+        self.agents = agents
+
+    def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        qs = [agent.expected_q(states) for agent in self.agents]
+        return tuple(sum(q[i] for q in qs) / len(qs) for i in range(len(qs[0])))
 
 
 def committee_folds(
