@@ -130,8 +130,6 @@ class Decider:
             raise ValueError("a Decider needs at least one agent")
         for member in members:
             member.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
-        self.members = members
-        self.agent = members[0]
         self.compile = compile
         self.compile_times: dict[str, float] = {}
         greedy: Callable[[Tensor], PolicyOut]

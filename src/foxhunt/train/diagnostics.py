@@ -174,7 +174,8 @@ def calibration_buckets(
     means = []
     last = len(edges) - 2
     for i, (lo, hi) in enumerate(zip(edges[:-1], edges[1:], strict=True)):
-        inside = (advantage >= lo) & ((advantage < hi) | ((advantage <= hi) if i == last else False))
+        below = advantage <= hi if i == last else advantage < hi
+        inside = (advantage >= lo) & below
         means.append(float(move[inside].mean()) if inside.any() else float("nan"))
     return {
         "rows": int(len(advantage)),
@@ -202,6 +203,17 @@ def advantage_calibration(
     advantage, side = entry_advantage(agent, market, env_cfg, torch.as_tensor(rows))
     move = (mid[rows + horizon] - mid[rows]) * market.instrument.point_value * side
     return calibration_buckets(advantage, move) | {"horizon": horizon}
+
+
+def fold_calibration(agent: Any, market: Any, env_cfg: Any, fold: Any, horizon: int) -> dict[str, Any]:
+    """``fold["calibration"]``: :func:`advantage_calibration` on the ``fold``'s training rows and on its
+    validation rows (a :class:`~foxhunt.validation.folds.Fold`). ``agent``: anything with the
+    ``expected_q(states)`` of an agent (a committee's mean: :class:`foxhunt.train.members.MeanValues`)."""
+    validation = np.arange(fold.validation_start, fold.validation_end)
+    return {
+        "train": advantage_calibration(agent, market, env_cfg, fold.train, horizon),
+        "validation": advantage_calibration(agent, market, env_cfg, validation, horizon),
+    }
 
 
 # --- accumulation on the device ----------------------------------------------------------------

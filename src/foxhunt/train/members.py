@@ -32,7 +32,7 @@ import shutil
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foxhunt.config.models import FoxhuntConfig
 
@@ -136,37 +136,6 @@ class MemberRuns:
         self.close()
 
 
-def judge_committee(
-    cache, cfg: FoxhuntConfig, files: list[Path], folds: list, device
-) -> tuple[dict[str, Any], Any, Any]:
-    """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
-    its market built as training builds it and judged by training's own ``validate``: ``(metrics, the
-    step record, the fold's data)``. ``folds``: the cache's folds (``make_folds``)."""
-    import numpy as np
-
-    from foxhunt.backtest.run import bars_per_year
-    from foxhunt.env.market import market_tensors
-    from foxhunt.report.schema import CALIBRATION_KEY
-    from foxhunt.train.diagnostics import advantage_calibration
-    from foxhunt.train.policy import CommitteePolicy
-    from foxhunt.train.run import validate
-
-    committee = CommitteePolicy(files, cfg)
-    fd = folds[committee.fold]
-    market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
-    metrics, rec = validate(market, fd, cfg, committee.policy(device), bars_per_year(cache))
-    # Where the committee's entries paid, on its mean E[Q] (what it takes the argmax of), as a single
-    # run's fold records its own (foxhunt.train.diagnostics.advantage_calibration).
-    values = MeanValues([m.agent(device) for m in committee.members])
-    horizon = cfg.env.plan.barrier.horizon
-    lo, hi = fd.fold.validation_start, fd.fold.validation_end
-    metrics[CALIBRATION_KEY] = {
-        "train": advantage_calibration(values, market, cfg.env, fd.fold.train, horizon),
-        "validation": advantage_calibration(values, market, cfg.env, np.arange(lo, hi), horizon),
-    }
-    return metrics, rec, fd
-
-
 class MeanValues:
     """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.agent.Agent.expected_q` gives one
     agent's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
@@ -177,6 +146,33 @@ class MeanValues:
     def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
         qs = [agent.expected_q(states) for agent in self.agents]
         return tuple(sum(q[i] for q in qs) / len(qs) for i in range(len(qs[0])))
+
+
+class Judged(NamedTuple):
+    """A committee judged over one fold's validation period (:func:`judge_committee`)."""
+
+    metrics: dict[str, Any]  # training's validate: the committee's validation metrics
+    record: Any  # its step record (StepRecord)
+    fold: Any  # the fold's data (FoldData)
+    market: Any  # the fold's market (MarketTensors), as training built it
+    values: MeanValues  # the members' mean E[Q]: what the committee takes its argmax of
+
+
+def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, device) -> Judged:
+    """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
+    its market built as training builds it and judged by training's own ``validate``. ``folds``: the
+    cache's folds (``make_folds``). Each member's agent is loaded once, for the policy and the values."""
+    from foxhunt.backtest.run import bars_per_year
+    from foxhunt.env.market import market_tensors
+    from foxhunt.train.policy import CommitteePolicy, committee_policy
+    from foxhunt.train.run import validate
+
+    committee = CommitteePolicy(files, cfg)
+    fd = folds[committee.fold]
+    market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
+    agents = [m.agent(device) for m in committee.members]
+    metrics, rec = validate(market, fd, cfg, committee_policy(agents), bars_per_year(cache))
+    return Judged(metrics, rec, fd, market, MeanValues(agents))
 
 
 def committee_folds(
@@ -195,21 +191,26 @@ def committee_folds(
     import json
 
     from foxhunt.backtest.reference import fold_capture
+    from foxhunt.report.schema import CALIBRATION_KEY
     from foxhunt.report.series import equity_series
+    from foxhunt.train.diagnostics import fold_calibration
     from foxhunt.train.run import action_shares, validation_net
     from foxhunt.validation.dataset import make_folds
 
     reports = [own] + [json.loads((m / "folds.json").read_text()) for m in members]
     folders = [run_dir, *members]
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
-    ts = cache.column("ts")
+    ts, horizon = cache.column("ts"), cfg.env.plan.barrier.horizon
     result = []
     for k, fold in enumerate(own):
         files = [folder / rep[k]["checkpoint_file"] for folder, rep in zip(folders, reports, strict=True)]
-        metrics, rec, fd = judge_committee(cache, cfg, files, folds, device)
+        judged = judge_committee(cache, cfg, files, folds, device)
+        metrics, rec, fd = judged.metrics, judged.record, judged.fold
         say(f"fold {k + 1}/{len(own)}: committee of {len(files)} members: net {metrics['net_pnl']:+,.0f}")
         body = {**fold, **{key: v for key, v in metrics.items() if key != "all"}}
         body["capture"] = fold_capture(body)
+        # where the committee's entries paid, on the values it acts on (member 0's own is in `fold`)
+        body[CALIBRATION_KEY] = fold_calibration(judged.values, judged.market, cfg.env, fd.fold, horizon)
         body["actions"] = action_shares(metrics["all"], cfg)
         agent = equity_series({"agent": validation_net(rec, fd, cfg)}, ts, fd.fold.validation_start)["agent"]
         body["equity"] = {**fold["equity"], "agent": agent}

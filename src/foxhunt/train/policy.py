@@ -89,8 +89,13 @@ class CommitteePolicy:
 
     def policy(self, device: torch.device | str) -> CapturablePolicy:
         """The committee's greedy policy ``(state, env) -> PolicyOut`` (capturable, as a member's)."""
-        agents = [m.agent(device) for m in self.members]
-        return CapturablePolicy(lambda obs, env: committee_decision(agents, obs))
+        return committee_policy([m.agent(device) for m in self.members])
+
+
+def committee_policy(agents: Sequence[Agent]) -> CapturablePolicy:
+    """The greedy policy ``(state, env) -> PolicyOut`` of ``agents`` voting as a committee
+    (:func:`~foxhunt.agent.committee.committee_decision`), capturable."""
+    return CapturablePolicy(lambda obs, env: committee_decision(agents, obs))
 
 
 MARKET_SECTIONS = ("data", "instrument", "synth", "features", "labels", "folds", "env")

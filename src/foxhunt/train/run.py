@@ -87,9 +87,9 @@ from foxhunt.train.diagnostics import (
     TENSORBOARD_DIR,
     DiagnosticsWriter,
     EpochStats,
-    advantage_calibration,
     console_line,
     direction_gap,
+    fold_calibration,
     gap_correlation,
     gap_rows,
 )
@@ -736,13 +736,9 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     # Where the reported policy's entries pay: its entry advantage against the plan horizon's move, on
-    # the rows it trained on and on the validation rows (diagnostics.advantage_calibration).
+    # the rows it trained on and on the validation rows (diagnostics.fold_calibration).
     horizon = cfg.env.plan.barrier.horizon
-    lo, hi = tr.fd.fold.validation_start, tr.fd.fold.validation_end
-    metrics[CALIBRATION_KEY] = {
-        "train": advantage_calibration(agent, tr.market, cfg.env, tr.fd.fold.train, horizon),
-        "validation": advantage_calibration(agent, tr.market, cfg.env, np.arange(lo, hi), horizon),
-    }
+    metrics[CALIBRATION_KEY] = fold_calibration(agent, tr.market, cfg.env, tr.fd.fold, horizon)
     util = tr.agent.signals["expert_utilisation"].cpu().tolist()
     return FoldResult(
         fold=k,

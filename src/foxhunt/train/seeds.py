@@ -177,7 +177,7 @@ def committee_result(
     result = SeedResult(COMMITTEE_SEED)
     for k, fold in enumerate(reports[0]):
         files = [run / f for run, rep in zip(runs, reports, strict=True) for f in voters(rep[k])]
-        metrics, _, _ = judge_committee(cache, cfg, files, folds, device)
+        metrics = judge_committee(cache, cfg, files, folds, device).metrics
         result.folds.append(
             seed_fold(fold | {key: metrics[key] for key in ("net_pnl", "trades", "sharpe_annual")})
         )
