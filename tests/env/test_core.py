@@ -36,7 +36,7 @@ def market(mid, *, low=None, high=None, vol=1e-4, bid_size=None, volume=None) ->
         low=mid.clone() if low is None else torch.tensor(low, dtype=torch.float64),
         bid=mid - 0.125,
         ask=mid + 0.125,
-        vol=torch.tensor(vol if isinstance(vol, list) else [vol] * n, dtype=torch.float64),
+        vol=torch.full((n,), vol, dtype=torch.float64),
         segment=torch.zeros(n, dtype=torch.int64),
         feature_columns=cols,
         bid_size=opt(bid_size),
@@ -272,34 +272,6 @@ def test_reward_components() -> None:
         _, r = env.step(a)
         closed_pnl = r.trades.pnl.abs().sum().item() / scale
         assert (r.components[:, 1:].abs() <= closed_pnl + 1e-12).all()  # shaping bounded by |trade PnL|
-
-
-def test_risk_unit_counts_a_plans_money_in_its_entry_volatility() -> None:
-    """The round trip of test_hand_worked_market_round_trip with ``rewards.unit = risk``.
-
-    The plan opens on the step from row 0 and takes row 1's volatility, 2e-4 (open_plan reads row
-    r + 1); rows 2-5 are four times as volatile, which must not change the plan's unit. A risk unit is
-    point_value x mid x vol_entry = 50 x mid x 2e-4 = mid / 100 ($):
-      step 0: net 35.5 at mid 100   -> 35.5 / 1.00
-      step 1: net 50   at mid 100.5 -> 50 / 1.005
-      step 2: net -14.5 at mid 101  -> -14.5 / 1.01 (the exit's costs, still in the plan's unit)
-    The money unit's rewards are net / (capital x pnl_scale) = net / 100 on the same steps.
-    """
-    from foxhunt.env.config import RewardParams, RewardUnit
-
-    mid = [100.0, 100.5, 101.0, 101.0, 101.0, 101.0]
-    vol = [1e-4, 2e-4, 8e-4, 8e-4, 8e-4, 8e-4]
-    risk = config().model_copy(update={"rewards": RewardParams(unit=RewardUnit.RISK)})
-    rewards = {}
-    for name, cfg in (("money", config()), ("risk", risk)):
-        env = TradingEnv(market(mid, vol=vol), cfg)
-        env.reset(torch.tensor([0]))
-        steps = [env.step(act(a))[1] for a in (L, H, H)]
-        assert [r.net.item() for r in steps] == [35.5, 50.0, -14.5]  # the money is the unit's business only
-        rewards[name] = [r.reward.item() for r in steps]
-        assert all(torch.equal(r.reward, r.components.sum(dim=-1)) for r in steps)
-    assert rewards["money"] == pytest.approx([0.355, 0.5, -0.145])
-    assert rewards["risk"] == pytest.approx([35.5 / 1.0, 50.0 / 1.005, -14.5 / 1.01])
 
 
 def test_many_recorded_policies_match_one_by_one_runs() -> None:

@@ -23,7 +23,6 @@ from foxhunt.env.rewards import (
     normalise_pnl,
     open_trade,
     regime_move_ema,
-    risk_factor,
     shaping_terms,
     step_reward,
 )
@@ -316,14 +315,3 @@ def test_cuda_matches_cpu() -> None:
     for a, g in zip((cpu[0], cpu[1], *cpu[2]), (gpu[0], gpu[1], *gpu[2]), strict=True):
         assert g.device.type == "cuda"
         torch.testing.assert_close(g.cpu(), a)
-
-
-def test_risk_factor_hand_worked() -> None:
-    """One ES contract at 5000 with a per-row volatility of 1e-4 moves 50 x 5000 x 1e-4 = $25 a vol; a
-    money unit is 250,000 x 1e-3 = $250, so a money reward converts to risk units times 10; at twice
-    the volatility, times 5. The factor never changes a reward's sign."""
-    p = RewardParams()
-    f = risk_factor(250_000.0, p, 50.0, torch.tensor([5000.0, 5000.0]), torch.tensor([1e-4, 2e-4]))
-    assert f.tolist() == pytest.approx([10.0, 5.0])
-    money = normalise_pnl(torch.tensor([25.0, -25.0]), 250_000.0, p)
-    assert (money * f).tolist() == pytest.approx([1.0, -0.5])

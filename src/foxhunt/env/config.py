@@ -7,8 +7,6 @@ The branch sizes (:class:`~foxhunt.domain.actions.BranchConfig`) and the plan's 
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
@@ -127,27 +125,10 @@ class SizingParams(Frozen):
         return self
 
 
-class RewardUnit(StrEnum):
-    """What one unit of reward is worth (:func:`foxhunt.env.rewards.risk_factor`)."""
-
-    # A fixed amount of money: reward = PnL / (capital * pnl_scale).
-    MONEY = "money"
-    # The money one contract makes on a one-volatility move at the plan's entry: reward = PnL /
-    # (point_value * mid * vol_entry). A volatile row's PnL is as noisy in this unit as a calm row's,
-    # so the learner does not fit the loudest rows' noise first; the sign of a plan's return, and so
-    # every plan's choice against flat, is that of its money.
-    RISK = "risk"
-
-
 class RewardParams(Frozen):
     """Reward normalisation and shaping (the terms: :mod:`foxhunt.env.rewards`); every shaping
     coefficient lies in [0, 1], 0 = off."""
 
-    unit: RewardUnit = Field(
-        RewardUnit.MONEY,
-        description="Reward unit: money (PnL / (capital * pnl_scale)) or risk (PnL / (point_value * mid * "
-        "the plan's entry volatility)).",
-    )
     pnl_scale: float = Field(
         1e-3,
         gt=0,

@@ -43,11 +43,11 @@ import torch
 from torch import Tensor
 
 from foxhunt.domain.actions import ActionCodec
-from foxhunt.env.config import EnvConfig, RewardUnit
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.costs import Quote, quote
 from foxhunt.env.market import MarketTensors
 from foxhunt.env.observe import clamp_bounds, plan_values, portfolio_values, scale_group, unit_values
-from foxhunt.env.rewards import TradePath, risk_factor
+from foxhunt.env.rewards import TradePath
 from foxhunt.env.state import Account, Plan, Portfolio, RestingOrder, Risk
 from foxhunt.env.trades import ClosedTrades, OpenTrade, by_stage, lean_record
 from foxhunt.env.transition import (
@@ -271,17 +271,6 @@ class TradingEnv:
             s.path, s.risk, net, held_closed, a.position, out.position, live, rows.regime1,
             cfg.contract.initial_capital, cfg.rewards,
         )
-        if cfg.rewards.unit is RewardUnit.RISK:
-            # Each plan's money in units of the risk it was entered at (rewards.risk_factor): the plan
-            # held into the step, else the one the step opened, else row r's volatility (no plan).
-            new_vol = torch.where(opened, plan.vol, self.vol[rows.r])
-            entry_vol = torch.where(s.plan.active, s.plan.vol, new_vol)
-            f = risk_factor(
-                cfg.contract.initial_capital, cfg.rewards, ins.point_value, rows.mid,
-                torch.clamp(entry_vol, min=cfg.plan.min_vol),
-            )
-            f = torch.where(torch.isfinite(f), f, torch.zeros_like(f))  # a row without a price has no PnL
-            reward, components = reward * f, components * f.unsqueeze(-1)
         risk = update_risk(s.risk, regime_ema, rows.regime1, net, a.equity, live, cfg.sizing)
         row = torch.where(live, rows.r + 1, rows.r)
         done = s.done | floored | (row >= s.end)

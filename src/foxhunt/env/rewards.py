@@ -12,10 +12,6 @@ fold k). With ES defaults ($250 000, ``pnl_scale = 1e-3``) one reward unit is $2
 
 Reward and components
 ---------------------
-With ``unit = risk`` (:class:`~foxhunt.env.config.RewardUnit`) every component is then multiplied by
-:func:`risk_factor`: money is counted in units of one contract's one-volatility move at the plan's
-entry, ``PnL / (point_value * mid * vol_entry)``.
-
 ``reward = sum(components)``, ``components[:, c]`` named by :data:`COMPONENTS`::
 
     pnl                = normalise(step net PnL)                                  every step
@@ -77,20 +73,6 @@ def normalise_pnl(pnl: Tensor, capital: Tensor | float, params: RewardParams) ->
     """``pnl / (capital * pnl_scale)``: money ($) to reward units."""
     scale = capital.to(pnl.dtype) if isinstance(capital, Tensor) else float(capital)
     return pnl / (scale * params.pnl_scale)
-
-
-def risk_factor(
-    capital: float, params: RewardParams, point_value: float, mid: Tensor, vol: Tensor
-) -> Tensor:
-    """``[N]`` the factor from money reward units to risk units: ``capital * pnl_scale / (point_value *
-    mid * vol)``.
-
-    A risk unit is what one contract makes on a one-volatility move: ``point_value * mid * vol`` ($,
-    ``vol`` the per-row volatility of log returns at the plan's entry, ``mid`` the price). Multiplying a
-    money reward by this factor gives ``PnL / (point_value * mid * vol)``: a plan's rewards in units of
-    the risk it was entered at. The factor is positive, so no reward changes sign.
-    """
-    return (capital * params.pnl_scale) / (point_value * mid * vol)
 
 
 # --- the open trade's path ---------------------------------------------------------------------
