@@ -30,16 +30,23 @@ from foxhunt.agent import explore as ex
 from foxhunt.agent.agent import Agent, PolicyOut
 
 
+def mean_values(values: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor, ...]:
+    """``Qbar_b = (1/K) sum_k Q_b^k`` per branch: ``values[k][b]`` is member k's E[Q] of branch b.
+    K = 1: 0 + q then / 1 are exact, so one member's values come back to the bit."""
+    k = float(len(values))
+    return tuple(sum(v[i] for v in values) / k for i in range(len(values[0])))
+
+
 @torch.no_grad()
 def committee_decision(members: Sequence[Agent], states: torch.Tensor) -> PolicyOut:
     """The committee's greedy decision for ``states`` ``[N, W]`` (module docstring)."""
     if not members:
         raise ValueError("a committee needs at least one agent")
     values = [m.greedy_values(states) for m in members]
-    # K = 1: 0 + q then / 1 are exact, so one member decides as its agent to the bit
+    # K = 1: mean_values and the means below are exact, so one member decides as its agent to the bit
     k = float(len(members))
     branches = len(values[0][1])
-    mean_q = tuple(sum(qs[i] for _, qs in values) / k for i in range(branches))
+    mean_q = mean_values([qs for _, qs in values])
     acting = [m.acting_q(qs) for m, (_, qs) in zip(members, values, strict=True)]
     acts = torch.stack([ex.greedy(sum(a[i] for a in acting) / k) for i in range(branches)], dim=1)
     parts = [m.decision(out, mean_q, acts) for m, (out, _) in zip(members, values, strict=True)]

@@ -144,8 +144,9 @@ class MeanValues:
         self.agents = agents
 
     def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        qs = [agent.expected_q(states) for agent in self.agents]
-        return tuple(sum(q[i] for q in qs) / len(qs) for i in range(len(qs[0])))
+        from foxhunt.agent.committee import mean_values
+
+        return mean_values([agent.expected_q(states) for agent in self.agents])
 
 
 class Judged(NamedTuple):
