@@ -173,6 +173,8 @@ def test_too_short_data_raises_a_clear_error():
         {"rolling_train_rows": 0},
         {"scheme": "random"},
         {"folds": 3},
+        {"normalise_clip": 1.5},  # at the reference rule's threshold the rule could never enter
+        {"normalise_clip": 0.0},
     ],
 )
 def test_fold_params_reject_bad_values(bad):

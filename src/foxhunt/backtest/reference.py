@@ -38,6 +38,7 @@ from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
+from foxhunt.validation.config import REFERENCE_THRESHOLD
 from foxhunt.validation.dataset import FoldData, make_folds
 
 RULE = "rule"
@@ -49,8 +50,6 @@ REFERENCE_COLUMN: dict[PlantedSignal, str] = {
 }
 """The state feature that carries each kind of planted signal (the feature family it lives in)."""
 
-REFERENCE_THRESHOLD = 1.5
-"""Entry threshold in fold-normalised standard deviations of the carrier feature."""
 
 _DIR, _MAG, _ORDER = (BRANCHES.index(b) for b in ("direction", "magnitude", "order_type"))
 

@@ -18,6 +18,11 @@ from foxhunt.data.schemas import RowUnit
 
 _MAX_HORIZON = 1_000_000
 
+REFERENCE_THRESHOLD = 1.5
+"""The reference rule's entry threshold (:mod:`foxhunt.backtest.reference`), in fold-normalised
+standard deviations of its carrier feature; the normaliser's clip must lie above it, or the rule
+could never enter."""
+
 
 class FoldScheme(StrEnum):
     EXPANDING = "expanding"  # training starts at row 0 and grows with each fold
@@ -47,6 +52,16 @@ class FoldParams(Frozen):
         None,
         ge=1,
         description="Training rows per fold for scheme = rolling (None: the first fold's training size).",
+    )
+    normalise_clip: float = Field(
+        5.0,
+        gt=REFERENCE_THRESHOLD,
+        le=1e6,
+        description=(
+            "Each fold's robust z-scores (feature - training median) / training scale are clipped at"
+            " +-this (the scaler stores it; exports and serve apply the stored value). Above the"
+            " reference rule's entry threshold (1.5), which reads the same normalised features."
+        ),
     )
 
 

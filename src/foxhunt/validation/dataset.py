@@ -20,8 +20,6 @@ from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import Fold, purged_walk_forward
 from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
-NORMALISE_CLIP = 5.0  # robust z-scores beyond +-5 are clipped
-
 
 @dataclass(frozen=True, eq=False)
 class FoldData:
@@ -39,9 +37,11 @@ class FoldData:
 def make_folds(
     features: np.ndarray, columns: tuple[str, ...] | list[str], params: FoldParams, label_span: int
 ) -> list[FoldData]:
-    """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows."""
+    """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows
+    (its z-scores clipped at +-``params.normalise_clip``)."""
     folds = purged_walk_forward(len(features), params, label_span)
-    return [FoldData(f, fit_robust(features, f.train, tuple(columns), clip=NORMALISE_CLIP)) for f in folds]
+    clip = params.normalise_clip
+    return [FoldData(f, fit_robust(features, f.train, tuple(columns), clip=clip)) for f in folds]
 
 
 def save_folds(folds: list[FoldData], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
