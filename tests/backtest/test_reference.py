@@ -70,7 +70,7 @@ def test_planted_column_reads_the_synthetic_manifest_and_is_unknown_on_real_data
         d.mkdir()
         (d / "a.dbn.zst").write_bytes(b"")
     (synth / MANIFEST_NAME).write_text(json.dumps({"signal": "trade_flow"}))
-    assert planted_column([synth / "a.dbn.zst"]) == "ofi.trade_flow"
+    assert planted_column([synth / "a.dbn.zst"]) == "ofi.trade_sign_ema"
     (synth / MANIFEST_NAME).write_text(json.dumps({"alpha": 4.0}))  # written before synth.signal existed
     assert planted_column([synth / "a.dbn.zst"]) == "ofi.l1_imbalance_ema_slow"
     assert planted_column([real / "a.dbn.zst"]) is None  # real data: the planted signal is unknown
@@ -97,4 +97,4 @@ def test_edge_command_reports_rule_flat_and_long_per_fold(tmp_path: Path, one_th
               "--out", str(tmp_path / "flow"), "-q", *sets, "--set", "synth.signal=trade_flow"],
     )
     assert other.exit_code == 0, other.output
-    assert json.loads((tmp_path / "flow" / "edge.json").read_text())["rule"]["column"] == "ofi.trade_flow"
+    assert json.loads((tmp_path / "flow" / "edge.json").read_text())["rule"]["column"] == "ofi.trade_sign_ema"

@@ -1,7 +1,8 @@
 """The long/short mirror of the state (``STATE_MIRROR``) against the features of a mirrored market.
 
 Mirroring the market (prices ``p -> K / p`` with ``K`` the squared median price, so every log return
-is negated; bid and ask levels, sizes and counts swapped; buyer and seller volume swapped) must map
+is negated; bid and ask levels, sizes and counts swapped; buyer and seller volume and each trade's
+aggressor swapped) must map
 every feature column ``j`` to ``sign[j] * column[source[j]]`` of the original. A slot declared even
 that is really odd (or a missing swap) fails here with its name.
 """
@@ -40,7 +41,11 @@ def mirror_rows(inp: RowInput) -> RowInput:
             "ask_ct": book.bid_ct,
         }
 
-    events = None if inp.events is None else dataclasses.replace(inp.events, **sides(inp.events))
+    events = None
+    if inp.events is not None:
+        sign = inp.events.trade_sign
+        assert sign is not None and np.any(sign != 0), "the fixture's market must hold trade states"
+        events = dataclasses.replace(inp.events, **sides(inp.events), trade_sign=-sign)
     return dataclasses.replace(
         inp,
         open=flip(inp.open),

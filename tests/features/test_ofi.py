@@ -8,9 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 
+from foxhunt.data.config import DataConfig, PlantedSignal, SynthConfig
 from foxhunt.data.schemas import DataSource, RowUnit
+from foxhunt.data.synth import simulate_session, trade_flow_signal
+from foxhunt.data.synth_market import synthetic_market
 from foxhunt.features import ofi
+from foxhunt.features._kernels import Carry
 from foxhunt.features.frame import EventInput, RowInput
+from foxhunt.features.pipeline import rows_from_market
 from tests.features.conftest import synthetic_rows
 
 TICK = 0.25
@@ -164,7 +169,7 @@ COL = {name: i for i, name in enumerate(ofi.SLOTS)}
 def test_width_and_finite(fixture: str, request: pytest.FixtureRequest) -> None:
     inp = request.getfixturevalue(fixture)
     out = ofi.compute(inp, ofi.Params())
-    assert len(ofi.SLOTS) == 32 and len(set(ofi.SLOTS)) == 32 and ofi.NEEDS_BOOK
+    assert len(ofi.SLOTS) == 33 and len(set(ofi.SLOTS)) == 33 and ofi.NEEDS_BOOK
     assert out.shape == (len(inp), len(ofi.SLOTS)) and out.dtype == np.float32
     assert np.isfinite(out).all()
     # every slot carries information on real data, except the intra-row momentum of snapshots
@@ -332,3 +337,45 @@ def _future_move_corr(alpha: float, horizon: int = 50) -> float:
 def test_imbalance_ema_predicts_the_planted_move() -> None:
     assert _future_move_corr(alpha=1.0) > 0.2  # about 0.38
     assert abs(_future_move_corr(alpha=0.0)) < 0.1  # about 0.03
+
+
+# --- the market orders' sign EMA (the trade-flow market's carrier) ----------------------------------
+
+
+def test_trade_sign_ema_by_hand() -> None:
+    # five states, touch 100.00 / 100.25 except state 3, where a buy swept the ask to 100.50; N = 2:
+    # state 0: F = 0 (segment start); 1: a buy market order, F = 0 + (1 - 0) / 2 = 0.5; 2: a sell,
+    # 0.5 + (-1 - 0.5) / 2 = -0.25; 3: the sweep is not a market order (the touch moved): -0.25;
+    # 4: a buy at state 3's touch: -0.25 + (1 + 0.25) / 2 = 0.375
+    bid = [[100.0]] * 5
+    ask = [[100.25], [100.25], [100.25], [100.5], [100.5]]
+    inp = make_rows(bid, ask, [[10.0]] * 5, [[10.0]] * 5)
+    sign = np.array([0.0, 1.0, -1.0, 1.0, 1.0])
+    inp = dataclasses.replace(inp, events=dataclasses.replace(inp.events, trade_sign=sign))
+    out = ofi.compute(inp, ofi.Params(trade_sign_horizon_trades=2))[:, COL["trade_sign_ema"]]
+    np.testing.assert_allclose(out, [0.0, 0.5, -0.25, -0.25, 0.375])
+    # in two chunks with the carried state, the same rows; without trade states, 0
+    carry = Carry()
+    two = ofi.Params(trade_sign_horizon_trades=2)
+    parts = [ofi.compute(inp.rows(a, b), two, carry) for a, b in ((0, 2), (2, 5))]
+    np.testing.assert_array_equal(np.concatenate(parts)[:, COL["trade_sign_ema"]], out)
+    none = dataclasses.replace(inp, events=dataclasses.replace(inp.events, trade_sign=None))
+    assert not ofi.compute(none, ofi.Params())[:, COL["trade_sign_ema"]].any()
+
+
+@pytest.mark.parametrize("unit", [RowUnit.SNAPSHOT, RowUnit.BAR])
+def test_trade_sign_ema_is_the_trade_flow_carrier(unit: RowUnit) -> None:
+    """On the trade-flow market the slot is the simulator's carrier F at each row's last book state
+    (data.synth.trade_flow_signal), row for row: the state observes the planted edge exactly."""
+    flow = PlantedSignal.TRADE_FLOW
+    cfg = SynthConfig(seed=5, sessions=2, events_per_session=20_000, alpha=1.0, signal=flow)
+    md = synthetic_market(cfg)
+    inp = rows_from_market(md, DataConfig(row_unit=unit, bar_seconds=30))
+    book = md.books[cfg.instrument_id]
+    n = cfg.flow_horizon_trades
+    f = np.concatenate([trade_flow_signal(simulate_session(cfg, i).book, n) for i in range(2)])
+    assert len(f) == len(book) and np.abs(f).max() > 0.1
+    params = ofi.Params(trade_sign_horizon_trades=cfg.flow_horizon_trades)
+    out = ofi.compute(inp, params)[:, COL["trade_sign_ema"]]
+    last = np.searchsorted(book.ts_event, inp.ts, "right") - 1  # each row's last state
+    np.testing.assert_allclose(out, f[last], rtol=1e-5, atol=1e-6)

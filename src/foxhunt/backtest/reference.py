@@ -46,7 +46,7 @@ RULE = "rule"
 
 REFERENCE_COLUMN: dict[PlantedSignal, str] = {
     PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",
-    PlantedSignal.TRADE_FLOW: "ofi.trade_flow",
+    PlantedSignal.TRADE_FLOW: "ofi.trade_sign_ema",
 }
 """The state feature that carries each kind of planted signal (the feature family it lives in)."""
 

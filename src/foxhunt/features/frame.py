@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from foxhunt.data.arrays import SIDE_ASK, SIDE_BID, BookArrays
+from foxhunt.data.arrays import ACTION_TRADE, SIDE_ASK, SIDE_BID, BookArrays
 from foxhunt.data.bars import BarSeries, SnapshotRows
 from foxhunt.data.schemas import DataSource, RowUnit
 
@@ -38,6 +38,9 @@ class EventInput:
     ask_sz: np.ndarray
     bid_ct: np.ndarray
     ask_ct: np.ndarray
+    # [m] float64: the aggressor's sign (+1 buy, -1 sell) where the state is a trade's (action T with
+    # side B or A), else 0; None: no event is a trade (a book without trade records)
+    trade_sign: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.ts)
@@ -112,10 +115,15 @@ class RowInput:
             fields[f.name] = v[a:b] if isinstance(v, np.ndarray) else v
         if self.events is not None:
             lo, hi = np.searchsorted(self.events.row, [a, b], "left")
-            part = {f.name: getattr(self.events, f.name)[lo:hi] for f in dataclasses.fields(EventInput)}
+            ev = self.events
+            part = {f.name: _part(getattr(ev, f.name), lo, hi) for f in dataclasses.fields(EventInput)}
             part["row"] = part["row"] - a
             fields["events"] = EventInput(**part)
         return RowInput(**fields)
+
+
+def _part(v: np.ndarray | None, lo: int, hi: int) -> np.ndarray | None:
+    return None if v is None else v[lo:hi]
 
 
 def _segment_start(trade_date: np.ndarray, instrument_id: np.ndarray) -> np.ndarray:
@@ -139,7 +147,17 @@ def _events(book: BookArrays, row: np.ndarray, seg_start: np.ndarray) -> EventIn
         ask_sz=_f(book.ask_sz),
         bid_ct=_f(book.bid_ct),
         ask_ct=_f(book.ask_ct),
+        trade_sign=trade_signs(book),
     )
+
+
+def trade_signs(book: BookArrays) -> np.ndarray:
+    """[n] float64: +1 where the state is a buyer-initiated trade's (action T, side B), -1 a seller's
+    (side A), 0 for every other state (a book rebuilt from MBO emits the state of an event's last
+    record, which for a trade is its fill or cancel: 0 there)."""
+    trade = book.action == ACTION_TRADE
+    sell = np.where(trade & (book.side == SIDE_ASK), -1.0, 0.0)
+    return np.where(trade & (book.side == SIDE_BID), 1.0, sell)
 
 
 def _last_trade_ts(trade_ts: np.ndarray, ts: np.ndarray, seg_first_ts: np.ndarray) -> np.ndarray:

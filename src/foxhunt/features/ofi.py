@@ -63,6 +63,13 @@ slot   name                     formula (windows in rows unless stated)
                                 over rows without events): the synthetic market's alpha carrier
 30     l1_imbalance_ema_slow    the same with horizon imbalance_slow_horizon_events
 31     ofi_l0_ema               EMA_mid_span(ofi_l0): touch OFI trajectory
+32     trade_sign_ema           F = EMA over *market orders* (horizon trade_sign_horizon_trades) of the
+                                aggressor sign (+1 buy, -1 sell), at the row's last event (carried over
+                                rows without events); a market order is a trade state (action T) whose
+                                touch prices equal the previous state's (a sweep that moved them is
+                                not one), 0 before the segment's first: the trade-flow market's carrier
+                                (data.synth.trade_flow_signal); 0 on a book without trade states (one
+                                rebuilt from MBO)
 =====  =======================  ============================================================================
 
 Rows with ``book_mask`` False are all 0 and leave every recursion untouched; flow slots (11, 12,
@@ -115,6 +122,7 @@ SLOTS: tuple[str, ...] = (
     "l1_imbalance_ema",
     "l1_imbalance_ema_slow",
     "ofi_l0_ema",
+    "trade_sign_ema",
 )
 NEEDS_BOOK = True
 # Slots that need the book beyond the touch (levels 1-9, or all levels summed): the stack sets
@@ -145,6 +153,7 @@ MIRROR_ODD: frozenset[str] = frozenset(
     in (
         "book_pressure",
         "trade_flow",
+        "trade_sign_ema",
         "queue_depletion_asym",
         "intrabar_momentum",
         "order_count_imbalance",
@@ -183,6 +192,7 @@ _S_MICROPRICE_RESIDUAL = _S["microprice_residual"]
 _S_L1_IMBALANCE_EMA = _S["l1_imbalance_ema"]
 _S_L1_IMBALANCE_EMA_SLOW = _S["l1_imbalance_ema_slow"]
 _S_OFI_L0_EMA = _S["ofi_l0_ema"]
+_S_TRADE_SIGN_EMA = _S["trade_sign_ema"]
 
 _SEPARATE_LEVELS = 5  # ofi_l0 .. ofi_l4; levels 5.. go to ofi_deep
 
@@ -222,6 +232,12 @@ class Params(Frozen):
     )
     imbalance_slow_horizon_events: int = Field(
         500, ge=1, le=1_000_000, description="Events of the slow level-1 imbalance EMA."
+    )
+    trade_sign_horizon_trades: int = Field(
+        200,
+        ge=1,
+        le=1_000_000,
+        description="Market orders N of the EMA of their aggressor signs (trade_sign_ema), in trades.",
     )
     clip: float = Field(
         10.0, ge=1, le=1_000, description="Bound of the depth-normalised flow ratios (slots 0-7, 23, 25)."
@@ -307,20 +323,28 @@ class RowEvents(NamedTuple):
     t_last: np.ndarray  # int64 ns: the row's last event's time
     imb_f: np.ndarray  # imbalance EMAs at the row's last event
     imb_s: np.ndarray
+    flow: np.ndarray  # the market orders' sign EMA at the row's last event
 
 
-# What the event pass carries from one chunk to the next: the intensities and imbalance EMAs just
-# after the last event.
+# What the event pass carries from one chunk to the next: the intensities, imbalance EMAs and the
+# market orders' sign EMA just after the last event.
 EVENT_STATE = np.dtype(
-    [("lam_f", np.float64), ("lam_s", np.float64), ("imb_f", np.float64), ("imb_s", np.float64)], align=True
+    [
+        ("lam_f", np.float64),
+        ("lam_s", np.float64),
+        ("imb_f", np.float64),
+        ("imb_s", np.float64),
+        ("flow", np.float64),
+    ],
+    align=True,
 )
 EVENT_FRESH = np.zeros(1, EVENT_STATE)
 
 
 @numba.njit(cache=True)
 def _event_pass(
-    ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz,  # [m] / [m, L] the events
-    n_rows, tick, tau_f, tau_s, h_fast, h_slow, start, st,
+    ev_row, ev_ts, reset, bid_px, bid_sz, ask_px, ask_sz, sign,  # [m] / [m, L] the events
+    n_rows, tick, tau_f, tau_s, h_fast, h_slow, h_flow, start, st,
 ):  # fmt: skip
     """Per-row sums of event flows and the event-level recursions sampled at each row's last event.
 
@@ -337,10 +361,12 @@ def _event_pass(
     t_last = np.zeros(n_rows, np.int64)
     imb_f = np.zeros(n_rows)
     imb_s = np.zeros(n_rows)
+    flow = np.zeros(n_rows)
     lf = st.lam_f
     ls = st.lam_s
     sf = st.imb_f
     ss = st.imb_s
+    fl = st.flow
     for k in range(start, m):
         r = ev_row[k]
         b0 = bid_sz[k, 0]
@@ -352,6 +378,7 @@ def _event_pass(
             ls = 1.0 / tau_s
             sf = imb
             ss = imb
+            fl = 0.0  # no market order of the segment yet (the first state has no touch before it)
         else:
             dt = (ev_ts[k] - ev_ts[k - 1]) * 1e-9
             if dt < 0.0:
@@ -360,6 +387,10 @@ def _event_pass(
             ls = ls * np.exp(-dt / tau_s) + 1.0 / tau_s
             sf += (imb - sf) / h_fast
             ss += (imb - ss) / h_slow
+            # a market order: a trade that left both touch prices where they were (a sweep moved
+            # them; NaN, an empty touch, equals nothing), F <- F + (sign - F) / N
+            if sign[k] != 0.0 and bid_px[k, 0] == bid_px[k - 1, 0] and ask_px[k, 0] == ask_px[k - 1, 0]:
+                fl += (sign[k] - fl) / h_flow
             for i in range(n_lev):
                 eb = _side_flow(bid_px[k - 1, i], bid_sz[k - 1, i], bid_px[k, i], bid_sz[k, i], 1.0)
                 ea = _side_flow(ask_px[k - 1, i], ask_sz[k - 1, i], ask_px[k, i], ask_sz[k, i], -1.0)
@@ -390,11 +421,13 @@ def _event_pass(
         t_last[r] = ev_ts[k]
         imb_f[r] = sf
         imb_s[r] = ss
+        flow[r] = fl
     st.lam_f = lf
     st.lam_s = ls
     st.imb_f = sf
     st.imb_s = ss
-    return RowEvents(ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s)
+    st.flow = fl
+    return RowEvents(ofi, rv, dep_b, dep_a, has_ev, lam_f, lam_s, t_last, imb_f, imb_s, flow)
 
 
 # --- row pass ---------------------------------------------------------------------------------
@@ -475,6 +508,7 @@ ROW_STATE = np.dtype(
         ("ev_ls", np.float64),
         ("ev_sf", np.float64),  # the imbalance EMAs at the last event
         ("ev_ss", np.float64),
+        ("ev_fl", np.float64),  # the market orders' sign EMA at the last event
         ("ev_t", np.int64),  # its time, ns
     ],
     align=True,
@@ -580,8 +614,9 @@ def _vol_slots(out, t, rv, st, p):
 
 @numba.njit(cache=True, inline="always")
 def _event_slots(out, t, ts, st, p):
-    """Slots 15-16 and 29-30 from the segment's last event: the Hawkes-style intensities decayed to
-    the row's time ``ts``, lambda(s) = lambda(ts_k) exp(-(s - ts_k)/tau), and the imbalance EMAs."""
+    """Slots 15-16, 29-30 and 32 from the segment's last event: the Hawkes-style intensities decayed
+    to the row's time ``ts``, lambda(s) = lambda(ts_k) exp(-(s - ts_k)/tau), the imbalance EMAs and
+    the market orders' sign EMA."""
     dt = max((ts - st.ev_t) * 1e-9, 0.0)
     rf = st.ev_lf * np.exp(-dt / p.tau_f)
     rs = st.ev_ls * np.exp(-dt / p.tau_s)
@@ -589,6 +624,7 @@ def _event_slots(out, t, ts, st, p):
     out[t, _S_HAWKES_RATIO] = _ratio(rf - rs, rf + rs)
     out[t, _S_L1_IMBALANCE_EMA] = st.ev_sf
     out[t, _S_L1_IMBALANCE_EMA_SLOW] = st.ev_ss
+    out[t, _S_TRADE_SIGN_EMA] = st.ev_fl
 
 
 @numba.njit(cache=True, inline="always")
@@ -656,7 +692,7 @@ def _queue_slots(out, t, dep_b, dep_a, cnt, st, p):
 
 @numba.njit(cache=True)
 def _row_pass(rows, book, ev, p, st, depth):
-    """float32 ``[n, 32]``: the slots of each row (:class:`RowSeries`, :class:`RowBook`) from the
+    """float32 ``[n, len(SLOTS)]``: the slots of each row (:class:`RowSeries`, :class:`RowBook`) from the
     event pass's per-row sums ``ev`` (:class:`RowEvents`), constants ``p`` (:data:`ROW_PARAMS`);
     ``st`` (:data:`ROW_STATE`) and ``depth`` (D_i, [L]) are carried and updated in place."""
     n, n_lev = book.bid_px.shape
@@ -675,6 +711,7 @@ def _row_pass(rows, book, ev, p, st, depth):
             st.ev_ls = ev.lam_s[t]
             st.ev_sf = ev.imb_f[t]
             st.ev_ss = ev.imb_s[t]
+            st.ev_fl = ev.flow[t]
             st.ev_t = ev.t_last[t]
         if not rows.book_mask[t]:
             continue
@@ -746,6 +783,7 @@ def with_last_event(ev: EventInput, reset: np.ndarray, carry: Carry) -> tuple[di
     f = np.ascontiguousarray
     arrays = {k: f(getattr(ev, k), np.float64) for k in _EVENT_BOOK}
     arrays["ts"], arrays["row"] = f(ev.ts, np.int64), f(ev.row, np.int64)
+    arrays["sign"] = np.zeros(len(ev)) if ev.trade_sign is None else f(ev.trade_sign, np.float64)
     arrays["reset"] = reset
     start = 0
     if "event.ts" in carry.tails and len(ev) and not reset[0]:
@@ -753,6 +791,7 @@ def with_last_event(ev: EventInput, reset: np.ndarray, carry: Carry) -> tuple[di
         for k in (*_EVENT_BOOK, "ts"):
             arrays[k] = np.concatenate([carry.tails[f"event.{k}"], arrays[k]])
         arrays["row"] = np.concatenate([[0], arrays["row"]])  # never written: the loop starts after it
+        arrays["sign"] = np.concatenate([[0.0], arrays["sign"]])  # never read, as the row
         arrays["reset"] = np.concatenate([[True], reset])
     if len(ev):
         for k in (*_EVENT_BOOK, "ts"):
@@ -793,7 +832,7 @@ def row_arrays(inp: RowInput) -> tuple[RowSeries, RowBook]:
 
 
 def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
-    """float32 ``[len(inp), 32]``: the ``ofi`` slots (see the module docstring); ``carry``: the state
+    """float32 ``[len(inp), len(SLOTS)]``: the ``ofi`` slots (see the module docstring); ``carry``: the state
     of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)
     if n == 0:
@@ -807,12 +846,14 @@ def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.nda
         arrays["ts"],
         arrays["reset"],
         *(arrays[k] for k in _EVENT_BOOK),
+        arrays["sign"],
         n,
         tick,
         params.hawkes_fast_seconds,
         params.hawkes_slow_seconds,
         float(params.imbalance_horizon_events),
         float(params.imbalance_slow_horizon_events),
+        float(params.trade_sign_horizon_trades),
         start,
         carry.record("event_pass", EVENT_FRESH),
     )
