@@ -156,9 +156,10 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
     from foxhunt.train.checkpoint import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
-    # Seed 1: one whose briefly trained policy trades (the export is compared on a trading policy;
-    # which seeds trade after 4 updates depends on the random streams).
-    overrides = [*TINY_MARKET, "agent.learn.updates_per_epoch=4", "agent.network.symmetry=none", "run.seed=1"]
+    # Seed 2: one whose briefly trained policy trades (the export is compared on a trading policy;
+    # which seeds trade after 4 updates depends on the random streams and the state's columns: seeds
+    # 1-15 of the smoke profile at e1a5f00 traded 0, 43, 7, 13, 0, 0, 57, 37, 83, 81, 0, 0, 0, 29, 37 times).
+    overrides = [*TINY_MARKET, "agent.learn.updates_per_epoch=4", "agent.network.symmetry=none", "run.seed=2"]
     cfg = api.config("smoke", overrides=overrides)
     store = CheckpointStore(tmp_path_factory.mktemp("checkpoint"), ring=1)
     fd = api.make_folds(cache, cfg)[FOLD]
@@ -170,10 +171,10 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="module")
 def run_dir(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("run")
-    # Seed 1: one whose briefly trained policy trades in fold 1 (the profile's seed 7 is flat there), so
-    # the reported validation the API backtest must reproduce is a trading policy's; which seeds trade
-    # after 4 updates depends on the random streams.
-    trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, "run.seed=1"])
+    # Seed 2: one whose briefly trained policy trades in fold 1 (at e1a5f00 seed 1 is flat there, seed 2
+    # makes 58 round trips), so the reported validation the API backtest must reproduce is a trading
+    # policy's; which seeds trade after 4 updates depends on the random streams.
+    trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, "run.seed=2"])
     folds = api.train(cache, trained, out, log=lambda m: None)
     assert [f["fold"] for f in folds] == [0, 1]
     return out

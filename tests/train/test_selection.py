@@ -155,7 +155,9 @@ def test_perturbing_the_validation_period_changes_no_epoch_and_not_the_pick(
     history, the diagnostics lines), the best epoch and its weights are the same; only the numbers
     evaluated at the end over the validation period differ. Before the selection period each epoch's
     Sharpe came from the validation rows, so the histories differed and the pick could."""
-    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3", "train.selection=train_tail")
+    # Seed 1: one whose 3 tiny epochs trade (the comparison's teeth, below); at e1a5f00 seeds 1-8 made
+    # 38, 182, 182, 0, 0, 13, 0 and 0 round trips (the profile's seed 7 none)
+    cfg = tiny_cfg("folds.n_folds=1", "train.epochs=3", "train.selection=train_tail", "run.seed=1")
     seen: list[torch.Tensor] = []  # the rows the trainer's episodes really start at
     real_starts = run_mod.episode_starts
 
