@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from foxhunt.atomic import atomic_path, is_stale_temp, remove_stale_temps
 from foxhunt.config.loader import load_config, write_resolved
-from foxhunt.errors import OutputError, ResumeError
+from foxhunt.errors import FoxhuntError, OutputError, ResumeError
 from foxhunt.outputs import SHOWN_DIFFERENCES, claim_file, claim_folder, claim_run
 
 RESULTS = ("checkpoints", "folds.json", "train.config.json")
@@ -78,3 +79,33 @@ def test_stale_temps_are_those_of_dead_writers_and_hidden_folders_are_left_alone
         assert live.exists() and inside_hidden.exists() and not_a_temp.exists()
         live.write_text("{}")
     assert (tmp_path / "d.json").read_text() == "{}" and not live.exists()
+
+
+@pytest.mark.parametrize(
+    "full",
+    [
+        OSError(errno.ENOSPC, "No space left on device"),
+        # what safetensors' Rust writer raises: its own type, the OS error only in its text
+        RuntimeError("Error while serializing: I/O error: No space left on device (os error 28)"),
+    ],
+)
+def test_a_full_disk_is_a_clear_error_naming_the_folder_and_nothing_is_left(
+    full: Exception, tmp_path: Path
+) -> None:
+    target = tmp_path / "ckpt" / "last.safetensors"
+
+    def write_half() -> None:
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"half")
+            raise full
+
+    with pytest.raises(FoxhuntError, match="no space left on the device of .*ckpt.*bytes free") as caught:
+        write_half()
+    assert caught.value.__cause__ is full and "free space" in caught.value.fix
+    assert list(target.parent.iterdir()) == []  # neither the file nor its temporary
+
+
+def test_other_errors_in_an_atomic_write_pass_through(tmp_path: Path) -> None:
+    with pytest.raises(OSError) as caught, atomic_path(tmp_path / "a.json"):
+        raise OSError(errno.EACCES, "Permission denied")
+    assert caught.value.errno == errno.EACCES and list(tmp_path.iterdir()) == []

@@ -8,14 +8,18 @@ command starts writing into a folder) deletes those whose process is gone.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from foxhunt.errors import FoxhuntError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -42,9 +46,25 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         # mkstemp creates 0600; an artefact gets the usual mode of a new file (0666 less the umask).
         os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
+        if disk_full(err):
+            free = shutil.disk_usage(path.parent).free
+            raise FoxhuntError(
+                path,
+                f"no space left on the device of {path.parent} ({free:,} bytes free); nothing was written",
+                "free space there (old runs' checkpoints are the largest files) or write to another --out",
+            ) from err
         raise
+
+
+def disk_full(err: BaseException) -> bool:
+    """Whether ``err`` says the device is full: an OSError with ENOSPC, or a library's wrapped one
+    (safetensors' Rust writer raises its own error whose text carries the OS error, "No space left
+    on device (os error 28)", and nothing else to test)."""
+    if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+        return True
+    return isinstance(err, Exception) and f"(os error {errno.ENOSPC})" in str(err)
 
 
 def write_text(path: str | Path, text: str) -> Path:
