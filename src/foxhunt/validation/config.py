@@ -60,7 +60,8 @@ class FoldParams(Frozen):
         description=(
             "Each fold's robust z-scores (feature - training median) / training scale are clipped at"
             " +-this (the scaler stores it; exports and serve apply the stored value). Above the"
-            " reference rule's entry threshold (1.5), which reads the same normalised features."
+            f" reference rule's entry threshold ({REFERENCE_THRESHOLD:g}), which reads the same"
+            " normalised features."
         ),
     )
 
