@@ -11,10 +11,10 @@ from torch import Tensor, nn
 
 from foxhunt.agent.config import AgentConfig, NetworkConfig
 from foxhunt.agent.distributional import support
-from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork, reset_noise
+from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork, input_mask, reset_noise
 from foxhunt.agent.support import growth_factor
 from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
-from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_MIRROR
 
 W = STATE_LAYOUT.width
 SMALL = {
@@ -490,3 +490,58 @@ def test_mirror_symmetry_trains_every_parameter() -> None:
     net = make_net(symmetry="mirror")
     flat(net(states())).pow(2).sum().backward()
     assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in net.parameters())
+
+
+# -- the input screen's mask (agent.network.input_screen) ---------------------------------------------
+
+FEATURE_COLUMNS = [c for g in STATE_FEATURE_GROUPS for c in STATE_LAYOUT.group(g).names]
+SWAPPED = next(
+    c for c in FEATURE_COLUMNS if STATE_MIRROR.source[STATE_LAYOUT.index(c)] != STATE_LAYOUT.index(c)
+)
+PARTNER = STATE_LAYOUT.columns[STATE_MIRROR.source[STATE_LAYOUT.index(SWAPPED)]]
+
+
+def test_input_mask_keeps_the_named_columns_their_partners_and_the_agents_own_slots() -> None:
+    assert torch.equal(input_mask(None), torch.ones(W))
+    mask = input_mask(["ofi.trade_sign_ema", SWAPPED])
+    kept = {c for c in STATE_LAYOUT.columns if mask[STATE_LAYOUT.index(c)] == 1}
+    own = {c for g in ("portfolio", "plan", "aux") for c in STATE_LAYOUT.group(g).names}
+    assert {"ofi.trade_sign_ema", SWAPPED, PARTNER} | own <= kept
+    assert not kept & (set(FEATURE_COLUMNS) - {"ofi.trade_sign_ema", SWAPPED, PARTNER})
+    # closed under the mirror: masking a state, then mirroring it, equals mirroring, then masking
+    src = torch.tensor(STATE_MIRROR.source)
+    assert torch.equal(mask[src], mask)
+
+
+def test_a_screened_out_column_changes_nothing_and_a_kept_one_does() -> None:
+    net = make_net(symmetry="mirror").eval()
+    net.input_mask.copy_(input_mask(["ofi.trade_sign_ema"]))
+    s = states()
+    base = flat(net(s))
+    dropped, kept = s.clone(), s.clone()
+    dropped[:, STATE_LAYOUT.index("ofi.l1_imbalance_ema_slow")] += 3.0
+    kept[:, STATE_LAYOUT.index("ofi.trade_sign_ema")] += 3.0
+    assert torch.equal(flat(net(dropped)), base)
+    assert (flat(net(kept)) - base).abs().max() > 1e-4
+    # the aux heads read the masked state too
+    ret, _, _ = net.aux_heads(dropped)
+    assert torch.equal(ret, net.aux_heads(s)[0])
+
+
+def test_the_masked_network_stays_mirror_equivariant() -> None:
+    net = make_net(symmetry="mirror").eval()
+    net.input_mask.copy_(input_mask([SWAPPED, "ofi.trade_sign_ema"]))
+    s = states()
+    for e, g in zip(_relabelled(net(s), net), out_tensors(net(net.mirror_state(s))), strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_the_mask_travels_in_the_state_dict_and_an_old_one_reads_every_column() -> None:
+    net = make_net()
+    net.input_mask.copy_(input_mask(["ofi.trade_sign_ema"]))
+    other = make_net(seed=1)
+    other.load_state_dict(net.state_dict())
+    assert torch.equal(other.input_mask, net.input_mask)
+    old = {k: v for k, v in net.state_dict().items() if k != "input_mask"}  # before the screen existed
+    other.load_state_dict(old)
+    assert torch.equal(other.input_mask, torch.ones(W))

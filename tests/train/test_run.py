@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 import foxhunt.train.run as run_mod
 from foxhunt.agent.agent import Agent, Mode
 from foxhunt.agent.learner import cosine_lr
+from foxhunt.agent.network import input_mask
 from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
@@ -513,3 +514,44 @@ def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
     ok = Agent(same.agent, same.env.branches, seed=0, replay_capacity=16)
     meta = load_checkpoint(path, expect=_expect(ok, same)).meta
     assert meta["fold"] == 0 and meta["config"]["agent"]["network"]["hidden"] == 16
+
+
+def test_the_input_screen_masks_the_network_by_the_folds_own_training_rows(
+    cache: FeatureCache, tmp_path: Path
+) -> None:
+    """``agent.network.input_screen = K``: each fold's network reads the K columns the fold's own
+    collection rows rank first (recomputed here), their mirror partners and the agent's own slots;
+    the checkpoint carries the mask, and the agent loaded from it reads what training read."""
+    from foxhunt.env.market import market_tensors
+    from foxhunt.train.selection import fold_periods
+    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.screen import screen_columns
+
+    keep = 3
+    cfg = tiny_cfg(f"agent.network.input_screen={keep}")
+    train(cache, cfg, tmp_path, log=quiet)
+    data = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    for k, fold in enumerate(folds_of(tmp_path)):
+        market = market_tensors(cache, data[k], vol_window=cfg.env.plan.barrier.vol_window)
+        periods = fold_periods(data[k].fold, cfg.train)
+        columns = tuple(market.feature_columns)
+        want = screen_columns(
+            market.features.numpy(),
+            columns,
+            market.mid.numpy(),
+            market.segment.numpy(),
+            periods.collect_lo,
+            periods.collect_hi,
+            cfg.env.plan.barrier.horizon,
+            keep,
+        )
+        kept = fold["diagnostics"]["input_screen"]
+        assert kept == want.summary() and len(kept) == keep
+        assert [abs(v) for v in kept.values()] == sorted((abs(v) for v in kept.values()), reverse=True)
+        mask = network_of(tmp_path / fold["checkpoint_file"])["input_mask"]
+        assert torch.equal(mask, input_mask(kept))
+        # Every screened-out feature column reads 0: at most K columns and their K partners are read.
+        features = [STATE_LAYOUT.index(c) for c in columns]
+        assert keep <= int(mask[features].sum()) <= 2 * keep < len(features)
+        agent = CheckpointPolicy(tmp_path / fold["checkpoint_file"], cfg).agent("cpu")
+        assert torch.equal(agent.net.input_mask, mask)

@@ -60,6 +60,14 @@ class NetworkConfig(Frozen):
         ("ofi.ofi_l0", "ofi.l1_imbalance_ema", "ofi.trade_flow"),
         description="State columns the order-type and urgency branches also see (three order-flow features).",
     )
+    input_screen: int = Field(
+        0,
+        ge=0,
+        le=4096,
+        description="Feature columns the network reads: 0 = all; K = the K with the largest |rank IC| "
+        "against the plan-horizon move on each fold's training rows (foxhunt.validation.screen), their "
+        "mirror partners with them; the agent's own portfolio, plan and aux slots are always read.",
+    )
     noisy_sigma: float = Field(
         0.5,
         ge=0,

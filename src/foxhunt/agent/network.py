@@ -3,7 +3,7 @@
 Data flow and shapes (B batch, W = ``STATE_LAYOUT.width``, G feature groups, H = ``hidden``,
 E = ``experts``, A_b the values of branch b, K = ``atoms``, Q = ``len(quantiles)``)::
 
-    state [B, W]
+    state [B, W]  (x input_mask [W]: 1, or 0 at the feature columns the input screen left out)
       ├─ variable selection: emb_g = Linear_g(state[:, group g's real slots])   [B, G, H]
       │                      w = softmax(MLP(state))                           [B, G]   -> NetOut.selection
       │                      x = Σ_g w_g · emb_g                                [B, H]
@@ -35,7 +35,7 @@ With ``symmetry = mirror`` all of the above runs once on ``[state; M state]`` (`
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -46,10 +46,26 @@ from foxhunt.agent.config import AgentConfig, LossConfig, NetworkConfig, Symmetr
 from foxhunt.agent.distributional import expectation, support
 from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
 from foxhunt.domain.exits import BARRIER_EXITS, ExitReason, outcome_class
-from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR
+from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_MIRROR
 
 AUX_OUTPUTS = (1, 2, 3)
 """Widths of the auxiliary outputs: next-bar return, direction logits, outcome logits."""
+
+
+def input_mask(kept: Iterable[str] | None) -> Tensor:
+    """[W] float32: the state columns the network reads (``agent.network.input_screen``). ``kept``
+    None: every column. Otherwise 1 at the named feature columns and at every column outside the
+    feature groups (portfolio, plan, aux: the agent's own state is never screened out), 0 at the other
+    feature columns; closed under the long/short mirror (a kept column's mirror partner is kept), so
+    masking commutes with :data:`STATE_MIRROR` and the mirrored network stays exactly equivariant."""
+    mask = torch.ones(STATE_LAYOUT.width, dtype=torch.float32)
+    if kept is None:
+        return mask
+    for g in STATE_FEATURE_GROUPS:
+        mask[STATE_LAYOUT.group(g).slice] = 0.0
+    for name in kept:
+        mask[STATE_LAYOUT.index(name)] = 1.0
+    return torch.maximum(mask, mask[torch.tensor(STATE_MIRROR.source)])
 
 
 @dataclass
@@ -274,6 +290,7 @@ class QNetwork(nn.Module):
     taus: Tensor
     tau_cos: Tensor
     order_flow_index: Tensor
+    input_mask: Tensor
 
     def __init__(self, cfg: AgentConfig, branches: BranchConfig) -> None:
         super().__init__()
@@ -292,6 +309,9 @@ class QNetwork(nn.Module):
             torch.tensor([STATE_LAYOUT.index(n) for n in net.order_flow_features], dtype=torch.long),
         )
         self.register_buffer("v_max", torch.tensor(net.support_init, dtype=torch.float32))
+        # The input screen's mask (:func:`input_mask`; all ones until a trainer sets it): a buffer, so
+        # checkpoints, weights-only exports and serve carry the columns the network was trained on.
+        self.register_buffer("input_mask", input_mask(None))
         # The long/short mirror (Symmetry.MIRROR): the state's permutation and signs, and each
         # output's relabelling (Long <-> Short; aux direction down <-> up; a long's profit <-> stop).
         self.register_buffer("mirror_source", torch.tensor(STATE_MIRROR.source, dtype=torch.long))
@@ -346,6 +366,11 @@ class QNetwork(nn.Module):
             nn.ELU(),
             nn.Linear(net.aux_hidden, sum(AUX_OUTPUTS)),  # [return | direction logits | outcome logits]
         )
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:  # noqa: ANN001
+        # A checkpoint from before the input screen has no mask: that network read every column.
+        state_dict.setdefault(prefix + "input_mask", input_mask(None).to(self.input_mask.device))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     # -- support ------------------------------------------------------------------------------------
 
@@ -403,10 +428,11 @@ class QNetwork(nn.Module):
 
     def aux_heads(self, state_BW: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Auxiliary predictions on their own trunk: return [B], direction logits [B, 2], outcome [B, 3]."""
-        ret_B1, dir_B2, out_B3 = self.aux(state_BW).split(AUX_OUTPUTS, dim=-1)
+        ret_B1, dir_B2, out_B3 = self.aux(state_BW * self.input_mask).split(AUX_OUTPUTS, dim=-1)
         return ret_B1.squeeze(-1), dir_B2, out_B3
 
     def forward(self, state_BW: Tensor) -> NetOut:
+        state_BW = state_BW * self.input_mask  # the screened-out columns read as 0, "no signal"
         if self.cfg.symmetry is Symmetry.MIRROR:
             return self._equivariant(state_BW)
         return self._forward(state_BW)

@@ -47,6 +47,7 @@ import torch
 
 from foxhunt import seeding
 from foxhunt.agent.agent import Agent
+from foxhunt.agent.network import input_mask
 from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
 from foxhunt.backtest.evaluate import evaluate, windows
@@ -100,6 +101,7 @@ from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation.dataset import FoldData, make_folds
+from foxhunt.validation.screen import Screen, screen_columns
 
 # The run's resolved config, written when it starts: a resume is compared with it, key for key.
 RECORDED_CONFIG = "train.config.json"
@@ -255,6 +257,7 @@ class FoldTrainer:
         # Training episodes end the fold's embargo before the selection period, which ends before
         # the validation purge (too few rows for either: FoxhuntError).
         self.periods = fold_periods(fd.fold, t)
+        self.screen = self._screen_inputs()
         self.history: list[dict[str, float]] = []
         self.guard = AnomalyGuard(t.anomaly)
         self.plateau = PlateauDetector.from_config(t.plateau)
@@ -346,6 +349,36 @@ class FoldTrainer:
         if "plateau" in meta:
             self.plateau.load_state_dict(meta["plateau"])
             self.responder.load_state_dict(meta["plateau"])
+
+    def _screen_inputs(self) -> Screen | None:
+        """The input screen (``agent.network.input_screen``), on the collection period's rows: the
+        rows the agent trains on, before any selection period and the fold's purge, so the columns it
+        keeps are chosen from what training sees. Sets the online and target networks' input mask
+        (a checkpoint then carries it). None when the screen is off."""
+        keep = self.cfg.agent.network.input_screen
+        if keep == 0:
+            return None
+        m = self.market
+        columns = tuple(m.feature_columns)
+        screen = screen_columns(
+            m.features.cpu().numpy(),
+            columns,
+            m.mid.cpu().numpy(),
+            m.segment.cpu().numpy(),
+            self.periods.collect_lo,
+            self.periods.collect_hi,
+            self.cfg.env.plan.barrier.horizon,
+            min(keep, len(columns)),
+        )
+        mask = input_mask(columns[j] for j in screen.kept)
+        for net in (self.agent.net, self.agent.learner.target):
+            net.input_mask.copy_(mask)
+        kept = ", ".join(f"{c} {ic:+.3f}" for c, ic in screen.summary().items())
+        self.log(
+            f"fold {self.k + 1}: the input screen keeps {len(screen.kept)} columns "
+            f"(rank IC over {screen.rows} rows): {kept}"
+        )
+        return screen
 
     # --- one epoch --------------------------------------------------------------------------
 
@@ -753,6 +786,8 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
             "anomaly": anomaly,
             "plateau_responses": tr.responses,
             "best_epoch": tr.best_epoch,
+            # agent.network.input_screen: the feature columns the network read and their ICs
+            "input_screen": None if tr.screen is None else tr.screen.summary(),
             "sizes": {"envs": tr.sizes.envs, "batch": tr.sizes.batch, "replay": tr.sizes.replay_capacity},
         },
     )
