@@ -95,6 +95,7 @@ ROWS: tuple[Row, ...] = (
     ),
     Row("regime_shift", ("env.rewards.regime_shift_penalty=0.5",), "shaping: regime-shift penalty 0.5"),
     Row("weight_decay", ("agent.learn.weight_decay=0.1",), "AdamW decay 0.1 of the weight matrices"),
+    Row("screen_off", ("agent.network.input_screen=0",), "the input screen off: every column read"),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

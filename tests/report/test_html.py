@@ -392,3 +392,16 @@ def test_action_shares_normalise_counts_and_lists() -> None:
     assert shares({"Short": 1, "Hold": 3}) == {"Short": 0.25, "Hold": 0.75}
     assert shares([0.0, 2.0, None, 2.0]) == {"0": 0.0, "1": 0.5, "2": 0.0, "3": 0.5}
     assert shares({}) == {}
+
+
+def test_the_input_screen_lists_each_folds_columns(tmp_path: Path) -> None:
+    screened = {"ofi.trade_sign_ema": 0.4092, "ofi.trade_flow": -0.2635}
+    folds = [
+        {"fold": 0, "net_pnl": 1.0, "history": [], "diagnostics": {"input_screen": screened}},
+        {"fold": 1, "net_pnl": 2.0, "history": [], "diagnostics": {"input_screen": None}},
+    ]
+    text = write_report(tmp_path, {"folds": folds}).read_text()
+    assert "<h3>Input screen</h3>" in text
+    assert "ofi.trade_sign_ema 0.409 &middot; ofi.trade_flow -0.264" in text
+    off = write_report(tmp_path / "off", {"folds": [{**folds[1], "fold": 0}]}).read_text()
+    assert "off: the network read every feature column" in off

@@ -57,6 +57,13 @@ def test_screen_keeps_the_strongest_columns_in_order() -> None:
     assert s.kept == (2, 1)  # -move is perfectly (anti-)ordered with the move: |IC| = 1 first
     assert s.summary() == {"c": -1.0, "b": round(float(s.ic[1]), 4)}
     assert s.rows == n - 5
+    # screened on [0, 300): features and prices from row 300 on are never read
+    seg = np.zeros(n, dtype=np.int64)
+    head = screen_columns(x, ("a", "b", "c", "d"), mid, seg, 0, 300, 5, 2)
+    x2, mid2 = x.copy(), mid.copy()
+    x2[300:], mid2[300:] = 1e9, -1e9
+    again = screen_columns(x2, ("a", "b", "c", "d"), mid2, seg, 0, 300, 5, 2)
+    assert again.kept == head.kept and np.array_equal(again.ic, head.ic) and head.rows == 295
     with pytest.raises(ValueError, match="forward window"):
         screen_columns(x, ("a", "b", "c", "d"), mid, np.zeros(n, dtype=np.int64), 0, 5, 5, 2)
 

@@ -499,8 +499,37 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         "last epoch's.</p>"
     )
     img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
-    body = f"{tbl}\n{note_html}\n{_qgap_table(folds)}\n{_calibration_table(folds)}\n{img}"
+    body = (
+        f"{tbl}\n{note_html}\n{_screen_table(folds)}\n{_qgap_table(folds)}\n"
+        f"{_calibration_table(folds)}\n{img}"
+    )
     return _section("diagnostics", body)
+
+
+def _screen_table(folds: Sequence[Mapping[str, Any]]) -> str:
+    """The input screen (agent.network.input_screen): per fold, the feature columns the network read
+    and their rank IC with the plan-horizon move on the fold's training rows."""
+    title = "<h3>Input screen</h3>"
+    found = []
+    for i, f in enumerate(folds):
+        diag = f.get("diagnostics") if isinstance(f.get("diagnostics"), Mapping) else {}
+        kept = diag.get("input_screen")
+        if isinstance(kept, Mapping) and kept:
+            found.append((i, f, kept))
+    if not found:
+        return title + note("off: the network read every feature column (agent.network.input_screen = 0).")
+    rows = "".join(
+        f"<tr>{td(str(fold_id(f, i)))}"
+        + td(" &middot; ".join(f"{esc(str(c))} {fixed(num(ic), 3)}" for c, ic in kept.items()), "")
+        + "</tr>"
+        for i, f, kept in found
+    )
+    explain = (
+        '<p class="small">Each fold\'s network read these feature columns (strongest first, with their '
+        "Spearman rank correlation with the plan horizon's mid move on the fold's own training rows; "
+        "their long/short mirror partners too) and 0 in every other feature column.</p>"
+    )
+    return title + table(f"<tr><th>fold</th><th>columns read (rank IC)</th></tr>{rows}") + explain
 
 
 _BUCKETS = ("below the median", "50-75%", "75-90%", "90-97%", "top 3%")
