@@ -555,3 +555,13 @@ def test_the_input_screen_masks_the_network_by_the_folds_own_training_rows(
         assert keep <= int(mask[features].sum()) <= 2 * keep < len(features)
         agent = CheckpointPolicy(tmp_path / fold["checkpoint_file"], cfg).agent("cpu")
         assert torch.equal(agent.net.input_mask, mask)
+
+
+def test_an_input_screen_without_a_whole_forward_window_is_a_clear_error(
+    cache: FeatureCache, tmp_path: Path
+) -> None:
+    cfg = tiny_cfg("agent.network.input_screen=3", "env.plan.barrier.horizon=5000")
+    with pytest.raises(FoxhuntError, match=r"input_screen: fold 1: .*5000-row forward window") as e:
+        train(cache, cfg, tmp_path, log=quiet)
+    assert "input_screen=0" in e.value.fix
+    assert not (tmp_path / "folds.json").exists()

@@ -360,16 +360,25 @@ class FoldTrainer:
             return None
         m = self.market
         columns = tuple(m.feature_columns)
-        screen = screen_columns(
-            m.features.cpu().numpy(),
-            columns,
-            m.mid.cpu().numpy(),
-            m.segment.cpu().numpy(),
-            self.periods.collect_lo,
-            self.periods.collect_hi,
-            self.cfg.env.plan.barrier.horizon,
-            min(keep, len(columns)),
-        )
+        horizon = self.cfg.env.plan.barrier.horizon
+        try:
+            screen = screen_columns(
+                m.features.cpu().numpy(),
+                columns,
+                m.mid.cpu().numpy(),
+                m.segment.cpu().numpy(),
+                self.periods.collect_lo,
+                self.periods.collect_hi,
+                horizon,
+                min(keep, len(columns)),
+            )
+        except ValueError as e:
+            raise FoxhuntError(
+                "agent.network.input_screen",
+                f"fold {self.k + 1}: {e}",
+                f"train on more rows per session than the {horizon}-row plan horizon, or "
+                "--set agent.network.input_screen=0 (every column read, no screen)",
+            ) from None
         mask = input_mask(columns[j] for j in screen.kept)
         for net in (self.agent.net, self.agent.learner.target):
             net.input_mask.copy_(mask)
