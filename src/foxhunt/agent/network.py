@@ -428,7 +428,11 @@ class QNetwork(nn.Module):
 
     def aux_heads(self, state_BW: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Auxiliary predictions on their own trunk: return [B], direction logits [B, 2], outcome [B, 3]."""
-        ret_B1, dir_B2, out_B3 = self.aux(state_BW * self.input_mask).split(AUX_OUTPUTS, dim=-1)
+        return self._aux_heads(state_BW * self.input_mask)
+
+    def _aux_heads(self, state_BW: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        # on a state already masked (forward masks once for the trunk, the heads and these)
+        ret_B1, dir_B2, out_B3 = self.aux(state_BW).split(AUX_OUTPUTS, dim=-1)
         return ret_B1.squeeze(-1), dir_B2, out_B3
 
     def forward(self, state_BW: Tensor) -> NetOut:
@@ -486,7 +490,7 @@ class QNetwork(nn.Module):
 
     def _forward(self, state_BW: Tensor) -> NetOut:
         h_BH, gate_BE, sel_BG = self.encode(state_BW)
-        aux_return, aux_direction, aux_outcome = self.aux_heads(state_BW)
+        aux_return, aux_direction, aux_outcome = self._aux_heads(state_BW)
         return NetOut(
             branches=self.heads(h_BH, state_BW),
             gate=gate_BE,

@@ -361,14 +361,15 @@ class FoldTrainer:
         m = self.market
         columns = tuple(m.feature_columns)
         horizon = self.cfg.env.plan.barrier.horizon
+        rows = slice(self.periods.collect_lo, self.periods.collect_hi)  # only these reach the host
         try:
             screen = screen_columns(
-                m.features.cpu().numpy(),
+                m.features[rows].cpu().numpy(),
                 columns,
-                m.mid.cpu().numpy(),
-                m.segment.cpu().numpy(),
-                self.periods.collect_lo,
-                self.periods.collect_hi,
+                m.mid[rows].cpu().numpy(),
+                m.segment[rows].cpu().numpy(),
+                0,
+                rows.stop - rows.start,
                 horizon,
                 min(keep, len(columns)),
             )

@@ -25,24 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 
 def average_ranks(a: np.ndarray) -> np.ndarray:
-    """Ranks 0 .. n-1 of ``a`` [n] (float64), ties given the mean of the ranks they span.
-
-    ``average_ranks([3, 1, 3, 2])`` is ``[2.5, 0, 2.5, 1]``."""
-    a = np.asarray(a)
-    order = np.argsort(a, kind="stable")
-    sorted_a = a[order]
-    # starts of runs of equal values in sorted order
-    new = np.ones(len(a), dtype=bool)
-    new[1:] = sorted_a[1:] != sorted_a[:-1]
-    starts = np.flatnonzero(new)
-    ends = np.append(starts[1:], len(a))  # exclusive
-    mean_rank = (starts + ends - 1) / 2.0  # mean of the ranks start .. end-1
-    ranks = np.empty(len(a), dtype=np.float64)
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    return ranks
+    """Ranks 0 .. n-1 of ``a`` [n] (float64), ties given the mean of the ranks they span
+    (``scipy.stats.rankdata``'s average method, from 0). ``average_ranks([3, 1, 3, 2])`` is
+    ``[2.5, 0, 2.5, 1]``."""
+    return stats.rankdata(a, method="average") - 1.0
 
 
 def rank_ic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -52,18 +42,14 @@ def rank_ic(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     y = np.asarray(y, dtype=np.float64)
     if x.ndim != 2 or y.shape != (x.shape[0],):
         raise ValueError(f"rank_ic: x must be [n, F] and y [n], got {x.shape} and {y.shape}")
-    ry = average_ranks(y)
+    rx = stats.rankdata(x, method="average", axis=0)  # [n, F]
+    ry = stats.rankdata(y, method="average")  # [n]
+    rx -= rx.mean(axis=0)
     ry -= ry.mean()
+    norm = np.sqrt((rx * rx).sum(axis=0)) * np.sqrt((ry * ry).sum())  # [F]
     ic = np.zeros(x.shape[1])
-    sy = float(np.sqrt((ry * ry).sum()))
-    if sy == 0.0:
-        return ic
-    for j in range(x.shape[1]):
-        rx = average_ranks(x[:, j])
-        rx -= rx.mean()
-        sx = float(np.sqrt((rx * rx).sum()))
-        if sx > 0.0:
-            ic[j] = float((rx * ry).sum()) / (sx * sy)
+    ok = norm > 0.0
+    ic[ok] = (rx[:, ok] * ry[:, None]).sum(axis=0) / norm[ok]
     return ic
 
 
