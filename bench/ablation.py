@@ -34,6 +34,7 @@ from typing import Any
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError
+from foxhunt.outputs import Keep
 from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies, voters
 
 ABLATION_FILE = "ablation.json"
@@ -135,11 +136,19 @@ def finished_parts(
 
 
 def seeds_command(
-    profile: str, sets: list[str], seeds: list[int], out: Path, data: list[Path], workers: int, tracking: str
+    profile: str,
+    sets: list[str],
+    seeds: list[int],
+    out: Path,
+    data: list[Path],
+    workers: int,
+    tracking: str,
+    keep: Keep = Keep.REPORTED,
 ) -> list[str]:
     """The ``foxhunt seeds`` command line of one part."""
     cmd = [sys.executable, "-m", "foxhunt.cli", "seeds", "--profile", profile, "--out", str(out)]
     cmd += ["--seeds", ",".join(map(str, seeds)), "--workers", str(workers), "--tracking-uri", tracking]
+    cmd += ["--keep", keep.value]
     cmd += ["--overwrite", "-q"]  # a part is rerun only when it holds no result of these inputs
     for path in data:
         cmd += ["--data", str(path)]
@@ -174,7 +183,9 @@ def plan_row(row: Row, args: argparse.Namespace, say: Any = print) -> list[Part]
     for chunk in seed_chunks([s for s in args.seeds if s not in done], args.chunk):
         folder = part_folder(row_dir, chunk)
         workers = min(args.workers, len(chunk))
-        cmd = seeds_command(args.profile, sets, chunk, folder, args.data, workers, args.tracking_uri)
+        cmd = seeds_command(
+            args.profile, sets, chunk, folder, args.data, workers, args.tracking_uri, args.keep
+        )
         parts.append(Part(row, chunk, folder, cmd))
     return parts
 
@@ -333,6 +344,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--chunk", type=int, default=0, help="seeds per foxhunt seeds call (default: all)")
     ap.add_argument("--jobs", type=int, default=1, help="foxhunt seeds calls at once (e.g. CPU rows)")
     ap.add_argument("--tracking-uri", default="none", help="MLflow store of the studies (default: none)")
+    ap.add_argument(
+        "--keep",
+        type=Keep,
+        default=Keep.REPORTED,
+        choices=list(Keep),
+        help="checkpoints each part keeps of its seeds (default reported: the voters; all: the rings too)",
+    )
     ap.add_argument("--overwrite", action="store_true", help="retrain every part, whatever --out holds")
     ap.add_argument("--device", default="cpu", help="where each row's committee is judged (default cpu)")
     args = ap.parse_args(argv)

@@ -25,6 +25,7 @@ from foxhunt import __version__
 from foxhunt.console import Reporter, Verbosity
 from foxhunt.data.schemas import RowUnit, Schema
 from foxhunt.errors import FoxhuntError, OutOfMemoryError
+from foxhunt.outputs import Keep
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
@@ -1253,6 +1254,13 @@ def seeds_cmd(
         ),
     ] = None,
     workers: Annotated[int, typer.Option(metavar="N", help="Seeds trained at once, one Ray task each.")] = 1,
+    keep: Annotated[
+        Keep,
+        typer.Option(
+            help="Checkpoints kept of each seed: all (the folds' rings too: resumable) or reported "
+            "(only those the study's numbers read: about a third of the disk)."
+        ),
+    ] = Keep.ALL,
     profile: ProfileOpt = None,
     config: ConfigOpt = None,
     set_: SetOpt = None,
@@ -1279,6 +1287,7 @@ def seeds_cmd(
         SEEDS_FILE,
         SEEDS_PLOT,
         committee_result,
+        prune_checkpoints,
         run_seeds,
         seed_folder,
         summarise_seeds,
@@ -1343,6 +1352,10 @@ def seeds_cmd(
         )
         for name in (SEEDS_FILE, SEEDS_PLOT, "seeds.config.json"):
             study.log_artifact(out_dir / name)
+    if keep is Keep.REPORTED:  # after the committee, which reads the reported checkpoints
+        pruned = [prune_checkpoints(run) for run in runs]
+        files, size = sum(n for n, _ in pruned), sum(b for _, b in pruned)
+        out.print(f"--keep reported: deleted {files} checkpoint files ({size / 1e6:,.0f} MB)", markup=False)
     for r in results:
         if r.stopped:
             out.print(f"seed {r.seed}: stopped ({r.stopped})", markup=False)

@@ -9,6 +9,9 @@
 * **A resume is the same run.** ``--resume`` needs the run's folder, and the whole resolved config
   must equal the one the run recorded when it started (every key, not only those a checkpoint
   holds), compared before anything is written.
+* **A study keeps what it reports, if asked.** ``foxhunt seeds --keep reported`` deletes each
+  finished seed's checkpoints that no fold reported (:class:`Keep`), once the study's committee has
+  read them; the default keeps every one.
 * **No litter.** The temporary files of writes killed outright are removed when a command starts
   writing into the folder (:func:`foxhunt.atomic.remove_stale_temps`).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +36,13 @@ if TYPE_CHECKING:
 
 # How many differing keys a refused resume names (the rest are counted).
 SHOWN_DIFFERENCES = 8
+
+
+class Keep(StrEnum):
+    """The checkpoints a seeds study keeps of each finished seed once its committee is judged."""
+
+    ALL = "all"  # every checkpoint training wrote: each fold's ring (its resume point), last and best
+    REPORTED = "reported"  # those that voted (foxhunt.train.seeds.voters): what seeds.json reports
 
 
 def _first_existing(path: Path) -> Path:

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.train.seeds import SeedFold, SeedResult, interval, summarise_seeds, with_seed
+from foxhunt.train.seeds import SeedFold, SeedResult, interval, prune_checkpoints, summarise_seeds, with_seed
 from tests.train.test_run import TINY
 
 runner = CliRunner()
@@ -52,6 +52,55 @@ def test_seed_capture_beats_flat_and_summary() -> None:
     json.dumps(body)  # seeds.json is plain JSON
 
 
+def _checkpoint(path: Path, size: int = 10) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_name(path.name + ".safetensors").write_bytes(b"x" * size)
+    path.with_name(path.name + ".json").write_text("{}")
+
+
+def test_prune_keeps_exactly_the_checkpoints_that_voted(tmp_path: Path) -> None:
+    run = tmp_path / "seed3"
+    ck, m1 = run / "checkpoints", run / "members" / "m1" / "checkpoints"
+    for path in (ck / "fold0" / "last", ck / "fold0" / "best", ck / "fold1" / "last"):
+        _checkpoint(path)
+    for path in (ck / "fold0" / "ring" / "epoch0004", ck / "fold0" / "ring" / "epoch0005"):
+        _checkpoint(path, size=100)
+    for path in (m1 / "fold0" / "last", m1 / "fold0" / "ring" / "epoch0005", m1 / "fold1" / "last"):
+        _checkpoint(path)
+    # fold 0 reported best (a single agent), fold 1 a committee of two members (member 0 and m1)
+    folds = [
+        {"fold": 0, "checkpoint_file": "checkpoints/fold0/best.safetensors"},
+        {
+            "fold": 1,
+            "checkpoint_file": "checkpoints/fold1/last.safetensors",
+            "committee": {
+                "files": [
+                    "checkpoints/fold1/last.safetensors",
+                    "members/m1/checkpoints/fold1/last.safetensors",
+                ]
+            },
+        },
+    ]
+    (run / "folds.json").write_text(json.dumps(folds))
+    files, size = prune_checkpoints(run)
+    left = sorted(str(p.relative_to(run)) for p in run.rglob("*") if p.is_file())
+    assert left == [
+        "checkpoints/fold0/best.json",
+        "checkpoints/fold0/best.safetensors",
+        "checkpoints/fold1/last.json",
+        "checkpoints/fold1/last.safetensors",
+        "folds.json",
+        "members/m1/checkpoints/fold1/last.json",
+        "members/m1/checkpoints/fold1/last.safetensors",
+    ]
+    # fold 0's last, its two ring entries, m1's fold-0 last and ring entry: 5 checkpoints of 2 files each
+    assert files == 10 and size == 10 + 2 * 100 + 10 + 10 + 5 * 2
+    assert prune_checkpoints(run) == (0, 0)  # nothing left to prune
+    stopped = tmp_path / "seed4"  # stopped by the guard: no folds.json, nothing says what it reported
+    _checkpoint(stopped / "checkpoints" / "fold0" / "last")
+    assert prune_checkpoints(stopped) == (0, 0) and (stopped / "checkpoints" / "fold0" / "last.json").exists()
+
+
 def test_with_seed_changes_only_the_seed() -> None:
     cfg = load_config(profile="smoke")
     other = with_seed(cfg, 11)
@@ -63,7 +112,7 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     out = tmp_path / "seeds"
     sets = [a for s in (*TINY, "run.threads=1") for a in ("--set", s)]
     args = ["seeds", "--profile", "smoke", "--seeds", "3,4", "--workers", "2", "--out", str(out), "-q", *sets]
-    result = runner.invoke(app, args)
+    result = runner.invoke(app, [*args, "--keep", "reported"])
     assert result.exit_code == 0, result.output
     body = json.loads((out / "seeds.json").read_text())
     assert [s["seed"] for s in body["seeds"]] == [3, 4] and body["finished"] == 2
@@ -87,3 +136,10 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert com["seed"] == -1 and [f["fold"] for f in com["folds"]] == [0, 1]
     assert [f["rule"] for f in com["folds"]] == [f["rule"] for f in body["seeds"][0]["folds"]]
     assert "committee of 2: net" in result.output
+    # --keep reported: each seed keeps only the checkpoints its folds report, the committee read first
+    for seed in (3, 4):
+        run = out / f"seed{seed}"
+        reported = {run / f["checkpoint_file"] for f in json.loads((run / "folds.json").read_text())}
+        assert reported and all(p.is_file() for p in reported)
+        assert set(run.rglob("*.safetensors")) == reported  # the rings (ring = 2 a fold) are gone
+    assert "--keep reported: deleted" in result.output

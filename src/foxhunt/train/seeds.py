@@ -10,10 +10,17 @@ undefined); how many seeds beat flat.
 
 A seed whose run the anomaly guard stops is a result (``stopped``: the diagnosis), not the end of
 the study; it enters neither the capture statistics nor the seeds that beat flat.
+
+What a study keeps of its seeds' checkpoints is :class:`foxhunt.outputs.Keep`: every one (each
+fold's ring, its last and best: a fold can be resumed or rewound), or only those that voted (each
+fold's reported checkpoint, every member's where a seed trained several), which is what the study's
+numbers and a later ``foxhunt backtest --checkpoint`` read. Each smoke checkpoint holds its replay
+buffer (~77 MB), so a smoke seed keeps ~700 MB under ``all`` and ~230 MB under ``reported``.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable
@@ -190,6 +197,27 @@ def voters(fold: dict[str, Any]) -> list[str]:
     trained several (``train.members``), else its reported checkpoint."""
     members = fold.get(COMMITTEE_KEY)
     return list(members["files"]) if members else [fold["checkpoint_file"]]
+
+
+def prune_checkpoints(run: Path) -> tuple[int, int]:
+    """Delete the checkpoints of a finished seed's run folder ``run`` that no fold's :func:`voters`
+    name (the folds' ring entries, and ``last`` or ``best`` where the other was reported), in every
+    ``checkpoints`` folder under ``run`` (its members' too); return how many files and bytes. A run without
+    ``folds.json`` (stopped by the anomaly guard) is left as it is: nothing says what it reported."""
+    from foxhunt.train.checkpoint import checkpoint_files
+
+    report = run / "folds.json"
+    if not report.is_file():
+        return 0, 0
+    folds = json.loads(report.read_text())
+    kept = {f.resolve() for fold in folds for v in voters(fold) for f in checkpoint_files(run / v)}
+    files = size = 0
+    for folder in sorted(run.rglob("checkpoints")):
+        for file in sorted(folder.rglob("*")):
+            if file.is_file() and file.suffix in (".safetensors", ".json") and file.resolve() not in kept:
+                files, size = files + 1, size + file.stat().st_size
+                file.unlink()
+    return files, size
 
 
 def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, Any]:
