@@ -14,6 +14,8 @@ import json
 import math
 import random
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,14 +24,12 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
-from typer.testing import CliRunner
 
 import foxhunt.train.run as run_mod
 from foxhunt.agent.agent import Agent, Mode
 from foxhunt.agent.learner import cosine_lr
 from foxhunt.agent.network import input_mask
 from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
-from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, OutputError
@@ -78,7 +78,6 @@ TINY = (
 )
 TIMINGS = {"epoch_s"}  # wall-clock fields of a history row: the only ones two runs may differ in
 
-runner = CliRunner()
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -425,8 +424,9 @@ def test_resume_with_another_config_is_refused_naming_the_key(cache: FeatureCach
 def test_backtest_of_a_checkpoint_reproduces_its_validation(
     cache: FeatureCache, run_a: Path, tmp_path: Path
 ) -> None:
-    """``foxhunt backtest --checkpoint`` on the last checkpoint of a fold whose policy trades: the
-    fold's last-epoch validation metrics, from the weights, PopArt and acting signals in the file (the
+    """``foxhunt backtest --checkpoint`` on the last checkpoint of a fold whose policy trades, in a
+    process of its own (as a researcher runs it after training): the fold's last-epoch validation
+    metrics, from the weights, PopArt, the input screen's mask and the acting signals in the file (the
     best checkpoint against the reported metrics: tests/report/test_checkpoint_numbers.py)."""
     folds = folds_of(run_a)
     # A policy that trades: flat against flat would prove nothing. Which fold's tiny policy trades
@@ -435,10 +435,13 @@ def test_backtest_of_a_checkpoint_reproduces_its_validation(
     assert trading, "run_a is flat in every fold: no checkpoint to compare"
     k = trading[0]
     path = run_a / "checkpoints" / f"fold{k}" / "last.safetensors"
-    result = runner.invoke(
-        app, ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(tmp_path), "-q"]
+    # The smoke profile screens its inputs: this checkpoint's network reads a subset of the features.
+    assert folds[k]["diagnostics"]["input_screen"] and not bool(network_of(path)["input_mask"].all())
+    args = ["backtest", "--cache", str(cache.path), "--checkpoint", str(path), "--out", str(tmp_path), "-q"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "foxhunt.cli", *args], capture_output=True, text=True, timeout=600, check=False
     )
-    assert result.exit_code == 0, result.output
+    assert ran.returncode == 0, ran.stdout + ran.stderr
     body = json.loads((tmp_path / "metrics.json").read_text())
     assert body["folds"] == [k] and f"fold {k}, epoch 1" in body["policy"]
     last = folds[k]["last_epoch"]
