@@ -82,3 +82,25 @@ def slow_train(
 ) -> list[dict[str, Any]]:
     """:func:`fake_train` taking ``SLOW_SECONDS`` per epoch (a kill lands mid-trial)."""
     return _folds(cfg, seed, out, on_epoch, pause=SLOW_SECONDS)
+
+def zombie_train(
+    cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None, on_epoch: Any
+) -> list[dict[str, Any]]:
+    """:func:`fake_train` under which trial 0, while it runs, is failed and re-queued exactly as
+    another worker's ``optuna.storages.fail_stale_trials`` does to a live trial whose heartbeats came
+    late (its state set to FAIL, then the storage's stale-trial callback: the study's retry)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from foxhunt.tune.study import TRIALS_DIR, default_storage, open_storage
+
+    study_out = out.parent.parent
+    if out.parent.name == TRIALS_DIR and out.name == "0":
+        storage = open_storage(default_storage(study_out), cfg.tune)
+        (name,) = optuna.study.get_all_study_names(storage)
+        study = optuna.load_study(study_name=name, storage=storage)
+        trial = study.trials[0]
+        if trial.state is TrialState.RUNNING:
+            assert storage.set_trial_state_values(trial._trial_id, state=TrialState.FAIL)
+            storage.get_heartbeat_stale_trial_callback()(study, storage.get_trial(trial._trial_id))
+    return _folds(cfg, seed, out, on_epoch)

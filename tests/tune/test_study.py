@@ -29,9 +29,10 @@ from foxhunt.tune.study import (
     open_storage,
     open_study,
     run_study,
+    run_worker,
     seed_value,
 )
-from tests.tune.fakes import GUARD_DIAGNOSIS, fake_train, score
+from tests.tune.fakes import GUARD_DIAGNOSIS, fake_train, score, zombie_train
 
 LR = {"low": 1e-4, "high": 1e-1, "log": True}
 
@@ -43,6 +44,7 @@ def study_cfg(params: dict[str, Any], **tune: Any) -> FoxhuntConfig:
     tree["folds"]["n_folds"] = 1
     tree["train"]["epochs"] = 2
     tree["train"]["selection"] = "train_tail"
+    tree["train"]["members"] = 1  # a trial trains one member (trial_config)
     cfg = validate_tree(tree)
     assert cfg is not None
     return cfg
@@ -105,6 +107,24 @@ def test_four_trials_on_two_workers(tmp_path: Path, ray_once: None) -> None:
     more = work_for(study_cfg({"agent.learn.lr": LR}, pruner="none", trials=6), tmp_path)
     run_study(more, workers=1, say=lambda _: None)
     assert len(counted(load(work).trials)) == 6
+
+
+def test_a_live_trial_taken_for_dead_is_dropped_and_its_requeued_copy_runs(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Trial 0 is failed and re-queued under its worker while it runs (another worker took it for dead:
+    its heartbeats came late). Optuna then refuses to tell it; the worker drops its result, runs the
+    re-queued copy (same parameters) and still runs its two trials: the study does not crash."""
+    cfg = study_cfg({"agent.learn.lr": LR}, pruner="none", trials=2)
+    work = work_for(cfg, tmp_path)
+    work = Work(work.storage, work.study, cfg, work.out, work.cache_path, trainer=zombie_train)
+    open_study(open_storage(work.storage, cfg.tune), work.study, cfg, overwrite=False, data="no-cache")
+    assert run_worker(work, 2, sampler_seed=1) == 2
+    zombie, copy, fresh = load(work).trials
+    assert zombie.state is TrialState.FAIL and copy.state is fresh.state is TrialState.COMPLETE
+    assert copy.system_attrs["failed_trial"] == 0 and copy.params == zombie.params
+    assert fresh.params != zombie.params and len(counted(load(work).trials)) == 2
+    assert "trial 0 missed 3 heartbeats" in capfd.readouterr().err
 
 
 def test_a_guard_stopped_trial_is_failed_with_its_reason_and_never_best(tmp_path: Path) -> None:

@@ -26,7 +26,9 @@ trial of the study but never as its best.
 ``tune.heartbeat_seconds``. A trial whose process was killed stops beating: after three beats it is
 failed and re-queued with the same parameters (Optuna's ``RetryFailedTrialCallback``), and it does
 not count; :func:`run_study` waits that long for such trials before it plans, then runs what is left
-of ``tune.trials`` over ``workers`` workers, each loading the study from the storage.
+of ``tune.trials`` over ``workers`` workers, each loading the study from the storage. A live trial
+whose beats came late on a loaded machine can be taken for dead by another worker: its own worker
+then drops its result and runs the re-queued copy (:func:`run_worker`), so the study goes on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -349,8 +352,63 @@ def run_worker(work: Work, n_trials: int, sampler_seed: int) -> int:
     )
     # A guard stop or an undefined objective fails that trial and the worker goes on; anything else
     # (a config the sampled values break, a bug) fails the trial and stops the study with its error.
-    study.optimize(make_objective(work), n_trials=n_trials, catch=(AnomalyError, Undefined))
+    catch = (AnomalyError, Undefined)
+    objective = _Watched(make_objective(work), catch)
+    ran = taken = 0
+    while ran < n_trials:
+        try:
+            study.optimize(objective, n_trials=1, catch=catch)
+        except Exception:
+            number = objective.taken_for_dead(study)
+            if number is None:
+                raise
+            # Another worker's fail_stale_trials failed this live trial (its heartbeats came late on a
+            # loaded machine) and re-queued a copy; Optuna then refuses to tell it. Its result is
+            # dropped and the copy runs in its place (this worker's next trial pops it, or another's).
+            taken += 1
+            beat = work.cfg.tune.heartbeat_seconds
+            print(
+                f"tune: trial {number} missed {STALE_BEATS} heartbeats of {beat} s "
+                "and was failed and re-queued by another worker while it ran: its result is dropped and "
+                "its re-queued copy runs instead",
+                file=sys.stderr,
+            )
+            if taken > n_trials * (work.cfg.tune.retries + 1):
+                raise ConfigError(
+                    f"tune.heartbeat_seconds = {work.cfg.tune.heartbeat_seconds}",
+                    f"{taken} live trials of this worker were taken for dead (their heartbeats came late)",
+                    "raise tune.heartbeat_seconds, or run fewer workers on this machine",
+                ) from None
+            continue
+        ran += 1
     return n_trials
+
+
+class _Watched:
+    """The objective, remembering its last trial and whether it ended with an error of its own, so
+    that a worker can tell its live trial failed by another worker from a failure of the trial."""
+
+    def __init__(self, objective: Callable[[optuna.Trial], float], catch: tuple[type[Exception], ...]):
+        self.objective = objective
+        self.benign = (*catch, optuna.TrialPruned, optuna.exceptions.UpdateFinishedTrialError)
+        self.number: int | None = None
+        self.own_error = False
+
+    def __call__(self, trial: optuna.Trial) -> float:
+        self.number, self.own_error = trial.number, False
+        try:
+            return self.objective(trial)
+        except Exception as err:
+            self.own_error = not isinstance(err, self.benign)
+            raise
+
+    def taken_for_dead(self, study: optuna.Study) -> int | None:
+        """The last trial's number if the storage holds it FAILED while it ran without an error of its
+        own (or with a guard stop, a prune, or a refused write to the finished trial)."""
+        if self.number is None or self.own_error:
+            return None
+        trial = study.get_trials(deepcopy=False)[self.number]
+        return self.number if trial.state is TrialState.FAIL and REASON not in trial.user_attrs else None
 
 
 def _wait_for_the_dead(
