@@ -19,7 +19,7 @@ runner = CliRunner()
 
 # The sizes each profile gives (gpu.toml, smoke.toml): what a GPU user must get without a flag.
 GPU_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256, "members": 8}
-SMOKE_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256, "members": 1}
+SMOKE_SIZES = {"envs": 256, "batch": 256, "replay": 65536, "updates": 256, "members": 2}
 
 
 def _sizes(cfg) -> dict[str, int]:

@@ -75,6 +75,8 @@ TINY = (
     "agent.network.symmetry=none",
     # The tiny runs' policies as these tests were written, before the smoke profile's weight decay.
     "agent.learn.weight_decay=0",
+    # One agent: the smoke profile's committee of two has its own tests (tests/train/test_members.py).
+    "train.members=1",
 )
 TIMINGS = {"epoch_s"}  # wall-clock fields of a history row: the only ones two runs may differ in
 
