@@ -83,6 +83,7 @@ def slow_train(
     """:func:`fake_train` taking ``SLOW_SECONDS`` per epoch (a kill lands mid-trial)."""
     return _folds(cfg, seed, out, on_epoch, pause=SLOW_SECONDS)
 
+
 def zombie_train(
     cfg: FoxhuntConfig, seed: int, out: Path, cache_path: Path, planted: str | None, on_epoch: Any
 ) -> list[dict[str, Any]]:

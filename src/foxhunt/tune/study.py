@@ -375,7 +375,7 @@ def run_worker(work: Work, n_trials: int, sampler_seed: int) -> int:
             )
             if taken > n_trials * (work.cfg.tune.retries + 1):
                 raise ConfigError(
-                    f"tune.heartbeat_seconds = {work.cfg.tune.heartbeat_seconds}",
+                    f"tune.heartbeat_seconds = {beat}",
                     f"{taken} live trials of this worker were taken for dead (their heartbeats came late)",
                     "raise tune.heartbeat_seconds, or run fewer workers on this machine",
                 ) from None
@@ -408,7 +408,7 @@ class _Watched:
         if self.number is None or self.own_error:
             return None
         trial = study.get_trials(deepcopy=False)[self.number]
-        return self.number if trial.state is TrialState.FAIL and REASON not in trial.user_attrs else None
+        return self.number if trial.state is TrialState.FAIL else None
 
 
 def _wait_for_the_dead(
