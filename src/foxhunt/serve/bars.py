@@ -45,30 +45,9 @@ from foxhunt.data.continuous import choose_front
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.schemas import BarKind, DataSource
 from foxhunt.data.sessions import in_halt, session_dates, session_open_ns
+from foxhunt.serve.buffers import Appended, Grown
 
 _C = TypeVar("_C", BookArrays, TradeArrays)
-
-
-class _Grown:
-    """A 1-d array appended chunk by chunk into a buffer of doubling capacity."""
-
-    def __init__(self, dtype: type) -> None:
-        self.buf = np.empty(1024, dtype)
-        self.n = 0
-
-    def append(self, part: np.ndarray) -> None:
-        m = self.n + len(part)
-        if m > len(self.buf):
-            grown = np.empty(max(m, 2 * len(self.buf)), self.buf.dtype)
-            grown[: self.n] = self.buf[: self.n]
-            self.buf = grown
-        self.buf[self.n : m] = part
-        self.n = m
-
-    def rows(self) -> np.ndarray:
-        view = self.buf[: self.n]
-        view.flags.writeable = False
-        return view
 
 
 class _InBars(Generic[_C]):
@@ -78,7 +57,7 @@ class _InBars(Generic[_C]):
 
     def __init__(self, appended: Callable[[], Any]) -> None:
         self.appended = appended
-        self.kept: Any = None  # foxhunt.serve.state.Appended, from the first drop on
+        self.kept: Any = None  # foxhunt.serve.buffers.Appended, from the first drop on
 
     def add(self, rows: _C, seen: int, keep: np.ndarray) -> None:
         """``rows`` (the session's market) has ``rows[seen:]`` new, of which ``keep`` are in bars."""
@@ -145,22 +124,19 @@ class SessionBars:
     """Time bars of one session's book market so far (module docs)."""
 
     def __init__(self, cfg: DataConfig) -> None:
-        from foxhunt.serve.state import Appended  # state imports this module
-
         self.cfg = cfg
-        self._appended = Appended
         self.carried = cfg.bar_kind is BarKind.TIME and cfg.data_source is not DataSource.OHLCV
         self.reset()
 
     def reset(self) -> None:
         """A new session (the carried bars restart from an empty state)."""
-        self.bars = self._appended()
+        self.bars = Appended()
         # The session's book states and trades in bars: the market's (md.books / md.trades, which only
         # grow) less the halted ones.
-        self.book_in = _InBars(self._appended)
-        self.trade_in = _InBars(self._appended)
-        self.book_bar = _Grown(np.int64)
-        self.trade_bar = _Grown(np.int64)
+        self.book_in = _InBars(Appended)
+        self.trade_in = _InBars(Appended)
+        self.book_bar = Grown(np.int64)
+        self.trade_bar = Grown(np.int64)
         self.book_seen = 0  # states / trades of the session's market already in a bar or dropped
         self.trade_seen = 0
         self.halt_dropped = 0

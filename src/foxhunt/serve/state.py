@@ -92,7 +92,8 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins
 from foxhunt.features.registry import with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
-from foxhunt.serve.bars import SessionBars, _Grown, _SessionClock
+from foxhunt.serve.bars import SessionBars, _SessionClock
+from foxhunt.serve.buffers import Appended, Grown
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.labels import trailing_volatility
@@ -155,54 +156,6 @@ def check_servable(cfg: FoxhuntConfig) -> None:
         )
 
 
-class Appended:
-    """The rows of a columns container (foxhunt.data.arrays) appended chunk by chunk into buffers of
-    doubling capacity, so that a row close sees the session's rows without copying them all again.
-    :meth:`rows` are read-only views: a kernel that wrote into its input would raise, not corrupt
-    the session."""
-
-    def __init__(self) -> None:
-        self.kind: type | None = None
-        self.names: list[str] = []  # the container's fields (dataclasses.fields is slow per call)
-        self.buffers: dict[str, np.ndarray] = {}
-        self.n = 0
-        self.cap = 0
-        self._rows: Any = None  # the last rows(), until the next append (a close asks several times)
-
-    def append(self, part: Any) -> None:
-        if self.kind is None:
-            self.kind = type(part)
-            self.names = [f.name for f in dataclasses.fields(part)]
-            first = {k: getattr(part, k) for k in self.names}
-            self.buffers = {k: np.empty((1024, *a.shape[1:]), a.dtype) for k, a in first.items()}
-            self.cap = 1024
-        arrays = [getattr(part, k) for k in self.names]
-        m = self.n + len(arrays[0])
-        if m > self.cap:
-            self.cap = cap = max(m, 2 * self.cap)
-            for k, a in self.buffers.items():
-                grown = np.empty((cap, *a.shape[1:]), a.dtype)
-                grown[: self.n] = a[: self.n]
-                self.buffers[k] = grown
-        for k, a in zip(self.names, arrays, strict=True):
-            self.buffers[k][self.n : m] = a
-        self.n = m
-        self._rows = None
-
-    def truncate(self, n: int) -> None:
-        """Drop the rows from ``n`` on (rows appended and then refused)."""
-        self.n, self._rows = n, None
-
-    def rows(self) -> Any:
-        assert self.kind is not None
-        if self._rows is None:
-            views = {k: a[: self.n] for k, a in self.buffers.items()}
-            for v in views.values():
-                v.flags.writeable = False
-            self._rows = self.kind(**views)
-        return self._rows
-
-
 class BookStream:
     """The session so far of one book stream (MBO or MBP-10 ...): its book states and the trades it
     carries, decoded once per record; the MBO book's state carries on across sessions.
@@ -240,7 +193,7 @@ class BookStream:
         self.fed_states = 0
         self.no_states: BookArrays | None = None  # none of the stream's states (a close without new ones)
         # What the last part() made of the states and trades before ``traded``.
-        self.kept, self.kept_crossed = Appended(), _Grown(np.bool_)  # states after the crossed policy
+        self.kept, self.kept_crossed = Appended(), Grown(np.bool_)  # states after the crossed policy
         self.traded = 0
         self.counts = (0, 0)  # states and crossed states so far (the policy's share)
         self.span: tuple[int, int] | None = None  # first and last ts_event of the states (or trades)
@@ -512,7 +465,11 @@ class IncrementalRows:
         rows = _CacheRows(part, raw, self.indexed)
         # With the session's volatility, which the aux targets read too (next return / volatility).
         mt = market_tensors(
-            rows, self.fold, vol_window=window, instrument=self.instrument, vol=vol[a:]  # type: ignore[arg-type]
+            rows,
+            self.fold,
+            vol_window=window,
+            instrument=self.instrument,
+            vol=vol[a:],  # type: ignore[arg-type]
         )
         self.state_columns = mt.feature_columns
         tensors = {f: getattr(mt, f) for f in _TENSOR_FIELDS if getattr(mt, f) is not None}
@@ -719,4 +676,3 @@ class RowState:
 
     def close(self) -> None:
         self._tmp.cleanup()
-

@@ -1,0 +1,129 @@
+"""Append-only buffers of a session's records, reserved once so a row close never copies them.
+
+A served session's book states and trades arrive chunk by chunk and every close reads all of them
+as one array (views, no copy). A buffer of doubling capacity copies everything it holds each time it
+doubles: ~2-3 ms at the real ESH4 MBP-10 file's 37 k states (bench/serve.py --parts, the slowest
+closes), ~0.1 s at a full ES session's million states, paid at whichever row close happens to cross
+the size. So a buffer's first allocation reserves room for :data:`RESERVE_BYTES` of rows instead:
+a large ``np.empty`` is an anonymous memory map whose pages the kernel provides when a row is first
+written (``vm.overcommit_memory`` 0 or 1, Linux's default), so the reservation costs address space,
+not memory, and the session's rows never move. Past the reservation (or where the system refuses it:
+strict overcommit, ``ulimit -v``) the buffer doubles as before; the views of the old buffer that a
+carried state still holds stay valid, as they did.
+
+The reservation is a private anonymous ``mmap`` advised ``MADV_NOHUGEPAGE``, not an ``np.empty``:
+NumPy advises its arrays of 4 MB and more into transparent huge pages, and where the kernel's THP
+``defrag`` setting is ``madvise`` (this machine's and a common default) the first write into each
+2 MB page may stall on compaction: closes of the ESH4 MBP-10 replay that wrote into a fresh page
+took ~6 ms more (2 to 4 of its 240 closes a run, in its slowest few) with huge pages and none did
+with the advice (``bench/serve.py --parts``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+from typing import Any
+
+import numpy as np
+
+RESERVE_BYTES = 1 << 30
+"""Address space a buffer reserves at its first allocation (untouched pages use no memory)."""
+
+DType = np.dtype | type
+
+_FIRST = 1024  # rows of a buffer where the reservation is refused
+
+
+def allocate(rows: int, tail: tuple[int, ...], dtype: DType, reserve: bool = True) -> np.ndarray:
+    """An uninitialised ``[capacity, *tail]`` buffer of at least ``rows`` rows: the reservation's
+    capacity (:data:`RESERVE_BYTES`) when ``reserve`` and the system grants it, else ``rows``."""
+    if reserve:
+        row_bytes = max(np.dtype(dtype).itemsize * int(np.prod(tail, dtype=np.int64)), 1)
+        capacity = max(rows, RESERVE_BYTES // row_bytes)
+        try:
+            return _mapped(capacity * row_bytes).view(dtype).reshape(capacity, *tail)
+        except (OSError, ValueError, AttributeError):  # strict overcommit, an address-space limit, no mmap
+            pass
+    return np.empty((max(rows, _FIRST), *tail), dtype)
+
+
+def _mapped(nbytes: int) -> np.ndarray:
+    """``nbytes`` of private anonymous memory (committed page by page as written, no huge pages) as
+    a writable uint8 array that keeps the mapping alive."""
+    mem = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    mem.madvise(mmap.MADV_NOHUGEPAGE)
+    return np.frombuffer(mem, dtype=np.uint8)
+
+
+def grow(buf: np.ndarray | None, n: int, rows: int, tail: tuple[int, ...], dtype: DType) -> np.ndarray:
+    """``buf`` if it holds ``rows`` rows, else a new buffer with its first ``n`` rows copied (the
+    first allocation reserves; a full one doubles)."""
+    if buf is not None and len(buf) >= rows:
+        return buf
+    if buf is None:
+        return allocate(rows, tail, dtype)
+    grown = allocate(max(rows, 2 * len(buf)), tail, dtype, reserve=False)
+    grown[:n] = buf[:n]
+    return grown
+
+
+class Grown:
+    """A 1-d array appended chunk by chunk (module docs)."""
+
+    def __init__(self, dtype: type) -> None:
+        self.dtype = dtype
+        self.buf: np.ndarray | None = None
+        self.n = 0
+
+    def append(self, part: np.ndarray) -> None:
+        m = self.n + len(part)
+        self.buf = buf = grow(self.buf, self.n, m, (), self.dtype)
+        buf[self.n : m] = part
+        self.n = m
+
+    def rows(self) -> np.ndarray:
+        view = (self.buf if self.buf is not None else np.empty(0, self.dtype))[: self.n]
+        view.flags.writeable = False
+        return view
+
+
+class Appended:
+    """The rows of a columns container (foxhunt.data.arrays) appended chunk by chunk (module docs).
+    :meth:`rows` are read-only views: a kernel that wrote into its input would raise, not corrupt
+    the session."""
+
+    def __init__(self) -> None:
+        self.kind: type | None = None
+        self.names: list[str] = []  # the container's fields (dataclasses.fields is slow per call)
+        self.buffers: dict[str, np.ndarray] = {}
+        self.n = 0
+        self._rows: Any = None  # the last rows(), until the next append (a close asks several times)
+
+    def append(self, part: Any) -> None:
+        if self.kind is None:
+            self.kind = type(part)
+            self.names = [f.name for f in dataclasses.fields(part)]
+        arrays = [getattr(part, k) for k in self.names]
+        m = self.n + len(arrays[0])
+        for k, a in zip(self.names, arrays, strict=True):
+            self.buffers[k] = buf = grow(self.buffers.get(k), self.n, m, a.shape[1:], a.dtype)
+            buf[self.n : m] = a
+        self.n = m
+        self._rows = None
+
+    def truncate(self, n: int) -> None:
+        """Drop the rows from ``n`` on (rows appended and then refused)."""
+        self.n, self._rows = n, None
+
+    def rows(self) -> Any:
+        assert self.kind is not None
+        if self._rows is None:
+            views = {k: a[: self.n] for k, a in self.buffers.items()}
+            for v in views.values():
+                v.flags.writeable = False
+            self._rows = self.kind(**views)
+        return self._rows
+
+
+__all__ = ["RESERVE_BYTES", "Appended", "Grown", "allocate", "grow"]
