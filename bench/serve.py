@@ -24,6 +24,13 @@ and the record handling outside the row closes per record (the replay's seconds 
 reading the source, decoding, the monitor's checks, the time buckets, the logs).
 ``--pin CORE`` runs on that CPU core only (``os.sched_setaffinity``).
 
+Each file is replayed once per ``--closes`` mode (``serve.closes``; default both, side by side):
+``each_bar`` makes every bar's row in a pass of the row pipeline of its own, at the record that
+closes it (a live feed that keeps up); ``catch_up`` makes the bars of one block of records (up to
+4,096: a replay at full speed is always behind) in one pass, then steps and decides each row in turn.
+A decision's latency counts from the record that closed its bar, so in catch-up it includes the wait
+for the rows of the block before it.
+
 The decision side (env step and forward, foxhunt.serve.decide) is Inductor-compiled unless
 ``--eager``. Its compile is paid at the first two decided rows and reported apart (``compile_seconds``
 per part, the first two decisions' latencies): it is taken out of the replay's seconds, of the step
@@ -51,7 +58,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from foxhunt.serve.config import ServeConfig  # noqa: E402
+from foxhunt.serve.config import CloseMode, ServeConfig  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
 from foxhunt.serve.source import ReplaySource  # noqa: E402
 
@@ -160,27 +167,42 @@ def timed(parts: dict[str, float]) -> list:
 
 
 def serve(
-    checkpoint: Path, files: list[Path], warmup_rows: int, parts: bool = False, compile: bool = True
+    checkpoint: Path,
+    files: list[Path],
+    warmup_rows: int,
+    parts: bool = False,
+    compile: bool = True,
+    closes: CloseMode = CloseMode.CATCH_UP,
 ) -> dict:
     source = ReplaySource(files)
     spent: dict[str, float] = {}
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
-        scfg = ServeConfig(warmup_rows=warmup_rows)
+        scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes)
         svc = Service(checkpoint, source, Path(out), scfg, log=lambda m: None, compile=compile)
+        decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
+        commit = svc.ledger.commit_row
+
+        def traced(**kw) -> None:  # noqa: ANN003
+            if kw["row"] >= warmup_rows:
+                decided.append((time.perf_counter(), kw["latency_us"]))
+            commit(**kw)
+
+        svc.ledger.commit_row = traced  # type: ignore[method-assign]
         t0 = time.perf_counter()
         summary = svc.run()
         seconds = time.perf_counter() - t0
-        lat = np.array([r[0] for r in svc.ledger.db.execute("SELECT latency_us FROM decisions")], float)
         rows = svc.rows_done
         # Compiled, the first decided row (the forward's compile) and the next (the step's) carry
         # Inductor's one-time compile: reported apart, and taken out of the replay's time, its parts
-        # and its latencies.
+        # and its latencies (every decision whose record came before the compile ended: in catch-up
+        # the rows queued behind it too).
         compiled = svc.decider.compile_times
-        first = [float(x) for x in lat[:2]]
+        first = [lat for _, lat in decided[:2]]
+        waited = svc.decider.compiled_at
+        lat = np.array([lat for t, lat in decided if t - lat * 1e-6 >= waited], float)
         if compiled:
             seconds -= sum(compiled.values())
-            lat = lat[2:]
             for label, what in (("environment step", "step"), ("policy", "decide")):
                 if label in spent:
                     spent[label] -= compiled.get(what, 0.0)
@@ -194,6 +216,7 @@ def serve(
     # Everything outside the row closes: the source, decoding, the monitor, the bucket keys, the logs.
     handling = (seconds - spent[CLOSES]) / len(source) if CLOSES in spent else None
     return {
+        "closes": closes.value,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
         "incremental": incremental,
         "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
@@ -283,6 +306,13 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--eager", action="store_true", help="the decision side eager (default: compiled)")
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
+    ap.add_argument(
+        "--closes",
+        type=CloseMode,
+        nargs="+",
+        default=[CloseMode.EACH_BAR, CloseMode.CATCH_UP],
+        help="serve.closes of the replays, each a row of the table (default: both, each_bar first)",
+    )
     args = ap.parse_args(argv)
     if args.pin is not None:
         os.sched_setaffinity(0, {args.pin})
@@ -299,13 +329,15 @@ def main(argv: list[str] | None = None) -> dict:
         results = {}
         for name, files in cases.items():
             batch_s, batch_rows = batch(checkpoint, files)
-            got = serve(checkpoint, files, args.warmup_rows, parts=args.parts, compile=not args.eager)
-            got.update(
-                files=[str(p) for p in files],
-                batch_records_per_s=got["records"] / batch_s,
-                batch_rows_per_s=batch_rows / batch_s,
-            )
-            results[name] = got
+            for closes in args.closes:
+                how = {"parts": args.parts, "compile": not args.eager, "closes": closes}
+                got = serve(checkpoint, files, args.warmup_rows, **how)
+                got.update(
+                    files=[str(p) for p in files],
+                    batch_records_per_s=got["records"] / batch_s,
+                    batch_rows_per_s=batch_rows / batch_s,
+                )
+                results[f"{name} {closes.value}"] = got
         scaled = scaling(checkpoint, args.scaling, Path(tmp)) if args.scaling else None
     body = {
         "cases": results,
@@ -314,12 +346,14 @@ def main(argv: list[str] | None = None) -> dict:
         "cpu": sorted(os.sched_getaffinity(0)),
         "load_average": os.getloadavg(),
     }
-    print(f"{'':14}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>9}{'p99 us':>10}"
-          f"{'batch rec/s':>13}{'rows/s':>9}")
+    print(
+        f"{'':22}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>9}{'p99 us':>10}"
+        f"{'batch rec/s':>13}{'rows/s':>9}"
+    )
     for name, r in results.items():
         p50, p99 = (r[f"latency_us_{q}"] for q in ("p50", "p99"))
         print(
-            f"{name:14}{r['records']:>9,}{r['rows']:>6}{r['records_per_s']:>13,.0f}{r['rows_per_s']:>9,.1f}"
+            f"{name:22}{r['records']:>9,}{r['rows']:>6}{r['records_per_s']:>13,.0f}{r['rows_per_s']:>9,.1f}"
             f"{'-' if p50 is None else f'{p50:,.0f}':>9}{'-' if p99 is None else f'{p99:,.0f}':>10}"
             f"{r['batch_records_per_s']:>13,.0f}{r['batch_rows_per_s']:>9,.1f}"
         )

@@ -29,7 +29,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.domain.actions import Direction
 from foxhunt.features.cache import open_cache
-from foxhunt.serve.config import ServeConfig
+from foxhunt.serve.config import CloseMode, ServeConfig
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.monitor import Fault
 from foxhunt.serve.service import Service
@@ -42,6 +42,7 @@ from foxhunt.serve.source import (
     StreamMeta,
     StreamRecord,
 )
+from foxhunt.serve.state import Rows
 
 # Three 23-hour sessions of 4,000 book events in 15-minute bars: 92 rows a session, two folds.
 MARKET = (
@@ -517,18 +518,29 @@ class Blocks(Scripted):
         return StreamBlock(first.stream, b"".join(payloads), len(first.payload))
 
 
-def _traced(export: Path, out: Path, source: Scripted) -> tuple[Service, list[int]]:
-    """A service run on ``source``, and the records consumed at each row commit (the resume points)."""
-    cfg = ServeConfig(warmup_rows=2, stall_seconds=0.05, reconnect_seconds=0.0, max_gap_seconds=600)
+def _traced(
+    export: Path, out: Path, source: Scripted, closes: CloseMode = CloseMode.CATCH_UP
+) -> tuple[Service, list[int]]:
+    """A service run on ``source``, and the records consumed at each row commit (the resume points);
+    ``svc.passes``: how many times the row pipeline ran (``RowState.rows``)."""
+    cfg = ServeConfig(
+        warmup_rows=2, stall_seconds=0.05, reconnect_seconds=0.0, max_gap_seconds=600, closes=closes
+    )
     svc = Service(export, source, out, cfg, log=lambda m: None)
     commits: list[int] = []
-    commit = svc.ledger.commit_row
+    commit, rows = svc.ledger.commit_row, svc.state.rows
+    svc.passes = 0  # type: ignore[attr-defined]
 
     def traced(**kw: Any) -> None:
         commits.append(kw["records"])
         commit(**kw)
 
+    def counted() -> Rows:
+        svc.passes += 1  # type: ignore[attr-defined]
+        return rows()
+
     svc.ledger.commit_row = traced  # type: ignore[method-assign]
+    svc.state.rows = counted  # type: ignore[method-assign]
     svc.run()
     return svc, commits
 
@@ -556,15 +568,22 @@ def faulty(export: Path, stream, tmp_path_factory: pytest.TempPathFactory):  # n
     one.close()
 
 
-@pytest.mark.parametrize("limit", [1, 7, 4096])
+@pytest.mark.parametrize(
+    ("limit", "closes"),
+    [(1, CloseMode.CATCH_UP), (7, CloseMode.CATCH_UP), (4096, CloseMode.CATCH_UP)]
+    + [(4096, CloseMode.EACH_BAR)],
+)
 def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
-    export: Path, faulty, tmp_path: Path, limit: int
+    export: Path, faulty, tmp_path: Path, limit: int, closes: CloseMode
 ) -> None:
     """Every fault case at once, read in blocks: the same faults (kind and detail, in order), the same
     decisions bit for bit and the same resume point at every commit as read one record at a time, and
     the block reader did read blocks. A block that hid a bad record (a roll or a crossed book inside
     it) would change the faults and the decisions; a close at the block's end instead of at the
-    record that opens the bar would change the resume points."""
+    record that opens the bar would change the resume points. In catch-up (``serve.closes``) the bars
+    of a block of 4,096 records are made into rows together: fewer passes of the row pipeline than
+    one record at a time makes (47 -> 32 here: the stream's faults and events cut its blocks short),
+    with every row's resume point still the record that closed its bar."""
     streams, bad, one, one_commits = faulty
     blocks = Blocks(streams, bad, _EVENTS, limit=limit)
     calls = 0
@@ -576,7 +595,7 @@ def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
         return read(timeout)
 
     blocks.next_block = counted  # type: ignore[method-assign]
-    got, got_commits = _traced(export, tmp_path, blocks)
+    got, got_commits = _traced(export, tmp_path, blocks, closes)
     kinds = {k for k, _ in one.ledger.faults()}
     assert kinds == {f.value for f in Fault} - {Fault.ERROR.value}
     assert got.ledger.faults() == one.ledger.faults()
@@ -584,6 +603,10 @@ def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
     assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
     assert got_commits == one_commits and got.consumed == one.consumed == len(bad)
     assert calls < len(bad) / 2 if limit > 1 else calls > len(bad)
+    if limit == 4096 and closes is CloseMode.CATCH_UP:
+        assert got.passes < one.passes  # type: ignore[attr-defined]
+    else:
+        assert got.passes == one.passes  # type: ignore[attr-defined]
     got.close()
 
 

@@ -22,6 +22,16 @@ class DecidePath(StrEnum):
     EAGER = "eager"  # the eager torch ops: no compile wait at start (tests, one-off replays)
 
 
+class CloseMode(StrEnum):
+    """When the rows of bars that arrive together are made (foxhunt.serve.service.Service.on_block)."""
+
+    # Bars whose records arrive in one block (a replay at full speed, a live feed that fell behind)
+    # close together at the block's last bar: one pass of the row pipeline over all of them, then each
+    # row stepped and decided in order, committed with the resume point of the record that closed it.
+    CATCH_UP = "catch_up"
+    EACH_BAR = "each_bar"  # every bar closes at the record that opens the next, its row made alone
+
+
 class ServeConfig(Frozen):
     warmup_rows: int = Field(
         0,
@@ -56,4 +66,10 @@ class ServeConfig(Frozen):
         DecidePath.COMPILED,
         description="compiled: the forward and env step compiled once at start (10-80 s), ~5x faster a "
         "close; eager: no compile (the same actions, positions and fills, the backtest's, either way).",
+    )
+    closes: CloseMode = Field(
+        CloseMode.CATCH_UP,
+        description="catch_up: bars that arrive in one block of records close together (one pass of the "
+        "row pipeline; the same rows, decisions and resume points as each_bar); each_bar: a row pipeline "
+        "pass at every bar.",
     )

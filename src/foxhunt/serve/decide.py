@@ -122,7 +122,8 @@ class Decider:
     """The greedy policy and the environment step of one served episode (module docstring).
 
     ``compile_times``: the seconds the first compiled step and decision took (``"step"``, ``"decide"``:
-    Inductor's compile, paid at the first close that steps and decides)."""
+    Inductor's compile, paid at the first close that steps and decides); ``compiled_at``: when the last
+    of them ended (``time.perf_counter()``: a decision whose record came before waited for it)."""
 
     def __init__(self, agent: Agent | Sequence[Agent], compile: bool = False) -> None:
         members = [agent] if isinstance(agent, Agent) else list(agent)
@@ -132,6 +133,7 @@ class Decider:
             member.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
         self.compile = compile
         self.compile_times: dict[str, float] = {}
+        self.compiled_at = 0.0  # time.perf_counter() when the last compile ended
         greedy: Callable[[Tensor], PolicyOut]
         if len(members) == 1:
             greedy = lambda obs: members[0].policy(obs, Mode.GREEDY)  # noqa: E731
@@ -196,7 +198,8 @@ class Decider:
             return call()
         t0 = time.perf_counter()
         out = call()
-        self.compile_times[what] = time.perf_counter() - t0
+        self.compiled_at = time.perf_counter()
+        self.compile_times[what] = self.compiled_at - t0
         return out
 
 

@@ -36,7 +36,7 @@ from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.errors import FoxhuntError
-from foxhunt.serve.config import FaultAction, ServeConfig
+from foxhunt.serve.config import CloseMode, FaultAction, ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.metrics import ServeMetrics
@@ -127,6 +127,9 @@ class Service:
         self.buckets = 0  # time buckets the records have opened (each row is one; a halt's are not)
         self.consumed = 0  # records taken from the source, dropped ones included (the resume point)
         self.faulted_until = -1  # rows <= this decide the fail-safe way
+        # Bars closed in catch-up (serve.closes) and not yet made into rows: (the start of the time
+        # bucket whose first record closed them, the records consumed before that record, when it came).
+        self._closed_by: list[tuple[int, int, float]] = []
         self.stopped = False
         self.flatten_now = False  # POST /flatten (the HTTP endpoint)
         self.last_latency_us = 0.0
@@ -262,11 +265,16 @@ class Service:
         while i < n and not self.stopped:
             self.consumed = base + i
             clean = i + self.monitor.clean(recs[i:])
-            while i < clean and not self.stopped:
+            # A stop waits for the bars closed in catch-up to be made (at the run that ends them).
+            while i < clean and (not self.stopped or self._closed_by):
                 self.consumed = base + i
                 ts = recs["ts_event"][i:clean]
                 run = i + self.state.in_bucket(ts)
-                self._enter(self.state.bucket_of(int(ts[0])))
+                bucket = self.state.bucket_of(int(ts[0]))
+                if run < clean and self._catches_up(bucket):
+                    self._close_later(bucket)  # a later run of clean records closes this bar with its own
+                else:
+                    self._enter(bucket)
                 self.state.append_block(block.stream, recs[i:run])
                 i = run
             if i < n and not self.stopped:
@@ -274,6 +282,26 @@ class Service:
                 self.on_record(block.stream, recs[i : i + 1].tobytes())
                 i += 1
         self.consumed = base + i
+
+    def _catches_up(self, bucket: tuple[int, int]) -> bool:
+        """Whether the bar before ``bucket`` (a later bucket of the same session, which closes it) can
+        wait for a later run of the block to be made into rows with it (``serve.closes``): ``_enter``
+        would close it now, and no session ends between them."""
+        last = self.state.bucket
+        return (
+            self.scfg.closes is CloseMode.CATCH_UP
+            and last is not None
+            and bucket != last
+            and bucket[0] == last[0]
+            and self.buckets >= self.scfg.warmup_rows
+        )
+
+    def _close_later(self, bucket: tuple[int, int]) -> None:
+        """``_enter(bucket)`` with its close left to the next one: the rows it would make get its resume
+        point and its time (the latency of their decisions counts from here)."""
+        self._closed_by.append((self.state.bucket_start(bucket), self.consumed, time.perf_counter()))
+        self.buckets += 1
+        self.state.bucket = bucket
 
     def _enter(self, bucket: tuple[int, int]) -> None:
         """A kept record of ``bucket`` arrives: a row closes first when it opens a later bar."""
@@ -303,6 +331,7 @@ class Service:
         if not any(self.state.logs):
             return None
         t0 = time.perf_counter()
+        closed_by, self._closed_by = self._closed_by, []
         try:
             rows = self.state.rows()
         except CheckpointError:
@@ -311,10 +340,14 @@ class Service:
             self._fault(FaultEvent(Fault.ERROR, f"{type(exc).__name__}: {exc}"))
             return None
         for r in range(self.rows_done, rows.count):
-            self._row(r, rows, t0)
+            # A row of a bar closed in catch-up: the resume point and time of the record that closed it
+            # (its bar ends at or before that record's bucket: rows are stamped with their bar's close).
+            ts = int(rows.ts[r])
+            _, records, t_in = next((c for c in closed_by if ts <= c[0]), (0, self.consumed, t0))
+            self._row(r, rows, t_in, records)
         return rows
 
-    def _row(self, r: int, rows: Rows, t0: float) -> None:
+    def _row(self, r: int, rows: Rows, t0: float, records: int) -> None:
         line, pnl, fills = None, None, []
         decided = r >= self.scfg.warmup_rows
         if self.env is None and (decided or self.pending is not None):
@@ -344,7 +377,7 @@ class Service:
             row=r,
             ts=int(rows.ts[r]),
             features=rows.features[r],
-            records=self.consumed,
+            records=records,
             state=self._snapshot(),
         )
         if line is not None:

@@ -597,6 +597,12 @@ class RowState:
             self._session = (lo, hi, date)
         return date, (int(ts_event) - lo) // (d.bar_seconds * NS)
 
+    def bucket_start(self, bucket: tuple[int, int]) -> int:
+        """The ns the time bar ``bucket`` of the current session (:meth:`bucket_of`'s last) opens at."""
+        lo, _, date = self._session
+        assert bucket[0] == date, "a bucket of another session"
+        return lo + bucket[1] * self.cfg.data.bar_seconds * NS
+
     def append(self, stream: int, payload: bytes) -> None:
         self.logs[stream] += payload
         self.records += 1
