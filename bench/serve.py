@@ -7,9 +7,9 @@ For each replayed file (by default the real ESH4 MBO file of ../shared/data/real
 made from it: its rebuilt book states written as MBP-10 records, the only real ten-level book of
 any length here), the file is replayed at full speed through :class:`foxhunt.serve.service.Service`
 on one CPU thread: records/s and rows/s over the whole replay, and the latency of a decision (the
-record that closes a row in -> the decision committed: the row's market, bars, features and
-normaliser, the env step, the network forward, the ledger commit) at p50 and p99 over the decided
-rows. Beside it, the batch pipeline on the same file (ingest, rows and every feature family once
+record that closes a row in -> the decision out: the row's market, bars, features and normaliser,
+the env step, the network forward; its ledger commit follows) at p50 and p99 over the decided rows.
+Beside it, the batch pipeline on the same file (ingest, rows and every feature family once
 over everything: ``foxhunt features build`` without labels): records/s and rows/s. Without
 ``--checkpoint`` a smoke-config agent is trained for one epoch on the synthetic market and exported
 (as tests/serve/test_real_es.py does; about 20 s). The issue's goals: >= 200 k records/s, p50 <= 200
@@ -19,7 +19,8 @@ Also per case: the p50 latency of the first and the last quarter of the decision
 re-ran the session would grow from one to the other; one that computes its new rows stays flat),
 and where a row close's time goes (``--parts``: wall time of each step, summed over the replay and
 divided by its rows: decoding and the session's market, the bars, ``from_bars``, the feature
-families, normaliser and market tensors, the environment's step, the policy, the ledger commit),
+families, normaliser and market tensors, the environment's step, the policy, the ledger's inserts
+of each row and the resume state it packs once a close; the transaction's COMMIT is in the closes),
 and the record handling outside the row closes per record (the replay's seconds less its closes':
 reading the source, decoding, the monitor's checks, the time buckets, the logs).
 ``--pin CORE`` runs on that CPU core only (``os.sched_setaffinity``).
@@ -132,7 +133,8 @@ PARTS = (
     ("foxhunt.serve.state", "IncrementalRows._append", "normaliser + market tensors"),
     ("foxhunt.serve.service", "Service._step", "environment step"),
     ("foxhunt.serve.service", "Service._decide", "policy"),
-    ("foxhunt.serve.ledger", "Ledger.commit_row", "ledger commit"),
+    ("foxhunt.serve.ledger", "Ledger.commit_row", "ledger rows"),  # a row's inserts
+    ("foxhunt.serve.ledger", "_blob", "ledger resume state"),  # packed once a close (Ledger.rows)
     ("foxhunt.serve.service", "Service._close_rows", "row closes (all of the above)"),
 )
 CLOSES = PARTS[-1][2]

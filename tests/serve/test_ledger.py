@@ -133,3 +133,46 @@ def test_the_last_commit_is_what_a_reopened_ledger_resumes_from(tmp_path: Path) 
     row, records, got = Ledger(path).resume()  # type: ignore[misc]
     assert (row, records, got["rows_done"]) == (1, 20, 99)
     assert all(_same(a, b) for a, b in zip(_tensors(states[1]), _tensors(got), strict=True))
+
+
+def _commit(led: Ledger, r: int, state: dict) -> None:
+    line = DecisionRow(1_000 + r, r, 2, 1, 0, 0, float(r), 1.0, 100.25)
+    led.commit_row(
+        line=line, pnl=(1.0, 0.5, 0.5, 1e5), fills=[(0, 1.0, 100.25, 0.5)], forced="", latency_us=1.0,
+        row=r, ts=1_000 + r, features=np.ones(3, np.float32), records=10 * (r + 1), state=state,
+    )  # fmt: skip
+
+
+def test_a_close_of_many_rows_commits_all_or_none_with_the_last_rows_resume_state(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Ledger.rows()``: the rows committed inside are one transaction. A failure in the middle (a
+    crash) leaves none of them, and the ledger resumes from the close before; a close that ends writes
+    every row's line and the last row's resume point and state, packed once."""
+    path = tmp_path / "ledger.sqlite"
+    led = Ledger(path)
+    first = _state()
+    _commit(led, 0, first)  # a close of one row, alone
+    packed = []
+    blob = ledger._blob
+    monkeypatch.setattr(ledger, "_blob", lambda s: packed.append(s) or blob(s))
+
+    def killed() -> None:
+        with led.rows():
+            _commit(led, 1, _state())
+            raise RuntimeError("killed between two rows of one close")
+
+    with pytest.raises(RuntimeError):
+        killed()
+    assert [d.row for d in led.decisions()] == [0] and led.resume()[:2] == (0, 10)  # type: ignore[index]
+    states = [_state() for _ in range(3)]
+    states[-1]["rows_done"] = 42
+    with led.rows():
+        for r, state in enumerate(states, start=1):
+            _commit(led, r, state)
+    assert packed == [states[-1]]  # the resume state packed once, the last row's
+    led.close()
+    again = Ledger(path)
+    assert [d.row for d in again.decisions()] == [0, 1, 2, 3] and sorted(again.features()) == [0, 1, 2, 3]
+    row, records, got = again.resume()  # type: ignore[misc]
+    assert (row, records, got["rows_done"]) == (3, 40, 42)

@@ -2,20 +2,23 @@
 
 Write-ahead logging (``journal_mode=WAL``, ``synchronous=NORMAL``): a transaction is in the log when its
 commit returns, and a process killed at any moment leaves the database at its last commit. Each row
-close is one transaction: the decision line of the row just stepped, its fills, the portfolio state
-after it and the decision taken on the new row (see :mod:`foxhunt.serve.service`). After a kill -9
+close is one transaction (:meth:`Ledger.rows`): for each row it makes, the decision line of the row
+just stepped and its fills, and after its last row the portfolio state and the decision taken on it
+(see :mod:`foxhunt.serve.service`). After a kill -9
 the service reopens the ledger and continues from that commit: a fill is either in it with the state
 that follows from it, or in neither, so none is lost or booked twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copyreg
 import io
 import math
 import pickle
 import sqlite3
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +156,7 @@ class Ledger:
         # only a power loss may roll back the last ones (FULL would fsync the log at every commit).
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
+        self._open: tuple | None = None  # inside rows(): () or the last row's (row, records, state)
 
     def commit_row(
         self,
@@ -168,28 +172,62 @@ class Ledger:
         records: int,
         state: dict[str, Any],
     ) -> None:
-        """One row close, atomically: the stepped row's line and fills, the new row, the resume state."""
+        """One row, atomically: the stepped row's line and fills, the new row, the resume state (inside
+        :meth:`rows`, part of its transaction, which writes the last row's resume state)."""
+        if self._open is not None:
+            self._insert(self.db.cursor(), line, pnl, fills, forced, latency_us, row, ts, features)
+            self._open = (row, records, state)
+            return
         blob = _blob(state)
         cur = self.db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            if line is not None and pnl is not None:
-                cur.execute(
-                    _INSERT_DECISION,
-                    (*_values(line), *pnl, forced, time.time(), latency_us),
-                )
-                cur.executemany(
-                    "INSERT INTO fills VALUES (?, ?, ?, ?, ?)", [(line.row, *f) for f in fills]
-                )
-            cur.execute(
-                "INSERT OR REPLACE INTO rows VALUES (?, ?, ?)",
-                (row, ts, np.ascontiguousarray(features, np.float32).tobytes()),
-            )
+            self._insert(cur, line, pnl, fills, forced, latency_us, row, ts, features)
             cur.execute("INSERT OR REPLACE INTO resume VALUES (1, ?, ?, ?)", (row, records, blob))
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
+
+    @contextlib.contextmanager
+    def rows(self) -> Iterator[None]:
+        """The rows of one close, committed in one transaction: their lines, fills and features, and
+        the resume state of the last (a crash loses all of them or none, and a restart makes them again
+        from the records before the first). One row's commit is then one transaction as alone; a close
+        of many rows (catch-up, foxhunt.serve.config.CloseMode) writes its resume state once."""
+        assert self._open is None, "one close at a time"
+        self.db.execute("BEGIN IMMEDIATE")
+        self._open = ()
+        try:
+            yield
+            if self._open:
+                row, records, state = self._open
+                resume = (row, records, _blob(state))
+                self.db.execute("INSERT OR REPLACE INTO resume VALUES (1, ?, ?, ?)", resume)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        finally:
+            self._open = None
+
+    def _insert(
+        self,
+        cur: sqlite3.Cursor,
+        line: DecisionRow | None,
+        pnl: tuple[float, float, float, float] | None,
+        fills: list[tuple[int, float, float, float]],
+        forced: str,
+        latency_us: float,
+        row: int,
+        ts: int,
+        features: np.ndarray,
+    ) -> None:
+        if line is not None and pnl is not None:
+            cur.execute(_INSERT_DECISION, (*_values(line), *pnl, forced, time.time(), latency_us))
+            cur.executemany("INSERT INTO fills VALUES (?, ?, ?, ?, ?)", [(line.row, *f) for f in fills])
+        features = np.ascontiguousarray(features, np.float32)
+        cur.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?)", (row, ts, features.tobytes()))
 
     def fault(self, event: FaultEvent) -> None:
         self.db.execute(

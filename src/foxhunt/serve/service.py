@@ -339,12 +339,14 @@ class Service:
         except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
             self._fault(FaultEvent(Fault.ERROR, f"{type(exc).__name__}: {exc}"))
             return None
-        for r in range(self.rows_done, rows.count):
-            # A row of a bar closed in catch-up: the resume point and time of the record that closed it
-            # (its bar ends at or before that record's bucket: rows are stamped with their bar's close).
-            ts = int(rows.ts[r])
-            _, records, t_in = next((c for c in closed_by if ts <= c[0]), (0, self.consumed, t0))
-            self._row(r, rows, t_in, records)
+        with self.ledger.rows():  # the close's rows in one transaction
+            for r in range(self.rows_done, rows.count):
+                # A row of a bar closed in catch-up: the resume point and time of the record that closed
+                # it (its bar ends at or before that record's bucket: rows are stamped with their bar's
+                # close).
+                ts = int(rows.ts[r])
+                _, records, t_in = next((c for c in closed_by if ts <= c[0]), (0, self.consumed, t0))
+                self._row(r, rows, t_in, records)
         return rows
 
     def _row(self, r: int, rows: Rows, t0: float, records: int) -> None:
