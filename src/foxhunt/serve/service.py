@@ -328,7 +328,7 @@ class Service:
     # --- a row close --------------------------------------------------------------------------
 
     def _close_rows(self) -> Rows | None:
-        if not any(self.state.logs):
+        if not self.state.has_records():
             return None
         t0 = time.perf_counter()
         closed_by, self._closed_by = self._closed_by, []

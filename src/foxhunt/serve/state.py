@@ -18,7 +18,8 @@ a trade (ingest's trade coverage). A row before the first book state, or before 
 of a trades stream, can therefore differ; tests/serve compares the rows after them.
 
 The market: book streams alone (MBO or MBP-10 files, the common case) skip DBN files; their records are
-decoded once, as they arrive, into the book states and carried trades of the session so far
+decoded once, as they arrive (and not kept: only records the decoder refuses wait in the log for the
+close to report), into the book states and carried trades of the session so far
 (:class:`BookStream`, one per stream; an MBO book through the batch builder's own kernel, resumed
 from the state the last chunk left, foxhunt.data.book.BookState), and a row close assembles the
 session's market from them with ingest's own steps (:func:`book_market`: the crossed policy and the
@@ -544,7 +545,6 @@ class RowState:
         self.books: list[BookStream] | None = None
         if all(s.schema in BOOK_SCHEMAS and s.schema in accepted for s in streams):
             self.books = [BookStream(s, cfg.data) for s in streams]
-        self.fed = [0] * len(streams)  # bytes of each log already fed to its book stream
         # One book stream: its session's bars are carried from close to close (foxhunt.serve.bars); with
         # several, a merge by time could insert a record before those already in a bar.
         self.bars = SessionBars(cfg.data) if self.books is not None and len(streams) == 1 else None
@@ -611,23 +611,37 @@ class RowState:
         """Records of one stream (a structured array of its dtype), as many ``append`` calls. A book
         stream decodes them now, not at the row close: a close's latency then starts at its own
         record (the records before it are decoded as they arrive)."""
-        self.logs[stream] += recs.data
         self.records += len(recs)
-        if self.books is not None:
-            # A stream the decoder refuses (it raises before it changes the book) is left to the
-            # close, which decodes the same records again and reports the failure as a fault.
-            with contextlib.suppress(Exception):
-                self._feed(stream)
+        if self.books is None:
+            self.logs[stream] += recs.data
+            return
+        if not self.logs[stream]:  # nothing of the stream waits to be decoded: these records, uncopied
+            try:
+                self.books[stream].feed(recs)
+                return
+            except Exception:  # noqa: BLE001 (the close decodes them again and reports the failure)
+                pass
+        self.logs[stream] += recs.data
+        # A stream the decoder refuses (it raises before it changes the book) is left to the close,
+        # which decodes the same records again and reports the failure as a fault.
+        with contextlib.suppress(Exception):
+            self._feed(stream)
+
+    def has_records(self) -> bool:
+        """Whether any record has come since the last cut (a book stream's decoded ones included)."""
+        return any(self.logs) or any(b.records for b in self.books or ())
 
     def _feed(self, stream: int) -> None:
-        """Decode the stream's records logged since the last feed into its book stream."""
+        """Decode the stream's logged records into its book stream. Decoded, they leave the log: only
+        records the decoder has refused wait there (a session's log of decoded records would be its
+        whole feed, hundreds of MB on a full ES session of MBP-10 records)."""
         assert self.books is not None
-        log, fed = self.logs[stream], self.fed[stream]
-        if len(log) > fed:
-            with memoryview(log) as view:  # one copy (released: the log grows again)
-                new = bytes(view[fed:])
+        log = self.logs[stream]
+        if log:
+            with memoryview(log) as view:  # one copy (released: the log is cleared below)
+                new = bytes(view)
             self.books[stream].feed(np.frombuffer(new, dtype=self.dtypes[stream]))
-            self.fed[stream] = len(log)
+            log.clear()
 
     def _market(self) -> MarketData:
         """The market of the records logged since the last cut: from the book stream, else through
@@ -674,7 +688,6 @@ class RowState:
         if self.cuttable:
             self.done = rows
             self.logs = [bytearray() for _ in self.streams]
-            self.fed = [0] * len(self.streams)
             for book in self.books or ():
                 book.end_session()
             if self.bars is not None:
