@@ -21,6 +21,7 @@ with the advice (``bench/serve.py --parts``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 from typing import Any
@@ -41,10 +42,9 @@ def allocate(rows: int, tail: tuple[int, ...], dtype: DType, reserve: bool = Tru
     if reserve:
         row_bytes = max(np.dtype(dtype).itemsize * int(np.prod(tail, dtype=np.int64)), 1)
         capacity = max(rows, RESERVE_BYTES // row_bytes)
-        try:
+        # Refused (strict overcommit, an address-space limit, no mmap): grow by doubling instead.
+        with contextlib.suppress(OSError, ValueError, AttributeError):
             return _mapped(capacity * row_bytes).view(dtype).reshape(capacity, *tail)
-        except (OSError, ValueError, AttributeError):  # strict overcommit, an address-space limit, no mmap
-            pass
     return np.empty((max(rows, _FIRST), *tail), dtype)
 
 

@@ -616,11 +616,10 @@ class RowState:
             self.logs[stream] += recs.data
             return
         if not self.logs[stream]:  # nothing of the stream waits to be decoded: these records, uncopied
-            try:
+            # A refusal (raised before the book changes) leaves them to the log and the close below.
+            with contextlib.suppress(Exception):
                 self.books[stream].feed(recs)
                 return
-            except Exception:  # noqa: BLE001 (the close decodes them again and reports the failure)
-                pass
         self.logs[stream] += recs.data
         # A stream the decoder refuses (it raises before it changes the book) is left to the close,
         # which decodes the same records again and reports the failure as a fault.
