@@ -33,7 +33,8 @@ A decision's latency counts from the record that closed its bar, so in catch-up 
 for the rows of the block before it.
 
 The decision side (env step and forward, foxhunt.serve.decide) is Inductor-compiled unless
-``--eager``. Its compile is paid at the first two decided rows and reported apart (``compile_seconds``
+``--eager`` (or ``--decide eager|aot``: ``aot`` loads the ahead-of-time libraries, built where not
+cached). Its compile is paid at the first two decided rows and reported apart (``compile_seconds``
 per part, the first two decisions' latencies): it is taken out of the replay's seconds, of the step
 and policy parts and of the latency percentiles, which are those of the service once started.
 
@@ -59,7 +60,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from foxhunt.serve.config import CloseMode, ServeConfig  # noqa: E402
+from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
 from foxhunt.serve.source import ReplaySource  # noqa: E402
 
@@ -173,7 +174,7 @@ def serve(
     files: list[Path],
     warmup_rows: int,
     parts: bool = False,
-    compile: bool = True,
+    decide: DecidePath = DecidePath.COMPILED,
     closes: CloseMode = CloseMode.CATCH_UP,
 ) -> dict:
     source = ReplaySource(files)
@@ -181,7 +182,7 @@ def serve(
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
         scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes)
-        svc = Service(checkpoint, source, Path(out), scfg, log=lambda m: None, compile=compile)
+        svc = Service(checkpoint, source, Path(out), scfg, log=lambda m: None, decide=decide)
         decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
         commit = svc.ledger.commit_row
 
@@ -228,7 +229,8 @@ def serve(
         "rows": rows,
         # The decision side compiled (foxhunt.serve.decide): Inductor's seconds per part, and the
         # latencies of the two decided rows that paid them.
-        "compiled": compile,
+        "compiled": decide is not DecidePath.EAGER,
+        "decide": decide.value,
         "compile_seconds": compiled,
         "latency_us_first_two_decisions": first,
         "decisions": summary["decisions"],
@@ -305,7 +307,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--warmup-rows", type=int, default=0)
     ap.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "serve.json")
     ap.add_argument("--parts", action="store_true", help="time each step of a row close")
-    ap.add_argument("--eager", action="store_true", help="the decision side eager (default: compiled)")
+    ap.add_argument("--eager", action="store_true", help="the decision side eager (--decide eager)")
+    ap.add_argument(
+        "--decide",
+        type=DecidePath,
+        choices=list(DecidePath),
+        default=DecidePath.COMPILED,
+        help="the decision side's path (foxhunt.serve.decide; default: compiled)",
+    )
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     ap.add_argument(
@@ -329,10 +338,11 @@ def main(argv: list[str] | None = None) -> dict:
                 sys.exit(f"{mbo} is absent: pass --replay FILE...")
             cases = {"esh4-mbo": [mbo], "esh4-mbp10": [mbp10_of(mbo, Path(tmp) / "esh4.mbp-10.dbn")]}
         results = {}
+        decide = DecidePath.EAGER if args.eager else args.decide
         for name, files in cases.items():
             batch_s, batch_rows = batch(checkpoint, files)
             for closes in args.closes:
-                how = {"parts": args.parts, "compile": not args.eager, "closes": closes}
+                how = {"parts": args.parts, "decide": decide, "closes": closes}
                 got = serve(checkpoint, files, args.warmup_rows, **how)
                 got.update(
                     files=[str(p) for p in files],

@@ -936,8 +936,7 @@ def serve_cmd(
     from foxhunt.serve.decide import check_compilable
     from foxhunt.serve.service import Service
 
-    compiled = cfg.serve.decide is DecidePath.COMPILED
-    if compiled:
+    if cfg.serve.decide is not DecidePath.EAGER:
         check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
 
@@ -951,7 +950,9 @@ def serve_cmd(
         source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
-    service = Service(checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose, compile=compiled)
+    service = Service(
+        checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose, decide=cfg.serve.decide
+    )
     server = None
     try:
         if port is not None:

@@ -18,6 +18,7 @@ from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors
+from foxhunt.serve.config import DecidePath
 from foxhunt.serve.decide import Decider, served_guards
 from tests.env.test_core import config
 from tests.env.test_core import market as hand_market
@@ -151,22 +152,28 @@ def test_a_close_assembles_the_state_once_and_steps_and_decides_as_the_backtest(
     assert sum(int(r.fills.ne(0).any()) for r in got) > 3  # it trades (else the comparison is weak)
 
 
+COMPILING = [DecidePath.COMPILED, DecidePath.AOT]
+
+
 @pytest.mark.slow  # Inductor compiles the step and the forward: about a minute on a 2-core host
-def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once() -> None:
-    """Compiled, every step's result and next state equal the eager step's bit for bit (both step the
-    same decisions); the actions equal the eager forward's (its float32 outputs within rounding: the
-    summation order may differ); and a market growing a row a close, a new episode and fail-safe
-    decisions compile nothing more than one graph for the step and one for the forward."""
+@pytest.mark.parametrize("path", COMPILING)
+def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once(path: DecidePath) -> None:
+    """Compiled (or ahead of time), every step's result and next state equal the eager step's bit for
+    bit (both step the same decisions); the actions equal the eager forward's (its float32 outputs
+    within rounding: the summation order may differ); and a market growing a row a close, a new
+    episode and fail-safe decisions compile nothing more than one graph (or library) for the step
+    and one for the forward."""
     from torch._dynamo.utils import counters
 
     mk = _market()
-    deciders = (Decider(_agent()), Decider(_agent(), compile=True))
+    deciders = (Decider(_agent()), Decider(_agent(), path))
     envs = (TradingEnv(_rows(mk, START + 1), ENV), TradingEnv(_rows(mk, START + 1), ENV))
     for env in envs:
         _episode(env, START)
     graphs = counters["stats"]["unique_graphs"]
     pending: PolicyOut | Tensor | None = None
     trades = 0
+    libraries = set()
     for c in range(CLOSES):
         for env in envs:
             env.market = _rows(mk, START + 2 + c)
@@ -175,6 +182,7 @@ def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once() -> N
             assert _same_result(eager, compiled), c
             assert _same_state(*envs), c
             trades += int(eager.fills.ne(0).any())
+            libraries.add(id(deciders[1]._aot_step))
         if c == NEW_EPISODE:
             for env in envs:
                 _episode(env, START + c)
@@ -184,16 +192,35 @@ def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once() -> N
             torch.testing.assert_close(getattr(compiled, f), getattr(eager, f), rtol=1e-5, atol=1e-6)
         pending = FLAT.clone() if c % 9 == 8 else eager  # both step the same decision
     assert trades > 3  # it trades (else the comparison is weak)
-    assert counters["stats"]["unique_graphs"] - graphs == 2
+    if path is DecidePath.COMPILED:
+        assert counters["stats"]["unique_graphs"] - graphs == 2
+    else:
+        assert len(libraries) == 1  # one library stepped every close (no rebuild as the market grew)
     assert set(deciders[1].compile_times) == {"step", "decide"}
 
 
+@pytest.mark.slow  # Inductor compiles the forward when not cached: up to two minutes on a 2-core host
+def test_an_aot_decider_loads_its_libraries_from_the_cache_and_compiles_nothing() -> None:
+    """A second Decider of the same weights and env config (a second ``foxhunt serve`` start) loads the
+    step's and the forward's libraries from the disk cache, compiling neither, and steps alike."""
+    got = []
+    for _ in range(2):
+        decider = Decider(_agent(), DecidePath.AOT)
+        got.append(_loop(decider.step, decider.decide)[0])
+        assert decider._aot_step is not None and decider._aot_policy is not None
+    assert decider._aot_step.compile_seconds == decider._aot_policy.compile_seconds == 0.0
+    assert decider.compile_times["step"] < 10 and decider.compile_times["decide"] < 10  # loads
+    assert all(_same_result(a, b) for a, b in zip(*got, strict=True))
+
+
 @pytest.mark.slow  # trains an epoch, backtests and compiles: a few minutes on a 2-core host
+@pytest.mark.parametrize("path", COMPILING)
 def test_compiled_serve_decides_row_for_row_as_the_backtest(
     export: Path,  # noqa: F811 (the fixture)
     replay: list[Path],  # noqa: F811
     backtested: Path,  # noqa: F811
     tmp_path: Path,
+    path: DecidePath,
 ) -> None:
     """The replay-equals-backtest invariant (tests/serve/test_serve.py) with the decision side
     compiled: every row the backtest decided, serve decided alike, positions and fills bit for bit."""
@@ -204,7 +231,7 @@ def test_compiled_serve_decides_row_for_row_as_the_backtest(
 
     bt = read_decisions_csv(backtested / "decisions.csv")
     scfg = ServeConfig(warmup_rows=bt[0].row)
-    svc = Service(export, ReplaySource(replay), tmp_path, scfg, log=lambda m: None, compile=True)
+    svc = Service(export, ReplaySource(replay), tmp_path, scfg, log=lambda m: None, decide=path)
     svc.run()
     svc.close()
     assert set(svc.decider.compile_times) == {"step", "decide"}
@@ -245,7 +272,8 @@ def test_a_served_call_keeps_the_tensor_guards_and_drops_the_config_constants() 
 
 
 @pytest.mark.slow  # Inductor compiles two steps: a minute or two on a 2-core host
-def test_compiled_deciders_of_two_configs_in_one_process_each_step_their_own() -> None:
+@pytest.mark.parametrize("path", COMPILING)
+def test_compiled_deciders_of_two_configs_in_one_process_each_step_their_own(path: DecidePath) -> None:
     """The served step checks no config constant before a call (``served_guards``); each Decider compiles
     a step of its own (its own code object), so a second Decider in the process whose env charges
     another commission steps with that commission, as its eager twin does, and does not reuse the
@@ -254,7 +282,7 @@ def test_compiled_deciders_of_two_configs_in_one_process_each_step_their_own() -
     got = {}
     for name, env_cfg in (("cheap", ENV), ("pricier", pricier)):
         for compile in (False, True):
-            decider = Decider(_agent(), compile=compile)
+            decider = Decider(_agent(), path if compile else DecidePath.EAGER)
             got[name, compile] = _loop(decider.step, decider.decide, env_cfg)[0]
     for name in ("cheap", "pricier"):
         pairs = zip(got[name, False], got[name, True], strict=True)
@@ -263,13 +291,34 @@ def test_compiled_deciders_of_two_configs_in_one_process_each_step_their_own() -
     assert not torch.equal(*costs)  # the commission matters (else the comparison is weak)
 
 
-def test_a_compiled_decider_refuses_an_env_of_another_config() -> None:
-    """Its step's guards check no config constant (``served_guards``), so an env of another config is
-    refused before the compiled step is called, instead of stepped with the first config's constants;
-    an env of an equal config is stepped."""
-    decider = Decider(_agent(), compile=True)
+class _FakeLibrary:
+    """Stands for :class:`~foxhunt.serve.aot.AotStep` (no compile): records the envs it steps."""
+
+    calls: list[TradingEnv] = []
+
+    def __init__(self, env: TradingEnv, flat: list[Tensor]) -> None:
+        pass
+
+    def inputs(self, env: TradingEnv, *args: Tensor) -> TradingEnv:
+        return env
+
+    def __call__(self, env: TradingEnv) -> tuple[None, object, None]:
+        self.calls.append(env)
+        return None, env.state, None
+
+
+@pytest.mark.parametrize("path", COMPILING)
+def test_a_compiled_decider_refuses_an_env_of_another_config(
+    path: DecidePath, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its step's guards (the ahead-of-time library: its constants) check no config constant
+    (``served_guards``), so an env of another config is refused before the compiled step is called,
+    instead of stepped with the first config's constants; an env of an equal config is stepped."""
+    decider = Decider(_agent(), path)
     calls: list[TradingEnv] = []
     decider._advance = lambda env, *args: calls.append(env) or (None, None)  # the compiled call itself
+    _FakeLibrary.calls = calls
+    monkeypatch.setattr("foxhunt.serve.decide.AotStep", _FakeLibrary)
     envs = [TradingEnv(_rows(_market(), START + 2), c) for c in (ENV, ENV.model_copy(), _CFG)]
     for env in envs:
         _episode(env, START)

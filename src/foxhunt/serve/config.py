@@ -19,6 +19,7 @@ class DecidePath(StrEnum):
     (foxhunt.serve.decide)."""
 
     COMPILED = "compiled"  # Inductor (C++ on a CPU), compiled at the first two decided rows: ~5x faster
+    AOT = "aot"  # ahead of time (torch.export + AOTInductor), cached on disk: no Dynamo frame or guards
     EAGER = "eager"  # the eager torch ops: no compile wait at start (tests, one-off replays)
 
 

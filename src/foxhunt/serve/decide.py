@@ -35,6 +35,14 @@ between the row side's work, each call costs 2-4x that):
   2-5): the step 0.9-2.4 -> 0.5-1.5 ms, the forward 0.7-1.7 -> 0.5-1.5 ms (within the machine's
   noise; docs/serve.md).
 
+``DecidePath.AOT`` (:mod:`foxhunt.serve.aot`) runs the same step and forward ahead of time: each
+exported with ``torch.export`` (the step traced from ``TradingEnv.transition`` and ``observe`` on
+the env's own code, the market's row count one dynamic dimension) and compiled by AOTInductor into
+a shared library kept on disk (~20 s for the step, ~100 s for the forward on the 2-core box once;
+a later start loads both in under a second). A call is one C++ call with no Dynamo frame, no guards
+and one allocation for its buffers; what the library cannot check is checked here: the env's config
+(refused if another) and the market's instrument and optional tables (another library built).
+
 Exactness. The step is float64 elementwise arithmetic, which Inductor's C++ computes as the eager
 kernels do (no fused multiply-add, no fast-math reassociation): its results and the next state are
 bit for bit the eager step's (tests/serve/test_decide.py). The forward is float32 matrix products
@@ -70,6 +78,8 @@ from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
 from foxhunt.errors import FoxhuntError
+from foxhunt.serve.aot import AotPolicy, AotStep, step_inputs
+from foxhunt.serve.config import DecidePath
 
 _KEPT_GUARDS = frozenset({"TENSOR_MATCH", "GLOBAL_STATE", "DEFAULT_DEVICE", "TORCH_FUNCTION_MODE_STACK"})
 _MARKET = "L['env']._market"  # the guards on the market object and what hangs off it
@@ -101,9 +111,9 @@ POLICY_OPTIONS: dict[str, object] = {"cpp_wrapper": True, "guard_filter_fn": ser
 
 
 def check_compilable() -> None:
-    """Refuse ``serve.decide = compiled`` in one line, before anything is read, where Inductor has no
-    C++ compiler: it would otherwise fail with a traceback at the first decided row, minutes into a
-    replay or a live session."""
+    """Refuse ``serve.decide = compiled`` (or ``aot``) in one line, before anything is read, where
+    Inductor has no C++ compiler: it would otherwise fail with a traceback at the first decided row,
+    minutes into a replay or a live session."""
     try:
         from torch._inductor.cpp_builder import get_cpp_compiler
     except ImportError:  # another torch layout: Inductor reports for itself at the first call
@@ -113,7 +123,7 @@ def check_compilable() -> None:
     except RuntimeError as exc:  # torch._inductor.exc.InvalidCxxCompiler
         raise FoxhuntError(
             "serve.decide",
-            f"compiled needs a C++ compiler for Inductor and none works here ({exc})",
+            f"compiled and aot need a C++ compiler for Inductor and none works here ({exc})",
             "install g++ (or set CXX), or run with --set serve.decide=eager",
         ) from None
 
@@ -121,17 +131,22 @@ def check_compilable() -> None:
 class Decider:
     """The greedy policy and the environment step of one served episode (module docstring).
 
-    ``compile_times``: the seconds the first compiled step and decision took (``"step"``, ``"decide"``:
-    Inductor's compile, paid at the first close that steps and decides); ``compiled_at``: when the last
-    of them ended (``time.perf_counter()``: a decision whose record came before waited for it)."""
+    ``path``: eager, compiled (``torch.compile``) or aot (:mod:`foxhunt.serve.aot`). ``compile_times``:
+    the seconds the first compiled step and decision took (``"step"``, ``"decide"``: Inductor's
+    compile, or the ahead-of-time library's build or load, paid at the first close that steps and
+    decides). ``compiled_at``: when the last of them ended (``time.perf_counter()``: a decision whose
+    record came before waited for it)."""
 
-    def __init__(self, agent: Agent | Sequence[Agent], compile: bool = False) -> None:
+    def __init__(self, agent: Agent | Sequence[Agent], path: DecidePath = DecidePath.EAGER) -> None:
         members = [agent] if isinstance(agent, Agent) else list(agent)
         if not members:
             raise ValueError("a Decider needs at least one agent")
         for member in members:
             member.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
-        self.compile = compile
+        self.path = path
+        self.members = members
+        self.compile = path is not DecidePath.EAGER
+        compile = path is DecidePath.COMPILED
         self.compile_times: dict[str, float] = {}
         self.compiled_at = 0.0  # time.perf_counter() when the last compile ended
         greedy: Callable[[Tensor], PolicyOut]
@@ -147,6 +162,9 @@ class Decider:
         self._owned: object = None  # the state whose tensors the compiled step writes in place
         self._env_cfg: object = None  # the config the compiled step's constants are (served_guards)
         self._next: tuple[object, object, object, Tensor] | None = None  # (state, aux, market, obs)
+        self._aot_step: AotStep | None = None  # built (or loaded) at the first step (DecidePath.AOT)
+        self._aot_policy: AotPolicy | None = None  # at the first decision
+        self._market_layout: tuple | None = None  # the instrument and optional tables it was built for
 
     def decide(self, env: TradingEnv) -> PolicyOut:
         """The greedy decision on the env's current row."""
@@ -156,6 +174,10 @@ class Decider:
             obs = nxt[3]  # the observation the step made of this very state, aux and market
         else:  # a new episode, a restored or fail-safe state, another market: assemble it
             obs = env.observe()
+        if self.path is DecidePath.AOT:
+            if self._aot_policy is None:
+                self._aot_policy = self._timed("decide", lambda: AotPolicy(self.members, obs))
+            return self._aot_policy(obs)
         return self._timed("decide", lambda: self._greedy(obs))
 
     def step(self, env: TradingEnv, decision: PolicyOut | Tensor) -> StepResult:
@@ -171,20 +193,37 @@ class Decider:
             # (three distinct tensors, as the policy's are: aliased inputs would be another signature).
             one = torch.ones(decision.shape[0], dtype=torch.float32, device=decision.device)
             inputs, q_var = (decision, one, one.clone()), torch.zeros_like(one)
-        if self._advance is None:
+        if self.path is DecidePath.AOT:
+            res, obs = self._aot(env, inputs, q_var)
+        elif self._advance is None:
             obs, res = env.step(*inputs, q_var)
         else:
             res, obs = self._timed("step", lambda: self._compiled_step(env, inputs, q_var))
         self._next = (env.state, env.aux, env.market, obs)
         return res
 
-    def _compiled_step(self, env: TradingEnv, inputs: tuple[Tensor, Tensor, Tensor], q_var: Tensor):
-        assert self._advance is not None
+    def _aot(self, env: TradingEnv, inputs: tuple[Tensor, Tensor, Tensor], q_var: Tensor):
+        self._check_config(env)
+        m = env.market
+        layout = (m.instrument, m.volume is None, m.bid_size is None, m.ask_size is None)
+        if self._aot_step is None or layout != self._market_layout:
+            # The library's graph is of one instrument (tick size, point value) and one set of tables.
+            flat = step_inputs(env, *inputs, q_var)
+            step = self._timed("step", lambda: AotStep(env, flat))
+            self._aot_step, self._market_layout = step, layout
+        res, env.state, obs = self._aot_step(self._aot_step.inputs(env, *inputs, q_var))
+        return res, obs
+
+    def _check_config(self, env: TradingEnv) -> None:
         if self._env_cfg is None:
             self._env_cfg = env.cfg
         elif env.cfg is not self._env_cfg and env.cfg != self._env_cfg:
             # Its guards check no config constant: stepping another config would step with the first.
             raise ValueError("a compiled Decider steps envs of one config; make a Decider per config")
+
+    def _compiled_step(self, env: TradingEnv, inputs: tuple[Tensor, Tensor, Tensor], q_var: Tensor):
+        assert self._advance is not None
+        self._check_config(env)
         if env.state is not self._owned:  # a new episode, restored or fail-safe state: fresh tensors
             self._owned = own_storage(env)
         if "step" not in self.compile_times:

@@ -36,7 +36,7 @@ from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.errors import FoxhuntError
-from foxhunt.serve.config import CloseMode, FaultAction, ServeConfig
+from foxhunt.serve.config import CloseMode, DecidePath, FaultAction, ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.metrics import ServeMetrics
@@ -93,7 +93,7 @@ class Service:
         device: str = "cpu",
         log: Callable[[str], None] = print,
         log_rows: bool = False,
-        compile: bool = False,
+        decide: DecidePath = DecidePath.EAGER,
     ) -> None:
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -107,10 +107,9 @@ class Service:
         # market and normaliser, checked there); the rows are scaled with the first's normaliser, which
         # is every member's.
         committee = CommitteePolicy(checkpoints, agent.cfg)
-        # The backtest's greedy policy and env step at one episode; ``compile``: Inductor-compiled at
-        # the first two decided rows (foxhunt.serve.decide: tens of seconds once, then the step and the
-        # forward ~5x faster in a replay, docs/serve.md).
-        self.decider = Decider([m.agent(device) for m in committee.members], compile)
+        # The backtest's greedy policy and env step at one episode; ``decide``: eager, Inductor-compiled
+        # at the first two decided rows, or ahead of time (foxhunt.serve.decide, docs/serve.md).
+        self.decider = Decider([m.agent(device) for m in committee.members], decide)
         self.source, self.log, self.log_rows = source, log, log_rows
         symbols = sorted({s for m in source.streams for s in m.symbols.values()})
         self.instrument = resolve_instrument(symbols, (), self.cfg.instrument, where="the stream")
