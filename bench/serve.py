@@ -32,11 +32,12 @@ closes it (a live feed that keeps up); ``catch_up`` makes the bars of one block 
 A decision's latency counts from the record that closed its bar, so in catch-up it includes the wait
 for the rows of the block before it.
 
-The decision side (env step and forward, foxhunt.serve.decide) is Inductor-compiled unless
-``--eager`` (or ``--decide eager|aot``: ``aot`` loads the ahead-of-time libraries, built where not
-cached). Its compile is paid at the first two decided rows and reported apart (``compile_seconds``
-per part, the first two decisions' latencies): it is taken out of the replay's seconds, of the step
-and policy parts and of the latency percentiles, which are those of the service once started.
+The decision side (env step and forward, foxhunt.serve.decide) runs serve's default path, ``aot``
+(the ahead-of-time libraries, loaded from the cache or built there at the first closes), unless
+``--decide compiled|eager`` (or ``--eager``). Its compile (or load) is paid at the first two decided
+rows and reported apart (``compile_seconds`` per part, the first two decisions' latencies): it is
+taken out of the replay's seconds, of the step and policy parts and of the latency percentiles,
+which are those of the service once started.
 
 ``--scaling EVENTS``: how a row close's own work (``RowState.rows``: the session's market, bars,
 features, normaliser and market tensors; no environment or policy) grows over a session, on one
@@ -174,7 +175,7 @@ def serve(
     files: list[Path],
     warmup_rows: int,
     parts: bool = False,
-    decide: DecidePath = DecidePath.COMPILED,
+    decide: DecidePath = DecidePath.AOT,
     closes: CloseMode = CloseMode.CATCH_UP,
 ) -> dict:
     source = ReplaySource(files)
@@ -312,8 +313,8 @@ def main(argv: list[str] | None = None) -> dict:
         "--decide",
         type=DecidePath,
         choices=list(DecidePath),
-        default=DecidePath.COMPILED,
-        help="the decision side's path (foxhunt.serve.decide; default: compiled)",
+        default=DecidePath.AOT,
+        help="the decision side's path (foxhunt.serve.decide; default: aot, serve's)",
     )
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")

@@ -793,7 +793,7 @@ def test_live_without_a_key_is_one_line_exit_2(
 def test_compiled_decisions_without_a_cpp_compiler_are_refused_in_one_line(
     export: Path, replay: list[Path], tmp_path: Path
 ) -> None:
-    """serve.decide = compiled (the default) on a machine where Inductor finds no C++ compiler: one line
+    """serve.decide = aot (the default) on a machine where Inductor finds no C++ compiler: one line
     naming the setting and the fix, exit 2, nothing written (not a traceback at the first decision)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.cpp_builder import cpp_compiler_search
