@@ -610,6 +610,37 @@ def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
     got.close()
 
 
+def test_crossed_books_in_a_block_cut_no_catch_up_short(export: Path, stream, tmp_path: Path) -> None:
+    """Crossed books (kept, each a fault) every ~40 records, read in blocks in catch-up: each fault
+    logged where one record at a time logs it (the same faults in order, the same fail-safe decisions
+    and resume points), and they cost no pass of the row pipeline: as many passes as the stream
+    without them makes in blocks. Were each crossed book handled alone (``on_record``), it would close
+    the bars before it first, as many passes as one record at a time."""
+    streams, records = stream
+    crossed, at = list(records), 100
+    while True:
+        i = _book_index(crossed, at) if any(len(r.payload) > 100 for r in crossed[at:]) else -1
+        if i < 0 or i > len(crossed) - 20:
+            break
+        ask = int(np.frombuffer(crossed[i].payload, dtype=_dtype(crossed, i))["ask_px_00"][0])
+        crossed = _with(crossed, i, bid_px_00=ask + 250_000_000)
+        at = i + 40
+    one, one_commits = _traced(export, tmp_path / "one", Scripted(streams, crossed, {}))
+    got, got_commits = _traced(export, tmp_path / "got", Blocks(streams, crossed, {}, limit=4096))
+    plain, _ = _traced(export, tmp_path / "plain", Blocks(streams, records, {}, limit=4096))
+    faults = got.ledger.faults()
+    assert faults == one.ledger.faults() and len(faults) >= 10
+    assert {k for k, _ in faults} == {Fault.CROSSED.value}
+    a, b = got.ledger.decisions(), one.ledger.decisions()
+    assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    forced = "SELECT row FROM decisions WHERE forced = 'flatten' ORDER BY row"
+    assert got.ledger.db.execute(forced).fetchall() == one.ledger.db.execute(forced).fetchall() != []
+    assert got_commits == one_commits
+    assert got.passes == plain.passes < one.passes  # type: ignore[attr-defined]
+    for svc in (one, got, plain):
+        svc.close()
+
+
 def test_replay_blocks_are_the_records_in_order(replay: list[Path]) -> None:
     """``ReplaySource.next_block`` hands out the records ``next`` does, in the same order, each block
     one file's consecutive records (two merged files: many short runs), at most ``limit``."""

@@ -129,6 +129,10 @@ class Service:
         # Bars closed in catch-up (serve.closes) and not yet made into rows: (the start of the time
         # bucket whose first record closed them, the records consumed before that record, when it came).
         self._closed_by: list[tuple[int, int, float]] = []
+        # Crossed-book faults of records a block's runs took in (``_holds``), not yet logged: (the
+        # records consumed before the record, the fault), in order; each is logged where one record at
+        # a time would have logged it: before the first row its record closes or comes before.
+        self._held: list[tuple[int, FaultEvent]] = []
         self.stopped = False
         self.flatten_now = False  # POST /flatten (the HTTP endpoint)
         self.last_latency_us = 0.0
@@ -264,6 +268,8 @@ class Service:
         while i < n and not self.stopped:
             self.consumed = base + i
             clean = i + self.monitor.clean(recs[i:])
+            while clean < n and self._holds(recs, clean, base):  # a crossed book joins the run
+                clean += 1 + self.monitor.clean(recs[clean + 1 :])
             # A stop waits for the bars closed in catch-up to be made (at the run that ends them).
             while i < clean and (not self.stopped or self._closed_by):
                 self.consumed = base + i
@@ -278,9 +284,35 @@ class Service:
                 i = run
             if i < n and not self.stopped:
                 self.consumed = base + i
+                self._release()  # the faults before this record's, logged before it
                 self.on_record(block.stream, recs[i : i + 1].tobytes())
                 i += 1
+        self._release(base + i - 1)
+        self._held.clear()  # a stop's: of records not taken in (a restart reads them again)
         self.consumed = base + i
+
+    def _holds(self, recs: np.ndarray, k: int, base: int) -> bool:
+        """Whether record ``k`` of a block, whose only faults are crossed books (kept, as the batch
+        keeps them), joins the block's run of clean records: its faults are held (``_held``) until
+        the rows before it are made, so a crossed book neither ends a catch-up nor goes through
+        ``on_record`` alone. Otherwise the monitor is left as it was, for ``on_record``."""
+        m = self.monitor
+        before = (m.last_ts, m.instrument_id)
+        faults = m.check(recs[k : k + 1])
+        if faults and all(f.kind is Fault.CROSSED for f in faults):
+            self._held.extend((base + k, f) for f in faults)
+            return True
+        m.last_ts, m.instrument_id = before
+        return False
+
+    def _release(self, upto: int | None = None) -> None:
+        """Log the held faults of the records before the ``upto``-th and that record's (all without
+        ``upto``): one record at a time would have logged them before it closed a row."""
+        held, k = self._held, 0
+        while k < len(held) and (upto is None or held[k][0] <= upto):
+            self._fault(held[k][1])
+            k += 1
+        del held[:k]
 
     def _catches_up(self, bucket: tuple[int, int]) -> bool:
         """Whether the bar before ``bucket`` (a later bucket of the same session, which closes it) can
@@ -336,6 +368,7 @@ class Service:
         except CheckpointError:
             raise  # the checkpoint does not fit the features: nothing can be served
         except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
+            self._release()
             self._fault(FaultEvent(Fault.ERROR, f"{type(exc).__name__}: {exc}"))
             return None
         with self.ledger.rows():  # the close's rows in one transaction
@@ -349,6 +382,7 @@ class Service:
         return rows
 
     def _row(self, r: int, rows: Rows, t0: float, records: int) -> None:
+        self._release(records)  # the crossed books that came before the record that closed this row
         line, pnl, fills = None, None, []
         decided = r >= self.scfg.warmup_rows
         if self.env is None and (decided or self.pending is not None):
