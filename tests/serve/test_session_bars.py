@@ -12,7 +12,8 @@ from foxhunt.data.bars import BarSeries, build_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.sessions import session_open_ns
-from foxhunt.serve.bars import SessionBars
+from foxhunt.serve.bars import SessionBars, _InBars
+from foxhunt.serve.buffers import Appended
 from tests.factories import make_book, make_trades
 
 S = 10**9
@@ -89,6 +90,38 @@ def test_a_close_inside_a_bar_is_rebuilt_by_the_batch() -> None:
     carried.reset()
     assert not carried.fallback
     _assert_same(carried.series(md), build_bars(md, CFG))
+
+
+@pytest.mark.parametrize(
+    ("chunks", "copied"),
+    [
+        ([[1, 1, 1], [1, 1]], False),  # none dropped
+        ([[0, 0], [0, 1, 1], [1]], False),  # the first dropped (before the open)
+        ([[0], [0], [1, 1]], False),
+        ([[1, 1], [1, 0], [0, 0]], False),  # the last so far (the halt)
+        ([[0, 1], [1, 0], [0]], False),  # both
+        ([[1, 0], [1]], True),  # a drop between kept records
+        ([[1, 1], [0], [0, 1]], True),
+        ([[0, 1, 0, 1], [1]], True),
+    ],
+)
+def test_records_in_bars_are_the_markets_rows_without_a_copy_while_the_drops_are_at_its_ends(
+    chunks: list[list[int]], copied: bool
+) -> None:
+    """A session's records in bars are its market's less the dropped ones after every close; a view of
+    the market's rows (no copy) while the dropped ones are the first or the last so far."""
+    keep = np.array([k for c in chunks for k in c], bool)
+    market = make_book(OPEN + np.arange(len(keep)) * S, np.zeros(len(keep), np.int64))
+    in_bars: _InBars = _InBars(Appended)
+    seen = 0
+    for c in chunks:
+        so_far = market.take(slice(0, seen + len(c)))
+        in_bars.add(so_far, seen, np.array(c, bool))
+        seen += len(c)
+        got = in_bars.rows(so_far)
+        assert np.array_equal(got.ts_event, so_far.ts_event[keep[:seen]])
+        assert np.array_equal(got.bid_px, so_far.bid_px[keep[:seen]])
+    assert (in_bars.kept is not None) is copied
 
 
 @pytest.mark.parametrize("zone", ["America/Chicago", "Europe/London"])

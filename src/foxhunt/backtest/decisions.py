@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable
-from dataclasses import astuple, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ class DecisionRow:
     def as_csv(self) -> list[str]:
         return [
             "" if isinstance(v, float) and np.isnan(v) else repr(v) if isinstance(v, float) else str(v)
-            for v in astuple(self)
+            for v in (getattr(self, k) for k in HEADER)  # flat fields: no astuple's deep copy
         ]
 
 

@@ -52,30 +52,54 @@ _C = TypeVar("_C", BookArrays, TradeArrays)
 
 class _InBars(Generic[_C]):
     """The session's records in bars: the session market's (which only grows) less the halted ones.
-    While none is dropped they are the market's own rows (no copy); from the first drop on, a copy
-    of the kept ones, appended at each close."""
+    While the dropped ones are the session's first (records before its open: a file or feed that
+    starts early) or its last so far (the halt it is in), the kept ones are one run of the market's
+    own rows, ``[start, stop)`` (a view, no copy); from a drop between two kept records on, a copy of
+    the kept ones, appended at each close."""
 
     def __init__(self, appended: Callable[[], Any]) -> None:
         self.appended = appended
-        self.kept: Any = None  # foxhunt.serve.buffers.Appended, from the first drop on
+        self.start = 0  # the market's rows before this one are dropped
+        self.stop: int | None = None  # and from this one on (None: none yet)
+        self.kept: Any = None  # foxhunt.serve.buffers.Appended, from a drop between kept rows on
 
     def add(self, rows: _C, seen: int, keep: np.ndarray) -> None:
         """``rows`` (the session's market) has ``rows[seen:]`` new, of which ``keep`` are in bars."""
         if self.kept is None:
-            if keep.all():
+            if self._one_run(seen, keep):
                 return
             self.kept = self.appended()
-            if seen:
-                self.kept.append(rows.take(slice(0, seen)))
+            end = seen if self.stop is None else self.stop
+            if end > self.start:
+                self.kept.append(rows.take(slice(self.start, end)))
         new = rows.take(slice(seen, None))
         new = new if keep.all() else new.take(keep)
         if len(new):
             self.kept.append(new)
 
+    def _one_run(self, seen: int, keep: np.ndarray) -> bool:
+        """Whether the kept rows, with ``rows[seen:]``'s ``keep``, are still one run (noted if so)."""
+        if self.stop is not None:  # dropping since ``stop``: a run while nothing more is kept
+            return not keep.any()
+        if seen == self.start:  # nothing kept yet: leading drops move the start
+            first = int(np.argmax(keep)) if keep.any() else len(keep)
+            self.start, seen, keep = seen + first, seen + first, keep[first:]
+        if keep.all():
+            return True
+        last = int(np.argmin(keep))  # the first drop: the rest must be dropped too
+        if keep[last:].any():
+            return False
+        self.stop = seen + last
+        return True
+
+    def contiguous(self) -> bool:
+        """Whether the records in bars are the market's from ``start`` to its end (a view of it)."""
+        return self.kept is None and self.stop is None
+
     def rows(self, rows: _C) -> _C:
         """The records in bars of the session market ``rows`` (all of them added)."""
         if self.kept is None:
-            return rows
+            return rows.take(slice(self.start, self.stop)) if self.start or self.stop is not None else rows
         return self.kept.rows() if self.kept.n else rows.take(slice(0, 0))
 
 
@@ -207,8 +231,9 @@ class SessionBars:
         # The carried state, outside every bar (index -1), for a bar without a book state of its own.
         agg_book, agg_bar, agg_date = new_book, book_bar, book_date
         if self.last is not None:
-            # While the session has dropped none, the market holds it right before the new states: a view.
-            if self.book_in.kept is None:
+            # While the session has dropped none since its first kept state, the market holds it right
+            # before the new states: a view.
+            if self.book_in.contiguous():
                 agg_book = book.take(slice(self.book_seen - 1, None))
             else:
                 agg_book = BookArrays.concat([self.last, new_book])
