@@ -23,8 +23,11 @@ families, normaliser and market tensors, the environment's step, the policy, the
 of each row and the resume state it packs once a close; the transaction's COMMIT is in the closes),
 and the record handling outside the row closes per record (the replay's seconds less its closes':
 reading the source, decoding, the monitor's checks, the time buckets, the logs).
-``--pin CORE`` runs on that CPU core only (``os.sched_setaffinity``). ``--repeat N`` (3): each replay
-and the batch run N times; the table shows the run of median records/s (the JSON every run's).
+``--device cuda`` serves on the GPU (serve.device: the market tensors, env step and forward; the
+rows on the CPU). ``--synthetic EVENTS`` replays one synthetic session's MBP-10 file instead of ESH4
+(a machine without the real files). ``--pin CORE`` runs on that CPU core only
+(``os.sched_setaffinity``). ``--repeat N`` (3): each replay and the batch run N times; the table
+shows the run of median records/s (the JSON every run's).
 
 Each file is replayed once per ``--closes`` mode (``serve.closes``; default both, side by side):
 ``each_bar`` makes every bar's row in a pass of the row pipeline of its own, at the record that
@@ -178,13 +181,14 @@ def serve(
     parts: bool = False,
     decide: DecidePath = DecidePath.AOT,
     closes: CloseMode = CloseMode.CATCH_UP,
+    device: str = "cpu",
 ) -> dict:
     source = ReplaySource(files)
     spent: dict[str, float] = {}
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
         scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes)
-        svc = Service(checkpoint, source, Path(out), scfg, log=lambda m: None, decide=decide)
+        svc = Service(checkpoint, source, Path(out), scfg, device=device, log=lambda m: None, decide=decide)
         decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
         commit = svc.ledger.commit_row
 
@@ -222,6 +226,7 @@ def serve(
     handling = (seconds - spent[CLOSES]) / len(source) if CLOSES in spent else None
     return {
         "closes": closes.value,
+        "device": device,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
         "incremental": incremental,
         "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
@@ -302,6 +307,15 @@ def scaling(checkpoint: Path, events: int, root: Path, bar_seconds: int = 300) -
     return out
 
 
+def synthetic_mbp10(events: int, root: Path) -> list[Path]:
+    """The MBP-10 file of one synthetic session of ``events`` book events (the smoke market's
+    generator): a replay for a machine without the real files."""
+    from foxhunt import api
+
+    cfg = api.config("smoke", overrides=("synth.sessions=1", f"synth.events_per_session={events}"))
+    return [p for p in api.synthetic_market(root / "synthetic", cfg) if ".mbp-10." in p.name]
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", type=Path)
@@ -318,6 +332,13 @@ def main(argv: list[str] | None = None) -> dict:
         help="the decision side's path (foxhunt.serve.decide; default: aot, serve's)",
     )
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
+    ap.add_argument("--device", default="cpu", help="serve's device (serve.device): cpu or cuda")
+    ap.add_argument(
+        "--synthetic",
+        type=int,
+        metavar="EVENTS",
+        help="replay one synthetic session of EVENTS book events (MBP-10) instead of ESH4",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="replays of each case: the median's numbers")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     ap.add_argument(
@@ -335,6 +356,8 @@ def main(argv: list[str] | None = None) -> dict:
         checkpoint = args.checkpoint or smoke_export(Path(tmp) / "train")
         if args.replay:
             cases = {"replay": list(args.replay)}
+        elif args.synthetic:
+            cases = {"synthetic-mbp10": synthetic_mbp10(args.synthetic, Path(tmp))}
         else:
             mbo = REAL / ESH4
             if not mbo.is_file():
@@ -348,7 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
             timings = [batch(checkpoint, files) for _ in range(args.repeat)]
             batch_s, batch_rows = sorted(timings)[len(timings) // 2]
             for closes in args.closes:
-                how = {"parts": args.parts, "decide": decide, "closes": closes}
+                how = {"parts": args.parts, "decide": decide, "closes": closes, "device": args.device}
                 runs = [serve(checkpoint, files, args.warmup_rows, **how) for _ in range(args.repeat)]
                 got = sorted(runs, key=lambda r: r["records_per_s"])[len(runs) // 2]
                 got.update(

@@ -935,7 +935,9 @@ def serve_cmd(
     from foxhunt.serve.config import DecidePath
     from foxhunt.serve.decide import check_compilable
     from foxhunt.serve.service import Service
+    from foxhunt.train.run import device_of
 
+    device = device_of(cfg.serve.device, "serve.device")  # cuda asked for and absent: one line
     if cfg.serve.decide is not DecidePath.EAGER:
         check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
@@ -951,7 +953,14 @@ def serve_cmd(
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
     service = Service(
-        checkpoint, source, out_dir, cfg.serve, log=log, log_rows=verbose, decide=cfg.serve.decide
+        checkpoint,
+        source,
+        out_dir,
+        cfg.serve,
+        device=str(device),
+        log=log,
+        log_rows=verbose,
+        decide=cfg.serve.decide,
     )
     server = None
     try:

@@ -29,7 +29,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.domain.actions import Direction
 from foxhunt.features.cache import open_cache
-from foxhunt.serve.config import CloseMode, ServeConfig
+from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.monitor import Fault
 from foxhunt.serve.service import Service
@@ -819,6 +819,45 @@ def test_live_without_a_key_is_one_line_exit_2(
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert "DATABENTO_API_KEY" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is visible: serve.device=cuda runs")
+def test_serve_on_cuda_without_one_is_refused_in_one_line(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    out = tmp_path / "o"
+    args = ["serve", "--checkpoint", str(export), "--replay", str(replay[0]), "--out", str(out)]
+    result = runner.invoke(app, [*args, "--set", "serve.device=cuda"])
+    assert result.exit_code == 2, result.output
+    assert "serve.device" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("decide", [DecidePath.EAGER, DecidePath.AOT])
+def test_a_replay_on_the_gpu_decides_row_for_row_as_the_gpu_backtest(
+    export: Path, replay: list[Path], tmp_path: Path, decide: DecidePath
+) -> None:
+    """serve.device = cuda (the market tensors, the env step and the forward on the GPU): every row the
+    backtest decided on the GPU, serve decided alike, bit for bit, and the same net PnL."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    bt, sv = tmp_path / "bt", tmp_path / "sv"
+    args = ["backtest", "--data", *map(str, replay), "--checkpoint", str(export), "--out", str(bt), "-q"]
+    result = runner.invoke(app, [*args, "--set", "run.device=cuda"])
+    assert result.exit_code == 0, result.output
+    want = read_decisions_csv(bt / "decisions.csv")
+    args = ["serve", "--checkpoint", str(export), "--replay", *map(str, replay), "--out", str(sv), "-q"]
+    args += ["--set", f"serve.warmup_rows={want[0].row}", "--set", f"serve.decide={decide.value}"]
+    result = runner.invoke(app, [*args, "--set", "serve.device=cuda"])
+    assert result.exit_code == 0, result.output
+    got = {d.row: d for d in read_decisions_csv(sv / "decisions.csv")}
+    assert len(want) > 40 and any(d.fill_contracts != 0 for d in want)
+    none = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
+    assert [d.row for d in want if not _same(d, got.get(d.row, none))] == []
+    body = json.loads((bt / "metrics.json").read_text())
+    summary = json.loads((sv / "summary.json").read_text())
+    assert summary["net_pnl"] == pytest.approx(body["net_pnl"], rel=1e-9, abs=1e-9)
 
 
 def test_compiled_decisions_without_a_cpp_compiler_are_refused_in_one_line(

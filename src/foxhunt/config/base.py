@@ -7,9 +7,18 @@ without importing the root model, which imports them.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+
+
+class Device(StrEnum):
+    """The torch device a setting asks for (``run.device``, ``serve.device``)."""
+
+    AUTO = "auto"  # CUDA when available, else CPU
+    CPU = "cpu"
+    CUDA = "cuda"
 
 
 class Frozen(BaseModel):

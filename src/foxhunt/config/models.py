@@ -16,13 +16,11 @@ description is its documentation (``foxhunt config show`` prints them).
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import Field, model_validator
 
 from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
-from foxhunt.config.base import Frozen
+from foxhunt.config.base import Device, Frozen
 from foxhunt.data.config import DataConfig, SynthConfig
 from foxhunt.domain.instrument import InstrumentConfig
 from foxhunt.env.config import EnvConfig
@@ -31,12 +29,6 @@ from foxhunt.serve.config import ServeConfig
 from foxhunt.train.config import TrainConfig
 from foxhunt.tune.config import TuneConfig
 from foxhunt.validation.config import FoldParams, LabelParams
-
-
-class Device(StrEnum):
-    AUTO = "auto"  # CUDA when available, else CPU
-    CPU = "cpu"
-    CUDA = "cuda"
 
 
 class RunConfig(Frozen):

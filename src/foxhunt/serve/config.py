@@ -6,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from foxhunt.config.base import Frozen
+from foxhunt.config.base import Device, Frozen
 
 
 class FaultAction(StrEnum):
@@ -69,6 +69,11 @@ class ServeConfig(Frozen):
         "(built once per checkpoint, 30-120 s; later starts load them in under a second), ~3x faster a "
         "close than compiled; compiled: torch.compile at start (10-80 s every start); eager: no compile. "
         "The same actions, positions and fills, the backtest's, on every path.",
+    )
+    device: Device = Field(
+        Device.CPU,
+        description="Where the market tensors, the env step and the forward run (the rows are made on the "
+        "CPU either way): cpu (a decision at batch 1 is launch-bound on a GPU), cuda, or auto.",
     )
     closes: CloseMode = Field(
         CloseMode.CATCH_UP,

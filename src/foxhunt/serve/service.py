@@ -31,10 +31,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from foxhunt.agent.agent import PolicyOut
 from foxhunt.backtest.decisions import HEADER, DecisionRow, step_rows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
+from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError
 from foxhunt.serve.config import CloseMode, DecidePath, FaultAction, ServeConfig
 from foxhunt.serve.decide import Decider
@@ -115,7 +117,10 @@ class Service:
         self.instrument = resolve_instrument(symbols, (), self.cfg.instrument, where="the stream")
         for path in checkpoints:
             check_instrument(path, read_checkpoint_meta(path).get("instrument"), self.instrument)
-        self.state = RowState(source.streams, self.cfg, agent.scaler, self.instrument, self.out)
+        self.device = torch.device(device)
+        self.state = RowState(
+            source.streams, self.cfg, agent.scaler, self.instrument, self.out, device=self.device
+        )
         self.monitor = Monitor(self.scfg)
         self.ledger = Ledger(self.out / "ledger.sqlite")
         self.env: TradingEnv | None = None
@@ -164,7 +169,8 @@ class Service:
         self.pending, self.pending_forced = snap["pending"], snap["pending_forced"]
         self.episode_end, self.rows_done = snap["episode_end"], snap["rows_done"]
         self.faulted_until = snap["faulted_until"]
-        self._restored = snap
+        self._restored = {k: _on(v, self.device) for k, v in snap.items()}  # the ledger's are host tensors
+        self.pending = self._restored["pending"]
         self.log(f"resuming after row {row} ({records:,} records consumed)")
 
     # --- the loop ---------------------------------------------------------------------------
@@ -424,11 +430,12 @@ class Service:
 
     def _new_episode(self, r: int) -> None:
         assert self.env is not None
-        self.env.reset(torch.tensor([r]))
+        on = self.device
+        self.env.reset(torch.tensor([r], device=on))
         # reset() clamps the end to the rows that exist; a stream's rows are still to come.
         self.episode_end = r + self.cfg.env.episode_rows - 1
         s = self.env._state()
-        end, done = torch.tensor([self.episode_end]), torch.tensor([False])
+        end, done = torch.tensor([self.episode_end], device=on), torch.tensor([False], device=on)
         self.env.state = dataclasses.replace(s, end=end, done=done)
 
     def _decide(self, r: int) -> tuple[Any, str]:
@@ -444,7 +451,7 @@ class Service:
         b = self.cfg.env.branches
         flat = int(Direction.FLAT) if b.direction > int(Direction.FLAT) else int(Direction.HOLD)
         direction = flat if action is FaultAction.FLATTEN else int(Direction.HOLD)
-        return torch.tensor([[direction, 0, int(OrderType.MARKET), int(Urgency.NORMAL)]])
+        return torch.tensor([[direction, 0, int(OrderType.MARKET), int(Urgency.NORMAL)]], device=self.device)
 
     def _step(self, rows: Rows) -> tuple[DecisionRow, tuple[float, float, float, float], list]:
         env = self.env
@@ -501,4 +508,16 @@ class Service:
         self.source.close()
 
 
+def _on(x: Any, device: torch.device) -> Any:
+    """A snapshot's value (a tensor, a portfolio, a policy's decision, a number) on ``device``."""
+    if isinstance(x, torch.Tensor):
+        return x.to(device)
+    if isinstance(x, Portfolio):
+        return x.map(lambda t: t.to(device))
+    if isinstance(x, PolicyOut):
+        return PolicyOut(*(getattr(x, f.name).to(device) for f in dataclasses.fields(x)))
+    return x
+
+
 __all__ = ["HEADER", "Service", "load_trained"]
+

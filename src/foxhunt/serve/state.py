@@ -396,8 +396,11 @@ class IncrementalRows:
     when the bars so far are not those it has rows for (the bars fell back to ``build_bars``) or the
     session's trade coverage changed the flow masks of rows it has (its first trade)."""
 
-    def __init__(self, cfg: FoxhuntConfig, fold: _Fold, instrument: Instrument) -> None:
+    def __init__(
+        self, cfg: FoxhuntConfig, fold: _Fold, instrument: Instrument, device: torch.device | str = "cpu"
+    ) -> None:
         self.cfg, self.fold, self.instrument = cfg, fold, instrument
+        self.device = torch.device(device)  # of the market tensors (the raw rows stay numpy)
         self.rows = _RowBuffers()  # every row so far: raw features and ts (numpy), market tensors (torch)
         self.session_start = 0  # first row of the current session
         self.checked = False
@@ -471,6 +474,7 @@ class IncrementalRows:
             vol_window=window,
             instrument=self.instrument,
             vol=vol[a:],  # type: ignore[arg-type]
+            device=self.device,
         )
         self.state_columns = mt.feature_columns
         tensors = {f: getattr(mt, f) for f in _TENSOR_FIELDS if getattr(mt, f) is not None}
@@ -485,18 +489,18 @@ class IncrementalRows:
     def view(self) -> Rows:
         """The rows so far (views of the buffers, valid until the next close)."""
         if not self.rows.n:
-            return _no_rows(self.columns if self.checked else ())
+            return _no_rows(self.columns if self.checked else (), self.device)
         fields = {f: self.rows.rows(f) if f in self.rows.buffers else None for f in _TENSOR_FIELDS}
         market = MarketTensors(**fields, feature_columns=self.state_columns, instrument=self.instrument)
         return Rows(market, self.rows.rows("ts"), self.rows.rows("raw"), self.columns)
 
 
-def _no_rows(columns: tuple[str, ...]) -> Rows:
-    empty = torch.zeros(0, dtype=torch.float64)
+def _no_rows(columns: tuple[str, ...], device: torch.device) -> Rows:
+    empty = torch.zeros(0, dtype=torch.float64, device=device)
     market = MarketTensors(
-        features=torch.zeros((0, 0)),
+        features=torch.zeros((0, 0), device=device),
         mid=empty, high=empty, low=empty, bid=empty, ask=empty, vol=empty,
-        segment=torch.zeros(0, dtype=torch.int64),
+        segment=torch.zeros(0, dtype=torch.int64, device=device),
         feature_columns=(),
     )  # fmt: skip
     return Rows(market, np.zeros(0, np.int64), np.zeros((0, len(columns)), np.float32), columns)
@@ -523,9 +527,11 @@ class RowState:
         scaler: RobustScaler,
         instrument: Instrument,
         workdir: Path | None = None,
+        device: torch.device | str = "cpu",
     ) -> None:
         check_servable(cfg)
         self.streams, self.cfg, self.instrument = streams, cfg, instrument
+        self.device = torch.device(device)  # the market tensors' (the rows are made on the CPU)
         self.fold = _Fold(scaler)
         self.dtypes = [record_dtype(s.schema) for s in streams]
         self.logs = [bytearray() for _ in streams]
@@ -552,7 +558,7 @@ class RowState:
         # Carried bars and families that all take a carry: each close computes its new rows only.
         families = with_plugins(load_plugins(cfg.features))
         chunked = self.bars is not None and all(resumable(families[f]) for f in _families(cfg))
-        self.incremental = IncrementalRows(cfg, self.fold, instrument) if chunked else None
+        self.incremental = IncrementalRows(cfg, self.fold, instrument, self.device) if chunked else None
 
     def decode(self, stream: int, payload: bytes) -> np.ndarray:
         """One record as a structured scalar array; ValueError when the bytes are not one record."""
@@ -676,7 +682,9 @@ class RowState:
         meta = {"columns": list(fm.columns), "row_unit": cfg.data.row_unit.value}
         cache = FeatureCache(Path(self._tmp.name), cache_table(inp, fm, {}, meta), meta)
         vol_window = cfg.env.plan.barrier.vol_window
-        market = market_tensors(cache, self.fold, vol_window=vol_window, instrument=self.instrument)
+        market = market_tensors(
+            cache, self.fold, vol_window=vol_window, instrument=self.instrument, device=self.device
+        )
         here = Rows(market, cache.column("ts"), cache.features(), tuple(cache.columns))
         return here if self.done is None else self.done.then(here)
 

@@ -54,7 +54,7 @@ from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
 from foxhunt.backtest.reference import RULE, fold_capture, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
-from foxhunt.config.models import FoxhuntConfig
+from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
@@ -136,16 +136,21 @@ class FoldResult:
 
 
 def resolve_device(cfg: FoxhuntConfig) -> torch.device:
-    want = cfg.run.device.value
-    if want == "auto":
+    return device_of(cfg.run.device, "run.device")
+
+
+def device_of(want: Device, setting: str) -> torch.device:
+    """The torch device of a ``Device`` setting (auto: CUDA where visible); CUDA asked for where none
+    is visible is an error naming ``setting``."""
+    if want is Device.AUTO:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if want == "cuda" and not torch.cuda.is_available():
+    if want is Device.CUDA and not torch.cuda.is_available():
         raise FoxhuntError(
-            "run.device",
+            setting,
             "cuda was asked for but no CUDA device is visible",
-            "use --set run.device=auto or cpu",
+            f"use --set {setting}=auto or cpu",
         )
-    return torch.device(want)
+    return torch.device(want.value)
 
 
 def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any]:
