@@ -53,6 +53,7 @@ the incremental path and for the full path that re-runs the session's records at
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import sys
@@ -307,13 +308,23 @@ def scaling(checkpoint: Path, events: int, root: Path, bar_seconds: int = 300) -
     return out
 
 
-def synthetic_mbp10(events: int, root: Path) -> list[Path]:
+def synthetic_mbp10(events: int, root: Path, head: int = 0) -> list[Path]:
     """The MBP-10 file of one synthetic session of ``events`` book events (the smoke market's
-    generator): a replay for a machine without the real files."""
+    generator), cut to its first ``head`` records (0: all): a replay for a machine without the real
+    files. A synthetic session spans ~5,000 rows of 15 s whatever its events: 750 k events give ESH4's
+    ~150 records a row, and a head of 37 k records ESH4's MBP-10 length."""
     from foxhunt import api
+    from foxhunt.data.dbn_read import read_raw
+    from foxhunt.data.dbn_write import write_records
 
     cfg = api.config("smoke", overrides=("synth.sessions=1", f"synth.events_per_session={events}"))
-    return [p for p in api.synthetic_market(root / "synthetic", cfg) if ".mbp-10." in p.name]
+    files = [p for p in api.synthetic_market(root / "synthetic", cfg) if ".mbp-10." in p.name]
+    if not head:
+        return files
+    raw = read_raw(files[0])
+    cut = root / "synthetic-head.mbp-10.dbn"
+    write_records(cut, raw.schema, raw.records[:head], dataset=raw.dataset, symbols=raw.instrument_symbols)
+    return [cut]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -328,17 +339,22 @@ def main(argv: list[str] | None = None) -> dict:
         "--decide",
         type=DecidePath,
         choices=list(DecidePath),
-        default=DecidePath.AOT,
-        help="the decision side's path (foxhunt.serve.decide; default: aot, serve's)",
+        nargs="+",
+        default=[DecidePath.AOT],
+        help="the decision side's paths, each a row (foxhunt.serve.decide; default: aot, serve's; aot "
+        "runs on the CPU only)",
     )
     ap.add_argument("--pin", type=int, help="run on this CPU core only")
-    ap.add_argument("--device", default="cpu", help="serve's device (serve.device): cpu or cuda")
+    ap.add_argument(
+        "--device", nargs="+", default=["cpu"], help="serve's devices (serve.device), each a row: cpu, cuda"
+    )
     ap.add_argument(
         "--synthetic",
         type=int,
         metavar="EVENTS",
         help="replay one synthetic session of EVENTS book events (MBP-10) instead of ESH4",
     )
+    ap.add_argument("--head", type=int, default=0, help="--synthetic's first N records only (0: all)")
     ap.add_argument("--repeat", type=int, default=3, help="replays of each case: the median's numbers")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     ap.add_argument(
@@ -357,21 +373,23 @@ def main(argv: list[str] | None = None) -> dict:
         if args.replay:
             cases = {"replay": list(args.replay)}
         elif args.synthetic:
-            cases = {"synthetic-mbp10": synthetic_mbp10(args.synthetic, Path(tmp))}
+            cases = {"synthetic-mbp10": synthetic_mbp10(args.synthetic, Path(tmp), args.head)}
         else:
             mbo = REAL / ESH4
             if not mbo.is_file():
                 sys.exit(f"{mbo} is absent: pass --replay FILE...")
             cases = {"esh4-mbo": [mbo], "esh4-mbp10": [mbp10_of(mbo, Path(tmp) / "esh4.mbp-10.dbn")]}
         results = {}
-        decide = DecidePath.EAGER if args.eager else args.decide
+        decides = [DecidePath.EAGER] if args.eager else args.decide
         for name, files in cases.items():
             # Each replay (and the batch) --repeat times: the run of median records/s is reported
             # (a replay of ESH4 is ~0.2 s; one run moves by ~10% on this shared machine).
             timings = [batch(checkpoint, files) for _ in range(args.repeat)]
             batch_s, batch_rows = sorted(timings)[len(timings) // 2]
-            for closes in args.closes:
-                how = {"parts": args.parts, "decide": decide, "closes": closes, "device": args.device}
+            for device, decide, closes in itertools.product(args.device, decides, args.closes):
+                if decide is DecidePath.AOT and device != "cpu":
+                    continue  # its libraries are the CPU's (foxhunt.serve.service.check_decide_device)
+                how = {"parts": args.parts, "decide": decide, "closes": closes, "device": device}
                 runs = [serve(checkpoint, files, args.warmup_rows, **how) for _ in range(args.repeat)]
                 got = sorted(runs, key=lambda r: r["records_per_s"])[len(runs) // 2]
                 got.update(
@@ -380,7 +398,9 @@ def main(argv: list[str] | None = None) -> dict:
                     batch_records_per_s=got["records"] / batch_s,
                     batch_rows_per_s=batch_rows / batch_s,
                 )
-                results[f"{name} {closes.value}"] = got
+                on = "" if args.device == ["cpu"] else f" {device}"
+                on += "" if len(decides) == 1 else f" {decide.value}"
+                results[f"{name} {closes.value}{on}"] = got
         scaled = scaling(checkpoint, args.scaling, Path(tmp)) if args.scaling else None
     body = {
         "cases": results,
@@ -390,14 +410,14 @@ def main(argv: list[str] | None = None) -> dict:
         "load_average": os.getloadavg(),
     }
     print(
-        f"{'':22}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>9}{'p99 us':>10}"
+        f"{'':36}{'records':>9}{'rows':>6}{'serve rec/s':>13}{'rows/s':>9}{'p50 us':>11}{'p99 us':>11}"
         f"{'batch rec/s':>13}{'rows/s':>9}"
     )
     for name, r in results.items():
         p50, p99 = (r[f"latency_us_{q}"] for q in ("p50", "p99"))
         print(
-            f"{name:22}{r['records']:>9,}{r['rows']:>6}{r['records_per_s']:>13,.0f}{r['rows_per_s']:>9,.1f}"
-            f"{'-' if p50 is None else f'{p50:,.0f}':>9}{'-' if p99 is None else f'{p99:,.0f}':>10}"
+            f"{name:36}{r['records']:>9,}{r['rows']:>6}{r['records_per_s']:>13,.0f}{r['rows_per_s']:>9,.1f}"
+            f"{'-' if p50 is None else f'{p50:,.0f}':>11}{'-' if p99 is None else f'{p99:,.0f}':>11}"
             f"{r['batch_records_per_s']:>13,.0f}{r['batch_rows_per_s']:>9,.1f}"
         )
     for name, r in results.items():

@@ -934,10 +934,11 @@ def serve_cmd(
     cfg = _config(profile, config, set_)
     from foxhunt.serve.config import DecidePath
     from foxhunt.serve.decide import check_compilable
-    from foxhunt.serve.service import Service
+    from foxhunt.serve.service import Service, check_decide_device
     from foxhunt.train.run import device_of
 
     device = device_of(cfg.serve.device, "serve.device")  # cuda asked for and absent: one line
+    check_decide_device(cfg.serve.decide, device)
     if cfg.serve.decide is not DecidePath.EAGER:
         check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key

@@ -28,6 +28,7 @@ from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.domain.actions import Direction
+from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import open_cache
 from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig
 from foxhunt.serve.ledger import Ledger
@@ -833,8 +834,20 @@ def test_serve_on_cuda_without_one_is_refused_in_one_line(
     assert not out.exists()
 
 
+def test_aot_off_the_cpu_is_refused_before_anything_is_written(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """serve.decide = aot builds CPU libraries: a service on another device is refused, naming the
+    setting and the fix, before its folder is made."""
+    with pytest.raises(FoxhuntError, match="serve.decide") as got:
+        Service(
+            export, ReplaySource(replay), tmp_path / "o", ServeConfig(), device="meta", decide=DecidePath.AOT
+        )
+    assert "compiled" in str(got.value) and not (tmp_path / "o").exists()
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("decide", [DecidePath.EAGER, DecidePath.AOT])
+@pytest.mark.parametrize("decide", [DecidePath.EAGER, DecidePath.COMPILED])
 def test_a_replay_on_the_gpu_decides_row_for_row_as_the_gpu_backtest(
     export: Path, replay: list[Path], tmp_path: Path, decide: DecidePath
 ) -> None:

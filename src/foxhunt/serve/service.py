@@ -64,6 +64,17 @@ def load_trained(checkpoint: Path, serve: ServeConfig | None, device: str = "cpu
     return agent, cfg
 
 
+def check_decide_device(decide: DecidePath, device: torch.device) -> None:
+    """Refuse ``serve.decide = aot`` off the CPU: its libraries are built for the CPU (an AOTInductor
+    package of the forward built for CUDA crashed at load on an H100, torch 2.11)."""
+    if decide is DecidePath.AOT and device.type != "cpu":
+        raise FoxhuntError(
+            "serve.decide",
+            f"aot builds its libraries for the CPU, and serve.device is {device.type}",
+            "use --set serve.decide=compiled (or eager) with serve.device=cuda",
+        )
+
+
 def check_instrument(checkpoint: Path, trained: dict[str, Any] | None, stream: Instrument) -> None:
     """Refuse a checkpoint trained on another product than the stream's (one line, exit 2): its
     features count prices in its tick and its sizing and costs are in its point value. The contract
@@ -97,6 +108,7 @@ class Service:
         log_rows: bool = False,
         decide: DecidePath = DecidePath.EAGER,
     ) -> None:
+        check_decide_device(decide, torch.device(device))
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
         one = isinstance(checkpoint, str | Path)
@@ -520,4 +532,3 @@ def _on(x: Any, device: torch.device) -> Any:
 
 
 __all__ = ["HEADER", "Service", "load_trained"]
-
