@@ -121,11 +121,18 @@ def _tables(env: TradingEnv) -> dict[str, Tensor | None]:
 
 
 def step_inputs(
-    env: TradingEnv, actions: Tensor, d_conv: Tensor, m_conv: Tensor, q_var: Tensor
+    env: TradingEnv,
+    actions: Tensor,
+    d_conv: Tensor,
+    m_conv: Tensor,
+    q_var: Tensor,
+    tables: Sequence[Tensor] | None = None,
+    state: Sequence[Tensor] | None = None,
 ) -> list[Tensor]:
     """The exported step's flat inputs: the present market tables, quotes, vol, regime, the state's
-    tensors, aux, actions and the sizing inputs."""
-    tables = [t for t in _tables(env).values() if t is not None]
+    tensors, aux, actions and the sizing inputs (``tables`` and ``state``: where the caller has them)."""
+    if tables is None:
+        tables = [t for t in _tables(env).values() if t is not None]
     q = env.quotes
     return [
         *tables,
@@ -134,7 +141,7 @@ def step_inputs(
         q.known,
         env.vol,
         env.regime,
-        *env._state().tensors(),
+        *(env._state().tensors() if state is None else state),
         env.aux,
         actions,
         d_conv,
@@ -286,24 +293,10 @@ class AotStep:
     ) -> list[Tensor]:
         """:func:`step_inputs`, the state's tensors taken from the last call's outputs where the env's
         state is the one that call returned."""
-        m, q, state = env.market, env.quotes, env._state()
-        last = self.last
+        state, last = env._state(), self.last
         flat = last[1] if last is not None and last[0] is state else state.tensors()
-        tables = [getattr(m, k) for k in self.present]
-        return [
-            *tables,
-            q.bid,
-            q.ask,
-            q.known,
-            env.vol,
-            env.regime,
-            *flat,
-            env.aux,
-            actions,
-            d_conv,
-            m_conv,
-            q_var,
-        ]
+        tables = [getattr(env.market, k) for k in self.present]
+        return step_inputs(env, actions, d_conv, m_conv, q_var, tables=tables, state=flat)
 
     def __call__(self, inputs: list[Tensor]) -> tuple[StepResult, Portfolio, Tensor]:
         """``(result, next state, observation)`` of the step of ``inputs`` (:meth:`inputs`)."""
