@@ -97,15 +97,16 @@ class Monitor:
             self.instrument_id, self.last_ts = served, int(t[k - 1])
         return k
 
-    def check(self, rec: np.ndarray) -> list[FaultEvent]:
-        """The faults of one record (a structured array of one record); empty when it is clean."""
+    def check(self, rec: np.ndarray, note: bool = True) -> list[FaultEvent]:
+        """The faults of one record (a structured array of one record); empty when it is clean. A kept
+        record is noted as checked (the last time, the served instrument) unless ``note`` is False
+        (:meth:`note` does it later)."""
         ts, iid = int(rec["ts_event"][0]), int(rec["instrument_id"][0])
         if ts in (0, _UNDEF_TS) or iid == 0:
             return [FaultEvent(Fault.CORRUPT, f"record without a time or instrument (ts {ts}, id {iid})", ts)]
-        if self.instrument_id is None:
-            self.instrument_id = iid
-        if iid != self.instrument_id:
-            return [FaultEvent(Fault.ROLL, f"instrument {iid} where {self.instrument_id} is served", ts)]
+        served = iid if self.instrument_id is None else self.instrument_id
+        if iid != served:
+            return [FaultEvent(Fault.ROLL, f"instrument {iid} where {served} is served", ts)]
         if self.last_ts is not None and ts < self.last_ts:
             why = f"ts_event {ts} before the last record's {self.last_ts}"
             return [FaultEvent(Fault.OUT_OF_ORDER, why, ts)]
@@ -113,11 +114,18 @@ class Monitor:
         gap = self.cfg.max_gap_seconds
         if self.last_ts is not None and gap > 0 and ts - self.last_ts > gap * NS:
             out.append(FaultEvent(Fault.GAP, f"{(ts - self.last_ts) / NS:.0f} s without a record", ts))
-        self.last_ts = ts
         names = rec.dtype.names or ()
         if "bid_px_00" in names:
             bid, ask = int(rec["bid_px_00"][0]), int(rec["ask_px_00"][0])
             both = int(rec["bid_sz_00"][0]) > 0 and int(rec["ask_sz_00"][0]) > 0
             if both and UNDEF_PRICE not in (bid, ask) and bid >= ask:
                 out.append(FaultEvent(Fault.CROSSED, f"best bid {bid / NS} >= best ask {ask / NS}", ts))
+        if note:
+            self.note(rec)
         return out
+
+    def note(self, rec: np.ndarray) -> None:
+        """Note a kept record (one :meth:`check` passed with ``note=False``) as checked."""
+        self.last_ts = int(rec["ts_event"][0])
+        if self.instrument_id is None:
+            self.instrument_id = int(rec["instrument_id"][0])

@@ -71,7 +71,7 @@ def check_decide_device(decide: DecidePath, device: torch.device) -> None:
         raise FoxhuntError(
             "serve.decide",
             f"aot builds its libraries for the CPU, and serve.device is {device.type}",
-            "use --set serve.decide=compiled (or eager) with serve.device=cuda",
+            "use --set serve.decide=compiled (or eager) on a GPU, or --set serve.device=cpu",
         )
 
 
@@ -178,11 +178,10 @@ class Service:
 
     def _restore(self, row: int, records: int, snap: dict[str, Any]) -> None:
         self._skip_records = records
-        self.pending, self.pending_forced = snap["pending"], snap["pending_forced"]
+        self._restored = {k: _on(v, self.device) for k, v in snap.items()}  # the ledger's are host tensors
+        self.pending, self.pending_forced = self._restored["pending"], snap["pending_forced"]
         self.episode_end, self.rows_done = snap["episode_end"], snap["rows_done"]
         self.faulted_until = snap["faulted_until"]
-        self._restored = {k: _on(v, self.device) for k, v in snap.items()}  # the ledger's are host tensors
-        self.pending = self._restored["pending"]
         self.log(f"resuming after row {row} ({records:,} records consumed)")
 
     # --- the loop ---------------------------------------------------------------------------
@@ -314,14 +313,13 @@ class Service:
         keeps them), joins the block's run of clean records: its faults are held (``_held``) until
         the rows before it are made, so a crossed book neither ends a catch-up nor goes through
         ``on_record`` alone. Otherwise the monitor is left as it was, for ``on_record``."""
-        m = self.monitor
-        before = (m.last_ts, m.instrument_id)
-        faults = m.check(recs[k : k + 1])
-        if faults and all(f.kind is Fault.CROSSED for f in faults):
-            self._held.extend((base + k, f) for f in faults)
-            return True
-        m.last_ts, m.instrument_id = before
-        return False
+        rec = recs[k : k + 1]
+        faults = self.monitor.check(rec, note=False)
+        if not faults or any(f.kind is not Fault.CROSSED for f in faults):
+            return False
+        self.monitor.note(rec)
+        self._held.extend((base + k, f) for f in faults)
+        return True
 
     def _release(self, upto: int | None = None) -> None:
         """Log the held faults of the records before the ``upto``-th and that record's (all without
