@@ -199,18 +199,46 @@ def test_compiled_the_step_is_bit_for_bit_the_eager_one_and_compiles_once(path: 
     assert set(deciders[1].compile_times) == {"step", "decide"}
 
 
-@pytest.mark.slow  # Inductor compiles the forward when not cached: up to two minutes on a 2-core host
-def test_an_aot_decider_loads_its_libraries_from_the_cache_and_compiles_nothing() -> None:
-    """A second Decider of the same weights and env config (a second ``foxhunt serve`` start) loads the
-    step's and the forward's libraries from the disk cache, compiling neither, and steps alike."""
-    got = []
-    for _ in range(2):
-        decider = Decider(_agent(), DecidePath.AOT)
-        got.append(_loop(decider.step, decider.decide)[0])
-        assert decider._aot_step is not None and decider._aot_policy is not None
+_BUILD = """
+import dataclasses, sys, torch
+from tests.serve.test_decide import _agent, _loop
+from foxhunt.serve.config import DecidePath
+from foxhunt.serve.decide import Decider
+decider = Decider(_agent(), DecidePath.AOT)
+results = _loop(decider.step, decider.decide)[0]
+assert decider._aot_step.compile_seconds > 0 and decider._aot_policy.compile_seconds > 0  # built here
+# A library's outputs are views of one buffer: each saved as a tensor of its own.
+own = lambda v: v.clone() if isinstance(v, torch.Tensor) else type(v)(*(x.clone() for x in v))
+fields = [f.name for f in dataclasses.fields(results[0])]
+torch.save([dataclasses.replace(r, **{k: own(getattr(r, k)) for k in fields}) for r in results], sys.argv[1])
+"""
+
+
+@pytest.mark.slow  # Inductor compiles the step and the forward in the first process: minutes on 2 cores
+def test_an_aot_decider_loads_another_process_libraries_and_compiles_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second ``foxhunt serve`` start: one process builds the step's and the forward's libraries into
+    the cache (``FOXHUNT_AOT_CACHE``); a Decider of the same weights and env config in this process
+    loads them from there, compiling neither, and steps alike, result for result."""
+    import subprocess
+    import sys
+
+    cache, out = tmp_path / "aot", tmp_path / "results.pt"
+    monkeypatch.setenv("FOXHUNT_AOT_CACHE", str(cache))
+    root = Path(__file__).resolve().parents[2]
+    built = subprocess.run(
+        [sys.executable, "-c", _BUILD, str(out)], cwd=root, capture_output=True, text=True, timeout=900
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["policy", "step"]
+    decider = Decider(_agent(), DecidePath.AOT)
+    got = _loop(decider.step, decider.decide)[0]
+    assert decider._aot_step is not None and decider._aot_policy is not None
     assert decider._aot_step.compile_seconds == decider._aot_policy.compile_seconds == 0.0
     assert decider.compile_times["step"] < 10 and decider.compile_times["decide"] < 10  # loads
-    assert all(_same_result(a, b) for a, b in zip(*got, strict=True))
+    want = torch.load(out, weights_only=False)
+    assert len(got) == len(want) and all(_same_result(a, b) for a, b in zip(got, want, strict=True))
 
 
 @pytest.mark.slow  # trains an epoch, backtests and compiles: a few minutes on a 2-core host
@@ -297,7 +325,7 @@ class _FakeLibrary:
     calls: list[TradingEnv] = []
 
     def __init__(self, env: TradingEnv, flat: list[Tensor]) -> None:
-        pass
+        self.cfg = env.cfg  # what a real library bakes in as constants
 
     def inputs(self, env: TradingEnv, *args: Tensor) -> TradingEnv:
         return env
