@@ -58,6 +58,15 @@ _CONTRACT = _CFG.contract.model_copy(update={"max_position": 40})
 ENV = _CFG.model_copy(update={"episode_rows": 40, "contract": _CONTRACT})
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _aot_cache(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN202
+    """The ahead-of-time libraries these tests build go to a folder of their own, not the user's cache."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FOXHUNT_AOT_CACHE", str(tmp_path_factory.mktemp("aot")))
+    yield
+    mp.undo()
+
+
 def _agent() -> Agent:
     return Agent(api.config("smoke").agent, ENV.branches, seed=3, replay_capacity=16)  # acting only
 
