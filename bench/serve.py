@@ -66,7 +66,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig  # noqa: E402
+from foxhunt.serve.config import Ahead, CloseMode, DecidePath, ServeConfig  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
 from foxhunt.serve.source import ReplaySource  # noqa: E402
 
@@ -183,19 +183,25 @@ def serve(
     decide: DecidePath = DecidePath.AOT,
     closes: CloseMode = CloseMode.CATCH_UP,
     device: str = "cpu",
+    speed: float | None = None,
+    ahead: Ahead = Ahead.IDLE,
 ) -> dict:
-    source = ReplaySource(files)
+    source = ReplaySource(files, speed=speed)
     spent: dict[str, float] = {}
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
-        scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes)
+        scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes, ahead=ahead)
         svc = Service(checkpoint, source, Path(out), scfg, device=device, log=lambda m: None, decide=decide)
         decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
         commit = svc.ledger.commit_row
 
         def traced(**kw) -> None:  # noqa: ANN003
             if kw["row"] >= warmup_rows:
-                decided.append((time.perf_counter(), kw["latency_us"]))
+                if speed is None:
+                    decided.append((time.perf_counter(), kw["latency_us"]))
+                else:  # from when the record that closed the row was due (a wait behind a close ahead too)
+                    t = time.monotonic()
+                    decided.append((time.perf_counter(), (t - source.due(kw["records"])) * 1e6))
             commit(**kw)
 
         svc.ledger.commit_row = traced  # type: ignore[method-assign]
@@ -228,6 +234,10 @@ def serve(
     return {
         "closes": closes.value,
         "device": device,
+        "speed": speed,
+        "ahead": ahead.value,
+        "closes_made_ahead": svc.ahead_made,
+        "closes_kept_ahead": svc.ahead_kept,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
         "incremental": incremental,
         "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
@@ -314,17 +324,25 @@ def synthetic_mbp10(events: int, root: Path, head: int = 0) -> list[Path]:
     files. A synthetic session spans ~5,000 rows of 15 s whatever its events: 750 k events give ESH4's
     ~150 records a row, and a head of 37 k records ESH4's MBP-10 length."""
     from foxhunt import api
-    from foxhunt.data.dbn_read import read_raw
-    from foxhunt.data.dbn_write import write_records
 
     cfg = api.config("smoke", overrides=("synth.sessions=1", f"synth.events_per_session={events}"))
     files = [p for p in api.synthetic_market(root / "synthetic", cfg) if ".mbp-10." in p.name]
-    if not head:
-        return files
-    raw = read_raw(files[0])
-    cut = root / "synthetic-head.mbp-10.dbn"
-    write_records(cut, raw.schema, raw.records[:head], dataset=raw.dataset, symbols=raw.instrument_symbols)
-    return [cut]
+    return head_of(files, head, root) if head else files
+
+
+def head_of(files: list[Path], head: int, root: Path) -> list[Path]:
+    """Each file cut to its first ``head`` records (written under ``root``)."""
+    from foxhunt.data.dbn_read import read_raw
+    from foxhunt.data.dbn_write import write_records
+
+    cuts = []
+    for k, path in enumerate(files):
+        raw = read_raw(path)
+        cut = root / f"head{k}-{path.name.split('.')[0]}.{raw.schema.value}.dbn"
+        recs = raw.records[:head]
+        write_records(cut, raw.schema, recs, dataset=raw.dataset, symbols=raw.instrument_symbols)
+        cuts.append(cut)
+    return cuts
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -354,7 +372,21 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="EVENTS",
         help="replay one synthetic session of EVENTS book events (MBP-10) instead of ESH4",
     )
-    ap.add_argument("--head", type=int, default=0, help="--synthetic's first N records only (0: all)")
+    ap.add_argument("--head", type=int, default=0, help="each replayed file's first N records only (0: all)")
+    ap.add_argument(
+        "--speed",
+        type=float,
+        help="replay at SPEED x the recorded pace (a live feed: 1) instead of at full speed; the latency "
+        "then counts from when the closing record was due",
+    )
+    ap.add_argument(
+        "--ahead",
+        type=Ahead,
+        choices=list(Ahead),
+        nargs="+",
+        default=[Ahead.IDLE],
+        help="serve.ahead of the replays, each a row (closes made ahead while the feed is idle, or not)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="replays of each case: the median's numbers")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     ap.add_argument(
@@ -379,6 +411,8 @@ def main(argv: list[str] | None = None) -> dict:
             if not mbo.is_file():
                 sys.exit(f"{mbo} is absent: pass --replay FILE...")
             cases = {"esh4-mbo": [mbo], "esh4-mbp10": [mbp10_of(mbo, Path(tmp) / "esh4.mbp-10.dbn")]}
+        if args.head and not args.synthetic:
+            cases = {name: head_of(files, args.head, Path(tmp)) for name, files in cases.items()}
         results = {}
         decides = [DecidePath.EAGER] if args.eager else args.decide
         for name, files in cases.items():
@@ -386,10 +420,12 @@ def main(argv: list[str] | None = None) -> dict:
             # (a replay of ESH4 is ~0.2 s; one run moves by ~10% on this shared machine).
             timings = [batch(checkpoint, files) for _ in range(args.repeat)]
             batch_s, batch_rows = sorted(timings)[len(timings) // 2]
-            for device, decide, closes in itertools.product(args.device, decides, args.closes):
+            product = itertools.product(args.device, decides, args.closes, args.ahead)
+            for device, decide, closes, ahead in product:
                 if decide is DecidePath.AOT and device != "cpu":
                     continue  # its libraries are the CPU's (foxhunt.serve.service.check_decide_device)
                 how = {"parts": args.parts, "decide": decide, "closes": closes, "device": device}
+                how.update(speed=args.speed, ahead=ahead)
                 runs = [serve(checkpoint, files, args.warmup_rows, **how) for _ in range(args.repeat)]
                 got = sorted(runs, key=lambda r: r["records_per_s"])[len(runs) // 2]
                 got.update(
@@ -400,6 +436,7 @@ def main(argv: list[str] | None = None) -> dict:
                 )
                 on = "" if args.device == ["cpu"] else f" {device}"
                 on += "" if len(decides) == 1 else f" {decide.value}"
+                on += "" if len(args.ahead) == 1 else f" ahead={ahead.value}"
                 results[f"{name} {closes.value}{on}"] = got
         scaled = scaling(checkpoint, args.scaling, Path(tmp)) if args.scaling else None
     body = {
@@ -427,6 +464,8 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{name}: decision side compiled at the first closes ({c}; out of the numbers above)")
         if q[0] is not None:
             print(f"{name}: p50 of the first / last quarter of decisions {q[0]:,.0f} / {q[1]:,.0f} us")
+        if r["closes_made_ahead"]:
+            print(f"{name}: closes made ahead {r['closes_made_ahead']:,}, kept {r['closes_kept_ahead']:,}")
         for label, us in sorted(r["parts_us_per_row"].items(), key=lambda kv: -kv[1]):
             print(f"    {label:30} {us:>9,.0f} us per row")
         handling = r["record_handling_us_per_record"]

@@ -541,7 +541,8 @@ def _traced(
         return rows()
 
     svc.ledger.commit_row = traced  # type: ignore[method-assign]
-    svc.state.rows = counted  # type: ignore[method-assign]
+    if not hasattr(source, "ready"):  # a fork of the state would call the original's rows (serve.ahead)
+        svc.state.rows = counted  # type: ignore[method-assign]
     svc.run()
     return svc, commits
 
@@ -609,6 +610,104 @@ def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
     else:
         assert got.passes == one.passes  # type: ignore[attr-defined]
     got.close()
+
+
+class Idle(Blocks):
+    """``Blocks`` that is never ready (``ready()``): the service makes the next close ahead after every
+    block, as a live feed's quiet moments let it (serve.ahead); ``limit`` 0 hands out single records."""
+
+    def __init__(self, *args, limit: int = 64) -> None:  # noqa: ANN002
+        super().__init__(*args, limit=max(limit, 1))
+        if not limit:
+            self.next_block = None  # type: ignore[assignment,method-assign]
+
+    def ready(self) -> bool:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("limit", "closes"),
+    [(0, CloseMode.EACH_BAR), (1, CloseMode.CATCH_UP), (7, CloseMode.CATCH_UP)],
+)
+def test_closes_made_ahead_fault_decide_and_commit_as_closes_made_when_due(
+    export: Path, faulty, tmp_path: Path, limit: int, closes: CloseMode
+) -> None:
+    """Every fault case at once, with a close made ahead (on a fork of the state) after every record
+    or block: the same faults, decisions bit for bit, feature rows and resume points as the service
+    that makes each close at its record, and closes made ahead were both kept (the next record opened
+    a later bar) and dropped (it did not, or it was a fault: a gap, a roll, a crossed book decide the
+    fail-safe way, which a kept close made before them would not). A fork that shared something a close
+    changes (a carried kernel state, a buffer's rows, the env's state) would change the rows of the
+    dropped ones' originals, and so the features or decisions."""
+    streams, bad, one, one_commits = faulty
+    got, got_commits = _traced(export, tmp_path, Idle(streams, bad, _EVENTS, limit=limit), closes)
+    assert got.ledger.faults() == one.ledger.faults()
+    a, b = got.ledger.decisions(), one.ledger.decisions()
+    assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    assert got_commits == one_commits and got.consumed == one.consumed == len(bad)
+    mine, theirs = got.ledger.features(), one.ledger.features()
+    assert mine.keys() == theirs.keys()
+    assert all(np.array_equal(mine[r], theirs[r], equal_nan=True) for r in mine)
+    if limit <= 1:  # a block of 7 rarely ends at a bar's last record
+        assert got.ahead_kept >= len(a) // 2
+    assert got.ahead_made > got.ahead_kept > 0
+    got.close()
+
+
+class Quiet(Scripted):
+    """``Scripted`` one record at a time, not ready (``ready()``: a live feed's quiet moment) before the
+    records of ``quiet``."""
+
+    def __init__(self, *args, quiet: set[int]) -> None:  # noqa: ANN002
+        super().__init__(*args)
+        self.quiet = quiet
+
+    def ready(self) -> bool:
+        return self.i not in self.quiet
+
+
+def test_closes_made_ahead_on_one_book_stream_compute_and_decide_as_when_due(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """One MBP-10 stream over two sessions (the incremental rows: carried bars, kernel states, row
+    buffers, the session cut), quiet before every bar's first record (a close made ahead and kept) and
+    before every third record (made and dropped): the same feature rows, decisions and resume points
+    bit for bit as closes made at their records. A fork that shared what a close changes (the feature
+    kernels' carried states, the row buffers' last row, the bars' carried state) would leave the
+    dropped closes' changes in the service's state."""
+    from foxhunt.data.dbn_write import write_records
+    from foxhunt.domain.instrument import resolve_instrument
+    from foxhunt.serve.service import load_trained
+    from foxhunt.serve.state import RowState
+
+    raws = [read_raw(p) for p in sorted(replay) if ".mbp-10." in p.name]
+    one = write_records(
+        tmp_path / "two-sessions.mbp-10.dbn",
+        raws[0].schema,
+        np.concatenate([r.records for r in raws]),
+        dataset=raws[0].dataset,
+        symbols={**raws[0].instrument_symbols, **raws[1].instrument_symbols},
+    )
+    src = ReplaySource([one])
+    records = [src.next(0.0) for _ in range(len(src))]
+    cfg = ServeConfig(warmup_rows=2, stall_seconds=5.0)
+    agent, full = load_trained(export, cfg)
+    state = RowState(src.streams, full, agent.scaler, resolve_instrument(["ESZ6"]), tmp_path / "s")
+    buckets = [state.bucket_of(int(state.decode(r.stream, r.payload)["ts_event"][0])) for r in records]
+    assert state.incremental is not None  # one book stream of time bars: the carried rows
+    state.close()
+    opens = {i for i in range(1, len(records)) if buckets[i] != buckets[i - 1]}
+    assert len({b[0] for b in buckets}) == 2, "two sessions"
+    runs = {}
+    for name, quiet in (("due", set()), ("ahead", opens | set(range(0, len(records), 10)))):
+        svc, commits = _traced(export, tmp_path / name, Quiet(src.streams, records, {}, quiet=quiet))
+        runs[name] = (svc, commits, svc.ledger.decisions(), svc.ledger.features())
+    (due, c0, d0, f0), (ahead, c1, d1, f1) = runs["due"], runs["ahead"]
+    assert ahead.ahead_made > ahead.ahead_kept >= len(opens) // 2 and due.ahead_made == 0
+    assert c1 == c0 and len(d1) == len(d0) > 40 and all(_same(x, y) for x, y in zip(d1, d0, strict=True))
+    assert f1.keys() == f0.keys() and all(np.array_equal(f1[r], f0[r], equal_nan=True) for r in f0)
+    due.close()
+    ahead.close()
 
 
 def test_crossed_books_in_a_block_cut_no_catch_up_short(export: Path, stream, tmp_path: Path) -> None:
@@ -692,6 +791,27 @@ def test_paced_replay_blocks_release_no_record_before_it_is_due(replay: list[Pat
         assert src._t0_wall is not None and due <= now - src._t0_wall + 1e-6
     assert released == len(src) and blocks < released
     assert src._t0_wall is not None and time.monotonic() - src._t0_wall >= 0.5 - 1e-3
+
+
+def test_a_paced_replay_is_ready_only_once_its_next_record_is_due(replay: list[Path]) -> None:
+    """``ready()`` (the service makes a close ahead while it is False): at full speed always; at a pace,
+    False between a block and its next record's time, True from then on (and at the end)."""
+    assert ReplaySource(replay[:1]).ready()
+    src = ReplaySource(replay[:1])
+    span = (int(src._ts[-1]) - int(src._ts[0])) / 1e9
+    src = ReplaySource(replay[:1], speed=span / 0.5)  # half a second of replay
+    idle = due = 0
+    while True:
+        try:
+            block = src.next_block(1.0)
+        except SourceEnded:
+            break
+        if block is None or src.position >= len(src):
+            continue
+        ready, now = src.ready(), time.monotonic()
+        assert ready == (now >= src.due(src.position)) or abs(now - src.due(src.position)) < 1e-3
+        idle, due = idle + (not ready), due + ready
+    assert idle > 0 and src.ready()
 
 
 def _dtype_of(size: int) -> np.dtype:

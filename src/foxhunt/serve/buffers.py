@@ -68,8 +68,16 @@ def grow(buf: np.ndarray | None, n: int, rows: int, tail: tuple[int, ...], dtype
     return grown
 
 
+def _copied(buf: np.ndarray, n: int) -> np.ndarray:
+    """A new buffer of ``buf``'s capacity with its first ``n`` rows."""
+    own = allocate(len(buf), buf.shape[1:], buf.dtype)
+    own[:n] = buf[:n]
+    return own
+
+
 class Grown:
-    """A 1-d array appended chunk by chunk (module docs)."""
+    """A 1-d array appended chunk by chunk (module docs). A fork (foxhunt.serve.fork) shares its
+    storage: it only ever writes past the rows both hold."""
 
     def __init__(self, dtype: type) -> None:
         self.dtype = dtype
@@ -82,6 +90,11 @@ class Grown:
         buf[self.n : m] = part
         self.n = m
 
+    def __fork__(self, memo: dict[int, Any]) -> Grown:
+        twin = Grown(self.dtype)
+        twin.buf, twin.n = self.buf, self.n
+        return twin
+
     def rows(self) -> np.ndarray:
         view = (self.buf if self.buf is not None else np.empty(0, self.dtype))[: self.n]
         view.flags.writeable = False
@@ -91,7 +104,9 @@ class Grown:
 class Appended:
     """The rows of a columns container (foxhunt.data.arrays) appended chunk by chunk (module docs).
     :meth:`rows` are read-only views: a kernel that wrote into its input would raise, not corrupt
-    the session."""
+    the session. A fork (foxhunt.serve.fork) shares the storage and copies it before its first write
+    below the rows it was forked with (an append after a ``truncate`` below them); its original must
+    not change while the fork lives (serve keeps one of them)."""
 
     def __init__(self) -> None:
         self.kind: type | None = None
@@ -99,11 +114,21 @@ class Appended:
         self.buffers: dict[str, np.ndarray] = {}
         self.n = 0
         self._rows: Any = None  # the last rows(), until the next append (a close asks several times)
+        self._shared = 0  # a fork's: the rows of the storage its original holds too
+
+    def __fork__(self, memo: dict[int, Any]) -> Appended:
+        twin = Appended()
+        twin.kind, twin.names, twin.n, twin._rows = self.kind, self.names, self.n, self._rows
+        twin.buffers, twin._shared = dict(self.buffers), self.n
+        return twin
 
     def append(self, part: Any) -> None:
         if self.kind is None:
             self.kind = type(part)
             self.names = [f.name for f in dataclasses.fields(part)]
+        if self.n < self._shared:  # a fork's write into rows its original holds: a storage of its own
+            self.buffers = {k: _copied(b, self.n) for k, b in self.buffers.items()}
+            self._shared = 0
         arrays = [getattr(part, k) for k in self.names]
         m = self.n + len(arrays[0])
         for k, a in zip(self.names, arrays, strict=True):

@@ -33,6 +33,16 @@ class CloseMode(StrEnum):
     EACH_BAR = "each_bar"  # every bar closes at the record that opens the next, its row made alone
 
 
+class Ahead(StrEnum):
+    """Whether a row's close is made before its closing record (foxhunt.serve.service, docs/serve.md)."""
+
+    # While the feed is idle (no record due), the close the next record would make if it opened a later
+    # bar is made on a fork of the state: kept if it does (its decision is then out as the record
+    # arrives), dropped if the record belongs to the bar still open.
+    IDLE = "idle"
+    OFF = "off"  # every close made at its closing record
+
+
 class ServeConfig(Frozen):
     warmup_rows: int = Field(
         0,
@@ -74,6 +84,13 @@ class ServeConfig(Frozen):
         Device.CPU,
         description="Where the market tensors, the env step and the forward run (the rows are made on the "
         "CPU either way): cpu (a decision at batch 1 is launch-bound on a GPU), cuda, or auto.",
+    )
+    ahead: Ahead = Field(
+        Ahead.IDLE,
+        description="idle: while no record is due, make the close the next record would make if it opened "
+        "a later bar (on a fork of the state; kept if it does, dropped if not), so a decision is out as "
+        "its bar's closing record arrives; off: every close at its closing record. The same rows and "
+        "decisions either way.",
     )
     closes: CloseMode = Field(
         CloseMode.CATCH_UP,

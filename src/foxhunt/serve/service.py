@@ -21,6 +21,8 @@ the policy, not the risk control) or hold.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import dataclasses
 import json
 import time
@@ -38,8 +40,9 @@ from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError
-from foxhunt.serve.config import CloseMode, DecidePath, FaultAction, ServeConfig
+from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig
 from foxhunt.serve.decide import Decider
+from foxhunt.serve.fork import fork
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.metrics import ServeMetrics
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
@@ -158,6 +161,12 @@ class Service:
         self._skip_records = 0
         self._restored: dict[str, Any] | None = None
         self._last_forced = ""
+        # serve.ahead: the close made ahead on a fork while the feed was idle (kept or dropped at the
+        # next record), the closes made ahead and those kept; on a fork, the rows it made (_Made), whose
+        # commits wait for the fork to be kept.
+        self._ahead: _Ahead | None = None
+        self.ahead_made = self.ahead_kept = 0
+        self._deferred: list[_Made] | None = None
         resumed = self.ledger.resume()
         if resumed is not None:
             self._restore(*resumed)
@@ -191,7 +200,11 @@ class Service:
         self._fast_forward()
         # Records in blocks where the source has them (foxhunt.serve.source.StreamBlock), else one by one.
         take = getattr(self.source, "next_block", None) or self.source.next
+        ready = getattr(self.source, "ready", None)
+        ahead = self.scfg.ahead is Ahead.IDLE and ready is not None
         while not self.stopped:
+            if ahead and not ready():
+                self._prepare()  # nothing due: the next close, ahead (serve.ahead)
             try:
                 got = take(timeout=min(self.scfg.stall_seconds, 1.0))
             except SourceEnded:
@@ -293,7 +306,7 @@ class Service:
                 ts = recs["ts_event"][i:clean]
                 run = i + self.state.in_bucket(ts)
                 bucket = self.state.bucket_of(int(ts[0]))
-                if run < clean and self._catches_up(bucket):
+                if run < clean and self._catches_up(bucket) and not self._ahead_holds():
                     self._close_later(bucket)  # a later run of clean records closes this bar with its own
                 else:
                     self._enter(bucket)
@@ -378,16 +391,22 @@ class Service:
         if not self.state.has_records():
             return None
         t0 = time.perf_counter()
+        if self._ahead_holds():
+            return self._adopt(t0)
+        self._drop_ahead()
         closed_by, self._closed_by = self._closed_by, []
         try:
             rows = self.state.rows()
         except CheckpointError:
             raise  # the checkpoint does not fit the features: nothing can be served
         except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
+            if self._deferred is not None:
+                raise  # a close made ahead: the close made when due reports it
             self._release()
             self._fault(FaultEvent(Fault.ERROR, f"{type(exc).__name__}: {exc}"))
             return None
-        with self.ledger.rows():  # the close's rows in one transaction
+        # The close's rows in one transaction (made ahead: committed when kept, in the keeper's).
+        with self.ledger.rows() if self._deferred is None else contextlib.nullcontext():
             for r in range(self.rows_done, rows.count):
                 # A row of a bar closed in catch-up: the resume point and time of the record that closed
                 # it (its bar ends at or before that record's bucket: rows are stamped with their bar's
@@ -418,25 +437,116 @@ class Service:
                 self._new_episode(r)
             self.pending, self.pending_forced = self._decide(r)
         self.rows_done = r + 1
-        self.last_latency_us = (time.perf_counter() - t0) * 1e6
-        self.ledger.commit_row(
-            line=line,
-            pnl=pnl,
-            fills=fills,
-            forced=self._last_forced,
-            latency_us=self.last_latency_us,
-            row=r,
-            ts=int(rows.ts[r]),
-            features=rows.features[r],
-            records=records,
-            state=self._snapshot(),
+        made = _Made(
+            decided,
+            {
+                "line": line,
+                "pnl": pnl,
+                "fills": fills,
+                "forced": self._last_forced,
+                "row": r,
+                "ts": int(rows.ts[r]),
+                "features": rows.features[r],
+                "records": records,
+                "state": self._snapshot(),
+            },
         )
+        if self._deferred is not None:  # made ahead: published if the fork is kept
+            self._deferred.append(made)
+            return
+        self._publish(made, (time.perf_counter() - t0) * 1e6)
+
+    def _publish(self, made: _Made, latency_us: float) -> None:
+        """A row's decision out: its latency, its ledger commit, the metrics and the log."""
+        self.last_latency_us = latency_us
+        self.ledger.commit_row(**made.commit, latency_us=latency_us)
+        line = made.commit["line"]
         if line is not None:
             self.metrics.decisions.inc()
-        if decided:
-            self.metrics.latency.observe(self.last_latency_us * 1e-6)
+        if made.decided:
+            self.metrics.latency.observe(latency_us * 1e-6)
         if self.log_rows and line is not None:
             self.log(", ".join(f"{k} {v}" for k, v in zip(HEADER, line.as_csv(), strict=True)))
+
+    # --- a close made ahead (serve.ahead) ---------------------------------------------------------
+
+    def _key(self) -> tuple:
+        """What a close depends on besides the market: a close made ahead is kept only if none of it
+        changed (a record taken in or dropped, a fault, an operator's flatten, a row closed)."""
+        return (
+            self.consumed,
+            self.state.records,
+            self.state.bucket,
+            self.buckets,
+            self.rows_done,
+            self.faulted_until,
+            self.flatten_now,
+            id(self.pending),
+        )
+
+    def _prepare(self) -> None:
+        """While no record is due: make the close that a next record of a later bar would make, on a
+        fork of the state (the service's own close code on a shallow copy of the service whose row
+        state and env are forks, :mod:`foxhunt.serve.fork`), its commits held back. It is kept by
+        :meth:`_close_rows` if nothing changed before the close (``_key``), else dropped unseen."""
+        key = self._key()
+        if self._ahead is not None and self._ahead.key == key:
+            return
+        self._drop_ahead()
+        if (
+            self.state.bucket is None
+            or self.buckets < self.scfg.warmup_rows  # the next close may not come at the next bar
+            or self._held
+            or self._closed_by
+            or self.flatten_now
+            or self.stopped
+            or not self.state.has_records()
+        ):
+            return
+        decider = self.decider
+        cache = (decider._next, decider._owned)  # what the fork's step leaves in the shared decider
+        twin = copy.copy(self)
+        twin.state = fork(self.state, {id(self.state._tmp): self.state._tmp})
+        if self.env is not None:
+            twin.env = env = copy.copy(self.env)
+            env.state = None if env.state is None else env.state.map(torch.clone)
+        twin._deferred, twin._closed_by, twin._held = [], [], []
+        try:
+            rows = twin._close_rows()
+        except Exception:  # noqa: BLE001 (the close made when due reports it)
+            rows = None
+        if rows is None or twin.faulted_until != self.faulted_until:
+            decider._next, decider._owned = cache
+            return
+        self._ahead = _Ahead(key, twin, rows, cache)
+        self.ahead_made += 1
+
+    def _ahead_holds(self) -> bool:
+        """Whether the close made ahead is this close: nothing it depends on has changed and no held
+        fault comes before its rows."""
+        a = self._ahead
+        return a is not None and not self._held and not self._closed_by and a.key == self._key()
+
+    def _drop_ahead(self) -> None:
+        a, self._ahead = self._ahead, None
+        if a is not None:
+            self.decider._next, self.decider._owned = a.decider_cache
+
+    def _adopt(self, t0: float) -> Rows:
+        """Keep the close made ahead: its state becomes the service's, its rows are published (their
+        latency counts from ``t0``, the closing record's close, to now)."""
+        a, self._ahead = self._ahead, None
+        assert a is not None
+        twin = a.twin
+        for name in _CLOSED:
+            setattr(self, name, getattr(twin, name))
+        latency = (time.perf_counter() - t0) * 1e6
+        self.ahead_kept += 1
+        assert twin._deferred is not None
+        with self.ledger.rows():
+            for made in twin._deferred:
+                self._publish(made, latency)
+        return a.rows
 
     def _new_episode(self, r: int) -> None:
         assert self.env is not None
@@ -516,6 +626,29 @@ class Service:
         self.state.close()
         self.ledger.close()
         self.source.close()
+
+
+# What a close changes of the service (kept from the fork that made it ahead).
+_CLOSED = ("state", "env", "pending", "pending_forced", "episode_end", "rows_done", "_last_forced")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Made:
+    """A row stepped and decided, to publish: whether it was decided, its ledger commit's fields."""
+
+    decided: bool
+    commit: dict[str, Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ahead:
+    """A close made ahead: the service's key when made, the forked service that made it, its rows,
+    the decider's caches before it (restored if it is dropped)."""
+
+    key: tuple
+    twin: Service
+    rows: Rows
+    decider_cache: tuple
 
 
 def _on(x: Any, device: torch.device) -> Any:

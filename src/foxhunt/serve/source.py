@@ -7,7 +7,9 @@ what a DBN file's header says) and then hands out records one at a time as raw D
 more records and :class:`Disconnected` when a live connection dropped (``reconnect()`` tries again).
 ``next_block(timeout)`` is the same with the records that are there at once (:class:`StreamBlock`:
 consecutive records of one stream, up to ``BLOCK``), which the service handles without Python work
-per record; a source without it is read record by record.
+per record; a source without it is read record by record. ``ready()`` says whether a record is
+there now: while none is, the service makes the next row's close ahead (``serve.ahead``); a source
+without it is never idle.
 
 * :class:`ReplaySource` reads DBN files (foxhunt.data.dbn_read, the batch reader), merges their
   records by ``ts_event`` (stable: file order breaks ties, as ingest's merge does) and releases them
@@ -154,6 +156,20 @@ class ReplaySource:
         # The file's bytes themselves (a read-only view, not a copy).
         return StreamBlock(s, recs[a : a + end - i].view(np.uint8).data, recs.dtype.itemsize)
 
+    def ready(self) -> bool:
+        """Whether a record (or the end) is due now: at full speed always; at a pace, once the
+        next record's time has come (the service makes a close ahead while it is not)."""
+        i = self.position
+        if self.speed is None or i >= len(self._ts) or self._t0_wall is None:
+            return True
+        due = self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
+        return time.monotonic() >= due
+
+    def due(self, i: int) -> float:
+        """When record ``i`` is (or was) released, ``time.monotonic()`` (a paced replay once started)."""
+        assert self.speed is not None and self._t0_wall is not None
+        return self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
+
     def reconnect(self) -> None:  # a file does not disconnect
         return None
 
@@ -258,6 +274,10 @@ class LiveSource:
                 break
             payloads.append(got.payload)
         return StreamBlock(0, b"".join(payloads), size)
+
+    def ready(self) -> bool:
+        """Whether anything has arrived that ``next`` would return now."""
+        return not self._queue.empty()
 
     def reconnect(self) -> None:
         self.close()

@@ -95,6 +95,7 @@ from foxhunt.features.registry import with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
+from foxhunt.serve.fork import fork
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.labels import trailing_volatility
@@ -172,6 +173,14 @@ class BookStream:
         self.clock = _SessionClock(cfg)
         self.end_session()
 
+    def __fork__(self, memo: dict[int, Any]) -> BookStream:
+        """A fork (foxhunt.serve.fork) whose states fed since the last part are this one's (read-only,
+        never changed): a fork made at every quiet moment of a bar would otherwise copy the bar's."""
+        twin = object.__new__(BookStream)
+        for k, v in vars(self).items():
+            twin.__dict__[k] = list(v) if k == "unchecked" else fork(v, memo)
+        return twin
+
     def feed(self, recs: np.ndarray) -> None:
         """The next records of the stream (a structured array of its record dtype)."""
         if self.meta.schema is Schema.MBO:
@@ -181,6 +190,8 @@ class BookStream:
         else:
             arrays = book_from_records(self.where, recs, self.meta.schema.levels)
             book = arrays.with_levels(self.cfg.levels)
+        for f in dataclasses.fields(book):
+            getattr(book, f.name).flags.writeable = False  # shared with forks (__fork__)
         self.unchecked.append(book)
         self.fed_states += len(book)
         self.trades.append(trades_in(arrays))
@@ -337,6 +348,9 @@ class _Indexed(list):
     def __contains__(self, name: object) -> bool:
         return name in self._at
 
+    def __fork__(self, memo: dict[int, Any]) -> _Indexed:
+        return self  # made once, never changed
+
     def index(self, name: str, *_: Any) -> int:  # type: ignore[override]
         if name not in self._at:
             raise ValueError(f"{name!r} is not in list")
@@ -345,19 +359,31 @@ class _Indexed(list):
 
 class _RowBuffers:
     """Row buffers of doubling capacity (numpy or torch), appended and rewritten from a row on.
-    Every buffer holds the rows before the one a write starts at (fields may be written apart)."""
+    Every buffer holds the rows before the one a write starts at (fields may be written apart). A
+    fork (foxhunt.serve.fork) shares the storage and copies a buffer before its first write below
+    the rows it was forked with (a close rewrites the session's last row); its original must not
+    change while the fork lives (serve keeps one of them)."""
 
     first = 1024  # rows of a new buffer
 
     def __init__(self) -> None:
         self.buffers: dict[str, Any] = {}
         self.n = 0
+        self.shared: dict[str, int] = {}  # a forked buffer its original holds too: the rows it holds
+
+    def __fork__(self, memo: dict[int, Any]) -> _RowBuffers:
+        twin = _RowBuffers()
+        twin.buffers, twin.n = dict(self.buffers), self.n
+        twin.shared = dict.fromkeys(self.buffers, self.n)
+        return twin
 
     def write(self, at: int, parts: dict[str, Any]) -> None:
         """Rows ``at ..`` become ``parts`` (rows from ``at`` on are dropped first)."""
         m = at + len(next(iter(parts.values())))
         for k, v in parts.items():
             buf = self.buffers.get(k)
+            if at < self.shared.pop(k, 0):  # rows the twin holds: written into a buffer of its own
+                buf = self.buffers[k] = buf.clone() if isinstance(buf, torch.Tensor) else buf.copy()
             if buf is None or len(buf) < m:
                 cap = max(m, 2 * (0 if buf is None else len(buf)), self.first)
                 if isinstance(v, torch.Tensor):
