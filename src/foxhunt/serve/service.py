@@ -14,6 +14,15 @@ row ``serve.warmup_rows``, each runs ``env.episode_rows`` rows, closes its posit
 row and the next starts flat on that row. So a replay decides row for row as ``foxhunt backtest
 --checkpoint`` does on the same file when the warm-up is the fold's validation start.
 
+A close made ahead (``serve.ahead = idle``): while the source has no record due (``ready()``), the
+service runs the close that a next record of a later bar would run, on a shallow copy of itself whose
+row state and env are forks (:mod:`foxhunt.serve.fork`) and whose commits are held back. The next
+record keeps it if it opens a later bar and nothing the close reads has changed (``_key``: no record
+taken in or dropped, no fault, no flatten); its decision is then out at once and committed as the close
+made at the record would be. Otherwise it is dropped and the original state, which it never touched,
+makes the close when due. So the rows, decisions, commits and faults are those of closes made at their
+records (tests/serve/test_serve.py), and a quiet feed's decision latency is the keeping, not the close.
+
 While the stream is faulted (:mod:`foxhunt.serve.monitor`) the decision is the fail-safe one
 (``serve.on_fault``): flatten (a market order to flat that overrides the plan lock: the lock binds
 the policy, not the risk control) or hold.
