@@ -199,9 +199,11 @@ def serve(
             if kw["row"] >= warmup_rows:
                 if speed is None:
                     decided.append((time.perf_counter(), kw["latency_us"]))
-                else:  # from when the record that closed the row was due (a wait behind a close ahead too)
+                else:  # from when the record that closed the row was due (a wait behind a close ahead too);
+                    # the last close, made at the end of the file, from when its last record was
                     t = time.monotonic()
-                    decided.append((time.perf_counter(), (t - source.due(kw["records"])) * 1e6))
+                    closer = min(kw["records"], len(source) - 1)
+                    decided.append((time.perf_counter(), (t - source.due(closer)) * 1e6))
             commit(**kw)
 
         svc.ledger.commit_row = traced  # type: ignore[method-assign]

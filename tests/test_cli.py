@@ -11,6 +11,7 @@ from pathlib import Path
 import databento as db
 import pytest
 import typer
+import typer.completion
 from typer.testing import CliRunner
 
 from foxhunt.cli import app
@@ -195,10 +196,13 @@ def test_help_shows_readable_value_names() -> None:
     assert "PATH" in runner.invoke(app, ["data", "inspect", "--help"]).output
 
 
-def test_shell_completion_is_switched_on() -> None:
+def test_shell_completion_is_switched_on(monkeypatch: pytest.MonkeyPatch) -> None:
     text = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "--install-completion" in text and "--show-completion" in text
-    script = runner.invoke(app, ["--show-completion", "bash"])
+    # The shell as detected in a terminal: typer asks shellingham, which reads the parent processes
+    # and finds none under nohup or some CI runners ("Shell  not supported").
+    monkeypatch.setattr(typer.completion, "_get_shell_name", lambda: "bash")
+    script = runner.invoke(app, ["--show-completion"])
     assert script.exit_code == 0 and "complete -o default -F" in script.output
 
 

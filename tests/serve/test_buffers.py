@@ -74,6 +74,7 @@ def test_a_buffer_past_its_reservation_doubles_and_the_views_before_stay_valid(
 
 
 @pytest.mark.skipif(not Path("/proc/self/smaps").is_file(), reason="needs Linux's /proc/self/smaps")
+@pytest.mark.skipif(not buffers.reserves(), reason="strict overcommit here: buffers reserve nothing")
 def test_the_reservation_is_advised_out_of_huge_pages_and_uses_no_memory_until_written() -> None:
     buf = buffers.allocate(10, (10,), np.float64)
     assert buf.nbytes >= buffers.RESERVE_BYTES // 2  # reserved, not the 10 rows asked for
@@ -81,6 +82,8 @@ def test_the_reservation_is_advised_out_of_huge_pages_and_uses_no_memory_until_w
     buf[:1000] = 1.0
     entry = _smaps_entry(start)
     assert "nh" in entry["VmFlags"].split()  # MADV_NOHUGEPAGE: no compaction stall at a first write
+    # MAP_NORESERVE: not charged to the commit count (a hundred live buffers charged a hundred GB)
+    assert "nr" in entry["VmFlags"].split()
     assert int(entry["Rss"].split()[0]) < 1024  # kB: the pages written, not the reservation
 
 
@@ -100,3 +103,11 @@ def _smaps_entry(address: int) -> dict[str, str]:
             fields[key] = value.strip()
     assert fields, f"no mapping holds {address:#x}"
     return fields
+
+
+def test_under_strict_overcommit_a_buffer_reserves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # vm.overcommit_memory 2 charges even a MAP_NORESERVE map: a reservation would take a gigabyte
+    # of the commit limit that every allocation of the machine shares.
+    monkeypatch.setattr(buffers, "reserves", lambda: False)
+    assert len(buffers.allocate(10, (10,), np.float64)) == buffers._FIRST
+    assert len(buffers.allocate(5000, (), np.int64)) == 5000

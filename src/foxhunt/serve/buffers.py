@@ -5,11 +5,18 @@ as one array (views, no copy). A buffer of doubling capacity copies everything i
 doubles: ~2-3 ms at the real ESH4 MBP-10 file's 37 k states (bench/serve.py --parts, the slowest
 closes), ~0.1 s at a full ES session's million states, paid at whichever row close happens to cross
 the size. So a buffer's first allocation reserves room for :data:`RESERVE_BYTES` of rows instead:
-a large ``np.empty`` is an anonymous memory map whose pages the kernel provides when a row is first
-written (``vm.overcommit_memory`` 0 or 1, Linux's default), so the reservation costs address space,
-not memory, and the session's rows never move. Past the reservation (or where the system refuses it:
-strict overcommit, ``ulimit -v``) the buffer doubles as before; the views of the old buffer that a
-carried state still holds stay valid, as they did.
+an anonymous memory map whose pages the kernel provides when a row is first written, so the
+reservation costs address space, not memory, and the session's rows never move. Past the
+reservation (or where the system refuses it: ``ulimit -v``) the buffer doubles as before; the views
+of the old buffer that a carried state still holds stay valid, as they did.
+
+The map is ``MAP_NORESERVE``: without it Linux charges the whole gigabyte to the commit count
+(``Committed_AS``) at once, so a process holding many buffers (the test suite holds a hundred at
+times) looks to the kernel like one that asked for a hundred gigabytes, and where that count is
+enforced every other allocation of the process then fails ("Cannot allocate memory": a CI run's
+``foxhunt alpha`` did, after the serve tests). Under strict overcommit (``vm.overcommit_memory`` 2)
+Linux charges a ``MAP_NORESERVE`` map all the same, so there nothing is reserved and the buffer
+doubles from its first allocation.
 
 The reservation is a private anonymous ``mmap`` advised ``MADV_NOHUGEPAGE``, not an ``np.empty``:
 NumPy advises its arrays of 4 MB and more into transparent huge pages, and where the kernel's THP
@@ -23,7 +30,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import mmap
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,11 +45,24 @@ DType = np.dtype | type
 
 _FIRST = 1024  # rows of a buffer where the reservation is refused
 
+# Linux's MAP_NORESERVE (the mmap module names it from Python 3.13): no commit charge for the map.
+_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" else 0)
+
+
+@functools.cache
+def reserves() -> bool:
+    """Whether a buffer's first allocation reserves :data:`RESERVE_BYTES`: not under strict
+    overcommit, which charges the reservation to the commit limit that every allocation shares."""
+    try:
+        return Path("/proc/sys/vm/overcommit_memory").read_text().strip() != "2"
+    except OSError:  # not Linux: no such file, and no commit count to starve
+        return True
+
 
 def allocate(rows: int, tail: tuple[int, ...], dtype: DType, reserve: bool = True) -> np.ndarray:
     """An uninitialised ``[capacity, *tail]`` buffer of at least ``rows`` rows: the reservation's
     capacity (:data:`RESERVE_BYTES`) when ``reserve`` and the system grants it, else ``rows``."""
-    if reserve:
+    if reserve and reserves():
         row_bytes = max(np.dtype(dtype).itemsize * int(np.prod(tail, dtype=np.int64)), 1)
         capacity = max(rows, RESERVE_BYTES // row_bytes)
         # Refused (strict overcommit, an address-space limit, no mmap): grow by doubling instead.
@@ -49,9 +72,9 @@ def allocate(rows: int, tail: tuple[int, ...], dtype: DType, reserve: bool = Tru
 
 
 def _mapped(nbytes: int) -> np.ndarray:
-    """``nbytes`` of private anonymous memory (committed page by page as written, no huge pages) as
-    a writable uint8 array that keeps the mapping alive."""
-    mem = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    """``nbytes`` of private anonymous memory (provided and charged page by page as written, no huge
+    pages) as a writable uint8 array that keeps the mapping alive."""
+    mem = mmap.mmap(-1, max(nbytes, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _NORESERVE)
     mem.madvise(mmap.MADV_NOHUGEPAGE)
     return np.frombuffer(mem, dtype=np.uint8)
 
