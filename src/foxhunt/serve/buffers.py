@@ -45,7 +45,7 @@ DType = np.dtype | type
 
 _FIRST = 1024  # rows of a buffer where the reservation is refused
 
-# Linux's MAP_NORESERVE (the mmap module names it from Python 3.13): no commit charge for the map.
+# Linux's MAP_NORESERVE (Python 3.11's mmap module does not name it): no commit charge for the map.
 _NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform == "linux" else 0)
 
 
@@ -65,7 +65,7 @@ def allocate(rows: int, tail: tuple[int, ...], dtype: DType, reserve: bool = Tru
     if reserve and reserves():
         row_bytes = max(np.dtype(dtype).itemsize * int(np.prod(tail, dtype=np.int64)), 1)
         capacity = max(rows, RESERVE_BYTES // row_bytes)
-        # Refused (strict overcommit, an address-space limit, no mmap): grow by doubling instead.
+        # Refused (an address-space limit, no mmap): grow by doubling instead.
         with contextlib.suppress(OSError, ValueError, AttributeError):
             return _mapped(capacity * row_bytes).view(dtype).reshape(capacity, *tail)
     return np.empty((max(rows, _FIRST), *tail), dtype)
