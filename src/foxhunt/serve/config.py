@@ -43,6 +43,16 @@ class Ahead(StrEnum):
     OFF = "off"  # every close made at its closing record
 
 
+class Wait(StrEnum):
+    """How the service waits for its next record (foxhunt.serve.service.Service.run)."""
+
+    SLEEP = "sleep"  # the source blocks (a timed sleep, a queue's wait): the core is free meanwhile
+    # A busy loop on the source's ready() (a syscall a turn, which lets the live client's thread
+    # queue its records): the record is taken the moment it is due, on a core that never went to
+    # sleep (warm caches and clock), as trading systems wait; it burns that core, so pin the process.
+    SPIN = "spin"
+
+
 class ServeConfig(Frozen):
     warmup_rows: int = Field(
         0,
@@ -91,6 +101,12 @@ class ServeConfig(Frozen):
         "a later bar (on a fork of the state; kept if it does, dropped if not), so a decision is out as "
         "its bar's closing record arrives; off: every close at its closing record. The same rows and "
         "decisions either way.",
+    )
+    wait: Wait = Field(
+        Wait.SLEEP,
+        description="sleep: wait for the next record blocked (the core is free); spin: a busy loop on the "
+        "source (the record is taken as it is due, on a core kept warm: a lower decision latency for a "
+        "core spent on it; pin the process, e.g. taskset -c 3).",
     )
     closes: CloseMode = Field(
         CloseMode.CATCH_UP,

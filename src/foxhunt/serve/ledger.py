@@ -157,6 +157,7 @@ class Ledger:
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(_SCHEMA)
         self._open: tuple | None = None  # inside rows(): () or the last row's (row, records, state)
+        self._begun = False  # inside rows(): whether its transaction has begun (_begin)
 
     def commit_row(
         self,
@@ -175,6 +176,7 @@ class Ledger:
         """One row, atomically: the stepped row's line and fills, the new row, the resume state (inside
         :meth:`rows`, part of its transaction, which writes the last row's resume state)."""
         if self._open is not None:
+            self._begin()
             self._insert(self.db.cursor(), line, pnl, fills, forced, latency_us, row, ts, features)
             self._open = (row, records, state)
             return
@@ -196,20 +198,29 @@ class Ledger:
         from the records before the first). One row's commit is then one transaction as alone; a close
         of many rows (catch-up, foxhunt.serve.config.CloseMode) writes its resume state once."""
         assert self._open is None, "one close at a time"
-        self.db.execute("BEGIN IMMEDIATE")
-        self._open = ()
+        self._open, self._begun = (), False
         try:
             yield
             if self._open:
                 row, records, state = self._open
                 resume = (row, records, _blob(state))
                 self.db.execute("INSERT OR REPLACE INTO resume VALUES (1, ?, ?, ?)", resume)
-            self.db.execute("COMMIT")
+            if self._begun:
+                self.db.execute("COMMIT")
         except BaseException:
-            self.db.execute("ROLLBACK")
+            if self._begun:
+                self.db.execute("ROLLBACK")
             raise
         finally:
-            self._open = None
+            self._open, self._begun = None, False
+
+    def _begin(self) -> None:
+        """Inside :meth:`rows`, its transaction begun at its first write, not at its start: a close
+        made ahead is published (its decision out) before the ledger is touched (BEGIN IMMEDIATE
+        takes the write lock: ~50 us)."""
+        if self._open is not None and not self._begun:
+            self.db.execute("BEGIN IMMEDIATE")
+            self._begun = True
 
     def _insert(
         self,
@@ -230,6 +241,7 @@ class Ledger:
         cur.execute("INSERT OR REPLACE INTO rows VALUES (?, ?, ?)", (row, ts, features.tobytes()))
 
     def fault(self, event: FaultEvent) -> None:
+        self._begin()  # inside rows(): part of its transaction (a restart logs it again otherwise)
         self.db.execute(
             "INSERT INTO faults (wall, ts_event, kind, detail) VALUES (?, ?, ?, ?)",
             (time.time(), event.ts_event, event.kind.value, event.detail),
@@ -247,8 +259,17 @@ class Ledger:
             f"SELECT {', '.join(HEADER)} FROM decisions WHERE row > ? ORDER BY row", (since,)
         )
         return [
-            DecisionRow(int(t), int(r), int(d), int(m), int(o), int(u), float(p), float(c),
-                        float("nan") if f is None else float(f))
+            DecisionRow(
+                int(t),
+                int(r),
+                int(d),
+                int(m),
+                int(o),
+                int(u),
+                float(p),
+                float(c),
+                float("nan") if f is None else float(f),
+            )
             for t, r, d, m, o, u, p, c, f in cur.fetchall()
         ]
 

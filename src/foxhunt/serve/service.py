@@ -33,9 +33,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import gc
 import json
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +51,7 @@ from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError
-from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig
+from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
 from foxhunt.serve.ledger import Ledger
@@ -174,6 +176,7 @@ class Service:
         # next record), the closes made ahead and those kept; on a fork, the rows it made (_Made), whose
         # commits wait for the fork to be kept.
         self._ahead: _Ahead | None = None
+        self._retired: list[Any] = []  # what closes replaced, freed once their decisions are out
         self.ahead_made = self.ahead_kept = 0
         self._deferred: list[_Made] | None = None
         resumed = self.ledger.resume()
@@ -211,11 +214,37 @@ class Service:
         take = getattr(self.source, "next_block", None) or self.source.next
         ready = getattr(self.source, "ready", None)
         ahead = self.scfg.ahead is Ahead.IDLE and ready is not None
+        spin = self.scfg.wait is Wait.SPIN and ready is not None
+        with _collected_when_idle():
+            self._loop(take, ready, ahead, spin)
+        self.write_outputs()
+        return self.ledger.summary()
+
+    def _loop(self, take: Any, ready: Any, ahead: bool, spin: bool) -> None:
+        frozen_at = self.decider.compiled_at
         while not self.stopped:
-            if ahead and not ready():
+            # The last block's decisions are out: what its closes replaced is freed now, not inside them.
+            self._retired.clear()
+            if self.decider.compiled_at != frozen_at:  # what the compile loaded: frozen too
+                frozen_at = self.decider.compiled_at
+                gc.collect()
+                gc.freeze()
+            idle = ready is not None and not ready()
+            if idle and ahead:
                 self._prepare()  # nothing due: the next close, ahead (serve.ahead)
+            gen = _due_generation(busy=not idle)
+            if gen is not None and (not idle or not ready()):
+                gc.collect(gen)  # the cyclic garbage collector where it delays no decision
+            timeout = min(self.scfg.stall_seconds, 1.0)
+            if spin:  # serve.wait = spin: the source is then called with its record due (or none)
+                deadline = time.monotonic() + timeout
+                while not ready() and time.monotonic() < deadline and not self.stopped:
+                    # A syscall of ~1 us that lets another thread take the GIL (the live client's, to
+                    # queue a record; the HTTP server's). time.sleep(0) would sleep ~75 us (timer slack).
+                    os.sched_yield()
+                timeout = 0.0
             try:
-                got = take(timeout=min(self.scfg.stall_seconds, 1.0))
+                got = take(timeout=timeout)
             except SourceEnded:
                 self._close_rows()  # the files' last row is complete when they end
                 break
@@ -235,8 +264,6 @@ class Service:
                 continue
             self.on_record(got.stream, got.payload)
             self.consumed += 1  # after: a row close inside on_record commits the records before this one
-        self.write_outputs()
-        return self.ledger.summary()
 
     def _fast_forward(self) -> None:
         """After a restart: hand the records consumed before the last commit to the state again
@@ -540,6 +567,7 @@ class Service:
         a, self._ahead = self._ahead, None
         if a is not None:
             self.decider._next, self.decider._owned = a.decider_cache
+            self._retired.append(a)  # freed after the close in hand (_loop)
 
     def _adopt(self, t0: float) -> Rows:
         """Keep the close made ahead: its state becomes the service's, its rows are published (their
@@ -547,6 +575,10 @@ class Service:
         a, self._ahead = self._ahead, None
         assert a is not None
         twin = a.twin
+        # What the fork replaces (the row state, the env) is freed after the decision is out: freeing a
+        # row state here took 0.2-0.7 ms of the decision's latency.
+        self._retired.extend(getattr(self, name) for name in _CLOSED)
+        self._retired.append(a)
         for name in _CLOSED:
             setattr(self, name, getattr(twin, name))
         latency = (time.perf_counter() - t0) * 1e6
@@ -658,6 +690,43 @@ class _Ahead:
     twin: Service
     rows: Rows
     decider_cache: tuple
+
+
+# A source that is never idle (a replay at full speed) has its garbage collected after this many
+# times the automatic collector's thresholds (its decisions wait for their block either way).
+GC_BUSY = 100
+
+
+def _due_generation(busy: bool) -> int | None:
+    """The generation the automatic collector would collect now (the oldest whose count has reached its
+    threshold; ``busy``: GC_BUSY times the thresholds), or None."""
+    scale = GC_BUSY if busy else 1
+    due = [
+        g
+        for g, (n, limit) in enumerate(zip(gc.get_count(), gc.get_threshold(), strict=True))
+        if n >= limit * scale
+    ]
+    return due[-1] if due else None
+
+
+@contextlib.contextmanager
+def _collected_when_idle() -> Iterator[None]:
+    """The serve loop with the automatic collector off (``Service._loop`` collects where it delays no
+    decision: while nothing is due, or after a block's decisions are out), and what was loaded before
+    it (modules, the network, the libraries: ~400 k objects) frozen out of every collection. Left
+    automatic, a collection runs whenever allocations pass a threshold, inside a close as likely as
+    anywhere, and a full one of those objects took 160-200 ms (docs/serve.md). Both undone at the end
+    (a test process runs many services)."""
+    gc.collect()
+    gc.freeze()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if enabled:
+            gc.enable()
 
 
 def _on(x: Any, device: torch.device) -> Any:
