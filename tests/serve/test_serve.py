@@ -821,9 +821,11 @@ def _dtype_of(size: int) -> np.dtype:
     return next(record_dtype(s) for s in (Schema.MBP_10, Schema.TRADES) if record_dtype(s).itemsize == size)
 
 
-def test_monitor_clean_is_check_record_by_record() -> None:
+@pytest.mark.parametrize("book", [True, False], ids=["mbp-10", "mbo"])
+def test_monitor_clean_is_check_record_by_record(book: bool) -> None:
     """``Monitor.clean`` passes exactly the leading records ``check`` finds no fault in, and leaves the
-    monitor as ``check`` would: random MBP-10 blocks with every kind of bad record sprinkled in."""
+    monitor as ``check`` would: random MBP-10 and MBO blocks with every kind of bad record sprinkled
+    in (MBO has no best levels to cross)."""
     from foxhunt.data.dbn_write import empty_records
     from foxhunt.data.schemas import Schema
     from foxhunt.serve.monitor import Monitor
@@ -831,25 +833,28 @@ def test_monitor_clean_is_check_record_by_record() -> None:
     rng = np.random.default_rng(0)
     for trial in range(200):
         n = int(rng.integers(1, 40))
-        recs = empty_records(Schema.MBP_10, n)
+        recs = empty_records(Schema.MBP_10 if book else Schema.MBO, n)
         recs["ts_event"] = 10**18 + np.cumsum(rng.integers(0, 5, n)) * 10**9
         recs["instrument_id"] = 7
-        recs["bid_px_00"], recs["ask_px_00"] = 100 * 10**9, 101 * 10**9
-        recs["bid_sz_00"], recs["ask_sz_00"] = 1, 1
+        if book:
+            recs["bid_px_00"], recs["ask_px_00"] = 100 * 10**9, 101 * 10**9
+            recs["bid_sz_00"], recs["ask_sz_00"] = 1, 1
         for _ in range(int(rng.integers(0, 3))):
-            k, kind = int(rng.integers(0, n)), int(rng.integers(0, 6))
+            k, kind = int(rng.integers(0, n)), int(rng.integers(0, 7 if book else 5))
             if kind == 0:
                 recs["ts_event"][k] = 0
+            elif kind == 4:
+                recs["ts_event"][k] = np.iinfo(np.uint64).max  # undefined
+            elif kind == 5:
+                recs["bid_px_00"][k] = 102 * 10**9  # crossed
+            elif kind == 6:
+                recs["bid_sz_00"][k], recs["bid_px_00"][k] = 0, 102 * 10**9  # one-sided: not crossed
             elif kind == 1:
                 recs["instrument_id"][k] = 9
             elif kind == 2:
                 recs["ts_event"][k:] -= np.uint64(3 * 10**9)  # back in time
             elif kind == 3:
                 recs["ts_event"][k:] += np.uint64(700 * 10**9)  # a gap
-            elif kind == 4:
-                recs["bid_px_00"][k] = 102 * 10**9  # crossed
-            else:
-                recs["bid_sz_00"][k], recs["bid_px_00"][k] = 0, 102 * 10**9  # one-sided: not crossed
         cfg = ServeConfig(max_gap_seconds=600)
         start = None if trial % 2 else 10**18 - 10**9  # a fresh monitor, or one that has seen a record
         block, single = Monitor(cfg), Monitor(cfg)

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+import numba
 import numpy as np
 
 from foxhunt.data.dbn_read import UNDEF_PRICE
@@ -59,42 +60,22 @@ class Monitor:
         """How many leading records of ``recs`` (a structured array of one stream's records) ``check``
         would find no fault in, one after the other; they are noted as checked (the last time, the
         served instrument), as ``check`` notes them. The record after them has a fault (or is none).
-        Checked in windows that double from 256 records: a block is asked again after each record
-        with a fault, and each asking reads up to about twice the records to its next fault only."""
-        k, width = 0, 256
-        while k < len(recs):
-            window = recs[k : k + width]
-            got = self._clean(window)
-            k += got
-            if got < len(window):
-                break
-            width *= 2
-        return k
-
-    def _clean(self, recs: np.ndarray) -> int:
+        One compiled pass that stops at the first fault (:func:`_clean_run`): a block's closing record
+        is checked in ~5 us where ~25 array operations on it took ~100 us inside a paced replay."""
         n = len(recs)
         if not n:
             return 0
         ts, iid = recs["ts_event"], recs["instrument_id"]
-        bad = (ts == 0) | (ts == _UNDEF_TS) | (iid == 0)
         served = int(iid[0]) if self.instrument_id is None else self.instrument_id
-        bad |= iid != served
-        t = ts.astype(np.int64)  # ns since 1970 fit; an undefined time is bad already
-        before = np.empty(n, np.int64)
-        before[0] = t[0] if self.last_ts is None else self.last_ts
-        before[1:] = t[:-1]
-        bad |= t < before
-        gap = self.cfg.max_gap_seconds
-        if gap > 0:
-            bad |= t - before > gap * NS
-        names = recs.dtype.names or ()
-        if "bid_px_00" in names:
-            bid, ask = recs["bid_px_00"], recs["ask_px_00"]
-            both = (recs["bid_sz_00"] > 0) & (recs["ask_sz_00"] > 0)
-            bad |= both & (bid != UNDEF_PRICE) & (ask != UNDEF_PRICE) & (bid >= ask)
-        k = int(np.argmax(bad)) if bad.any() else n
+        last = np.uint64(0 if self.last_ts is None else self.last_ts)
+        gap = float(self.cfg.max_gap_seconds) * NS
+        if "bid_px_00" in (recs.dtype.names or ()):
+            book = (recs["bid_px_00"], recs["ask_px_00"], recs["bid_sz_00"], recs["ask_sz_00"])
+            k = _clean_run(ts, iid, served, last, self.last_ts is not None, gap, True, *book)
+        else:
+            k = _clean_run(ts, iid, served, last, self.last_ts is not None, gap, False, *_NO_BOOK)
         if k:
-            self.instrument_id, self.last_ts = served, int(t[k - 1])
+            self.instrument_id, self.last_ts = served, int(ts[k - 1])
         return k
 
     def check(self, rec: np.ndarray, note: bool = True) -> list[FaultEvent]:
@@ -129,3 +110,29 @@ class Monitor:
         self.last_ts = int(rec["ts_event"][0])
         if self.instrument_id is None:
             self.instrument_id = int(rec["instrument_id"][0])
+
+
+# A stream without a book's best levels (MBO): bid, ask, bid size, ask size of no record.
+_NO_BOOK = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.uint32), np.zeros(0, np.uint32))
+
+
+@numba.njit(cache=True)
+def _clean_run(ts, iid, served, last_ts, has_last, gap_ns, book, bid, ask, bid_sz, ask_sz):  # noqa: ANN001, ANN202
+    """How many leading records pass :meth:`Monitor.check`'s tests in turn: a time and an instrument
+    (not 0 or undefined), the served instrument, not before the last time (``last_ts``, if
+    ``has_last``), no more than ``gap_ns`` after it (0: no gap check) and, with ``book``, best bid <
+    best ask where both sides are populated. Stops at the first record that fails one. Times stay
+    unsigned, as ``check`` compares them (a time past int64's range is odd, not a fault)."""
+    prev, seen = last_ts, has_last
+    for k in range(len(ts)):
+        t = ts[k]
+        if t == 0 or t == _UNDEF_TS or iid[k] == 0 or iid[k] != served:
+            return k
+        if seen and (t < prev or (gap_ns > 0 and float(t - prev) > gap_ns)):
+            return k
+        if book and bid_sz[k] > 0 and ask_sz[k] > 0:
+            b, a = bid[k], ask[k]
+            if b != UNDEF_PRICE and a != UNDEF_PRICE and b >= a:
+                return k
+        prev, seen = t, True
+    return len(ts)

@@ -95,7 +95,6 @@ from foxhunt.features.registry import with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
-from foxhunt.serve.fork import fork
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.labels import trailing_volatility
@@ -173,14 +172,6 @@ class BookStream:
         self.clock = _SessionClock(cfg)
         self.end_session()
 
-    def __fork__(self, memo: dict[int, Any]) -> BookStream:
-        """A fork (foxhunt.serve.fork) whose states fed since the last part are this one's (read-only,
-        never changed): a fork made at every quiet moment of a bar would otherwise copy the bar's."""
-        twin = object.__new__(BookStream)
-        for k, v in vars(self).items():
-            twin.__dict__[k] = list(v) if k == "unchecked" else fork(v, memo)
-        return twin
-
     def feed(self, recs: np.ndarray) -> None:
         """The next records of the stream (a structured array of its record dtype)."""
         if self.meta.schema is Schema.MBO:
@@ -190,8 +181,8 @@ class BookStream:
         else:
             arrays = book_from_records(self.where, recs, self.meta.schema.levels)
             book = arrays.with_levels(self.cfg.levels)
-        for f in dataclasses.fields(book):
-            getattr(book, f.name).flags.writeable = False  # shared with forks (__fork__)
+        # Into one buffer as they arrive (a paced feed's blocks are often one record): a close, or a
+        # close made ahead after each record, then takes the bar's states as one chunk.
         self.unchecked.append(book)
         self.fed_states += len(book)
         self.trades.append(trades_in(arrays))
@@ -201,7 +192,7 @@ class BookStream:
         self.trades, self.records = Appended(), 0
         # The states fed since the last part() that passed (only they are checked again: the session's
         # states are ``kept``, after the crossed policy), and how many states the session was fed.
-        self.unchecked: list[BookArrays] = []
+        self.unchecked = Appended()  # of BookArrays
         self.fed_states = 0
         self.no_states: BookArrays | None = None  # none of the stream's states (a close without new ones)
         # What the last part() made of the states and trades before ``traded``.
@@ -222,13 +213,11 @@ class BookStream:
         # concatenated first) and are checked there; a refusal takes them out again.
         start = self.kept.n
         last_kept = self.kept.rows().ts_event[-1:] if start else np.zeros(0, np.int64)
-        fresh = [u for u in self.unchecked if len(u)]
-        for states in fresh:
-            self.kept.append(states)
-        if fresh:
+        if self.unchecked.n:
+            self.kept.append(self.unchecked.rows())
             new = self.kept.rows().take(slice(start, None))
         else:  # no state since the last part (a part follows a feed: the first has some)
-            new = self.unchecked[0] if self.unchecked else self.no_states
+            new = self.unchecked.rows() if self.unchecked.kind is not None else self.no_states
             assert new is not None
         carried: TradeArrays = self.trades.rows()
         new_trades = carried.take(slice(self.traded, None))
@@ -258,7 +247,8 @@ class BookStream:
         # Both checks passed: the new states and trades are the session's (a refusal repeats at the
         # next close, as a batch over the session's records would refuse them again).
         self.span, self.counts = span, (report.book_states, report.crossed)
-        self.unchecked, self.no_states, self.traded = [], new.take(slice(0, 0)), len(carried)
+        self.no_states, self.traded = new.take(slice(0, 0)), len(carried)
+        self.unchecked.truncate(0)
         last_trade = carried.ts_event[self.traded - len(new_trades) - 1 : self.traded - len(new_trades)]
         self._see(kept, last_kept, self.instruments)
         self._see(new_trades, last_trade, self.trade_instruments)
