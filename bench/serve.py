@@ -66,9 +66,9 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from foxhunt.serve.config import Ahead, CloseMode, DecidePath, ServeConfig  # noqa: E402
+from foxhunt.serve.config import Ahead, CloseMode, DecidePath, ServeConfig, Wait  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
-from foxhunt.serve.source import ReplaySource  # noqa: E402
+from foxhunt.serve.source import BLOCK, ReplaySource, StreamBlock, StreamRecord  # noqa: E402
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
@@ -85,6 +85,37 @@ SMOKE = (
     "train.steps_per_epoch=8",
     "run.seed=0",
 )
+
+
+class PacedFrom(ReplaySource):
+    """A replay whose first ``start`` records are released at once and the rest at ``speed`` x their
+    pace from there: the session's history before a feed joins it live (ESH4's first 146 records
+    span the hour before the open, which a paced replay would otherwise wait through)."""
+
+    def __init__(self, paths: list[Path], speed: float, start: int) -> None:
+        super().__init__(paths, speed=speed)
+        self.start = start
+
+    def next(self, timeout: float) -> StreamRecord | None:
+        if self.position >= self.start:
+            return super().next(timeout)
+        speed, self.speed = self.speed, None
+        try:
+            return super().next(timeout)
+        finally:
+            self.speed = speed
+
+    def next_block(self, timeout: float, limit: int = BLOCK) -> StreamBlock | None:
+        if self.position >= self.start:
+            return super().next_block(timeout, limit)
+        speed, self.speed = self.speed, None
+        try:
+            return super().next_block(timeout, min(limit, self.start - self.position))
+        finally:
+            self.speed = speed
+
+    def ready(self) -> bool:
+        return self.position < self.start or super().ready()
 
 
 def smoke_export(root: Path) -> Path:
@@ -185,12 +216,14 @@ def serve(
     device: str = "cpu",
     speed: float | None = None,
     ahead: Ahead = Ahead.IDLE,
+    wait: Wait = Wait.SLEEP,
+    paced_from: int = 0,
 ) -> dict:
-    source = ReplaySource(files, speed=speed)
+    source = ReplaySource(files, speed=speed) if speed is None else PacedFrom(files, speed, paced_from)
     spent: dict[str, float] = {}
     undo = timed(spent) if parts else []
     with tempfile.TemporaryDirectory() as out:
-        scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes, ahead=ahead)
+        scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes, ahead=ahead, wait=wait)
         svc = Service(checkpoint, source, Path(out), scfg, device=device, log=lambda m: None, decide=decide)
         decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
         commit = svc.ledger.commit_row
@@ -199,8 +232,9 @@ def serve(
             if kw["row"] >= warmup_rows:
                 if speed is None:
                     decided.append((time.perf_counter(), kw["latency_us"]))
-                else:  # from when the record that closed the row was due (a wait behind a close ahead too);
-                    # the last close, made at the end of the file, from when its last record was
+                elif kw["records"] >= paced_from:  # from when the record that closed the row was due (a
+                    # wait behind a close ahead too); the last close, made at the end of the file, from
+                    # when its last record was; rows closed by the history released at once: none
                     t = time.monotonic()
                     closer = min(kw["records"], len(source) - 1)
                     decided.append((time.perf_counter(), (t - source.due(closer)) * 1e6))
@@ -237,7 +271,12 @@ def serve(
         "closes": closes.value,
         "device": device,
         "speed": speed,
+        "paced_from": paced_from,
         "ahead": ahead.value,
+        "wait": wait.value,
+        "latency_us_p90": float(np.percentile(lat, 90)) if len(lat) else None,
+        "latency_us_max": float(lat.max()) if len(lat) else None,
+        "latencies_us": lat.tolist(),
         "closes_made_ahead": svc.ahead_made,
         "closes_kept_ahead": svc.ahead_kept,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
@@ -389,6 +428,22 @@ def main(argv: list[str] | None = None) -> dict:
         default=[Ahead.IDLE],
         help="serve.ahead of the replays, each a row (closes made ahead while the feed is idle, or not)",
     )
+    ap.add_argument(
+        "--wait",
+        type=Wait,
+        choices=list(Wait),
+        nargs="+",
+        default=[Wait.SLEEP],
+        help="serve.wait of the replays, each a row (a blocked wait for the next record, or a busy loop)",
+    )
+    ap.add_argument(
+        "--paced-from",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --speed: the first N records at once (the history before a live feed joins; ESH4's "
+        "first 146 are the hour before the open), the latency of the rows they close not counted",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="replays of each case: the median's numbers")
     ap.add_argument("--scaling", type=int, metavar="EVENTS", help="close costs over one synthetic session")
     ap.add_argument(
@@ -422,12 +477,12 @@ def main(argv: list[str] | None = None) -> dict:
             # (a replay of ESH4 is ~0.2 s; one run moves by ~10% on this shared machine).
             timings = [batch(checkpoint, files) for _ in range(args.repeat)]
             batch_s, batch_rows = sorted(timings)[len(timings) // 2]
-            product = itertools.product(args.device, decides, args.closes, args.ahead)
-            for device, decide, closes, ahead in product:
+            product = itertools.product(args.device, decides, args.closes, args.ahead, args.wait)
+            for device, decide, closes, ahead, wait in product:
                 if decide is DecidePath.AOT and device != "cpu":
                     continue  # its libraries are the CPU's (foxhunt.serve.service.check_decide_device)
                 how = {"parts": args.parts, "decide": decide, "closes": closes, "device": device}
-                how.update(speed=args.speed, ahead=ahead)
+                how.update(speed=args.speed, ahead=ahead, wait=wait, paced_from=args.paced_from)
                 runs = [serve(checkpoint, files, args.warmup_rows, **how) for _ in range(args.repeat)]
                 got = sorted(runs, key=lambda r: r["records_per_s"])[len(runs) // 2]
                 got.update(
@@ -439,6 +494,7 @@ def main(argv: list[str] | None = None) -> dict:
                 on = "" if args.device == ["cpu"] else f" {device}"
                 on += "" if len(decides) == 1 else f" {decide.value}"
                 on += "" if len(args.ahead) == 1 else f" ahead={ahead.value}"
+                on += "" if len(args.wait) == 1 else f" wait={wait.value}"
                 results[f"{name} {closes.value}{on}"] = got
         scaled = scaling(checkpoint, args.scaling, Path(tmp)) if args.scaling else None
     body = {
@@ -466,6 +522,9 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"{name}: decision side compiled at the first closes ({c}; out of the numbers above)")
         if q[0] is not None:
             print(f"{name}: p50 of the first / last quarter of decisions {q[0]:,.0f} / {q[1]:,.0f} us")
+        if r["speed"] is not None and r["latency_us_p50"] is not None:
+            q = r["latency_us_p90"], r["latency_us_max"], len(r["latencies_us"])
+            print(f"{name}: latency p90 {q[0]:,.0f} us, max {q[1]:,.0f} us over {q[2]} decisions")
         if r["closes_made_ahead"]:
             print(f"{name}: closes made ahead {r['closes_made_ahead']:,}, kept {r['closes_kept_ahead']:,}")
         for label, us in sorted(r["parts_us_per_row"].items(), key=lambda kv: -kv[1]):

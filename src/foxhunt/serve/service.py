@@ -424,11 +424,11 @@ class Service:
     # --- a row close --------------------------------------------------------------------------
 
     def _close_rows(self) -> Rows | None:
+        t0 = time.perf_counter()
+        if self._ahead_holds():  # made ahead of records that are still the state's (_prepare checked)
+            return self._adopt(t0)
         if not self.state.has_records():
             return None
-        t0 = time.perf_counter()
-        if self._ahead_holds():
-            return self._adopt(t0)
         self._drop_ahead()
         closed_by, self._closed_by = self._closed_by, []
         try:
