@@ -43,6 +43,14 @@ rows and reported apart (``compile_seconds`` per part, the first two decisions' 
 taken out of the replay's seconds, of the step and policy parts and of the latency percentiles,
 which are those of the service once started.
 
+``--speed X`` replays at X times the recorded pace (a live feed: 1) and counts a decision's latency
+from when its closing record was *due* (the source's wake-up and a wait behind a close still being
+made ahead count too); ``--paced-from N`` releases the first N records at once (the session's
+history before the feed joins: ESH4's first 146 records span the hour before the open) and counts
+no row they close; ``--ahead`` and ``--wait`` (serve.ahead, serve.wait) are rows of the table, and
+the JSON keeps every latency. A paced run lasts the file's span over X (ESH4 from the open: an hour
+at 1x; ``--head`` cuts it).
+
 ``--scaling EVENTS``: how a row close's own work (``RowState.rows``: the session's market, bars,
 features, normaliser and market tensors; no environment or policy) grows over a session, on one
 synthetic session of EVENTS book events (its MBP-10 file: one stream; 5-minute bars, 276 a

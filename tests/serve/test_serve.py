@@ -814,6 +814,42 @@ def test_a_paced_replay_is_ready_only_once_its_next_record_is_due(replay: list[P
     assert idle > 0 and src.ready()
 
 
+def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked_one(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """``serve.wait = spin``: the service polls ``ready()`` itself and calls the source only once a
+    record is due (every call with no time to wait: the source never sleeps), while ``sleep`` hands the
+    wait to the source; the same decisions either way, on a paced replay of two MBP-10 files (a few
+    seconds), with closes made ahead in its quiet moments. Both leave the garbage collector as they
+    found it: automatic, nothing frozen (serve.service._collected_when_idle)."""
+    import gc
+
+    from foxhunt.serve.config import Wait
+
+    files = sorted(p for p in replay if ".mbp-10." in p.name)
+    span = (int(ReplaySource(files)._ts[-1]) - int(ReplaySource(files)._ts[0])) / 1e9
+    runs = {}
+    for wait in Wait:
+        src = ReplaySource(files, speed=span / 3.0)  # three seconds of replay
+        timeouts: list[float] = []
+        take = src.next_block
+
+        def traced(timeout: float, _take=take, _seen=timeouts) -> StreamBlock | None:  # noqa: ANN001
+            _seen.append(timeout)
+            return _take(timeout)
+
+        src.next_block = traced  # type: ignore[method-assign]
+        cfg = ServeConfig(warmup_rows=2, wait=wait)
+        svc = Service(export, src, tmp_path / wait.value, cfg, log=lambda m: None)
+        svc.run()
+        runs[wait] = (svc.ledger.decisions(), timeouts, svc.ahead_made)
+        assert gc.isenabled() and gc.get_freeze_count() == 0
+        svc.close()
+    (slept, slept_timeouts, _), (spun, spun_timeouts, made) = runs[Wait.SLEEP], runs[Wait.SPIN]
+    assert len(spun) == len(slept) > 10 and all(_same(x, y) for x, y in zip(spun, slept, strict=True))
+    assert set(spun_timeouts) == {0.0} and max(slept_timeouts) > 0 and made > 0
+
+
 def _dtype_of(size: int) -> np.dtype:
     from foxhunt.data.dbn_write import record_dtype
     from foxhunt.data.schemas import Schema

@@ -115,43 +115,55 @@ class ReplaySource:
     def __len__(self) -> int:
         return len(self._ts)
 
+    def _released(self, timeout: float) -> bool:
+        """Whether the next record may go now: at full speed at once; at a pace once it is due,
+        sleeping until then if that is within ``timeout`` (the pace's clock starts at the first)."""
+        if self.speed is None:
+            return True
+        if self._t0_wall is None:
+            self._t0_wall, self._t0_ts = time.monotonic(), int(self._ts[self.position])
+        wait = self.due(self.position) - time.monotonic()
+        if wait > timeout:
+            time.sleep(timeout)
+            return False
+        if wait > 0:
+            time.sleep(wait)
+        return True
+
     def next(self, timeout: float) -> StreamRecord | None:
         if self.position >= len(self._ts):
             raise SourceEnded
+        if not self._released(timeout):
+            return None
         i = self.position
-        if self.speed is not None:
-            if self._t0_wall is None:
-                self._t0_wall, self._t0_ts = time.monotonic(), int(self._ts[i])
-            due = self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
-            wait = due - time.monotonic()
-            if wait > timeout:
-                time.sleep(timeout)
-                return None
-            if wait > 0:
-                time.sleep(wait)
         self.position += 1
         s = int(self._which[i])
         return StreamRecord(s, self._records[s][int(self._local[i])].tobytes())
 
     def next_block(self, timeout: float, limit: int = BLOCK) -> StreamBlock | None:
         """The next record and those after it of the same file that are due too (all, at full speed),
-        up to ``limit``; None as ``next``."""
+        up to ``limit``; None as ``next``. Few array calls: at a live pace a block is usually the one
+        record due, and its latency is counted from then (each numpy call costs 10-30 us on the caches a
+        close ahead left cold)."""
         if self.position >= len(self._ts):
             raise SourceEnded
-        i = self.position
-        got = self.next(timeout)
-        if got is None:
+        if not self._released(timeout):
             return None
+        i = self.position
         end = min(len(self._ts), i + limit)
-        run = np.searchsorted(self._runs, i, side="right")
-        if run < len(self._runs):
-            end = min(end, int(self._runs[run]))
+        if len(self._runs):  # files replayed together: a block never spans two
+            run = np.searchsorted(self._runs, i, side="right")
+            if run < len(self._runs):
+                end = min(end, int(self._runs[run]))
         if self.speed is not None and end > i + 1:
             assert self._t0_wall is not None
             # An integer: a float would have searchsorted cast all of _ts to float first (~200 us).
-            now_ts = np.int64(self._t0_ts + int((time.monotonic() - self._t0_wall) * self.speed * 1e9))
-            end = min(end, max(i + 1, int(np.searchsorted(self._ts, now_ts, side="right"))))
-        s, a = got.stream, int(self._local[i])
+            now_ts = self._t0_ts + int((time.monotonic() - self._t0_wall) * self.speed * 1e9)
+            if self._ts[i + 1] > now_ts:  # the usual paced block: the next record is not due yet
+                end = i + 1
+            else:
+                end = min(end, int(np.searchsorted(self._ts, np.int64(now_ts), side="right")))
+        s, a = int(self._which[i]), int(self._local[i])
         recs = self._records[s]
         self.position = end
         # The file's bytes themselves (a read-only view, not a copy).
@@ -163,8 +175,7 @@ class ReplaySource:
         i = self.position
         if self.speed is None or i >= len(self._ts) or self._t0_wall is None:
             return True
-        due = self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
-        return time.monotonic() >= due
+        return time.monotonic() >= self.due(i)
 
     def due(self, i: int) -> float:
         """When record ``i`` is (or was) released, ``time.monotonic()`` (a paced replay once started)."""
