@@ -428,22 +428,13 @@ def main(argv: list[str] | None = None) -> dict:
         help="replay at SPEED x the recorded pace (a live feed: 1) instead of at full speed; the latency "
         "then counts from when the closing record was due",
     )
-    ap.add_argument(
-        "--ahead",
-        type=Ahead,
-        choices=list(Ahead),
-        nargs="+",
-        default=[Ahead.IDLE],
-        help="serve.ahead of the replays, each a row (closes made ahead while the feed is idle, or not)",
-    )
-    ap.add_argument(
-        "--wait",
-        type=Wait,
-        choices=list(Wait),
-        nargs="+",
-        default=[Wait.SLEEP],
-        help="serve.wait of the replays, each a row (a blocked wait for the next record, or a busy loop)",
-    )
+    for flag, kind, default, what in (
+        ("--ahead", Ahead, Ahead.IDLE, "closes made ahead while the feed is idle, or not"),
+        ("--wait", Wait, Wait.SLEEP, "a blocked wait for the next record, or a busy loop"),
+    ):
+        setting = f"serve.{flag.removeprefix('--')}"
+        help_ = f"{setting} of the replays, each a row ({what})"
+        ap.add_argument(flag, type=kind, choices=list(kind), nargs="+", default=[default], help=help_)
     ap.add_argument(
         "--paced-from",
         type=int,
