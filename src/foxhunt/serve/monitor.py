@@ -20,6 +20,7 @@ from enum import StrEnum
 import numba
 import numpy as np
 
+import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.data.dbn_read import UNDEF_PRICE
 from foxhunt.serve.config import ServeConfig
 
