@@ -76,7 +76,7 @@ import torch  # noqa: E402
 
 from foxhunt.serve.config import Ahead, CloseMode, DecidePath, ServeConfig, Wait  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
-from foxhunt.serve.source import BLOCK, ReplaySource, StreamBlock, StreamRecord  # noqa: E402
+from foxhunt.serve.source import BLOCK, ReplaySource, StreamBlock  # noqa: E402
 
 REAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "real"
 ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
@@ -104,26 +104,18 @@ class PacedFrom(ReplaySource):
         super().__init__(paths, speed=speed)
         self.start = start
 
-    def next(self, timeout: float) -> StreamRecord | None:
-        if self.position >= self.start:
-            return super().next(timeout)
-        speed, self.speed = self.speed, None
-        try:
-            return super().next(timeout)
-        finally:
-            self.speed = speed
+    def _released(self, timeout: float) -> bool:
+        return self.position < self.start or super()._released(timeout)
 
     def next_block(self, timeout: float, limit: int = BLOCK) -> StreamBlock | None:
-        if self.position >= self.start:
-            return super().next_block(timeout, limit)
-        speed, self.speed = self.speed, None
-        try:
-            return super().next_block(timeout, min(limit, self.start - self.position))
-        finally:
-            self.speed = speed
-
-    def ready(self) -> bool:
-        return self.position < self.start or super().ready()
+        # A block of the history stops where the pace starts (its end search reads the pace's clock).
+        if self.position < self.start:
+            speed, self.speed = self.speed, None
+            try:
+                return super().next_block(timeout, min(limit, self.start - self.position))
+            finally:
+                self.speed = speed
+        return super().next_block(timeout, limit)
 
 
 def smoke_export(root: Path) -> Path:

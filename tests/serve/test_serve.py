@@ -827,7 +827,8 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
     from foxhunt.serve.config import Wait
 
     files = sorted(p for p in replay if ".mbp-10." in p.name)
-    span = (int(ReplaySource(files)._ts[-1]) - int(ReplaySource(files)._ts[0])) / 1e9
+    times = ReplaySource(files)._ts
+    span = (int(times[-1]) - int(times[0])) / 1e9
     runs = {}
     for wait in Wait:
         src = ReplaySource(files, speed=span / 3.0)  # three seconds of replay
