@@ -851,6 +851,74 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
     assert set(spun_timeouts) == {0.0} and max(slept_timeouts) > 0 and made > 0
 
 
+class _QuietBeforeBars(ReplaySource):
+    """A replay at full speed, one record a block (a paced feed's), that is quiet (``ready()`` False)
+    for its first ``polls`` polls before each record that opens a later time bar: a spinning wait's
+    idle moments, where closes are made ahead and rehearsed, in a test of a few seconds."""
+
+    def __init__(self, paths: list[Path], polls: int) -> None:
+        super().__init__(paths)
+        self.quiet_before: set[int] = set()
+        self.polls, self._left = polls, 0
+
+    def quiet_at_bars(self, bar_ns: int) -> None:
+        bars = self._ts // bar_ns
+        self.quiet_before = set((np.flatnonzero(bars[1:] != bars[:-1]) + 1).tolist())
+
+    def ready(self) -> bool:
+        if self._left:
+            self._left -= 1
+            return False
+        return True
+
+    def next_block(self, timeout: float, limit: int = 1) -> StreamBlock | None:
+        got = super().next_block(timeout, limit=1)
+        self._left = self.polls if self.position in self.quiet_before else 0
+        return got
+
+
+def test_a_spinning_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_nothing(
+    export: Path, replay: list[Path], tmp_path: Path
+) -> None:
+    """While a close made ahead waits, a spinning wait runs a due record's path (the source's block, its
+    decoding, the monitor's check, its bar, the kept close's key) on the last record taken, never the
+    next, every ``REHEARSE_S``: the decisions, faults and resume points are those of a service that
+    never rehearses (closes made when due), and the closes made ahead are kept."""
+    from foxhunt.serve.config import Ahead, Wait
+
+    files = sorted(p for p in replay if ".mbp-10." in p.name)[:1]  # one session
+    runs = {}
+    for ahead in Ahead:
+        cfg = ServeConfig(warmup_rows=2, wait=Wait.SPIN, ahead=ahead)
+        src = _QuietBeforeBars(files, polls=4)
+        svc = Service(export, src, tmp_path / ahead.value, cfg, log=lambda m: None)
+        src.quiet_at_bars(svc.cfg.data.bar_seconds * 10**9)  # the service's bars
+        rehearsed: list[bytes] = []
+
+        def noted(block, _seen=rehearsed, _svc=svc, _src=src, _rehearse=svc._rehearse) -> None:  # noqa: ANN001
+            assert block is not None and _svc._ahead is not None  # a close made ahead waits
+            last = _src._block(_src.position - 1, _src.position)  # the last record taken
+            assert bytes(block.payload) == bytes(last.payload)
+            _seen.append(bytes(block.payload))
+            _rehearse(block)
+
+        resumes: list[int] = []
+
+        def committed(_seen=resumes, _commit=svc.ledger.commit_row, **kw: Any) -> None:  # noqa: ANN001
+            _seen.append(kw["records"])
+            _commit(**kw)
+
+        svc._rehearse = noted  # type: ignore[method-assign]
+        svc.ledger.commit_row = committed  # type: ignore[method-assign]
+        svc.run()
+        runs[ahead] = (svc.ledger.decisions(), svc.ledger.faults(), resumes, len(rehearsed), svc.ahead_kept)
+        svc.close()
+    (made, faults, resumes, rehearsals, kept), (due, due_faults, due_resumes, none, _) = runs.values()
+    assert len(made) == len(due) > 50 and all(_same(x, y) for x, y in zip(made, due, strict=True))
+    assert faults == due_faults and resumes == due_resumes
+    assert none == 0 and rehearsals >= kept > 50
+
+
 def _dtype_of(size: int) -> np.dtype:
     from foxhunt.data.dbn_write import record_dtype
     from foxhunt.data.schemas import Schema
@@ -896,7 +964,10 @@ def test_monitor_clean_is_check_record_by_record(book: bool) -> None:
         start = None if trial % 2 else 10**18 - 10**9  # a fresh monitor, or one that has seen a record
         block, single = Monitor(cfg), Monitor(cfg)
         block.last_ts = single.last_ts = start
+        rehearsed = block.clean(recs, note=False)  # a rehearsal's: nothing noted
+        assert (block.last_ts, block.instrument_id) == (start, None)
         k = block.clean(recs)
+        assert rehearsed == k
         assert all(single.check(recs[m : m + 1]) == [] for m in range(k))
         assert (block.last_ts, block.instrument_id) == (single.last_ts, single.instrument_id)
         assert k == n or single.check(recs[k : k + 1]) != []
@@ -960,12 +1031,15 @@ def test_live_adapter_blocks_are_the_recorded_stream(replay: list[Path]) -> None
     live = LiveSource("GLBX.MDP3", ["ES.c.0"], client_factory=lambda: RecordedLive(book))
     got: list[bytes] = []
     counts = []
+    assert live.rehearsal() is None  # nothing handed out yet
 
     def drain() -> None:
         while (block := live.next_block(1.0, limit=100)) is not None:
             assert len(block.payload) == block.count * block.size
             got.append(block.payload)
             counts.append(block.count)
+            last = live.rehearsal()  # the block's last record again (a spinning wait's rehearsal)
+            assert last is not None and bytes(last.payload) == bytes(block.payload[-block.size :])
 
     with pytest.raises(Disconnected):  # the recorded session's end
         drain()
