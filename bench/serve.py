@@ -47,7 +47,9 @@ which are those of the service once started.
 from when its closing record was *due* (the source's wake-up and a wait behind a close still being
 made ahead count too); ``--paced-from N`` releases the first N records at once (the session's
 history before the feed joins: ESH4's first 146 records span the hour before the open) and counts
-no row they close; ``--ahead`` and ``--wait`` (serve.ahead, serve.wait) are rows of the table, and
+no row they close; the last row, closed by the file's end rather than by a record (a live feed has
+no such close: its bars close at the next bar's first record), is timed from the file's last record
+and reported apart. ``--ahead`` and ``--wait`` (serve.ahead, serve.wait) are rows of the table, and
 the JSON keeps every latency. A paced run lasts the file's span over X (ESH4 from the open: an hour
 at 1x; ``--head`` cuts it).
 
@@ -226,18 +228,21 @@ def serve(
         scfg = ServeConfig(warmup_rows=warmup_rows, closes=closes, ahead=ahead, wait=wait)
         svc = Service(checkpoint, source, Path(out), scfg, device=device, log=lambda m: None, decide=decide)
         decided: list[tuple[float, float]] = []  # (when committed, latency us) of every decided row
+        file_end: list[float] = []  # a paced replay's row closed by the file's end: its latency, apart
         commit = svc.ledger.commit_row
 
         def traced(**kw) -> None:  # noqa: ANN003
             if kw["row"] >= warmup_rows:
                 if speed is None:
                     decided.append((time.perf_counter(), kw["latency_us"]))
+                elif kw["records"] >= len(source):  # closed by the file's end, not by a record: no
+                    # record-in to decision-out (a live feed has no such close), timed from when the
+                    # file's last record was due and reported apart
+                    file_end.append((time.monotonic() - source.due(len(source) - 1)) * 1e6)
                 elif kw["records"] >= paced_from:  # from when the record that closed the row was due (a
-                    # wait behind a close ahead too); the last close, made at the end of the file, from
-                    # when its last record was; rows closed by the history released at once: none
+                    # wait behind a close ahead too); rows closed by the history released at once: none
                     t = time.monotonic()
-                    closer = min(kw["records"], len(source) - 1)
-                    decided.append((time.perf_counter(), (t - source.due(closer)) * 1e6))
+                    decided.append((time.perf_counter(), (t - source.due(kw["records"])) * 1e6))
             commit(**kw)
 
         svc.ledger.commit_row = traced  # type: ignore[method-assign]
@@ -277,6 +282,7 @@ def serve(
         "latency_us_p90": float(np.percentile(lat, 90)) if len(lat) else None,
         "latency_us_max": float(lat.max()) if len(lat) else None,
         "latencies_us": lat.tolist(),
+        "latency_us_file_end": file_end[0] if file_end else None,
         "closes_made_ahead": svc.ahead_made,
         "closes_kept_ahead": svc.ahead_kept,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
@@ -516,6 +522,9 @@ def main(argv: list[str] | None = None) -> dict:
         if r["speed"] is not None and r["latency_us_p50"] is not None:
             q = r["latency_us_p90"], r["latency_us_max"], len(r["latencies_us"])
             print(f"{name}: latency p90 {q[0]:,.0f} us, max {q[1]:,.0f} us over {q[2]} decisions")
+            if r["latency_us_file_end"] is not None:
+                end = r["latency_us_file_end"]
+                print(f"{name}: the row closed by the file's end (no record closes it) {end:,.0f} us, apart")
         if r["closes_made_ahead"]:
             print(f"{name}: closes made ahead {r['closes_made_ahead']:,}, kept {r['closes_kept_ahead']:,}")
         for label, us in sorted(r["parts_us_per_row"].items(), key=lambda kv: -kv[1]):

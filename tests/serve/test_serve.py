@@ -821,10 +821,16 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
     record is due (every call with no time to wait: the source never sleeps), while ``sleep`` hands the
     wait to the source; the same decisions either way, on a paced replay of two MBP-10 files (a few
     seconds), with closes made ahead in its quiet moments. Both leave the garbage collector as they
-    found it: automatic, nothing frozen (serve.service._collected_when_idle)."""
+    found it: automatic, nothing frozen (serve.service._collected_when_idle); both serve with the
+    thread's timer slack at 1 ns (on Linux: a blocked wait's sleeps end on time) and restore it."""
     import gc
 
     from foxhunt.serve.config import Wait
+    from foxhunt.serve.service import PR_GET_TIMERSLACK, TIMER_SLACK_NS, _prctl
+
+    prctl = _prctl()
+    slack = (lambda: prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) if prctl is not None else (lambda: None)
+    before = slack()
 
     files = sorted(p for p in replay if ".mbp-10." in p.name)
     times = ReplaySource(files)._ts
@@ -835,8 +841,11 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
         timeouts: list[float] = []
         take = src.next_block
 
-        def traced(timeout: float, _take=take, _seen=timeouts) -> StreamBlock | None:  # noqa: ANN001
+        slacks: set[int | None] = set()
+
+        def traced(timeout: float, _take=take, _seen=timeouts, _slacks=slacks) -> StreamBlock | None:  # noqa: ANN001
             _seen.append(timeout)
+            _slacks.add(slack())
             return _take(timeout)
 
         src.next_block = traced  # type: ignore[method-assign]
@@ -845,6 +854,7 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
         svc.run()
         runs[wait] = (svc.ledger.decisions(), timeouts, svc.ahead_made)
         assert gc.isenabled() and gc.get_freeze_count() == 0
+        assert slack() == before and slacks == ({TIMER_SLACK_NS} if before is not None else {None})
         svc.close()
     (slept, slept_timeouts, _), (spun, spun_timeouts, made) = runs[Wait.SLEEP], runs[Wait.SPIN]
     assert len(spun) == len(slept) > 10 and all(_same(x, y) for x, y in zip(spun, slept, strict=True))
@@ -853,7 +863,7 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
 
 class _QuietBeforeBars(ReplaySource):
     """A replay at full speed, one record a block (a paced feed's), that is quiet (``ready()`` False)
-    for its first ``polls`` polls before each record that opens a later time bar: a spinning wait's
+    for its first ``polls`` polls before each record that opens a later time bar: a wait's
     idle moments, where closes are made ahead and rehearsed, in a test of a few seconds."""
 
     def __init__(self, paths: list[Path], polls: int) -> None:
@@ -877,19 +887,21 @@ class _QuietBeforeBars(ReplaySource):
         return got
 
 
-def test_a_spinning_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_nothing(
-    export: Path, replay: list[Path], tmp_path: Path
+@pytest.mark.parametrize("wait", ["spin", "sleep"])
+def test_a_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_nothing(
+    export: Path, replay: list[Path], tmp_path: Path, wait: str
 ) -> None:
-    """While a close made ahead waits, a spinning wait runs a due record's path (the source's block, its
-    decoding, the monitor's check, its bar, the kept close's key) on the last record taken, never the
-    next, every ``REHEARSE_S``: the decisions, faults and resume points are those of a service that
-    never rehearses (closes made when due), and the closes made ahead are kept."""
+    """While a close made ahead waits, either wait (spinning, or blocked in the source a millisecond
+    at a time) runs a due record's path (the source's block, its decoding, the monitor's check, its
+    bar, the kept close's key) on the last record taken, never the next, every ``REHEARSE_S``: the
+    decisions, faults and resume points are those of a service that never rehearses (closes made when
+    due), and the closes made ahead are kept."""
     from foxhunt.serve.config import Ahead, Wait
 
     files = sorted(p for p in replay if ".mbp-10." in p.name)[:1]  # one session
     runs = {}
     for ahead in Ahead:
-        cfg = ServeConfig(warmup_rows=2, wait=Wait.SPIN, ahead=ahead)
+        cfg = ServeConfig(warmup_rows=2, wait=Wait(wait), ahead=ahead)
         src = _QuietBeforeBars(files, polls=4)
         svc = Service(export, src, tmp_path / ahead.value, cfg, log=lambda m: None)
         src.quiet_at_bars(svc.cfg.data.bar_seconds * 10**9)  # the service's bars
