@@ -47,7 +47,7 @@ class Wait(StrEnum):
     """How the service waits for its next record (foxhunt.serve.service.Service.run)."""
 
     # The source blocks (a timed sleep, a queue's wait): the core is free meanwhile, but for the due
-    # record's path rehearsed every millisecond while a close made ahead waits (~1% of the core).
+    # record's path rehearsed every millisecond while a close made ahead waits (a few percent of the core).
     SLEEP = "sleep"
     # A busy loop on the source's ready() (a syscall a turn, which lets the live client's thread
     # queue its records): the record is taken the moment it is due, on a core that never went to

@@ -239,20 +239,9 @@ class Service:
             if gen is not None and (not idle or not ready()):
                 gc.collect(gen)  # the cyclic garbage collector where it delays no decision
             timeout = min(self.scfg.stall_seconds, 1.0)
-            if spin:  # serve.wait = spin: the source is then called with its record due (or none)
-                now = time.monotonic()
-                deadline, rehearsed = now + timeout, now - REHEARSE_S  # at once: a close ahead left it cold
-                while not ready() and now < deadline and not self.stopped:
-                    if rehearsal is not None and self._ahead is not None and now - rehearsed >= REHEARSE_S:
-                        self._rehearse(rehearsal())
-                        rehearsed = now
-                    # A syscall of ~1 us that lets another thread take the GIL (the live client's, to
-                    # queue a record; the HTTP server's). time.sleep(0) would sleep ~75 us (timer slack).
-                    os.sched_yield()
-                    now = time.monotonic()
-                timeout = 0.0
+            wait = self._take_spinning if spin else self._take_rehearsing
             try:
-                got = take(timeout=0.0) if spin else self._take_rehearsing(take, ready, rehearsal, timeout)
+                got = wait(take, ready, rehearsal, timeout)
             except SourceEnded:
                 self._close_rows()  # the files' last row is complete when they end
                 break
@@ -295,11 +284,29 @@ class Service:
             self.state.bucket = bucket
             self.state.append(got.stream, got.payload)
 
+    def _take_spinning(self, take: Any, ready: Any, rehearsal: Any, timeout: float) -> Any:
+        """``take`` for a spinning wait (``serve.wait = spin``): ``ready()`` polled here until a record
+        is due (or ``timeout``), the due record's path rehearsed every ``REHEARSE_S`` while a close made
+        ahead waits (the first at once: making the close left the caches cold); the source is then
+        called with its record due, or none, and never sleeps."""
+        now = time.monotonic()
+        deadline, rehearsed = now + timeout, now - REHEARSE_S
+        while not ready() and now < deadline and not self.stopped:
+            if rehearsal is not None and self._ahead is not None and now - rehearsed >= REHEARSE_S:
+                self._rehearse(rehearsal())
+                rehearsed = now
+            # A syscall of ~1 us that lets another thread take the GIL (the live client's, to queue a
+            # record; the HTTP server's). time.sleep(0) would sleep ~75 us (timer slack).
+            os.sched_yield()
+            now = time.monotonic()
+        return take(timeout=0.0)
+
     def _take_rehearsing(self, take: Any, ready: Any, rehearsal: Any, timeout: float) -> Any:
         """``take(timeout)`` for a blocked wait (``serve.wait = sleep``): while a close made ahead
         waits, blocked in the source ``REHEARSE_S`` at a time with the due record's path rehearsed
         between (the first at once: making the close left the caches cold), so that a blocked wait
-        keeps that path warm too; the core sleeps all but ~1% of the time. Otherwise one plain take."""
+        keeps that path warm too; the core sleeps all but a few percent of the time. Otherwise one
+        plain take."""
         if rehearsal is None or self._ahead is None:
             return take(timeout=timeout)
         now = time.monotonic()
