@@ -1290,6 +1290,7 @@ def seeds_cmd(
     from foxhunt.backtest.reference import edge, planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import claim_folder
+    from foxhunt.parallel.resources import spread
     from foxhunt.report.plots import plot_seeds
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
@@ -1383,6 +1384,8 @@ def seeds_cmd(
             f"net {nets} (total {committee.total:+,.0f}), capture {cap}",
             markup=False,
         )
+    if (where := spread(summary["devices"])) is not None:
+        out.print(f"seeds {where}", markup=False)
     c = summary["capture"]
     ci = f" [{c['lo']:.0%}, {c['hi']:.0%}]" if c["lo"] is not None else ""
     mean = f"{c['mean']:.0%}{ci}" if c["mean"] is not None else "n/a"
@@ -1567,6 +1570,7 @@ def tune_cmd(
     from foxhunt.backtest.reference import planted_column
     from foxhunt.features.cache import get_or_build
     from foxhunt.outputs import check_writable
+    from foxhunt.parallel.resources import spread
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
@@ -1643,6 +1647,8 @@ def tune_cmd(
                 parent.log_artifact(path)
     states = ", ".join(f"{n} {k.lower()}" for k, n in summary["states"].items())
     out.print(f"study {name}: {summary['trials_counted']}/{cfg.tune.trials} trials ({states})", markup=False)
+    if (where := spread(summary["devices"])) is not None:
+        out.print(f"trials {where}", markup=False)
     if summary["best"] is None:
         out.print("no trial completed: no best profile written", markup=False)
     else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -46,11 +47,27 @@ def test_ray_map_reraises_the_jobs_own_error() -> None:
 
 
 @pytest.mark.usefixtures("ray_session")
-def test_ray_gpu_share_without_gpus_is_refused_not_left_waiting() -> None:
+def test_ray_gpu_share_past_the_gpus_is_refused_not_left_waiting() -> None:
     with open_executor(2) as ex:
         assert ex.map(square_after, [(3, 0.0)], Resources(cpus=0.5, gpus=0.0)) == [9]
-        with pytest.raises(FoxhuntError, match="asks for 0.25 GPU"):
-            ex.map(square_after, [(3, 0.0)], Resources(gpus=0.25))
+        with pytest.raises(FoxhuntError, match="asks for 3.0 GPU"):
+            ex.map(square_after, [(3, 0.0)], Resources(gpus=3.0))  # the fixture's Ray has two
+
+
+def visible_gpu_after(delay: float) -> str:
+    time.sleep(delay)  # long enough that both workers' tasks run at once
+    return os.environ.get("CUDA_VISIBLE_DEVICES", "unset")
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_ray_places_one_worker_a_gpu_on_each_of_two_gpus() -> None:
+    # Two workers on a Ray of two GPUs: the share the trials and seeds ask for is one GPU each, and
+    # Ray, not foxhunt, puts each task on its own GPU (no GPU count or index in foxhunt's code).
+    with open_executor(2) as ex:
+        share = gpu_share(ex.gpus, ex.workers)
+        assert share == 1.0
+        seen = ex.map(visible_gpu_after, [(0.5,)] * 4, Resources(gpus=share))
+    assert sorted(set(seen)) == ["0", "1"], seen
 
 
 def test_resources_take_gpu_fractions_and_refuse_broken_shares() -> None:

@@ -49,7 +49,20 @@ def test_seed_capture_beats_flat_and_summary() -> None:
     assert body["beats_flat"] == 2 and body["finished"] == 3 and body["stopped"] == [10]
     assert body["seeds"][0]["folds"][1]["net_pnl"] == -200.0
     assert body["seeds"][3]["stopped"] == "exploding loss"
+    assert body["devices"] == {} and body["seeds"][0]["device"] is None  # none recorded here
     json.dumps(body)  # seeds.json is plain JSON
+
+
+def test_seeds_tally_the_gpus_they_ran_on_and_read_back() -> None:
+    gpu = "cuda:0 (NVIDIA H200, GPU-b, CUDA_VISIBLE_DEVICES=1)"
+    places = {1: "cpu", 2: gpu, 3: gpu}
+    results = [SeedResult(s, _result(s, [1.0], [2.0]).folds, 1.0, device=d) for s, d in places.items()]
+    body = summarise_seeds(results, reference=None)
+    assert body["devices"] == {"cpu": 1, gpu: 2}
+    assert [SeedResult.from_dict(s) for s in body["seeds"]] == results
+    older = body["seeds"][0] | {}
+    del older["device"]  # a seeds.json written before seeds recorded their device
+    assert SeedResult.from_dict(older).device is None
 
 
 def _checkpoint(path: Path, size: int = 10) -> None:
@@ -116,6 +129,7 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert result.exit_code == 0, result.output
     body = json.loads((out / "seeds.json").read_text())
     assert [s["seed"] for s in body["seeds"]] == [3, 4] and body["finished"] == 2
+    assert [s["device"] for s in body["seeds"]] == ["cpu", "cpu"] and body["devices"] == {"cpu": 2}
     for s in body["seeds"]:
         assert [f["fold"] for f in s["folds"]] == [0, 1]
         for f, ref in zip(s["folds"], body["reference"]["folds"], strict=True):

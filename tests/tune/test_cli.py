@@ -129,6 +129,9 @@ def test_tune_trains_four_trials_on_two_workers(market: tuple[list[Path], Path],
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "tune.json").read_text())
     assert summary["trials_counted"] == 4 and sum(summary["states"].values()) == 4
+    # every trial records where it trained (the smoke profile: the CPU), and the study tallies them
+    assert [t["device"] for t in summary["trials"]] == ["cpu"] * 4 and summary["devices"] == {"cpu": 4}
+    assert "trials ran on" not in result.output  # the console names GPUs only
     for t in summary["trials"]:
         recorded = json.loads((Path(t["folder"]) / "train.config.json").read_text())["config"]
         assert recorded["agent"]["learn"]["lr"] == t["params"]["agent.learn.lr"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from foxhunt.errors import FoxhuntError
@@ -71,3 +72,37 @@ def check_fits(resources: Resources, cpus: float, gpus: float, where: str) -> No
             f"a task asks for {resources.cpus} CPU(s) but only {cpus:g} are available",
             "ask for fewer CPUs per task",
         )
+
+
+def placement(device: str) -> str:
+    """Where a task trains, as its logs record it: ``cpu``, or the CUDA device with the physical GPU
+    behind it, ``cuda:0 (NVIDIA H200, GPU-5c3e..., CUDA_VISIBLE_DEVICES=1)``. Ray gives each GPU
+    task its own ``CUDA_VISIBLE_DEVICES``, so every task sees its GPU as ``cuda:0``: the UUID and the
+    variable are what tell two tasks' GPUs apart."""
+    import torch
+
+    dev = torch.device(device)
+    if dev.type != "cuda" or not torch.cuda.is_available():
+        return dev.type
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    parts = [props.name]
+    uuid = getattr(props, "uuid", None)  # a UUID object on recent torch; absent on old builds
+    if uuid is not None:
+        parts.append(f"GPU-{uuid}")
+    parts.append(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}")
+    return f"cuda:{index} ({', '.join(parts)})"
+
+
+def tally(places: Iterable[str | None]) -> dict[str, int]:
+    """How many tasks ran at each :func:`placement` (None: not recorded), in name order: on a machine
+    of two GPUs with two workers, two GPUs are named here."""
+    seen = [p for p in places if p]
+    return {p: seen.count(p) for p in sorted(set(seen))}
+
+
+def spread(places: dict[str, int]) -> str | None:
+    """A :func:`tally` as one line for the console (None when every task ran on the CPU)."""
+    if set(places) <= {"cpu"}:
+        return None
+    return "ran on " + "; ".join(f"{p}: {n}" for p, n in places.items())

@@ -33,6 +33,7 @@ from scipy import stats
 from foxhunt.backtest.reference import RULE, capture_ratio
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.errors import FoxhuntError
+from foxhunt.parallel.resources import tally
 from foxhunt.tracking import TrackingTarget, nested_run
 from foxhunt.train.members import COMMITTEE_KEY
 
@@ -62,6 +63,7 @@ class SeedResult:
     folds: list[SeedFold] = field(default_factory=list)
     seconds: float = 0.0
     stopped: str | None = None  # the anomaly guard's diagnosis when it stopped the run
+    device: str | None = None  # where it trained (foxhunt.parallel.resources.placement)
 
     @property
     def total(self) -> float | None:
@@ -89,13 +91,17 @@ class SeedResult:
             "beats_flat": self.beats_flat,
             "seconds": round(self.seconds, 1),
             "stopped": self.stopped,
+            "device": self.device,
         }
 
     @classmethod
     def from_dict(cls, body: dict[str, Any]) -> SeedResult:
         """A seed read back from ``seeds.json`` (the inverse of :meth:`to_dict`)."""
         folds = [SeedFold(**f) for f in body["folds"]]
-        return cls(int(body["seed"]), folds, seconds=float(body["seconds"]), stopped=body["stopped"])
+        return cls(
+            int(body["seed"]), folds, seconds=float(body["seconds"]), stopped=body["stopped"],
+            device=body.get("device"),  # absent from a seeds.json of an older foxhunt
+        )
 
 
 def with_seed(cfg: FoxhuntConfig, seed: int) -> FoxhuntConfig:
@@ -140,11 +146,14 @@ def train_one_seed(
     Pure in its arguments (everything it reads is passed in, nothing is shared with the caller), so a
     process pool or a Ray task can run it per seed."""
     from foxhunt.features.cache import load_cache
+    from foxhunt.parallel.resources import placement
     from foxhunt.train.guard import AnomalyError
-    from foxhunt.train.run import train
+    from foxhunt.train.run import resolve_device, train
 
     cfg = with_seed(cfg, seed)
     t0 = time.perf_counter()
+    # The GPU Ray placed this seed on (each task sees its own as cuda:0): seeds.json shows the spread.
+    device = placement(str(resolve_device(cfg)))
     cache = load_cache(cache_path, cfg)
     try:
         # The seeds command claimed the parent folder (refused unless --overwrite): a seed folder left
@@ -154,8 +163,8 @@ def train_one_seed(
             folds = train(cache, cfg, out, overwrite=True, log=lambda _: None, planted=planted, on_epoch=hook)
             tr.log_folds(folds, out)
     except AnomalyError as err:
-        return SeedResult(seed, seconds=time.perf_counter() - t0, stopped=str(err))
-    return SeedResult(seed, [seed_fold(f) for f in folds], seconds=time.perf_counter() - t0)
+        return SeedResult(seed, seconds=time.perf_counter() - t0, stopped=str(err), device=device)
+    return SeedResult(seed, [seed_fold(f) for f in folds], seconds=time.perf_counter() - t0, device=device)
 
 
 def committee_result(
@@ -252,6 +261,7 @@ def summarise_seeds(
         "beats_flat": sum(bool(r.beats_flat) for r in done),
         "finished": len(done),
         "stopped": [r.seed for r in results if r.stopped],
+        "devices": tally(r.device for r in results),
     }
 
 

@@ -24,13 +24,14 @@ from optuna.trial import TrialState
 
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.parallel.resources import tally
 from foxhunt.report.fmt import NA, esc, kv, note, table, td
 from foxhunt.report.html import CSS
 from foxhunt.report.plots import _save, plt
 from foxhunt.tune.config import Direction
 from foxhunt.tune.export import BEST_PROFILE, best_trial
 from foxhunt.tune.objective import Period, out_of_sample
-from foxhunt.tune.study import REASON, VALIDATION, counted, ranked_on, trial_row
+from foxhunt.tune.study import DEVICE, REASON, VALIDATION, counted, ranked_on, trial_row
 
 SUMMARY_FILE = "tune.json"
 REPORT_FILE = "tune.html"
@@ -109,6 +110,7 @@ def summarise(
         "importances": imp,
         "importance_note": why,
         "seconds": round(seconds, 1),
+        "devices": tally(t.user_attrs.get(DEVICE) for t in trials),
         "trials": [trial_row(t) for t in trials],
     }
 
@@ -176,7 +178,9 @@ def _value(x: Any) -> str:
 
 
 def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked: str) -> str:
-    columns = ("trial", "state", f"value ({ranked}, ranked)", "validation", *keys, "seconds", "reason")
+    columns = (
+        "trial", "state", f"value ({ranked}, ranked)", "validation", *keys, "seconds", "device", "reason"
+    )
     head = "".join(f"<th>{esc(h)}</th>" for h in columns)
     body = []
     for r in rows:
@@ -188,6 +192,7 @@ def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked
             td(_value((r.get("validation") or {}).get("value"))),
             *(td(esc(params[k]) if k in params else NA) for k in keys),
             td(_value(r.get("seconds"))),
+            td(esc(r.get("device") or NA), ""),
             td(esc(r.get("reason") or ""), ""),
         ]
         body.append("<tr>" + "".join(cells) + "</tr>")

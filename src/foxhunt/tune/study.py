@@ -78,6 +78,9 @@ VALIDATION = "validation"
 """User attribute of a COMPLETE trial: the objective over the validation periods (``value``) and over
 the last fold's (``last_fold``), means over its seeds, and the number of ``folds``
 (:func:`foxhunt.tune.objective.validation_numbers`); reported, never ranked on."""
+DEVICE = "device"
+"""User attribute: where the trial trained, the physical GPU behind its ``cuda:0`` included
+(:func:`foxhunt.parallel.resources.placement`), so tune.json shows how Ray spread the trials."""
 STUDY_CONFIG = "config_hash"
 """Study user attribute: the hash of the config it searches (:func:`study_identity`)."""
 STUDY_RANKED_ON = "ranked_on"
@@ -277,8 +280,10 @@ def train_seed(
 
 def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
     """The objective of one worker's trials (module docstring)."""
+    from foxhunt.parallel.resources import placement
     from foxhunt.tracking import chain_hooks, nested_run
     from foxhunt.train.guard import AnomalyError
+    from foxhunt.train.run import resolve_device
 
     trainer = work.trainer or train_seed
 
@@ -289,6 +294,8 @@ def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
         cfg = with_params(work.cfg, params, where=f"trial {trial.number}")
         folder = trial_folder(work.out, trial.number)
         trial.set_user_attr("folder", str(folder))
+        # The GPU Ray placed this worker on (each sees its own as cuda:0): tune.json shows the spread.
+        trial.set_user_attr(DEVICE, placement(str(resolve_device(cfg))))
         pruning = Pruning(trial) if work.cfg.tune.pruner is not Pruner.NONE else None
         values: list[float] = []
         held_out: list[dict[str, float | None]] = []  # each seed's validation numbers (never ranked)
@@ -493,6 +500,7 @@ def trial_row(t: FrozenTrial) -> dict[str, Any]:
         "reason": t.user_attrs.get(REASON),
         "seconds": t.user_attrs.get("seconds"),
         "folder": t.user_attrs.get("folder"),
+        "device": t.user_attrs.get(DEVICE),
         "retry_of": t.system_attrs.get("failed_trial"),
     }
 
