@@ -87,9 +87,10 @@ def placement(device: str) -> str:
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     parts = [props.name]
-    uuid = getattr(props, "uuid", None)  # a UUID object on recent torch; absent on old builds
+    uuid = getattr(props, "uuid", None)  # printed bare (as nvidia-smi's, without its GPU- prefix)
     if uuid is not None:
-        parts.append(f"GPU-{uuid}")
+        text = str(uuid)
+        parts.append(text if text.startswith("GPU-") else f"GPU-{text}")
     parts.append(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}")
     return f"cuda:{index} ({', '.join(parts)})"
 
