@@ -125,26 +125,34 @@ class Setup:
                 *[a for s in self.sets for a in ("--set", s)]]
 
 
-def tune_run(setup: Setup, out: Path, params: list[dict], workers: int, env: dict[str, str]) -> dict:
-    out = setup.folder(out)
-    enqueue(out, params, setup.profile, setup.sets)
-    cmd = [*CLI, "tune", "--trials", str(len(params)), "--workers", str(workers), "--out", str(out),
-           *setup.args()]
+def command(cmd: list[str], env: dict[str, str], out: Path, workers: int, summary: str) -> tuple[dict, dict]:
+    """Run one foxhunt command; what every run reports, and the body of its ``summary`` file."""
     wall, done = sh(cmd, env)
-    body = json.loads((out / "tune.json").read_text())
-    trials = body["trials"]
+    print(f"{out.name}: {wall:.1f} s, {workers} worker(s)", flush=True)
+    body = json.loads((out / summary).read_text())
     return {
         "command": " ".join(cmd[2:]),
         "visible": env.get("CUDA_VISIBLE_DEVICES", "all"),
         "workers": workers,
         "wall_s": round(wall, 1),
-        "states": body["states"],
         "devices": body["devices"],
+        "stdout_tail": done.stdout[-600:],
+    }, body
+
+
+def tune_run(setup: Setup, out: Path, params: list[dict], workers: int, env: dict[str, str]) -> dict:
+    out = setup.folder(out)
+    enqueue(out, params, setup.profile, setup.sets)
+    cmd = [*CLI, "tune", "--trials", str(len(params)), "--workers", str(workers), "--out", str(out),
+           *setup.args()]
+    run, body = command(cmd, env, out, workers, "tune.json")
+    trials = body["trials"]
+    return run | {
+        "states": body["states"],
         "trial_s": [t["seconds"] for t in trials],
         "params": [t["params"] for t in trials],
         "values": [t["value"] for t in trials],
         "failed": [{"trial": t["number"], "reason": t["reason"]} for t in trials if t["state"] == "FAIL"],
-        "stdout_tail": done.stdout[-600:],
     }
 
 
@@ -152,18 +160,11 @@ def seeds_run(setup: Setup, out: Path, seeds: list[int], workers: int, env: dict
     out = setup.folder(out)
     cmd = [*CLI, "seeds", "--seeds", ",".join(map(str, seeds)), "--workers", str(workers), "--out", str(out),
            "--keep", "reported", *setup.args()]
-    wall, done = sh(cmd, env)
-    body = json.loads((out / "seeds.json").read_text())
-    return {
-        "command": " ".join(cmd[2:]),
-        "visible": env.get("CUDA_VISIBLE_DEVICES", "all"),
-        "workers": workers,
-        "wall_s": round(wall, 1),
-        "devices": body["devices"],
+    run, body = command(cmd, env, out, workers, "seeds.json")
+    return run | {
         "seed_s": [s["seconds"] for s in body["seeds"]],
         "totals": [s["total"] for s in body["seeds"]],
-        "stopped": [{"seed": s["seed"], "reason": s["stopped"]} for s in body["seeds"] if s["stopped"]],
-        "stdout_tail": done.stdout[-600:],
+        "failed": [{"seed": s["seed"], "reason": s["stopped"]} for s in body["seeds"] if s["stopped"]],
     }
 
 
@@ -209,7 +210,7 @@ def main() -> None:
     for name, many, single in rows:
         speedup = single["wall_s"] / many["wall_s"]
         result[name] = {"all_gpus": many, "one_gpu": single, "speedup": round(speedup, 2)}
-        failed = [*many.get("failed", many.get("stopped")), *single.get("failed", single.get("stopped"))]
+        failed = [*many["failed"], *single["failed"]]
         walls = f"{many['wall_s']:>14.1f}{single['wall_s']:>12.1f}"
         print(f"{name:<10}{walls}{speedup:>9.2f}x  {failed or 'none'}")
     for name, many, single in rows:
