@@ -70,6 +70,21 @@ def test_ray_places_one_worker_a_gpu_on_each_of_two_gpus() -> None:
     assert sorted(set(seen)) == ["0", "1"], seen
 
 
+def test_without_ray_each_spawned_worker_takes_its_own_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A machine of two GPUs without Ray: nothing places the processes, so each spawned worker takes
+    # the next visible GPU before CUDA starts in it (else every one would use the first). CPU tasks
+    # on the same executor get a pool that leaves the variable as it was.
+    import foxhunt.parallel.executor as executor
+
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.setattr(executor, "detect_gpus", lambda: 2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # the two this process may use
+    with open_executor(2, say=lambda _: None) as ex:
+        seen = ex.map(visible_gpu_after, [(0.5,)] * 4, Resources(gpus=1.0))
+        assert sorted(set(seen)) == ["3", "5"], seen
+        assert ex.map(visible_gpu_after, [(0.0,)] * 2) == ["3,5", "3,5"]
+
+
 def test_resources_take_gpu_fractions_and_refuse_broken_shares() -> None:
     assert Resources(gpus=0.25).gpus == 0.25
     assert Resources(cpus=2, gpus=2).gpus == 2

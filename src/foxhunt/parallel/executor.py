@@ -20,7 +20,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from foxhunt.errors import FoxhuntError
-from foxhunt.parallel.resources import Resources, check_fits, detect_gpus, usable_cores
+from foxhunt.parallel.resources import Resources, check_fits, detect_gpus, usable_cores, visible_gpus
 
 ONE_CPU = Resources()  # the default task: one core, no GPU
 NO_RAY = "ray is not installed: running"
@@ -35,6 +35,16 @@ def _call(fn: Callable[..., Any], *args: Any) -> Any:
     """The one Ray task: ``fn(*args)``. Taking ``fn`` as an argument (pickled by reference to its
     module) lets any module-level callable run, builtins included, without a decorator per function."""
     return fn(*args)
+
+
+def _claim_gpu(counter: Any, gpus: list[str]) -> None:
+    """A spawned worker's initializer, before anything starts CUDA in it: this process takes the
+    next of the visible ``gpus`` in turn (one each while there are enough), as Ray gives each task
+    its own ``CUDA_VISIBLE_DEVICES``."""
+    with counter.get_lock():
+        turn = counter.value
+        counter.value += 1
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpus[turn % len(gpus)]
 
 
 def _import_ray() -> ModuleType | None:
@@ -58,6 +68,7 @@ class Executor:
         self._owns_ray = owns_ray
         self._remote: Any = None
         self._pool: ProcessPoolExecutor | None = None
+        self._pinned = False  # the pool's workers each hold one GPU (_claim_gpu)
 
     def __enter__(self) -> Executor:
         return self
@@ -95,14 +106,23 @@ class Executor:
         check_fits(resources, float(usable_cores()), float(detect_gpus()), "executor (local)")
         if self.workers == 1 or len(jobs) == 1:
             return [fn(*job) for job in jobs]
-        return self._map_pool(fn, jobs)
+        return self._map_pool(fn, jobs, pin=resources.gpus > 0 and detect_gpus() > 1)
 
-    def _map_pool(self, fn: Callable[..., Any], jobs: list[tuple]) -> list:
-        # Spawned, not forked: a fork of a process that has started torch's or numba's threads can
-        # deadlock, and spawn is what a Ray worker or a fresh machine sees anyway.
+    def _map_pool(self, fn: Callable[..., Any], jobs: list[tuple], *, pin: bool) -> list:
+        # pin: GPU tasks on a machine of several GPUs. Without Ray nothing places them, and every
+        # process would take the first GPU: each spawned worker takes the next visible GPU instead.
+        if self._pool is not None and self._pinned != pin:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._pool is None:
+            # Spawned, not forked: a fork of a process that has started torch's or numba's threads
+            # can deadlock, and spawn is what a Ray worker or a fresh machine sees anyway.
             ctx = multiprocessing.get_context("spawn")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            init, args = (_claim_gpu, (ctx.Value("i", 0), visible_gpus())) if pin else (None, ())
+            self._pool = ProcessPoolExecutor(
+                max_workers=self.workers, mp_context=ctx, initializer=init, initargs=args
+            )
+            self._pinned = pin
         futures: list[Future] = [self._pool.submit(fn, *job) for job in jobs]
         done, pending = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [f for f in futures if f in done and f.exception() is not None]

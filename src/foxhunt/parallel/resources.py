@@ -49,6 +49,14 @@ def detect_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def visible_gpus() -> list[str]:
+    """The GPUs this process sees, as ``CUDA_VISIBLE_DEVICES`` names them (indices or UUIDs)."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return [g.strip() for g in visible.split(",") if g.strip()]
+    return [str(i) for i in range(detect_gpus())]
+
+
 def gpu_share(gpus: float, workers: int) -> float:
     """Each of ``workers`` concurrent tasks' share of ``gpus`` GPUs, at most one whole GPU: 1 GPU and
     4 workers give 0.25 (four tasks on one GPU), 2 GPUs and 4 workers 0.5, 8 GPUs and 4 workers 1.
