@@ -103,10 +103,11 @@ class Executor:
             return []
         if self.backend is Backend.RAY:
             return self._map_ray(fn, jobs, resources)
-        check_fits(resources, float(usable_cores()), float(detect_gpus()), "executor (local)")
+        gpus = detect_gpus()
+        check_fits(resources, float(usable_cores()), float(gpus), "executor (local)")
         if self.workers == 1 or len(jobs) == 1:
             return [fn(*job) for job in jobs]
-        return self._map_pool(fn, jobs, pin=resources.gpus > 0 and detect_gpus() > 1)
+        return self._map_pool(fn, jobs, pin=resources.gpus > 0 and gpus > 1)
 
     def _map_pool(self, fn: Callable[..., Any], jobs: list[tuple], *, pin: bool) -> list:
         # pin: GPU tasks on a machine of several GPUs. Without Ray nothing places them, and every
