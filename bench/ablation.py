@@ -33,7 +33,7 @@ from typing import Any
 
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, FrontDoor
 from foxhunt.outputs import Keep
 from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies, voters
 
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         claim(args)
     except FoxhuntError as err:
-        print(err, file=sys.stderr)
+        print(err.render(FrontDoor.CLI), file=sys.stderr)  # a script of options: fixes worded as them
         return err.exit_code
     header = (
         f"Ablation: profile `{args.profile}`, seeds {','.join(map(str, args.seeds))}"

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -18,7 +19,7 @@ from foxhunt import api
 from foxhunt.backtest.run import METRIC_KEYS, run_backtest
 from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
@@ -136,7 +137,7 @@ def test_branch_actions_and_mistakes(cache: FeatureCache, cfg: FoxhuntConfig) ->
 
     flat = api.backtest(cache, flat_orders, cfg=cfg, fold=0)
     assert (flat.metrics["trades"], flat.metrics["net_pnl"], flat.metrics["costs"]) == (0, 0.0, 0.0)
-    with pytest.raises(ValueError, match=r"\[\d+, 4\] branch indices .* got shape \[\d+, 3\]"):
+    with pytest.raises(PolicyError, match=r"policy .*<lambda>: returned shape \[(\d+), 3\] for \1 rows"):
         api.backtest(cache, lambda s, r: torch.zeros(s.shape[0], 3, dtype=torch.int64), cfg=cfg, fold=0)
     with pytest.raises(FoxhuntError, match="needs cfg and fold"):
         api.backtest(cache, flat_orders, fold=0)
@@ -144,6 +145,65 @@ def test_branch_actions_and_mistakes(cache: FeatureCache, cfg: FoxhuntConfig) ->
         api.backtest(cache, "flat", cfg=cfg, fold=2)
     with pytest.raises(FoxhuntError, match="'psychic'"):
         api.backtest(cache, "psychic", cfg=cfg, fold=0)
+
+
+def test_a_policy_answering_no_action_is_refused_at_its_first_step_by_name(
+    cache: FeatureCache, cfg: FoxhuntConfig
+) -> None:
+    """Booleans (once read as Short/Hold: 259 short trades), floats and an out-of-range value are
+    refused before the env steps with them, naming the policy; integers as numpy or a list pass."""
+    calls: list[int] = []
+
+    def long_mask(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        calls.append(1)
+        return rows.feature(SIGNAL) > 0
+
+    def too_far(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        calls.append(1)
+        return torch.full((states.shape[0],), len(api.Direction))  # one past FLAT
+
+    def scores(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+        calls.append(1)
+        return rows.feature(SIGNAL)
+
+    cases = [
+        (long_mask, r"policy .*long_mask: returned booleans .* \(fix: map the mask to directions"),
+        (too_far, r"policy .*too_far: returned direction 4 in its directions: .* takes 0\.\.3 \(0 SHORT"),
+        (scores, r"policy .*scores: returned torch.float32 values: actions are integer indices"),
+    ]
+    for policy, message in cases:
+        calls.clear()
+        with pytest.raises(PolicyError, match=message) as err:
+            api.backtest(cache, policy, cfg=cfg, fold=0)
+        assert len(calls) == 1 and err.value.exit_code == 2  # refused at the first step, not the run's end
+    flat = api.backtest(cache, "flat", cfg=cfg, fold=0)
+    as_numpy = api.backtest(
+        cache, lambda s, r: np.full(s.shape[0], int(api.Direction.FLAT), dtype=np.int32), cfg=cfg, fold=0
+    )
+    as_list = api.backtest(cache, lambda s, r: [int(api.Direction.FLAT)] * s.shape[0], cfg=cfg, fold=0)
+    assert as_numpy.metrics == as_list.metrics == flat.metrics
+
+
+def test_check_actions_reads_directions_and_branches_and_names_what_is_wrong() -> None:
+    sizes = (4, 3, 3, 3)
+    d = torch.tensor([0, 1, 2, 3])
+    assert torch.equal(api.check_actions(d, 4, sizes, "p"), d[:, None])
+    branches = torch.tensor([[2, 2, 2, 2], [0, 0, 0, 0]], dtype=torch.int16)
+    got = api.check_actions(branches, 2, sizes, "p")
+    assert got.dtype == torch.int64 and torch.equal(got, branches.long())
+    bad = {
+        "booleans": torch.ones(4, dtype=torch.bool),
+        "returned shape \\[4, 3\\] for 4 rows": torch.zeros(4, 3, dtype=torch.int64),
+        "returned shape \\[3\\] for 4 rows": torch.zeros(3, dtype=torch.int64),
+        "returned direction -1": torch.tensor([0, -1, 0, 0]),
+        "returned magnitude 3 in its branch indices: the magnitude branch takes 0..2": torch.tensor(
+            [[0, 3, 0, 0]] * 4
+        ),
+        "returned a str": "long",
+    }
+    for message, out in bad.items():
+        with pytest.raises(PolicyError, match=f"^policy p: {message}" if "str" in message else message):
+            api.check_actions(out, 4, sizes, "p")
 
 
 # --- train, load, act, export ---------------------------------------------------------------------

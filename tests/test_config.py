@@ -11,7 +11,7 @@ import pytest
 from foxhunt.config.loader import available_profiles, config_hash, load_config, write_resolved
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.schemas import DataSource
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, FrontDoor
 
 
 def test_every_profile_loads() -> None:
@@ -45,7 +45,8 @@ def test_coupled_keys_of_one_section_are_set_one_by_one() -> None:
         assert cfg.env.branches.magnitude == 3 and cfg.env.branches.magnitude_fractions == (0.25, 0.5, 1.0)
     with pytest.raises(ConfigError) as info:
         load_config("smoke", overrides=["run.seed=8", "env.branches.magnitude=2"])
-    assert "--set env.branches.magnitude=2" in str(info.value) and "needs 2 values" in str(info.value)
+    assert "--set env.branches.magnitude=2" in info.value.render(FrontDoor.CLI)
+    assert 'overrides=["env.branches.magnitude=2"]' in str(info.value) and "needs 2 values" in str(info.value)
 
 
 def test_bad_value_names_key_value_and_what_is_allowed() -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from foxhunt.atomic import atomic_path, is_stale_temp, remove_stale_temps
 from foxhunt.config.loader import load_config, write_resolved
-from foxhunt.errors import FoxhuntError, OutputError, ResumeError
+from foxhunt.errors import FoxhuntError, FrontDoor, OutputError, ResumeError
 from foxhunt.outputs import SHOWN_DIFFERENCES, claim_file, claim_folder, claim_run
 
 RESULTS = ("checkpoints", "folds.json", "train.config.json")
@@ -47,8 +47,9 @@ def test_a_resume_names_every_differing_key_with_both_values_and_counts_the_rest
 
 
 def test_resume_and_overwrite_together_are_refused(tmp_path: Path) -> None:
-    with pytest.raises(OutputError, match="--resume/--overwrite: both given"):
+    with pytest.raises(OutputError, match="resume=True/overwrite=True: both given") as err:
         claim_run(tmp_path, load_config("smoke"), "train.config.json", RESULTS, resume=True, overwrite=True)
+    assert err.value.render(FrontDoor.CLI).startswith("--resume/--overwrite: both given")
 
 
 def test_a_folder_with_a_result_is_refused_unless_overwrite_and_an_empty_one_is_not(tmp_path: Path) -> None:

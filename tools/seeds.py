@@ -21,7 +21,7 @@ from pathlib import Path
 
 from foxhunt.backtest.reference import planted_column
 from foxhunt.config.loader import load_config
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, FrontDoor, front_door
 from foxhunt.features.cache import open_cache
 from foxhunt.train.seeds import committee_result, run_seeds, seed_folder, summarise_seeds
 from foxhunt.validation.leaks import cache_sources
@@ -55,4 +55,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with front_door(FrontDoor.CLI):  # a script of options (--set ...): its errors' fixes name them
+        main()
+

@@ -24,8 +24,11 @@ fold's training-row scaler), ``rows`` a :class:`Rows` describing the N rows acte
 position, the fold's market). It answers either ``[N]`` directions (:class:`Direction` values:
 the order is then a full-size market order of normal urgency, as the scripted policies trade) or
 ``[N, 4]`` branch indices (direction, magnitude, order type, urgency; see
-:mod:`foxhunt.domain.actions`). Every policy is judged by the same environment, costs and metrics as
-``foxhunt backtest``: the validation rows of one fold, cut into windows stepped together.
+:mod:`foxhunt.domain.actions`), as integers (a tensor, numpy array or list). Every answer is checked
+before the environment steps with it (:func:`check_actions`: integer dtype, shape, each branch in
+range): booleans, floats, another shape or an out-of-range value are a :class:`~foxhunt.errors.PolicyError`
+naming the policy, at the first step. Every policy is judged by the same environment, costs and
+metrics as ``foxhunt backtest``: the validation rows of one fold, cut into windows stepped together.
 """
 
 from __future__ import annotations
@@ -48,7 +51,7 @@ from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache import FeatureCache, get_or_build, load_cache
 from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.dataset import FoldData
@@ -68,6 +71,7 @@ __all__ = [
     "Urgency",
     "backtest",
     "build_features",
+    "check_actions",
     "checkpoint_path",
     "config",
     "export_weights",
@@ -211,26 +215,93 @@ class Rows:
         return self.market.mid[self.index]
 
 
+def _policy_name(fn: Callable[..., Any]) -> str:
+    """How errors and results name a custom policy: its qualified name (a lambda's too), else its repr."""
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def check_actions(out: Any, n: int, sizes: Sequence[int], name: str) -> Tensor:
+    """A custom policy's answer for ``n`` rows as ``[n, 4]`` int64 branch indices, or a
+    :class:`PolicyError` naming policy ``name`` and what is wrong with it, before the env steps.
+
+    Accepted: ``[n]`` directions or ``[n, 4]`` branch indices (``sizes`` per branch), of an integer
+    dtype (a tensor, numpy array or list), each value in ``0 .. size - 1``. Refused: booleans (a
+    mask read as 0/1 would trade Short/Hold, not what a mask means), floats (a score is not an
+    action), any other shape, a value out of range (it would step the env with a meaningless
+    action and fail, if at all, only when the run's metrics are computed).
+
+    Example::
+
+        api.check_actions(torch.tensor([2, 3]), 2, (4, 3, 3, 3), "mine")  # [[2], [3]]: Long, Flat
+        api.check_actions(torch.tensor([True, False]), 2, (4, 3, 3, 3), "mine")  # PolicyError
+    """
+    where = f"policy {name}"
+    try:
+        out = torch.as_tensor(out)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise PolicyError(
+            where, f"returned a {type(out).__name__}, not a tensor of actions ({exc})", _ACTIONS_FIX
+        ) from None
+    if out.dtype == torch.bool:
+        raise PolicyError(
+            where,
+            f"returned booleans (shape {list(out.shape)}): a mask is not a direction (False, True would "
+            "read as Short, Hold)",
+            "map the mask to directions, e.g. torch.where(mask, api.Direction.LONG, api.Direction.FLAT)",
+        )
+    if out.dtype.is_floating_point or out.dtype.is_complex:
+        raise PolicyError(
+            where,
+            f"returned {out.dtype} values: actions are integer indices",
+            "return integer directions (api.Direction values) or branch indices, "
+            "e.g. torch.where(score > 0, api.Direction.LONG, api.Direction.SHORT)",
+        )
+    width = len(sizes)
+    if out.shape == (n,):
+        limits, what = sizes[:1], "directions"
+    elif out.shape == (n, width):
+        limits, what = sizes, "branch indices"
+    else:
+        raise PolicyError(
+            where,
+            f"returned shape {list(out.shape)} for {n} rows",
+            f"return [{n}] directions or [{n}, {width}] branch indices ({', '.join(BRANCHES)})",
+        )
+    cols = out.reshape(n, -1).to(torch.int64)
+    for j, size in enumerate(limits):  # one host sync per branch and step: a custom policy's price
+        lo, hi = int(cols[:, j].min()), int(cols[:, j].max())
+        if lo < 0 or hi >= size:
+            bad = int(cols[:, j][(cols[:, j] < 0) | (cols[:, j] >= size)][0])
+            raise PolicyError(
+                where,
+                f"returned {BRANCHES[j]} {bad} in its {what}: the {BRANCHES[j]} branch takes 0..{size - 1}"
+                + (f" ({', '.join(f'{d.value} {d.name}' for d in Direction if d < size)})" if j == 0 else ""),
+                _ACTIONS_FIX,
+            )
+    return cols
+
+
+_ACTIONS_FIX = "return [N] directions (api.Direction values) or [N, 4] branch indices (module docs)"
+
+
 def _user_policy(fn: UserPolicy, cfg: FoxhuntConfig) -> Policy:
-    """``fn(states, rows)`` as the backtester's ``(states, env) -> [N, 4]`` policy."""
+    """``fn(states, rows)`` as the backtester's ``(states, env) -> [N, 4]`` policy; every answer is
+    checked (:func:`check_actions`) before the env steps with it."""
     full = cfg.env.branches.magnitude - 1
     order, urgency = int(OrderType.MARKET), int(Urgency.NORMAL)
+    name = _policy_name(fn)
 
     def policy(obs: Tensor, env: TradingEnv) -> Tensor:
         s = env.state
-        out = torch.as_tensor(fn(obs, Rows(index=s.row, position=s.account.position, market=env.market)))
         n = obs.shape[0]
-        if out.shape == (n,):  # directions: a full-size market order of normal urgency
+        answer = fn(obs, Rows(index=s.row, position=s.account.position, market=env.market))
+        out = check_actions(answer, n, env.codec.sizes, name).to(obs.device)
+        if out.shape[1] == 1:  # directions: a full-size market order of normal urgency
             a = torch.empty(n, len(BRANCHES), dtype=torch.int64, device=obs.device)
-            for i, value in enumerate((out.to(obs.device), full, order, urgency)):  # BRANCHES order
+            for i, value in enumerate((out[:, 0], full, order, urgency)):  # BRANCHES order
                 a[:, i] = value
             return a
-        if out.shape != (n, len(BRANCHES)):
-            raise ValueError(
-                f"a policy must return [{n}] directions or [{n}, {len(BRANCHES)}] branch indices "
-                f"({', '.join(BRANCHES)}), got shape {list(out.shape)}"
-            )
-        return out.to(device=obs.device, dtype=torch.int64)
+        return out
 
     return policy
 

@@ -24,7 +24,7 @@ from rich.table import Table
 from foxhunt import __version__
 from foxhunt.console import Reporter, Verbosity
 from foxhunt.data.schemas import RowUnit, Schema
-from foxhunt.errors import FoxhuntError, OutOfMemoryError
+from foxhunt.errors import FoxhuntError, FrontDoor, OutOfMemoryError, front_door
 from foxhunt.outputs import Keep
 
 if TYPE_CHECKING:
@@ -183,37 +183,43 @@ def _fails_cleanly(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except FoxhuntError as exc:
-            _error_line("error", str(exc))
-            raise typer.Exit(exc.exit_code) from None
-        except MemoryError as exc:
-            err = OutOfMemoryError(
-                "memory",
-                f"the request needs more memory than this process may use ({type(exc).__name__}: {exc})",
-                "ask for less (fewer --events-per-session or sessions, less data, a smaller replay or "
-                "batch) or free memory",
-            )
-            _error_line("error", str(err))
-            raise typer.Exit(err.exit_code) from None
-        except OSError as exc:  # an output that cannot be written (read-only folder, full disk, ...)
-            where = exc.filename or "output"
-            _error_line("error", f"{where}: {exc.strerror or exc} (fix: choose a writable --out path)")
-            raise typer.Exit(2) from None
-        except _TYPER_EXITS:
-            raise
-        except Exception as exc:
-            if _debug:
-                raise
-            _error_line(
-                "internal error",
-                f"{type(exc).__name__}: {exc} (a bug in foxhunt, not in the input: "
-                "rerun with --debug for the traceback and report it)",
-            )
-            raise typer.Exit(1) from None
+        with front_door(FrontDoor.CLI):  # fixes worded as options (--set ...), not as Python
+            return _run_cleanly(fn, *args, **kwargs)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _run_cleanly(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """:func:`_fails_cleanly`'s body: ``fn(*args, **kwargs)``, each failure one line on stderr."""
+    try:
+        return fn(*args, **kwargs)
+    except FoxhuntError as exc:
+        _error_line("error", exc.render(FrontDoor.CLI))
+        raise typer.Exit(exc.exit_code) from None
+    except MemoryError as exc:
+        err = OutOfMemoryError(
+            "memory",
+            f"the request needs more memory than this process may use ({type(exc).__name__}: {exc})",
+            "ask for less (fewer --events-per-session or sessions, less data, a smaller replay or "
+            "batch) or free memory",
+        )
+        _error_line("error", str(err))
+        raise typer.Exit(err.exit_code) from None
+    except OSError as exc:  # an output that cannot be written (read-only folder, full disk, ...)
+        where = exc.filename or "output"
+        _error_line("error", f"{where}: {exc.strerror or exc} (fix: choose a writable --out path)")
+        raise typer.Exit(2) from None
+    except _TYPER_EXITS:
+        raise
+    except Exception as exc:
+        if _debug:
+            raise
+        _error_line(
+            "internal error",
+            f"{type(exc).__name__}: {exc} (a bug in foxhunt, not in the input: "
+            "rerun with --debug for the traceback and report it)",
+        )
+        raise typer.Exit(1) from None
 
 
 def _reporter(quiet: bool, verbose: bool = False) -> Reporter:

@@ -29,13 +29,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foxhunt.atomic import is_stale_temp, remove_stale_temps
-from foxhunt.errors import OutputError, ResumeError
+from foxhunt.errors import OutputError, ResumeError, door
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
 
 # How many differing keys a refused resume names (the rest are counted).
 SHOWN_DIFFERENCES = 8
+
+# The output options as each front door names them (foxhunt.errors: a command's option, the API's
+# keyword): the fixes below are worded for the door the researcher came through.
+OUT = door("--out", "out_dir")
+OVERWRITE = door("--overwrite", "overwrite=True")
+RESUME = door("--resume", "resume=True")
+SAME_CONFIG = door("profile, --config and --set values", "api.config(...) (profile, file, overrides)")
+
 
 
 class Keep(StrEnum):
@@ -53,7 +61,7 @@ def _first_existing(path: Path) -> Path:
     return here
 
 
-def check_writable(path: str | Path, *, folder: bool, option: str = "--out") -> None:
+def check_writable(path: str | Path, *, folder: bool, option: str = OUT) -> None:
     """Refuse an output ``path`` that cannot be written: a file where a folder goes (``folder``) or
     a folder where a file goes, a path under a file, or one in a folder this user cannot write."""
     path = Path(path)
@@ -77,7 +85,7 @@ def claim_folder(
     overwrite: bool = False,
     resume: bool = False,
     resumable: bool = False,
-    option: str = "--out",
+    option: str = OUT,
 ) -> Path:
     """Check the output folder ``out`` of a command before it does any work; remove stale temps.
 
@@ -95,8 +103,8 @@ def claim_folder(
             raise OutputError(
                 out,
                 f"already holds a result ({', '.join(found)})",
-                "pass --overwrite to replace it"
-                + (", --resume to continue it" if resumable else "")
+                f"pass {OVERWRITE} to replace it"
+                + (f", {RESUME} to continue it" if resumable else "")
                 + f", or choose another {option}",
             )
     remove_stale_temps(out)
@@ -106,17 +114,17 @@ def claim_folder(
 def _require_run(out: Path) -> None:
     if not out.is_dir():
         raise ResumeError(
-            out, "no such run folder to resume", "pass an interrupted run's folder, or start one with --out"
+            out, "no such run folder to resume", f"pass an interrupted run's folder, or start one with {OUT}"
         )
 
 
-def claim_file(path: str | Path, *, overwrite: bool = False, option: str = "--out") -> Path:
+def claim_file(path: str | Path, *, overwrite: bool = False, option: str = OUT) -> Path:
     """:func:`claim_folder` for a command writing one file: refused if it exists, unless ``overwrite``."""
     path = Path(path)
     check_writable(path, folder=False, option=option)
     if path.exists() and not overwrite:
         raise OutputError(
-            path, "already exists", f"pass --overwrite to replace it, or choose another {option}"
+            path, "already exists", f"pass {OVERWRITE} to replace it, or choose another {option}"
         )
     remove_stale_temps_of(path)
     return path
@@ -149,11 +157,11 @@ def refuse_other_config(stored: dict[str, Any], cfg: FoxhuntConfig, where: str |
     if differs:
         more = f" and {len(differs) - SHOWN_DIFFERENCES} more" if len(differs) > SHOWN_DIFFERENCES else ""
         raise ResumeError(
-            "--resume",
+            RESUME,
             f"the config differs from the run's ({where}; recorded -> now): "
             f"{'; '.join(differs[:SHOWN_DIFFERENCES])}{more}",
-            "resume with the same profile, --config and --set values, "
-            "or start a new run with --out (--overwrite replaces this one)",
+            f"resume with the same {SAME_CONFIG}, "
+            f"or start a new run with {OUT} ({OVERWRITE} replaces this one)",
         )
 
 
@@ -166,10 +174,14 @@ def recorded_config(path: Path) -> dict[str, Any] | None:
         stored = body["config"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         raise ResumeError(
-            path, "the run's recorded config is not readable JSON with a config", "start a new run with --out"
+            path,
+            "the run's recorded config is not readable JSON with a config",
+            f"start a new run with {OUT}",
         ) from None
+
+
     if not isinstance(stored, dict):
-        raise ResumeError(path, "the run's recorded config is not a table", "start a new run with --out")
+        raise ResumeError(path, "the run's recorded config is not a table", f"start a new run with {OUT}")
     return stored
 
 
@@ -187,9 +199,9 @@ def claim_run(
     out = Path(out)
     if resume and overwrite:
         raise OutputError(
-            "--resume/--overwrite",
+            f"{RESUME}/{OVERWRITE}",
             "both given",
-            "pass one: --resume continues the run, --overwrite replaces it",
+            f"pass one: {RESUME} continues the run, {OVERWRITE} replaces it",
         )
     if resume:
         check_writable(out, folder=True)

@@ -28,7 +28,7 @@ from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.schemas import BarKind, DataSource, MaskReason, RowUnit, Schema
 from foxhunt.data.sessions import session_open_ns
-from foxhunt.errors import BarSpecError, SchemaMismatchError
+from foxhunt.errors import BarSpecError, FrontDoor, SchemaMismatchError
 from foxhunt.features import market, mtf, ofi, tlob
 from foxhunt.features.cache import compute_features, open_cache
 from foxhunt.features.pipeline import rows_from_market
@@ -107,9 +107,11 @@ def test_ohlcv_snapshot_refusal_names_every_bar_setting(real_data_dir: Path) -> 
     md = load_market([real_data_dir / OHLCV_FILES[1]], cfg)
     with pytest.raises(BarSpecError) as err:
         build_snapshots(md, cfg)
-    assert "pass --set data.row_unit=bar --set data.bar_kind=time --set data.bar_seconds=60" in str(err.value)
+    cli = "pass --set data.row_unit=bar --set data.bar_kind=time --set data.bar_seconds=60"
+    assert cli in err.value.render(FrontDoor.CLI)
+    assert 'overrides=["data.row_unit=bar", "data.bar_kind=time", "data.bar_seconds=60"]' in str(err.value)
     bar_cfg = DataConfig(data_source=DataSource.OHLCV, bar_kind=BarKind.VOLUME, bar_seconds=90)
-    with pytest.raises(BarSpecError, match="pass --set data.bar_kind=time --set data.bar_seconds=120"):
+    with pytest.raises(BarSpecError, match=r'overrides=\["data.bar_kind=time", "data.bar_seconds=120"\]'):
         build_bars(md, bar_cfg)
 
 
@@ -268,8 +270,10 @@ def test_volume_bars_of_a_book_without_trades_name_the_fix() -> None:
     o = session_open_ns(20260302, "America/Chicago", DataConfig().session_open)
     book = make_book(o + np.arange(1, 10) * S, np.zeros(9))
     md = MarketData(books={1: book}, crossed={1: book.crossed()})
-    with pytest.raises(BarSpecError, match="pass --set data.bar_kind=time"):
+    api_fix = r'pass api.config\(\.\.\., overrides=\["data.bar_kind=time"\]\)'
+    with pytest.raises(BarSpecError, match=api_fix) as err:
         build_bars(md, DataConfig(bar_kind=BarKind.VOLUME))
+    assert "pass --set data.bar_kind=time" in err.value.render(FrontDoor.CLI)
 
 
 def test_volume_is_masked_only_in_sessions_without_trade_data() -> None:

@@ -24,7 +24,7 @@ from foxhunt.domain.instrument import (
     resolve_instrument,
     symbol_root,
 )
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, FrontDoor
 from tests.euro_fx import POINT_VALUE, SYMBOL, TICK, euro_fx_bars, write_euro_fx
 
 ES_DEF = "cme-es/futures_definition.dbn.zst"  # ESU4 (tick 0.25, 50) and NQU4 (tick 0.25, 20)
@@ -92,7 +92,9 @@ def test_unknown_contract_is_refused_with_the_settings_that_fix_it() -> None:
         resolve_instrument(["FOOH4"], where="data/foo.dbn.zst")
     msg = str(err.value)
     assert err.value.exit_code == 2 and "\n" not in msg and msg.startswith("data/foo.dbn.zst: ")
-    assert "--set instrument.tick_size=... --set instrument.point_value=..." in msg
+    assert 'api.config(..., overrides=["instrument.tick_size=...", "instrument.point_value=..."])' in msg
+    cli = err.value.render(FrontDoor.CLI)
+    assert "--set instrument.tick_size=... --set instrument.point_value=..." in cli and "overrides" not in cli
     named = resolve_instrument(["FOOH4"], overrides=InstrumentConfig(tick_size=0.5, point_value=10.0))
     assert (named.tick_size, named.point_value, named.source) == (0.5, 10.0, "config")
 

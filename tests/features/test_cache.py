@@ -20,6 +20,7 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.errors import FrontDoor
 from foxhunt.features import layout
 from foxhunt.features.cache import (
     CacheMismatchError,
@@ -142,7 +143,8 @@ def test_stale_cache_is_refused_and_regeneration_can_be_disabled(
         load_cache(built.path, cfg)
     with pytest.raises(CacheMismatchError) as info:
         get_or_build([market_dir], cfg, tmp_path, regenerate=False)
-    assert "schema_hash" in str(info.value) and "foxhunt features build" in str(info.value)
+    assert "schema_hash" in str(info.value) and "api.build_features(..., regenerate=True)" in str(info.value)
+    assert "foxhunt features build" in info.value.render(FrontDoor.CLI)
     fresh = get_or_build([market_dir], cfg, tmp_path)  # regeneration on: a new file, same values
     assert fresh.path != built.path and fresh.meta["schema_hash"] != built.meta["schema_hash"]
     np.testing.assert_array_equal(fresh.features(), built.features())

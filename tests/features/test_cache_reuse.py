@@ -16,6 +16,7 @@ import pytest
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.errors import FrontDoor
 from foxhunt.features.cache import (
     META_KEY,
     CacheMismatchError,
@@ -136,7 +137,8 @@ def test_a_stale_cache_names_each_setting_in_whole_words(market_dir: Path, tmp_p
         load_cache(built.path, load_config("smoke", overrides=["data.bar_seconds=60"]))
     text = str(err.value)
     assert "data.bar_seconds cached 30, now 60" in text
-    assert "drop the --set/--row-unit that differ" in text  # settings differ: not a rebuild
+    assert "drop the overrides that differ" in text  # settings differ: not a rebuild
+    assert "drop the --set/--row-unit that differ" in err.value.render(FrontDoor.CLI)
 
 
 def test_a_cache_the_running_code_cannot_load_is_replaced_not_kept(market_dir: Path, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ import numpy as np
 
 from foxhunt.data.schemas import BarKind, RowUnit
 from foxhunt.domain.instrument import Instrument
-from foxhunt.errors import DataError
+from foxhunt.errors import DataError, setting
 
 _NS_PER_HOUR = 3_600_000_000_000
 
@@ -45,7 +45,7 @@ class NoRowRateError(DataError, ValueError):
     """Rows without a fixed length that cover no time: nothing to annualise their Sharpe with."""
 
 
-_TIME_BARS = "use time bars (--set data.row_unit=bar --set data.bar_kind=time) or more data"
+_TIME_BARS = f"use time bars ({setting('data.row_unit=bar', 'data.bar_kind=time')}) or more data"
 
 
 def observed_rows_per_hour(ts_ns: np.ndarray, segment_start: np.ndarray) -> float:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from foxhunt.atomic import write_json
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.errors import ConfigError
+from foxhunt.errors import ConfigError, door, setting
 
 DEFAULT_PROFILE = "smoke"
 # The profile of `foxhunt run`, `seeds` and `tune` given neither --profile nor --config on a machine
@@ -72,9 +72,9 @@ def apply_override(tree: dict[str, Any], assignment: str) -> dict[str, Any]:
     key = key.strip()
     if not sep or not key or "." not in key:
         raise ConfigError(
-            f"--set {assignment}",
+            setting(assignment),
             "expected section.key=value",
-            "write e.g. --set data.bar_seconds=60",
+            f"write e.g. {setting('data.bar_seconds=60')}",
         )
     out = json.loads(json.dumps(tree, default=str))
     node = out
@@ -82,7 +82,7 @@ def apply_override(tree: dict[str, Any], assignment: str) -> dict[str, Any]:
     for part in parents:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"--set {key}", f"{part} is a value, not a section", "check the key path")
+            raise ConfigError(setting(assignment), f"{part} is a value, not a section", "check the key path")
         node = child
     node[leaf] = _parse_value(raw.strip())
     return out
@@ -117,7 +117,8 @@ def validate_tree(
             if not cross_checks:
                 return None
             msg = str(err["msg"]).removeprefix("Value error, ")
-            raise ConfigError(where, msg, "set the keys it names together (--set a=x --set b=x)") from exc
+            fix = f"set the keys it names together ({setting('a=x', 'b=x')})"
+            raise ConfigError(where, msg, fix) from exc
         key = ".".join(str(p) for p in loc)
         value = err.get("input")
         if err["type"] == "extra_forbidden":
@@ -136,11 +137,15 @@ def load_config(
 ) -> FoxhuntConfig:
     """Resolve a config from a profile name or a TOML file (not both) and overrides."""
     if profile is not None and config_file is not None:
-        raise ConfigError("--profile/--config", "both given", "pass one of --profile or --config")
+        raise ConfigError(
+            door("--profile/--config", "profile/file"),
+            "both given",
+            door("pass one of --profile or --config", "pass one of profile= or file="),
+        )
     if config_file is not None:
         path = Path(config_file)
         if not path.is_file():
-            raise ConfigError(str(path), "config file not found", "check the --config path")
+            raise ConfigError(path, "config file not found", f"check the {door('--config', 'file=')} path")
         try:
             text = path.read_bytes().decode("utf-8")  # TOML is UTF-8 by definition, whatever the locale
         except UnicodeDecodeError as exc:
@@ -157,7 +162,7 @@ def load_config(
         final = apply_override(final, assignment)
     if overrides:
         try:
-            cfg = validate_tree(final, f"{where} with --set {' '.join(overrides)}")
+            cfg = validate_tree(final, f"{where} with {setting(*overrides)}")
             assert cfg is not None  # cross checks on: an invalid tree raised
             return cfg
         except ConfigError:
@@ -165,7 +170,7 @@ def load_config(
             # (env.branches.magnitude with its magnitude_fractions) are valid together, not one by one.
             for assignment in overrides:
                 tree = apply_override(tree, assignment)
-                validate_tree(tree, f"--set {assignment}", cross_checks=False)
+                validate_tree(tree, setting(assignment), cross_checks=False)
             raise
     cfg = validate_tree(tree, where)
     assert cfg is not None  # cross checks on: an invalid tree raised

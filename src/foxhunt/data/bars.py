@@ -44,7 +44,7 @@ from foxhunt.data.continuous import FrontMonth, front_month
 from foxhunt.data.ingest import MarketData, as_flags, ohlcv_settings, trade_coverage
 from foxhunt.data.schemas import BarKind, DataSource
 from foxhunt.data.sessions import in_halt, session_dates, session_open_ns
-from foxhunt.errors import BarSpecError, DataError
+from foxhunt.errors import BarSpecError, DataError, setting
 
 NS = 1_000_000_000
 
@@ -325,7 +325,7 @@ def _book_bars(md: MarketData, cfg: DataConfig, front: FrontMonth) -> BarSeries:
         raise BarSpecError(
             "data.bar_kind",
             "volume bars need trades and the book data has no trade records",
-            f"pass --set data.bar_kind={BarKind.TIME.value} (time bars from the book states) "
+            f"pass {setting(f'data.bar_kind={BarKind.TIME.value}')} (time bars from the book states) "
             "or add trades files",
         )
     if cfg.bar_kind is BarKind.TIME:
@@ -481,7 +481,7 @@ def build_snapshots(md: MarketData, cfg: DataConfig) -> SnapshotRows:
             "data.row_unit",
             "snapshot rows need book data and data_source is 'ohlcv'",
             f"pass {as_flags(ohlcv_settings(md.ohlcv_bar_ns, cfg))} for OHLCV bars, or "
-            f"--set data.data_source={DataSource.MBP10.value} with book files",
+            f"{setting(f'data.data_source={DataSource.MBP10.value}')} with book files",
         )
     front = front_month(md, cfg)
     book, date, dropped = _continuous(md.books, front, cfg, BookArrays)

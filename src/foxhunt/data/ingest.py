@@ -45,6 +45,7 @@ from foxhunt.errors import (
     DuplicateInputError,
     MissingFileError,
     SchemaMismatchError,
+    setting,
 )
 
 DBN_SUFFIXES = (".dbn", ".dbn.zst")
@@ -111,7 +112,8 @@ def ohlcv_settings(bar_ns: int, cfg: DataConfig) -> list[str]:
 
 
 def as_flags(sets: Sequence[str]) -> str:
-    return " ".join(f"--set {s}" for s in sets)
+    """The config overrides ``sets`` as a fix: ``--set ...`` or ``api.config(..., overrides=...)``."""
+    return setting(*sets)
 
 
 def _file_list(paths: Sequence[Path], schemas: dict[Path, Schema], *, named: bool = True) -> str:
@@ -598,7 +600,7 @@ def _check_primary(md: MarketData, cfg: DataConfig, files: list[Path]) -> None:
             files[0] if files else "--data",
             "no book file among the inputs; data_source 'mbp10' needs one "
             f"({' / '.join(s.value for s in BOOK_SCHEMAS)})",
-            "add the book files or pass --set data.data_source=ohlcv with OHLCV files",
+            f"add the book files or pass {setting('data.data_source=ohlcv')} with OHLCV files",
         )
     if cfg.data_source is DataSource.OHLCV and not md.ohlcv:
         raise SchemaMismatchError(

@@ -30,7 +30,7 @@ import numpy as np
 from pydantic import Field
 
 from foxhunt.config.base import Frozen
-from foxhunt.errors import DataError
+from foxhunt.errors import DataError, setting
 
 
 class InstrumentConfig(Frozen):
@@ -251,8 +251,8 @@ def product_instrument(root: str, contracts: Sequence[str] = ()) -> Instrument:
 
 def _fix() -> str:
     return (
-        "name the contract: --set instrument.tick_size=... --set instrument.point_value=... "
-        f"(or --set instrument.root=ES for a product of the built-in table: {', '.join(PRODUCTS)}), "
+        f"name the contract: {setting('instrument.tick_size=...', 'instrument.point_value=...')} "
+        f"(or {setting('instrument.root=ES')} for a product of the built-in table: {', '.join(PRODUCTS)}), "
         "or add the product's DBN definition file to the inputs"
     )
 

@@ -44,7 +44,7 @@ from foxhunt.data.arrow_io import read_ipc, write_ipc
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
 from foxhunt.data.instrument import instrument_of_files
 from foxhunt.domain.instrument import Instrument
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, door
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
 from foxhunt.features.layout import STATE_LAYOUT, stack_families
@@ -78,7 +78,8 @@ REQUIRED_META = (
     "meta_hash",
 )
 """The metadata keys a reader relies on; a cache lacking one is refused on open."""
-REBUILD = "delete it and rebuild it: foxhunt features build --data ... (a cache is derived data)"
+_BUILD = door("foxhunt features build --data ...", "api.build_features(files, cfg, out_dir)")
+REBUILD = f"delete it and rebuild it: {_BUILD} (a cache is derived data)"
 
 # Every module whose code changes a cached value. The families are added from the registry.
 HASHED_MODULES = (
@@ -418,7 +419,7 @@ def open_cache(path: str | Path, *, verify: bool = True) -> FeatureCache:
     """
     path = Path(path)
     if not path.is_file():
-        raise CacheMismatchError(path, "no such cache file", "build it with `foxhunt features build`")
+        raise CacheMismatchError(path, "no such cache file", f"build it with {_BUILD}")
     try:
         meta = read_meta(path)
         table = read_ipc(path)
@@ -466,10 +467,10 @@ def load_cache(
             diff.remove("schema_hash")  # the settings are hashed into it: name them, not the hash
         detail = "; ".join(_describe(f, cache.meta.get(f), expected[f]) for f in diff)
         fix = (
-            "rebuild it: foxhunt features build --data ... (or delete the file)"
+            f"rebuild it: {_BUILD} (or delete the file)"
             if {"format_version", "schema_hash", "sources"} & set(diff)
-            else "use the settings the cache was built with (drop the --set/--row-unit that differ), "
-            "or build a cache with yours: foxhunt features build --data ..."
+            else "use the settings the cache was built with (drop the "
+            f"{door('--set/--row-unit', 'overrides')} that differ), or build a cache with yours: {_BUILD}"
         )
         raise CacheMismatchError(cache.path, f"stale feature cache ({detail})", fix)
     return cache
@@ -515,7 +516,8 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
             cache.path,
             "the cache was built with other settings than asked: " + ", ".join(conflicts),
             "drop those settings to use this cache as it is, or build one with them "
-            "(foxhunt features build --data ... --set ...)",
+            f"({door('foxhunt features build --data ... --set ...', 'api.build_features')})",
+
         )
     for section in (s for s in VALUE_SECTIONS if s in stored):
         _graft(dump, section, stored[section])
@@ -628,6 +630,9 @@ def _explain_missing(out_dir: Path, cfg: FoxhuntConfig, sources: list[dict[str, 
         raise CacheMismatchError(
             other,
             f"cache differs from what is asked in: {', '.join(diff)}",
-            "rebuild with `foxhunt features build` (regeneration is disabled)",
+            door(
+                "rebuild with `foxhunt features build` (regeneration is disabled)",
+                "rebuild it with api.build_features(..., regenerate=True)",
+            ),
         )
-    raise CacheMismatchError(out_dir, "no feature cache here", "build one with `foxhunt features build`")
+    raise CacheMismatchError(out_dir, "no feature cache here", f"build one with {_BUILD}")

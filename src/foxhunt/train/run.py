@@ -58,10 +58,10 @@ from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, setting
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.outputs import claim_run, config_differences
+from foxhunt.outputs import OUT, RESUME, SAME_CONFIG, claim_run, config_differences
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series, net_by_row
 from foxhunt.seeding import Stream
@@ -139,16 +139,14 @@ def resolve_device(cfg: FoxhuntConfig) -> torch.device:
     return device_of(cfg.run.device, "run.device")
 
 
-def device_of(want: Device, setting: str) -> torch.device:
+def device_of(want: Device, key: str) -> torch.device:
     """The torch device of a ``Device`` setting (auto: CUDA where visible); CUDA asked for where none
-    is visible is an error naming ``setting``."""
+    is visible is an error naming its config ``key``."""
     if want is Device.AUTO:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if want is Device.CUDA and not torch.cuda.is_available():
         raise FoxhuntError(
-            setting,
-            "cuda was asked for but no CUDA device is visible",
-            f"use --set {setting}=auto or cpu",
+            key, "cuda was asked for but no CUDA device is visible", f"use {setting(f'{key}=auto')} or cpu"
         )
     return torch.device(want.value)
 
@@ -338,9 +336,9 @@ class FoldTrainer:
         differs = config_differences(read_checkpoint_meta(path).get("config", {}), self.cfg)
         if differs:
             raise FoxhuntError(
-                "--resume",
+                RESUME,
                 f"the config differs from the interrupted run's ({path}): {'; '.join(differs[:8])}",
-                "resume with the same profile, --config and --set values, or start a new run with --out",
+                f"resume with the same {SAME_CONFIG}, or start a new run with {OUT}",
             )
         agent, rng, meta = self._load(path)
         self.agent.load_state_dict(agent)
@@ -383,7 +381,8 @@ class FoldTrainer:
                 "agent.network.input_screen",
                 f"fold {self.k + 1}: {e}",
                 f"train on more rows per session than the {horizon}-row plan horizon, or "
-                "--set agent.network.input_screen=0 (every column read, no screen)",
+                f"{setting('agent.network.input_screen=0')} (every column read, no screen)",
+
             ) from None
         mask = input_mask(columns[j] for j in screen.kept)
         for net in (self.agent.net, self.agent.learner.target):

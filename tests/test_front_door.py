@@ -1,0 +1,65 @@
+"""An error's fix is one the researcher can type where they are: ``--set ...`` on the command line,
+``api.config(..., overrides=[...])`` and keyword arguments in Python (foxhunt.errors, front doors)."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from foxhunt import api
+from foxhunt.cli import app
+from foxhunt.errors import (
+    ConfigError,
+    FrontDoor,
+    OutputError,
+    current_front_door,
+    door,
+    front_door,
+    render,
+    setting,
+)
+from foxhunt.outputs import claim_file
+
+runner = CliRunner()
+
+
+def test_a_fix_is_worded_for_the_door_it_is_read_at() -> None:
+    err = ConfigError(setting("a.b=1", "c.d=x"), "bad", f"pass {door('--overwrite', 'overwrite=True')}")
+    assert current_front_door() is FrontDoor.API
+    api_text = 'api.config(..., overrides=["a.b=1", "c.d=x"]): bad (fix: pass overwrite=True)'
+    cli_text = "--set a.b=1 --set c.d=x: bad (fix: pass --overwrite)"
+    assert str(err) == err.render(FrontDoor.API) == api_text
+    assert err.render(FrontDoor.CLI) == cli_text
+    with front_door(FrontDoor.CLI):
+        assert str(err) == cli_text and current_front_door() is FrontDoor.CLI
+    assert str(err) == api_text  # the door is left with the block
+    assert str(pickle.loads(pickle.dumps(err))) == api_text  # from a worker process, still worded late
+    assert render("no marker here {x}") == "no marker here {x}"
+    assert "\x02" not in err.render(FrontDoor.CLI) + err.render(FrontDoor.API)
+
+
+def test_a_bad_override_from_python_names_the_python_fix() -> None:
+    with pytest.raises(ConfigError) as err:
+        api.config("smoke", overrides=["data.bar_seconds"])
+    text = str(err.value)
+    assert text.startswith('api.config(..., overrides=["data.bar_seconds"]): expected section.key=value')
+    assert 'write e.g. api.config(..., overrides=["data.bar_seconds=60"])' in text and "--set" not in text
+
+
+def test_the_same_bad_override_on_the_command_line_names_the_option() -> None:
+    result = runner.invoke(app, ["config", "show", "--profile", "smoke", "--set", "data.bar_seconds"])
+    assert result.exit_code == 2
+    out = " ".join(result.output.split())
+    assert "--set data.bar_seconds: expected section.key=value" in out
+    assert "write e.g. --set data.bar_seconds=60" in out and "api.config" not in out
+
+
+def test_an_existing_output_names_the_keyword_in_python(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text("{}")
+    with pytest.raises(OutputError, match=r"pass overwrite=True to replace it, or choose another out_dir"):
+        claim_file(tmp_path / "x.json")
+    with front_door(FrontDoor.CLI), pytest.raises(OutputError, match="pass --overwrite to replace it"):
+        claim_file(tmp_path / "x.json")
