@@ -2,7 +2,21 @@
 
 ``FoxhuntEnv`` is a single environment (``gymnasium.Env``, passes
 ``gymnasium.utils.env_checker.check_env``); ``FoxhuntVectorEnv`` steps ``num_envs`` episodes in one
-batched call (``gymnasium.vector.VectorEnv``, next-step autoreset). Both draw episode windows of
+batched call (``gymnasium.vector.VectorEnv``). Both are registered with Gymnasium as
+:data:`ENV_ID` when this module is imported (Gymnasium 1.x loads no plugins by itself; the
+``"module:id"`` form imports it for you)::
+
+    env = gym.make("foxhunt.env.gym:foxhunt/Futures-v0", market=market, cfg=cfg.env, lo=lo, hi=hi)
+    venv = gym.make_vec("foxhunt/Futures-v0", num_envs=64, market=market, cfg=cfg.env, lo=lo, hi=hi)
+
+(``market`` from :func:`foxhunt.api.fold_market`, ``[lo, hi)`` a fold's rows; ``make_vec`` builds the
+batched ``FoxhuntVectorEnv``, its ``vector_entry_point``.)
+
+**Autoreset.** The vector env declares ``metadata["autoreset_mode"] = AutoresetMode.NEXT_STEP``
+and behaves so (Gymnasium 1.x's convention): the step on which an episode ends returns its last
+observation with ``terminated`` or ``truncated``; on the next :meth:`~FoxhuntVectorEnv.step` that
+episode restarts at a fresh window, its action is ignored, and it returns the new episode's first
+observation with reward 0 and neither flag set. Both draw episode windows of
 ``cfg.episode_rows`` rows uniformly from the rows ``[lo, hi)`` they are given (a fold's training
 or validation block). Observations are the state of :data:`~foxhunt.features.layout.STATE_LAYOUT`
 (float32, clipped to +-20 by the state assembly); actions are the four branch indices
@@ -17,6 +31,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import AutoresetMode
 
 from foxhunt.domain.exits import ExitReason
 from foxhunt.env.config import EnvConfig
@@ -26,6 +41,8 @@ from foxhunt.features.layout import STATE_LAYOUT
 
 OBS_BOUND = 20.0
 _CAPITAL_FLOOR = int(ExitReason.CAPITAL_FLOOR)  # a plain int: StepResult.exit_reason is an int64 tensor
+ENV_ID = "foxhunt/Futures-v0"
+"""The Gymnasium id of the environment (``gym.make`` / ``gym.make_vec``; module docs)."""
 
 
 def _spaces(env: TradingEnv) -> tuple[gym.spaces.Box, gym.spaces.MultiDiscrete]:
@@ -68,7 +85,10 @@ class FoxhuntEnv(gym.Env):
 
 
 class FoxhuntVectorEnv(gym.vector.VectorEnv):
-    """``num_envs`` episodes stepped together; a finished episode restarts on the next step."""
+    """``num_envs`` episodes stepped together; a finished episode restarts on the next step, which
+    returns its first observation (next-step autoreset, module docs)."""
+
+    metadata: dict[str, Any] = {"render_modes": [], "autoreset_mode": AutoresetMode.NEXT_STEP}
 
     def __init__(
         self, market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, num_envs: int, seed: int = 0
@@ -95,22 +115,49 @@ class FoxhuntVectorEnv(gym.vector.VectorEnv):
         return state.cpu().numpy(), {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
-        if self._restart.any():  # next-step autoreset: restart finished episodes, then step all
+        restart = self._restart.to(self._env.device)
+        if restart.any():  # next-step autoreset: restart the episodes that ended on the last step
             s = self._env.state
             assert s is not None
-            fresh = self._starts(int(self._restart.sum()))
+            fresh = self._starts(int(restart.sum()))
             starts = s.row.clone()
-            starts[self._restart] = fresh.to(starts.device)
+            starts[restart] = fresh.to(starts.device)
             keep, aux = s, self._env.aux.clone()
-            self._env.reset(torch.where(self._restart, starts, s.row))
+            self._env.reset(torch.where(restart, starts, s.row))
             # Episodes that did not finish keep their portfolio (and aux slots): copy them back.
-            mask = ~self._restart.to(aux.device)
             for o, n in zip(keep.tensors(), self._env.state.tensors(), strict=True):
-                n[mask] = o[mask]
-            self._env.aux[mask] = aux[mask]
+                n[~restart] = o[~restart]
+            self._env.aux[~restart] = aux[~restart]
+            # The restarted ones sit this step out (the env steps live episodes only; their action
+            # is ignored) and answer their first observation, reward 0, neither flag. A done
+            # episode's clocks still tick in a step (time since trade), so their fresh state is
+            # put back after it.
+            self._env.state.done[restart] = True
+            first = [t[restart].clone() for t in self._env.state.tensors()]
         a = torch.as_tensor(np.asarray(actions, dtype=np.int64))
         state, res = self._env.step(a)
-        terminated = (res.exit_reason == _CAPITAL_FLOOR).cpu().numpy()
-        done = self._env.state.done.cpu().numpy()
-        self._restart = torch.as_tensor(done)
-        return state.cpu().numpy(), res.reward.cpu().numpy(), terminated, done & ~terminated, {}
+        if restart.any():
+            for f, n in zip(first, self._env.state.tensors(), strict=True):
+                n[restart] = f
+            self._env.state.done[restart] = False  # a fresh window is longer than one row (__init__)
+            state = self._env.observe()
+        terminated = (res.exit_reason == _CAPITAL_FLOOR) & ~restart
+        done = self._env.state.done
+        reward = torch.where(restart, torch.zeros_like(res.reward), res.reward)
+        self._restart = done.cpu()
+        return (
+            state.cpu().numpy(),
+            reward.cpu().numpy(),
+            terminated.cpu().numpy(),
+            (done & ~terminated).cpu().numpy(),
+            {},
+        )
+
+
+if ENV_ID not in gym.registry:  # once per process: a second import (importlib.reload) keeps the first
+    gym.register(
+        id=ENV_ID,
+        entry_point=FoxhuntEnv,
+        vector_entry_point=FoxhuntVectorEnv,
+        disable_env_checker=False,
+    )
