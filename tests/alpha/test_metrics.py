@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from scipy.stats import rankdata
+from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
 from foxhunt.alpha import metrics
@@ -44,14 +46,36 @@ def test_log_loss_hand_worked():
     assert log_loss(np.array([1]), np.array([0.0]), eps=1e-3) == pytest.approx(-math.log(1e-3))
 
 
-def test_auc_matches_sklearn_on_random_data():
+def test_auc_is_the_mann_whitney_u_of_the_mid_ranks():
+    """scikit-learn's AUC (the estimate) is U / (P N) from tie-averaged ranks, the formula the
+    module states, on random scores and on scores with many ties."""
     rng = np.random.default_rng(3)
     for n in (7, 200, 5000):
         y = rng.integers(0, 2, n)
         p = 1 / (1 + np.exp(-(0.7 * y + rng.normal(size=n))))
-        assert auc(y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
-        p_tied = np.round(p, 1)  # many ties
-        assert auc(y, p_tied) == pytest.approx(roc_auc_score(y, p_tied), abs=1e-12)
+        for q in (p, np.round(p, 1)):
+            n_pos = int(y.sum())
+            u = rankdata(q)[y == 1].sum() - n_pos * (n_pos + 1) / 2
+            assert auc(y, q) == pytest.approx(u / (n_pos * (n - n_pos)), abs=1e-12)
+
+
+def test_the_batched_statistics_agree_with_sklearn():
+    """The bootstrap's batched statistics (binned AUC from block counts, summed log-loss terms) are
+    the statistics scikit-learn computes: the binned AUC equals roc_auc_score once every distinct
+    score has its own bin, the terms' mean equals log_loss, and the bootstrap's estimates are
+    scikit-learn's."""
+    rng = np.random.default_rng(5)
+    for n in (50, 20_000):
+        y = rng.integers(0, 2, n)
+        # 12 distinct scores, each held by more rows than a bin (n / 2000): none shares a bin
+        p = (rng.integers(1, 11, n) + y * rng.integers(0, 2, n)) / 12
+        assert binned_auc(y, p, bins=2000) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+        q = np.clip(p, 1e-7, 1 - 1e-7)
+        terms = metrics._loss_terms(y.astype(np.int8), p, 1e-7)
+        assert float(terms.mean()) == pytest.approx(sk_log_loss(y, q, labels=[0, 1]), rel=1e-12)
+        out = block_bootstrap(y, p, block=5, n_boot=50, seed=1)
+        assert out["auc"].estimate == roc_auc_score(y, p)
+        assert out["log_loss"].estimate == sk_log_loss(y, q, labels=[0, 1])
 
 
 def test_input_errors_say_what_is_wrong():

@@ -53,6 +53,29 @@ def test_robust_stats_single_column_cases():
     assert robust_stats(np.array([1.0, 2.0, np.inf, 3.0])) == (2.0, 1.4826)  # inf skipped
 
 
+def test_the_library_mad_gives_the_hand_formula_bit_for_bit():
+    """scipy's median_abs_deviation replaced ``median(|v - median(v)|)`` written out: the scaler (it
+    feeds training and the cache key) must not move by a bit, on odd and even counts, ties, heavy
+    tails and float32 input."""
+    rng = np.random.default_rng(11)
+    columns = [
+        rng.standard_t(2, 10_001),
+        rng.standard_t(2, 10_000).astype(np.float32),
+        np.round(rng.normal(size=5_000), 1),  # many ties
+        rng.lognormal(3, 2, 777),
+        np.repeat([1.0, 2.0, 2.0, 5.0], 250),
+    ]
+    for v in columns:
+        w = np.asarray(v, dtype=np.float64)
+        w = w[np.isfinite(w) & (w != 0)]
+        med = float(np.median(w))
+        hand = 1.4826 * float(np.median(np.abs(w - med)))
+        assert robust_stats(v) == (med, hand)
+    x = np.stack([np.resize(np.asarray(c, dtype=np.float32), 5_000) for c in columns], axis=1)
+    s = fit_robust(x, np.arange(4_000), [f"c{j}" for j in range(len(columns))])
+    assert s.median.tobytes() == np.float32([robust_stats(x[:4_000, j])[0] for j in range(5)]).tobytes()
+
+
 def test_statistics_come_from_training_rows_only():
     s = fit_robust(X, TRAIN, COLS)
     x2 = X.copy()

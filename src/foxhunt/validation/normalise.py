@@ -18,6 +18,15 @@ Rule (per column ``j``)
   - if that is 0 too, every non-zero value equals one ``c``: ``median = 0, scale = |c|``, so ``c``
     maps to ``sign(c)`` and stays distinct from the sentinel (a flag column keeps its information);
   - a column without non-zero training values: ``median = 0, scale = 1`` (the identity, clipped).
+
+  The MAD is scipy's ``median_abs_deviation`` (the same two medians as before, bit for bit).
+  scikit-learn's ``RobustScaler`` is not used: it scales by the interquartile range over every
+  value, zeros included, with no sentinel, fallback or clip, so it is another rule, not another
+  implementation of this one. On the synthetic market's snapshot cache its scales differ from
+  these by a median factor of about 1.1 and most normalised values change
+  (``bench/stats_agreement.py``; docs/results/2026-12-07-library-statistics.md); the scaler feeds
+  training and the cache key, so its numbers stay as they are. The constant 1.4826 stays too
+  (``scale="normal"`` would use 1 / Phi^-1(3/4) = 1.482602..., other float32 bits).
 * **Apply**: ``clip((x - median) / scale, -clip, +clip)`` in float32, except that a raw **0 stays
   exactly 0** (the sentinel survives normalisation) and NaN becomes 0 (no signal); +-inf become
   +-clip. The output is always finite. A non-zero value equal to the median also maps to 0: centring
@@ -99,11 +108,12 @@ def robust_stats(values: np.ndarray) -> tuple[float, float]:
     v = v[np.isfinite(v) & (v != 0)]
     if len(v) == 0:
         return 0.0, 1.0
+    from scipy.stats import median_abs_deviation  # here: the CLI's start-up does not import scipy
+
     med = float(np.median(v))
-    dev = np.abs(v - med)
-    scale = _MAD_TO_SD * float(np.median(dev))
+    scale = _MAD_TO_SD * float(median_abs_deviation(v))  # median(|v - median(v)|)
     if scale == 0.0:
-        scale = _MEAN_AD_TO_SD * float(dev.mean())
+        scale = _MEAN_AD_TO_SD * float(np.abs(v - med).mean())
     if scale == 0.0:  # every non-zero value equals med: keep it distinct from the 0 sentinel
         return 0.0, abs(med)
     return med, scale
