@@ -77,6 +77,36 @@ def test_notebook_runs_end_to_end(path: Path, tmp_path: Path) -> None:
         assert all(p in done.stdout for p in ("flat", "long", "imbalance_rule"))
 
 
+def test_the_notebook_extra_installs_jupyter_and_a_kernel() -> None:
+    """``pip install -e '.[notebook]'`` (the notebook's first cell says so) brings JupyterLab, a
+    Python kernel and nbclient, which the kernel run below needs."""
+    import re
+    import tomllib
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    names = {re.split(r"[<>=!~\[ ;]", req, maxsplit=1)[0].lower() for req in extras["notebook"]}
+    assert {"jupyterlab", "ipykernel", "nbclient"} <= names
+    intro = "".join(json.loads((EXAMPLES / "quickstart.ipynb").read_text())["cells"][0]["source"])
+    assert "pip install -e '.[notebook]'" in intro
+
+
+@pytest.mark.slow
+def test_quickstart_runs_in_a_jupyter_kernel(tmp_path: Path) -> None:
+    """The notebook as Jupyter runs it: every cell in an IPython kernel (the notebook extra's
+    packages), without an error."""
+    nbclient = pytest.importorskip("nbclient", reason="the notebook extra is not installed")
+    pytest.importorskip("ipykernel", reason="the notebook extra is not installed")
+    import nbformat
+
+    nb = nbformat.read(EXAMPLES / "quickstart.ipynb", as_version=4)
+    client = nbclient.NotebookClient(
+        nb, timeout=900, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    )
+    client.execute()
+    printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs)
+    assert "imbalance rule over flat:" in printed
+
+
 def _env() -> dict[str, str]:
     import os
 
