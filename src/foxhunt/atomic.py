@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import OUT, FoxhuntError
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -53,7 +53,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             raise FoxhuntError(
                 path,
                 f"no space left on the device of {path.parent} ({free:,} bytes free); nothing was written",
-                "free space there (old runs' checkpoints are the largest files) or write to another --out",
+                f"free space there (old runs' checkpoints are the largest files) or write to another {OUT}",
             ) from err
         raise
 

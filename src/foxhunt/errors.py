@@ -67,6 +67,14 @@ def setting(*assignments: str) -> str:
     return door(cli, api)
 
 
+# The options every run-writing command shares, as each door names them (a command's option, the
+# API's keyword): foxhunt.outputs, foxhunt.atomic and the training run word their fixes with these.
+OUT = door("--out", "out_dir")
+OVERWRITE = door("--overwrite", "overwrite=True")
+RESUME = door("--resume", "resume=True")
+SAME_CONFIG = door("profile, --config and --set values", "api.config(...) (profile, file, overrides)")
+
+
 def render(text: str, front: FrontDoor | None = None) -> str:
     """``text`` with every :func:`door` / :func:`setting` marker worded for ``front`` (default: the
     current front door)."""

@@ -29,20 +29,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from foxhunt.atomic import is_stale_temp, remove_stale_temps
-from foxhunt.errors import OutputError, ResumeError, door
+from foxhunt.errors import OUT, OVERWRITE, RESUME, SAME_CONFIG, OutputError, ResumeError
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
 
 # How many differing keys a refused resume names (the rest are counted).
 SHOWN_DIFFERENCES = 8
-
-# The output options as each front door names them (foxhunt.errors: a command's option, the API's
-# keyword): the fixes below are worded for the door the researcher came through.
-OUT = door("--out", "out_dir")
-OVERWRITE = door("--overwrite", "overwrite=True")
-RESUME = door("--resume", "resume=True")
-SAME_CONFIG = door("profile, --config and --set values", "api.config(...) (profile, file, overrides)")
 
 
 

@@ -58,10 +58,10 @@ from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.errors import FoxhuntError, setting
+from foxhunt.errors import OUT, RESUME, SAME_CONFIG, FoxhuntError, setting
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.outputs import OUT, RESUME, SAME_CONFIG, claim_run, config_differences
+from foxhunt.outputs import claim_run, config_differences
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series, net_by_row
 from foxhunt.seeding import Stream
