@@ -4,6 +4,7 @@ fill against the bar's close (the env's mark), in ticks a side, on every bar of 
 minute bars, for several configured spreads.
 
     .venv/bin/python bench/ohlcv_spread.py [--spreads 0.68,1,2,3,4] [--out bench/results/ohlcv_spread.json]
+    FOXHUNT_REAL_DATA=/work/shared/data/real .venv/bin/python bench/ohlcv_spread.py   # from a worktree
 
 Rows: a market (ES 2013 minute bars, real, from ../shared/data/real when present; synthetic 6E minute
 bars, tests/euro_fx.py), a configured spread, and the mean cost a side in ticks (buys and sells
@@ -34,7 +35,8 @@ from foxhunt.env.config import CostConfig  # noqa: E402
 from foxhunt.env.costs import market_fill_price  # noqa: E402
 from foxhunt.features.pipeline import rows_from_market  # noqa: E402
 
-REAL = Path(os.environ.get("FOXHUNT_REAL_DATA", REPO.parent.parent / "shared" / "data" / "real"))
+# The real-data folder as the tests find it (tests/conftest.py): ../shared/data/real or FOXHUNT_REAL_DATA.
+REAL = Path(os.environ.get("FOXHUNT_REAL_DATA", REPO / ".." / "shared" / "data" / "real")).resolve()
 
 
 def bars(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
