@@ -49,6 +49,13 @@ class Account:
     sum_win: Tensor  # $ per contract, summed over winning trades
     sum_loss: Tensor  # $ per contract, summed over losing trades (positive)
 
+    def __setstate__(self, state: dict[str, Tensor]) -> None:
+        # An account pickled before it kept n_losses (a serve ledger's resume state written by an
+        # older foxhunt) resumes with the losses that version counted: every trade not a win.
+        if "n_losses" not in state:
+            state = {**state, "n_losses": state["n_trades"] - state["n_wins"]}
+        self.__dict__.update(state)
+
     @classmethod
     def fresh(cls, n: int, capital: float, *, device: torch.device, dtype: torch.dtype) -> Account:
         z, zi = _zeros(n, device, dtype), _zeros(n, device, torch.int64)
