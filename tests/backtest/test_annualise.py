@@ -10,7 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.backtest.annualise import annualisation, observed_rows_per_hour, time_bars_per_year
+from foxhunt.backtest.annualise import (
+    NoRowRateError,
+    annualisation,
+    covered_hours,
+    observed_rows_per_hour,
+    time_bars_per_year,
+)
 from foxhunt.data.schemas import BarKind, RowUnit
 from foxhunt.domain.instrument import InstrumentConfig, product_instrument, resolve_instrument
 
@@ -40,26 +46,43 @@ def test_time_bars_do_not_depend_on_how_much_of_a_session_the_file_holds() -> No
 
 
 def test_snapshot_rows_at_the_observed_rate() -> None:
-    # segment A: rows at 0, 0.5, 1, 2 h (3 intervals over 2 h); segment B: 10, 10.25 h (1 over 0.25 h)
-    # rate = 4 / 2.25 = 1.777... rows per hour; x 23 h x 252 = 10,304 (the 8 h halt does not count)
-    ts = hours(0, 0.5, 1, 2, 10, 10.25)
+    # segment A: rows at 0, 5, 10, 20 h (3 intervals over 20 h); segment B: 30, 32 h (1 over 2 h)
+    # rate = 4 / 22 rows per hour; x 23 h x 252 = 1,053.8 (the 8 h halt does not count)
+    ts = hours(0, 5, 10, 20, 30, 32)
     seg = np.array([True, False, False, False, True, False])
-    assert observed_rows_per_hour(ts, seg) == pytest.approx(4 / 2.25, rel=1e-12)
+    assert observed_rows_per_hour(ts, seg) == pytest.approx(4 / 22, rel=1e-12)
     got = annualisation(RowUnit.SNAPSHOT, BarKind.TIME, 30, ts, seg, ES)
-    assert got.bars_per_year == pytest.approx(10_304.0, rel=1e-12)
-    assert got.text.startswith("snapshot rows at the observed 1.8 rows per hour")
-    # one row per half hour over 1 h or over 3 h of a session: 2 rows per hour either way (11,592),
-    # where rows-per-session x 252 gave 756 and 1,764
-    for n in (3, 7):
+    assert got.bars_per_year == pytest.approx(4 / 22 * 23 * 252, rel=1e-12)
+    assert got.text.startswith("snapshot rows at the observed 0.2 rows per hour")
+    # one row per half hour over 21 h or over 46 h: 2 rows per hour either way (11,592), where
+    # rows-per-session x 252 gave 10,836 and 23,436
+    for n in (43, 93):
         ts, seg = hours(*np.arange(n) / 2), np.arange(n) == 0
         got = annualisation(RowUnit.SNAPSHOT, BarKind.TIME, 30, ts, seg, ES)
         assert got.bars_per_year == pytest.approx(11_592.0, rel=1e-12)
 
 
+def test_less_than_a_session_is_not_extrapolated_to_a_year() -> None:
+    # One holiday hour of MBO snapshot rows (ESH4, 2023-12-25) was annualised at 214 M rows a year:
+    # its rate x 23 h x 252. Rows over less than one session (90% of its hours) are refused.
+    ts = hours(*np.arange(37_000) / 37_000)
+    seg = np.arange(37_000) == 0
+    with pytest.raises(NoRowRateError, match=r"cover 1 h .*less than one 23-h ES session") as err:
+        annualisation(RowUnit.SNAPSHOT, BarKind.TIME, 30, ts, seg, ES)
+    assert "no annualised figure" in str(err.value) and "at least one whole session" in str(err.value)
+    with pytest.raises(NoRowRateError, match="less than one 23-h ES session"):  # volume bars alike
+        annualisation(RowUnit.BAR, BarKind.VOLUME, 30, hours(0, 10, 20), np.array([True, False, False]), ES)
+    three = np.array([True, False, False])
+    got = annualisation(RowUnit.BAR, BarKind.VOLUME, 30, hours(0, 10.5, 21), three, ES)
+    assert got.bars_per_year == pytest.approx(2 / 21 * 23 * 252, rel=1e-12)  # 21 h: 91% of a session
+    assert covered_hours(hours(0, 1, 5, 7), np.array([True, False, True, False])) == 3.0
+
+
 def test_volume_bars_use_the_observed_rate_too() -> None:
-    # 3 bars over 1 h: 2 intervals per hour x 23 x 252 = 11,592
-    got = annualisation(RowUnit.BAR, BarKind.VOLUME, 30, hours(0, 0.5, 1), np.array([True, False, False]), ES)
-    assert got.bars_per_year == pytest.approx(11_592.0, rel=1e-12) and got.text.startswith("volume bars")
+    # 3 bars over 21 h: 2 intervals per 21 hours x 23 x 252 = 552
+    seg = np.array([True, False, False])
+    got = annualisation(RowUnit.BAR, BarKind.VOLUME, 30, hours(0, 10.5, 21), seg, ES)
+    assert got.bars_per_year == pytest.approx(552.0, rel=1e-12) and got.text.startswith("volume bars")
 
 
 def test_rows_covering_no_time_are_refused() -> None:

@@ -15,7 +15,8 @@ and the rules issue 14 fixed, with plain pandas/numpy loops:
   cap after ``kelly_min_trades`` trades, market fills at the touch (bar data: the close +/- half
   the modelled spread, on the tick grid, buys up and sells down, inside the bar's [low, high])
   plus slippage (Immediate: half a tick more), limit orders at the touch or a tick inside that
-  fill on a trade-through of a later row (neither file has book sizes together with traded volume,
+  fill on a trade-through of a later row, at their price or, where the row gapped through it, at
+  the row's near end (neither file has book sizes together with traded volume,
   so the queue-aware fill at the price never applies) and expire after their urgency's patience, fees per
   contract and side, the mark to the next row, plan exits by stop, profit or timeout at the next
   row (a plan's entry reference is the close of the row its fill moved to, so that row's own range
@@ -361,6 +362,7 @@ def run_window(
             lo1, hi1 = rows_low(rows, mid, r1), rows_high(rows, mid, r1)
             if (order["side"] > 0 and lo1 < px - tol) or (order["side"] < 0 and hi1 > px + tol):
                 n = order["contracts"]
+                px = min(max(px, lo1), hi1)  # a row that gapped through the price: its near end
                 c = p.fee * n + order["side"] * (px - mid[r1]) * n * p.point_value
                 costs += c
                 st.contracts += n

@@ -547,6 +547,19 @@ def test_short_lucky_window_is_not_implausible():
     assert implausibility({**m, "steps": None}) != []  # the bare point estimate would have flagged it
 
 
+def test_a_sharpe_above_the_ceiling_on_few_trades_is_too_few_to_judge():
+    # The look-ahead oracle on a short book file: Sharpe 173 over 4 trades and 200 steps, its lower
+    # bound below 0 and too few trades for the t-test: no reason at all, once.
+    m = {"sharpe_annual": 173.0, "steps": 200, "bars_per_year": 693_000.0, "max_drawdown": 0.01, "trades": 4}
+    m |= {"avg_trade_pnl": 50.0, "trade_pnl_std": 100.0}
+    assert sharpe_lower_bound(m) < 0 and implausibility(m) == []  # training's anomaly guard: as it was
+    (reason,) = implausibility(m, unjudged=True)  # the backtest command's report
+    assert "Sharpe 173 over 4 closed trades is above the plausible ceiling 10" in reason
+    assert "too few trades to judge" in reason
+    assert implausibility({**m, "sharpe_annual": 8.0}, unjudged=True) == []  # below the ceiling
+    assert implausibility({**m, "trades": 10}, unjudged=True) == []  # enough trades: judged, and passed
+
+
 def test_branch_sizes_come_from_the_config():
     cfg = BranchConfig(direction=3, magnitude=2, magnitude_fractions=(0.5, 1.0), order_type=1, urgency=2)
     assert branch_sizes(cfg) == {"n_directions": 3, "n_magnitudes": 2, "n_order_types": 1, "n_urgencies": 2}

@@ -183,6 +183,23 @@ def test_limit_buy_fills_on_trade_through_not_on_thin_touch() -> None:
     assert filled.tolist() == [True, False, True, True, False, False]
 
 
+def test_a_limit_fill_lies_inside_its_rows_range() -> None:
+    # A row that gapped through the order (its whole range beyond the price) fills it at the range's
+    # near end, a price that traded, not at the limit (3 of 882 limit fills on 6E bars lay outside
+    # their bar's range):
+    # 0: buy at 1.0900, the row trades 1.0890 .. 1.0895 (gapped down)   -> 1.0895, its high
+    # 1: sell at 1.0900, the row trades 1.0905 .. 1.0910 (gapped up)    -> 1.0905, its low
+    # 2: buy at 1.0900, the row trades 1.0895 .. 1.0905 (through it)    -> 1.0900, the limit
+    # 3: buy at 1.0900, the row trades 1.0902 .. 1.0905 (missed it)     -> no fill, price as given
+    side = i(1, -1, 1, 1)
+    price = t(1.09, 1.09, 1.09, 1.09)
+    low, high = t(1.0890, 1.0905, 1.0895, 1.0902), t(1.0895, 1.0910, 1.0905, 1.0905)
+    filled, fill_price = limit_fill(side, price, low, high, t(NAN, NAN, NAN, NAN), t(0.0, 0.0, 0.0, 0.0))
+    assert filled.tolist() == [True, True, True, False]
+    close(fill_price, t(1.0895, 1.0905, 1.09, 1.09))
+    assert bool(((fill_price >= low) & (fill_price <= high))[filled].all())
+
+
 def test_queue_ahead_at_placement() -> None:
     # book 5000.00 x 5000.50 (two ticks wide), 7 bid / 9 ask displayed:
     # 0: buy at the bid 5000.00 joins the bid queue       -> 7 ahead

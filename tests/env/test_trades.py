@@ -110,6 +110,33 @@ def test_stop_on_the_first_checked_row_is_a_trade() -> None:
     assert env.state.account.n_trades.item() == 1 and env.state.account.n_wins.item() == 0
 
 
+def test_a_breakeven_trade_is_no_loss_in_kellys_odds(monkeypatch) -> None:
+    """Long 2 at row 0's ask 100.125, closed at row 1's bid 100.125 without fees: net 0, a breakeven.
+    Kelly's odds (env/sizing.py) count it as neither a win nor a loss; they once counted every trade
+    that was not a win as a loss."""
+    import foxhunt.env.transition as transition
+
+    seen: list[tuple[int, int, int]] = []
+    real = transition.kelly_fraction
+
+    def recorded(wins, losses, sum_win, sum_loss, n_trades, *rest):
+        seen.append((int(wins.item()), int(losses.item()), int(n_trades.item())))
+        return real(wins, losses, sum_win, sum_loss, n_trades, *rest)
+
+    monkeypatch.setattr(transition, "kelly_fraction", recorded)
+    cfg = _config(episode_rows=3)
+    cfg = cfg.model_copy(update={"costs": cfg.costs.model_copy(update={"commission_per_contract": 0.0})})
+    env = TradingEnv(_market([100.0, 100.25, 100.25, 100.25]), cfg)
+    env.reset(torch.tensor([0]))
+    _, r0 = env.step(_act(L))
+    _, r1 = env.step(_act(F))
+    env.step(_act(H))
+    assert r1.trades.closed.sum().item() == 1 and r1.trades.pnl.sum().item() == 0.0  # the breakeven
+    assert seen[-1] == (0, 0, 1)  # the last step's Kelly: one trade, no win, no loss
+    acc = env.state.account
+    assert (acc.n_trades.item(), acc.n_wins.item(), acc.n_losses.item()) == (1, 0, 0)
+
+
 def _trade(side: float, opened: float, entry_value: float, gross: float, costs: float) -> OpenTrade:
     def t(x: float) -> torch.Tensor:
         return torch.tensor([x], dtype=torch.float64)

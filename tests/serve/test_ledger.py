@@ -116,6 +116,17 @@ def test_a_state_written_by_the_older_ledger_still_resumes() -> None:
     assert got["rows_done"] == state["rows_done"]
 
 
+def test_an_account_written_before_it_kept_its_losses_resumes() -> None:
+    """A resume state whose account predates ``n_losses`` (Kelly's odds once took every trade that was
+    not a win as a loss) resumes with those losses: ``n_trades - n_wins``."""
+    state = _state()
+    account = state["portfolio"].account
+    account.n_trades, account.n_wins = torch.tensor([5]), torch.tensor([2])
+    del account.__dict__["n_losses"]  # as the older foxhunt pickled it
+    got = ledger._load(ledger._blob(state))["portfolio"].account
+    assert (got.n_trades.item(), got.n_wins.item(), got.n_losses.item()) == (5, 2, 3)
+
+
 def test_the_last_commit_is_what_a_reopened_ledger_resumes_from(tmp_path: Path) -> None:
     """Two row closes committed, the ledger closed and opened again (a restart): it resumes from the
     second close's row, record count and state."""

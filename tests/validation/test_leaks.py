@@ -8,6 +8,7 @@ normaliser fitted on every row, and folds with the purge switched off. Each is r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -31,7 +32,9 @@ from foxhunt.features.registry import FAMILIES
 from foxhunt.validation import leaks
 from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import purged_walk_forward
+from foxhunt.validation.labels import direction_labels
 from foxhunt.validation.leaks import Timing, check_leaks, perturb_after, purge_problems
+from foxhunt.validation.reach import Tail, WrittenLabels, changed_tail
 
 runner = CliRunner()
 
@@ -144,16 +147,76 @@ def test_the_next_rows_event_count_is_caught_only_by_the_timing_perturbation(md,
 # --- the fold checks ------------------------------------------------------------------------------
 
 
+def _walk_labels(n: int, horizon: int) -> WrittenLabels:
+    """A random walk of ``n`` rows in one segment, labelled by direction at ``horizon`` rows."""
+    from tests.validation.test_labels import _rows
+
+    close = 100.0 + np.cumsum(np.random.default_rng(3).normal(size=n))
+    starts = np.zeros(n, bool)
+    starts[0] = True
+    rows = _rows(close, close, close, starts, RowUnit.BAR)
+
+    def label(r):
+        d, ok = direction_labels(r.close, r.segment_start, (horizon,))
+        return {f"dir_h{horizon}": d[:, 0], f"dir_h{horizon}.valid": ok[:, 0]}
+
+    return WrittenLabels.of(rows, label, f"horizon {horizon}")
+
+
 def test_purge_problems_hand_worked() -> None:
     # n = 100, 3 folds, validation from row 40, label span 5: fold 0 trains on rows 0..34, a gap of 6.
     folds = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=5)
-    assert purge_problems(folds, 5, 0, "training") == []
-    # The gap must exceed max(span, embargo_rows): 6 rows do not cover an embargo of 6.
-    (line,) = [p for p in purge_problems(folds, 5, 6, "training") if "fold 0" in p]
-    assert "training row 34 is 6 rows before validation row 40" in line and "folds.embargo_rows 6" in line
+    written = _walk_labels(100, 5)
+    assert purge_problems(folds, 5, 0, "training", written) == []
+    # The gap must exceed folds.embargo_rows: 6 rows do not cover an embargo of 6.
+    (line,) = [p for p in purge_problems(folds, 5, 6, "training", written) if "fold 0" in p]
+    assert "training row 34 is 6 rows before validation row 40, inside the embargo" in line
+    assert "folds.embargo_rows 6" in line
     unpurged = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=0)
-    found = purge_problems(unpurged, 5, 0, "training")
-    assert len(found) == 3 and "label window [39, 44]" in found[0] and "label span 5" in found[0]
+    found = purge_problems(unpurged, 0, 0, "training", written)
+    # Rows 35..39 read row 40 on: measured on the labels, whatever span the folds were built with.
+    assert len(found) == 3 and "training row 35 is 5 rows before validation row 40" in found[0]
+    assert "dir_h5, dir_h5.valid reads up to row 40" in found[0]
+    assert "label window [35, 40] is not purged" in found[0]
+    assert "5 training rows read the block" in found[0] and "label span 0 rows" in found[0]
+    # After the block (no walk-forward fold trains there; the rule is general): validation row 59's
+    # label reads rows 60..64, and the training rows resume at row 62.
+    after = dataclasses.replace(unpurged[0], train=np.r_[np.arange(30), np.arange(62, 100)])
+    (line,) = purge_problems([after], 0, 0, "training", written)
+    assert "training row 62 is inside the embargo after validation row 59: validation row 59's" in line
+    assert "reads up to row 64" in line
+
+
+def test_the_measured_reach_is_the_last_row_read() -> None:
+    written = _walk_labels(300, 7)
+    assert written.last_row_read(100, 101) == 107
+    assert written.last_row_read(290, 295) == 297  # the labels of rows near the end read no further
+    assert list(written.reads_from(150, np.arange(150))) == list(range(143, 150))
+    for tail in Tail:  # every change leaves the rows before the cut as they were
+        other = changed_tail(written.rows, 150, tail)
+        assert np.array_equal(other.close[:150], written.rows.close[:150])
+
+
+def test_a_label_span_that_forgets_the_barrier_horizon_is_caught(md, monkeypatch) -> None:
+    # The planted bug of issue 58: the span forgets env.plan.barrier.horizon (120) and is 60, the
+    # longest direction horizon, so the folds purge 60 rows where the barrier outcomes read 120. A
+    # check with the same function passed it; the measured one names the fold, row and setting.
+    cfg = load_config("smoke", overrides=["env.plan.barrier.horizon=120"])
+
+    def forgets_the_barrier(horizons, barrier_horizon):
+        return max(int(k) for k in horizons)
+
+    monkeypatch.setattr(leaks, "label_span", forgets_the_barrier)
+    assert leaks.fold_spans(cfg)["training"] == 60
+    report = check_leaks(md, cfg, workers=1)
+    assert report.leaking_columns == [] and report.scaler_columns == []
+    assert not report.clean and len(report.fold_problems) == cfg.folds.n_folds
+    for fold, line in enumerate(report.fold_problems):
+        assert line.startswith(f"training and alpha check fold {fold}: training row ")
+        assert "label.outcome, label.outcome.exit" in line and "is not purged" in line
+        assert "label span 60 rows" in line and "env.plan.barrier.horizon 120" in line
+    monkeypatch.undo()
+    assert check_leaks(md, cfg, workers=1).fold_problems == []  # the real span: 120 rows purged
 
 
 def _check_cli(market_dir: Path, *sets: str):

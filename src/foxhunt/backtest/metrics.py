@@ -763,6 +763,7 @@ def implausibility(
     min_drawdown: float = 1e-3,
     min_win_rate_for_drawdown_check: float = 0.8,
     z: float = SHARPE_BOUND_Z,
+    unjudged: bool = False,
 ) -> list[str]:
     """Reasons a :func:`compute_metrics` result is too good to be true; empty when none.
 
@@ -777,7 +778,13 @@ def implausibility(
       nearly every trade and never loses ``min_drawdown`` of its peak equity is peeking (a
       zero-variance return series has Sharpe 0 by convention, so this check is what catches it).
       The win-rate condition spares a small-size strategy whose losses are merely small;
-    * a non-finite Sharpe or drawdown.
+    * a non-finite Sharpe or drawdown;
+    * with ``unjudged`` (the ``backtest`` command's report), a Sharpe above the ceiling that neither
+      check above could judge, over fewer than :data:`MIN_TRADES_FOR_T_STAT` closed trades: "too
+      few trades to judge" rather than nothing (the look-ahead oracle on a short book file showed a
+      Sharpe of 173 over 4 trades, within its sampling error of the ceiling, and went unflagged).
+      Training's anomaly guard leaves it off: an epoch's lucky handful of trades is not a leak to
+      stop a run for.
 
     The caller sets ``metrics["implausible"]`` from the result.
     """
@@ -802,6 +809,12 @@ def implausibility(
             f"closed trades' t-statistic {t_trade:.3g} over {trades} trades exceeds {t_max:.3g}, the most a "
             f"strategy with annualised Sharpe {max_sharpe_annual:.3g} reaches over this period plus {z:g} "
             "standard errors: look for future information in the features or a cost bug"
+        )
+    if unjudged and not reasons and sharpe > max_sharpe_annual and trades < MIN_TRADES_FOR_T_STAT:
+        reasons.append(
+            f"annualised Sharpe {sharpe:.3g} over {trades} closed trades is above the plausible ceiling "
+            f"{max_sharpe_annual:.3g}, but too few trades to judge (its lower bound {lower:.3g} at z = {z:g} "
+            f"is not, and the trade t-test needs {MIN_TRADES_FOR_T_STAT} trades): trust it only on more data"
         )
     win_rate = float(metrics.get("win_rate", 1.0))
     if (

@@ -84,16 +84,21 @@ def bars_per_year(cache: FeatureCache, instrument: Instrument | None = None) -> 
 
 
 def summarise(
-    rec: StepRecord, bpy: float, cfg: FoxhuntConfig, max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL
+    rec: StepRecord,
+    bpy: float,
+    cfg: FoxhuntConfig,
+    max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL,
+    unjudged: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
-    """``(compute_metrics of rec, implausibility reasons)`` with the config's branch sizes and capital."""
+    """``(compute_metrics of rec, implausibility reasons)`` with the config's branch sizes and capital
+    (``unjudged``: :func:`~foxhunt.backtest.metrics.implausibility`'s, the ``backtest`` command's)."""
     metrics = compute_metrics(
         rec,
         bars_per_year=bpy,
         initial_capital=cfg.env.contract.initial_capital,
         **branch_sizes(cfg.env.branches),
     )
-    return metrics, implausibility(metrics, max_sharpe_annual=max_sharpe_annual)
+    return metrics, implausibility(metrics, max_sharpe_annual=max_sharpe_annual, unjudged=unjudged)
 
 
 def equity_curve(rec: StepRecord) -> np.ndarray:
@@ -182,7 +187,7 @@ def run_backtest(
         trades.extend(trade_rows(rec, ts, fd.fold.index))
     annual = cache_annualisation(cache, instrument)
     bpy = annual.bars_per_year
-    metrics, reasons = summarise(StepRecord.concat(records), bpy, cfg)
+    metrics, reasons = summarise(StepRecord.concat(records), bpy, cfg, unjudged=True)
     body = {
         "policy": policy.value,
         "folds": [fd.fold.index for fd in chosen],

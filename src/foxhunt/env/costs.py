@@ -55,7 +55,9 @@ Where the book is unknown the modelled touch is put on the grid away from the ma
 sell up): a resting order rests at a price that can trade.
 
 A limit order placed on row t rests from row t+1; on each later row it fills, all or nothing and at
-its limit price (no price improvement), when that row's prices trade **through** it::
+its limit price (no price improvement; on a row that gapped through it, with its whole range beyond
+the price, at the range's near end: a fill never lies outside the row's ``[low, high]``), when that
+row's prices trade **through** it::
 
     buy:  next_low  < price        sell: next_high > price
 
@@ -378,7 +380,10 @@ def limit_fill(
     None); a sell symmetrically with ``next_high``. Unknown queue or volume (NaN, or a negative
     queue) needs a trade-through. ``queue_ahead`` comes from :func:`queue_ahead` at placement,
     ``traded_volume_at_price`` sums :func:`volume_at_price` over the rows since. The fill price is the
-    limit price (no price improvement), returned for every row; ``side == 0`` never fills.
+    limit price (no price improvement), returned for every row, except on a row whose whole range lies
+    beyond it (a buy's ``next_high`` below it: the row gapped through the order), where a fill is
+    booked at the range's near end (the buy at ``next_high``), inside what traded; ``side == 0``
+    never fills.
     """
     s = torch.sign(side)
     tol = _tol(price)
@@ -398,7 +403,11 @@ def limit_fill(
 
     buy = (s > 0) & (buy_through | (buy_at & at_fills))
     sell = (s < 0) & (sell_through | (sell_at & at_fills))
-    return buy | sell, price
+    filled = buy | sell
+    # A row whose whole range lies beyond the price (it gapped through the order: a buy's high below
+    # it) fills at the range's near end, never at a price that did not trade on the row.
+    inside = into_range(price, next_low.to(price.dtype), next_high.to(price.dtype))
+    return filled, torch.where(filled, inside, price)
 
 
 def limit_order(

@@ -44,9 +44,17 @@ class Account:
     peak_step: Tensor  # int64 hold_time at the open trade's PnL peak
     time_since_trade: Tensor  # int64 rows since the last fill
     n_trades: Tensor  # int64 closed trades (every close in the ledger)
-    n_wins: Tensor  # int64
+    n_wins: Tensor  # int64 closed trades with net PnL > 0
+    n_losses: Tensor  # int64 closed trades with net PnL < 0 (a breakeven trade is neither: Kelly's odds)
     sum_win: Tensor  # $ per contract, summed over winning trades
     sum_loss: Tensor  # $ per contract, summed over losing trades (positive)
+
+    def __setstate__(self, state: dict[str, Tensor]) -> None:
+        # An account pickled before it kept n_losses (a serve ledger's resume state written by an
+        # older foxhunt) resumes with the losses that version counted: every trade not a win.
+        if "n_losses" not in state:
+            state = {**state, "n_losses": state["n_trades"] - state["n_wins"]}
+        self.__dict__.update(state)
 
     @classmethod
     def fresh(cls, n: int, capital: float, *, device: torch.device, dtype: torch.dtype) -> Account:
@@ -63,6 +71,7 @@ class Account:
             time_since_trade=zi.clone(),
             n_trades=zi.clone(),
             n_wins=zi.clone(),
+            n_losses=zi.clone(),
             sum_win=z.clone(),
             sum_loss=z.clone(),
         )

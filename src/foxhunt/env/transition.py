@@ -128,7 +128,7 @@ def decide(
     conv = conviction(direction_conviction, cfg.sizing)
     kelly = kelly_fraction(
         a.n_wins,
-        a.n_trades - a.n_wins,
+        a.n_losses,  # not n_trades - n_wins: a breakeven trade is no loss (Kelly's odds, env/sizing.py)
         a.sum_win,
         a.sum_loss,
         a.n_trades,
@@ -425,6 +425,7 @@ def settle(
         time_since_trade=torch.where(traded, torch.zeros_like(a.time_since_trade), a.time_since_trade + 1),
         n_trades=a.n_trades + closed.closed.sum(dim=1),
         n_wins=a.n_wins + win_NS.sum(dim=1),
+        n_losses=a.n_losses + lost_NS.sum(dim=1),
         sum_win=a.sum_win + torch.where(win_NS, per_contract_NS, 0.0).sum(dim=1),
         sum_loss=a.sum_loss + torch.where(lost_NS, -per_contract_NS, 0.0).sum(dim=1),
     )

@@ -22,10 +22,16 @@ family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks
    the fold's scaler must be bit-identical. A normaliser fitted on more than the training rows
    names the columns whose statistics moved.
 3. **Folds** (:func:`purge_problems`). The folds that training and the alpha check build must keep
-   every training row's label window out of validation: ``min(validation) - max(train before it)
-   > max(folds.embargo_rows, label span)`` (the purge covers the label span and the embargo, which
-   is at least the longest label horizon: docs/design.md §4), and no training row inside the block
-   or in the embargo after it. A violation names the fold, the row and the settings.
+   every training row's label window out of validation, and every validation row's out of the
+   training rows after the block (docs/design.md §4). The windows are measured on the labels as
+   written (the cache's label columns: direction labels, the aux heads' targets and the plan's
+   barrier outcome; the alpha check's targets), not taken from the label span the folds were built
+   with (:mod:`foxhunt.validation.reach`): the rows from the block's first row on are changed (cut
+   off, prices far above, far below), everything relabelled, and every training row before the
+   block must keep bit-identical labels; likewise every validation row when the rows from the first
+   training row after the block on change. Both gaps must also exceed ``folds.embargo_rows``, and no
+   training row may lie inside the block. A violation names the fold, the row, the label it reads
+   up to which row, and the settings.
 
 A feature fitted over a window that reaches past its row (a trend over rows after ``t``) can lift
 direction accuracy from an honest 0.50 to 0.75; the first check catches that class of bug whatever
@@ -62,6 +68,7 @@ from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
 from foxhunt.validation.folds import Fold, TooFewRowsError
 from foxhunt.validation.labels import label_span
+from foxhunt.validation.reach import Labeller, WrittenLabels, merged
 
 T = TypeVar("T")
 
@@ -377,11 +384,20 @@ def scaler_leaks(
 # --- check 3: the purge covers the label span and the embargo -------------------------------------
 
 
-def purge_problems(folds: Sequence[Fold], label_span: int, embargo_rows: int, user: str) -> list[str]:
-    """One line per fold of ``user`` (who builds them) whose training rows come closer to validation
-    than the label span and the embargo allow (module docstring, check 3); empty when all hold."""
-    need = max(int(embargo_rows), int(label_span))
-    settings = f"label span {label_span} rows, folds.embargo_rows {embargo_rows}"
+def purge_problems(
+    folds: Sequence[Fold], label_span: int, embargo_rows: int, user: str, written: WrittenLabels
+) -> list[str]:
+    """One line per fold of ``user`` (who builds them, with ``label_span``) whose training rows come
+    closer to validation than their labels and the embargo allow (module docstring, check 3); empty
+    when all hold.
+
+    The reach of the labels is measured on ``written`` (:mod:`foxhunt.validation.reach`), never taken
+    from ``label_span``, the number under test: no training row before a validation block may have a
+    label that reads the block (changing the rows from its first row on leaves every such label
+    bit-identical), and no validation row a label that reads the first training row after the block.
+    ``folds.embargo_rows`` is a setting, so it is checked as set: more than that many rows on both
+    sides of the block."""
+    settings = f"label span {label_span} rows, {written.settings}, folds.embargo_rows {embargo_rows}"
     out = []
     for f in folds:
         train = np.asarray(f.train, np.int64)
@@ -390,18 +406,37 @@ def purge_problems(folds: Sequence[Fold], label_span: int, embargo_rows: int, us
         before, after = train[train < vs], train[train >= ve]
         if len(inside):
             out.append(f"{user} fold {f.index}: training row {int(inside[0])} lies in its validation block")
-        if len(before) and vs - int(before.max()) <= need:
+        where = f"{user} fold {f.index}"
+        readers = written.reads_from(vs, before)
+        if readers:
+            t = next(iter(readers))  # the earliest: the one reaching farthest into the block
+            last = written.last_row_read(t, vs)
+            out.append(
+                f"{where}: training row {t} is {vs - t} rows before validation row {vs}, but its "
+                f"{', '.join(readers[t])} reads up to row {last}, so its label window [{t}, {last}] is not "
+                f"purged ({len(readers)} training rows read the block; {settings})"
+            )
+        elif len(before) and vs - int(before.max()) <= embargo_rows:
             last = int(before.max())
             out.append(
-                f"{user} fold {f.index}: training row {last} is {vs - last} rows before validation row {vs}, "
-                f"so its label window [{last}, {last + label_span}] is not purged ({settings}: the gap "
-                f"must exceed {need} rows)"
+                f"{where}: training row {last} is {vs - last} rows before validation row {vs}, inside the "
+                f"embargo ({settings}: the gap must exceed {embargo_rows} rows)"
             )
-        if len(after) and int(after.min()) - (ve - 1) <= need:
-            out.append(
-                f"{user} fold {f.index}: training row {int(after.min())} is inside the embargo after "
-                f"validation row {ve - 1} ({settings}: the gap must exceed {need} rows)"
-            )
+        if len(after):
+            first = int(after.min())
+            readers = written.reads_from(first, np.arange(vs, ve))
+            if readers:
+                v = next(reversed(readers))  # the last validation row reading it
+                out.append(
+                    f"{where}: training row {first} is inside the embargo after validation row {ve - 1}: "
+                    f"validation row {v}'s {', '.join(readers[v])} reads up to row "
+                    f"{written.last_row_read(v, first)} ({settings})"
+                )
+            elif first - (ve - 1) <= embargo_rows:
+                out.append(
+                    f"{where}: training row {first} is inside the embargo after validation row {ve - 1} "
+                    f"({settings}: the gap must exceed {embargo_rows} rows)"
+                )
     return out
 
 
@@ -411,8 +446,63 @@ def fold_spans(cfg: FoxhuntConfig) -> dict[str, int]:
     unit = cfg.data.row_unit
     return {
         "training": label_span(cfg.labels.horizons(unit), cfg.env.plan.barrier.horizon),
-        "alpha check": max(cfg.alpha.horizons or cfg.labels.horizons(unit)),
+        "alpha check": max(_alpha_horizons(cfg)),
     }
+
+
+def fold_users(cfg: FoxhuntConfig, rows: RowInput) -> list[tuple[int, list[str], WrittenLabels]]:
+    """``(span, users, written)`` per distinct span of :func:`fold_spans` (users of one span build the
+    same folds, checked once) with the labels of ``rows`` those users read (:func:`fold_labels`)."""
+    users_by_span: dict[int, list[str]] = {}
+    for user, span in fold_spans(cfg).items():
+        users_by_span.setdefault(span, []).append(user)
+    labels = fold_labels(cfg)
+    return [
+        (
+            span,
+            users,
+            WrittenLabels.of(
+                rows, merged(*(labels[u][0] for u in users)), ", ".join(labels[u][1] for u in users)
+            ),
+        )
+        for span, users in users_by_span.items()
+    ]
+
+
+def _alpha_horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:
+    return tuple(cfg.alpha.horizons or cfg.labels.horizons(cfg.data.row_unit))
+
+
+def fold_labels(cfg: FoxhuntConfig) -> dict[str, tuple[Labeller, str]]:
+    """What each fold builder of :func:`fold_spans` trains or scores on, as written, and the settings
+    that give it its reach: training the cache's label columns (direction labels, the aux heads'
+    targets, and the plan's barrier outcome), the alpha check its direction targets."""
+    unit, barrier = cfg.data.row_unit, cfg.env.plan.barrier
+    alpha_h = _alpha_horizons(cfg)
+    return {
+        "training": (
+            partial(_cache_labels, cfg=cfg),
+            f"labels.{unit.value}_horizons {list(cfg.labels.horizons(unit))}, "
+            f"env.plan.barrier.horizon {barrier.horizon}",
+        ),
+        "alpha check": (partial(_alpha_targets, horizons=alpha_h), f"alpha horizons {list(alpha_h)}"),
+    }
+
+
+def _cache_labels(rows: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
+    from foxhunt.features.cache import label_columns  # the writer of the cache's label columns
+
+    return label_columns(rows, cfg)
+
+
+def _alpha_targets(rows: RowInput, horizons: tuple[int, ...]) -> dict[str, np.ndarray]:
+    from foxhunt.alpha.check import targets  # the alpha check's own targets
+
+    out = {}
+    for k in horizons:
+        y, usable = targets(rows.close, rows.segment_start, k)
+        out[f"alpha.up_h{k}"], out[f"alpha.up_h{k}.usable"] = y, usable
+    return out
 
 
 # --- the cuts, each in a forked process where the machine has the cores and memory ----------------
@@ -548,10 +638,7 @@ def check_leaks(
     ]  # fmt: skip
     results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers, meanwhile)
     report = LeakReport(columns=feats.values.shape[1], rows=n, cuts=results)
-    users_by_span: dict[int, list[str]] = {}
-    for user, span in fold_spans(cfg).items():
-        users_by_span.setdefault(span, []).append(user)
-    for span, users in users_by_span.items():
+    for span, users, written in fold_users(cfg, inp):
         user = " and ".join(users)
         try:
             cols, bad_folds, folds = scaler_leaks(feats.values, feats.columns, cfg, span, seed=seed)
@@ -566,7 +653,7 @@ def check_leaks(
             continue
         report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
         report.scaler_folds = sorted(set(report.scaler_folds) | set(bad_folds))
-        report.fold_problems += purge_problems(folds, span, cfg.folds.embargo_rows, user)
+        report.fold_problems += purge_problems(folds, span, cfg.folds.embargo_rows, user, written)
         report.folds_checked = len(folds)
     return report
 
