@@ -10,6 +10,7 @@ or 50 minutes: the phase the 4 cuts of this market miss, as they miss 66% and 96
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import numpy as np
@@ -80,6 +81,7 @@ def test_a_look_ahead_on_10_percent_of_rows_is_caught(md, monkeypatch) -> None:
         "Leak guard: LEAK: look-ahead in sparse.next"
     )
     row = report.coverage.first_leaking_row
+    assert json.loads(json.dumps(report.to_dict()))["coverage"]["first_leaking_row"] == row  # JSON as written
     assert inp_ts(md, cfg)[row] % (300 * NS) == 60 * NS  # named at a row where it leaks
 
 

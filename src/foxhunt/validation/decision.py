@@ -193,7 +193,8 @@ class Coverage:
 def _note(found: dict[str, int], names: Sequence[str], rows: np.ndarray) -> None:
     """``found[name] = first row`` for each name whose first differing row is in ``rows``."""
     for name, row in zip(names, rows, strict=True):
-        found[name] = min(found.get(name, row), int(row))
+        r = int(row)  # a Python int: the report is JSON
+        found[name] = min(found.get(name, r), r)
 
 
 def _stack_columns(feats: FeatureMatrix, columns: Sequence[str]) -> list[int]:
@@ -201,20 +202,24 @@ def _stack_columns(feats: FeatureMatrix, columns: Sequence[str]) -> list[int]:
     return [at[c] for c in columns]
 
 
+@dataclass(frozen=True, eq=False)
+class _Run:
+    """A coverage job's consecutive cut rows, all in its rows ``[lo, hi)``, and the resumable
+    families' state after the rows before ``lo`` (used up by the job)."""
+
+    cuts: np.ndarray
+    lo: int
+    hi: int
+    carry: dict
+
+
 def _feature_coverage(
-    inp: RowInput,
-    feats: FeatureMatrix,
-    cfg: FoxhuntConfig,
-    registry,
-    cuts: np.ndarray,
-    lo: int,
-    hi: int,
-    carry: dict,
+    inp: RowInput, feats: FeatureMatrix, cfg: FoxhuntConfig, registry, run: _Run
 ) -> dict[str, int]:
-    """Feature columns whose value at a cut row (all in ``[lo, hi)``) differs when computed without
-    the rows after it: the resumable families in chunks of ``[lo, hi)`` ending at the cut rows, from
-    ``carry`` (their state after the rows before ``lo``, used up), the others on the rows up to each
-    cut."""
+    """Feature columns whose value at a cut row of ``run`` differs when computed without the rows
+    after it: the resumable families in chunks of ``[lo, hi)`` ending at the cut rows, from the
+    run's carried state, the others on the rows up to each cut."""
+    cuts, lo, hi, carry = run.cuts, run.lo, run.hi, run.carry
     names, params, families = feature_stack(cfg, registry)
     found: dict[str, int] = {}
     chunked = tuple(n for n in names if resumable(families[n]))
@@ -299,24 +304,13 @@ def _observation_coverage(base: DecisionBase, cuts: np.ndarray, seed: int) -> di
 
 
 def _part(
-    inp: RowInput,
-    feats: FeatureMatrix,
-    base: DecisionBase | None,
-    cfg: FoxhuntConfig,
-    registry,
-    cuts: np.ndarray,
-    lo: int,
-    hi: int,
-    carry: dict,
+    inp: RowInput, feats: FeatureMatrix, base: DecisionBase | None, cfg: FoxhuntConfig, registry, run: _Run
 ) -> dict[str, int]:
-    found = _feature_coverage(inp, feats, cfg, registry, cuts, lo, hi, carry)
+    """One coverage job: the features and labels at the cut rows of ``run``."""
+    found = _feature_coverage(inp, feats, cfg, registry, run)
     if base is not None:
-        found |= _label_coverage(inp, base, cuts)
+        found |= _label_coverage(inp, base, run.cuts)
     return found
-
-
-def _observed(base: DecisionBase, cuts: np.ndarray, seed: int) -> dict[str, int]:
-    return _observation_coverage(base, cuts, seed)
 
 
 def coverage_jobs(
@@ -348,11 +342,11 @@ def coverage_jobs(
         if chunked and hi < len(inp):  # the state at the next run's first row
             compute_stack(inp.rows(lo, hi), chunked, params, families, carry=carry)
     jobs: list[Callable[[], dict[str, int]]] = [
-        partial(_part, inp, feats, base, cfg, registry, run, lo, hi, c)
+        partial(_part, inp, feats, base, cfg, registry, _Run(run, lo, hi, c))
         for run, lo, hi, c in zip(runs, starts, ends, carries, strict=True)
     ]
     if base is not None:
-        jobs.append(partial(_observed, base, cuts, seed))
+        jobs.append(partial(_observation_coverage, base, cuts, seed))
     return summary, jobs
 
 
