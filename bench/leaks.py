@@ -18,7 +18,9 @@ with all of them in this process) and, inside it, ``perturb_after`` (the changed
 process only, so 0 where the cuts are forked); then the pieces of the check, each alone in this
 process, from which a many-core host's time can be estimated: ``base rows`` and ``base features``
 (the unperturbed market's), ``slowest cut`` (one cut's ``perturb_after``, rows and features, the
-slowest of the cuts) and ``fold checks`` (checks 2 and 3 on the base features).
+slowest of the cuts) and ``fold checks`` (checks 2 and 3 on the base features); where the version
+has them, the decision path's (issue 58): ``decision base`` (the unperturbed labels, cache and
+market), ``coverage`` (its jobs one after the other: the many cut rows) and ``input screen``.
 """
 
 from __future__ import annotations
@@ -85,6 +87,20 @@ def check_parts(leaks, perturb, md, cfg) -> dict[str, float]:
         _, _, folds = leaks.scaler_leaks(feats.values, feats.columns, cfg, span)
         leaks.purge_problems(folds, span, cfg.folds.embargo_rows, "bench", written)
     out["fold checks"] = time.perf_counter() - t0
+    if hasattr(leaks, "coverage_jobs"):  # the decision path's checks (issue 58), each alone here
+        span = leaks.fold_spans(cfg)["training"]
+        folds = leaks.make_folds(feats.values, feats.columns, cfg.folds, span)
+        t0 = time.perf_counter()
+        decision = leaks.decision_base(inp, feats, cfg, folds[0], span, leaks.product_instrument("ES"))
+        out["decision base"] = time.perf_counter() - t0
+        summary, jobs = leaks.coverage_jobs(inp, feats, decision, cfg, None, 0)
+        t0 = time.perf_counter()
+        for job in jobs:
+            job()
+        out[f"coverage ({summary.rows} rows)"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        leaks.screen_problems(decision, folds, 0)
+        out["input screen"] = time.perf_counter() - t0
     return out
 
 
@@ -154,9 +170,9 @@ def bench(args: argparse.Namespace, cfg, leaks, files: list[Path]) -> int:
         f"{len(report.cuts)} cuts, {report.folds_checked} folds ({args.leaks or 'installed leaks.py'}; "
         f"cuts in {leaks.cut_workers(md, len(report.cuts)) if forks else 1} process(es))"
     )
-    print(f"{'part':<16}{'median s':>10}  runs (wall seconds unless named)")
+    print(f"{'part':<22}{'median s':>10}  runs (wall seconds unless named)")
     for r in rows:
-        print(f"{r['name']:<16}{r['median_s']:>10.2f}  " + " ".join(f"{t:.2f}" for t in r["runs_s"]))
+        print(f"{r['name']:<22}{r['median_s']:>10.2f}  " + " ".join(f"{t:.2f}" for t in r["runs_s"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(

@@ -189,11 +189,20 @@ def cache_path(out_dir: Path, cfg: FoxhuntConfig, key: str) -> Path:
 # --- computing ---------------------------------------------------------------------------------
 
 
+def feature_stack(
+    cfg: FoxhuntConfig, registry=None
+) -> tuple[tuple[str, ...], dict[str, Any], dict[str, Any]]:
+    """``(family names, their params, the registry)`` of the configured stack: what
+    :func:`compute_features` runs (the leak guard's coverage check runs them family by family)."""
+    families = with_plugins(load_plugins(cfg.features)) | dict(registry or {})
+    return _families(cfg), _feature_params(cfg), families
+
+
 def compute_features(inp: RowInput, cfg: FoxhuntConfig, registry=None, carry=None) -> FeatureMatrix:
     """The configured stack on ``inp`` (the leak guard and the cache both call this; foxhunt serve
     with ``carry``, the families' state after the rows before ``inp``: compute_stack)."""
-    families = with_plugins(load_plugins(cfg.features)) | dict(registry or {})
-    return compute_stack(inp, _families(cfg), _feature_params(cfg), families, carry=carry)
+    names, params, families = feature_stack(cfg, registry)
+    return compute_stack(inp, names, params, families, carry=carry)
 
 
 def label_columns(inp: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:

@@ -100,8 +100,9 @@ from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
+from foxhunt.validation import screen as screening
 from foxhunt.validation.dataset import FoldData, make_folds
-from foxhunt.validation.screen import Screen, screen_columns
+from foxhunt.validation.screen import Screen
 
 # The run's resolved config, written when it starts: a resume is compared with it, key for key.
 RECORDED_CONFIG = "train.config.json"
@@ -364,18 +365,10 @@ class FoldTrainer:
         m = self.market
         columns = tuple(m.feature_columns)
         horizon = self.cfg.env.plan.barrier.horizon
-        rows = slice(self.periods.collect_lo, self.periods.collect_hi)  # only these reach the host
+        p = self.periods
         try:
-            screen = screen_columns(
-                m.features[rows].cpu().numpy(),
-                columns,
-                m.mid[rows].cpu().numpy(),
-                m.segment[rows].cpu().numpy(),
-                0,
-                rows.stop - rows.start,
-                horizon,
-                min(keep, len(columns)),
-            )
+            # Through the module: the leak guard checks this very function (screening.fold_screen).
+            screen = screening.fold_screen(m, p.collect_lo, p.collect_hi, horizon, min(keep, len(columns)))
         except ValueError as e:
             raise FoxhuntError(
                 "agent.network.input_screen",

@@ -33,6 +33,15 @@ family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks
    training row may lie inside the block. A violation names the fold, the row, the label it reads
    up to which row, and the settings.
 
+4. **The path to the decision** (:mod:`foxhunt.validation.decision`). At every cut, the fold
+   normaliser's output, the environment's observation and the labels the learner reads (label
+   columns, aux targets) of the rows known at the cut must be bit-identical too; a **coverage**
+   check makes :func:`foxhunt.validation.decision.coverage_rows_needed` (459) cut rows, drawn at
+   random, at once (features in chunks ending at them, labels on the rows up to them, observations
+   with the feature rows after them replaced), so a look-ahead on 1% of the rows shows with
+   probability >= 99% (the bound is in the verdict); the input screen, per fold, must not move when
+   every row outside the fold's collection rows changes.
+
 A feature fitted over a window that reaches past its row (a trend over rows after ``t``) can lift
 direction accuracy from an honest 0.50 to 0.75; the first check catches that class of bug whatever
 module it hides in, because it tests the output.
@@ -57,6 +66,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
+from foxhunt.domain.instrument import Instrument, product_instrument
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import compute_features, value_config
 from foxhunt.features.fingerprint import file_fingerprint
@@ -66,6 +76,15 @@ from foxhunt.features.registry import Family
 from foxhunt.features.stack import FeatureMatrix
 from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
+from foxhunt.validation.decision import (
+    Coverage,
+    DecisionBase,
+    coverage_jobs,
+    covered,
+    decision_base,
+    moved_inputs,
+    screen_problems,
+)
 from foxhunt.validation.folds import Fold, TooFewRowsError
 from foxhunt.validation.labels import label_span
 from foxhunt.validation.reach import Labeller, WrittenLabels, merged
@@ -98,6 +117,9 @@ class CutResult:
     rows_checked: int  # rows known at or before t
     leaking_columns: list[str] = field(default_factory=list)
     first_leaking_row: int | None = None
+    # The decision inputs of the rows known at t that moved (decision.moved_inputs): checked only
+    # where the features held, a feature leak moving them all.
+    moved_inputs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -112,15 +134,21 @@ class LeakReport:
     fold_problems: list[str] = field(default_factory=list)
     folds_checked: int = 0  # folds whose scalers and purge were checked (0: too few rows for folds)
     fold_note: str = ""  # why the fold checks did not run, if they did not
+    # Check 4: the many cut rows (None: not run), the input screen per fold.
+    coverage: Coverage | None = None
+    screen_problems: list[str] = field(default_factory=list)
+    screen_folds: int = 0  # folds whose input screen was checked
+    screen_note: str = ""  # why the screen check did not run, if it did not
 
     @property
     def clean(self) -> bool:
-        return not (self.leaking_columns or self.scaler_columns or self.fold_problems)
+        return not (self.leaking_columns or self.scaler_columns or self.fold_problems or self.screen_problems)
 
     @property
     def leaking_columns(self) -> list[str]:
-        """Feature columns that moved when only the future changed (check 1)."""
-        return sorted({col for c in self.cuts for col in c.leaking_columns})
+        """Feature columns and decision inputs that moved when only the future changed (checks 1, 4)."""
+        cols = {col for c in self.cuts for col in (*c.leaking_columns, *c.moved_inputs)}
+        return sorted(cols | set(self.coverage.leaking_columns if self.coverage else ()))
 
     def problems(self) -> list[str]:
         """One line per finding, naming the columns or settings."""
@@ -136,6 +164,7 @@ class LeakReport:
                 + (f" and {more} more columns" if more > 0 else "")
             )
         out.extend(self.fold_problems)
+        out.extend(self.screen_problems)
         return out
 
     @property
@@ -150,9 +179,19 @@ class LeakReport:
             if self.folds_checked
             else f"fold checks not run ({self.fold_note})"
         )
+        path = "features" if self.coverage is None else "features, normalised features, observations, labels"
+        cover = "" if self.coverage is None else f"; {self.coverage.bound()}"
+        screen = (
+            f"; the input screen unchanged by the rows outside training in {self.screen_folds} folds"
+            if self.screen_folds
+            else f"; input screen not checked ({self.screen_note})"
+            if self.screen_note
+            else ""
+        )
         return (
             f"Leak guard: clean: {self.columns} columns x {self.rows:,} rows unchanged before "
-            f"{len(self.cuts)} cuts (future prices, sizes, event times and counts perturbed); {folds}"
+            f"{len(self.cuts)} cuts (future prices, sizes, event times and counts perturbed; {path}){cover}; "
+            f"{folds}{screen}"
         )
 
     def summary(self) -> dict[str, Any]:
@@ -175,6 +214,10 @@ class LeakReport:
             "fold_problems": self.fold_problems,
             "folds_checked": self.folds_checked,
             "fold_note": self.fold_note,
+            "coverage": None if self.coverage is None else dataclasses.asdict(self.coverage),
+            "screen_problems": self.screen_problems,
+            "screen_folds": self.screen_folds,
+            "screen_note": self.screen_note,
         }
 
     def raise_if_leaking(self, where: str, consequence: str) -> None:
@@ -325,9 +368,7 @@ def perturb_after(
     rng = np.random.default_rng(seed)
     books = {iid: _perturb_book(b, t_cut, rng, tick, timing) for iid, b in md.books.items()}
     trades = {iid: _perturb_trades(t, t_cut, rng, tick, timing) for iid, t in md.trades.items()}
-    ohlcv = {
-        iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()
-    }
+    ohlcv = {iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()}
     return dataclasses.replace(
         md,
         books=books,
@@ -507,9 +548,10 @@ def _alpha_targets(rows: RowInput, horizons: tuple[int, ...]) -> dict[str, np.nd
 
 # --- the cuts, each in a forked process where the machine has the cores and memory ----------------
 
-# The cut jobs of the running check_leaks, read by the forked workers: inherited with the fork (the
-# market, the base features, a test's planted family), never pickled. Empty outside a parallel check.
-_FORKED_JOBS: list[tuple] = []
+# The jobs of the running check_leaks (the cuts and the coverage check, each a call without
+# arguments), read by the forked workers: inherited with the fork (the market, the base features, a
+# test's planted family), never pickled. Empty outside a parallel check.
+_FORKED_JOBS: list[Callable[[], Any]] = []
 
 
 def _one_cut(
@@ -522,24 +564,32 @@ def _one_cut(
     t_cut: int,
     seed: int,
     tick: float | None = None,
+    decision: DecisionBase | None = None,
 ):
     """Check 1 at one cut: the market with everything after ``t_cut`` perturbed, its rows and features
     recomputed through the pipeline (rows in ``tick``, as the base's), compared with the base on the
-    rows known at ``t_cut``."""
+    rows known at ``t_cut``; where they hold, the decision path's inputs of those rows (check 4)."""
     timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
     other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
     other_inp = rows_from_market(other_md, cfg.data, tick_size=tick)
     other = compute_features(other_inp, cfg, registry)
-    return _cut_result(base_ts, base.values, other_inp.ts, other.values, base.columns, t_cut)
+    res = _cut_result(base_ts, base.values, other_inp.ts, other.values, base.columns, t_cut)
+    if decision is not None and not res.leaking_columns:
+        res.moved_inputs = moved_inputs(decision, other_inp, other, res.rows_checked)
+    return res
 
 
-def _forked_cut(index: int) -> CutResult:
+def _forked_cut(index: int) -> CutResult | dict[str, int]:
     # Silent: the parent's base computation has already shown any warning the pipeline gives, and
     # a forked child writing to a stream that another of the parent's threads (the progress display)
     # held at the fork could wait forever.
+    if "torch" in sys.modules:
+        # The decision path's few small tensor ops, in this thread: an intra-op pool the parent
+        # started is not in the child (torch runs them inline at one thread).
+        sys.modules["torch"].set_num_threads(1)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return _one_cut(*_FORKED_JOBS[index])
+        return _FORKED_JOBS[index]()
 
 
 def _market_bytes(md: MarketData) -> int:
@@ -573,10 +623,17 @@ def cut_workers(md: MarketData, n_cuts: int) -> int:
     return max(1, workers)
 
 
+def _found(result: CutResult | dict[str, int]) -> bool:
+    """Whether a job found a leak (a cut's result, or a coverage job's ``{input: row}``)."""
+    if isinstance(result, CutResult):
+        return bool(result.leaking_columns or result.moved_inputs)
+    return bool(result)
+
+
 def _run_cuts(
-    jobs: list[tuple], workers: int, meanwhile: Callable[[], object] | None = None
-) -> list[CutResult]:
-    """``[_one_cut(*job) for job in jobs]``, in ``workers`` forked processes when more than one;
+    jobs: list[Callable[[], Any]], workers: int, meanwhile: Callable[[], object] | None = None
+) -> list[Any]:
+    """``[job() for job in jobs]``, in ``workers`` forked processes when more than one;
     ``meanwhile()`` runs in this process while they do; where they run here, after them, and only
     when none leaks (its work would wait for a verdict that refuses the data).
 
@@ -588,8 +645,8 @@ def _run_cuts(
     compiler workers, which the children then never see), and a cut's error reaches the caller as
     itself. An error in ``meanwhile`` stops the workers and is raised."""
     if workers <= 1 or len(jobs) <= 1:
-        results = [_one_cut(*job) for job in jobs]
-        if meanwhile is not None and not any(r.leaking_columns for r in results):
+        results = [job() for job in jobs]
+        if meanwhile is not None and not any(map(_found, results)):
             meanwhile()
         return results
     global _FORKED_JOBS
@@ -618,26 +675,48 @@ def check_leaks(
     tick_size: float | None = None,
     base: tuple[RowInput, FeatureMatrix] | None = None,
     meanwhile: Callable[[], object] | None = None,
+    instrument: Instrument | None = None,
+    coverage_rows: int | None = None,
 ) -> LeakReport:
-    """The three checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline).
+    """The four checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline),
+    the coverage check at ``coverage_rows`` cut rows (None: enough for a look-ahead on 1% of the rows
+    to show with probability >= 99%: :func:`foxhunt.validation.decision.coverage_rows_needed`).
 
     Rows count spreads in ``tick_size`` (None: ``data.tick_size``). ``base``: the unperturbed market's
     rows and features, computed so (from ``md`` in ``tick_size`` with ``registry``) by the caller, who
     keeps them for the feature cache (:func:`guard_prepared`); None computes them here.
     The cuts are independent: ``workers`` processes check them at once (None: :func:`cut_workers`;
     1: in this process), with the same result. ``meanwhile()`` runs in this process while they do
-    (:func:`guard_while`)."""
+    (:func:`guard_while`). ``instrument``: the data's (None: the built-in ES, a hand-built market's),
+    which the environment's market carries."""
     inp, feats = base if base is not None else _base(md, cfg, tick_size, registry)
     n = len(inp)
-    jobs = [
-        (
-            md, cfg, registry, inp.ts, feats, j,
-            int(inp.ts[int(np.clip(round(frac * (n - 1)), 0, n - 1))]), seed, tick_size,
+    # The training folds (too few rows: refused, as below) and the decision path through fold 0's
+    # normaliser, built once here and inherited by the forked jobs.
+    span = fold_spans(cfg)["training"]
+    train_folds = make_folds(feats.values, feats.columns, cfg.folds, span)
+    if instrument is None:
+        instrument = product_instrument("ES")
+    decision = decision_base(inp, feats, cfg, train_folds[0], span, instrument)
+    summary, jobs = coverage_jobs(inp, feats, decision, cfg, registry, seed, coverage_rows)
+    n_cover = len(jobs)  # first: together the longest
+    jobs += [
+        partial(
+            _one_cut, md, cfg, registry, inp.ts, feats, j,
+            int(inp.ts[int(np.clip(round(frac * (n - 1)), 0, n - 1))]), seed, tick_size, decision,
         )
         for j, frac in enumerate(cuts)
     ]  # fmt: skip
     results = _run_cuts(jobs, cut_workers(md, len(jobs)) if workers is None else workers, meanwhile)
-    report = LeakReport(columns=feats.values.shape[1], rows=n, cuts=results)
+    report = LeakReport(
+        columns=feats.values.shape[1],
+        rows=n,
+        cuts=results[n_cover:],
+        coverage=covered(summary, results[:n_cover]),
+    )
+    report.screen_problems, report.screen_folds, report.screen_note = screen_problems(
+        decision, train_folds, seed
+    )
     for span, users, written in fold_users(cfg, inp):
         user = " and ".join(users)
         try:
@@ -715,7 +794,8 @@ def check_files(
     from foxhunt.data.instrument import instrument_of_files
 
     paths = tuple(expand_paths(files))
-    tick = instrument_of_files(paths, cfg.instrument, where="--data").tick_size
+    instrument = instrument_of_files(paths, cfg.instrument, where="--data")
+    tick = instrument.tick_size
     md = load_market(paths, cfg.data, progress)
     inp, feats = _base(md, cfg, tick)
     prepared = Prepared(paths, md, inp, feats, float(tick), value_config(cfg))
@@ -724,6 +804,7 @@ def check_files(
         cfg,
         tick_size=tick,
         base=(inp, feats),
+        instrument=instrument,
         meanwhile=None if meanwhile is None else partial(meanwhile, prepared),
     )
     return report, prepared

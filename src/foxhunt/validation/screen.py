@@ -23,6 +23,7 @@ is not ordered by time among its ties.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -108,3 +109,20 @@ def screen_columns(
     ic = rank_ic(features[rows], move)
     order = np.argsort(-np.abs(ic), kind="stable")
     return Screen(tuple(columns), ic, tuple(int(j) for j in order[:keep]), len(rows))
+
+
+def fold_screen(market: Any, lo: int, hi: int, horizon: int, keep: int) -> Screen:
+    """The input screen of a fold's market (:class:`~foxhunt.env.market.MarketTensors`) on its
+    training (collection) rows ``[lo, hi)`` only: the one call of training and of the leak guard,
+    which replaces every other row and demands the same screen (docs/design.md §4)."""
+    rows = slice(lo, hi)  # only these reach the host
+    return screen_columns(
+        market.features[rows].cpu().numpy(),
+        tuple(market.feature_columns),
+        market.mid[rows].cpu().numpy(),
+        market.segment[rows].cpu().numpy(),
+        0,
+        hi - lo,
+        horizon,
+        keep,
+    )
