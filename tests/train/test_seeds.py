@@ -208,6 +208,11 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert nets[0] != nets[1]  # different seeds, different agents
     assert (out / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     assert "seed 3: net" in result.output and "beat flat" in result.output
+    # each seed's capture per fold, the study's pooled median, the old all-fold number labelled
+    assert all(len(s["captures"]["folds"]) == 2 for s in body["seeds"])
+    assert [f["fold"] for f in body["capture_per_fold"]["by_fold"]] == [0, 1]
+    assert "(per fold " in result.output and "capture per seed-fold: median" in result.output
+    assert "capture over every fold (as reported before issue 58" in result.output
     # the two seeds' committee, fold by fold, with the folds' own baselines
     com = body["committee"]
     assert com["seed"] == -1 and [f["fold"] for f in com["folds"]] == [0, 1]
