@@ -1360,6 +1360,8 @@ def seeds_cmd(
         study.log_results(
             {
                 "capture_mean": summary["capture"]["mean"],
+                "capture_median_per_fold": summary["capture_per_fold"]["median"],
+                "capture_all_folds_mean": summary["capture_all_folds"]["mean"],  # as before issue 58
                 "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
                 "beats_flat": summary["beats_flat"],
                 "finished": summary["finished"],
