@@ -9,7 +9,7 @@ RUN_OUT ?= runs/main
 # Test processes (pytest-xdist): the suite takes 13 min in one process on a 2-core machine, 8 in two.
 TEST_WORKERS ?= 2
 
-.PHONY: run demo test install lint bench clean
+.PHONY: run demo test test-slow test-slow-ci test-gpu install lint bench clean
 
 $(BIN)/foxhunt: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -44,6 +44,19 @@ demo: install
 test: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/pytest -n $(TEST_WORKERS)
+
+## The slow tests (pytest -m slow: real files, whole commands, seeds studies; docs/testing.md says
+## which run where). One process: several of them fork or spawn workers of their own.
+test-slow: install
+	$(BIN)/pytest -p no:xdist -m slow
+
+## The slow tests CI runs after `make test` (.ci/run): all but those marked manual (tests/conftest.py).
+test-slow-ci: install
+	$(BIN)/pytest -p no:xdist -m "slow and not manual"
+
+## The GPU tests (pytest -m gpu): run them on a machine with a CUDA device; without one each skips.
+test-gpu: install
+	$(BIN)/pytest -p no:xdist -m gpu
 
 bench: install
 	$(BIN)/python bench/run.py

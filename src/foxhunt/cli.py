@@ -1224,7 +1224,8 @@ def edge_cmd(
     long above +1.5 sd of its carrier feature, short below -1.5 sd, market orders, under the plan lock)
     beside flat and always-long, per fold over the validation periods. Writes edge.json."""
     from foxhunt.atomic import write_json
-    from foxhunt.backtest.reference import RULE, edge
+    from foxhunt.backtest.capture import RULE
+    from foxhunt.backtest.reference import edge
     from foxhunt.features.cache import get_or_build
 
     progress = _reporter(quiet, verbose)
@@ -1304,6 +1305,8 @@ def seeds_cmd(
     from foxhunt.train.seeds import (
         SEEDS_FILE,
         SEEDS_PLOT,
+        capture_lines,
+        capture_text,
         committee_result,
         prune_checkpoints,
         run_seeds,
@@ -1363,6 +1366,8 @@ def seeds_cmd(
         study.log_results(
             {
                 "capture_mean": summary["capture"]["mean"],
+                "capture_median_per_fold": summary["capture_per_fold"]["median"],
+                "capture_all_folds_mean": summary["capture_all_folds"]["mean"],  # as before issue 58
                 "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
                 "beats_flat": summary["beats_flat"],
                 "finished": summary["finished"],
@@ -1379,25 +1384,22 @@ def seeds_cmd(
             out.print(f"seed {r.seed}: stopped ({r.stopped})", markup=False)
             continue
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in r.folds)
-        cap = f"{r.capture:.0%}" if r.capture is not None else "n/a"
         of = f" (a committee of {cfg.train.members} members)" if cfg.train.members > 1 else ""
-        out.print(f"seed {r.seed}{of}: net {nets} (total {r.total:+,.0f}), capture {cap}", markup=False)
+        cap = capture_text(r.captures)
+        out.print(f"seed {r.seed}{of}: net {nets} (total {r.total:+,.0f}), {cap}", markup=False)
     if committee is not None:
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in committee.folds)
-        cap = f"{committee.capture:.0%}" if committee.capture is not None else "n/a"
         out.print(
             f"committee of {len(runs)}{f' x {cfg.train.members} members' if cfg.train.members > 1 else ''}: "
-            f"net {nets} (total {committee.total:+,.0f}), capture {cap}",
+            f"net {nets} (total {committee.total:+,.0f}), {capture_text(committee.captures)}",
             markup=False,
         )
     if (where := spread(summary["devices"])) is not None:
         out.print(f"seeds {where}", markup=False)
-    c = summary["capture"]
-    ci = f" [{c['lo']:.0%}, {c['hi']:.0%}]" if c["lo"] is not None else ""
-    mean = f"{c['mean']:.0%}{ci}" if c["mean"] is not None else "n/a"
+    for line in capture_lines(summary):
+        out.print(line, markup=False)
     out.print(
-        f"mean capture {mean} over {c['n']} seeds; {summary['beats_flat']}/{summary['finished']} beat flat; "
-        f"{out_dir / SEEDS_FILE}",
+        f"{summary['beats_flat']}/{summary['finished']} beat flat; {out_dir / SEEDS_FILE}",
         markup=False,
     )
 

@@ -112,7 +112,8 @@ def run_job(
     from foxhunt.alpha.check import check_horizons
     from foxhunt.alpha.report import verdict_line
     from foxhunt.alpha.report import write_report as write_alpha
-    from foxhunt.backtest.reference import planted_column, total_capture
+    from foxhunt.backtest.capture import Capture
+    from foxhunt.backtest.reference import planted_column
     from foxhunt.features import warmup
     from foxhunt.features.cache import get_or_build
     from foxhunt.parallel.idle import idle_cores
@@ -193,6 +194,7 @@ def run_job(
     except BaseException as err:
         tracker.end(err)
         raise
+    capture = Capture.of(folds)
     summary: dict[str, Any] = {
         "run": {
             "profile": profile,
@@ -227,9 +229,14 @@ def run_job(
             ),
             "beats_flat_folds": sum(f["net_pnl"] > f["baselines"]["flat"]["net_pnl"] for f in folds),
             "beats_long_folds": sum(f["net_pnl"] > f["baselines"]["long"]["net_pnl"] for f in folds),
-            # The agent's net PnL summed over the folds / the reference rule's (None where the rule
-            # made <= 0 in all: no edge to capture; foxhunt.backtest.reference); per fold: folds[k].capture.
-            "capture": total_capture(folds),
+            # The agent's net PnL summed over the folds where the reference rule made money / the
+            # rule's there (None: no such fold; foxhunt.backtest.reference.Capture), the median of
+            # those folds' captures (per fold: folds[k].capture), the folds kept out (the rule lost or
+            # was absent: why, both net PnLs) and the sum over every fold as reported before issue 58.
+            "capture": capture.ratio,
+            "capture_median": capture.median,
+            "capture_excluded": capture.excluded(),
+            "capture_all_folds": capture.all_folds,
         },
     }
     if stopped is not None:

@@ -23,8 +23,9 @@ and the rules issue 14 fixed, with plain pandas/numpy loops:
   is not checked: the triple-barrier label's convention), the window's last row closes what is
   open, the capital floor;
 * policies: long and short (Full size, market orders, Normal urgency), flat (to no position) and random (every
-  branch uniform; its draws are torch's seeded stream, reproduced with torch alone, an input of
-  the backtest rather than part of it);
+  branch uniform over the profile's branch sizes; its draws are torch's stream seeded per fold with
+  the run's scripted-policy seed, reproduced with torch alone, an input of the backtest rather than
+  part of it);
 * metrics: every closed trade counted (and its exit reason), win rate -1 without trades,
   per-step returns on the equity before the step, Sharpe and Sortino per bar times sqrt(bars per
   year) with bars per year from the instrument's session calendar (ES: 23 h x 252 days), drawdown
@@ -220,6 +221,8 @@ class Params:
     min_vol: float
     vol_window: int
     fractions: tuple[float, ...]
+    branch_sizes: tuple[int, int, int, int]  # direction, magnitude, order type, urgency (the config's)
+    policy_seeds: tuple[int, ...]  # the random policy's seed per fold (an input, as the config is)
     cvar: dict[str, float]
     kelly: dict[str, float]
     episode_rows: int
@@ -469,18 +472,17 @@ def ffill(x: np.ndarray) -> np.ndarray:
     return np.nan_to_num(s.to_numpy())
 
 
-def independent_metrics(rows: Rows, policy: str, p: Params, seed: int) -> dict[str, float]:
+def independent_metrics(rows: Rows, policy: str, p: Params) -> dict[str, float]:
     """The backtest of a scripted policy (long and short: Full size market orders, Normal
     urgency; flat: to no position; random: every branch uniform, fold k's draws seeded
-    ``seed + k``), metrics as docs/design.md §8."""
+    ``p.policy_seeds[k]``), metrics as docs/design.md §8."""
     mid = ffill(rows.close)
     vol = trailing_vol(mid, rows.segment_start, p.vol_window)
     full = len(p.fractions) - 1
     episodes = []
     for k, fold in enumerate(windows(len(mid), p)):
         if policy == "random":
-            sizes = (4, len(p.fractions), 3, 3)
-            acts = random_actions(len(fold), max(e - s for s, e in fold), seed + k, sizes)
+            acts = random_actions(len(fold), max(e - s for s, e in fold), p.policy_seeds[k], p.branch_sizes)
             pick = [lambda t, a=acts[:, w]: tuple(int(x) for x in a[t]) for w in range(len(fold))]
         else:
             size = 0 if policy == "flat" else full  # flat sizes nothing: it picks the first magnitude
@@ -508,7 +510,7 @@ def independent_metrics(rows: Rows, policy: str, p: Params, seed: int) -> dict[s
     trades_m = [sum(m == k for m in mags) for k in range(n_mag)]
     wins_m = [sum(1 for x, m in zip(pnl, mags, strict=True) if m == k and x > 0) for k in range(n_mag)]
     contracts = sum(st.contracts for st in steps)
-    sizes = {"direction": 4, "magnitude": n_mag, "order_type": 3, "urgency": 3}
+    sizes = dict(zip(("direction", "magnitude", "order_type", "urgency"), p.branch_sizes, strict=True))
     picked = {
         b: np.bincount([st.picked[i] for st in steps], minlength=k) / n
         for i, (b, k) in enumerate(sizes.items())
@@ -556,7 +558,10 @@ def independent_metrics(rows: Rows, policy: str, p: Params, seed: int) -> dict[s
 
 
 def _params(cfg: Any, bar_seconds: int) -> Params:
+    from foxhunt.seeding import Stream, stream_seed
+
     e = cfg.env
+    b = e.branches
     return Params(
         tick=0.25,  # ES (CME contract specs); the file's instrument definitions say the same
         point_value=50.0,
@@ -574,6 +579,13 @@ def _params(cfg: Any, bar_seconds: int) -> Params:
         min_vol=e.plan.min_vol,
         vol_window=e.plan.barrier.vol_window,
         fractions=tuple(e.branches.magnitude_fractions),
+        # The profile's branch sizes (the smoke profile trades market orders at Normal urgency only):
+        # the random policy draws each branch over these, as the backtest's does.
+        branch_sizes=(b.direction, b.magnitude, b.order_type, b.urgency),
+        # The run seed's scripted-policy stream per fold: which draws the backtest makes is an input.
+        policy_seeds=tuple(
+            stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, k) for k in range(cfg.folds.n_folds)
+        ),
         cvar={
             "window": e.sizing.cvar_window,
             "min_obs": e.sizing.cvar_min_obs,
@@ -653,7 +665,7 @@ def test_es_ohlcv_minute_bars_recompute_exactly(real_data_dir: Path, tmp_path: P
     d = cfg.data
     rows = ohlcv_rows(path, 60, d.session_timezone, d.session_open, d.session_close)
     p = _params(cfg, 60)
-    ind = {name: independent_metrics(rows, name, p, cfg.run.seed) for name in POLICIES}
+    ind = {name: independent_metrics(rows, name, p) for name in POLICIES}
     print(_table(path.name, fox, ind))
     bad = [b for name in POLICIES for b in _compare(name, fox[name], ind[name])]
     assert not bad, "\n".join(bad)
@@ -676,7 +688,7 @@ def test_rebuilt_mbp10_book_bars_recompute_exactly(real_data_dir: Path, tmp_path
     d = cfg.data
     rows = mbp10_rows(path, 5, d.session_timezone, d.session_open, d.session_close)
     p = _params(cfg, 5)
-    ind = {name: independent_metrics(rows, name, p, cfg.run.seed) for name in POLICIES}
+    ind = {name: independent_metrics(rows, name, p) for name in POLICIES}
     print(_table(path.name, fox, ind))
     bad = [b for name in POLICIES for b in _compare(name, fox[name], ind[name])]
     assert not bad, "\n".join(bad)

@@ -10,15 +10,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from foxhunt.backtest.reference import (
-    REFERENCE_COLUMN,
-    RULE,
-    capture_ratio,
-    fold_capture,
-    planted_column,
-    threshold_rule,
-    total_capture,
-)
+from foxhunt.backtest.capture import RULE, Capture, Exclusion, capture_ratio, fold_capture, total_capture
+from foxhunt.backtest.reference import REFERENCE_COLUMN, planted_column, threshold_rule
 from foxhunt.cli import app
 from foxhunt.data.config import PlantedSignal
 from foxhunt.data.synth import MANIFEST_NAME
@@ -46,6 +39,35 @@ def test_capture_is_agent_over_rule_and_undefined_without_an_edge() -> None:
     assert total_capture(folds) == pytest.approx(849.0 / 20_990.0)
     assert total_capture([_fold(10.0, 500.0), _fold(10.0, -600.0)]) is None  # the rule lost overall
     assert total_capture([_fold(10.0, 500.0), _fold(10.0, None)]) is None
+
+
+def test_capture_shows_every_fold_and_keeps_rule_losing_folds_out_of_the_ratio() -> None:
+    # Folds 0-2: 1,520 of 1,000 (152%), 1,000 of 2,000 (50%), 160 of 1,000 (16%); fold 3: the rule
+    # lost 400 (the agent 50): excluded, its PnL still shown.
+    folds = [_fold(1_520.0, 1_000.0), _fold(1_000.0, 2_000.0), _fold(160.0, 1_000.0), _fold(-50.0, -400.0)]
+    cap = Capture.of([f | {"fold": k} for k, f in enumerate(folds)])
+    assert [f.capture for f in cap.folds] == pytest.approx([1.52, 0.5, 0.16, None])
+    assert [f.excluded for f in cap.folds] == [None, None, None, Exclusion.RULE_LOST]
+    assert cap.ratio == pytest.approx(2_680.0 / 4_000.0)  # the kept folds summed: 67%
+    assert cap.median == pytest.approx(0.5)
+    # Every fold summed, the rule's loss included (the capture before issue 58): 2,630 / 3,600
+    assert cap.all_folds == pytest.approx(2_630.0 / 3_600.0)
+    assert total_capture(folds) == cap.all_folds
+    (gone,) = cap.excluded()
+    assert gone["fold"] == 3 and gone["excluded"] == "rule_lost" and "lost or broke even" in gone["why"]
+    assert (gone["agent_net_pnl"], gone["rule_net_pnl"], gone["capture"]) == (-50.0, -400.0, None)
+    body = cap.to_dict()
+    assert body["kept_folds"] == [0, 1, 2] and len(body["folds"]) == 4
+    assert body["folds"][3]["agent_net_pnl"] == -50.0
+    json.dumps(body)
+    # A rule that breaks even is excluded too; a run without the rule's feature has no rule anywhere.
+    even = Capture.of([_fold(10.0, 0.0) | {"fold": 0}, _fold(30.0, 60.0) | {"fold": 1}])
+    assert even.ratio == pytest.approx(0.5) and even.all_folds == pytest.approx(40.0 / 60.0)
+    none = Capture.of([_fold(10.0, None) | {"fold": 0}])
+    assert none.ratio is None and none.median is None and none.all_folds is None
+    assert none.excluded()[0]["excluded"] == Exclusion.NO_RULE.value
+    # Only losing folds: nothing to capture, whatever the agent made.
+    assert Capture.of([_fold(5.0, -1.0) | {"fold": 0}]).ratio is None
 
 
 def test_threshold_rule_goes_long_above_short_below_and_holds_between() -> None:

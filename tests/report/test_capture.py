@@ -23,19 +23,43 @@ def test_capture_table_and_rule_column(tmp_path: Path) -> None:
     p = parse(write_report(tmp_path, summary))
     rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
     i = rows.index(
-        ["fold", "agent net PnL", "reference rule", "flat", "long", "capture (agent / rule)"]
+        [
+            "fold", "agent net PnL", "reference rule", "flat", "long", "capture (agent / rule)",
+            "in the run's capture",
+        ]
     )
-    assert rows[i + 1] == ["0", "$1,234.50", "$4,938.00", "$0.00", "-$12.50", "25%"]
-    assert rows[i + 2] == ["1", "-$56.30", "-$100.00", "$0.00", "-$12.50", "n/a"]
+    assert rows[i + 1] == ["0", "$1,234.50", "$4,938.00", "$0.00", "-$12.50", "25%", "yes"]
+    why = "no: the reference rule lost or broke even (net <= 0): no edge to capture"
+    assert rows[i + 2] == ["1", "-$56.30", "-$100.00", "$0.00", "-$12.50", "n/a", why]
     # the rule is a policy column of the main metrics table too (after flat and long)
     assert "rule" in rows[1] and rows[1].index("rule") == rows[1].index("long") + 1
     text = (tmp_path / "report.html").read_text()
     assert "Edge capture" in text and "n/a where the rule made nothing or lost" in text
+    # Below the table: the kept folds' capture (fold 0 alone: 25%), their median, the excluded fold
+    # with both PnLs, and every fold summed (1,178.20 / 4,838 = 24%), labelled as the old capture.
+    assert "Capture over the folds where the rule made money (0): <b>25%</b>" in text
+    assert "median of their captures 25%." in text
+    assert "Excluded: fold 1 (the reference rule lost or broke even" in text
+    assert "agent -$56.30, rule -$100.00)" in text
+    assert "(the capture reported before issue 58): 24%." in text
     # the verdict block names the rule among the baselines and the run's capture
     summary["summary"]["capture"] = (1_234.5 - 56.3) / (4_938.0 - 100.0)
     text = write_report(tmp_path, summary).read_text()
     # fold 0 below the rule (1,234.50 < 4,938), fold 1 above it (-56.30 > -100)
     assert "rule in <b>1 of 2</b>" in text and "Edge capture (agent / rule, all folds): 24%." in text
+    # A summary since issue 58 (job.py): the kept folds' capture, the median, the excluded fold, the old sum.
+    summary["summary"] |= {
+        "capture": 0.25,
+        "capture_median": 0.25,
+        "capture_excluded": [{"fold": 1, "excluded": "rule_lost"}],
+        "capture_all_folds": (1_234.5 - 56.3) / (4_938.0 - 100.0),
+    }
+    text = write_report(tmp_path, summary).read_text()
+    assert (
+        "Edge capture (agent / rule over the folds where the rule made money): 25%, median per fold 25%, "
+        "fold 1 excluded (the rule made &lt;= 0 or was absent); over every fold (as reported before "
+        "issue 58): 24%."
+    ) in text
 
 
 def test_direction_gap_per_fold_and_epoch(tmp_path: Path) -> None:

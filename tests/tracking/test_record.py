@@ -69,6 +69,14 @@ def test_fold_results_hand_worked() -> None:
     assert got["result/total/net_pnl"] == 50.0 and got["result/total/trades"] == 10.0
     assert got["result/total/sharpe_annual_mean"] == 0.25
     assert got["result/total/capture"] == pytest.approx(50.0 / 500.0)
+    assert got["result/total/capture_median"] == pytest.approx(-0.125)
+    assert got["result/total/capture_all_folds"] == pytest.approx(50.0 / 500.0)
+    # A fold whose rule lost (-200) stays out of the capture, not out of the sum over every fold.
+    lost = fold(2, 30.0, 1, 0.1, -200.0) | {"capture": None}
+    got = record.fold_results([fold(0, 100.0, 4, 1.0, 400.0), fold(1, -50.0, 6, -0.5, 100.0), lost])
+    assert got["result/total/capture"] == pytest.approx(50.0 / 500.0)
+    assert got["result/total/capture_all_folds"] == pytest.approx(80.0 / 300.0)
+    assert "result/fold2/capture" not in got
 
 
 def test_store_resolution_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

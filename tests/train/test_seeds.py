@@ -12,7 +12,17 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.train.seeds import SeedFold, SeedResult, interval, prune_checkpoints, summarise_seeds, with_seed
+from foxhunt.train.seeds import (
+    SeedFold,
+    SeedResult,
+    capture_lines,
+    capture_text,
+    interval,
+    median_interval,
+    prune_checkpoints,
+    summarise_seeds,
+    with_seed,
+)
 from tests.train.test_run import TINY
 
 runner = CliRunner()
@@ -39,7 +49,7 @@ def test_interval_hand_worked() -> None:
 def test_seed_capture_beats_flat_and_summary() -> None:
     a = _result(7, [1_000.0, -200.0], [4_000.0, 1_000.0])  # capture 800 / 5000 = 0.16
     b = _result(8, [3_000.0, 500.0], [4_000.0, 1_000.0])  # 3500 / 5000 = 0.7
-    c = _result(9, [-100.0, -100.0], [-300.0, 100.0])  # the rule lost overall: capture undefined
+    c = _result(9, [-100.0, -100.0], [-300.0, -100.0])  # the rule lost in every fold: capture undefined
     stopped = SeedResult(10, seconds=2.0, stopped="exploding loss")
     assert a.capture == pytest.approx(0.16) and b.capture == pytest.approx(0.7) and c.capture is None
     assert (a.beats_flat, c.beats_flat, stopped.beats_flat) == (True, False, None)
@@ -51,6 +61,59 @@ def test_seed_capture_beats_flat_and_summary() -> None:
     assert body["seeds"][3]["stopped"] == "exploding loss"
     assert body["devices"] == {} and body["seeds"][0]["device"] is None  # none recorded here
     json.dumps(body)  # seeds.json is plain JSON
+
+
+def test_median_interval_hand_worked() -> None:
+    # n = 10: P(B(10, 1/2) <= 1) = 11/1024 <= 2.5% < P(B <= 2) = 56/1024, so j = 2: [x_(2), x_(9)],
+    # coverage 1 - 2 * 11/1024.
+    got = median_interval([float(v) for v in (7, 1, 9, 3, 10, 2, 5, 8, 4, 6)])
+    assert got["n"] == 10 and got["median"] == 5.5 and (got["lo"], got["hi"]) == (2.0, 9.0)
+    assert got["coverage"] == pytest.approx(1 - 22 / 1024)
+    # n = 6: P(B <= 0) = 1/64 <= 2.5%: the extremes, coverage 62/64; n = 5: 1/32 > 2.5%, no interval.
+    six = median_interval([0.1, 0.6, 0.2, 0.5, 0.3, 0.4])
+    assert (six["lo"], six["hi"], six["median"]) == (0.1, 0.6, pytest.approx(0.35))
+    assert six["coverage"] == pytest.approx(62 / 64)
+    five = median_interval([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert five["median"] == 0.3 and five["lo"] is None and five["hi"] is None
+    assert median_interval([])["median"] is None
+
+
+def test_seed_capture_per_fold_median_and_exclusions() -> None:
+    # Two seeds on three folds; the rule lost fold 2 (-400): kept out of every ratio, shown with its PnL.
+    rule = [1_000.0, 2_000.0, -400.0]
+    a = _result(7, [1_520.0, 1_000.0, -50.0], rule)  # 152%, 50%, excluded -> ratio 2520 / 3000 = 84%
+    b = _result(8, [160.0, 200.0, 30.0], rule)  # 16%, 10%, excluded -> 360 / 3000 = 12%
+    assert a.capture == pytest.approx(0.84) and b.capture == pytest.approx(0.12)
+    # Before issue 58 fold 2 entered the sums: (2470) / 2600 and 390 / 2600.
+    assert a.capture_all_folds == pytest.approx(2_470.0 / 2_600.0)
+    assert b.capture_all_folds == pytest.approx(390.0 / 2_600.0)
+    body = summarise_seeds([a, b], reference=None)
+    assert body["capture"]["mean"] == pytest.approx(0.48)
+    assert body["capture_all_folds"]["mean"] == pytest.approx((2_470.0 + 390.0) / 2 / 2_600.0)
+    pooled = body["capture_per_fold"]
+    assert pooled["n"] == 4 and pooled["median"] == pytest.approx((0.16 + 0.5) / 2)
+    assert pooled["lo"] is None  # 4 seed-folds: too few for a 95% distribution-free interval
+    assert [(f["fold"], f["n"]) for f in pooled["by_fold"]] == [(0, 2), (1, 2), (2, 0)]
+    assert pooled["by_fold"][0]["median"] == pytest.approx((1.52 + 0.16) / 2)
+    assert pooled["by_fold"][2]["median"] is None
+    (gone,) = pooled["excluded"]
+    assert (gone["fold"], gone["excluded"], gone["seeds"]) == (2, "rule_lost", [7, 8])
+    assert gone["rule_net_pnl"] == [-400.0] and gone["agent_net_pnl"] == [-50.0, 30.0]
+    seed = body["seeds"][0]
+    assert seed["captures"]["folds"][2]["excluded"] == "rule_lost"
+    assert seed["captures"]["median"] == pytest.approx(1.01) and seed["capture_all_folds"] is not None
+    json.dumps(body)
+    # The printed table: each fold, the exclusion with both PnLs, the old sum labelled.
+    text = capture_text(a.captures)
+    assert text.startswith("capture 84% (per fold 152% / 50% / excluded (rule_lost: agent -50, rule -400)")
+    assert "all folds 95%" in text
+    lines = capture_lines(body)
+    assert lines[0].startswith("capture (agent / rule over the folds where the rule made money): mean 48%")
+    assert "median 33%" in lines[1] and "fold 2 n/a (n=0)" in lines[1]
+    assert lines[2].startswith("excluded: fold 2 of seeds 7,8: the reference rule lost")
+    assert "rule -400; agent -50 / +30" in lines[2]
+    assert lines[3].startswith("capture over every fold (as reported before issue 58")
+    assert capture_text(SeedResult(9, stopped="x").captures) == "capture n/a"
 
 
 def test_seeds_tally_the_gpus_they_ran_on_and_read_back() -> None:
@@ -145,6 +208,11 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert nets[0] != nets[1]  # different seeds, different agents
     assert (out / "seeds.png").read_bytes()[:4] == b"\x89PNG"
     assert "seed 3: net" in result.output and "beat flat" in result.output
+    # each seed's capture per fold, the study's pooled median, the old all-fold number labelled
+    assert all(len(s["captures"]["folds"]) == 2 for s in body["seeds"])
+    assert [f["fold"] for f in body["capture_per_fold"]["by_fold"]] == [0, 1]
+    assert "(per fold " in result.output and "capture per seed-fold: median" in result.output
+    assert "capture over every fold (as reported before issue 58" in result.output
     # the two seeds' committee, fold by fold, with the folds' own baselines
     com = body["committee"]
     assert com["seed"] == -1 and [f["fold"] for f in com["folds"]] == [0, 1]

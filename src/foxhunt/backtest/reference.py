@@ -7,12 +7,8 @@ goes long above ``+REFERENCE_THRESHOLD``, short below ``-REFERENCE_THRESHOLD``, 
 size, market orders, under the same plan lock and costs as every policy. On the smoke market it
 makes +11,790 / +2,090 / +7,110 over the three validation folds.
 
-**Capture** is the agent's validation net PnL over the rule's (:func:`capture_ratio`). It is
-defined only where the rule made money (``rule > 0``): where the rule loses or breaks even there is
-no edge after costs to capture in that period, and a ratio to a loss would flip its sign (an agent
-that loses less than the rule would "capture" a positive share) or explode near zero. Such a period
-reports no capture (``None``, "n/a" in the report), and a capture over several folds is the sum of
-the agent's PnL over the sum of the rule's, defined when that sum is positive.
+**Capture**, the agent's net PnL over the rule's, fold by fold and over the folds, is
+:mod:`foxhunt.backtest.capture`.
 
 On real data the planted signal is unknown; the rule is then only a named one-feature benchmark
 (the same column and threshold), not an edge known to exist.
@@ -28,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from foxhunt.backtest.capture import RULE
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
@@ -40,9 +37,6 @@ from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.validation.config import REFERENCE_THRESHOLD
 from foxhunt.validation.dataset import FoldData, make_folds
-
-RULE = "rule"
-"""The reference rule's name among a fold's baselines (``folds[k].baselines.rule``)."""
 
 REFERENCE_COLUMN: dict[PlantedSignal, str] = {
     PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",
@@ -103,28 +97,6 @@ class ReferenceRule:
 
     def to_dict(self) -> dict[str, Any]:
         return {"signal": self.signal.value, "column": self.column, "threshold": self.threshold}
-
-
-def capture_ratio(agent_net: float, rule_net: float) -> float | None:
-    """Agent net PnL / rule net PnL; ``None`` when the rule made nothing (``rule_net <= 0``): no edge
-    after costs to capture, and a ratio to a loss would have the wrong sign (module docstring)."""
-    if not rule_net > 0:
-        return None
-    return float(agent_net) / float(rule_net)
-
-
-def fold_capture(fold: dict[str, Any]) -> float | None:
-    """The capture of one fold result (``net_pnl`` beside ``baselines.rule.net_pnl``); None without a rule."""
-    rule = (fold.get("baselines") or {}).get(RULE)
-    return capture_ratio(fold["net_pnl"], rule["net_pnl"]) if rule else None
-
-
-def total_capture(folds: list[dict[str, Any]]) -> float | None:
-    """Sum of the agent's net PnL over the folds / sum of the rule's (None without a rule in every fold)."""
-    rules = [(f.get("baselines") or {}).get(RULE) for f in folds]
-    if not folds or any(r is None for r in rules):
-        return None
-    return capture_ratio(sum(f["net_pnl"] for f in folds), sum(r["net_pnl"] for r in rules))
 
 
 def fold_policies(cfg: FoxhuntConfig, market: MarketTensors) -> dict[str, Policy]:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.atomic import write_text
+from foxhunt.backtest.capture import Capture, FoldCapture
 from foxhunt.errors import FoxhuntError
 from foxhunt.report import plots
 from foxhunt.report.fmt import (
@@ -382,14 +383,20 @@ def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """Per fold the agent's net PnL beside the reference rule's, flat's and long's, and the capture
-    (agent / rule; n/a where the rule made <= 0: no edge after costs to capture)."""
+    """Per fold the agent's net PnL beside the reference rule's, flat's and long's, the capture (agent /
+    rule) and whether the fold enters the run's capture (not where the rule made <= 0: no edge after
+    costs to capture); below it the capture over the kept folds, their median, the folds excluded and
+    why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`)."""
     bases = [f.get("baselines") if isinstance(f.get("baselines"), Mapping) else {} for f in folds]
     rule_of = [b.get("rule") if isinstance(b.get("rule"), Mapping) else None for b in bases]
     if not any(rule_of):
         return note("No reference rule in this run (its carrier feature is not in the state): no capture.")
-    rows = []
+    rows, caps = [], []
     for i, (f, base, rule) in enumerate(zip(folds, bases, rule_of, strict=True)):
+        agent, versus = num(f.get("net_pnl")), num((rule or {}).get("net_pnl"))
+        fc = FoldCapture(fold_id(f, i), agent, versus) if agent is not None else None
+        caps += [fc] if fc is not None else []
+        why = fc.excluded if fc is not None else None
         rows.append(
             "<tr>"
             + td(str(fold_id(f, i)))
@@ -397,21 +404,36 @@ def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
             + td(money((rule or {}).get("net_pnl")))
             + td(money((base.get("flat") or {}).get("net_pnl")))
             + td(money((base.get("long") or {}).get("net_pnl")))
-            + td(pct(f.get("capture"), 0))
+            + td(pct(fc.capture if fc is not None else None, 0))
+            + td(NA if fc is None else "yes" if why is None else f"no: {esc(why.text)}")
             + "</tr>"
         )
     head = (
         "<tr><th>fold</th><th>agent net PnL</th><th>reference rule</th><th>flat</th><th>long</th>"
-        "<th>capture (agent / rule)</th></tr>"
+        "<th>capture (agent / rule)</th><th>in the run's capture</th></tr>"
+    )
+    cap = Capture(tuple(caps))
+    kept = ", ".join(str(f.fold) for f in cap.kept) or "none"
+    gone = "".join(
+        f" Excluded: fold {e['fold']} ({esc(e['why'])}; agent {money(e['agent_net_pnl'])}, "
+        f"rule {money(e['rule_net_pnl'])})."
+        for e in cap.excluded()
+    )
+    totals = (
+        f"<p>Capture over the folds where the rule made money ({kept}): <b>{pct(cap.ratio, 0)}</b> "
+        f"(their summed agent net PnL over the rule's); median of their captures {pct(cap.median, 0)}.{gone} "
+        f"Over every fold, rule-losing folds included (the capture reported before issue 58): "
+        f"{pct(cap.all_folds, 0)}.</p>"
     )
     explain = (
         '<p class="small">The reference rule trades the feature that carries the planted signal '
         "(long above +1.5 sd, short below -1.5 sd, Full size, market orders, under the same plan lock and "
         "costs). Capture is the agent's net PnL over the rule's; n/a where the rule made nothing or lost "
-        "(no edge after costs to capture; a ratio to a loss would have the wrong sign). On real data the "
-        "rule is a one-feature benchmark, not a known edge.</p>"
+        "(no edge after costs to capture; a ratio to a loss would have the wrong sign), and such a fold "
+        "is kept out of the run's capture and median, its PnL still shown. On real data the rule is a "
+        "one-feature benchmark, not a known edge.</p>"
     )
-    return "<h3>Edge capture</h3>" + table(head + "".join(rows)) + explain
+    return "<h3>Edge capture</h3>" + table(head + "".join(rows)) + totals + explain
 
 
 def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:

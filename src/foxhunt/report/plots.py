@@ -315,6 +315,9 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         lo, hi = _finite(cap.get("lo")), _finite(cap.get("hi"))
         span = f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else ""
         title += f": mean capture {mean:.0%}{span} over {cap.get('n')} seeds"
+        med = _finite((summary.get("capture_per_fold") or {}).get("median"))
+        if med is not None:  # since issue 58: every seed's kept folds pooled (foxhunt.train.seeds)
+            title += f", median per fold {med:.0%}"
     com = _finite((summary.get("committee") or {}).get("capture"))
     if com is not None:
         title += f"; their committee {com:.0%}"

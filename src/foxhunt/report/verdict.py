@@ -143,7 +143,16 @@ def _versus_line(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]],
     )
     beat_text = ("; ".join(beats) if beats else "no baseline recorded")
     line = f"net PnL beats {beat_text} folds. Mean net PnL: {means}."
-    if "capture" in given:  # agent / reference rule over the folds; None: the rule made <= 0
+    if "capture_all_folds" in given:  # since issue 58: the folds where the rule lost are kept out
+        gone = given.get("capture_excluded") or []
+        out = ", ".join(esc(str(e.get("fold"))) for e in gone if isinstance(e, Mapping))
+        line += (
+            " Edge capture (agent / rule over the folds where the rule made money): "
+            f"{pct(given.get('capture'), 0)}, median per fold {pct(given.get('capture_median'), 0)}"
+            + (f", fold {out} excluded (the rule made &lt;= 0 or was absent)" if out else "")
+            + f"; over every fold (as reported before issue 58): {pct(given['capture_all_folds'], 0)}."
+        )
+    elif "capture" in given:  # a summary from before issue 58: agent / rule over every fold
         line += f" Edge capture (agent / rule, all folds): {pct(given['capture'], 0)}."
     return line
 

@@ -82,8 +82,10 @@ def epoch_metrics(row: Mapping[str, Any]) -> dict[str, float]:
 
 def fold_results(folds: list[Mapping[str, Any]]) -> dict[str, float]:
     """``result/fold<k>/...`` per fold and ``result/total/...`` from ``train()``'s fold results: net PnL
-    and trades summed, Sharpe the mean over folds, capture the agent / rule net PnL over all folds."""
-    from foxhunt.backtest.reference import total_capture
+    and trades summed, Sharpe the mean over folds, capture the agent / rule net PnL over the folds where
+    the rule made money, its median over them, and over every fold (``capture_all_folds``: the
+    capture before issue 58)."""
+    from foxhunt.backtest.capture import Capture
 
     out: dict[str, float] = {}
     for f in folds:
@@ -95,9 +97,11 @@ def fold_results(folds: list[Mapping[str, Any]]) -> dict[str, float]:
         out[f"{RESULT}total/net_pnl"] = float(sum(f["net_pnl"] for f in folds))
         out[f"{RESULT}total/trades"] = float(sum(f["trades"] for f in folds))
         out[f"{RESULT}total/sharpe_annual_mean"] = float(sum(f["sharpe_annual"] for f in folds) / len(folds))
-        capture = total_capture(list(folds))  # type: ignore[arg-type]
-        if capture is not None:
-            out[f"{RESULT}total/capture"] = float(capture)
+        cap = Capture.of(list(folds))  # type: ignore[arg-type]
+        totals = {"capture": cap.ratio, "capture_median": cap.median, "capture_all_folds": cap.all_folds}
+        for name, value in totals.items():
+            if value is not None:
+                out[f"{RESULT}total/{name}"] = float(value)
     return out
 
 

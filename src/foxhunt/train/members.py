@@ -191,7 +191,7 @@ def committee_folds(
     ``run_dir``, each member's own numbers)."""
     import json
 
-    from foxhunt.backtest.reference import fold_capture
+    from foxhunt.backtest.capture import fold_capture
     from foxhunt.report.schema import CALIBRATION_KEY
     from foxhunt.report.series import equity_series
     from foxhunt.train.diagnostics import fold_calibration

@@ -50,9 +50,10 @@ from foxhunt.agent.agent import Agent
 from foxhunt.agent.network import input_mask
 from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
+from foxhunt.backtest.capture import RULE, fold_capture
 from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.backtest.reference import RULE, fold_capture, fold_policies
+from foxhunt.backtest.reference import fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines

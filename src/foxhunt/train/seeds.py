@@ -4,9 +4,12 @@
 tasks, or spawned processes without Ray: :func:`train_one_seed` is a pure function of its arguments,
 so a task calls it per seed as it is) and writes ``seeds.json`` and ``seeds.png``: per seed and fold
 the validation net PnL, trades and Sharpe; the reference rule, flat and long per fold
-(:func:`foxhunt.backtest.reference.edge`); the mean, standard error and 95% interval of the capture
-(agent / rule over the folds, see :mod:`foxhunt.backtest.reference` for seeds where it is
-undefined); how many seeds beat flat.
+(:func:`foxhunt.backtest.reference.edge`); each seed's capture per fold beside its ratio over the
+folds where the rule made money (:class:`foxhunt.backtest.reference.Capture`: a fold where the rule
+lost is excluded and named, its PnL still shown); the mean, standard error and 95% interval of the
+seeds' ratios; the median of every seed's kept folds' captures with a distribution-free 95% interval
+(:func:`median_interval`); the ratio over every fold as reported before issue 58
+(``capture_all_folds``); how many seeds beat flat.
 
 A seed whose run the anomaly guard stops is a result (``stopped``: the diagnosis), not the end of
 the study; it enters neither the capture statistics nor the seeds that beat flat.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,7 +34,7 @@ from typing import Any
 
 from scipy import stats
 
-from foxhunt.backtest.reference import RULE, capture_ratio
+from foxhunt.backtest.capture import RULE, Capture, FoldCapture
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.parallel.resources import tally
@@ -70,11 +74,24 @@ class SeedResult:
         return None if self.stopped else sum(f.net_pnl for f in self.folds)
 
     @property
-    def capture(self) -> float | None:
-        """Agent / rule net PnL summed over the folds (None: stopped, no rule, or the rule made <= 0)."""
-        if self.stopped or not self.folds or any(f.rule is None for f in self.folds):
+    def captures(self) -> Capture | None:
+        """Every fold's capture, the ratio over the folds where the rule made money, their median and the
+        all-fold ratio (None: stopped)."""
+        if self.stopped:
             return None
-        return capture_ratio(sum(f.net_pnl for f in self.folds), sum(f.rule or 0.0 for f in self.folds))
+        return Capture(tuple(FoldCapture(f.fold, f.net_pnl, f.rule) for f in self.folds))
+
+    @property
+    def capture(self) -> float | None:
+        """Agent / rule net PnL summed over the folds where the rule made money (None: stopped, or no
+        such fold); the folds where it lost are excluded (:attr:`captures` names them)."""
+        return c.ratio if (c := self.captures) is not None else None
+
+    @property
+    def capture_all_folds(self) -> float | None:
+        """Agent / rule net PnL summed over every fold, rule-losing ones included (None: stopped, no rule
+        in a fold, or the summed rule made <= 0): the capture as reported before issue 58."""
+        return c.all_folds if (c := self.captures) is not None else None
 
     @property
     def beats_flat(self) -> bool | None:
@@ -88,6 +105,9 @@ class SeedResult:
             "folds": [asdict(f) for f in self.folds],
             "total": self.total,
             "capture": self.capture,
+            # Derived from folds, like capture: per fold, the kept folds' median, exclusions, all folds.
+            "captures": c.to_dict() if (c := self.captures) is not None else None,
+            "capture_all_folds": self.capture_all_folds,
             "beats_flat": self.beats_flat,
             "seconds": round(self.seconds, 1),
             "stopped": self.stopped,
@@ -245,6 +265,110 @@ def interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, An
     return {"n": n, "mean": mean, "se": se, "lo": mean - half, "hi": mean + half, "level": level}
 
 
+def median_interval(values: list[float], level: float = INTERVAL_LEVEL) -> dict[str, Any]:
+    """The median of ``values`` and its distribution-free interval: the order statistics ``x_(j)`` and
+    ``x_(n+1-j)`` (sorted, 1-based) with ``j`` the largest for which ``P(Binomial(n, 1/2) < j) <=
+    (1 - level) / 2``, so the interval covers the median with probability >= ``level`` whatever the
+    values' distribution, if they are independent draws of one. None where no ``j >= 1`` qualifies
+    (fewer than 6 values at 95%). ``coverage``: the interval's exact coverage, ``1 - 2 P(B < j)``."""
+    n = len(values)
+    xs = sorted(values)
+    median = float(statistics.median(xs)) if xs else None
+    out: dict[str, Any] = {"n": n, "median": median, "lo": None, "hi": None, "level": level, "coverage": None}
+    tail = (1.0 - level) / 2.0
+    j = 0  # P(B < j) = cdf(j - 1); the largest j with cdf(j - 1) <= tail, 0 where even j = 1 fails
+    while j < n // 2 and float(stats.binom.cdf(j, n, 0.5)) <= tail:
+        j += 1
+    if j >= 1:
+        coverage = 1.0 - 2.0 * float(stats.binom.cdf(j - 1, n, 0.5))
+        out |= {"lo": xs[j - 1], "hi": xs[n - j], "coverage": coverage}
+    return out
+
+
+def fold_capture_summary(done: list[SeedResult]) -> dict[str, Any]:
+    """Every (seed, fold) capture of the finished seeds, pooled: their median and its interval
+    (:func:`median_interval`), the median per fold over the seeds, and the folds kept out (the rule
+    lost or was absent: each with its reason, its rule net PnL and the seeds it was excluded in).
+
+    The pooled interval treats the seed-fold captures as independent; a fold's seeds share its
+    market period, so it is narrower than one that allowed for that (the per-fold medians show how
+    far the folds differ)."""
+    seen = [(r.seed, cap) for r in done if (cap := r.captures) is not None]
+    by_fold, excluded = [], []
+    for k in sorted({f.fold for _, cap in seen for f in cap.folds}):
+        here = [(seed, f) for seed, cap in seen for f in cap.folds if f.fold == k]
+        kept = [x for _, f in here if f.excluded is None and (x := f.capture) is not None]
+        median = float(statistics.median(kept)) if kept else None
+        by_fold.append({"fold": k, "n": len(kept), "median": median})
+        for why in sorted({f.excluded for _, f in here if f.excluded is not None}):
+            out = [(seed, f) for seed, f in here if f.excluded is why]
+            excluded.append(
+                {
+                    "fold": k,
+                    "excluded": why.value,
+                    "why": why.text,
+                    "rule_net_pnl": sorted({f.rule for _, f in out if f.rule is not None}),
+                    "agent_net_pnl": [f.agent for _, f in out],
+                    "seeds": [seed for seed, _ in out],
+                }
+            )
+    pooled = [x for _, cap in seen for x in cap.kept_captures]
+    return median_interval(pooled) | {"by_fold": by_fold, "excluded": excluded}
+
+
+def _share(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0%}"
+
+
+def _span(body: dict[str, Any]) -> str:
+    return f" [{body['lo']:.0%}, {body['hi']:.0%}]" if body.get("lo") is not None else ""
+
+
+def capture_text(cap: Capture | None) -> str:
+    """One seed's capture as the printed table shows it: every fold's (an excluded fold by why, with
+    both net PnLs), the ratio and median over the kept folds, and the ratio over every fold."""
+    if cap is None:
+        return "capture n/a"
+    per = " / ".join(
+        _share(f.capture)
+        if f.excluded is None
+        else f"excluded ({f.excluded.value}: agent {f.agent:+,.0f}, rule "
+        + ("n/a" if f.rule is None else f"{f.rule:+,.0f}")
+        + ")"
+        for f in cap.folds
+    )
+    return (
+        f"capture {_share(cap.ratio)} (per fold {per}; median {_share(cap.median)}; "
+        f"all folds {_share(cap.all_folds)})"
+    )
+
+
+def capture_lines(summary: dict[str, Any]) -> list[str]:
+    """A study's capture as the printed table ends (the body of ``seeds.json``): the seeds' ratios
+    over the folds where the rule made money, the pooled seed-fold median and its interval, the median
+    per fold, the folds excluded and why, and the ratio over every fold as reported before issue 58."""
+    c, pooled, old = summary["capture"], summary["capture_per_fold"], summary["capture_all_folds"]
+    level = f"{pooled['level']:.0%}"
+    folds = ", ".join(f"fold {f['fold']} {_share(f['median'])} (n={f['n']})" for f in pooled["by_fold"])
+    lines = [
+        f"capture (agent / rule over the folds where the rule made money): mean {_share(c['mean'])}"
+        f"{_span(c)} over {c['n']} seeds",
+        f"capture per seed-fold: median {_share(pooled['median'])}{_span(pooled)} over {pooled['n']} "
+        f"({level} distribution-free interval{'' if pooled['lo'] is not None else ': too few'}); "
+        f"median per fold: {folds or 'none'}",
+    ]
+    for e in pooled["excluded"]:
+        rule = " / ".join(f"{r:+,.0f}" for r in e["rule_net_pnl"]) or "n/a"
+        agent = " / ".join(f"{a:+,.0f}" for a in e["agent_net_pnl"])
+        seeds = ",".join(map(str, e["seeds"]))
+        lines.append(f"excluded: fold {e['fold']} of seeds {seeds}: {e['why']} (rule {rule}; agent {agent})")
+    lines.append(
+        f"capture over every fold (as reported before issue 58, rule-losing folds included): mean "
+        f"{_share(old['mean'])}{_span(old)} over {old['n']} seeds"
+    )
+    return lines
+
+
 def summarise_seeds(
     results: list[SeedResult], reference: dict[str, Any] | None, committee: SeedResult | None = None
 ) -> dict[str, Any]:
@@ -256,7 +380,13 @@ def summarise_seeds(
         "committee": committee.to_dict() if committee is not None else None,
         "seeds": [r.to_dict() for r in results],
         "reference": reference,
+        # Each seed's ratio over the folds where the rule made money (the headline), every seed-fold's
+        # capture pooled (median and interval, per fold, the folds excluded and why), and each seed's
+        # ratio over every fold as reported before issue 58 (rule-losing folds in the sums).
         "capture": interval(captures) | {"undefined_seeds": [r.seed for r in done if r.capture is None]},
+        "capture_per_fold": fold_capture_summary(done),
+        "capture_all_folds": interval([c for r in done if (c := r.capture_all_folds) is not None])
+        | {"undefined_seeds": [r.seed for r in done if r.capture_all_folds is None]},
         "net_pnl_total": interval([r.total for r in done if r.total is not None]),
         "beats_flat": sum(bool(r.beats_flat) for r in done),
         "finished": len(done),

@@ -53,7 +53,7 @@ def fold_numbers(fold: Mapping[str, Any], period: Period) -> tuple[float, float 
         if sel.get("net_pnl") is None:
             raise KeyError(f"fold {fold.get('fold')} recorded no selection-period result")
         return float(sel["net_pnl"]), sel.get("rule_net_pnl")
-    from foxhunt.backtest.reference import RULE
+    from foxhunt.backtest.capture import RULE
 
     rule = (fold.get("baselines") or {}).get(RULE)
     return float(fold["net_pnl"]), None if rule is None else rule["net_pnl"]
@@ -66,7 +66,7 @@ def period_value(folds: Sequence[Mapping[str, Any]], objective: Objective, perio
     numbers = [fold_numbers(f, period) for f in folds]
     if objective is Objective.NET_PNL:
         return float(np.mean([agent for agent, _ in numbers]))
-    from foxhunt.backtest.reference import capture_ratio
+    from foxhunt.backtest.capture import capture_ratio
 
     if not numbers or any(rule is None for _, rule in numbers):
         return None
