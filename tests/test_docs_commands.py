@@ -417,7 +417,7 @@ def test_the_readme_own_data_walk_runs_as_written(tmp_path: Path) -> None:
             f"ln -s {REPO / '.venv'} .venv",
             f"D={esh4}",
             "R=runs/es",
-            'S="--set data.bar_seconds=15 --set train.epochs=1"',
+            'S="--set data.bar_seconds=5 --set train.epochs=1"',
             *lines[3:],
             serve[0],
         ]
