@@ -4,7 +4,8 @@ Agents trained on the same rows from different seeds disagree most where each fi
 seed's greedy direction follows a feature the others ignore. Averaging their expected returns before
 the argmax keeps what they share (the planted edge) and shrinks what each invented, the variance
 reduction of bagging without resampling (Breiman 1996; Lakshminarayanan et al. 2017 for deep
-ensembles). Measured on the smoke market (docs/edge-capture.md): committees of 8 or 11 fresh
+ensembles). Measured on the smoke market (docs/results/2026-12-03-smoke-target-committee.md): committees of
+8 or 11 fresh
 seeds' agents captured 36-48% of the reference rule where their members averaged 22-32%; without
 weight decay, or with 4 members, a committee can do worse than its members.
 

@@ -208,7 +208,7 @@ class ExploreConfig(Frozen):
         le=1,
         description="Share of direction choices made by Thompson sampling (0 = off). Off by default: on "
         "half the choices (0.5) the smoke profile captured 30.9% of the planted edge over seeds 101-108 "
-        "(7 of 8 beat flat), off 47% (8 of 8), docs/edge-capture.md.",
+        "(7 of 8 beat flat), off 47% (8 of 8), docs/results/2026-12-02-entry-margin-trade-flow.md.",
     )
 
 
@@ -225,7 +225,8 @@ class ActConfig(Frozen):
         "0 = plain argmax. A margin against the learned Q's noise, where an argmax over near-equal "
         "values trades the noise and pays the round trip. Off by default: on the smoke profile (seeds "
         "101-108) 0.5 halved the trades (88 against 148 a seed) and captured 43% of the planted edge "
-        "(8 of 8 beat flat), 1.0 captured 17% (7 of 8), against 47% (8 of 8) at 0 (docs/edge-capture.md).",
+        "(8 of 8 beat flat), 1.0 captured 17% (7 of 8), against 47% (8 of 8) at 0 "
+        "(docs/results/2026-12-02-entry-margin-trade-flow.md).",
     )
 
 

@@ -1,7 +1,8 @@
 """Members: one run trains ``train.members`` agents on its market and each fold reports their committee.
 
 Seed-to-seed variance is the largest error of a trained agent on the planted markets: one smoke seed
-captures anywhere from -18% to 88% of the reference rule's edge (docs/edge-capture.md). The argmax of
+captures anywhere from -18% to 88% of the reference rule's edge
+(docs/results/2026-12-02-thompson-off-trade-slot.md). The argmax of
 several independently trained agents' mean E[Q] (:func:`foxhunt.agent.committee.committee_decision`)
 averages that noise away: over four blocks of 8-11 fresh smoke seeds the blocks' committees captured
 36-48% against their members' 22-32%, and 8 smoke seeds trained at once on one H200 (371 s) voted
