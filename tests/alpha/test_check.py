@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt.alpha.check import AlphaResult, HorizonResult, run_alpha, targets
+from foxhunt.alpha.report import measured_rates
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
@@ -119,6 +120,8 @@ def test_cli_writes_the_report(tmp_path: Path) -> None:
     assert body["intervals"]["family_size"] == 4 and body["intervals"]["level"] == pytest.approx(0.9875)
     md = (out / "alpha.md").read_text()
     assert "Verdict" in md and "Bonferroni" in md and "98.75%" in md
+    # The verdict's measured false-call and detection rates, with the bench command behind them.
+    assert measured_rates() in md and "bench/alpha_power.py" in md and "no-signal markets called" in md
     for png in ("alpha_decay.png", "alpha_importance.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -250,3 +253,15 @@ def test_verdict_rates_hold_on_bench_markets(tmp_path: Path) -> None:
     print(f"no-signal markets called signal: {false_calls}; smoke-strength markets found: {found}")
     assert not false_calls
     assert len(found) >= 2, found
+
+
+def test_measured_rates_name_their_source() -> None:
+    from foxhunt.alpha.check import MEASURED_RATES as r
+
+    repo = Path(__file__).resolve().parents[2]
+    assert "bench/alpha_power.py" in r.command and (repo / r.page).is_file()
+    assert (repo / r.command.split("python ")[1].split()[0]).is_file()  # the bench script exists
+    for calls, markets in (r.false_calls, r.smoke, r.alpha2):
+        assert 0 <= calls <= markets
+    assert r.smoke_alpha == load_config("smoke").synth.alpha  # "smoke strength" is the profile's alpha
+    assert r.false_calls[0] / r.false_calls[1] <= 0.05  # the rule's calibration target, as measured
