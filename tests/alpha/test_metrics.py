@@ -11,7 +11,16 @@ from sklearn.metrics import log_loss as sk_log_loss
 from sklearn.metrics import roc_auc_score
 
 from foxhunt.alpha import metrics
-from foxhunt.alpha.metrics import Interval, accuracy, auc, binned_auc, block_bootstrap, log_loss, score_bins
+from foxhunt.alpha.metrics import (
+    Interval,
+    accuracy,
+    auc,
+    binned_auc,
+    block_bootstrap,
+    clopper_pearson,
+    log_loss,
+    score_bins,
+)
 
 # --- hand-worked point metrics ------------------------------------------------------------------
 
@@ -257,3 +266,15 @@ def test_bootstrap_rejects_bad_arguments():
         block_bootstrap(y, p, block=0)
     with pytest.raises(ValueError, match="bins"):
         block_bootstrap(y, p, block=5, bins=1)
+
+
+def test_clopper_pearson_hand_worked():
+    # k = 0: hi solves (1 - p)^n = 0.025; k = n: lo solves p^n = 0.025.
+    assert clopper_pearson(0, 50) == (0.0, pytest.approx(1 - 0.025 ** (1 / 50)))
+    assert clopper_pearson(10, 10) == (pytest.approx(0.025 ** (1 / 10)), 1.0)
+    # k = 1, n = 2: P(X >= 1) = 1 - (1 - p)^2 = 0.025 and P(X <= 1) = 1 - p^2 = 0.025.
+    assert clopper_pearson(1, 2) == (pytest.approx(1 - 0.975**0.5), pytest.approx(0.975**0.5))
+    # level 0.5 narrows it: k = 1, n = 2 gives 1 - sqrt(0.75) and sqrt(0.75).
+    assert clopper_pearson(1, 2, 0.5) == (pytest.approx(1 - 0.75**0.5), pytest.approx(0.75**0.5))
+    with pytest.raises(ValueError, match="clopper_pearson"):
+        clopper_pearson(3, 2)

@@ -313,3 +313,20 @@ def block_bootstrap(
     return {
         name: _percentile_interval(estimates[name], np.concatenate(reps[name]), level) for name in reps
     }
+
+
+def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Exact two-sided binomial interval of a rate ``k / n`` (Clopper-Pearson): ``lo`` solves
+    ``P(X >= k) = (1 - level) / 2`` and ``hi`` solves ``P(X <= k) = (1 - level) / 2`` for ``X ~
+    Binomial(n, p)``, as beta quantiles ``lo = Beta^-1((1 - level) / 2; k, n - k + 1)`` and ``hi =
+    Beta^-1((1 + level) / 2; k + 1, n - k)`` (``lo = 0`` at ``k = 0``, ``hi = 1`` at ``k = n``). Covers
+    the true rate with probability at least ``level``; the verdict's measured false-call and
+    detection rates are stated with it."""
+    from scipy.stats import beta
+
+    if n < 1 or not 0 <= k <= n or not 0.0 < level < 1.0:
+        raise ValueError(f"clopper_pearson: need n >= 1, 0 <= k <= n, 0 < level < 1; got {k}, {n}, {level}")
+    tail = (1.0 - level) / 2.0
+    lo = 0.0 if k == 0 else float(beta.ppf(tail, k, n - k + 1))
+    hi = 1.0 if k == n else float(beta.ppf(1.0 - tail, k + 1, n - k))
+    return lo, hi

@@ -12,7 +12,8 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
-from foxhunt.alpha.check import MODELS, AlphaResult  # noqa: E402
+from foxhunt.alpha.check import MEASURED_RATES, MODELS, AlphaResult  # noqa: E402
+from foxhunt.alpha.metrics import clopper_pearson  # noqa: E402
 from foxhunt.atomic import atomic_path, write_text  # noqa: E402
 
 
@@ -52,6 +53,23 @@ def verdict_line(result: AlphaResult) -> str:
     return (
         f"Verdict: no signal, {_family(result)} (no model and horizon has its pooled and every fold's "
         f"AUC interval above 0.5; best point estimate {model} {auc:.3f} at horizon {k})."
+    )
+
+
+def measured_rates() -> str:
+    """The verdict's measured false-call and detection rates, with the bench command they come from."""
+    r = MEASURED_RATES
+
+    def rate(k: int, n: int) -> str:
+        lo, hi = clopper_pearson(k, n)
+        return f"{k} of {n} ({k / n:.0%}, 95% CI {lo:.0%}-{hi:.0%})"
+
+    return (
+        f"How often this rule says signal, measured on fresh synthetic markets ({r.markets}; "
+        f"`{r.command}`, {r.page}): no-signal markets called signal {rate(*r.false_calls)}; "
+        f"smoke-strength (alpha {r.smoke_alpha:g}) planted markets found {rate(*r.smoke)}; "
+        f"alpha-2 planted markets found {rate(*r.alpha2)}. A \"no signal\" verdict on a market this "
+        "small is weak evidence of no signal."
     )
 
 
@@ -150,6 +168,8 @@ def markdown(result: AlphaResult) -> str:
         f"({len(MODELS)} models x {len(result.horizons)} horizons) so that together they hold at "
         f"{1 - result.family_error:.0%}. Signal needs, for one model and horizon, the pooled AUC interval "
         "and every fold's own interval wholly above 0.5 (an interval below 0.5 is not signal).",
+        "",
+        measured_rates(),
         "",
         f"| horizon | n val | base rate | window (median ms, < 1 ms) | model "
         f"| AUC [{result.interval_level:.2%} CI] | accuracy [{result.interval_level:.2%} CI] | log-loss "
