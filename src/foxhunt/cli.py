@@ -811,7 +811,8 @@ def backtest_cmd(
         typer.Option(
             "--checkpoint",
             metavar="FILE",
-            help="A trained checkpoint (RUN/checkpoints/fold<k>/best.safetensors) instead of --policy; "
+            help="A trained checkpoint (the one foxhunt run/train prints: RUN/checkpoints/fold<k>/last or "
+            "best.safetensors) instead of --policy; "
             "judged on its own fold's validation period. Repeated: a committee of that fold's "
             "checkpoints (the argmax of their mean E[Q]).",
         ),
@@ -987,7 +988,9 @@ def export_cmd(
     checkpoint: Annotated[
         Path,
         typer.Argument(
-            metavar="CKPT", help="A training checkpoint, e.g. RUN/checkpoints/fold0/best.safetensors."
+            metavar="CKPT",
+            help="A training checkpoint: the one foxhunt run/train prints "
+            "(RUN/checkpoints/fold0/last.safetensors under the default profile).",
         ),
     ],
     out_path: Annotated[
@@ -1128,6 +1131,15 @@ def train_cmd(
             f"long {f['baselines']['long']['net_pnl']:,.0f}{versus}{capture}), "
             f"Sharpe {f['sharpe_annual']:.2f}, {f['trades']} trades"
         )
+    _checkpoints_line(folds, out_dir)
+
+
+def _checkpoints_line(folds: list[dict[str, Any]], train_dir: Path) -> None:
+    """The checkpoint each fold reports (``best`` where an epoch was selected, ``last`` under
+    ``train.selection = last``): the files ``backtest --checkpoint`` and ``export`` take."""
+    files = [str(train_dir / f["checkpoint_file"]) for f in folds if f.get("checkpoint_file")]
+    if files:
+        _line("reported checkpoints (for backtest --checkpoint, export): " + ", ".join(files))
 
 
 @app.command("run", context_settings=MANY_PATHS)
@@ -1175,6 +1187,7 @@ def run_cmd(
         tracking_uri=tracking_uri,
     )
     s = summary["summary"]
+    _checkpoints_line(summary["folds"], out_dir / "train")
     out.print(
         f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
         f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
