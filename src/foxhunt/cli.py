@@ -895,7 +895,12 @@ def serve_cmd(
         Path, typer.Option("--out", metavar="DIR", help="Folder for ledger.sqlite, decisions.csv, summary.")
     ],
     replay: Annotated[
-        list[Path] | None, typer.Option("--replay", metavar="PATH...", help="DBN files to replay.")
+        list[Path] | None,
+        typer.Option(
+            "--replay",
+            metavar="PATH...",
+            help="DBN files or folders to replay, as --data takes them (definition files are left out).",
+        ),
     ] = None,
     speed: Annotated[
         str, typer.Option("--speed", metavar="X|max", help="Replay pace: X times the recorded pace, or max.")
@@ -951,9 +956,19 @@ def serve_cmd(
         pace = None if speed == "max" else float(speed) if speed.replace(".", "", 1).isdigit() else -1.0
         if pace is not None and pace <= 0:
             raise FoxhuntError("--speed", f"{speed!r} is not a positive number or max", "e.g. --speed 10")
-        source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
+        # A paced replay jumps the recorded gaps the monitor calls gaps (serve.max_gap_seconds).
+        files = _data_paths(replay or [], ctx)
+        source = ReplaySource(files, speed=pace, jump_gap_seconds=cfg.serve.max_gap_seconds)
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
+    for path, schema, n in getattr(source, "skipped", ()):
+        log(f"replay: {Path(path).name} left out ({n:,} {schema.value} records: not market data)")
+    jumps, jumped = getattr(source, "jumps", (0, 0.0))
+    if jumps and getattr(source, "speed", None) is not None:
+        log(
+            f"replay: {jumps} recorded gap(s) over serve.max_gap_seconds = {cfg.serve.max_gap_seconds:g} s "
+            f"jumped ({jumped / 3600:,.1f} h of recorded time not waited through at --speed {speed})"
+        )
     service = Service(
         checkpoint,
         source,
