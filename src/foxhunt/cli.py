@@ -522,6 +522,24 @@ def _set_keys(overrides: list[str]) -> list[str]:
     return [a.partition("=")[0].strip() for a in overrides]
 
 
+def _remembered(
+    files: list[Path], cfg: FoxhuntConfig, out_dir: Path, sets: list[str] | None
+) -> FoxhuntConfig:
+    """``cfg`` with the settings of a cache in ``out_dir/cache`` built before from the same files
+    (``foxhunt features build --data FILES --out OUT/cache --set ...``), said in one line: a setting a
+    short file needed (``data.bar_seconds``) is given once, not on every command."""
+    from foxhunt.features.cache import remembered_config
+
+    cfg, kept = remembered_config(files, cfg, out_dir / "cache", _set_keys(list(sets or [])))
+    if kept:
+        _line(
+            f"settings of the feature cache in {out_dir / 'cache'} (built from these files): "
+            + ", ".join(kept)
+            + " (--set a key to change it)"
+        )
+    return cfg
+
+
 def _with_row_unit(sets: list[str] | None, row_unit: RowUnit | None) -> list[str]:
     """The ``--set`` assignments, then ``--row-unit`` as ``data.row_unit=...`` when given: the option
     is a shorthand for that key, and as the last assignment it wins over a ``--set`` of it."""
@@ -1191,6 +1209,8 @@ def run_cmd(
     progress = _reporter(quiet, verbose)
     cfg, profile = _training_config(profile, config, list(set_ or []), progress)
     files = _data_paths(data, ctx) if data else None
+    if files and not resume:  # a resume runs the config its run recorded
+        cfg = _remembered(files, cfg, out_dir, set_)
     summary = run_job(
         cfg,
         out_dir,
@@ -1431,7 +1451,15 @@ def seeds_cmd(
 @_fails_cleanly
 def check_leaks_cmd(
     ctx: typer.Context,
-    data: Annotated[list[Path], typer.Option("--data", metavar="PATH...", help=DATA_HELP)],
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH...", help=DATA_HELP)] = None,
+    cache_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            metavar="FILE",
+            help="A feature cache built before: the guard runs on its source files with its settings.",
+        ),
+    ] = None,
     row_unit: Annotated[
         RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
     ] = None,
@@ -1451,9 +1479,19 @@ def check_leaks_cmd(
     from foxhunt.validation.leaks import check_files
 
     progress = _reporter(quiet, verbose)
-    cfg = _config(profile, config, _with_row_unit(set_, row_unit))
+    sets = _with_row_unit(set_, row_unit)
+    cfg = _config(profile, config, sets)
+    _one_source(data, cache_path, "check leaks")
+    if cache_path is not None:  # the files the cache was built from, with its settings
+        from foxhunt.features.cache import config_from_cache, open_cache
+        from foxhunt.validation.leaks import cache_sources
+
+        cfg = config_from_cache(cache_path, cfg, _set_keys(sets))
+        files = cache_sources(open_cache(cache_path, verify=False), cache_path)
+    else:
+        files = _data_paths(data or [], ctx)
     with step("checking for look-ahead leaks", progress):
-        report, _ = check_files(_data_paths(data, ctx), cfg, progress)  # the rows the guard checks
+        report, _ = check_files(files, cfg, progress)  # the rows the guard checks
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:

@@ -60,7 +60,7 @@ from foxhunt.features.registry import Family
 from foxhunt.features.stack import FeatureMatrix
 from foxhunt.parallel.idle import idle_cores
 from foxhunt.validation.dataset import make_folds
-from foxhunt.validation.folds import Fold, TooFewRowsError
+from foxhunt.validation.folds import Fold, TooFewRowsError, with_bar_fix
 from foxhunt.validation.labels import label_span
 
 T = TypeVar("T")
@@ -318,9 +318,7 @@ def perturb_after(
     rng = np.random.default_rng(seed)
     books = {iid: _perturb_book(b, t_cut, rng, tick, timing) for iid, b in md.books.items()}
     trades = {iid: _perturb_trades(t, t_cut, rng, tick, timing) for iid, t in md.trades.items()}
-    ohlcv = {
-        iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()
-    }
+    ohlcv = {iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()}
     return dataclasses.replace(
         md,
         books=books,
@@ -561,7 +559,7 @@ def check_leaks(
             # Refused (one line). Too few for the alpha check's longer horizon only: the training
             # folds were checked; noted in the report, and the alpha check refuses on its own.
             if "training" in users:
-                raise
+                raise with_bar_fix(exc, cfg.data) from None
             report.fold_note = f"too few rows for the {user} folds: {exc.problem}"
             continue
         report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
