@@ -962,8 +962,9 @@ def serve_cmd(
     from foxhunt.train.run import device_of
 
     device = device_of(cfg.serve.device, "serve.device")  # cuda asked for and absent: one line
-    check_decide_device(cfg.serve.decide, device)
-    if cfg.serve.decide is not DecidePath.EAGER:
+    decide = cfg.serve.decide.resolve(live is not None, device.type)
+    check_decide_device(decide, device)
+    if decide is not DecidePath.EAGER:
         check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
 
@@ -995,8 +996,9 @@ def serve_cmd(
         device=str(device),
         log=log,
         log_rows=verbose,
-        decide=cfg.serve.decide,
+        decide=decide,
     )
+    log(_decide_line(cfg.serve.decide, decide))
     server = None
     try:
         if port is not None:
@@ -1009,10 +1011,29 @@ def serve_cmd(
         if server is not None:
             server.close()
         service.close()
+    if service.decider.compile_times:
+        took = ", ".join(f"{k} {v:.0f} s" for k, v in service.decider.compile_times.items())
+        log(f"decision side {decide.value}: compiled or loaded in {took}")
     out.print(
         f"served {summary['decisions']} decisions, net {summary['net_pnl']:,.2f}, "
         f"position {summary['position']:g}, {summary['faults']} faults -> {out_dir / 'decisions.csv'}"
     )
+
+
+def _decide_line(asked: Any, decide: Any) -> str:
+    """What the decision side runs on and what it costs at the start (serve.decide)."""
+    from foxhunt.serve.config import DecidePath
+
+    why = f"serve.decide = {asked.value}" + (f" -> {decide.value}" if asked is not decide else "")
+    if decide is DecidePath.AOT:
+        return (
+            f"{why}: the first decision builds the step and forward libraries once per checkpoint "
+            "(40-120 s on an idle 2-core CPU, longer on a loaded one; cached, later starts load them in "
+            "about a second); --set serve.decide=eager starts at once (the same decisions, ~20 ms each)"
+        )
+    if decide is DecidePath.COMPILED:
+        return f"{why}: torch.compile at the first two decisions (10-80 s at every start)"
+    return f"{why}: no compile (the same decisions as aot; --set serve.decide=aot for ~0.2 ms a decision)"
 
 
 @app.command("export")

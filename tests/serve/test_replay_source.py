@@ -65,3 +65,15 @@ def test_the_real_esh4_snapshot_gap_is_jumped(real_data_dir: Path) -> None:
     jumps, seconds = src.jumps
     assert jumps == 2 and 33 * 3600 < seconds < 34 * 3600
     assert (int(src._pace_ts[-1]) - int(src._pace_ts[0])) / 3.6e12 < 2  # the live two hours remain
+
+
+def test_auto_compiles_only_where_a_decision_s_time_pays() -> None:
+    """serve.decide = auto (the default): a replay runs eager (no build to wait for), a live feed aot
+    on the CPU and compiled on a GPU (where aot is refused); a named path is kept as it is."""
+    from foxhunt.serve.config import DecidePath, ServeConfig
+
+    assert ServeConfig().decide is DecidePath.AUTO
+    assert DecidePath.AUTO.resolve(False, "cpu") is DecidePath.EAGER
+    assert DecidePath.AUTO.resolve(True, "cpu") is DecidePath.AOT
+    assert DecidePath.AUTO.resolve(True, "cuda") is DecidePath.COMPILED
+    assert all(p.resolve(live, "cpu") is p for p in DecidePath if p is not DecidePath.AUTO for live in (0, 1))

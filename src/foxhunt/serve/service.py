@@ -59,7 +59,7 @@ from foxhunt.serve.fork import fork
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.metrics import ServeMetrics
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
-from foxhunt.serve.source import Disconnected, RecordSource, SourceEnded, StreamBlock
+from foxhunt.serve.source import Disconnected, RecordSource, ReplaySource, SourceEnded, StreamBlock
 from foxhunt.serve.state import Rows, RowState
 from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
 from foxhunt.train.policy import CommitteePolicy
@@ -124,6 +124,8 @@ class Service:
         log_rows: bool = False,
         decide: DecidePath = DecidePath.EAGER,
     ) -> None:
+        # auto: aot (compiled on a GPU) for a live feed, eager for a replay (DecidePath.AUTO).
+        decide = decide.resolve(not isinstance(source, ReplaySource), torch.device(device).type)
         check_decide_device(decide, torch.device(device))
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)

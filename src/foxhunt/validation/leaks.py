@@ -318,7 +318,9 @@ def perturb_after(
     rng = np.random.default_rng(seed)
     books = {iid: _perturb_book(b, t_cut, rng, tick, timing) for iid, b in md.books.items()}
     trades = {iid: _perturb_trades(t, t_cut, rng, tick, timing) for iid, t in md.trades.items()}
-    ohlcv = {iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()}
+    ohlcv = {
+        iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()
+    }
     return dataclasses.replace(
         md,
         books=books,
