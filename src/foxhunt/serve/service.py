@@ -53,6 +53,7 @@ from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError
+from foxhunt.serve.bars import NoBarsYet
 from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
@@ -492,6 +493,11 @@ class Service:
             rows = self.state.rows()
         except CheckpointError:
             raise  # the checkpoint does not fit the features: nothing can be served
+        except NoBarsYet:  # the session has no bar yet (a snapshot, a pre-open): no row, no fault
+            if self._deferred is not None:
+                raise
+            self._release()
+            return None
         except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
             if self._deferred is not None:
                 raise  # a close made ahead: the close made when due reports it
