@@ -514,7 +514,20 @@ def _cache_from(
                 cfg = config_from_cache(cache_path, cfg, asked)
             return load_cache(cache_path, cfg), cfg
     files = _data_paths(data or [], ctx)
-    return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
+    with _bar_fix(cfg):
+        return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
+
+
+@contextmanager
+def _bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
+    """Rows too few for the folds, refused with a concrete setting: the bar length that fits
+    (:func:`foxhunt.validation.folds.with_bar_fix`), to be given once, to ``features build``."""
+    from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
+
+    try:
+        yield
+    except TooFewRowsError as exc:
+        raise with_bar_fix(exc, cfg.data) from None
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
@@ -528,7 +541,7 @@ def _remembered(
     """``cfg`` with the settings of a cache in ``out_dir/cache`` built before from the same files
     (``foxhunt features build --data FILES --out OUT/cache --set ...``), said in one line: a setting a
     short file needed (``data.bar_seconds``) is given once, not on every command."""
-    from foxhunt.features.cache import remembered_config
+    from foxhunt.features.remember import remembered_config
 
     cfg, kept = remembered_config(files, cfg, out_dir / "cache", _set_keys(list(sets or [])))
     if kept:
@@ -647,9 +660,11 @@ def features_build(
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
     files = _data_paths(data, ctx)
-    cache = get_or_build(
-        files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers, address=ray_address
-    )
+    with _bar_fix(cfg):
+        cache = get_or_build(
+            files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers,
+            address=ray_address,
+        )  # fmt: skip
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     _print_cache_summary(cache)
 

@@ -10,7 +10,8 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.data.dbn_write import write_book
-from foxhunt.features.cache import get_or_build, remembered_config
+from foxhunt.features.cache import get_or_build
+from foxhunt.features.remember import remembered_config
 from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars
 from tests.factories import make_book

@@ -52,7 +52,7 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins
 from foxhunt.features.registry import FAMILIES, with_plugins
 from foxhunt.features.stack import FeatureMatrix, compute_stack
-from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, with_bar_fix
+from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span
 
 if TYPE_CHECKING:
@@ -272,10 +272,7 @@ def build_cache(
         inp = rows_from_market(md, cfg.data, tick_size=instrument.tick_size)
     # Rows too few for the configured folds are refused before anything is computed or written:
     # every command that reads a cache splits it into these folds (TooFewRowsError, one line).
-    try:
-        purged_walk_forward(len(inp), cfg.folds, label_span(horizons(cfg), barrier_horizon(cfg)))
-    except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg.data) from None
+    purged_walk_forward(len(inp), cfg.folds, label_span(horizons(cfg), barrier_horizon(cfg)))
     fm = prepared.features if prepared is not None else compute_features(inp, cfg)
     labels = label_columns(inp, cfg)
     meta = cache_meta(cfg, sources, instrument, fm, len(inp))
@@ -525,37 +522,6 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
     merged = validate_tree(dump, f"the settings of cache {cache.path.name}")
     assert merged is not None  # cross checks on: an invalid tree raised
     return merged
-
-
-def remembered_config(
-    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: str | Path, asked: Sequence[str] = ()
-) -> tuple[FoxhuntConfig, list[str]]:
-    """``cfg`` with the settings of the newest cache in ``out_dir`` built from the same files (their
-    SHA-256), and those settings as ``key=value`` where they differ from ``cfg``'s: what ``foxhunt
-    features build --data FILES --out DIR --set ...`` set is remembered by a later ``foxhunt run
-    --data FILES`` into the run folder holding ``DIR`` (a short file's ``data.bar_seconds``), rather
-    than repeated on it. ``asked`` (the ``--set`` keys of the later command): when one is a cached
-    value's, the command means its own settings and nothing is taken. No such cache: ``cfg`` as it is.
-    """
-    folder = Path(out_dir)
-    if not folder.is_dir() or any(k.startswith(s + ".") or k == s for k in asked for s in VALUE_SECTIONS):
-        return cfg, []
-    wanted = sorted(file_fingerprint(p)["sha256"] for p in expand_paths(paths))
-    found = []
-    for other in folder.glob("features-*.arrow"):
-        try:
-            meta = _stored_meta(other)
-        except (CacheMismatchError, pa.ArrowException, OSError):
-            continue  # not a cache this code reads: not remembered
-        same = sorted(s.get("sha256", "") for s in meta.get("sources", [])) == wanted
-        if same and _loadable(meta, cfg):
-            found.append((str(meta.get("created_at", "")), other))
-    if not found:
-        return cfg, []
-    merged = config_from_cache(max(found)[1], cfg)
-    before, after = leaves(value_config(cfg)), leaves(value_config(merged))
-    changed = [f"{k}={after[k]!r}" for k in sorted(after) if before.get(k) != after[k]]
-    return merged, changed
 
 
 def get_or_build(
