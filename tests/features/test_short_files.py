@@ -13,7 +13,7 @@ from foxhunt.data.dbn_write import write_book
 from foxhunt.features.cache import get_or_build
 from foxhunt.features.remember import remembered_config
 from foxhunt.validation.config import FoldParams
-from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars
+from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars, with_bar_fix
 from tests.factories import make_book
 
 T0 = 1_767_000_000 * 10**9  # 2025-12-29 09:20 UTC, inside a session
@@ -43,7 +43,8 @@ def test_a_short_file_gets_a_setting_that_works_and_is_remembered(tmp_path: Path
     cfg = load_config("smoke")
     with pytest.raises(TooFewRowsError) as err:
         get_or_build([data], cfg, tmp_path / "run" / "cache")
-    [setting] = [w for w in err.value.fix.split() if w.startswith("data.bar_seconds=")]
+    fixed = with_bar_fix(err.value, cfg.data)  # what features build and the --data commands say
+    [setting] = [w for w in fixed.fix.split() if w.startswith("data.bar_seconds=")]
     built = get_or_build([data], load_config("smoke", overrides=[setting]), tmp_path / "run" / "cache")
     assert built.meta["rows"] >= err.value.need
     # A later command on the same files into the folder holding that cache takes its settings.
