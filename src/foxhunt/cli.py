@@ -527,7 +527,7 @@ def _bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
     try:
         yield
     except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg.data) from None
+        raise with_bar_fix(exc, cfg) from None
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
