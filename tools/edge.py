@@ -17,7 +17,7 @@ costs, an agent that learns the same signal cannot either. The rule itself is th
 it (the planted signal's carrier, 1.5 sd, market orders) beside flat and long and writes JSON, and
 every training report shows it beside the agent. This probe is the wider grid around it.
 
-    python tools/edge.py runs/main/cache ofi.book_pressure --profile smoke [--set key=value ...]
+    .venv/bin/python tools/edge.py runs/main/cache ofi.book_pressure --profile smoke [--set key=value ...]
 """
 
 from __future__ import annotations
@@ -73,16 +73,14 @@ def main() -> None:
     cache = open_cache(path)
     folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
     c = cfg.env.costs
-    tick = cfg.env.contract.tick_size
-    fees = (
-        2 * (c.commission_per_contract + c.exchange_fee_per_contract) / (tick * cfg.env.contract.point_value)
-    )
+    last = market_tensors(cache, folds[-1], vol_window=cfg.env.plan.barrier.vol_window)
+    # The contract's tick and point value are the data's (the cache's instrument), not a setting.
+    tick, point_value = last.instrument.tick_size, last.instrument.point_value
+    fees = 2 * (c.commission_per_contract + c.exchange_fee_per_contract) / (tick * point_value)
     print(f"{path.name}: {cache.meta['rows']} rows; market round trip: 1 tick spread + {fees:.2f} ticks fees")
     print(f"decay of {args.column} (last fold's rows):")
     print("  K   corr   ticks/sigma   sd(move) ticks")
-    for k, corr, slope, sd in decay(
-        market_tensors(cache, folds[-1], vol_window=cfg.env.plan.barrier.vol_window), args.column, tick
-    ):
+    for k, corr, slope, sd in decay(last, args.column, tick):
         print(f"{k:3d} {corr:+.3f} {slope:12.2f} {sd:14.1f}")
     bpy = bars_per_year(cache)
     print(
@@ -101,7 +99,9 @@ def main() -> None:
                     rec,
                     bars_per_year=bpy,
                     initial_capital=cfg.env.contract.initial_capital,
-                    **branch_sizes(cfg.env.branches),
+                    # The rule picks limit orders too, which a profile of market orders alone has no branch
+                    # for: the metrics' range check takes every order type.
+                    **{**branch_sizes(cfg.env.branches), "n_order_types": len(OrderType)},
                 )
             )
         return out

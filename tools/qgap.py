@@ -8,7 +8,8 @@ correlation with the planted signal's carrier every epoch on a synthetic market
 adds the greedy action shares. Each row is read from a flat
 portfolio at the validation row (an episode reset there), with the greedy network (no noise).
 
-    python tools/qgap.py runs/main/cache ofi.book_pressure --fold 2 --seed 8 [--profile smoke] [--set k=v]
+    .venv/bin/python tools/qgap.py runs/main/cache ofi.book_pressure --fold 2 --seed 8 \\
+        [--profile smoke] [--set k=v]
 """
 
 from __future__ import annotations

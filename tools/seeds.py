@@ -7,7 +7,7 @@ validation net PnL, trades, Sharpe and the baselines' net PnL (or ``stopped``: t
 diagnosis); the last line is the capture's mean and 95% interval over the seeds that finished and
 the seeds' committee (their agents' mean E[Q] deciding, per fold: ``foxhunt.train.seeds.committee_result``).
 
-    python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
+    .venv/bin/python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
 
 ``--jobs N`` trains N seeds at once in separate processes (one per core: the smoke profile uses one
 thread per run); each seed's result is the same as alone, and the lines come in seed order.

@@ -341,7 +341,7 @@ class TrainedAgent:
 
         Example::
 
-            agent = api.load_policy("run/checkpoints/fold0/best.safetensors")
+            agent = api.load_policy(api.checkpoint_path("run", 0))
             agent.act(torch.zeros(5, STATE_LAYOUT.width))[:, 0]  # directions
         """
         if self._greedy is None:
@@ -352,12 +352,12 @@ class TrainedAgent:
 def load_policy(
     path: str | Path, cfg: FoxhuntConfig | None = None, device: torch.device | str = "cpu"
 ) -> TrainedAgent:
-    """Load a checkpoint (``RUN/checkpoints/fold<k>/best.safetensors``) or a weights-only export as
-    a :class:`TrainedAgent`. ``cfg`` only matters for an old checkpoint without a stored config.
+    """Load a checkpoint (``api.checkpoint_path(RUN, k)``: the one the run reports) or a weights-only
+    export as a :class:`TrainedAgent`. ``cfg`` only matters for an old checkpoint without a stored config.
 
     Example::
 
-        agent = api.load_policy("run/train/checkpoints/fold1/best.safetensors")
+        agent = api.load_policy(api.checkpoint_path("run", 1))
         result = api.backtest(cache, agent)  # on its own fold, with its own config
     """
     return TrainedAgent(path, cfg, device)
@@ -379,18 +379,26 @@ def load_committee(paths: Sequence[str | Path], cfg: FoxhuntConfig | None = None
     return CommitteePolicy(paths, cfg if cfg is not None else load_config())
 
 
-def checkpoint_path(run_dir: str | Path, fold: int, which: str = "best") -> Path:
-    """The ``best`` or ``last`` checkpoint of ``fold`` in a training run folder.
+def checkpoint_path(run_dir: str | Path, fold: int, which: str | None = None) -> Path:
+    """The checkpoint of ``fold`` in a training run folder (``foxhunt train --out``, or the ``foxhunt
+    run`` folder holding it in ``train/``): by default the one the run reports (``folds.json``'s
+    ``checkpoint_file``: ``best`` where an epoch was selected, ``last`` under ``train.selection =
+    last``, the default profile's); ``which`` "best" or "last" names one.
 
     Example::
 
-        api.checkpoint_path("runs/main/train", 0)  # .../checkpoints/fold0/best.safetensors
+        api.checkpoint_path("runs/main", 0)  # .../train/checkpoints/fold0/last.safetensors (smoke)
     """
-    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.train.checkpoint import CheckpointStore, reported_checkpoint
 
-    store = CheckpointStore(run_dir, ring=1)
-    if which not in ("best", "last"):
-        raise ValueError(f"which must be 'best' or 'last', got {which!r}")
+    if which not in (None, "best", "last"):
+        raise ValueError(f"which must be None (the reported one), 'best' or 'last', got {which!r}")
+    run = Path(run_dir)
+    if not (run / "checkpoints").is_dir() and (run / "train" / "checkpoints").is_dir():
+        run = run / "train"  # a `foxhunt run` folder: its training run
+    if which is None:
+        return reported_checkpoint(run, fold)
+    store = CheckpointStore(run, ring=1)
     return store.best_path(fold) if which == "best" else store.last_path(fold)
 
 

@@ -520,12 +520,43 @@ def _cache_from(
                 cfg = config_from_cache(cache_path, cfg, asked)
             return load_cache(cache_path, cfg), cfg
     files = _data_paths(data or [], ctx)
-    return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
+    with _bar_fix(cfg):
+        return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
+
+
+@contextmanager
+def _bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
+    """Rows too few for the folds, refused with a concrete setting: the bar length that fits
+    (:func:`foxhunt.validation.folds.with_bar_fix`), to be given once, to ``features build``."""
+    from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
+
+    try:
+        yield
+    except TooFewRowsError as exc:
+        raise with_bar_fix(exc, cfg) from None
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
     """The ``section.key`` names of ``--set section.key=value`` assignments."""
     return [a.partition("=")[0].strip() for a in overrides]
+
+
+def _remembered(
+    files: list[Path], cfg: FoxhuntConfig, out_dir: Path, sets: list[str] | None
+) -> FoxhuntConfig:
+    """``cfg`` with the settings of a cache in ``out_dir/cache`` built before from the same files
+    (``foxhunt features build --data FILES --out OUT/cache --set ...``), said in one line: a setting a
+    short file needed (``data.bar_seconds``) is given once, not on every command."""
+    from foxhunt.features.remember import remembered_config
+
+    cfg, kept = remembered_config(files, cfg, out_dir / "cache", _set_keys(list(sets or [])))
+    if kept:
+        _line(
+            f"settings of the feature cache in {out_dir / 'cache'} (built from these files): "
+            + ", ".join(kept)
+            + " (--set a key to change it)"
+        )
+    return cfg
 
 
 def _with_row_unit(sets: list[str] | None, row_unit: RowUnit | None) -> list[str]:
@@ -635,9 +666,11 @@ def features_build(
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
     files = _data_paths(data, ctx)
-    cache = get_or_build(
-        files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers, address=ray_address
-    )
+    with _bar_fix(cfg):
+        cache = get_or_build(
+            files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers,
+            address=ray_address,
+        )  # fmt: skip
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     _print_cache_summary(cache)
 
@@ -817,7 +850,8 @@ def backtest_cmd(
         typer.Option(
             "--checkpoint",
             metavar="FILE",
-            help="A trained checkpoint (RUN/checkpoints/fold<k>/best.safetensors) instead of --policy; "
+            help="A trained checkpoint (the one foxhunt run/train prints: RUN/checkpoints/fold<k>/last or "
+            "best.safetensors) instead of --policy; "
             "judged on its own fold's validation period. Repeated: a committee of that fold's "
             "checkpoints (the argmax of their mean E[Q]).",
         ),
@@ -900,7 +934,12 @@ def serve_cmd(
         Path, typer.Option("--out", metavar="DIR", help="Folder for ledger.sqlite, decisions.csv, summary.")
     ],
     replay: Annotated[
-        list[Path] | None, typer.Option("--replay", metavar="PATH...", help="DBN files to replay.")
+        list[Path] | None,
+        typer.Option(
+            "--replay",
+            metavar="PATH...",
+            help="DBN files or folders to replay, as --data takes them (definition files are left out).",
+        ),
     ] = None,
     speed: Annotated[
         str, typer.Option("--speed", metavar="X|max", help="Replay pace: X times the recorded pace, or max.")
@@ -944,8 +983,9 @@ def serve_cmd(
     from foxhunt.train.run import device_of
 
     device = device_of(cfg.serve.device, "serve.device")  # cuda asked for and absent: one line
-    check_decide_device(cfg.serve.decide, device)
-    if cfg.serve.decide is not DecidePath.EAGER:
+    decide = cfg.serve.decide.resolve(live is not None, device.type)
+    check_decide_device(decide, device)
+    if decide is not DecidePath.EAGER:
         check_compilable()  # no C++ compiler: one line now, not a traceback at the first decision
     from foxhunt.serve.source import LiveSource, ReplaySource, api_key
 
@@ -956,9 +996,19 @@ def serve_cmd(
         pace = None if speed == "max" else float(speed) if speed.replace(".", "", 1).isdigit() else -1.0
         if pace is not None and pace <= 0:
             raise FoxhuntError("--speed", f"{speed!r} is not a positive number or max", "e.g. --speed 10")
-        source = ReplaySource(_data_paths(replay or [], ctx), speed=pace)
+        # A paced replay jumps the recorded gaps the monitor calls gaps (serve.max_gap_seconds).
+        files = _data_paths(replay or [], ctx)
+        source = ReplaySource(files, speed=pace, jump_gap_seconds=cfg.serve.max_gap_seconds)
     log = (lambda m: None) if quiet else (lambda m: console.print(m, highlight=False, soft_wrap=True))
     _reporter(quiet, verbose)  # --quiet with --verbose: one line
+    for path, schema, n in getattr(source, "skipped", ()):
+        log(f"replay: {Path(path).name} left out ({n:,} {schema.value} records: not market data)")
+    jumps, jumped = getattr(source, "jumps", (0, 0.0))
+    if jumps and getattr(source, "speed", None) is not None:
+        log(
+            f"replay: {jumps} recorded gap(s) over serve.max_gap_seconds = {cfg.serve.max_gap_seconds:g} s "
+            f"jumped ({jumped / 3600:,.1f} h of recorded time not waited through at --speed {speed})"
+        )
     service = Service(
         checkpoint,
         source,
@@ -967,8 +1017,9 @@ def serve_cmd(
         device=str(device),
         log=log,
         log_rows=verbose,
-        decide=cfg.serve.decide,
+        decide=decide,
     )
+    log(_decide_line(cfg.serve.decide, decide))
     server = None
     try:
         if port is not None:
@@ -981,10 +1032,29 @@ def serve_cmd(
         if server is not None:
             server.close()
         service.close()
+    if service.decider.compile_times:
+        took = ", ".join(f"{k} {v:.0f} s" for k, v in service.decider.compile_times.items())
+        log(f"decision side {decide.value}: compiled or loaded in {took}")
     out.print(
         f"served {summary['decisions']} decisions, net {summary['net_pnl']:,.2f}, "
         f"position {summary['position']:g}, {summary['faults']} faults -> {out_dir / 'decisions.csv'}"
     )
+
+
+def _decide_line(asked: Any, decide: Any) -> str:
+    """What the decision side runs on and what it costs at the start (serve.decide)."""
+    from foxhunt.serve.config import DecidePath
+
+    why = f"serve.decide = {asked.value}" + (f" -> {decide.value}" if asked is not decide else "")
+    if decide is DecidePath.AOT:
+        return (
+            f"{why}: the first decision builds the step and forward libraries once per checkpoint "
+            "(40-120 s on an idle 2-core CPU, longer on a loaded one; cached, later starts load them in "
+            "about a second); --set serve.decide=eager starts at once (the same decisions, ~20 ms each)"
+        )
+    if decide is DecidePath.COMPILED:
+        return f"{why}: torch.compile at the first two decisions (10-80 s at every start)"
+    return f"{why}: no compile (the same decisions as aot; --set serve.decide=aot for ~0.2 ms a decision)"
 
 
 @app.command("export")
@@ -993,7 +1063,9 @@ def export_cmd(
     checkpoint: Annotated[
         Path,
         typer.Argument(
-            metavar="CKPT", help="A training checkpoint, e.g. RUN/checkpoints/fold0/best.safetensors."
+            metavar="CKPT",
+            help="A training checkpoint: the one foxhunt run/train prints "
+            "(RUN/checkpoints/fold0/last.safetensors under the default profile).",
         ),
     ],
     out_path: Annotated[
@@ -1134,6 +1206,15 @@ def train_cmd(
             f"long {f['baselines']['long']['net_pnl']:,.0f}{versus}{capture}), "
             f"Sharpe {f['sharpe_annual']:.2f}, {f['trades']} trades"
         )
+    _checkpoints_line(folds, out_dir)
+
+
+def _checkpoints_line(folds: list[dict[str, Any]], train_dir: Path) -> None:
+    """The checkpoint each fold reports (``best`` where an epoch was selected, ``last`` under
+    ``train.selection = last``): the files ``backtest --checkpoint`` and ``export`` take."""
+    files = [str(train_dir / f["checkpoint_file"]) for f in folds if f.get("checkpoint_file")]
+    if files:
+        _line("reported checkpoints (for backtest --checkpoint, export): " + ", ".join(files))
 
 
 @app.command("run", context_settings=MANY_PATHS)
@@ -1170,6 +1251,8 @@ def run_cmd(
     progress = _reporter(quiet, verbose)
     cfg, profile = _training_config(profile, config, list(set_ or []), progress)
     files = _data_paths(data, ctx) if data else None
+    if files and not resume:  # a resume runs the config its run recorded
+        cfg = _remembered(files, cfg, out_dir, set_)
     summary = run_job(
         cfg,
         out_dir,
@@ -1181,6 +1264,7 @@ def run_cmd(
         tracking_uri=tracking_uri,
     )
     s = summary["summary"]
+    _checkpoints_line(summary["folds"], out_dir / "train")
     out.print(
         f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
         f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
@@ -1411,7 +1495,15 @@ def seeds_cmd(
 @_fails_cleanly
 def check_leaks_cmd(
     ctx: typer.Context,
-    data: Annotated[list[Path], typer.Option("--data", metavar="PATH...", help=DATA_HELP)],
+    data: Annotated[list[Path] | None, typer.Option("--data", metavar="PATH...", help=DATA_HELP)] = None,
+    cache_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--cache",
+            metavar="FILE",
+            help="A feature cache built before: the guard runs on its source files with its settings.",
+        ),
+    ] = None,
     row_unit: Annotated[
         RowUnit | None, typer.Option("--row-unit", help="bar or snapshot (default: config).")
     ] = None,
@@ -1431,9 +1523,19 @@ def check_leaks_cmd(
     from foxhunt.validation.leaks import check_files
 
     progress = _reporter(quiet, verbose)
-    cfg = _config(profile, config, _with_row_unit(set_, row_unit))
+    sets = _with_row_unit(set_, row_unit)
+    cfg = _config(profile, config, sets)
+    _one_source(data, cache_path, "check leaks")
+    if cache_path is not None:  # the files the cache was built from, with its settings
+        from foxhunt.features.cache import config_from_cache, open_cache
+        from foxhunt.validation.leaks import cache_sources
+
+        cfg = config_from_cache(cache_path, cfg, _set_keys(sets))
+        files = cache_sources(open_cache(cache_path, verify=False), cache_path)
+    else:
+        files = _data_paths(data or [], ctx)
     with step("checking for look-ahead leaks", progress):
-        report, _ = check_files(_data_paths(data, ctx), cfg, progress)  # the rows the guard checks
+        report, _ = check_files(files, cfg, progress)  # the rows the guard checks
     if as_json:
         out.print_json(json.dumps(report.to_dict()))
     else:

@@ -145,12 +145,17 @@ def test_a_refused_part_leaves_the_session_as_it_was(real_data_dir: Path) -> Non
     path = real_data_dir / ESH4
     if not path.is_file():
         pytest.skip(f"{path} is absent")
+    from foxhunt.data import ingest
+
     meta, recs = _stream_of(path)
     strict = DataConfig(max_crossed_share=0.0)
     book = BookStream(meta, strict)
     book.feed(recs[:-1000])
-    with pytest.raises(CrossedBookError, match="crossed"):
-        book_market([book])
+    # ESH4's crossed states all lie in the pre-open (the daily halt, not counted): with no halt, they count.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ingest, "in_halt", lambda ts, *_: np.zeros(len(ts), bool))
+        with pytest.raises(CrossedBookError, match="crossed"):
+            book_market([book])
     assert book.kept.n == 0
     book.cfg = DataConfig()
     book.feed(recs[-1000:])
@@ -215,3 +220,44 @@ def test_market_tensors_take_the_callers_volatility(cfg) -> None:  # noqa: F811 
     own = market_tensors(rows, fold, vol_window=3, instrument=es)  # type: ignore[arg-type]
     assert not torch.equal(own.vol, mt.vol)
     assert state_feature_columns() is columns  # made once
+
+
+def test_a_stream_judges_crossed_books_as_the_batch_does(real_data_dir: Path) -> None:
+    """ESH4's 143 crossed states (of 37,064) all lie in the pre-open auction before the 23:00 UTC open,
+    where an indicative book crosses by design. The batch judged the whole file (0.39%); a stream's
+    first close after the open held 146 states, 143 of them crossed (97.9%), and was refused as a
+    corrupt book. Both now count the crossed states outside the daily halt: none here, at every close."""
+    path = real_data_dir / ESH4
+    if not path.is_file():
+        pytest.skip(f"{path} is absent")
+    meta, recs = _stream_of(path)
+    first_open = int(np.searchsorted(recs["ts_event"], np.uint64(1703545200 * 10**9)))  # 23:00 UTC
+    book = BookStream(meta, DataConfig())
+    cuts = (0, first_open + 50, first_open + 5000, len(recs))
+    for a, b in zip(cuts, cuts[1:], strict=False):
+        book.feed(recs[a:b])
+        md = book_market([book])  # a close: refused before (143 of 146, 97.9%)
+    report = md.files[-1]
+    batch = load_market([path], DataConfig())
+    [whole] = batch.files
+    assert (report.book_states, report.crossed) == (whole.book_states, whole.crossed) == (37064, 143)
+    assert report.crossed_trading == whole.crossed_trading == 0
+
+
+def test_crossed_states_outside_the_halt_still_count() -> None:
+    """A book crossed in trading hours is refused (a corrupt book); the same crossed states inside the
+    daily halt (16:00-17:00 Chicago) are not."""
+    from foxhunt.data.ingest import FileReport, _apply_crossed_policy
+
+    day = 1_767_000_000 * 10**9  # 2025-12-29 09:20 UTC: trading hours
+    halt = 1_767_045_600 * 10**9  # 2025-12-29 22:00 UTC = 16:00 Chicago: the halt
+    data = DataConfig()
+    for t0, refused in ((day, True), (halt, False)):
+        crossed = make_book(t0 + np.arange(100) * 10**9, np.zeros(100), spread_ticks=-1)
+        report = FileReport("x", "mbp-10", "GLBX.MDP3", 100, {}, 0, 0)
+        if refused:
+            with pytest.raises(CrossedBookError, match="100 of 100 book states are crossed or locked out"):
+                _apply_crossed_policy(Path("x"), crossed, data, report)
+        else:
+            _apply_crossed_policy(Path("x"), crossed, data, report)
+            assert (report.crossed, report.crossed_trading) == (100, 0)

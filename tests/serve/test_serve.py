@@ -1124,13 +1124,14 @@ def test_a_replay_on_the_gpu_decides_row_for_row_as_the_gpu_backtest(
 def test_compiled_decisions_without_a_cpp_compiler_are_refused_in_one_line(
     export: Path, replay: list[Path], tmp_path: Path
 ) -> None:
-    """serve.decide = aot (the default) on a machine where Inductor finds no C++ compiler: one line
-    naming the setting and the fix, exit 2, nothing written (not a traceback at the first decision)."""
+    """serve.decide = aot (a live feed's default) on a machine where Inductor finds no C++ compiler: one
+    line naming the setting and the fix, exit 2, nothing written (not a traceback at the first decision)."""
     from torch._inductor import config as inductor_config
     from torch._inductor.cpp_builder import cpp_compiler_search
 
     out = tmp_path / "o"
     args = ["serve", "--checkpoint", str(export), "--replay", str(replay[0]), "--out", str(out)]
+    args += ["--set", "serve.decide=aot"]
     cpp_compiler_search.cache_clear()  # its answer is memoised per search list
     try:
         with inductor_config.patch({"cpp.cxx": ("no-such-cxx-for-foxhunt",)}):

@@ -83,7 +83,15 @@ def plot_decay(result: AlphaResult, path: Path) -> None:
         ax.plot(ks, est, marker="o", label=model.value)
         ax.fill_between(ks, lo, hi, alpha=0.25)
     ax.axhline(0.5, color="grey", lw=1, ls="--")
-    ax.set_xscale("log" if len(ks) > 1 and max(ks) / max(min(ks), 1) > 8 else "linear")
+    # A log axis needs a finite point to place (an hour of data can leave every AUC undefined: one
+    # class in a fold's labels), else matplotlib refuses to draw the figure at all.
+    drawn = any(
+        (e := h.pooled[m.value]["auc"]["estimate"]) is not None and math.isfinite(e)
+        for h in result.horizons
+        for m in MODELS
+    )
+    wide = len(ks) > 1 and max(ks) / max(min(ks), 1) > 8
+    ax.set_xscale("log" if wide and drawn else "linear")
     ax.set_xlabel(f"horizon ({result.row_unit} rows)")
     ax.set_ylabel(f"validation AUC (pooled, {result.interval_level:.2%} block-bootstrap band)")
     ax.set_title("Horizon decay")

@@ -44,7 +44,8 @@ class DataConfig(Frozen):
         0.05,
         ge=0.0,
         le=1.0,
-        description="Refuse a file whose share of crossed/locked states exceeds this (corrupt book).",
+        description="Refuse a file whose share of crossed/locked states outside the daily halt exceeds this "
+        "(a corrupt book; a pre-open auction's indicative book crosses by design and is not counted).",
     )
     roll_rule: RollRule = Field(
         RollRule.PRIOR_SESSION_VOLUME,

@@ -38,7 +38,7 @@ from foxhunt.data.arrays import (
 from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import DbnFile, check_monotonic, peek_schema, read_raw, to_arrays
 from foxhunt.data.schemas import BarKind, CrossedPolicy, DataSource, RowUnit, Schema
-from foxhunt.data.sessions import session_dates
+from foxhunt.data.sessions import in_halt, session_dates
 from foxhunt.errors import (
     BadTradePriceError,
     CrossedBookError,
@@ -197,6 +197,7 @@ class FileReport:
     end: int
     book_states: int = 0
     crossed: int = 0
+    crossed_trading: int = 0  # of ``crossed``, those outside the daily halt (what a refusal judges)
     dropped: int = 0
     median_spread_ticks: float | None = None
 
@@ -301,19 +302,36 @@ def _merge_sorted(parts: list, cls) -> object:
 
 
 def _apply_crossed_policy(
-    path: Path, book: BookArrays, cfg: DataConfig, report: FileReport, before: tuple[int, int] = (0, 0)
+    path: Path,
+    book: BookArrays,
+    cfg: DataConfig,
+    report: FileReport,
+    before: tuple[int, int, int] = (0, 0, 0),
 ) -> tuple[BookArrays, np.ndarray]:
-    """The crossed policy on a file's book states; ``before``: the (states, crossed) of the file's
-    states before ``book`` (foxhunt serve applies it to each close's new states), counted in the share."""
+    """The crossed policy on a file's book states; ``before``: the (states, crossed, crossed in trading
+    hours) of the file's states before ``book`` (foxhunt serve applies it to each close's new states),
+    counted in the share.
+
+    The refusal (``data.max_crossed_share``, a book built wrongly) counts the crossed states outside
+    the daily halt only: a pre-open auction's indicative book crosses by design (ESH4's 2023-12-25
+    file: all 143 of its crossed states lie in the 20 minutes before the 23:00 UTC open). So a stream
+    judged at its first close after the open (146 states, 143 of them crossed) is not refused where
+    the whole file (37,064 states) is not: serve and the batch judge the same states alike."""
     crossed = book.crossed()
     n_crossed = int(crossed.sum())  # in this part (serve's close); report.crossed counts the file's
+    trading = 0
+    if n_crossed:  # the session clock only where something crossed (serve's closes: usually nothing)
+        halt = in_halt(book.ts_event, cfg.session_timezone, cfg.session_open, cfg.session_close)
+        trading = int((crossed & ~halt).sum())
     report.book_states = before[0] + len(book)
     report.crossed = before[1] + n_crossed
-    if report.crossed_share > cfg.max_crossed_share:
+    report.crossed_trading = before[2] + trading
+    share = report.crossed_trading / report.book_states if report.book_states else 0.0
+    if share > cfg.max_crossed_share:
         raise CrossedBookError(
             path,
-            f"{report.crossed} of {report.book_states} book states are crossed or locked "
-            f"({report.crossed_share:.1%} > data.max_crossed_share = {cfg.max_crossed_share:.1%})",
+            f"{report.crossed_trading} of {report.book_states} book states are crossed or locked outside "
+            f"the daily halt ({share:.1%} > data.max_crossed_share = {cfg.max_crossed_share:.1%})",
             "the book is corrupt or was built wrongly; re-download or raise data.max_crossed_share",
         )
     if cfg.crossed_policy is CrossedPolicy.DROP and report.crossed:

@@ -234,6 +234,7 @@ def _compile(
 ) -> float:
     """Export ``module`` at ``args`` and compile it into ``path`` (atomically); the seconds it took."""
     from torch._inductor import aoti_compile_and_package
+    from torch._inductor import config as inductor_config
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -242,7 +243,10 @@ def _compile(
         fd, tmp = tempfile.mkstemp(suffix=".pt2", dir=path.parent)
         os.close(fd)
         try:
-            aoti_compile_and_package(ep, package_path=tmp, inductor_configs=options)
+            # Inductor's autotune tables (a block per matrix product timed, 21 for a forward) are not
+            # the user's business: kept off the terminal (an output setting, not part of the key).
+            with inductor_config.patch(autotune_num_choices_displayed=0):
+                aoti_compile_and_package(ep, package_path=tmp, inductor_configs=options)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except BaseException:

@@ -50,6 +50,13 @@ from foxhunt.serve.buffers import Appended, Grown
 _C = TypeVar("_C", BookArrays, TradeArrays)
 
 
+class NoBarsYet(Exception):  # noqa: N818 (a state of the session, not an error)
+    """The session so far has no bar: no book state yet (an MBO file's snapshot, 33 h before ESH4's live
+    records) or only states in the daily halt (a pre-open). A close then makes no row, as a file of
+    those records would make none; it is no fault of the stream (the batch refuses such a file: it has
+    nothing to train on)."""
+
+
 class _InBars(Generic[_C]):
     """The session's records in bars: the session market's (which only grows) less the halted ones.
     While the dropped ones are the session's first (records before its open: a file or feed that
@@ -190,7 +197,7 @@ class SessionBars:
     def _update(self, md: MarketData) -> BarSeries | None:
         """The carried bars with the records since the last close, or None where they cannot be."""
         if not md.books:
-            return build_bars(md, self.cfg)  # no book state yet (an MBO snapshot): the batch's answer
+            raise NoBarsYet  # no book state yet (an MBO snapshot)
         if len(md.books) != 1 or not set(md.trades) <= set(md.books):
             return None
         iid = next(iter(md.books))
@@ -266,7 +273,7 @@ class SessionBars:
         self.halt_dropped += dropped
         self.instrument = iid
         if not self.bars.n:
-            return build_bars(md, cfg)  # nothing but the halt yet: the batch's answer (no rows)
+            raise NoBarsYet  # nothing but the halt yet
         bars: Bars = self.bars.rows()
         traded = volume_known(md, cfg, bars.trade_date, bars.instrument_id)
         bars = dataclasses.replace(bars, flow_mask=traded, volume_mask=traded.copy())

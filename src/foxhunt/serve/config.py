@@ -18,9 +18,23 @@ class DecidePath(StrEnum):
     """How a row close runs the greedy forward and the env step of the served episode
     (foxhunt.serve.decide)."""
 
+    # aot where a decision's time is what counts (a live feed: ~0.2 ms a decision against ~20 ms
+    # eager, for a build of 40-560 s once per checkpoint), eager for a replay (the same decisions; its
+    # ~20 ms a decision repays such a build only past thousands of decisions: days of 30 s bars);
+    # compiled on a GPU, where aot is refused (docs/serve.md, "Which decision path").
+    AUTO = "auto"
     COMPILED = "compiled"  # Inductor (C++ on a CPU), compiled at the first two decided rows: ~5x faster
     AOT = "aot"  # ahead of time (torch.export + AOTInductor), cached on disk: no Dynamo frame or guards
     EAGER = "eager"  # the eager torch ops: no compile wait at start (tests, one-off replays)
+
+    def resolve(self, live: bool, device_type: str) -> DecidePath:
+        """The path ``auto`` stands for on a live feed (``live``) or a replay, on ``device_type``; any
+        other path as it is."""
+        if self is not DecidePath.AUTO:
+            return self
+        if not live:
+            return DecidePath.EAGER
+        return DecidePath.AOT if device_type == "cpu" else DecidePath.COMPILED
 
 
 class CloseMode(StrEnum):
@@ -86,11 +100,13 @@ class ServeConfig(Frozen):
     )
     reconnect_seconds: float = Field(2.0, ge=0, description="Wait between reconnection attempts.")
     decide: DecidePath = Field(
-        DecidePath.AOT,
-        description="aot: the env step and forward compiled ahead of time into libraries cached on disk "
-        "(built once per checkpoint, 30-120 s; later starts load them in under a second), ~3x faster a "
-        "close than compiled; compiled: torch.compile at start (10-80 s every start); eager: no compile. "
-        "The same actions, positions and fills, the backtest's, on every path.",
+        DecidePath.AUTO,
+        description="auto: aot on a live feed (compiled on a GPU), eager on a replay, where no compile "
+        "pays; aot: the env step and forward compiled ahead of time into libraries cached on disk (built "
+        "once per checkpoint, 40-120 s on an idle 2-core CPU, 558 s measured on a loaded one; later "
+        "starts load them in about a second), ~0.2 ms a decision; compiled: torch.compile at start "
+        "(10-80 s every start); eager: no compile, ~20 ms a decision. The same actions, positions and "
+        "fills, the backtest's, on every path.",
     )
     device: Device = Field(
         Device.CPU,

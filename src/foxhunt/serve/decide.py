@@ -138,6 +138,7 @@ class Decider:
     record came before waited for it)."""
 
     def __init__(self, agent: Agent | Sequence[Agent], path: DecidePath = DecidePath.EAGER) -> None:
+        path = path.resolve(False, "cpu")  # auto without a stream to judge by: a replay's, eager
         members = [agent] if isinstance(agent, Agent) else list(agent)
         if not members:
             raise ValueError("a Decider needs at least one agent")

@@ -53,13 +53,14 @@ from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError
+from foxhunt.serve.bars import NoBarsYet
 from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.metrics import ServeMetrics
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
-from foxhunt.serve.source import Disconnected, RecordSource, SourceEnded, StreamBlock
+from foxhunt.serve.source import Disconnected, RecordSource, ReplaySource, SourceEnded, StreamBlock
 from foxhunt.serve.state import Rows, RowState
 from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
 from foxhunt.train.policy import CommitteePolicy
@@ -124,6 +125,8 @@ class Service:
         log_rows: bool = False,
         decide: DecidePath = DecidePath.EAGER,
     ) -> None:
+        # auto: aot (compiled on a GPU) for a live feed, eager for a replay (DecidePath.AUTO).
+        decide = decide.resolve(not isinstance(source, ReplaySource), torch.device(device).type)
         check_decide_device(decide, torch.device(device))
         self.out = Path(out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -490,6 +493,11 @@ class Service:
             rows = self.state.rows()
         except CheckpointError:
             raise  # the checkpoint does not fit the features: nothing can be served
+        except NoBarsYet:  # the session has no bar yet (a snapshot, a pre-open): no row, no fault
+            if self._deferred is not None:
+                raise
+            self._release()
+            return None
         except Exception as exc:  # noqa: BLE001 (a stream the batch path refuses must not stop the service)
             if self._deferred is not None:
                 raise  # a close made ahead: the close made when due reports it

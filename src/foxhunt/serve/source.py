@@ -13,7 +13,8 @@ without it is never idle.
 
 * :class:`ReplaySource` reads DBN files (foxhunt.data.dbn_read, the batch reader), merges their
   records by ``ts_event`` (stable: file order breaks ties, as ingest's merge does) and releases them
-  at their recorded pace divided by ``speed`` (``None``: as fast as possible).
+  at their recorded pace divided by ``speed`` (``None``: as fast as possible), jumping recorded gaps
+  longer than ``jump_gap_seconds`` (``foxhunt serve`` passes ``serve.max_gap_seconds``).
 * :class:`LiveSource` wraps Databento's ``databento.Live`` client (key from ``DATABENTO_API_KEY``):
   its callback thread puts records on a queue this side reads. The client is injected, so a test
   feeds the adapter a recorded stream through the client's own interface (``subscribe``,
@@ -34,8 +35,9 @@ import databento_dbn as dbn
 import numpy as np
 
 from foxhunt.data.dbn_read import read_raw
+from foxhunt.data.ingest import expand_paths
 from foxhunt.data.schemas import Schema
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import DataError, FoxhuntError
 
 API_KEY_ENV = "DATABENTO_API_KEY"
 
@@ -92,11 +94,35 @@ class RecordSource(Protocol):
     def close(self) -> None: ...
 
 
-class ReplaySource:
-    """DBN files released record by record at ``speed`` x their recorded pace (None: at once)."""
+# Schemas a replay reads past: no market data for the rows (an instrument definition, venue
+# statistics and status messages); every other command takes such files beside the book and uses or
+# ignores them, so a replay of the same folder does too (its instrument is the checkpoint's).
+NOT_MARKET = frozenset({Schema.DEFINITION, Schema.STATISTICS, Schema.STATUS, Schema.IMBALANCE})
 
-    def __init__(self, paths: Sequence[str | Path], speed: float | None = None, skip: int = 0) -> None:
-        files = [read_raw(p) for p in paths]
+
+class ReplaySource:
+    """DBN files released record by record at ``speed`` x their recorded pace (None: at once).
+
+    ``paths`` are what every other command takes: files or folders (a folder's ``*.dbn`` and
+    ``*.dbn.zst`` files); files of :data:`NOT_MARKET` schemas are left out (``skipped`` names them)."""
+
+    def __init__(
+        self,
+        paths: Sequence[str | Path],
+        speed: float | None = None,
+        skip: int = 0,
+        jump_gap_seconds: float = 0.0,
+    ) -> None:
+        read = [read_raw(p) for p in expand_paths(paths)]
+        files = [f for f in read if f.schema not in NOT_MARKET]
+        self.skipped = [(str(f.path), f.schema, len(f)) for f in read if f.schema in NOT_MARKET]
+        if not files:
+            raise DataError(
+                "--replay",
+                "holds no market data: only "
+                + ", ".join(f"{Path(p).name} ({s.value})" for p, s, _ in self.skipped),
+                "replay the book files (MBO, MBP-10 ...) the checkpoint was trained on",
+            )
         self.streams = [StreamMeta(f.schema, f.dataset, dict(f.instrument_symbols)) for f in files]
         ts = np.concatenate([f.records["ts_event"].astype(np.int64) for f in files])
         which = np.concatenate([np.full(len(f.records), i, np.int64) for i, f in enumerate(files)])
@@ -115,7 +141,18 @@ class ReplaySource:
         self.speed = speed
         self.position = skip  # records released so far (a restart may skip none: the state needs them)
         self._t0_wall: float | None = None
-        self._t0_ts = int(self._ts[0]) if len(self._ts) else 0
+        # The clock a paced replay keeps: the recorded times with every gap of more than
+        # ``jump_gap_seconds`` (0: none) between two records cut to nothing, as hftbacktest's replay
+        # goes on to the next record, so a closed market (a file's snapshot a day before its live
+        # records) is not waited through at its recorded pace. ``jumps``: (how many, seconds in all).
+        self._pace_ts = self._ts
+        self.jumps = (0, 0.0)
+        if jump_gap_seconds > 0 and len(self._ts) > 1:
+            step = np.diff(self._ts)
+            cut = np.where(step > int(jump_gap_seconds * 1e9), step, 0)
+            self._pace_ts = self._ts - np.concatenate([[0], np.cumsum(cut)])
+            self.jumps = (int(np.count_nonzero(cut)), float(cut.sum()) / 1e9)
+        self._t0_ts = int(self._pace_ts[0]) if len(self._ts) else 0
 
     def __len__(self) -> int:
         return len(self._ts)
@@ -126,7 +163,7 @@ class ReplaySource:
         if self.speed is None:
             return True
         if self._t0_wall is None:
-            self._t0_wall, self._t0_ts = time.monotonic(), int(self._ts[self.position])
+            self._t0_wall, self._t0_ts = time.monotonic(), int(self._pace_ts[self.position])
         wait = self.due(self.position) - time.monotonic()
         if wait > timeout:
             time.sleep(timeout)
@@ -164,10 +201,10 @@ class ReplaySource:
             assert self._t0_wall is not None
             # An integer: a float would have searchsorted cast all of _ts to float first (~200 us).
             now_ts = self._t0_ts + int((time.monotonic() - self._t0_wall) * self.speed * 1e9)
-            if self._ts[i + 1] > now_ts:  # the usual paced block: the next record is not due yet
+            if self._pace_ts[i + 1] > now_ts:  # the usual paced block: the next record is not due yet
                 end = i + 1
             else:
-                end = min(end, int(np.searchsorted(self._ts, np.int64(now_ts), side="right")))
+                end = min(end, int(np.searchsorted(self._pace_ts, np.int64(now_ts), side="right")))
         self.position = end
         return self._block(i, end)
 
@@ -195,7 +232,7 @@ class ReplaySource:
     def due(self, i: int) -> float:
         """When record ``i`` is (or was) released, ``time.monotonic()`` (a paced replay once started)."""
         assert self.speed is not None and self._t0_wall is not None
-        return self._t0_wall + (int(self._ts[i]) - self._t0_ts) / 1e9 / self.speed
+        return self._t0_wall + (int(self._pace_ts[i]) - self._t0_ts) / 1e9 / self.speed
 
     def reconnect(self) -> None:  # a file does not disconnect
         return None

@@ -198,7 +198,7 @@ class BookStream:
         # What the last part() made of the states and trades before ``traded``.
         self.kept, self.kept_crossed = Appended(), Grown(np.bool_)  # states after the crossed policy
         self.traded = 0
-        self.counts = (0, 0)  # states and crossed states so far (the policy's share)
+        self.counts = (0, 0, 0)  # states, crossed states and those outside the halt so far (the share)
         self.span: tuple[int, int] | None = None  # first and last ts_event of the states (or trades)
         self.instruments: set[int] = set()  # of the kept states
         self.trade_instruments: set[int] = set()
@@ -246,7 +246,7 @@ class BookStream:
                 self.kept.append(kept)
         # Both checks passed: the new states and trades are the session's (a refusal repeats at the
         # next close, as a batch over the session's records would refuse them again).
-        self.span, self.counts = span, (report.book_states, report.crossed)
+        self.span, self.counts = span, (report.book_states, report.crossed, report.crossed_trading)
         self.no_states, self.traded = new.take(slice(0, 0)), len(carried)
         self.unchecked.truncate(0)
         last_trade = carried.ts_event[self.traded - len(new_trades) - 1 : self.traded - len(new_trades)]

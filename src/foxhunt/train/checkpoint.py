@@ -355,6 +355,41 @@ def checkpoint_files(path: str | Path) -> tuple[Path, Path]:
     return p.with_name(p.name + ".safetensors"), p.with_name(p.name + ".json")
 
 
+def existing_checkpoints(path: str | Path, limit: int = 12) -> list[Path]:
+    """The checkpoints (``*.safetensors``) beside ``path`` and in the folders around it: its own
+    folder, else the nearest parent that exists, and that folder's subfolders two deep (a run's
+    ``checkpoints/fold<k>/``); at most ``limit``, sorted. What a missing checkpoint's error lists."""
+    folder = Path(path).parent
+    while not folder.is_dir() and folder != folder.parent:
+        folder = folder.parent
+    found = sorted({p for depth in ("", "*/", "*/*/") for p in folder.glob(depth + "*.safetensors")})
+    return found[:limit]
+
+
+def _missing(path: Path, what: str) -> str:
+    """A missing checkpoint's fix: the checkpoints that do exist near it, or where they come from."""
+    near = existing_checkpoints(path)
+    if near:
+        return f"{what}; the checkpoints there: " + ", ".join(str(p) for p in near)
+    return f"{what}; no checkpoint near it (foxhunt train writes RUN/checkpoints/fold<k>/last and best)"
+
+
+def reported_checkpoint(run_dir: str | Path, fold: int) -> Path:
+    """The checkpoint a training run reports for ``fold`` (its ``folds.json``'s ``checkpoint_file``:
+    ``best`` where an epoch was selected, ``last`` under ``train.selection = last``); without a
+    ``folds.json`` (a run still training), ``best`` where it exists, else ``last``."""
+    run = Path(run_dir)
+    summary = run / "folds.json"
+    if summary.is_file():
+        folds = json.loads(summary.read_text())
+        if not 0 <= fold < len(folds):
+            raise CheckpointError(summary, f"has folds 0..{len(folds) - 1}, not {fold}", "pick one of them")
+        return run / folds[fold]["checkpoint_file"]
+    best = checkpoint_files(run / "checkpoints" / f"fold{fold}" / "best")[0]
+    # Loading a missing one fails naming the checkpoints there (_read_document).
+    return best if best.is_file() else checkpoint_files(best.with_name("last"))[0]
+
+
 def _flat_for_disk(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """Detached, CPU, contiguous tensors; a tensor whose storage another one already uses is
     cloned (safetensors refuses shared memory)."""
@@ -522,7 +557,7 @@ def _read_document(weights_path: Path) -> dict[str, Any]:
         raise CheckpointError(
             weights_path,
             "no such checkpoint file",
-            "check the path (a checkpoint P is the pair P.safetensors + P.json)",
+            _missing(weights_path, "check the path (a checkpoint P is the pair P.safetensors + P.json)"),
         )
     try:
         with safe_open(str(weights_path), framework="pt") as f:
@@ -538,7 +573,7 @@ def _read_document(weights_path: Path) -> dict[str, Any]:
         raise CheckpointError(
             weights_path,
             f"is not a {FORMAT!r} file",
-            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/last.safetensors or best)",
         )
     if doc.get("format_version") != FORMAT_VERSION:
         meta = doc.get("meta")
@@ -591,7 +626,7 @@ def checkpoint_config(path: str | Path, fallback: FoxhuntConfig) -> tuple[Foxhun
         raise CheckpointError(
             weights_path,
             f"its header lacks an integer {', '.join(lacking)}, so it is not a training checkpoint",
-            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+            "use a checkpoint foxhunt train wrote (RUN/checkpoints/fold<k>/last.safetensors or best)",
         )
     if "config" not in meta:
         return fallback, meta
@@ -697,7 +732,7 @@ def export_weights(
         raise CheckpointError(
             source,
             f"holds no {', '.join(lacking)} policy state, so it is not a trained agent's checkpoint",
-            "export a checkpoint that foxhunt train wrote (RUN/checkpoints/fold<k>/best.safetensors)",
+            "export a checkpoint that foxhunt train wrote (RUN/checkpoints/fold<k>/last.safetensors or best)",
         )
     flat = _read_tensors(source, doc, "cpu", set(_tensor_keys(doc[POLICY])))
     meta = {**doc["meta"], "export": {"source": str(source), "weights_only": True}}

@@ -27,12 +27,18 @@ Layout of ``n`` rows, ``k`` folds, embargo ``e = max(embargo_rows, label_span)``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from foxhunt.data.schemas import BarKind, RowUnit
 from foxhunt.errors import FoxhuntError
 from foxhunt.validation.config import FoldParams, FoldScheme
+
+if TYPE_CHECKING:
+    from foxhunt.config.models import FoxhuntConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -93,7 +99,13 @@ def purge_and_embargo(
 
 
 class TooFewRowsError(FoxhuntError, ValueError):
-    """The rows cannot hold the asked folds (a ValueError too, for callers of the pure function)."""
+    """The rows cannot hold the asked folds (a ValueError too, for callers of the pure function).
+    ``rows``, ``need``: the rows there are and the fewest that hold the folds; ``fewer``: the fold
+    count that fits, as a fix."""
+
+    rows: int = 0
+    need: int = 0
+    fewer: str = ""
 
 
 def _shortfall(n: int, params: FoldParams, label_span: int) -> str | None:
@@ -138,7 +150,7 @@ def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -
     k = _feasible_folds(n_rows, params, label_span)
     fewer = f"--set folds.n_folds={k}" if k else "fewer folds cannot help"
     need = _rows_needed(n_rows, params, label_span)
-    return TooFewRowsError(
+    exc = TooFewRowsError(
         "folds",
         f"{n_rows} rows are too few for {params.n_folds} {params.scheme} folds (embargo "
         f"{max(params.embargo_rows, label_span)} rows, min_train_fraction {params.min_train_fraction}): "
@@ -146,6 +158,62 @@ def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -
         f"{fewer}; or at least {need / n_rows:.3g}x the rows from the same data: --row-unit snapshot, or "
         f"--set data.bar_seconds=... at most {n_rows / need:.3g}x the current; or more data files",
     )
+    exc.rows, exc.need, exc.fewer = n_rows, need, fewer
+    exc.params, exc.label_span = params, label_span
+    return exc
+
+
+# Bar lengths a concrete fix proposes: those that divide an hour (bars then line up with the clock).
+ROUND_BAR_SECONDS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600)
+# Rows do not scale exactly with the bar length (a session's first and last bars, bars without a
+# book state): a proposed length leaves this much more than the rows needed.
+BAR_FIX_MARGIN = 1.1
+
+
+def with_bar_fix(exc: TooFewRowsError, cfg: FoxhuntConfig) -> TooFewRowsError:
+    """``exc`` with :func:`shorter_bars`'s concrete fix where the rows are time bars: enough rows for
+    the folds and for training's first fold to hold one episode (``train.steps_per_epoch + 2``
+    collection rows, and a selection period with its embargo unless ``train.selection = last``: the
+    layout of foxhunt.train.selection), so the setting carries the walk through ``foxhunt run``."""
+    data, t = cfg.data, cfg.train
+    if data.row_unit is not RowUnit.BAR or data.bar_kind is not BarKind.TIME:
+        return exc
+    episode = t.steps_per_epoch + 2
+    params: FoldParams | None = getattr(exc, "params", None)
+    if params is not None and t.selection.value != "last":
+        embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
+        episode = math.ceil((episode + embargo) / max(1.0 - t.selection_fraction, 1e-9))
+    return shorter_bars(exc, data.bar_seconds, episode)
+
+
+def shorter_bars(exc: TooFewRowsError, bar_seconds: int, first_train_rows: int = 0) -> TooFewRowsError:
+    """``exc`` (time bars of ``bar_seconds``) with a concrete fix: the longest round bar length
+    (:data:`ROUND_BAR_SECONDS`) whose rows, scaled from these, hold the folds with a margin; to be set
+    once, where the features are built (later commands read it from the cache or its folder).
+    ``first_train_rows``: the rows the first fold's training window must hold besides (training's
+    episode). ``exc`` as it is when no shorter round length fits."""
+    rows, need = getattr(exc, "rows", 0), getattr(exc, "need", 0)
+    if not rows or not need:
+        return exc
+    params: FoldParams | None = getattr(exc, "params", None)
+    if first_train_rows and params is not None:  # the first fold's training window holds that many
+        embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
+        need = max(need, math.ceil((first_train_rows + embargo + 1) / params.min_train_fraction))
+    limit = bar_seconds * rows / (need * BAR_FIX_MARGIN)
+    fits = [b for b in ROUND_BAR_SECONDS if b <= limit and b < bar_seconds]
+    if not fits:
+        return exc
+    b = max(fits)
+    out = TooFewRowsError(
+        exc.where,
+        exc.problem,
+        f"--set data.bar_seconds={b} (about {rows * bar_seconds // b} rows of {b} s bars) on foxhunt "
+        "features build: the commands after it that take its --cache, and foxhunt run --out into the "
+        f"folder holding its cache, read it back{'; or ' + exc.fewer if exc.fewer.startswith('--') else ''}; "
+        "or more data files",
+    )
+    out.rows, out.need, out.fewer = rows, need, exc.fewer
+    return out
 
 
 def purged_walk_forward(n_rows: int, params: FoldParams, label_span: int) -> list[Fold]:
