@@ -12,7 +12,7 @@ from foxhunt.data.bars import BarSeries, build_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData
 from foxhunt.data.sessions import session_open_ns
-from foxhunt.serve.bars import SessionBars, _InBars
+from foxhunt.serve.bars import NoBarsYet, SessionBars, _InBars
 from foxhunt.serve.buffers import Appended
 from tests.factories import make_book, make_trades
 
@@ -60,11 +60,11 @@ def _assert_same(got: BarSeries, want: BarSeries) -> None:
 
 def test_carried_bars_are_the_batch_bars_at_every_row_close() -> None:
     carried = SessionBars(CFG)
-    # A close before the first book state (an MBO stream's snapshot) gets the batch's answer and
-    # leaves the carry on.
+    # A close before the first book state (an MBO stream's snapshot): the batch refuses such data, the
+    # carry says no bar yet (no fault of the stream) and stays on.
     with pytest.raises(ValueError):
         build_bars(MarketData(), CFG)
-    with pytest.raises(ValueError):
+    with pytest.raises(NoBarsYet):
         carried.series(MarketData())
     assert not carried.fallback
     for close in CLOSES:

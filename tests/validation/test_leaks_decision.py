@@ -164,11 +164,12 @@ def test_a_screen_on_every_row_is_caught(md, monkeypatch) -> None:
 
 def test_labels_past_the_purged_span_are_caught(md, monkeypatch) -> None:
     """A label span that forgets the barrier horizon (120 rows, the span says 60): the outcome labels
-    of rows 60..120 before a cut move; the purge, computed with the same span, cannot see it."""
+    of rows 60..120 before a cut move. The purge check, which measures what the written labels read
+    rather than trusting the span, names it too."""
     cfg = load_config("smoke", overrides=["env.plan.barrier.horizon=120"])
     monkeypatch.setattr(leaks, "label_span", lambda horizons, barrier: max(horizons))
     report = check_leaks(md, cfg, workers=1)
-    assert not report.fold_problems  # the purge trusts the span
+    assert len(report.fold_problems) == cfg.folds.n_folds  # the measured purge, independently
     assert "label.outcome" in report.leaking_columns
     assert _cuts_alone_missed(report)
 
