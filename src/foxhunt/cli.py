@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from foxhunt import __version__
-from foxhunt.console import Reporter, Verbosity
+from foxhunt.console import Reporter, Verbosity, idle_note
 from foxhunt.data.schemas import RowUnit, Schema
 from foxhunt.errors import FoxhuntError, OutOfMemoryError
 from foxhunt.outputs import Keep
@@ -834,6 +834,7 @@ def backtest_cmd(
     trades, win rate, active fraction, implausible), trades.csv and equity.png. The oracle peeks at
     the future on purpose and must be flagged implausible."""
     from foxhunt.backtest.evaluate import ScriptedPolicy
+    from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.run import run_backtest
     from foxhunt.outputs import claim_folder
 
@@ -853,7 +854,9 @@ def backtest_cmd(
             kind = ScriptedPolicy(policy)
         except ValueError:
             raise FoxhuntError(
-                "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
+                "--policy",
+                f"unknown policy {policy!r}",
+                "use " + ", ".join(p.value for p in ScriptedPolicy),
             ) from None
     asked = None if checkpoint else _set_keys(overrides)
     if data is not None and cache_path is None:
@@ -869,10 +872,12 @@ def backtest_cmd(
     out.print(
         f"{kind.value} on {body['instrument']['symbol']}: net {body['net_pnl']:,.0f} "
         f"(gross {body['gross_pnl']:,.0f}, "
-        f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {body['sharpe_annual']:.2f} "
+        f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {sharpe_text(body)} "
         f"at {body['bars_per_year']:,.0f} bars/year, "
         f"max drawdown {body['max_drawdown']:.2%}"
         + ("; IMPLAUSIBLE: " + "; ".join(body["implausible_reasons"]) if body["implausible"] else "")
+        + (f"; {kind.value} never traded" if body["trades"] == 0 else ""),
+        markup=False,
     )
 
 
@@ -1120,14 +1125,29 @@ def train_cmd(
         tracker.log_artifact(out_dir / "folds.json")
         tracker.log_artifact(out_dir / RECORDED_CONFIG)
     for f in folds:
-        rule = f["baselines"].get("rule")
-        versus = f", rule {rule['net_pnl']:,.0f}" if rule else ""
-        capture = f", capture {f['capture']:.0%}" if f.get("capture") is not None else ""
-        out.print(
-            f"fold {f['fold']}: net {f['net_pnl']:,.0f} (flat {f['baselines']['flat']['net_pnl']:,.0f}, "
-            f"long {f['baselines']['long']['net_pnl']:,.0f}{versus}{capture}), "
-            f"Sharpe {f['sharpe_annual']:.2f}, {f['trades']} trades"
-        )
+        out.print(f"fold {f['fold']}: " + _fold_line(f), markup=False)
+    out.print(
+        f"mean validation net {sum(f['net_pnl'] for f in folds) / max(len(folds), 1):,.0f} over "
+        f"{len(folds)} folds, {sum(f['trades'] for f in folds)} agent trades"
+        + idle_note([f["trades"] for f in folds])
+        + f"; {out_dir / 'folds.json'}",
+        markup=False,
+    )
+
+
+def _fold_line(f: dict[str, Any]) -> str:
+    """A trained fold as ``foxhunt train`` prints it: the agent's net beside every baseline's."""
+    from foxhunt.backtest.metrics import sharpe_text
+    from foxhunt.domain.baselines import ORDER, Baseline, label
+
+    base = f["baselines"]
+    shown = [n for n in (*ORDER, Baseline.RULE) if n in base]  # a run from before buy_hold lacks it
+    versus = ", ".join(f"{label(n)} {base[n]['net_pnl']:,.0f}" for n in shown)
+    capture = f", capture {f['capture']:.0%}" if f.get("capture") is not None else ""
+    return (
+        f"net {f['net_pnl']:,.0f} ({versus}{capture}), Sharpe {sharpe_text(f, interval=False)}, "
+        f"{f['trades']} trades"
+    )
 
 
 @app.command("run", context_settings=MANY_PATHS)
@@ -1159,6 +1179,7 @@ def run_cmd(
     metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile (8 members
     trained at once, their committee reported) when neither --profile nor --config is given. Tracked
     in MLflow (--tracking-uri)."""
+    from foxhunt.domain.baselines import Baseline, label
     from foxhunt.job import run_job
 
     progress = _reporter(quiet, verbose)
@@ -1174,11 +1195,15 @@ def run_cmd(
         profile=profile or ("file" if config else "default"),
         tracking_uri=tracking_uri,
     )
-    s = summary["summary"]
+    s, folds = summary["summary"], summary["folds"]
+    n = len(folds)
     out.print(
-        f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
-        f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
-        f"long in {s['beats_long_folds']}/{len(summary['folds'])}; report: {out_dir / 'report.html'}"
+        f"mean validation net {s['mean_net_pnl']:,.0f}, {sum(f['trades'] for f in folds)} agent trades"
+        + idle_note([f["trades"] for f in folds])
+        + f"; beats flat in {s['beats_flat_folds']}/{n} folds, "
+        f"{label(Baseline.LONG)} in {s['beats_long_folds']}/{n}, "
+        f"{label(Baseline.BUY_HOLD)} in {s['beats_buy_hold_folds']}/{n}; report: {out_dir / 'report.html'}",
+        markup=False,
     )
 
 
@@ -1216,9 +1241,12 @@ def edge_cmd(
 ) -> None:
     """The edge an agent is measured against: the reference rule of the planted signal (synth.signal:
     long above +1.5 sd of its carrier feature, short below -1.5 sd, market orders, under the plan lock)
-    beside flat and always-long, per fold over the validation periods. Writes edge.json."""
+    beside flat, long re-entered each plan and buy-and-hold, per fold over the validation periods.
+    Writes edge.json."""
     from foxhunt.atomic import write_json
+    from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.reference import RULE, edge
+    from foxhunt.domain.baselines import ORDER, label
     from foxhunt.features.cache import get_or_build
 
     progress = _reporter(quiet, verbose)
@@ -1230,22 +1258,22 @@ def edge_cmd(
     else:
         files = _market_files(ctx, data, cfg, out_dir)
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
-    with step("reference rule, flat and long per fold", progress):
+    with step("reference rule and baselines per fold", progress):
         result = edge(cache, cfg)
     write_json(out_dir / "edge.json", result, indent=2, default=float)
     write_resolved(cfg, out_dir / "edge.config.json")
     out.print(result["rule"]["text"] + f", {result['rule']['plan_rows']}-row plans", markup=False)
     for row in result["folds"]:
         cells = [
-            f"{name} {row[name]['net_pnl']:+,.0f} ({row[name]['trades']} trades, "
-            f"Sharpe {row[name]['sharpe_annual']:+.1f})"
-            for name in (RULE, "flat", "long")
+            f"{label(name)} {row[name]['net_pnl']:+,.0f} ({row[name]['trades']} trades, "
+            f"Sharpe {sharpe_text(row[name], interval=False)})"
+            for name in (RULE, *ORDER)
         ]
         out.print(f"fold {row['fold']}: " + "; ".join(cells), markup=False)
     total = result["total"]
     out.print(
-        f"total: rule {total[RULE]:+,.0f}, flat {total['flat']:+,.0f}, long {total['long']:+,.0f}; "
-        f"{out_dir / 'edge.json'}",
+        "total: " + ", ".join(f"{label(n)} {total[n]:+,.0f}" for n in (RULE, *ORDER))
+        + f"; {out_dir / 'edge.json'}",
         markup=False,
     )
 
@@ -1322,7 +1350,7 @@ def seeds_cmd(
     _, prepared = leak_guard_prepared(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
     cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
     del prepared
-    with step("reference rule, flat and long per fold", progress):
+    with step("reference rule and baselines per fold", progress):
         try:
             reference = edge(cache, cfg)
         except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
@@ -1389,9 +1417,11 @@ def seeds_cmd(
     c = summary["capture"]
     ci = f" [{c['lo']:.0%}, {c['hi']:.0%}]" if c["lo"] is not None else ""
     mean = f"{c['mean']:.0%}{ci}" if c["mean"] is not None else "n/a"
+    traded = [sum(f.trades for f in r.folds) for r in results if not r.stopped]
     out.print(
-        f"mean capture {mean} over {c['n']} seeds; {summary['beats_flat']}/{summary['finished']} beat flat; "
-        f"{out_dir / SEEDS_FILE}",
+        f"mean capture {mean} over {c['n']} seeds; {summary['beats_flat']}/{summary['finished']} beat flat"
+        + idle_note(traded, "seed")
+        + f"; {out_dir / SEEDS_FILE}",
         markup=False,
     )
 
@@ -1574,7 +1604,7 @@ def tune_cmd(
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
-    from foxhunt.tune.export import write_best
+    from foxhunt.tune.export import undecided_text, write_best
     from foxhunt.tune.objective import rule_on_selection, trial_config
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
@@ -1651,6 +1681,13 @@ def tune_cmd(
         out.print(f"trials {where}", markup=False)
     if summary["best"] is None:
         out.print("no trial completed: no best profile written", markup=False)
+    elif (und := summary["undecided"]) is not None:
+        out.print(
+            f"{undecided_text(und['value'], und['trials'])} ({cfg.tune.objective.value} over the selection "
+            f"periods): no best trial; {best} holds trial {summary['best']['number']}'s parameters, "
+            f"the first; report {out_dir / REPORT_FILE}",
+            markup=False,
+        )
     else:
         b = summary["best"]
         params = ", ".join(f"{k}={v!r}" for k, v in b["params"].items())

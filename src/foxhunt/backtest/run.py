@@ -29,6 +29,7 @@ from foxhunt.backtest.evaluate import (  # noqa: E402
     ScriptedPolicy,
     evaluate,
     scripted,
+    scripted_env,
 )
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
@@ -61,8 +62,11 @@ METRIC_KEYS = (
     "trades",
     "win_rate",
     "active_frac",
+    "steps",
 )
-"""The headline metrics of every backtest body (``metrics.json``, the run's folds)."""
+"""The headline metrics of every backtest body (``metrics.json``, the run's folds); ``steps``: the
+written steps the Sharpe is measured over (below :data:`~foxhunt.backtest.metrics.MIN_SHARPE_STEPS`
+it is shown as n/a)."""
 
 
 def cache_annualisation(cache: FeatureCache, instrument: Instrument | None = None) -> Annualisation:
@@ -165,7 +169,7 @@ def run_backtest(
         if isinstance(policy, ScriptedPolicy):
             seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, fd.fold.index)
             pol = scripted(policy, cfg.env, seed=seed)
-            rec = evaluate(market, cfg.env, lo, hi, pol)
+            rec = evaluate(market, scripted_env(policy, cfg.env), lo, hi, pol)
         else:
             # The fused step (one CUDA graph per step on CUDA) records decisions.csv's columns too
             # (compared with foxhunt serve), read back once after the run. A policy not marked

@@ -29,7 +29,7 @@ from foxhunt.report.fmt import NA, esc, kv, note, table, td
 from foxhunt.report.html import CSS
 from foxhunt.report.plots import _save, plt
 from foxhunt.tune.config import Direction
-from foxhunt.tune.export import BEST_PROFILE, best_trial
+from foxhunt.tune.export import BEST_PROFILE, best_trial, undecided, undecided_text
 from foxhunt.tune.objective import Period, out_of_sample
 from foxhunt.tune.study import DEVICE, REASON, VALIDATION, counted, ranked_on, trial_row
 
@@ -107,6 +107,8 @@ def summarise(
             "folder": best.user_attrs.get("folder"),
             "profile": str(Path(out) / BEST_PROFILE),
         },
+        # every completed trial scored alike (all 0: none traded): the "best" is only the first
+        "undecided": None if (u := undecided(study)) is None else {"value": u[0], "trials": u[1]},
         "importances": imp,
         "importance_note": why,
         "seconds": round(seconds, 1),
@@ -228,7 +230,14 @@ def render(summary: Mapping[str, Any], history_png: Path | None, importance_png:
     )
     if best:
         val = best.get("validation") or {}
-        best_html = kv(
+        und = summary.get("undecided")
+        warn = (
+            f'<p class="warning">{esc(undecided_text(und["value"], und["trials"]))}: '
+            f"trial {esc(best['number'])} below is the first of them, not a choice.</p>"
+            if und
+            else ""
+        )
+        best_html = warn + kv(
             [
                 ("trial", esc(best["number"])),
                 (f"{objective} over the {ranked} periods (ranked on)", _value(best["value"])),
