@@ -93,7 +93,7 @@ def test_edge_command_reports_rule_flat_and_long_per_fold(tmp_path: Path, one_th
         assert 0 < row["buy_hold"]["trades"] < row["long"]["trades"]
     assert body["total"][RULE] == pytest.approx(sum(r[RULE]["net_pnl"] for r in body["folds"]))
     assert "fold 0: reference rule" in result.output and "total: reference rule" in result.output
-    assert "long, per plan" in result.output and "buy and hold" in result.output
+    assert "long (per plan)" in result.output and "buy and hold" in result.output
     # The rule of the other planted kind reads the order-flow family.
     other = runner.invoke(
         app, ["edge", "--cache", str(next((out / "cache").glob("*.arrow"))), "--profile", "smoke",

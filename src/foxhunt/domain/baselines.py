@@ -36,7 +36,7 @@ AGENT = "agent"
 LABELS: dict[str, str] = {
     AGENT: "agent",
     Baseline.FLAT: "flat",
-    Baseline.LONG: "long, per plan",
+    Baseline.LONG: "long (per plan)",
     Baseline.BUY_HOLD: "buy and hold",
     Baseline.RULE: "reference rule",
 }
@@ -61,5 +61,5 @@ ORDER = (Baseline.FLAT, Baseline.LONG, Baseline.BUY_HOLD)
 
 
 def label(name: str) -> str:
-    """The shown name of a policy (``"long"`` -> ``"long, per plan"``); an unknown name as it is."""
+    """The shown name of a policy (``"long"`` -> ``"long (per plan)"``); an unknown name as it is."""
     return LABELS.get(name, name)

@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from foxhunt.atomic import write_text
+from foxhunt.backtest.metrics import MIN_SHARPE_STEPS, sharpe_text
+from foxhunt.domain.baselines import AGENT, DESCRIPTIONS, ORDER, Baseline, label
 from foxhunt.errors import FoxhuntError
 from foxhunt.report import plots
 from foxhunt.report.fmt import (
@@ -85,6 +87,8 @@ table.kv th { text-align: left; white-space: nowrap; }
 table.kv td { overflow-wrap: anywhere; }
 table.verdict { font-size: 0.95em; width: 100%; }
 tr.mean td { font-weight: bold; background: #fafafa; }
+tr.agent td { background: #eef5fb; }
+table.metrics tr:has(td[rowspan]) td { border-top: 2px solid #888; }
 tr.implausible td, td.implausible { background: #ffd9d9; }
 tr.idle td, td.idle { background: #fff3cd; }
 .warning { background: #fff3cd; border-left: 4px solid #b36b00; padding: .4em .7em; margin: .5em 0; }
@@ -254,58 +258,85 @@ METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("win_rate", "Win rate", rate),
     ("active_frac", "Active fraction", pct),
 )
+"""The metrics table's columns: one row per policy and fold, one column per metric (a column per
+policy and metric made the table 1,652 px wide)."""
 
 
-def _flag_cell(pols: Mapping[str, Mapping[str, Any]]) -> str:
-    flagged = {name: implausible_reasons(m) for name, m in pols.items()}
-    flagged = {k: v for k, v in flagged.items() if v}
-    if not flagged:
-        return td("no", "")
-    items = "; ".join(f"{esc(name)}: {esc(', '.join(reasons))}" for name, reasons in flagged.items())
-    return td(f'<span class="bad">IMPLAUSIBLE</span> {items}', "implausible")
+def _sharpe_cell(m: Mapping[str, Any]) -> str:
+    """The Sharpe as :func:`~foxhunt.backtest.metrics.sharpe_text` reads it (n/a on a short sample)."""
+    if num(m.get("sharpe_annual")) is None:
+        return NA
+    shown = sharpe_text(m, interval=False)
+    return esc(shown) if not shown.startswith("n/a") else f'<span class="na">{esc(shown)}</span>'
 
 
-def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
+def _metric_cells(m: Mapping[str, Any]) -> str:
+    return "".join(
+        td(_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key))) for key, _, fmt in METRIC_COLUMNS
+    )
+
+
+def _checkpoint_text(fold: Mapping[str, Any]) -> str:
     kind = fold.get("checkpoint")
     if not kind:
-        return td(NA, "")
+        return NA
     text = f"{esc(kind)}, epoch {count(fold.get('epoch'))}"
     committee = fold.get("committee")  # train.members > 1: the members' committee, each at its own
     if isinstance(committee, Mapping):
         text = f"committee of {count(committee.get('members'))} members ({text})"
-    return td(text, "")
+    return text
+
+
+def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
+    return td(_checkpoint_text(fold), "")
+
+
+RULE = Baseline.RULE.value
 
 
 def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
     n = len(names)
-    head1 = (
-        '<tr><th rowspan="2">fold</th><th rowspan="2">agent checkpoint</th>'
-        + "".join(f'<th colspan="{n}">{esc(title)}</th>' for _, title, _ in METRIC_COLUMNS)
-        + '<th rowspan="2">bars / year</th><th rowspan="2">implausible</th></tr>'
+    head = (
+        "<tr><th>fold</th><th>policy</th>"
+        + "".join(f"<th>{esc(title)}</th>" for _, title, _ in METRIC_COLUMNS)
+        + "<th>bars / year</th><th>implausible</th></tr>"
     )
-    head2 = "<tr>" + "".join(f"<th>{esc(p)}</th>" for _ in METRIC_COLUMNS for p in names) + "</tr>"
     rows, per_fold = [], [policies(f, names) for f in folds]
     for i, (fold, pols) in enumerate(zip(folds, per_fold, strict=True)):
-        cells = [td(str(fold_id(fold, i))), _checkpoint_cell(fold)]
-        cells += [td(fmt(pols[p].get(key))) for key, _, fmt in METRIC_COLUMNS for p in names]
-        cells += [td(fixed(fold.get("bars_per_year"), 0)), _flag_cell(pols)]
-        # an implausible row is red, a row where the agent never traded amber (the verdict warns of both)
-        cls = "implausible" if implausible_reasons(fold) else ("idle" if num(fold.get("trades")) == 0 else "")
-        attr = f' class="{cls}"' if cls else ""
-        rows.append(f"<tr{attr}>{''.join(cells)}</tr>")
+        for j, p in enumerate(names):
+            m = pols[p]
+            who = f"<b>{esc(label(p))}</b> ({_checkpoint_text(fold)})" if p == AGENT else esc(label(p))
+            lead = f'<td rowspan="{n}">{fold_id(fold, i)}</td>' if j == 0 else ""
+            flag = implausible_reasons(m)
+            flag_cell = (
+                td(f'<span class="bad">IMPLAUSIBLE</span> {esc(", ".join(flag))}', "implausible")
+                if flag
+                else td("no", "")
+            )
+            bpy = td(fixed(fold.get("bars_per_year"), 0))
+            cells = lead + td(who, "") + _metric_cells(m) + bpy + flag_cell
+            # an implausible agent is red, an agent that never traded amber (the verdict warns of both)
+            cls = ""
+            if p == AGENT:
+                cls = "implausible" if flag else ("idle" if num(fold.get("trades")) == 0 else "agent")
+            attr = f' class="{cls}"' if cls else ""
+            rows.append(f"<tr{attr}>{cells}</tr>")
     n_flagged = sum(bool(implausible_reasons(f)) for f in folds)
-    mean_cells = [td(f"mean of {len(folds)}", ""), td("", "")]
-    mean_cells += [
-        td(fmt(mean([pols[p].get(key) for pols in per_fold])))
-        for key, _, fmt in METRIC_COLUMNS
-        for p in names
-    ]
-    mean_cells += [
-        td(fixed(mean([f.get("bars_per_year") for f in folds]), 0)),
-        td(f"{n_flagged} of {len(folds)} folds (agent)", ""),
-    ]
-    rows.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
-    return table(f"{head1}{head2}{''.join(rows)}")
+    for j, p in enumerate(names):
+        mean_m = {key: mean([pols[p].get(key) for pols in per_fold]) for key, _, _ in METRIC_COLUMNS}
+        steps = [num(pols[p].get("steps")) for pols in per_fold]  # the folds' steps together
+        mean_m["steps"] = None if None in steps else sum(steps)  # type: ignore[arg-type]
+        lead = f'<td rowspan="{n}">mean of {len(folds)}</td>' if j == 0 else ""
+        flagged = td(f"{n_flagged} of {len(folds)} folds", "") if p == AGENT else td("", "")
+        cells = (
+            lead
+            + td(esc(label(p)), "")
+            + _metric_cells(mean_m)
+            + td(fixed(mean([f.get("bars_per_year") for f in folds]), 0))
+            + flagged
+        )
+        rows.append(f'<tr class="mean">{cells}</tr>')
+    return table(f"{head}{''.join(rows)}", "metrics")
 
 
 def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
@@ -343,8 +374,12 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         '<p class="small">Validation period of each fold, the agent at the checkpoint named per fold. '
         "Sharpe is annualised: per-bar Sharpe x sqrt(bars per year), with the bars per year of each fold "
         "stated; max drawdown is the largest fall from peak equity as a share of that peak; win rate is "
-        "over closed trades; active fraction is the share of bars holding a position. Baselines: flat "
-        "never trades; long holds a long position throughout.</p>"
+        "over closed trades; active fraction is the share of bars holding a position. "
+        f"Sharpe is n/a over fewer than {MIN_SHARPE_STEPS:,} steps (one standard error of it is "
+        "sqrt(bars per year / steps): too wide to read). The mean rows average the folds' numbers. "
+        "Baselines: "
+        + "; ".join(f"<b>{esc(label(b))}</b> {esc(DESCRIPTIONS[b])}" for b in ORDER)
+        + ".</p>"
     )
     brows = "".join(
         "<tr>"
@@ -368,7 +403,7 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         "out of the choice).</p>"
     )
     body = (
-        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds)}\n"
+        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds, names)}\n"
         f"{_best_vs_last(folds)}\n{breakdown}"
     )
     return _section("metrics", body)
@@ -381,28 +416,28 @@ def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
     return sel if isinstance(sel, Mapping) and sel.get("rows") else {}
 
 
-def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """Per fold the agent's net PnL beside the reference rule's, flat's and long's, and the capture
+def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    """Per fold the agent's net PnL beside the reference rule's and the baselines', and the capture
     (agent / rule; n/a where the rule made <= 0: no edge after costs to capture)."""
     bases = [f.get("baselines") if isinstance(f.get("baselines"), Mapping) else {} for f in folds]
     rule_of = [b.get("rule") if isinstance(b.get("rule"), Mapping) else None for b in bases]
     if not any(rule_of):
         return note("No reference rule in this run (its carrier feature is not in the state): no capture.")
+    shown = [RULE, *(n for n in names if n not in (AGENT, RULE))]
     rows = []
-    for i, (f, base, rule) in enumerate(zip(folds, bases, rule_of, strict=True)):
+    for i, (f, base) in enumerate(zip(folds, bases, strict=True)):
         rows.append(
             "<tr>"
             + td(str(fold_id(f, i)))
             + td(money(f.get("net_pnl")))
-            + td(money((rule or {}).get("net_pnl")))
-            + td(money((base.get("flat") or {}).get("net_pnl")))
-            + td(money((base.get("long") or {}).get("net_pnl")))
+            + "".join(td(money((base.get(b) or {}).get("net_pnl"))) for b in shown)
             + td(pct(f.get("capture"), 0))
             + "</tr>"
         )
     head = (
-        "<tr><th>fold</th><th>agent net PnL</th><th>reference rule</th><th>flat</th><th>long</th>"
-        "<th>capture (agent / rule)</th></tr>"
+        "<tr><th>fold</th><th>agent net PnL</th>"
+        + "".join(f"<th>{esc(label(b))}</th>" for b in shown)
+        + "<th>capture (agent / rule)</th></tr>"
     )
     explain = (
         '<p class="small">The reference rule trades the feature that carries the planted signal '
