@@ -87,6 +87,8 @@ def test_report_renders_cleanly_in_chromium(browser: Any, report_url: str, width
     scroll_width, client_width = page.evaluate(
         "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
+    if shots := os.environ.get("FOXHUNT_SHOTS"):  # screenshots for a person to look at
+        page.screenshot(path=f"{shots}/report_{width}.png", full_page=True)
     tables = page.evaluate(
         "Array.from(document.querySelectorAll('table')).map(t => [t.closest('section').id, t.scrollWidth])"
     )

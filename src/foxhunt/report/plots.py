@@ -94,6 +94,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
     if drawn and min(drawn) > 0:
         ax_loss.set_yscale("log")
     ax_loss.set_title("Loss by component")
+    ax_loss.set_ylabel("loss (training batch mean)")
     if drawn:
         ax_loss.legend(fontsize=8)
     else:
@@ -120,6 +121,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
             any_sharpe = True
     ax_sharpe.axhline(0.0, color="grey", lw=0.8, ls=":")
     ax_sharpe.set_title("Sharpe (annualised): train vs selection period")
+    ax_sharpe.set_ylabel("Sharpe ratio (annualised)")
     if any_sharpe:
         ax_sharpe.legend(fontsize=8)
     else:
@@ -132,6 +134,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
             ax_util.plot(xs, ys, marker=".", label=label)
             any_util = True
     ax_util.set_ylim(-0.02, 1.02)
+    ax_util.set_ylabel("fraction (0 to 1)")
     xs, ent = _series(history, "gate_entropy")
     if ent:
         ax_e = ax_util.twinx()
@@ -254,6 +257,7 @@ def plot_actions(
         ax.set_xlim(-0.6, len(labels) - 0.4)
         ax.set_ylim(0, 1.15)
         ax.set_title(branch if (p and r) else f"{branch} ({'picked' if p else 'realised'} only)")
+        ax.set_xlabel(f"{branch} value")
         ax.legend(fontsize=7, loc="upper right", ncols=2)
     axes[0][0].set_ylabel("share of validation steps")
     fig.suptitle(f"Fold {fold}: action distributions (picked vs realised)")
@@ -276,7 +280,8 @@ def plot_expert_utilisation(by_fold: Mapping[int, Sequence[Any]], path: Path) ->
         )
     ax.axhline(1.0 / n_experts, color="grey", lw=0.8, ls="--", label="uniform")
     ax.set_xticks(range(n_experts), [f"expert {e}" for e in range(n_experts)], fontsize=8)
-    ax.set_ylabel("routing share")
+    ax.set_xlabel("expert of the mixture")
+    ax.set_ylabel("routing share (of the gate's weight)")
     ax.set_title("Expert utilisation by fold")
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -327,6 +332,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         )
     ax.axhline(0.0, color="black", lw=0.6)
     ax.set_xticks(folds, [f"fold {k}" for k in folds])
+    ax.set_xlabel("walk-forward fold")
     ax.set_ylabel("validation net PnL ($)")
     cap = summary.get("capture") or {}
     mean = _finite(cap.get("mean"))
