@@ -144,7 +144,7 @@ TrackingOpt = Annotated[
     typer.Option(
         "--tracking-uri",
         metavar="URI",
-        help="MLflow store for this run (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here; "
+        help="MLflow store for this run (default: $MLFLOW_TRACKING_URI, else mlflow.db in --out; "
         "none: off). See docs/tracking.md.",
     ),
 ]
