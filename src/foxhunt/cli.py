@@ -324,7 +324,27 @@ def config_show(
         sys.stdout.write(config_toml(cfg, f"foxhunt config {digest}: use it with --config FILE"))
         return
     body = {"config_hash": digest, "config": cfg.model_dump(mode="json")}
-    out.print_json(json.dumps(body)) if as_json else out.print(body)
+    if as_json:
+        out.print_json(json.dumps(body))
+        return
+    table = Table(title=f"foxhunt config {digest}", title_justify="left")
+    table.add_column("setting (--set KEY=VALUE)", no_wrap=True, style="bold")
+    table.add_column("value", overflow="fold")
+    for key, value in _flat_settings(body["config"]):
+        table.add_row(key, value, end_section=False)
+    out.print(table)
+
+
+def _flat_settings(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``[("env.episode_rows", "512"), ...]``: every leaf of a dumped config under its dotted key
+    (the key ``--set`` takes); a list as its JSON."""
+    rows = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            rows += _flat_settings(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", value if isinstance(value, str) else json.dumps(value)))
+    return rows
 
 
 @config_app.command("profiles")
@@ -363,39 +383,31 @@ def data_inspect(
     if as_json:
         out.print_json(json.dumps({"files": reports}))
         return
-    table = Table(title="DBN files")
-    for col in (
-        "file",
-        "schema",
-        "dataset",
-        "records",
-        "instruments",
-        "contract (tick x point value)",
-        "start (UTC)",
-        "end (UTC)",
-        "crossed",
-        "median spread (ticks)",
-    ):
-        table.add_column(col)
+    # One two-column table per file (field, value): readable in an 80-column terminal, where one
+    # row per file with ten columns needed ~160.
     for r in reports:
-        table.add_row(
-            Path(r["path"]).name,
-            r["schema"],
-            r["dataset"],
-            f"{r['records']:,}",
-            ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
-            (
-                f"{r['instrument']['tick_size']:g} x {r['instrument']['point_value']:g} "
+        table = Table(title=Path(r["path"]).name, title_justify="left", show_header=False)
+        table.add_column("field", no_wrap=True, style="bold")
+        table.add_column("value", overflow="fold")
+        fields = {
+            "schema": r["schema"],
+            "dataset": r["dataset"],
+            "records": f"{r['records']:,}",
+            "instruments": ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
+            "contract": (
+                f"tick {r['instrument']['tick_size']:g} x point value {r['instrument']['point_value']:g} "
                 f"{r['instrument']['currency']} ({r['instrument']['source']})"
                 if r["instrument"]
                 else "unknown (--json says why)"
             ),
-            r["start"],
-            r["end"],
-            "" if r["crossed_share"] is None else f"{r['crossed_share']:.2%}",
-            "" if r["median_spread_ticks"] is None else f"{r['median_spread_ticks']:g}",
-        )
-    out.print(table)
+            "start (UTC)": r["start"],
+            "end (UTC)": r["end"],
+            "crossed": "n/a" if (x := r["crossed_share"]) is None else f"{x:.2%} of book states",
+            "median spread": "n/a" if (t := r["median_spread_ticks"]) is None else f"{t:g} ticks",
+        }
+        for name, value in fields.items():
+            table.add_row(name, value)
+        out.print(table)
 
 
 @data_app.command("rebuild-book")
