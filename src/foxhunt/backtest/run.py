@@ -201,7 +201,7 @@ def run_backtest(
     write_json(out / "metrics.json", body, indent=2, default=float)
     write_trades_csv(out / "trades.csv", trades)
     if not isinstance(policy, ScriptedPolicy):
-        write_decisions_csv(out / "decisions.csv", decisions)
+        write_decisions_csv(out / "decisions.csv", decisions, cfg.env.branches)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")
