@@ -25,6 +25,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from foxhunt.atomic import write_text
 from foxhunt.backtest.metrics import MIN_SHARPE_STEPS, sharpe_text
 from foxhunt.domain.baselines import AGENT, DESCRIPTIONS, ORDER, Baseline, label
@@ -52,6 +54,7 @@ from foxhunt.report.fmt import (
     td,
     text,
 )
+from foxhunt.report.page import Section, render_page
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
@@ -105,9 +108,8 @@ class ReportInputError(FoxhuntError, ValueError):
     """The run summary given to :func:`write_report` lacks a required part or has the wrong shape."""
 
 
-def _section(anchor: str, body: str) -> str:
-    title = dict(SECTIONS)[anchor]
-    return f'<section id="{anchor}">\n<h2>{esc(title)}</h2>\n{body}\n</section>\n'
+def _section(anchor: str, body: str) -> Section:
+    return Section(anchor, dict(SECTIONS)[anchor], Markup(body))  # body: built from escaped pieces
 
 
 def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
@@ -158,7 +160,7 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
 # --- sections ----------------------------------------------------------------------------------
 
 
-def _run_section(summary: Mapping[str, Any]) -> str:
+def _run_section(summary: Mapping[str, Any]) -> Section:
     run = mapping(summary, "run")
     if run is None:
         return _section("run", note("Run information not available."))
@@ -178,7 +180,7 @@ def _run_section(summary: Mapping[str, Any]) -> str:
     )
 
 
-def _data_section(summary: Mapping[str, Any]) -> str:
+def _data_section(summary: Mapping[str, Any]) -> Section:
     data = mapping(summary, "data")
     if data is None:
         return _section("data", note("Data summary not available."))
@@ -206,7 +208,7 @@ def _data_section(summary: Mapping[str, Any]) -> str:
     )
 
 
-def _leaks_section(summary: Mapping[str, Any]) -> str:
+def _leaks_section(summary: Mapping[str, Any]) -> Section:
     leaks = mapping(summary, "leaks")
     if leaks is None or not isinstance(leaks.get("passed"), bool):
         return _section("leaks", note("Leak guard result not available."))
@@ -220,7 +222,7 @@ def _leaks_section(summary: Mapping[str, Any]) -> str:
     return _section("leaks", body)
 
 
-def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> str:
+def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> Section:
     alpha = mapping(summary, "alpha")
     if alpha is None:
         return _section("alpha", note("Alpha check not available (not run, or no results recorded)."))
@@ -367,7 +369,7 @@ def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
     return "<h3>Best epoch (reported) vs last epoch</h3>" + table(head + "".join(rows))
 
 
-def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Section:
     if not folds:
         return _section("metrics", note("No fold completed: no validation metrics."))
     note_html = (
@@ -456,7 +458,7 @@ def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _per_fold_images(
     anchor: str, folds: Sequence[Mapping[str, Any]], images: Mapping[tuple[str, int], Any], missing: str
-) -> str:
+) -> Section:
     parts = []
     for i, fold in enumerate(folds):
         k = fold_id(fold, i)
@@ -487,7 +489,7 @@ def _action_table(fold: Mapping[str, Any]) -> str:
     return table(f"<tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}")
 
 
-def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> str:
+def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> Section:
     rows = []
     for i, fold in enumerate(folds):
         diag = fold.get("diagnostics") if isinstance(fold.get("diagnostics"), Mapping) else {}
@@ -692,7 +694,6 @@ def render(
     folds = check_summary(summary)
     names = policy_names(folds)
     title = f"foxhunt run report: {data_title(summary)}"
-    nav = "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in SECTIONS)
     body = [
         _section("verdict", verdict_body(summary, folds, names)),
         _run_section(summary),
@@ -705,12 +706,7 @@ def render(
         _per_fold_images("actions", folds, images, "Action distributions not available for fold {k}."),
         _diagnostics_section(folds, expert_png),
     ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{esc(title)}</h1>\n<nav>{nav}</nav>\n{''.join(body)}</body>\n</html>\n"
-    )
+    return render_page(title, CSS, body, nav=True)
 
 
 def write_report(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:
