@@ -428,3 +428,14 @@ def test_equity_plot_gives_every_policy_its_own_colour_dash_and_legend_entry() -
         assert ax.get_ylabel() == "cumulative net PnL ($, after costs)"
     finally:
         plt.close(fig)
+
+
+def test_a_sharpe_over_too_few_steps_reads_na_in_the_metrics_table(tmp_path: Path) -> None:
+    summary = full_summary()
+    summary["folds"][0]["steps"] = 356  # the issue's 356-step backtest
+    summary["folds"][0]["baselines"]["flat"]["steps"] = 5_000
+    p = parse(write_report(tmp_path, summary))
+    rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
+    i = next(i for i, cells in enumerate(rows) if cells and cells[0] == "0")
+    assert rows[i][3] == "n/a (356 steps < 1,000)"  # fold 0's agent: not a number to read
+    assert rows[i + 1][:3] == ["flat", "$0.00", "0.00"]  # 5,000 steps: the number
