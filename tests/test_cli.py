@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import databento as db
 import pytest
@@ -59,6 +61,40 @@ def test_inspect_json_on_real_files(real_data_dir: Path) -> None:
     assert files[0]["median_spread_ticks"] == 2.0 and files[0]["crossed_share"] == 0.0
     assert {i["symbol"] for i in files[1]["instruments"]} == {"ESU4", "NQU4"}
     assert files[1]["start"].startswith("2024-07-01T23:40")
+
+
+def _at_80_columns(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The command's result console as an 80-column terminal draws it (recorded, not printed)."""
+    from rich.console import Console
+
+    import foxhunt.cli
+
+    console = Console(width=80, record=True, markup=False, file=io.StringIO())
+    monkeypatch.setattr(foxhunt.cli, "out", console)
+    return console
+
+
+def test_inspect_reads_at_80_columns(real_data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    console = _at_80_columns(monkeypatch)
+    mbp10 = real_data_dir / "databento-fixtures/GLBX.MDP3/test_data.mbp-10.dbn.zst"
+    ohlcv = real_data_dir / "cme-es/futures_ohlcv-1m_2024-07-01T23-40_2024-07-02T00-10.dbn.zst"
+    assert runner.invoke(app, ["data", "inspect", str(mbp10), str(ohlcv), "-q"]).exit_code == 0
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    # a table per file, a field per line, nothing cut short
+    for want in ("test_data.mbp-10.dbn.zst", "mbp-10", "ESH1 (5482)", "0.00% of book states", "2 ticks"):
+        assert want in text
+    assert re.search(r"start \(UTC\)\s*│\s*2024-07-01T23:40", text)
+
+
+def test_config_show_prints_a_table_of_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    console = _at_80_columns(monkeypatch)
+    shown = runner.invoke(app, ["config", "show", "--profile", "smoke", "--set", "data.bar_seconds=60"])
+    assert shown.exit_code == 0, shown.output
+    text = console.export_text()
+    assert "{'" not in text and "config_hash" not in text  # not a Python dict
+    assert re.search(r"│ data\.bar_seconds\s+│ 60\s+│", text)  # the key --set takes, and its value
+    assert max(len(line) for line in text.splitlines()) <= 80
 
 
 def test_config_show_json() -> None:

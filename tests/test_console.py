@@ -8,7 +8,7 @@ import re
 import pytest
 from rich.console import Console
 
-from foxhunt.console import SILENT, Reporter, Verbosity, duration, epoch_line, utc_stamp
+from foxhunt.console import SILENT, Reporter, Verbosity, duration, epoch_line, idle_note, utc_stamp
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
@@ -169,3 +169,11 @@ def test_not_a_terminal_means_stamped_lines() -> None:
     console = Console(file=io.StringIO(), force_terminal=False)
     rep = Reporter.for_stderr(Verbosity.NORMAL, console)
     assert not rep.live and rep.stamp
+
+
+def test_idle_note_says_where_the_agent_did_not_trade() -> None:
+    assert idle_note([3, 1, 7]) == ""
+    assert idle_note([0, 0, 0]) == "; the agent never traded (0 trades in 3 folds)"
+    assert idle_note([0]) == "; the agent never traded (0 trades in 1 fold)"
+    assert idle_note([4, 0, 2]) == "; the agent did not trade in fold 1 (1 of 3)"
+    assert idle_note([0, 5, 0], "seed") == "; the agent did not trade in seeds 0, 2 (2 of 3)"

@@ -47,7 +47,8 @@ def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
     sets = [a for s in (*TINY, *QUICK_ALPHA) for a in ("--set", s)]
     result = runner.invoke(app, ["run", "--profile", "smoke", "--out", str(tmp_path), "-q", *sets])
     assert result.exit_code == 0, result.output
-    assert "beats flat in" in result.output
+    assert "beats flat in" in result.output and "buy and hold in" in result.output
+    assert "agent trades" in result.output  # the last line counts the agent's trades
 
     body = json.loads((tmp_path / "metrics.json").read_text())
     folds = body["folds"]
@@ -57,6 +58,8 @@ def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
             assert all(math.isfinite(policy[k]) for k in FOLD_KEYS), policy
         # Known answers of the baselines: flat never trades, long holds a position.
         flat, long = f["baselines"]["flat"], f["baselines"]["long"]
+        # buy and hold: one round trip per validation window, fewer than long's one per plan
+        assert 0 < f["baselines"]["buy_hold"]["trades"] <= long["trades"]
         assert (flat["net_pnl"], flat["trades"], flat["max_drawdown"]) == (0.0, 0, 0.0)
         assert long["active_frac"] > 0.9 and long["net_pnl"] != 0.0
         assert len(f["history"]) == 2 and f["val_rows"] > 0

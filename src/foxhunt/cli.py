@@ -22,7 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from foxhunt import __version__
-from foxhunt.console import Reporter, Verbosity
+from foxhunt.console import Reporter, Verbosity, idle_note
 from foxhunt.data.schemas import RowUnit, Schema
 from foxhunt.errors import FoxhuntError, FrontDoor, OutOfMemoryError, front_door
 from foxhunt.outputs import Keep
@@ -144,7 +144,7 @@ TrackingOpt = Annotated[
     typer.Option(
         "--tracking-uri",
         metavar="URI",
-        help="MLflow store for this run (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db here; "
+        help="MLflow store for this run (default: $MLFLOW_TRACKING_URI, else mlflow.db in --out; "
         "none: off). See docs/tracking.md.",
     ),
 ]
@@ -330,7 +330,27 @@ def config_show(
         sys.stdout.write(config_toml(cfg, f"foxhunt config {digest}: use it with --config FILE"))
         return
     body = {"config_hash": digest, "config": cfg.model_dump(mode="json")}
-    out.print_json(json.dumps(body)) if as_json else out.print(body)
+    if as_json:
+        out.print_json(json.dumps(body))
+        return
+    table = Table(title=f"foxhunt config {digest}", title_justify="left")
+    table.add_column("setting (--set KEY=VALUE)", no_wrap=True, style="bold")
+    table.add_column("value", overflow="fold")
+    for key, value in _flat_settings(body["config"]):
+        table.add_row(key, value, end_section=False)
+    out.print(table)
+
+
+def _flat_settings(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, str]]:
+    """``[("env.episode_rows", "512"), ...]``: every leaf of a dumped config under its dotted key
+    (the key ``--set`` takes); a list as its JSON."""
+    rows = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            rows += _flat_settings(value, f"{prefix}{key}.")
+        else:
+            rows.append((f"{prefix}{key}", value if isinstance(value, str) else json.dumps(value)))
+    return rows
 
 
 @config_app.command("profiles")
@@ -369,39 +389,31 @@ def data_inspect(
     if as_json:
         out.print_json(json.dumps({"files": reports}))
         return
-    table = Table(title="DBN files")
-    for col in (
-        "file",
-        "schema",
-        "dataset",
-        "records",
-        "instruments",
-        "contract (tick x point value)",
-        "start (UTC)",
-        "end (UTC)",
-        "crossed",
-        "median spread (ticks)",
-    ):
-        table.add_column(col)
+    # One two-column table per file (field, value): readable in an 80-column terminal, where one
+    # row per file with ten columns needed ~160.
     for r in reports:
-        table.add_row(
-            Path(r["path"]).name,
-            r["schema"],
-            r["dataset"],
-            f"{r['records']:,}",
-            ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
-            (
-                f"{r['instrument']['tick_size']:g} x {r['instrument']['point_value']:g} "
+        table = Table(title=Path(r["path"]).name, title_justify="left", show_header=False)
+        table.add_column("field", no_wrap=True, style="bold")
+        table.add_column("value", overflow="fold")
+        fields = {
+            "schema": r["schema"],
+            "dataset": r["dataset"],
+            "records": f"{r['records']:,}",
+            "instruments": ", ".join(f"{i['symbol']} ({i['instrument_id']})" for i in r["instruments"]),
+            "contract": (
+                f"tick {r['instrument']['tick_size']:g} x point value {r['instrument']['point_value']:g} "
                 f"{r['instrument']['currency']} ({r['instrument']['source']})"
                 if r["instrument"]
                 else "unknown (--json says why)"
             ),
-            r["start"],
-            r["end"],
-            "" if r["crossed_share"] is None else f"{r['crossed_share']:.2%}",
-            "" if r["median_spread_ticks"] is None else f"{r['median_spread_ticks']:g}",
-        )
-    out.print(table)
+            "start (UTC)": r["start"],
+            "end (UTC)": r["end"],
+            "crossed": "n/a" if (x := r["crossed_share"]) is None else f"{x:.2%} of book states",
+            "median spread": "n/a" if (t := r["median_spread_ticks"]) is None else f"{t:g} ticks",
+        }
+        for name, value in fields.items():
+            table.add_row(name, value)
+        out.print(table)
 
 
 @data_app.command("rebuild-book")
@@ -874,6 +886,7 @@ def backtest_cmd(
     trades, win rate, active fraction, implausible), trades.csv and equity.png. The oracle peeks at
     the future on purpose and must be flagged implausible."""
     from foxhunt.backtest.evaluate import ScriptedPolicy
+    from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.run import run_backtest
     from foxhunt.outputs import claim_folder
 
@@ -893,7 +906,9 @@ def backtest_cmd(
             kind = ScriptedPolicy(policy)
         except ValueError:
             raise FoxhuntError(
-                "--policy", f"unknown policy {policy!r}", "use flat, long, short, random or oracle"
+                "--policy",
+                f"unknown policy {policy!r}",
+                "use " + ", ".join(p.value for p in ScriptedPolicy),
             ) from None
     asked = None if checkpoint else _set_keys(overrides)
     if data is not None and cache_path is None:
@@ -909,10 +924,12 @@ def backtest_cmd(
     out.print(
         f"{kind.value} on {body['instrument']['symbol']}: net {body['net_pnl']:,.0f} "
         f"(gross {body['gross_pnl']:,.0f}, "
-        f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {body['sharpe_annual']:.2f} "
+        f"costs {body['costs']:,.0f}), {body['trades']} trades, Sharpe {sharpe_text(body)} "
         f"at {body['bars_per_year']:,.0f} bars/year, "
         f"max drawdown {body['max_drawdown']:.2%}"
         + ("; IMPLAUSIBLE: " + "; ".join(body["implausible_reasons"]) if body["implausible"] else "")
+        + (f"; {kind.value} never traded" if body["trades"] == 0 else ""),
+        markup=False,
     )
 
 
@@ -1198,15 +1215,15 @@ def train_cmd(
         tracker.log_artifact(out_dir / "folds.json")
         tracker.log_artifact(out_dir / RECORDED_CONFIG)
     for f in folds:
-        rule = f["baselines"].get("rule")
-        versus = f", rule {rule['net_pnl']:,.0f}" if rule else ""
-        capture = f", capture {f['capture']:.0%}" if f.get("capture") is not None else ""
-        out.print(
-            f"fold {f['fold']}: net {f['net_pnl']:,.0f} (flat {f['baselines']['flat']['net_pnl']:,.0f}, "
-            f"long {f['baselines']['long']['net_pnl']:,.0f}{versus}{capture}), "
-            f"Sharpe {f['sharpe_annual']:.2f}, {f['trades']} trades"
-        )
+        out.print(f"fold {f['fold']}: " + _fold_line(f), markup=False)
     _checkpoints_line(folds, out_dir)
+    out.print(
+        f"mean validation net {sum(f['net_pnl'] for f in folds) / max(len(folds), 1):,.0f} over "
+        f"{len(folds)} folds, {sum(f['trades'] for f in folds)} agent trades"
+        + idle_note([f["trades"] for f in folds])
+        + f"; {out_dir / 'folds.json'}",
+        markup=False,
+    )
 
 
 def _checkpoints_line(folds: list[dict[str, Any]], train_dir: Path) -> None:
@@ -1215,6 +1232,21 @@ def _checkpoints_line(folds: list[dict[str, Any]], train_dir: Path) -> None:
     files = [str(train_dir / f["checkpoint_file"]) for f in folds if f.get("checkpoint_file")]
     if files:
         _line("reported checkpoints (for backtest --checkpoint, export): " + ", ".join(files))
+
+
+def _fold_line(f: dict[str, Any]) -> str:
+    """A trained fold as ``foxhunt train`` prints it: the agent's net beside every baseline's."""
+    from foxhunt.backtest.metrics import sharpe_text
+    from foxhunt.domain.baselines import ORDER, Baseline, label
+
+    base = f["baselines"]
+    shown = [n for n in (*ORDER, Baseline.RULE) if n in base]  # a run from before buy_hold lacks it
+    versus = ", ".join(f"{label(n)} {base[n]['net_pnl']:,.0f}" for n in shown)
+    capture = f", capture {f['capture']:.0%}" if f.get("capture") is not None else ""
+    return (
+        f"net {f['net_pnl']:,.0f} ({versus}{capture}), Sharpe {sharpe_text(f, interval=False)}, "
+        f"{f['trades']} trades"
+    )
 
 
 @app.command("run", context_settings=MANY_PATHS)
@@ -1246,6 +1278,7 @@ def run_cmd(
     metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile (8 members
     trained at once, their committee reported) when neither --profile nor --config is given. Tracked
     in MLflow (--tracking-uri)."""
+    from foxhunt.domain.baselines import Baseline, label
     from foxhunt.job import run_job
 
     progress = _reporter(quiet, verbose)
@@ -1263,12 +1296,16 @@ def run_cmd(
         profile=profile or ("file" if config else "default"),
         tracking_uri=tracking_uri,
     )
-    s = summary["summary"]
-    _checkpoints_line(summary["folds"], out_dir / "train")
+    s, folds = summary["summary"], summary["folds"]
+    n = len(folds)
+    _checkpoints_line(folds, out_dir / "train")
     out.print(
-        f"mean validation net {s['mean_net_pnl']:,.0f}, Sharpe {s['mean_sharpe_annual']:.2f}; "
-        f"beats flat in {s['beats_flat_folds']}/{len(summary['folds'])} folds, "
-        f"long in {s['beats_long_folds']}/{len(summary['folds'])}; report: {out_dir / 'report.html'}"
+        f"mean validation net {s['mean_net_pnl']:,.0f}, {sum(f['trades'] for f in folds)} agent trades"
+        + idle_note([f["trades"] for f in folds])
+        + f"; beats flat in {s['beats_flat_folds']}/{n} folds, "
+        f"{label(Baseline.LONG)} in {s['beats_long_folds']}/{n}, "
+        f"{label(Baseline.BUY_HOLD)} in {s['beats_buy_hold_folds']}/{n}; report: {out_dir / 'report.html'}",
+        markup=False,
     )
 
 
@@ -1306,10 +1343,13 @@ def edge_cmd(
 ) -> None:
     """The edge an agent is measured against: the reference rule of the planted signal (synth.signal:
     long above +1.5 sd of its carrier feature, short below -1.5 sd, market orders, under the plan lock)
-    beside flat and always-long, per fold over the validation periods. Writes edge.json."""
+    beside flat, long re-entered each plan and buy-and-hold, per fold over the validation periods.
+    Writes edge.json."""
     from foxhunt.atomic import write_json
     from foxhunt.backtest.capture import RULE
+    from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.reference import edge
+    from foxhunt.domain.baselines import ORDER, label
     from foxhunt.features.cache import get_or_build
 
     progress = _reporter(quiet, verbose)
@@ -1321,22 +1361,22 @@ def edge_cmd(
     else:
         files = _market_files(ctx, data, cfg, out_dir)
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
-    with step("reference rule, flat and long per fold", progress):
+    with step("reference rule and baselines per fold", progress):
         result = edge(cache, cfg)
     write_json(out_dir / "edge.json", result, indent=2, default=float)
     write_resolved(cfg, out_dir / "edge.config.json")
     out.print(result["rule"]["text"] + f", {result['rule']['plan_rows']}-row plans", markup=False)
     for row in result["folds"]:
         cells = [
-            f"{name} {row[name]['net_pnl']:+,.0f} ({row[name]['trades']} trades, "
-            f"Sharpe {row[name]['sharpe_annual']:+.1f})"
-            for name in (RULE, "flat", "long")
+            f"{label(name)} {row[name]['net_pnl']:+,.0f} ({row[name]['trades']} trades, "
+            f"Sharpe {sharpe_text(row[name], interval=False)})"
+            for name in (RULE, *ORDER)
         ]
         out.print(f"fold {row['fold']}: " + "; ".join(cells), markup=False)
     total = result["total"]
     out.print(
-        f"total: rule {total[RULE]:+,.0f}, flat {total['flat']:+,.0f}, long {total['long']:+,.0f}; "
-        f"{out_dir / 'edge.json'}",
+        "total: " + ", ".join(f"{label(n)} {total[n]:+,.0f}" for n in (RULE, *ORDER))
+        + f"; {out_dir / 'edge.json'}",
         markup=False,
     )
 
@@ -1415,7 +1455,7 @@ def seeds_cmd(
     _, prepared = leak_guard_prepared(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
     cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
     del prepared
-    with step("reference rule, flat and long per fold", progress):
+    with step("reference rule and baselines per fold", progress):
         try:
             reference = edge(cache, cfg)
         except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
@@ -1482,8 +1522,11 @@ def seeds_cmd(
         out.print(f"seeds {where}", markup=False)
     for line in capture_lines(summary):
         out.print(line, markup=False)
+    traded = [sum(f.trades for f in r.folds) for r in results if not r.stopped]
     out.print(
-        f"{summary['beats_flat']}/{summary['finished']} beat flat; {out_dir / SEEDS_FILE}",
+        f"{summary['beats_flat']}/{summary['finished']} beat flat"
+        + idle_note(traded, "seed")
+        + f"; {out_dir / SEEDS_FILE}",
         markup=False,
     )
 
@@ -1684,7 +1727,7 @@ def tune_cmd(
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.tune.config import Objective
-    from foxhunt.tune.export import write_best
+    from foxhunt.tune.export import undecided_text, write_best
     from foxhunt.tune.objective import rule_on_selection, trial_config
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
@@ -1761,6 +1804,13 @@ def tune_cmd(
         out.print(f"trials {where}", markup=False)
     if summary["best"] is None:
         out.print("no trial completed: no best profile written", markup=False)
+    elif (und := summary["undecided"]) is not None:
+        out.print(
+            f"{undecided_text(und['value'], und['trials'])} ({cfg.tune.objective.value} over the selection "
+            f"periods): no best trial; {best} holds trial {summary['best']['number']}'s parameters, "
+            f"the first; report {out_dir / REPORT_FILE}",
+            markup=False,
+        )
     else:
         b = summary["best"]
         params = ", ".join(f"{k}={v!r}" for k, v in b["params"].items())

@@ -59,6 +59,20 @@ def _num(x: float, spec: str) -> str:
     return "-" if not math.isfinite(x) else format(x, spec)
 
 
+def idle_note(trades: Sequence[int], what: str = "fold") -> str:
+    """What a run's last line says when the agent did not trade: ``""`` when it traded everywhere,
+    ``"; the agent never traded (0 trades in 3 folds)"``, or ``"; the agent did not trade in fold 2
+    (1 of 3)"`` (``what``: the unit ``trades`` is counted per, e.g. "fold" or "seed")."""
+    idle = [i for i, n in enumerate(trades) if n == 0]
+    if not idle:
+        return ""
+    n = len(trades)
+    if len(idle) == n:
+        return f"; the agent never traded (0 trades in {n} {what}{'s' if n != 1 else ''})"
+    named = ", ".join(map(str, idle))
+    return f"; the agent did not trade in {what}{'s' if len(idle) > 1 else ''} {named} ({len(idle)} of {n})"
+
+
 def epoch_line(
     fold: int,
     n_folds: int,

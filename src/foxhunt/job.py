@@ -4,7 +4,8 @@ With no data it first generates the embedded synthetic market (the profile's ``[
 planted alpha on) as DBN files, so the whole pipeline runs on a fresh machine with nothing else.
 Every stage is the same code the individual commands run; the job only chains them and gathers one
 summary (``metrics.json``, with a ``folds`` list: validation ``net_pnl``, ``sharpe_annual``,
-``max_drawdown``, ``trades``, the ``baselines`` flat, long and the reference ``rule``, and the
+``max_drawdown``, ``trades``, the ``baselines`` flat, long (re-entered each plan), buy_hold and the
+reference ``rule`` (foxhunt.domain.baselines), and the
 ``capture`` agent / rule: :mod:`foxhunt.backtest.reference`) that ``report.html`` renders.
 """
 
@@ -229,6 +230,12 @@ def run_job(
             ),
             "beats_flat_folds": sum(f["net_pnl"] > f["baselines"]["flat"]["net_pnl"] for f in folds),
             "beats_long_folds": sum(f["net_pnl"] > f["baselines"]["long"]["net_pnl"] for f in folds),
+            "beats_buy_hold_folds": sum(  # a fold resumed from before buy_hold has none
+                f["net_pnl"] > f["baselines"]["buy_hold"]["net_pnl"]
+                for f in folds
+                if "buy_hold" in f["baselines"]
+            ),
+            "agent_trades": sum(int(f["trades"]) for f in folds),  # 0: the agent never traded
             # The agent's net PnL summed over the folds where the reference rule made money / the
             # rule's there (None: no such fold; foxhunt.backtest.reference.Capture), the median of
             # those folds' captures (per fold: folds[k].capture), the folds kept out (the rule lost or

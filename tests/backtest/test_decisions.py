@@ -69,14 +69,14 @@ def test_recorded_decisions_equal_the_eager_log_byte_for_byte(which: str, tmp_pa
         policy = scripted(ScriptedPolicy.LONG, ecfg)
     log = _EagerLog(_ts_of)
     evaluate(mkt, ecfg, 10, rows, log.wrap(policy))
-    want = write_decisions_csv(tmp_path / "eager.csv", log.rows)
+    want = write_decisions_csv(tmp_path / "eager.csv", log.rows, ecfg.branches)
     lines = read_decisions_csv(want)
     assert len(lines) == rows - 10 - 1  # every row of the block decided once but the last
     assert any(d.fill_contracts != 0 for d in lines) and any(np.isnan(d.fill_price) for d in lines)
     ev = GraphedEvaluation(mkt, ecfg, 10, rows, policy, graph=False, compile=False, decisions=True)
     for run in range(2):  # the second run: the env and the buffers reset in place
         ev.run()
-        got = write_decisions_csv(tmp_path / f"fused{run}.csv", ev.decision_rows(_ts_of))
+        got = write_decisions_csv(tmp_path / f"fused{run}.csv", ev.decision_rows(_ts_of), ecfg.branches)
         assert got.read_bytes() == want.read_bytes()
 
 
@@ -139,7 +139,7 @@ def test_backtest_checkpoint_takes_the_fused_path_and_writes_the_eager_log(
     ts = cache.column("ts")
     log = _EagerLog(lambda r: int(ts[r]))
     evaluate(ev.market, ev.cfg, lo, hi, log.wrap(ev.policy))
-    want = write_decisions_csv(tmp_path / "eager.csv", log.rows)
+    want = write_decisions_csv(tmp_path / "eager.csv", log.rows, ev.cfg.branches)
     got = tmp_path / "out" / "decisions.csv"
     lines = read_decisions_csv(got)
     assert len(lines) > 40 and lines[0].row == lo
@@ -164,9 +164,22 @@ def test_graphed_decisions_equal_the_eager_log_on_cuda(tmp_path: Path) -> None:
     policy = Agent(agent.cfg, ecfg.branches, device="cuda", replay_capacity=64).greedy_policy()
     log = _EagerLog(_ts_of)
     evaluate(mkt, ecfg, 10, rows, log.wrap(policy))
-    want = write_decisions_csv(tmp_path / "eager.csv", log.rows)
+    want = write_decisions_csv(tmp_path / "eager.csv", log.rows, ecfg.branches)
     ev = GraphedEvaluation(mkt, ecfg, 10, rows, policy, decisions=True)
     assert ev.graph is not None
     ev.run()
-    got = write_decisions_csv(tmp_path / "graphed.csv", ev.decision_rows(_ts_of))
+    got = write_decisions_csv(tmp_path / "graphed.csv", ev.decision_rows(_ts_of), ecfg.branches)
     assert got.read_bytes() == want.read_bytes()
+
+
+def test_decisions_csv_names_every_action_code_beside_it(tmp_path: Path) -> None:
+    from foxhunt.backtest.decisions import CSV_HEADER, DecisionRow
+
+    ecfg = env_config(episode_rows=16)
+    line = DecisionRow(5, 3, 2, 1, 0, 1, 1.0, 1.0, 100.25)  # Long, the second size, Market, Patient
+    path = write_decisions_csv(tmp_path / "d.csv", [line], ecfg.branches)
+    head, body = path.read_text().splitlines()
+    assert head.split(",") == list(CSV_HEADER)
+    fraction = f"{ecfg.branches.magnitude_fractions[1]:g}x"
+    assert body == f"5,3,2,Long,1,{fraction},0,Market,1,Patient,1.0,1.0,100.25"
+    assert read_decisions_csv(path) == [line]  # the codes read back, the names skipped

@@ -641,3 +641,18 @@ def test_metrics_on_cuda_match_the_reference(sizes: tuple[int, int, int, int]):
     for name, t in per_ep.items():
         ref = [ep[name] for ep in want["_episodes"]]
         np.testing.assert_allclose(t.cpu().numpy(), ref, rtol=1e-9, atol=1e-9, err_msg=name)
+
+
+def test_sharpe_text_is_na_below_the_stated_steps_and_carries_its_interval_above() -> None:
+    from foxhunt.backtest.metrics import MIN_SHARPE_STEPS, sharpe_interval, sharpe_lower_bound, sharpe_text
+
+    short = {"sharpe_annual": -367.0, "steps": 356, "bars_per_year": 98_000.0}
+    assert sharpe_text(short) == f"n/a (356 steps < {MIN_SHARPE_STEPS:,})"
+    # Per bar SR = 1 / sqrt(10_000) = 0.01; SE = sqrt((1 + 0.00005) / 10_000); 1.96 SE either side.
+    long = {"sharpe_annual": 1.0, "steps": 10_000, "bars_per_year": 10_000.0}
+    se = math.sqrt((1 + 0.5 * 0.01**2) / 10_000) * 100.0
+    want = f"1.00 [95%: {1 - 1.96 * se:.2f}, {1 + 1.96 * se:.2f}]"
+    assert sharpe_text(long) == want == "1.00 [95%: -0.96, 2.96]"
+    assert sharpe_text(long, interval=False) == "1.00"
+    assert sharpe_text({"sharpe_annual": 2.5}) == "2.50"  # a summary from before steps was recorded
+    assert sharpe_interval(long, 3.0)[0] == sharpe_lower_bound(long, 3.0)

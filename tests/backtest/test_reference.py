@@ -111,8 +111,11 @@ def test_edge_command_reports_rule_flat_and_long_per_fold(tmp_path: Path, one_th
     for row in body["folds"]:
         assert (row["flat"]["net_pnl"], row["flat"]["trades"]) == (0.0, 0)  # flat never trades
         assert row[RULE]["trades"] > 0 and row["long"]["trades"] > 0
+        # buy-and-hold: one round trip per validation window, long one per plan
+        assert 0 < row["buy_hold"]["trades"] < row["long"]["trades"]
     assert body["total"][RULE] == pytest.approx(sum(r[RULE]["net_pnl"] for r in body["folds"]))
-    assert "fold 0: rule" in result.output and "total: rule" in result.output
+    assert "fold 0: reference rule" in result.output and "total: reference rule" in result.output
+    assert "long (per plan)" in result.output and "buy and hold" in result.output
     # The rule of the other planted kind reads the order-flow family.
     other = runner.invoke(
         app, ["edge", "--cache", str(next((out / "cache").glob("*.arrow"))), "--profile", "smoke",

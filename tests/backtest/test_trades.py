@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, evaluate_many, scripted
+from foxhunt.backtest.evaluate import ScriptedPolicy, evaluate, evaluate_many, scripted, scripted_env, windows
 from foxhunt.backtest.metrics import UNDEFINED, branch_sizes, compute_metrics
 from foxhunt.backtest.trades import TRADE_COLUMNS, exit_reasons, iso_utc, trade_rows, write_trades_csv
 from foxhunt.domain.actions import BranchConfig
@@ -108,6 +108,25 @@ def test_a_position_open_at_the_window_end_is_closed_there() -> None:
     assert [(r["window"], r["exit_reason"]) for r in rows] == [(w, "window_end") for w in range(3)]
     assert [(r["entry_row"], r["exit_row"]) for r in rows] == [(0, 8), (8, 16), (16, 24)]
     assert rows[0]["entry_time"] == "2013-01-02T15:31:00.000000000Z"  # ns rows: ns precision
+
+
+def test_buy_hold_buys_once_a_window_and_sells_at_its_end_where_long_re_enters_each_plan() -> None:
+    # A random walk whose 4-row plans with barriers 3 vol away exit many times within a 9-row window:
+    # long re-enters after each exit, buy-and-hold (the same Full long under scripted_env's plan) never.
+    cfg = _config()
+    mk = _random_market(5, rows=41)
+    ts = T0 + np.arange(mk.rows, dtype=np.int64)
+    held_cfg = scripted_env(ScriptedPolicy.BUY_HOLD, cfg)
+    assert scripted_env(ScriptedPolicy.LONG, cfg) is cfg  # every other policy runs under the config
+    held = trade_rows(evaluate(mk, held_cfg, 0, mk.rows, scripted(ScriptedPolicy.BUY_HOLD, cfg)), ts, 0)
+    starts, ends = windows(0, mk.rows, cfg.episode_rows)
+    assert [(r["entry_row"], r["exit_row"], r["exit_reason"]) for r in held] == [
+        (s, e, "window_end") for s, e in zip(starts.tolist(), ends.tolist(), strict=True)
+    ]
+    long = trade_rows(evaluate(mk, cfg, 0, mk.rows, scripted(ScriptedPolicy.LONG, cfg)), ts, 0)
+    assert len(long) > len(held) and {r["exit_reason"] for r in long} & {"profit", "stop"}
+    # One round trip per window: the costs of each are a round trip's, as long's first trade pays.
+    assert {float(r["costs"]) for r in held} == {float(long[0]["costs"])}
 
 
 def test_iso_utc_picks_the_coarsest_exact_unit() -> None:

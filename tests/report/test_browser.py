@@ -1,6 +1,7 @@
 """The report in a real browser: headless Chromium (the distribution's package, driven by playwright
 with its ``executable_path``; no browser download) opens report.html at 1400 and 800 px and finds no
-console error, every image decoded, and, at 800 px, no horizontal scroll of the page.
+console error, every image decoded, every table within 1,400 px, and, at 800 px, no horizontal scroll
+of the page.
 
 Built from the fabricated summary of ``test_html`` (one fold, alpha plots included, long file names
 and a third baseline column), not a training run: the page's layout is the fact under test (laid
@@ -31,6 +32,7 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 WIDTHS = (1400, 800)
+MAX_TABLE_PX = 1400
 
 
 def chromium_path() -> str:
@@ -85,7 +87,14 @@ def test_report_renders_cleanly_in_chromium(browser: Any, report_url: str, width
     scroll_width, client_width = page.evaluate(
         "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
+    if shots := os.environ.get("FOXHUNT_SHOTS"):  # screenshots for a person to look at
+        page.screenshot(path=f"{shots}/report_{width}.png", full_page=True)
+    tables = page.evaluate(
+        "Array.from(document.querySelectorAll('table')).map(t => [t.closest('section').id, t.scrollWidth])"
+    )
     page.close()
+    # every table within 1,400 px, laid out at the wide window (the metrics table was 1,652 px)
+    assert [(sec, w) for sec, w in tables if w > MAX_TABLE_PX] == []
     assert errors == []
     assert len(images) == 6  # 2 alpha plots + the fold's training, equity and actions + experts
     assert [i["alt"] for i in images if not (i["complete"] and i["w"] > 0)] == []

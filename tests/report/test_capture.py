@@ -23,16 +23,15 @@ def test_capture_table_and_rule_column(tmp_path: Path) -> None:
     p = parse(write_report(tmp_path, summary))
     rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
     i = rows.index(
-        [
-            "fold", "agent net PnL", "reference rule", "flat", "long", "capture (agent / rule)",
-            "in the run's capture",
-        ]
-    )
-    assert rows[i + 1] == ["0", "$1,234.50", "$4,938.00", "$0.00", "-$12.50", "25%", "yes"]
+        ["fold", "agent net PnL", "reference rule", "flat", "long (per plan)", "buy and hold",
+         "capture (agent / rule)", "in the run's capture"]
+    )  # fmt: skip
+    assert rows[i + 1] == ["0", "$1,234.50", "$4,938.00", "$0.00", "-$12.50", "-$8.00", "25%", "yes"]
     why = "no: the reference rule lost or broke even (net <= 0): no edge to capture"
-    assert rows[i + 2] == ["1", "-$56.30", "-$100.00", "$0.00", "-$12.50", "n/a", why]
-    # the rule is a policy column of the main metrics table too (after flat and long)
-    assert "rule" in rows[1] and rows[1].index("rule") == rows[1].index("long") + 1
+    assert rows[i + 2] == ["1", "-$56.30", "-$100.00", "$0.00", "-$12.50", "-$8.00", "n/a", why]
+    # the rule is a policy row of the main metrics table too (after the baselines every run has)
+    policies = [cells[1] if cells[0] == "0" else cells[0] for cells in rows[1:6]]
+    assert policies == ["agent (best, epoch 1)", "flat", "long (per plan)", "buy and hold", "reference rule"]
     text = (tmp_path / "report.html").read_text()
     assert "Edge capture" in text and "n/a where the rule made nothing or lost" in text
     # Below the table: the kept folds' capture (fold 0 alone: 25%), their median, the excluded fold
@@ -46,7 +45,8 @@ def test_capture_table_and_rule_column(tmp_path: Path) -> None:
     summary["summary"]["capture"] = (1_234.5 - 56.3) / (4_938.0 - 100.0)
     text = write_report(tmp_path, summary).read_text()
     # fold 0 below the rule (1,234.50 < 4,938), fold 1 above it (-56.30 > -100)
-    assert "rule in <b>1 of 2</b>" in text and "Edge capture (agent / rule, all folds): 24%." in text
+    assert "reference rule in <b>1 of 2</b>" in text
+    assert "Edge capture (agent / rule, all folds): 24%." in text
     # A summary since issue 58 (job.py): the kept folds' capture, the median, the excluded fold, the old sum.
     summary["summary"] |= {
         "capture": 0.25,

@@ -157,6 +157,7 @@ def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
         "baselines": {
             "flat": _metrics(0.0, 0.0, 0.0, 0, 0.0, 0.0),
             "long": _metrics(-12.5, -0.4, 0.1, 1, 0.0, 1.0),
+            "buy_hold": _metrics(-8.0, -0.3, 0.08, 1, 0.0, 1.0),
         },
         "history": history,
         "checkpoint": "best",
@@ -167,6 +168,7 @@ def _fold(k: int, net: float, implausible: bool | list[str]) -> dict[str, Any]:
             "agent": [net * i / 49 for i in range(50)],
             "flat": [0.0] * 50,
             "long": [-12.5 * i / 49 for i in range(50)],
+            "buy_hold": [-8.0 * i / 49 for i in range(50)],
         },
         "actions": {
             "picked": {
@@ -264,25 +266,25 @@ def test_report_is_one_file_with_every_section(full_report: tuple[Path, StrictPa
 def test_metrics_table_has_one_row_per_fold_with_its_numbers(full_report: tuple[Path, StrictParser]) -> None:
     _, p = full_report
     metric_rows = [(attrs, cells) for sec, attrs, cells in p.rows if sec == "metrics"]
-    fold_rows: dict[str, tuple[dict[str, str | None], list[str]]] = {}
-    for attrs, cells in metric_rows:  # the first table's rows come first
-        if cells and cells[0] in ("0", "1"):
-            fold_rows.setdefault(cells[0], (attrs, cells))
-    # first table: fold | net PnL agent/flat/long | Sharpe agent/flat/long | max drawdown ... | trades ...
-    attrs0, row0 = fold_rows["0"]
-    assert row0[1] == "best, epoch 1"  # the agent's checkpoint, named in its row
-    assert row0[2:5] == ["$1,234.50", "$0.00", "-$12.50"]
-    assert row0[5:8] == ["1.23", "0.00", "-0.40"]
-    assert row0[8] == "5.00%"
-    assert row0[11] == "42"
-    assert "98,280" in row0
-    assert attrs0.get("class") != "implausible" and "IMPLAUSIBLE" not in row0[-1]
-    attrs1, row1 = fold_rows["1"]
-    assert row1[2] == "-$56.30"
+    # first table: one row per fold and policy (the fold's cell spans its policies' rows), one column
+    # per metric: fold | policy | net PnL | Sharpe | max drawdown | trades | win rate | active | bars/y | flag
+    i = next(i for i, (_, cells) in enumerate(metric_rows) if cells[:2] == ["fold", "policy"])
+    attrs0, row0 = metric_rows[i + 1]
+    assert row0[:2] == ["0", "agent (best, epoch 1)"]  # the agent's checkpoint, named in its row
+    assert row0[2:6] == ["$1,234.50", "1.23", "5.00%", "42"]
+    assert row0[-2:] == ["98,280", "no"]
+    assert attrs0.get("class") == "agent"
+    # the baselines follow, named for what they do, without the fold cell (it spans them)
+    follow = [cells for _, cells in metric_rows[i + 2 : i + 5]]
+    assert [(c[0], c[1]) for c in follow] == [
+        ("flat", "$0.00"), ("long (per plan)", "-$12.50"), ("buy and hold", "-$8.00")
+    ]
+    attrs1, row1 = metric_rows[i + 5]
+    assert row1[:3] == ["1", "agent (best, epoch 2)", "-$56.30"]
     assert attrs1.get("class") == "implausible"
     assert "IMPLAUSIBLE" in row1[-1] and "Sharpe 42" in row1[-1]
     mean = next(cells for attrs, cells in metric_rows if attrs.get("class") == "mean")
-    assert mean[2] == "$589.10"  # (1234.50 - 56.30) / 2
+    assert mean[:3] == ["mean of 2", "agent", "$589.10"]  # (1234.50 - 56.30) / 2
 
 
 def test_images_are_embedded_pngs_also_written_to_plots(full_report: tuple[Path, StrictParser]) -> None:
@@ -328,9 +330,10 @@ def test_missing_optional_parts_render_with_notes(tmp_path: Path) -> None:
     assert "No training history recorded for fold 0" in text
     assert "Validation equity curves not available for fold 0" in text
     assert p.srcs == []
-    row = next(cells for sec, _, cells in p.rows if sec == "metrics" and cells and cells[0] == "0")
-    assert row[1] == "n/a"  # no checkpoint recorded
-    assert row[2] == "$3.50" and row[3] == "n/a"  # agent net PnL; flat baseline absent
+    rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
+    i = rows.index(next(c for c in rows if c and c[0] == "0"))
+    assert rows[i][:3] == ["0", "agent (n/a)", "$3.50"]  # no checkpoint recorded; agent net PnL
+    assert rows[i + 1][:2] == ["flat", "n/a"]  # flat baseline absent
 
 
 def test_empty_history_only_skips_that_fold(tmp_path: Path) -> None:
@@ -405,3 +408,34 @@ def test_the_input_screen_lists_each_folds_columns(tmp_path: Path) -> None:
     assert "ofi.trade_sign_ema 0.409 &middot; ofi.trade_flow -0.264" in text
     off = write_report(tmp_path / "off", {"folds": [{**folds[1], "fold": 0}]}).read_text()
     assert "off: the network read every feature column" in off
+
+
+def test_equity_plot_gives_every_policy_its_own_colour_dash_and_legend_entry() -> None:
+    import matplotlib.pyplot as plt
+
+    from foxhunt.report.plots import equity_figure
+
+    equity = full_summary()["folds"][0]["equity"] | {"rule": [float(i) for i in range(50)]}
+    fig = equity_figure(equity, 0)
+    try:
+        [ax] = fig.axes
+        lines = {ln.get_label(): (ln.get_color(), ln.get_linestyle()) for ln in ax.get_lines()[:5]}
+        legend = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert legend == ["agent", "reference rule", "flat", "long (per plan)", "buy and hold"]
+        assert len({c for c, _ in lines.values()}) == 5  # the agent and the rule no longer both blue
+        assert len({d for _, d in lines.values()}) >= 4  # and apart in grey print too
+        assert ax.get_xlabel().startswith("time of the validation row (UTC)")
+        assert ax.get_ylabel() == "cumulative net PnL ($, after costs)"
+    finally:
+        plt.close(fig)
+
+
+def test_a_sharpe_over_too_few_steps_reads_na_in_the_metrics_table(tmp_path: Path) -> None:
+    summary = full_summary()
+    summary["folds"][0]["steps"] = 356  # the issue's 356-step backtest
+    summary["folds"][0]["baselines"]["flat"]["steps"] = 5_000
+    p = parse(write_report(tmp_path, summary))
+    rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
+    i = next(i for i, cells in enumerate(rows) if cells and cells[0] == "0")
+    assert rows[i][3] == "n/a (356 steps < 1,000)"  # fold 0's agent: not a number to read
+    assert rows[i + 1][:3] == ["flat", "$0.00", "0.00"]  # 5,000 steps: the number

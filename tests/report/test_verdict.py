@@ -57,8 +57,9 @@ def test_verdict_block_comes_first_and_answers_each_question(page: tuple[str, St
     assert rows["Leak guard"] == LEAK_VERDICT.removeprefix("Leak guard: ")
     assert rows["Alpha check"] == "Verdict: signal at 95% (best: lightgbm AUC 0.561 at horizon 10)."
     # the summary's counts: beats flat in 1 of 2 folds, long in 2 of 2; means of the folds
-    assert "flat in 1 of 2; long in 2 of 2 folds" in rows["Agent vs baselines"]
-    assert "agent $589.10, flat $0.00, long -$12.50" in rows["Agent vs baselines"]
+    versus = rows["Agent vs baselines"]
+    assert "flat in 1 of 2; long (per plan) in 2 of 2; buy and hold in 1 of 2 folds" in versus
+    assert "agent $589.10, flat $0.00, long (per plan) -$12.50, buy and hold -$8.00" in versus
     best = rows["Best vs last epoch"]
     assert "fold 0: best = epoch 1 (2,000 selection rows), fold 1: best = epoch 2" in best
     assert "reported $589.10, last epoch $489.10" in best  # last epoch: net - 100 in each fold
@@ -141,13 +142,16 @@ def test_missing_alpha_plot_is_said(tmp_path: Path) -> None:
     assert "Alpha plot alpha/alpha_decay.png not found." in html
 
 
-def test_a_reference_baseline_gets_its_columns_and_its_count(tmp_path: Path) -> None:
+def test_a_reference_baseline_gets_its_rows_and_its_count(tmp_path: Path) -> None:
     summary = full_summary()
     for k, fold in enumerate(summary["folds"]):
         fold["baselines"]["reference"] = {"net_pnl": 5000.0 if k == 0 else -100.0, "trades": 7}
     _, p = report(tmp_path, summary)
-    head = next(cells for sec, _, cells in p.rows if sec == "metrics" and "reference" in cells)
-    assert head[:4] == ["agent", "flat", "long", "reference"]
+    rows = [cells for sec, _, cells in p.rows if sec == "metrics"]
+    i = next(i for i, cells in enumerate(rows) if cells and cells[0] == "0")
+    named = [rows[i][1], *(cells[0] for cells in rows[i + 1 : i + 5])]
+    assert named == ["agent (best, epoch 1)", "flat", "long (per plan)", "buy and hold", "reference"]
+    assert rows[i + 4][1] == "$5,000.00"
     assert "reference in 1 of 2" in verdict_rows(p)["Agent vs baselines"]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import threading
 import time
@@ -267,6 +268,12 @@ def test_live_page_renders_and_refreshes_in_chromium(running: Running) -> None:
         shown = page.eval_on_selector_all(first_cells, "c => c.map(x => +x.textContent)")
         position = page.text_content("#position")
         points = page.get_attribute("#pnl", "points") or ""
+        axes = {i: page.text_content(f"#{i}") for i in ("y-hi", "y-lo", "x-first", "x-last")}
+        words = page.eval_on_selector_all("#curve text", "ts => ts.map(t => t.textContent)")
+        if shots := os.environ.get("FOXHUNT_SHOTS"):  # screenshots for a person (the report's issue 59)
+            for width in (1400, 800):
+                page.set_viewport_size({"width": width, "height": 800})
+                page.screenshot(path=f"{shots}/serve_{width}.png", full_page=True)
         running.source.flowing = lambda: True  # more rows: the page must pick them up by itself
         newest = "+document.querySelector('#recent tbody tr td').textContent"
         page.wait_for_function(f"{newest} > {lines[-1].row}", timeout=30_000)
@@ -276,6 +283,11 @@ def test_live_page_renders_and_refreshes_in_chromium(running: Running) -> None:
     assert shown == [d.row for d in reversed(lines)]  # newest first
     assert position == f"{lines[-1].position_after + 0:,.0f}"
     assert len(points.split()) == len(lines)  # one point of the PnL curve per decision
+    # the chart's axes: dollars on the y axis (its top and bottom values), the decisions' rows on x
+    assert "cumulative net PnL ($)" in words and any(w.startswith("decision") for w in words)
+    assert all(axes[k].lstrip("-").startswith("$") for k in ("y-hi", "y-lo"))
+    assert axes["x-first"].startswith(f"row {lines[0].row}, ")
+    assert axes["x-last"].startswith(f"row {lines[-1].row}, ")
     assert status is not None and status.startswith("live")
 
 

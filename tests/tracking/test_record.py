@@ -86,6 +86,9 @@ def test_store_resolution_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
     # default: ./mlflow.db, made absolute; its artefacts beside it
     assert resolve_uri(None) == f"sqlite:///{tmp_path / 'mlflow.db'}"
     assert artifact_location(resolve_uri(None) or "", "foxhunt") == str(tmp_path / "mlartifacts" / "foxhunt")
+    # a command with a run folder (--out) keeps the default store there, not in the current directory
+    assert resolve_uri(None, Path("runs/a")) == f"sqlite:///{tmp_path / 'runs' / 'a' / 'mlflow.db'}"
+    assert resolve_uri("sqlite:///t.db", Path("runs/a")) == f"sqlite:///{tmp_path / 't.db'}"  # the flag wins
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://tracker:5000")
     assert resolve_uri(None) == "http://tracker:5000"
     assert artifact_location("http://tracker:5000", "foxhunt") is None  # the server decides

@@ -205,3 +205,22 @@ def test_a_seeds_objective_hand_worked() -> None:
     lost = [dict(f, selection=dict(f["selection"], rule_net_pnl=-50.0)) for f in folds]
     with pytest.raises(Undefined, match="reference rule made no money over the folds' selection periods"):
         seed_value(lost, Objective.CAPTURE)
+
+
+def test_a_study_whose_trials_all_scored_alike_has_no_best() -> None:
+    import optuna
+
+    from foxhunt.tune.export import undecided, undecided_text
+
+    def study(values: list[float]) -> optuna.Study:
+        s = optuna.create_study(direction="maximize")
+        for v in values:
+            s.add_trial(optuna.trial.create_trial(params={}, distributions={}, value=v))
+        return s
+
+    assert undecided(study([0.0, 0.0, 0.0])) == (0.0, 3)
+    assert undecided_text(0.0, 3) == "no trial scored: all 3 completed trials scored 0"
+    assert undecided(study([0.0])) == (0.0, 1)  # one trial that scored nothing is no best either
+    assert undecided(study([-5.0, -5.0])) == (-5.0, 2)
+    assert undecided(study([12.0])) is None and undecided(study([0.0, 3.0])) is None
+    assert undecided(optuna.create_study()) is None  # none completed: said elsewhere

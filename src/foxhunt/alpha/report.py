@@ -121,6 +121,8 @@ def plot_regimes(result: AlphaResult, path: Path) -> bool:
         ax.axhline(0.5, color="grey", lw=1, ls="--")
         ax.set_xticks([q + 0.2 for q in range(5)], [f"Q{q + 1}" for q in range(5)])
         ax.set_title(f"AUC by {name} quintile (horizon {k})")
+        ax.set_xlabel(f"{name} quintile (Q1 lowest)")
+        ax.set_ylabel("validation AUC (0.5: no signal)")
         ax.legend()
     _atomic_png(fig, path)
     return True
@@ -130,17 +132,19 @@ def plot_importance(result: AlphaResult, path: Path) -> None:
     k, _, _ = result.best()
     h = next(h for h in result.horizons if h.horizon == k)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6))
-    for ax, (title, values) in zip(
+    for ax, (title, values, unit) in zip(
         axes,
         (
-            ("LightGBM gain share by group", h.gbm_gain),
-            ("MLP permutation AUC drop by group", h.mlp_permutation),
+            ("LightGBM gain share by group", h.gbm_gain, "share of the trees' gain"),
+            ("MLP permutation AUC drop by group", h.mlp_permutation, "AUC lost when the group is shuffled"),
         ),
         strict=True,
     ):
         names = list(values)
         ax.bar(names, [values[n] for n in names])
         ax.set_title(f"{title} (horizon {k})")
+        ax.set_xlabel("feature group")
+        ax.set_ylabel(unit)
     _atomic_png(fig, path)
 
 

@@ -5,7 +5,8 @@ A line is the decision taken on row ``row`` (the state saw rows <= row) and what
 step of that row made of it: each branch's picked action, the position held after the step (after
 the row's order, the resting order against row + 1 and any plan exit at row + 1) and the step's
 fills (signed contracts summed over the fill stages, and their contract-weighted price; empty when
-nothing filled). ``ts_event`` is the row's ``ts`` column (foxhunt.features.cache).
+nothing filled). Each action code is followed by its name (``direction, direction_label, ...``).
+``ts_event`` is the row's ``ts`` column (foxhunt.features.cache).
 
 The backtest builds its lines from the evaluation's record (:class:`DecisionRecord`, written by the
 fused step on the device and read back once after the run); serve builds each step's line as it
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from foxhunt.atomic import atomic_path
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.domain.actions import BRANCHES
+from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.env.core import StepResult
 from foxhunt.env.trades import STAGES
 
@@ -138,25 +139,46 @@ class DecisionRecord:
         )
 
 
-def write_decisions_csv(path: str | Path, rows: Iterable[DecisionRow]) -> Path:
-    """Write the lines sorted by row (the backtest steps its windows side by side)."""
+LABEL_SUFFIX = "_label"
+CSV_HEADER = tuple(c for k in HEADER for c in ((k, k + LABEL_SUFFIX) if k in BRANCHES else (k,)))
+"""decisions.csv's columns: :data:`HEADER` with each action code followed by its name
+(``direction, direction_label, magnitude, magnitude_label, ...``): the codes compare bit for bit,
+the names are for a person (``Long``, ``0.5x``, ``Market``, ``Normal``)."""
+
+
+def write_decisions_csv(path: str | Path, rows: Iterable[DecisionRow], branches: BranchConfig) -> Path:
+    """Write the lines sorted by row (the backtest steps its windows side by side), every action
+    code beside its name under ``branches`` (:meth:`ActionCodec.value_labels`: the magnitudes' fractions
+    are the config's)."""
+    names = ActionCodec(branches).value_labels()
     ordered = sorted(rows, key=lambda d: d.row)
+
+    def cells(d: DecisionRow) -> list[str]:
+        out = []
+        for k, v in zip(HEADER, d.as_csv(), strict=True):
+            out.append(v)
+            if k in BRANCHES:
+                code = getattr(d, k)
+                out.append(names[k][code] if 0 <= code < len(names[k]) else "")
+        return out
+
     with atomic_path(Path(path)) as tmp, open(tmp, "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(HEADER)
-        w.writerows(d.as_csv() for d in ordered)
+        w.writerow(CSV_HEADER)
+        w.writerows(cells(d) for d in ordered)
     return Path(path)
 
 
 def read_decisions_csv(path: str | Path) -> list[DecisionRow]:
+    """The lines of a decisions.csv (with or without the label columns; the codes are what is read)."""
     with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        head = next(reader)
-        if tuple(head) != HEADER:
-            raise ValueError(f"{path}: not a decisions.csv (header {head})")
+        reader = csv.DictReader(fh)
+        head = tuple(reader.fieldnames or ())
+        if head not in (HEADER, CSV_HEADER):
+            raise ValueError(f"{path}: not a decisions.csv (header {list(head)})")
         out = []
         for line in reader:
-            ts, row, d, m, o, u, pos, fc, fp = line
+            ts, row, d, m, o, u, pos, fc, fp = (line[k] for k in HEADER)
             out.append(
                 DecisionRow(
                     int(ts), int(row), int(d), int(m), int(o), int(u), float(pos), float(fc),

@@ -5,8 +5,9 @@ episode each, all stepped together by one :class:`~foxhunt.env.core.TradingEnv` 
 and state assembly as training). A policy is a callable ``(state [N, W], env) -> actions [N, 4]``
 (or a :class:`Decision`, as the agent returns, that steps the env with its sizing inputs);
 a recorded action array ``[E, T, 4]`` is one too (:func:`recorded`). Scripted policies give known
-answers: flat trades nothing, long and short hold one side, random picks every branch uniformly,
-and the oracle peeks at the next row's price, which must look implausibly good.
+answers: flat trades nothing, long and short hold one side, buy_hold buys once a window and holds
+to its end, random picks every branch uniformly, and the oracle peeks at the next row's price, which
+must look implausibly good (the baselines' names and what they do: :mod:`foxhunt.domain.baselines`).
 
 **The long (short) baseline** is "always long under the env's rules", not buy-and-hold: it holds one
 long position and, because the plan lock binds every policy alike (docs/design.md §5), the position leaves
@@ -16,15 +17,17 @@ last one. Its trade count is therefore the number of plans the windows hold, and
 ``exit_reasons`` says which exits made them. On snapshot rows the horizon counts book updates
 (seconds of trading), so on ESH4 2023-12-25 ``long`` holds 903 plans, 864 ended by the timeout and
 39 by a window's end, and its costs are those 903 round trips. That is the price of the plan lock,
-which is what the agent is judged against. For the buy-and-hold figure give the plan a timeout of
-at least a window (``env.plan.barrier.horizon`` >= ``env.episode_rows``) and barriers out of reach
-(large ``env.plan.barrier.profit_mult`` and ``stop_mult``; the labels of a cache built with them use
-the same barrier): one trade per window, closed at its end (tests/backtest/test_trades.py).
+which is what the agent is judged against.
+
+**The buy-and-hold baseline** (``buy_hold``) is the same Full long under :func:`scripted_env`'s
+plan: no profit or stop level and a timeout longer than a window, so it buys once at each window's
+start and the window's last row sells: one round trip per window (tests/backtest/test_trades.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Protocol
@@ -58,6 +61,7 @@ Policy = Callable[[Tensor, TradingEnv], "Tensor | Decision"]
 class ScriptedPolicy(StrEnum):
     FLAT = "flat"
     LONG = "long"
+    BUY_HOLD = "buy_hold"  # long once a window, held to its end: scripted_env's plan
     SHORT = "short"
     RANDOM = "random"
     ORACLE = "oracle"  # peeks at the price a plan horizon ahead: a look-ahead on purpose
@@ -88,7 +92,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
     flat = int(Direction.FLAT) if cfg.branches.direction > int(Direction.FLAT) else int(Direction.HOLD)
     if kind is ScriptedPolicy.FLAT:
         return CapturablePolicy(_constant(flat, 0))
-    if kind is ScriptedPolicy.LONG:
+    if kind in (ScriptedPolicy.LONG, ScriptedPolicy.BUY_HOLD):  # buy_hold: the plan of scripted_env
         return CapturablePolicy(_constant(int(Direction.LONG), full))
     if kind is ScriptedPolicy.SHORT:
         return CapturablePolicy(_constant(int(Direction.SHORT), full))
@@ -131,6 +135,25 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
         return a
 
     return CapturablePolicy(oracle)
+
+
+def scripted_env(kind: ScriptedPolicy, cfg: EnvConfig) -> EnvConfig:
+    """The env config a scripted policy is evaluated under: ``cfg`` itself, but for buy-and-hold.
+
+    Buy-and-hold's plan never exits before its window ends: profit and stop levels at infinity
+    (``entry x (1 +- inf x vol)``: no row's range touches them), no trailing stop, and a timeout of a
+    whole window (a plan's hold counts rows from its entry, which is at least the window's second
+    row, so it never reaches ``episode_rows``); the window's last row closes it. Costs, sizing and
+    the capital floor stay the config's. Built with ``model_copy`` (no validation) because the
+    config's bounds are for what a person types, and infinity is the exact "never" meant here.
+    """
+    if kind is not ScriptedPolicy.BUY_HOLD:
+        return cfg
+    plan = cfg.plan
+    barrier = plan.barrier.model_copy(
+        update={"profit_mult": math.inf, "stop_mult": math.inf, "horizon": cfg.episode_rows}
+    )
+    return cfg.model_copy(update={"plan": plan.model_copy(update={"barrier": barrier, "trailing_mult": 0.0})})
 
 
 def recorded(actions_ETA: Tensor) -> Policy:

@@ -66,7 +66,7 @@ ceiling from the alpha check's AUC.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, NamedTuple
 
@@ -725,16 +725,33 @@ SHARPE_BOUND_Z = 3.0
 """Standard errors below the measured Sharpe at which :func:`implausibility` compares it to the ceiling."""
 
 
-def sharpe_lower_bound(metrics: dict[str, Any], z: float = SHARPE_BOUND_Z) -> float:
-    """``(SR - z SE) sqrt(B)``, SR the per-bar Sharpe, ``SE = sqrt((1 + SR^2/2) / n)`` (Lo 2002)."""
+def sharpe_interval(metrics: dict[str, Any], z: float = SHARPE_BOUND_Z) -> tuple[float, float]:
+    """``((SR - z SE) sqrt(B), (SR + z SE) sqrt(B))``: the annualised Sharpe's interval, SR the per-bar
+    Sharpe, ``SE = sqrt((1 + SR^2/2) / n)`` (Lo 2002, n i.i.d. returns); the point estimate twice
+    without ``steps`` or ``bars_per_year``."""
     sharpe = float(metrics["sharpe_annual"])
     n = metrics.get("steps")
     bpy = metrics.get("bars_per_year")
     if not n or not bpy:
-        return sharpe
+        return sharpe, sharpe
     per_bar = sharpe / math.sqrt(float(bpy))
     se = math.sqrt((1.0 + 0.5 * per_bar * per_bar) / float(n))
-    return (per_bar - z * se) * math.sqrt(float(bpy))
+    return (per_bar - z * se) * math.sqrt(float(bpy)), (per_bar + z * se) * math.sqrt(float(bpy))
+
+
+def sharpe_lower_bound(metrics: dict[str, Any], z: float = SHARPE_BOUND_Z) -> float:
+    """``(SR - z SE) sqrt(B)``: the lower end of :func:`sharpe_interval`."""
+    return sharpe_interval(metrics, z)[0]
+
+
+MIN_SHARPE_STEPS = 1_000
+"""Fewer written steps than this and an annualised Sharpe is shown as n/a (with its 95% interval
+where there is room): over 356 steps of minute bars one standard error of the annualised figure is
+sqrt(bars_per_year / 356) ~ 17, so a printed -367 says little but its sign. ``metrics.json`` keeps
+the number (``sharpe_annual``) beside ``steps``; only what a person reads says n/a."""
+
+SHARPE_INTERVAL_Z = 1.96
+"""The z of the shown Sharpe interval (95%, two-sided, normal)."""
 
 
 MIN_TRADES_FOR_T_STAT = 10
@@ -827,3 +844,20 @@ def implausibility(
             "a real strategy loses sometimes; look for future information in the features or a cost bug"
         )
     return reasons
+
+
+def sharpe_text(metrics: Mapping[str, Any], *, interval: bool = True) -> str:
+    """The annualised Sharpe of a metrics dict as a person reads it: ``n/a (356 steps < 1,000)`` below
+    :data:`MIN_SHARPE_STEPS` written steps, else the value (with its 95% interval, ``interval``);
+    the bare value for a summary written before ``steps`` was recorded."""
+    sharpe, n = metrics.get("sharpe_annual"), metrics.get("steps")
+    if sharpe is None:
+        return "n/a"
+    if n is None:
+        return f"{float(sharpe):.2f}"
+    if n < MIN_SHARPE_STEPS:
+        return f"n/a ({int(n):,} steps < {MIN_SHARPE_STEPS:,})"
+    if not interval:
+        return f"{float(sharpe):.2f}"
+    lo, hi = sharpe_interval(dict(metrics), SHARPE_INTERVAL_Z)
+    return f"{float(sharpe):.2f} [95%: {lo:.2f}, {hi:.2f}]"

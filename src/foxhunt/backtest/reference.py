@@ -25,11 +25,12 @@ import torch
 from torch import Tensor
 
 from foxhunt.backtest.capture import RULE
-from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted, scripted_env
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.config import MANIFEST_NAME, PlantedSignal  # not from .synth (compiles the simulator)
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType
+from foxhunt.domain.baselines import ORDER, Baseline
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors, market_tensors
@@ -100,13 +101,23 @@ class ReferenceRule:
 
 
 def fold_policies(cfg: FoxhuntConfig, market: MarketTensors) -> dict[str, Policy]:
-    """``{"flat", "long", "rule"}`` policies (the rule only where its carrier column is in the state)."""
-    kinds = (ScriptedPolicy.FLAT, ScriptedPolicy.LONG)
+    """``{"flat", "long", "buy_hold", "rule"}`` policies (:class:`~foxhunt.domain.baselines.Baseline`;
+    the rule only where its carrier column is in the state). Evaluate each under
+    :func:`baseline_config` (buy-and-hold's plan is its own)."""
+    kinds = (ScriptedPolicy(b.value) for b in ORDER)
     out = {k.value: scripted(k, cfg.env, seed=cfg.run.seed) for k in kinds}
     rule = ReferenceRule.for_config(cfg)
     if rule.available(market):
         out[RULE] = rule.policy()
     return out
+
+
+def baseline_config(name: str, cfg: FoxhuntConfig) -> FoxhuntConfig:
+    """The config a baseline of :func:`fold_policies` is evaluated under: ``cfg``, with buy-and-hold's
+    plan (:func:`~foxhunt.backtest.evaluate.scripted_env`) for ``buy_hold``."""
+    if name != Baseline.BUY_HOLD:
+        return cfg
+    return cfg.model_copy(update={"env": scripted_env(ScriptedPolicy.BUY_HOLD, cfg.env)})
 
 
 def evaluate_fold(
@@ -135,9 +146,10 @@ def rule_folds(
 
 
 def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
-    """The reference rule beside flat and long on every fold's validation period (``foxhunt edge``).
+    """The reference rule beside flat, long and buy-and-hold on every fold's validation period
+    (``foxhunt edge``).
 
-    Returns ``{"rule": ReferenceRule.to_dict(), "folds": [{"fold", "rule", "flat", "long"}...],
+    Returns ``{"rule": ReferenceRule.to_dict(), "folds": [{"fold", "rule", "flat", "long", "buy_hold"}...],
     "total": {name: summed net PnL}}``; raises a FoxhuntError when the carrier column is not a state
     feature (its feature family is off)."""
     rule = ReferenceRule.for_config(cfg)
@@ -146,9 +158,9 @@ def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
     fix = "turn its feature family on ([features]) or pick another synth.signal"
     for fd, market in rule_folds(cache, cfg, "synth.signal", fix):
         pols = fold_policies(cfg, market)
-        metrics = {n: evaluate_fold(market, fd, cfg, p, bpy) for n, p in pols.items()}
+        metrics = {n: evaluate_fold(market, fd, baseline_config(n, cfg), p, bpy) for n, p in pols.items()}
         rows.append({"fold": fd.fold.index} | metrics)
-    names = (RULE, ScriptedPolicy.FLAT.value, ScriptedPolicy.LONG.value)
+    names = (RULE, *(b.value for b in ORDER))
     return {
         "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": cfg.env.plan.barrier.horizon},
         "folds": rows,

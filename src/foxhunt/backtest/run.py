@@ -29,6 +29,7 @@ from foxhunt.backtest.evaluate import (  # noqa: E402
     ScriptedPolicy,
     evaluate,
     scripted,
+    scripted_env,
 )
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
@@ -61,8 +62,11 @@ METRIC_KEYS = (
     "trades",
     "win_rate",
     "active_frac",
+    "steps",
 )
-"""The headline metrics of every backtest body (``metrics.json``, the run's folds)."""
+"""The headline metrics of every backtest body (``metrics.json``, the run's folds); ``steps``: the
+written steps the Sharpe is measured over (below :data:`~foxhunt.backtest.metrics.MIN_SHARPE_STEPS`
+it is shown as n/a)."""
 
 
 def cache_annualisation(cache: FeatureCache, instrument: Instrument | None = None) -> Annualisation:
@@ -170,7 +174,7 @@ def run_backtest(
         if isinstance(policy, ScriptedPolicy):
             seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, fd.fold.index)
             pol = scripted(policy, cfg.env, seed=seed)
-            rec = evaluate(market, cfg.env, lo, hi, pol)
+            rec = evaluate(market, scripted_env(policy, cfg.env), lo, hi, pol)
         else:
             # The fused step (one CUDA graph per step on CUDA) records decisions.csv's columns too
             # (compared with foxhunt serve), read back once after the run. A policy not marked
@@ -202,7 +206,7 @@ def run_backtest(
     write_json(out / "metrics.json", body, indent=2, default=float)
     write_trades_csv(out / "trades.csv", trades)
     if not isinstance(policy, ScriptedPolicy):
-        write_decisions_csv(out / "decisions.csv", decisions)
+        write_decisions_csv(out / "decisions.csv", decisions, cfg.env.branches)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")

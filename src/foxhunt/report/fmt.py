@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from foxhunt.domain.baselines import ORDER, Baseline
+
 NA = '<span class="na">n/a</span>'
 
 
@@ -121,14 +123,12 @@ def implausible_reasons(metrics: Mapping[str, Any]) -> list[str]:
     return []
 
 
-BASELINE_ORDER = ("flat", "long")
-"""Baselines every run has, shown first; any other baseline in the summary (a reference rule)
-follows in the order the summary gives it."""
-
-
 def policy_names(folds: Sequence[Mapping[str, Any]]) -> list[str]:
-    """``["agent", "flat", "long", <other baselines in any fold>...]``."""
-    names = list(BASELINE_ORDER)
+    """``["agent", "flat", "long", "buy_hold", <other baselines in any fold>...]``: the baselines every
+    run has (:data:`foxhunt.domain.baselines.ORDER`) first, then any other (a reference rule) in the
+    order the summary gives it. A summary from before buy-and-hold shows none (not a column of n/a)."""
+    given = {str(n) for f in folds if isinstance(f.get("baselines"), Mapping) for n in f["baselines"]}
+    names = [b.value for b in ORDER if b is not Baseline.BUY_HOLD or b.value in given]
     for fold in folds:
         base = fold.get("baselines")
         if isinstance(base, Mapping):

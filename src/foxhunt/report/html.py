@@ -25,8 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from markupsafe import Markup
+
 from foxhunt.atomic import write_text
 from foxhunt.backtest.capture import Capture, FoldCapture
+from foxhunt.backtest.metrics import MIN_SHARPE_STEPS, sharpe_text
+from foxhunt.domain.baselines import AGENT, DESCRIPTIONS, ORDER, Baseline, label
 from foxhunt.errors import FoxhuntError
 from foxhunt.report import plots
 from foxhunt.report.fmt import (
@@ -51,6 +55,7 @@ from foxhunt.report.fmt import (
     td,
     text,
 )
+from foxhunt.report.page import Section, render_page
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
@@ -86,6 +91,8 @@ table.kv th { text-align: left; white-space: nowrap; }
 table.kv td { overflow-wrap: anywhere; }
 table.verdict { font-size: 0.95em; width: 100%; }
 tr.mean td { font-weight: bold; background: #fafafa; }
+tr.agent td { background: #eef5fb; }
+table.metrics tr:has(td[rowspan]) td { border-top: 2px solid #888; }
 tr.implausible td, td.implausible { background: #ffd9d9; }
 tr.idle td, td.idle { background: #fff3cd; }
 .warning { background: #fff3cd; border-left: 4px solid #b36b00; padding: .4em .7em; margin: .5em 0; }
@@ -102,9 +109,8 @@ class ReportInputError(FoxhuntError, ValueError):
     """The run summary given to :func:`write_report` lacks a required part or has the wrong shape."""
 
 
-def _section(anchor: str, body: str) -> str:
-    title = dict(SECTIONS)[anchor]
-    return f'<section id="{anchor}">\n<h2>{esc(title)}</h2>\n{body}\n</section>\n'
+def _section(anchor: str, body: str) -> Section:
+    return Section(anchor, dict(SECTIONS)[anchor], Markup(body))  # body: built from escaped pieces
 
 
 def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
@@ -155,7 +161,7 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
 # --- sections ----------------------------------------------------------------------------------
 
 
-def _run_section(summary: Mapping[str, Any]) -> str:
+def _run_section(summary: Mapping[str, Any]) -> Section:
     run = mapping(summary, "run")
     if run is None:
         return _section("run", note("Run information not available."))
@@ -175,7 +181,7 @@ def _run_section(summary: Mapping[str, Any]) -> str:
     )
 
 
-def _data_section(summary: Mapping[str, Any]) -> str:
+def _data_section(summary: Mapping[str, Any]) -> Section:
     data = mapping(summary, "data")
     if data is None:
         return _section("data", note("Data summary not available."))
@@ -203,7 +209,7 @@ def _data_section(summary: Mapping[str, Any]) -> str:
     )
 
 
-def _leaks_section(summary: Mapping[str, Any]) -> str:
+def _leaks_section(summary: Mapping[str, Any]) -> Section:
     leaks = mapping(summary, "leaks")
     if leaks is None or not isinstance(leaks.get("passed"), bool):
         return _section("leaks", note("Leak guard result not available."))
@@ -217,7 +223,7 @@ def _leaks_section(summary: Mapping[str, Any]) -> str:
     return _section("leaks", body)
 
 
-def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> str:
+def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> Section:
     alpha = mapping(summary, "alpha")
     if alpha is None:
         return _section("alpha", note("Alpha check not available (not run, or no results recorded)."))
@@ -255,58 +261,85 @@ METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("win_rate", "Win rate", rate),
     ("active_frac", "Active fraction", pct),
 )
+"""The metrics table's columns: one row per policy and fold, one column per metric (a column per
+policy and metric made the table 1,652 px wide)."""
 
 
-def _flag_cell(pols: Mapping[str, Mapping[str, Any]]) -> str:
-    flagged = {name: implausible_reasons(m) for name, m in pols.items()}
-    flagged = {k: v for k, v in flagged.items() if v}
-    if not flagged:
-        return td("no", "")
-    items = "; ".join(f"{esc(name)}: {esc(', '.join(reasons))}" for name, reasons in flagged.items())
-    return td(f'<span class="bad">IMPLAUSIBLE</span> {items}', "implausible")
+def _sharpe_cell(m: Mapping[str, Any]) -> str:
+    """The Sharpe as :func:`~foxhunt.backtest.metrics.sharpe_text` reads it (n/a on a short sample)."""
+    if num(m.get("sharpe_annual")) is None:
+        return NA
+    shown = sharpe_text(m, interval=False)
+    return esc(shown) if not shown.startswith("n/a") else f'<span class="na">{esc(shown)}</span>'
 
 
-def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
+def _metric_cells(m: Mapping[str, Any]) -> str:
+    return "".join(
+        td(_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key))) for key, _, fmt in METRIC_COLUMNS
+    )
+
+
+def _checkpoint_text(fold: Mapping[str, Any]) -> str:
     kind = fold.get("checkpoint")
     if not kind:
-        return td(NA, "")
+        return NA
     text = f"{esc(kind)}, epoch {count(fold.get('epoch'))}"
     committee = fold.get("committee")  # train.members > 1: the members' committee, each at its own
     if isinstance(committee, Mapping):
         text = f"committee of {count(committee.get('members'))} members ({text})"
-    return td(text, "")
+    return text
+
+
+def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
+    return td(_checkpoint_text(fold), "")
+
+
+RULE = Baseline.RULE.value
 
 
 def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
     n = len(names)
-    head1 = (
-        '<tr><th rowspan="2">fold</th><th rowspan="2">agent checkpoint</th>'
-        + "".join(f'<th colspan="{n}">{esc(title)}</th>' for _, title, _ in METRIC_COLUMNS)
-        + '<th rowspan="2">bars / year</th><th rowspan="2">implausible</th></tr>'
+    head = (
+        "<tr><th>fold</th><th>policy</th>"
+        + "".join(f"<th>{esc(title)}</th>" for _, title, _ in METRIC_COLUMNS)
+        + "<th>bars / year</th><th>implausible</th></tr>"
     )
-    head2 = "<tr>" + "".join(f"<th>{esc(p)}</th>" for _ in METRIC_COLUMNS for p in names) + "</tr>"
     rows, per_fold = [], [policies(f, names) for f in folds]
     for i, (fold, pols) in enumerate(zip(folds, per_fold, strict=True)):
-        cells = [td(str(fold_id(fold, i))), _checkpoint_cell(fold)]
-        cells += [td(fmt(pols[p].get(key))) for key, _, fmt in METRIC_COLUMNS for p in names]
-        cells += [td(fixed(fold.get("bars_per_year"), 0)), _flag_cell(pols)]
-        # an implausible row is red, a row where the agent never traded amber (the verdict warns of both)
-        cls = "implausible" if implausible_reasons(fold) else ("idle" if num(fold.get("trades")) == 0 else "")
-        attr = f' class="{cls}"' if cls else ""
-        rows.append(f"<tr{attr}>{''.join(cells)}</tr>")
+        for j, p in enumerate(names):
+            m = pols[p]
+            who = f"<b>{esc(label(p))}</b> ({_checkpoint_text(fold)})" if p == AGENT else esc(label(p))
+            lead = f'<td rowspan="{n}">{fold_id(fold, i)}</td>' if j == 0 else ""
+            flag = implausible_reasons(m)
+            flag_cell = (
+                td(f'<span class="bad">IMPLAUSIBLE</span> {esc(", ".join(flag))}', "implausible")
+                if flag
+                else td("no", "")
+            )
+            bpy = td(fixed(fold.get("bars_per_year"), 0))
+            cells = lead + td(who, "") + _metric_cells(m) + bpy + flag_cell
+            # an implausible agent is red, an agent that never traded amber (the verdict warns of both)
+            cls = ""
+            if p == AGENT:
+                cls = "implausible" if flag else ("idle" if num(fold.get("trades")) == 0 else "agent")
+            attr = f' class="{cls}"' if cls else ""
+            rows.append(f"<tr{attr}>{cells}</tr>")
     n_flagged = sum(bool(implausible_reasons(f)) for f in folds)
-    mean_cells = [td(f"mean of {len(folds)}", ""), td("", "")]
-    mean_cells += [
-        td(fmt(mean([pols[p].get(key) for pols in per_fold])))
-        for key, _, fmt in METRIC_COLUMNS
-        for p in names
-    ]
-    mean_cells += [
-        td(fixed(mean([f.get("bars_per_year") for f in folds]), 0)),
-        td(f"{n_flagged} of {len(folds)} folds (agent)", ""),
-    ]
-    rows.append(f'<tr class="mean">{"".join(mean_cells)}</tr>')
-    return table(f"{head1}{head2}{''.join(rows)}")
+    for j, p in enumerate(names):
+        mean_m = {key: mean([pols[p].get(key) for pols in per_fold]) for key, _, _ in METRIC_COLUMNS}
+        steps = [num(pols[p].get("steps")) for pols in per_fold]  # the folds' steps together
+        mean_m["steps"] = None if None in steps else sum(steps)  # type: ignore[arg-type]
+        lead = f'<td rowspan="{n}">mean of {len(folds)}</td>' if j == 0 else ""
+        flagged = td(f"{n_flagged} of {len(folds)} folds", "") if p == AGENT else td("", "")
+        cells = (
+            lead
+            + td(esc(label(p)), "")
+            + _metric_cells(mean_m)
+            + td(fixed(mean([f.get("bars_per_year") for f in folds]), 0))
+            + flagged
+        )
+        rows.append(f'<tr class="mean">{cells}</tr>')
+    return table(f"{head}{''.join(rows)}", "metrics")
 
 
 def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
@@ -337,15 +370,19 @@ def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
     return "<h3>Best epoch (reported) vs last epoch</h3>" + table(head + "".join(rows))
 
 
-def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Section:
     if not folds:
         return _section("metrics", note("No fold completed: no validation metrics."))
     note_html = (
         '<p class="small">Validation period of each fold, the agent at the checkpoint named per fold. '
         "Sharpe is annualised: per-bar Sharpe x sqrt(bars per year), with the bars per year of each fold "
         "stated; max drawdown is the largest fall from peak equity as a share of that peak; win rate is "
-        "over closed trades; active fraction is the share of bars holding a position. Baselines: flat "
-        "never trades; long holds a long position throughout.</p>"
+        "over closed trades; active fraction is the share of bars holding a position. "
+        f"Sharpe is n/a over fewer than {MIN_SHARPE_STEPS:,} steps (one standard error of it is "
+        "sqrt(bars per year / steps): too wide to read). The mean rows average the folds' numbers. "
+        "Baselines: "
+        + "; ".join(f"<b>{esc(label(b))}</b> {esc(DESCRIPTIONS[b])}" for b in ORDER)
+        + ".</p>"
     )
     brows = "".join(
         "<tr>"
@@ -369,7 +406,7 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         "out of the choice).</p>"
     )
     body = (
-        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds)}\n"
+        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds, names)}\n"
         f"{_best_vs_last(folds)}\n{breakdown}"
     )
     return _section("metrics", body)
@@ -382,8 +419,8 @@ def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
     return sel if isinstance(sel, Mapping) and sel.get("rows") else {}
 
 
-def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """Per fold the agent's net PnL beside the reference rule's, flat's and long's, the capture (agent /
+def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+    """Per fold the agent's net PnL beside the reference rule's and the baselines', the capture (agent /
     rule) and whether the fold enters the run's capture (not where the rule made <= 0: no edge after
     costs to capture); below it the capture over the kept folds, their median, the folds excluded and
     why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`)."""
@@ -391,6 +428,7 @@ def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
     rule_of = [b.get("rule") if isinstance(b.get("rule"), Mapping) else None for b in bases]
     if not any(rule_of):
         return note("No reference rule in this run (its carrier feature is not in the state): no capture.")
+    shown = [RULE, *(n for n in names if n not in (AGENT, RULE))]
     rows, caps = [], []
     for i, (f, base, rule) in enumerate(zip(folds, bases, rule_of, strict=True)):
         agent, versus = num(f.get("net_pnl")), num((rule or {}).get("net_pnl"))
@@ -401,16 +439,15 @@ def _capture_table(folds: Sequence[Mapping[str, Any]]) -> str:
             "<tr>"
             + td(str(fold_id(f, i)))
             + td(money(f.get("net_pnl")))
-            + td(money((rule or {}).get("net_pnl")))
-            + td(money((base.get("flat") or {}).get("net_pnl")))
-            + td(money((base.get("long") or {}).get("net_pnl")))
+            + "".join(td(money((base.get(b) or {}).get("net_pnl"))) for b in shown)
             + td(pct(fc.capture if fc is not None else None, 0))
             + td(NA if fc is None else "yes" if why is None else f"no: {esc(why.text)}")
             + "</tr>"
         )
     head = (
-        "<tr><th>fold</th><th>agent net PnL</th><th>reference rule</th><th>flat</th><th>long</th>"
-        "<th>capture (agent / rule)</th><th>in the run's capture</th></tr>"
+        "<tr><th>fold</th><th>agent net PnL</th>"
+        + "".join(f"<th>{esc(label(b))}</th>" for b in shown)
+        + "<th>capture (agent / rule)</th><th>in the run's capture</th></tr>"
     )
     cap = Capture(tuple(caps))
     kept = ", ".join(str(f.fold) for f in cap.kept) or "none"
@@ -443,7 +480,7 @@ def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 def _per_fold_images(
     anchor: str, folds: Sequence[Mapping[str, Any]], images: Mapping[tuple[str, int], Any], missing: str
-) -> str:
+) -> Section:
     parts = []
     for i, fold in enumerate(folds):
         k = fold_id(fold, i)
@@ -474,7 +511,7 @@ def _action_table(fold: Mapping[str, Any]) -> str:
     return table(f"<tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}")
 
 
-def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> str:
+def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> Section:
     rows = []
     for i, fold in enumerate(folds):
         diag = fold.get("diagnostics") if isinstance(fold.get("diagnostics"), Mapping) else {}
@@ -679,7 +716,6 @@ def render(
     folds = check_summary(summary)
     names = policy_names(folds)
     title = f"foxhunt run report: {data_title(summary)}"
-    nav = "".join(f'<a href="#{a}">{esc(t)}</a>' for a, t in SECTIONS)
     body = [
         _section("verdict", verdict_body(summary, folds, names)),
         _run_section(summary),
@@ -692,12 +728,7 @@ def render(
         _per_fold_images("actions", folds, images, "Action distributions not available for fold {k}."),
         _diagnostics_section(folds, expert_png),
     ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{esc(title)}</h1>\n<nav>{nav}</nav>\n{''.join(body)}</body>\n</html>\n"
-    )
+    return render_page(title, CSS, body, nav=True)
 
 
 def write_report(run_dir: str | Path, summary: Mapping[str, Any]) -> Path:

@@ -19,6 +19,8 @@ matplotlib.use("Agg")  # files only, no display
 import matplotlib.pyplot as plt  # noqa: E402
 
 from foxhunt.atomic import atomic_path  # noqa: E402
+from foxhunt.domain.baselines import AGENT, Baseline  # noqa: E402
+from foxhunt.domain.baselines import label as policy_label  # noqa: E402
 from foxhunt.report.schema import EQUITY_TIME_KEY  # noqa: E402
 
 DPI = 100
@@ -26,7 +28,18 @@ MAX_POINTS = 4000
 """Equity curves longer than this are thinned to about this many points (the last one kept)."""
 
 LOSS_KEYS = ("loss", "loss_c51", "loss_iqn", "loss_mse", "loss_aux")
-POLICY_COLOURS = {"agent": "tab:blue", "flat": "tab:grey", "long": "tab:orange"}
+POLICY_STYLES: dict[str, dict[str, Any]] = {
+    AGENT: {"color": "#0072B2", "lw": 2.0, "ls": "-"},  # blue, thick: the policy under test
+    Baseline.RULE: {"color": "#009E73", "lw": 1.3, "ls": "-"},  # green
+    Baseline.FLAT: {"color": "#7f7f7f", "lw": 1.1, "ls": ":"},  # grey, dotted
+    Baseline.LONG: {"color": "#E69F00", "lw": 1.2, "ls": "--"},  # orange, dashed
+    Baseline.BUY_HOLD: {"color": "#CC3311", "lw": 1.2, "ls": "-."},  # red, dash-dot
+}
+"""Every policy's line in the equity plots: a colour-blind-safe colour (Okabe-Ito) and a dash of its
+own, so that no two read alike even in grey; the legend names each by
+:func:`foxhunt.domain.baselines.label`."""
+POLICY_COLOURS = {name: style["color"] for name, style in POLICY_STYLES.items()}
+OTHER_STYLE = {"lw": 1.1, "ls": "-"}  # a baseline without a style of its own (matplotlib's next colour)
 
 
 def _finite(x: Any) -> float | None:
@@ -81,6 +94,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
     if drawn and min(drawn) > 0:
         ax_loss.set_yscale("log")
     ax_loss.set_title("Loss by component")
+    ax_loss.set_ylabel("loss (training batch mean)")
     if drawn:
         ax_loss.legend(fontsize=8)
     else:
@@ -107,6 +121,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
             any_sharpe = True
     ax_sharpe.axhline(0.0, color="grey", lw=0.8, ls=":")
     ax_sharpe.set_title("Sharpe (annualised): train vs selection period")
+    ax_sharpe.set_ylabel("Sharpe ratio (annualised)")
     if any_sharpe:
         ax_sharpe.legend(fontsize=8)
     else:
@@ -119,6 +134,7 @@ def plot_training(history: Sequence[Mapping[str, Any]], fold: int, path: Path) -
             ax_util.plot(xs, ys, marker=".", label=label)
             any_util = True
     ax_util.set_ylim(-0.02, 1.02)
+    ax_util.set_ylabel("fraction (0 to 1)")
     xs, ent = _series(history, "gate_entropy")
     if ent:
         ax_e = ax_util.twinx()
@@ -162,15 +178,22 @@ def _times(text: Sequence[Any]) -> np.ndarray | None:
 
 
 def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> Path | None:
+    """:func:`equity_figure` written to ``path``; ``None`` when it has nothing to draw."""
+    fig = equity_figure(equity, fold)
+    return None if fig is None else _save(fig, path)
+
+
+def equity_figure(equity: Mapping[str, Sequence[Any]], fold: int) -> Any:
     """Cumulative net PnL of the agent against the baselines over the validation period, against
     the time of the rows (``equity["time"]``, ISO-8601 UTC, as :mod:`foxhunt.report.series` writes
-    it) or, for a summary without times, against the point's index. ``None`` when no curve has a
-    finite point."""
+    it) or, for a summary without times, against the point's index; each policy in its own
+    :data:`POLICY_STYLES`, named in the legend. ``None`` when no curve has a finite point."""
     times = _times(equity[EQUITY_TIME_KEY]) if isinstance(equity.get(EQUITY_TIME_KEY), list) else None
     names = [n for n in equity if n != EQUITY_TIME_KEY]
     fig, ax = plt.subplots(figsize=(9, 3.8))
     drawn = False
-    for name in ("agent", "flat", "long", *sorted(set(names) - {"agent", "flat", "long"})):
+    known = [n for n in POLICY_STYLES if n in names]
+    for name in (*known, *sorted(set(names) - set(known))):
         curve = equity.get(name)
         if not curve or name not in names:
             continue
@@ -181,7 +204,7 @@ def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> P
         else:
             xs, ys = _thin(curve)
         if ys:
-            ax.plot(xs, ys, label=name, color=POLICY_COLOURS.get(name), lw=1.6 if name == "agent" else 1.1)
+            ax.plot(xs, ys, label=policy_label(name), **POLICY_STYLES.get(name, OTHER_STYLE))
             drawn = True
     if not drawn:
         plt.close(fig)
@@ -192,10 +215,10 @@ def plot_equity(equity: Mapping[str, Sequence[Any]], fold: int, path: Path) -> P
         fig.autofmt_xdate()
     else:
         ax.set_xlabel("point of the validation period (no timestamps recorded)")
-    ax.set_ylabel("cumulative net PnL ($)")
+    ax.set_ylabel("cumulative net PnL ($, after costs)")
     ax.set_title(f"Fold {fold}: validation equity, agent vs baselines")
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="policy", title_fontsize=8)
+    return fig
 
 
 def shares(dist: Mapping[str, Any] | Sequence[Any] | None) -> dict[str, float]:
@@ -234,6 +257,7 @@ def plot_actions(
         ax.set_xlim(-0.6, len(labels) - 0.4)
         ax.set_ylim(0, 1.15)
         ax.set_title(branch if (p and r) else f"{branch} ({'picked' if p else 'realised'} only)")
+        ax.set_xlabel(f"{branch} value")
         ax.legend(fontsize=7, loc="upper right", ncols=2)
     axes[0][0].set_ylabel("share of validation steps")
     fig.suptitle(f"Fold {fold}: action distributions (picked vs realised)")
@@ -256,7 +280,8 @@ def plot_expert_utilisation(by_fold: Mapping[int, Sequence[Any]], path: Path) ->
         )
     ax.axhline(1.0 / n_experts, color="grey", lw=0.8, ls="--", label="uniform")
     ax.set_xticks(range(n_experts), [f"expert {e}" for e in range(n_experts)], fontsize=8)
-    ax.set_ylabel("routing share")
+    ax.set_xlabel("expert of the mixture")
+    ax.set_ylabel("routing share (of the gate's weight)")
     ax.set_title("Expert utilisation by fold")
     ax.legend(fontsize=7)
     return _save(fig, path)
@@ -278,7 +303,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         xs = [k + (i - len(seeds) / 2) * width for k in folds if k in by_fold]
         ys = [float(by_fold[k]["net_pnl"]) for k in folds if k in by_fold]
         ax.bar(xs, ys, width=width, label=f"seed {s['seed']}")
-    for name, marker in (("rule", "_"), ("flat", "."), ("long", "x")):
+    for name, marker in (("rule", "_"), ("flat", "."), ("long", "x"), ("buy_hold", "+")):
         pts = [(k, _finite((ref.get(k) or {}).get(name, {}).get("net_pnl"))) for k in folds]
         pts = [(k, y) for k, y in pts if y is not None]
         if pts:
@@ -288,7 +313,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
                 marker=marker,
                 s=300 if marker == "_" else 40,
                 color="black" if name == "rule" else POLICY_COLOURS.get(name),
-                label=name,
+                label=policy_label(name),
                 zorder=3,
             )
     committee = {
@@ -307,6 +332,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         )
     ax.axhline(0.0, color="black", lw=0.6)
     ax.set_xticks(folds, [f"fold {k}" for k in folds])
+    ax.set_xlabel("walk-forward fold")
     ax.set_ylabel("validation net PnL ($)")
     cap = summary.get("capture") or {}
     mean = _finite(cap.get("mean"))

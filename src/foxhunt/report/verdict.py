@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from foxhunt.domain.baselines import ORDER, label
 from foxhunt.report.fmt import (
     count,
     esc,
@@ -134,12 +135,12 @@ def _versus_line(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]],
     beats = []
     for base in names[1:]:
         won, known = _beats(per_fold, base)
-        if base in ("flat", "long") and f"beats_{base}_folds" in given:
+        if base in ORDER and f"beats_{base}_folds" in given:
             won, known = int(given[f"beats_{base}_folds"]), len(folds)
         if known:
-            beats.append(f"{esc(base)} in <b>{won} of {known}</b>")
+            beats.append(f"{esc(label(base))} in <b>{won} of {known}</b>")
     means = ", ".join(
-        f"{esc(n)} {money(mean([p[n].get('net_pnl') for p in per_fold]))}" for n in names
+        f"{esc(label(n))} {money(mean([p[n].get('net_pnl') for p in per_fold]))}" for n in names
     )
     beat_text = ("; ".join(beats) if beats else "no baseline recorded")
     line = f"net PnL beats {beat_text} folds. Mean net PnL: {means}."

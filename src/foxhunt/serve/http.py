@@ -254,7 +254,7 @@ PAGE = """<!doctype html>
           min-width: 8em; }
   .card b { display: block; font-size: 1.3em; font-variant-numeric: tabular-nums; }
   .card span { font-size: .8em; color: #667; }
-  svg { width: 100%; max-width: 900px; height: 180px; background: #fff; border: 1px solid #dde1e7;
+  svg { width: 100%; max-width: 900px; height: auto; background: #fff; border: 1px solid #dde1e7;
         border-radius: 6px; display: block; margin-bottom: 1em; }
   .wrap { overflow-x: auto; }
   table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
@@ -273,9 +273,21 @@ PAGE = """<!doctype html>
   <div class="card"><span>last row close</span><b id="latency">-</b></div>
   <div class="card"><span>faults</span><b id="faults">-</b></div>
 </div>
-<svg id="curve" viewBox="0 0 900 180" preserveAspectRatio="none" role="img" aria-label="net PnL by decision">
-  <line id="zero" x1="0" x2="900" y1="90" y2="90" stroke="#c5cbd3" stroke-dasharray="4 4"/>
-  <polyline id="pnl" fill="none" stroke="#2563eb" stroke-width="1.5" vector-effect="non-scaling-stroke"/>
+<svg id="curve" viewBox="0 0 900 230" role="img" aria-label="cumulative net PnL ($) by decision">
+  <!-- plot area x 80..890, y 10..170 (X0, X1, Y0, Y1 below); the axes' words never stretch -->
+  <line x1="80" x2="80" y1="10" y2="170" stroke="#1d2330"/>
+  <line x1="80" x2="890" y1="170" y2="170" stroke="#1d2330"/>
+  <line id="zero" x1="80" x2="890" y1="90" y2="90" stroke="#c5cbd3" stroke-dasharray="4 4"/>
+  <polyline id="pnl" fill="none" stroke="#0072B2" stroke-width="1.5"/>
+  <g font-size="11" fill="#445">
+    <text id="y-hi" x="74" y="14" text-anchor="end">-</text>
+    <text id="y-zero" x="74" y="94" text-anchor="end">0</text>
+    <text id="y-lo" x="74" y="174" text-anchor="end">-</text>
+    <text id="x-first" x="80" y="186" text-anchor="start">-</text>
+    <text id="x-last" x="890" y="186" text-anchor="end">-</text>
+    <text x="485" y="210" text-anchor="middle">decision (its row; time UTC), oldest kept to latest</text>
+    <text x="14" y="90" text-anchor="middle" transform="rotate(-90 14 90)">cumulative net PnL ($)</text>
+  </g>
 </svg>
 <div class="wrap"><table id="recent">
   <thead><tr><th>row</th><th>time (UTC)</th><th>direction</th><th>magnitude</th><th>order</th>
@@ -287,11 +299,13 @@ PAGE = """<!doctype html>
 const NAMES = __NAMES__;
 const KEEP_POINTS = 5000, SHOW_ROWS = 25;
 let since = -1, cumulative = 0;
-const points = [], recent = [];
+const points = [], labels = [], recent = [];
+const X0 = 80, X1 = 890, Y0 = 10, Y1 = 170;  // the plot area inside the axes (the svg's viewBox)
 
 const $ = (id) => document.getElementById(id);
 const num = (v, digits) => (v === null || v === undefined) ? "-" :  // + 0: -0 reads as 0
   (Number(v) + 0).toLocaleString("en-US", {minimumFractionDigits: digits, maximumFractionDigits: digits});
+const dollars = (v) => (v < 0 ? "-$" : "$") + num(Math.abs(v), 0);
 const name = (branch, v) => (NAMES[branch] || {})[v] || String(v);
 
 async function getJSON(url) {
@@ -305,18 +319,26 @@ function drawCurve() {
   let lo = Math.min(0, ...points), hi = Math.max(0, ...points);
   if (hi === lo) { lo -= 1; hi += 1; }  // no PnL yet: the zero line in the middle
   const span = hi - lo;
-  const n = Math.max(points.length - 1, 1), y = (v) => 170 - 160 * (v - lo) / span;
-  const xy = points.map((v, i) => (900 * i / n).toFixed(1) + "," + y(v).toFixed(1));
+  const n = Math.max(points.length - 1, 1), y = (v) => Y1 - (Y1 - Y0) * (v - lo) / span;
+  const xy = points.map((v, i) => (X0 + (X1 - X0) * i / n).toFixed(1) + "," + y(v).toFixed(1));
   $("pnl").setAttribute("points", xy.join(" "));
   $("zero").setAttribute("y1", y(0).toFixed(1));
   $("zero").setAttribute("y2", y(0).toFixed(1));
+  $("y-hi").textContent = dollars(hi);
+  $("y-lo").textContent = dollars(lo);
+  $("y-zero").setAttribute("y", (y(0) + 4).toFixed(1));
+  $("y-zero").textContent = (y(0) > Y0 + 12 && y(0) < Y1 - 12) ? "$0" : "";  // apart from hi and lo
+  $("x-first").textContent = labels[0];
+  $("x-last").textContent = labels[labels.length - 1];
 }
+
+const when = (d) => new Date(d.ts_event / 1e6).toISOString().replace("T", " ").slice(0, 19);
 
 function drawTable() {
   const body = document.querySelector("#recent tbody");
   body.replaceChildren(...recent.map((d) => {
     const tr = document.createElement("tr");
-    const cells = [d.row, new Date(d.ts_event / 1e6).toISOString().replace("T", " ").slice(0, 19),
+    const cells = [d.row, when(d),
       name("direction", d.direction), d.magnitude, name("order_type", d.order_type),
       name("urgency", d.urgency), num(d.position_after, 0), num(d.fill_contracts, 0),
       num(d.fill_price, 2), num(d.net, 2), d.forced || ""];
@@ -336,10 +358,12 @@ async function tick() {
     for (const d of rows) {
       cumulative += d.net;
       points.push(cumulative);
+      labels.push("row " + d.row + ", " + when(d));
       recent.unshift(d);
       since = d.row;
     }
     points.splice(0, Math.max(points.length - KEEP_POINTS, 0));
+    labels.splice(0, Math.max(labels.length - KEEP_POINTS, 0));
     recent.splice(SHOW_ROWS);
     $("position").textContent = num(state.position, 0);
     $("net").textContent = num(state.net_pnl, 2);

@@ -724,7 +724,7 @@ class Service:
     def write_outputs(self) -> None:
         from foxhunt.backtest.decisions import write_decisions_csv
 
-        write_decisions_csv(self.out / "decisions.csv", self.ledger.decisions())
+        write_decisions_csv(self.out / "decisions.csv", self.ledger.decisions(), self.cfg.env.branches)
         (self.out / "summary.json").write_text(json.dumps(self.ledger.summary(), indent=2))
 
     def close(self) -> None:

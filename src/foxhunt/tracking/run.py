@@ -262,7 +262,7 @@ def start_run(
     ``tracking_uri``: a store URI, ``"none"`` (off), or None for the default (:func:`resolve_uri`);
     ``parent``: the run id this one nests under; ``out``: the run folder (``tracking.json`` is
     written there; with ``resume``, its recorded run is continued)."""
-    run = TrackedRun(resolve_uri(tracking_uri), experiment_name(experiment), cfg.train.epochs, warn)
+    run = TrackedRun(resolve_uri(tracking_uri, out), experiment_name(experiment), cfg.train.epochs, warn)
     run.start(name, cfg, command=command, parent=parent, profile=profile, out=out, tags=tags, resume=resume)
     return run
 

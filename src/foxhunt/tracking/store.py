@@ -1,7 +1,8 @@
 """Where runs are tracked: the MLflow store a command writes to, and the record a run folder keeps.
 
 The store is, in order: ``--tracking-uri URI``; ``FOXHUNT_TRACKING=off`` (nothing tracked);
-``MLFLOW_TRACKING_URI``; else a SQLite database ``mlflow.db`` in the current directory. ``none`` or
+``MLFLOW_TRACKING_URI``; else a SQLite database ``mlflow.db`` in the command's run folder (``--out``;
+the current directory for a command without one, as :func:`reading_uri` reads). ``none`` or
 ``off`` as the URI turns tracking off. A relative SQLite path is made absolute when the command
 starts, so the run folder's record (``tracking.json``) still finds the store from another directory.
 A SQLite store keeps its artefacts in ``mlartifacts/`` beside the database file (what ``mlflow ui``
@@ -44,14 +45,16 @@ _OFF_WORDS = {OFF, "off"}
 _SQLITE = "sqlite:///"
 
 
-def resolve_uri(flag: str | None) -> str | None:
-    """The store a command tracks to (module docs), or None when tracking is off."""
+def resolve_uri(flag: str | None, out: Path | None = None) -> str | None:
+    """The store a command tracks to (module docs), or None when tracking is off; ``out``: the
+    command's run folder, where the default database goes (the current directory without one)."""
     if flag is not None:
         chosen = flag.strip()
     elif os.environ.get(SWITCH_ENV, "").strip().lower() in _OFF_WORDS:
         return None
     else:
-        chosen = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or _SQLITE + DEFAULT_DB
+        default = Path(out) / DEFAULT_DB if out is not None else Path(DEFAULT_DB)
+        chosen = os.environ.get("MLFLOW_TRACKING_URI", "").strip() or _SQLITE + str(default)
     if chosen.lower() in _OFF_WORDS:
         return None
     db = sqlite_path(chosen)

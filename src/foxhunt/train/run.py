@@ -53,7 +53,7 @@ from foxhunt.atomic import write_json
 from foxhunt.backtest.capture import RULE, fold_capture
 from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.backtest.reference import fold_policies
+from foxhunt.backtest.reference import baseline_config, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
@@ -459,12 +459,12 @@ class FoldTrainer:
 
 
 def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: float) -> tuple[dict, dict]:
-    """Flat, long and the reference rule (:mod:`foxhunt.backtest.reference`; where its feature is in
-    the state) over the same (whole) validation period as the reported checkpoint: metrics and net
-    PnL per row."""
+    """Flat, long, buy-and-hold and the reference rule (:mod:`foxhunt.backtest.reference`; where its
+    feature is in the state) over the same (whole) validation period as the reported checkpoint:
+    metrics and net PnL per row."""
     metrics, curves = {}, {}
     for name, policy in fold_policies(cfg, market).items():
-        m, rec = validate(market, fd, cfg, policy, bpy)
+        m, rec = validate(market, fd, baseline_config(name, cfg), policy, bpy)
         metrics[name] = {k: v for k, v in m.items() if k != "all"}
         curves[name] = validation_net(rec, fd, cfg)
     return metrics, curves

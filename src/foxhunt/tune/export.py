@@ -33,6 +33,23 @@ def best_trial(study: optuna.Study) -> FrozenTrial | None:
     return study.best_trial
 
 
+def undecided(study: optuna.Study) -> tuple[float, int] | None:
+    """``(value, n)`` when the study's ``n`` COMPLETE trials leave nothing to choose: every one scored
+    0 (no trial traded, or none moved the objective), or two or more scored the same; ``None`` when a
+    best trial exists in earnest (or none completed). Optuna still names the first as best."""
+    values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    if not values or len(set(values)) > 1 or (values[0] != 0 and len(values) < 2):
+        return None
+    return float(values[0]), len(values)
+
+
+def undecided_text(value: float, n: int) -> str:
+    """What is said instead of "best: trial 0" when :func:`undecided`."""
+    if value == 0:
+        return f"no trial scored: all {n} completed trials scored 0"
+    return f"no trial scored above another: all {n} completed trials scored {value:,.6g}"
+
+
 def best_config(cfg: FoxhuntConfig, trial: FrozenTrial) -> FoxhuntConfig:
     """``cfg`` with the trial's parameters set as ``--set`` would (``cfg`` the study's trial config:
     the config the trial trained)."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+from markupsafe import Markup
 from optuna.trial import TrialState
 
 from foxhunt.atomic import write_json, write_text
@@ -27,9 +28,10 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.parallel.resources import tally
 from foxhunt.report.fmt import NA, esc, kv, note, table, td
 from foxhunt.report.html import CSS
+from foxhunt.report.page import Section, render_page
 from foxhunt.report.plots import _save, plt
 from foxhunt.tune.config import Direction
-from foxhunt.tune.export import BEST_PROFILE, best_trial
+from foxhunt.tune.export import BEST_PROFILE, best_trial, undecided, undecided_text
 from foxhunt.tune.objective import Period, out_of_sample
 from foxhunt.tune.study import DEVICE, REASON, VALIDATION, counted, ranked_on, trial_row
 
@@ -107,6 +109,8 @@ def summarise(
             "folder": best.user_attrs.get("folder"),
             "profile": str(Path(out) / BEST_PROFILE),
         },
+        # every completed trial scored alike (all 0: none traded): the "best" is only the first
+        "undecided": None if (u := undecided(study)) is None else {"value": u[0], "trials": u[1]},
         "importances": imp,
         "importance_note": why,
         "seconds": round(seconds, 1),
@@ -228,7 +232,14 @@ def render(summary: Mapping[str, Any], history_png: Path | None, importance_png:
     )
     if best:
         val = best.get("validation") or {}
-        best_html = kv(
+        und = summary.get("undecided")
+        warn = (
+            f'<p class="warning">{esc(undecided_text(und["value"], und["trials"]))}: '
+            f"trial {esc(best['number'])} below is the first of them, not a choice.</p>"
+            if und
+            else ""
+        )
+        best_html = warn + kv(
             [
                 ("trial", esc(best["number"])),
                 (f"{objective} over the {ranked} periods (ranked on)", _value(best["value"])),
@@ -242,21 +253,19 @@ def render(summary: Mapping[str, Any], history_png: Path | None, importance_png:
         best_html = note("No trial completed: there is no best configuration.")
     imp_note = summary.get("importance_note") or "not available"
     keys = sorted({k for r in summary["trials"] for k in (r.get("params") or {})})
+    # Each body is HTML built from escaped pieces (foxhunt.report.fmt); the page is the template's.
     body = [
-        f"<section id='study'><h2>Study</h2>{overview}</section>",
-        f"<section id='best'><h2>Best configuration</h2>{best_html}</section>",
-        f"<section id='history'><h2>Optimisation history</h2>"
-        f"{_img(history_png, 'No trial has a value yet.')}</section>",
-        f"<section id='importance'><h2>Parameter importances</h2>"
-        f"{_img(importance_png, 'Parameter importances: ' + imp_note + '.')}</section>",
-        f"<section id='trials'><h2>Trials</h2>{_trials_table(summary['trials'], keys, ranked)}</section>",
+        Section("study", "Study", Markup(overview)),
+        Section("best", "Best configuration", Markup(best_html)),
+        Section("history", "Optimisation history", Markup(_img(history_png, "No trial has a value yet."))),
+        Section(
+            "importance",
+            "Parameter importances",
+            Markup(_img(importance_png, "Parameter importances: " + imp_note + ".")),
+        ),
+        Section("trials", "Trials", Markup(_trials_table(summary["trials"], keys, ranked))),
     ]
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{esc(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{esc(title)}</h1>\n{''.join(body)}\n</body>\n</html>\n"
-    )
+    return render_page(title, CSS, body, nav=False)
 
 
 def write_outputs(
