@@ -55,7 +55,7 @@ from foxhunt.report.fmt import (
     td,
     text,
 )
-from foxhunt.report.page import Section, render_page
+from foxhunt.report.page import Section, render_body, render_page
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
@@ -111,6 +111,14 @@ class ReportInputError(FoxhuntError, ValueError):
 
 def _section(anchor: str, body: str) -> Section:
     return Section(anchor, dict(SECTIONS)[anchor], Markup(body))  # body: built from escaped pieces
+
+
+def _image(path: Path | None, alt: str, missing: str, label: str | None = None) -> dict[str, str | None]:
+    """A PNG for the templates' ``img`` macro: its base64 data (``None`` when absent: ``missing``
+    shows instead), alt text and caption."""
+    data = None if path is None else base64.b64encode(path.read_bytes()).decode("ascii")
+    caption = label or (f"plots/{path.name}" if path is not None else "")
+    return {"data": data, "alt": alt, "label": caption, "missing": missing}
 
 
 def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
@@ -519,90 +527,59 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         best = num(diag.get("best_epoch"))
         at = next((r for r in hist if best is not None and num(r.get("epoch")) == best), None)
         at = at if at is not None else (hist[-1] if hist else {})
-        shown = text(at.get("epoch")) if at else NA
         util = diag.get("expert_utilisation")
-        util_html = " ".join(pct(u) for u in util) if isinstance(util, list | tuple) and util else NA
-        anomaly = diag.get("anomaly")
-        anomaly_html = f'<span class="bad">{esc(anomaly)}</span>' if anomaly else "none"
-        responses = [str(r) for r in diag.get("plateau_responses") or []]
-        resp_html = (
-            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in responses) + "</ul>" if responses else "none"
-        )
         rows.append(
-            "<tr>"
-            + td(str(fold_id(fold, i)))
-            + td(fixed(best, 0))
-            + td(str(len(hist)))
-            + td(shown)
-            + td(fixed(at.get("select_sharpe")))
-            + td(fixed(at.get("gate_entropy"), 3))
-            + td(pct(at.get("atom_utilisation")))
-            + td(fixed(at.get("grad_norm"), 3))
-            + td(util_html)
-            + td(anomaly_html, "implausible" if anomaly else "")
-            + td(resp_html, "")
-            + "</tr>"
+            {
+                "fold": fold_id(fold, i),
+                "best": Markup(fixed(best, 0)),
+                "epochs": len(hist),
+                "shown": Markup(text(at.get("epoch")) if at else NA),
+                "sharpe": Markup(fixed(at.get("select_sharpe"))),
+                "entropy": Markup(fixed(at.get("gate_entropy"), 3)),
+                "atoms": Markup(pct(at.get("atom_utilisation"))),
+                "grad": Markup(fixed(at.get("grad_norm"), 3)),
+                "util": Markup(
+                    " ".join(pct(u) for u in util) if isinstance(util, list | tuple) and util else NA
+                ),
+                "anomaly": diag.get("anomaly"),
+                "responses": [str(r) for r in diag.get("plateau_responses") or []],
+            }
         )
-    tbl = table(
-        "<tr><th>fold</th><th>best epoch</th><th>epochs run</th><th>epoch shown</th>"
-        "<th>selection Sharpe</th><th>gate entropy (nats)</th><th>atom utilisation</th><th>grad norm</th>"
-        "<th>expert utilisation</th><th>anomaly</th><th>plateau responses</th></tr>"
-        f"{''.join(rows)}"
+    body = render_body(
+        "diagnostics.html.j2",
+        rows=rows,
+        screen=_screen(folds),
+        qgap=_qgap(folds),
+        calibration=_calibration(folds),
+        expert=_image(expert_png, "expert utilisation by fold", "Expert utilisation not available."),
     )
-    note_html = (
-        '<p class="small">Per-epoch values are shown at the best epoch (the last recorded epoch when '
-        "the best one is not in the history); the selection Sharpe is the epoch's greedy backtest of the "
-        "fold's selection period (the tail of its training rows), which picks the best epoch: no epoch "
-        "reads the validation period (train.selection = last: no selection period, n/a, and the last "
-        "epoch is reported). Expert utilisation is the "
-        "last epoch's.</p>"
-    )
-    img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
-    body = (
-        f"{tbl}\n{note_html}\n{_screen_table(folds)}\n{_qgap_table(folds)}\n"
-        f"{_calibration_table(folds)}\n{img}"
-    )
-    return _section("diagnostics", body)
+    return Section("diagnostics", dict(SECTIONS)["diagnostics"], body)
 
 
-def _screen_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """The input screen (agent.network.input_screen): per fold, the feature columns the network read
-    and their rank IC with the plan-horizon move on the fold's training rows."""
-    title = "<h3>Input screen</h3>"
+def _screen(folds: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[tuple[str, Markup]]]]:
+    """The input screen (agent.network.input_screen): per fold that ran it, the feature columns the
+    network read and their rank IC with the plan-horizon move on the fold's training rows."""
     found = []
     for i, f in enumerate(folds):
         diag = f.get("diagnostics") if isinstance(f.get("diagnostics"), Mapping) else {}
         kept = diag.get("input_screen")
         if isinstance(kept, Mapping) and kept:
-            found.append((i, f, kept))
-    if not found:
-        return title + note("off: the network read every feature column (agent.network.input_screen = 0).")
-    rows = "".join(
-        f"<tr>{td(str(fold_id(f, i)))}"
-        + td(" &middot; ".join(f"{esc(str(c))} {fixed(num(ic), 3)}" for c, ic in kept.items()), "")
-        + "</tr>"
-        for i, f, kept in found
-    )
-    explain = (
-        '<p class="small">Each fold\'s network read these feature columns (strongest first, with their '
-        "Spearman rank correlation with the plan horizon's mid move on the fold's own training rows; "
-        "their long/short mirror partners too) and 0 in every other feature column.</p>"
-    )
-    return title + table(f"<tr><th>fold</th><th>columns read (rank IC)</th></tr>{rows}") + explain
+            found.append((fold_id(f, i), [(str(c), Markup(fixed(num(ic), 3))) for c, ic in kept.items()]))
+    return found
 
 
 _BUCKETS = ("below the median", "50-75%", "75-90%", "90-97%", "top 3%")
-"""The columns of :func:`_calibration_table` (foxhunt.train.diagnostics.CALIBRATION_QUANTILES)."""
+"""The columns of the calibration table (foxhunt.train.diagnostics.CALIBRATION_QUANTILES)."""
 
 
-def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
+def _calibration(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Where the entries pay: per fold, the next plan horizon's move per contract in the entry's
-    direction by quantile of the reported policy's entry advantage, on training and validation rows."""
+    direction by quantile of the reported policy's entry advantage, on training and validation rows;
+    ``None`` for a summary without it."""
     found = [(i, f, f.get(CALIBRATION_KEY)) for i, f in enumerate(folds)]
     found = [(i, f, c) for i, f, c in found if isinstance(c, Mapping)]
-    title = "<h3>Entry advantage vs the move that followed</h3>"
     if not found:
-        return title + note("n/a: this summary predates the calibration (fold[\"calibration\"]).")
+        return None
     rows, horizon = [], None
     for i, f, cal in found:
         for part in ("train", "validation"):
@@ -611,54 +588,32 @@ def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
                 continue
             horizon = c.get("horizon", horizon)
             moves = list(c.get("move") or [])
-            cells = "".join(td(money(moves[b]) if b < len(moves) else "n/a") for b in range(len(_BUCKETS)))
             rows.append(
-                f"<tr>{td(str(fold_id(f, i)))}{td(part, '')}{td(count(c.get('rows')))}{cells}"
-                f"{td(fixed(c.get('corr'), 3))}</tr>"
+                {
+                    "fold": fold_id(f, i),
+                    "part": part,
+                    "n": Markup(count(c.get("rows"))),
+                    "moves": [
+                        Markup(money(moves[b])) if b < len(moves) else "n/a" for b in range(len(_BUCKETS))
+                    ],
+                    "corr": Markup(fixed(c.get("corr"), 3)),
+                }
             )
-    head = (
-        "<tr><th>fold</th><th>rows</th><th>n</th>"
-        + "".join(f"<th>{b}</th>" for b in _BUCKETS)
-        + "<th>corr</th></tr>"
-    )
-    explain = (
-        '<p class="small">The reported policy\'s entry advantage on each row from a flat portfolio '
-        "(its best entry's E[Q] over staying out: max(Q(long), Q(short)) - max(Q(hold), Q(flat)); a "
-        "committee's on its members' mean E[Q]), the "
-        f"rows bucketed by its quantiles, and the mean move of the next {horizon} rows' mid in that "
-        "entry's direction, in money per contract before costs; corr: of the advantage with that move. "
-        "A learner ranks the validation rows as it ranked its training rows (the means rise to the "
-        "right on both lines); a network that fitted noise ranks only its training rows, and its "
-        "surest entries are the ones that lose out of sample. Computed once the fold's training is "
-        "over; nothing is chosen on it.</p>"
-    )
-    return title + table(head + "".join(rows)) + explain
+    return {"buckets": _BUCKETS, "rows": rows, "horizon": horizon}
 
 
-def _qgap_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """Learner or gambler: per fold and epoch, corr(greedy Q(long) - Q(short), planted carrier)."""
+def _qgap(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Learner or gambler: per fold and epoch, corr(greedy Q(long) - Q(short), planted carrier);
+    ``None`` where no epoch measured it (no planted signal)."""
     hists = [_history(f) for f in folds]
     epochs = sorted({int(e) for h in hists for r in h if (e := num(r.get("epoch"))) is not None})
     if not any(num(r.get("qgap_corr")) is not None for h in hists for r in h):
-        return "<h3>Direction gap vs the planted signal</h3>" + note(
-            "n/a: this market has no known planted signal (real data), so the correlation of the "
-            "direction gap with it is not measured."
-        )
+        return None
     rows = []
     for i, (f, h) in enumerate(zip(folds, hists, strict=True)):
         by_epoch = {int(e): r.get("qgap_corr") for r in h if (e := num(r.get("epoch"))) is not None}
-        cells = "".join(td(fixed(by_epoch.get(e), 3)) for e in epochs)
-        rows.append(f"<tr>{td(str(fold_id(f, i)))}{cells}</tr>")
-    head = "<tr><th>fold</th>" + "".join(f"<th>epoch {e}</th>" for e in epochs) + "</tr>"
-    explain = (
-        '<p class="small">Per epoch, the correlation over the selection rows (at most 4,096, from a flat '
-        "portfolio) of the greedy network's Q(long) - Q(short) with the state feature carrying the "
-        "planted signal; under train.selection = last (no selection period) over as many rows at the "
-        "end of the training rows, in sample, which is sound here: it reads no label and no future "
-        "return, and picks nothing. A learner's correlation rises and stays positive; a gambler's "
-        "wanders around 0 whatever its PnL. n/a: the gap was constant (no correlation yet).</p>"
-    )
-    return "<h3>Direction gap vs the planted signal</h3>" + table(head + "".join(rows)) + explain
+        rows.append((fold_id(f, i), [Markup(fixed(by_epoch.get(e), 3)) for e in epochs]))
+    return {"epochs": epochs, "rows": rows}
 
 
 # --- entry point -------------------------------------------------------------------------------
