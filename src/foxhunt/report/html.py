@@ -489,34 +489,33 @@ def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _per_fold_images(
     anchor: str, folds: Sequence[Mapping[str, Any]], images: Mapping[tuple[str, int], Any], missing: str
 ) -> Section:
-    parts = []
+    shown = []
     for i, fold in enumerate(folds):
         k = fold_id(fold, i)
-        parts.append(f"<h3>Fold {k}</h3>")
         alt = f"{dict(SECTIONS)[anchor]}, fold {k}"
-        parts.append(_img(images.get((anchor, i)), alt, missing.format(k=k)))
-        if anchor == "actions":
-            parts.append(_action_table(fold))
-    return _section(anchor, "\n".join(parts) or note("No fold completed."))
+        image = _image(images.get((anchor, i)), alt, missing.format(k=k))
+        branches = _action_rows(fold) if anchor == "actions" else []
+        shown.append({"fold": k, "image": image, "branches": branches})
+    body = render_body("per_fold.html.j2", folds=shown, actions=anchor == "actions", na=Markup(NA))
+    return Section(anchor, dict(SECTIONS)[anchor], body)
 
 
-def _action_table(fold: Mapping[str, Any]) -> str:
+Shares = list[tuple[str, Markup]] | None
+"""An action distribution's shares as ``(action, formatted share)``; ``None``: not recorded."""
+
+
+def _action_rows(fold: Mapping[str, Any]) -> list[tuple[str, Shares, Shares]]:
+    """``(branch, picked shares, realised shares)`` of each action branch the fold recorded."""
     actions = fold.get("actions") if isinstance(fold.get("actions"), Mapping) else {}
     picked = actions.get("picked") if isinstance(actions.get("picked"), Mapping) else {}
     realised = actions.get("realised") if isinstance(actions.get("realised"), Mapping) else {}
-    branches = list(dict.fromkeys([*picked, *realised]))
-    if not branches:
-        return ""
 
-    def cell(dist: Any) -> str:
+    def cell(dist: Any) -> Shares:
         s = plots.shares(dist)
-        return " &middot; ".join(f"{esc(k)} {pct(v)}" for k, v in s.items()) if s else NA
+        return [(str(k), Markup(pct(v))) for k, v in s.items()] if s else None
 
-    rows = "".join(
-        f"<tr><td>{esc(b)}</td><td>{cell(picked.get(b))}</td><td>{cell(realised.get(b))}</td></tr>"
-        for b in branches
-    )
-    return table(f"<tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}")
+    branches = list(dict.fromkeys([*picked, *realised]))
+    return [(str(b), cell(picked.get(b)), cell(realised.get(b))) for b in branches]
 
 
 def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> Section:
