@@ -41,7 +41,6 @@ from foxhunt.report.fmt import (
     fixed,
     fold_id,
     implausible_reasons,
-    kv,
     mapping,
     mean,
     money,
@@ -121,16 +120,6 @@ def _image(path: Path | None, alt: str, missing: str, label: str | None = None) 
     return {"data": data, "alt": alt, "label": caption, "missing": missing}
 
 
-def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
-    if path is None:
-        return note(missing)
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (
-        f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
-        f'<div class="small">{esc(label or f"plots/{path.name}")}</div>'
-    )
-
-
 # --- input checks ------------------------------------------------------------------------------
 
 
@@ -169,30 +158,35 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
 # --- sections ----------------------------------------------------------------------------------
 
 
+def _facts(anchor: str, pairs: Sequence[tuple[str, str]] | None, missing: str) -> Section:
+    """A section of labelled facts (``pairs``: label, formatted value), ``missing`` when ``None``."""
+    shown = None if pairs is None else [(k, Markup(v)) for k, v in pairs]
+    return Section(anchor, dict(SECTIONS)[anchor], render_body("kv.html.j2", pairs=shown, missing=missing))
+
+
 def _run_section(summary: Mapping[str, Any]) -> Section:
     run = mapping(summary, "run")
     if run is None:
-        return _section("run", note("Run information not available."))
-    return _section(
+        return _facts("run", None, "Run information not available.")
+    return _facts(
         "run",
-        kv(
-            [
-                ("settings profile", text(run.get("profile"))),
-                ("config hash", text(run.get("config_hash"))),
-                ("seed", text(run.get("seed"))),
-                ("device", text(run.get("device"))),
-                ("foxhunt version", text(run.get("foxhunt_version"))),
-                ("started", text(run.get("started"))),
-                ("elapsed", duration(run.get("elapsed_s"))),
-            ]
-        ),
+        [
+            ("settings profile", text(run.get("profile"))),
+            ("config hash", text(run.get("config_hash"))),
+            ("seed", text(run.get("seed"))),
+            ("device", text(run.get("device"))),
+            ("foxhunt version", text(run.get("foxhunt_version"))),
+            ("started", text(run.get("started"))),
+            ("elapsed", duration(run.get("elapsed_s"))),
+        ],
+        "",
     )
 
 
 def _data_section(summary: Mapping[str, Any]) -> Section:
     data = mapping(summary, "data")
     if data is None:
-        return _section("data", note("Data summary not available."))
+        return _facts("data", None, "Data summary not available.")
     source = data.get("files") or data.get("source")
     if isinstance(source, list | tuple):
         source_html = "<br>".join(esc(s) for s in source) or NA
@@ -200,65 +194,57 @@ def _data_section(summary: Mapping[str, Any]) -> Section:
         source_html = text(source)
     kind = "synthetic (generated)" if data.get("synthetic") else ("DBN files" if data.get("files") else None)
     unit = data.get("row_unit")
-    return _section(
+    return _facts(
         "data",
-        kv(
-            [
-                ("kind", text(kind)),
-                ("source", source_html),
-                ("instrument", text(data.get("instrument"))),
-                ("rows", count(data.get("rows")) + (f" ({esc(unit)} rows)" if unit else "")),
-                ("sessions", count(data.get("sessions"))),
-                ("first", text(data.get("first"))),
-                ("last", text(data.get("last"))),
-                ("features", count(data.get("features"))),
-            ]
-        ),
+        [
+            ("kind", text(kind)),
+            ("source", source_html),
+            ("instrument", text(data.get("instrument"))),
+            ("rows", count(data.get("rows")) + (f" ({esc(unit)} rows)" if unit else "")),
+            ("sessions", count(data.get("sessions"))),
+            ("first", text(data.get("first"))),
+            ("last", text(data.get("last"))),
+            ("features", count(data.get("features"))),
+        ],
+        "",
     )
 
 
 def _leaks_section(summary: Mapping[str, Any]) -> Section:
     leaks = mapping(summary, "leaks")
     if leaks is None or not isinstance(leaks.get("passed"), bool):
-        return _section("leaks", note("Leak guard result not available."))
-    checked = count(leaks.get("columns_checked"))
-    if leaks["passed"]:
-        body = f'<p><span class="good">passed</span>: no leak found in {checked} columns checked.</p>'
+        body = render_body("leaks.html.j2", passed=None, checked="", leaking="")
     else:
         cols = leaks.get("leaking_columns")
-        named = f" in {esc(', '.join(map(str, cols)))}" if isinstance(cols, list | tuple) and cols else ""
-        body = f'<p><span class="bad">FAILED</span>: a leak was found{named} ({checked} columns checked).</p>'
-    return _section("leaks", body)
+        leaking = ", ".join(map(str, cols)) if isinstance(cols, list | tuple) and cols else ""
+        checked = Markup(count(leaks.get("columns_checked")))
+        body = render_body("leaks.html.j2", passed=leaks["passed"], checked=checked, leaking=leaking)
+    return Section("leaks", dict(SECTIONS)["leaks"], body)
 
 
 def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> Section:
     alpha = mapping(summary, "alpha")
-    if alpha is None:
-        return _section("alpha", note("Alpha check not available (not run, or no results recorded)."))
-    line = alpha.get("verdict_line")  # the alpha check's own sentence, "Verdict: ..."
-    parts = [f"<p>{esc(line)}</p>" if line else f"<p><b>Verdict:</b> {text(alpha.get('verdict'))}</p>"]
-    rows = [r for r in alpha.get("rows") or [] if isinstance(r, Mapping)]
-    if rows:
-        body = "".join(
-            "<tr>"
-            + td(text(r.get("model")), "")
-            + td(count(r.get("horizon")))
-            + td(fixed(r.get("auc"), 3))
-            + td(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]")
-            + "</tr>"
-            for r in rows
-        )
-        parts.append(
-            table(
-                "<tr><th>model</th><th>horizon (rows)</th><th>validation AUC</th>"
-                f"<th>95% interval</th></tr>{body}"
-            )
-        )
-    else:
-        parts.append(note("No per-model AUC rows recorded."))
-    for rel, path in alpha_pngs:
-        parts.append(_img(path, f"alpha check: {rel}", f"Alpha plot {rel} not found.", label=rel))
-    return _section("alpha", "\n".join(parts))
+    shown = None
+    if alpha is not None:
+        rows = [r for r in alpha.get("rows") or [] if isinstance(r, Mapping)]
+        shown = {
+            "line": alpha.get("verdict_line"),  # the alpha check's own sentence, "Verdict: ..."
+            "verdict": Markup(text(alpha.get("verdict"))),
+            "rows": [
+                {
+                    "model": Markup(text(r.get("model"))),
+                    "horizon": Markup(count(r.get("horizon"))),
+                    "auc": Markup(fixed(r.get("auc"), 3)),
+                    "interval": Markup(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]"),
+                }
+                for r in rows
+            ],
+            "images": [
+                _image(path, f"alpha check: {rel}", f"Alpha plot {rel} not found.", label=rel)
+                for rel, path in alpha_pngs
+            ],
+        }
+    return Section("alpha", dict(SECTIONS)["alpha"], render_body("alpha.html.j2", alpha=shown))
 
 
 METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
