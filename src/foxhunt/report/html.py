@@ -50,7 +50,6 @@ from foxhunt.report.fmt import (
     policies,
     policy_names,
     rate,
-    table,
     td,
     text,
 )
@@ -267,10 +266,9 @@ def _sharpe_cell(m: Mapping[str, Any]) -> str:
     return esc(shown) if not shown.startswith("n/a") else f'<span class="na">{esc(shown)}</span>'
 
 
-def _metric_cells(m: Mapping[str, Any]) -> str:
-    return "".join(
-        td(_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key))) for key, _, fmt in METRIC_COLUMNS
-    )
+def _metric_cells(m: Mapping[str, Any]) -> list[Markup]:
+    cells = [_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key)) for key, _, fmt in METRIC_COLUMNS]
+    return [Markup(c) for c in cells]
 
 
 def _checkpoint_text(fold: Mapping[str, Any]) -> str:
@@ -291,119 +289,103 @@ def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
 RULE = Baseline.RULE.value
 
 
-def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
-    n = len(names)
-    head = (
-        "<tr><th>fold</th><th>policy</th>"
-        + "".join(f"<th>{esc(title)}</th>" for _, title, _ in METRIC_COLUMNS)
-        + "<th>bars / year</th><th>implausible</th></tr>"
-    )
+def _metrics_rows(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The metrics table's rows: per fold one per policy (the fold's id leading the first), then the
+    folds' means per policy."""
     rows, per_fold = [], [policies(f, names) for f in folds]
     for i, (fold, pols) in enumerate(zip(folds, per_fold, strict=True)):
         for j, p in enumerate(names):
             m = pols[p]
-            who = f"<b>{esc(label(p))}</b> ({_checkpoint_text(fold)})" if p == AGENT else esc(label(p))
-            lead = f'<td rowspan="{n}">{fold_id(fold, i)}</td>' if j == 0 else ""
             flag = implausible_reasons(m)
-            flag_cell = (
-                td(f'<span class="bad">IMPLAUSIBLE</span> {esc(", ".join(flag))}', "implausible")
-                if flag
-                else td("no", "")
-            )
-            bpy = td(fixed(fold.get("bars_per_year"), 0))
-            cells = lead + td(who, "") + _metric_cells(m) + bpy + flag_cell
             # an implausible agent is red, an agent that never traded amber (the verdict warns of both)
             cls = ""
             if p == AGENT:
                 cls = "implausible" if flag else ("idle" if num(fold.get("trades")) == 0 else "agent")
-            attr = f' class="{cls}"' if cls else ""
-            rows.append(f"<tr{attr}>{cells}</tr>")
+            rows.append(
+                {
+                    "cls": cls,
+                    "lead": fold_id(fold, i) if j == 0 else None,
+                    "who": label(p),
+                    "checkpoint": Markup(_checkpoint_text(fold)) if p == AGENT else None,
+                    "metrics": _metric_cells(m),
+                    "bpy": Markup(fixed(fold.get("bars_per_year"), 0)),
+                    "reasons": ", ".join(flag),
+                    "flag": "no",
+                }
+            )
     n_flagged = sum(bool(implausible_reasons(f)) for f in folds)
     for j, p in enumerate(names):
         mean_m = {key: mean([pols[p].get(key) for pols in per_fold]) for key, _, _ in METRIC_COLUMNS}
         steps = [num(pols[p].get("steps")) for pols in per_fold]  # the folds' steps together
         mean_m["steps"] = None if None in steps else sum(steps)  # type: ignore[arg-type]
-        lead = f'<td rowspan="{n}">mean of {len(folds)}</td>' if j == 0 else ""
-        flagged = td(f"{n_flagged} of {len(folds)} folds", "") if p == AGENT else td("", "")
-        cells = (
-            lead
-            + td(esc(label(p)), "")
-            + _metric_cells(mean_m)
-            + td(fixed(mean([f.get("bars_per_year") for f in folds]), 0))
-            + flagged
+        rows.append(
+            {
+                "cls": "mean",
+                "lead": f"mean of {len(folds)}" if j == 0 else None,
+                "who": label(p),
+                "checkpoint": None,
+                "metrics": _metric_cells(mean_m),
+                "bpy": Markup(fixed(mean([f.get("bars_per_year") for f in folds]), 0)),
+                "reasons": "",
+                "flag": f"{n_flagged} of {len(folds)} folds" if p == AGENT else "",
+            }
         )
-        rows.append(f'<tr class="mean">{cells}</tr>')
-    return table(f"{head}{''.join(rows)}", "metrics")
+    return rows
 
 
-def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
-    """The reported checkpoint's numbers beside the last epoch's, over the same validation rows."""
+def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The reported checkpoint's numbers beside the last epoch's, over the same validation rows;
+    ``None`` when the last epoch's were not recorded."""
     if not any(isinstance(f.get(LAST_EPOCH_KEY), Mapping) for f in folds):
-        return note("The last epoch's validation numbers were not recorded.")
+        return None
     keys = (("net_pnl", "net PnL", money), ("sharpe_annual", "Sharpe", fixed), ("trades", "trades", count))
     rows = []
     for i, f in enumerate(folds):
         last = f.get(LAST_EPOCH_KEY) if isinstance(f.get(LAST_EPOCH_KEY), Mapping) else {}
         rows.append(
-            "<tr>"
-            + td(str(fold_id(f, i)))
-            + _checkpoint_cell(f)
-            + "".join(td(fmt(f.get(k))) for k, _, fmt in keys)
-            + td(f"last, epoch {count(last.get('epoch'))}", "")
-            + "".join(td(fmt(last.get(k))) for k, _, fmt in keys)
-            + "</tr>"
+            {
+                "fold": fold_id(f, i),
+                "checkpoint": Markup(_checkpoint_text(f)),
+                "reported": [Markup(fmt(f.get(k))) for k, _, fmt in keys],
+                "epoch": Markup(count(last.get("epoch"))),
+                "last": [Markup(fmt(last.get(k))) for k, _, fmt in keys],
+            }
         )
-    head = (
-        '<tr><th rowspan="2">fold</th><th colspan="4">reported (agent columns above)</th>'
-        '<th colspan="4">last epoch</th></tr><tr><th>checkpoint</th>'
-        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
-        + "<th>checkpoint</th>"
-        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
-        + "</tr>"
-    )
-    return "<h3>Best epoch (reported) vs last epoch</h3>" + table(head + "".join(rows))
+    return {"titles": [t for _, t, _ in keys], "rows": rows}
 
 
 def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Section:
     if not folds:
         return _section("metrics", note("No fold completed: no validation metrics."))
-    note_html = (
-        '<p class="small">Validation period of each fold, the agent at the checkpoint named per fold. '
-        "Sharpe is annualised: per-bar Sharpe x sqrt(bars per year), with the bars per year of each fold "
-        "stated; max drawdown is the largest fall from peak equity as a share of that peak; win rate is "
-        "over closed trades; active fraction is the share of bars holding a position. "
-        f"Sharpe is n/a over fewer than {MIN_SHARPE_STEPS:,} steps (one standard error of it is "
-        "sqrt(bars per year / steps): too wide to read). The mean rows average the folds' numbers. "
-        "Baselines: "
-        + "; ".join(f"<b>{esc(label(b))}</b> {esc(DESCRIPTIONS[b])}" for b in ORDER)
-        + ".</p>"
-    )
-    brows = "".join(
-        "<tr>"
-        + td(str(fold_id(f, i)))
-        + td(count(f.get("train_rows")))
-        + td(count(_selection(f).get("rows")))
-        + td(count(f.get("val_rows")))
-        + td(money(f.get("gross_pnl")))
-        + td(money(f.get("costs")))
-        + td(money(f.get("net_pnl")))
-        + "</tr>"
+    breakdown = [
+        [
+            fold_id(f, i),
+            *(
+                Markup(x)
+                for x in (
+                    count(f.get("train_rows")),
+                    count(_selection(f).get("rows")),
+                    count(f.get("val_rows")),
+                    money(f.get("gross_pnl")),
+                    money(f.get("costs")),
+                    money(f.get("net_pnl")),
+                )
+            ),
+        ]
         for i, f in enumerate(folds)
+    ]
+    body = render_body(
+        "metrics.html.j2",
+        columns=[title for _, title, _ in METRIC_COLUMNS],
+        policies=len(names),
+        rows=_metrics_rows(folds, names),
+        min_steps=f"{MIN_SHARPE_STEPS:,}",
+        baselines=[(label(b), DESCRIPTIONS[b]) for b in ORDER],
+        capture=_capture(folds, names),
+        last=_best_vs_last(folds),
+        breakdown=breakdown,
     )
-    breakdown = "<h3>Agent PnL breakdown</h3>" + table(
-        "<tr><th>fold</th><th>train rows</th><th>of them selection rows</th><th>validation rows</th>"
-        f"<th>gross PnL</th><th>costs</th><th>net PnL</th></tr>{brows}"
-    ) + (
-        '<p class="small">Selection rows: the tail of the fold\'s training rows on which each epoch is '
-        "judged and the reported epoch is picked (training episodes end the fold's embargo before them); "
-        "n/a: none (train.selection = last, or a summary from before the validation period was left "
-        "out of the choice).</p>"
-    )
-    body = (
-        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds, names)}\n"
-        f"{_best_vs_last(folds)}\n{breakdown}"
-    )
-    return _section("metrics", body)
+    return Section("metrics", dict(SECTIONS)["metrics"], body)
 
 
 def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -413,15 +395,16 @@ def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
     return sel if isinstance(sel, Mapping) and sel.get("rows") else {}
 
 
-def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+def _capture(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
     """Per fold the agent's net PnL beside the reference rule's and the baselines', the capture (agent /
     rule) and whether the fold enters the run's capture (not where the rule made <= 0: no edge after
-    costs to capture); below it the capture over the kept folds, their median, the folds excluded and
-    why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`)."""
+    costs to capture); with the capture over the kept folds, their median, the folds excluded and
+    why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`).
+    ``None`` when no fold has a reference rule."""
     bases = [f.get("baselines") if isinstance(f.get("baselines"), Mapping) else {} for f in folds]
     rule_of = [b.get("rule") if isinstance(b.get("rule"), Mapping) else None for b in bases]
     if not any(rule_of):
-        return note("No reference rule in this run (its carrier feature is not in the state): no capture.")
+        return None
     shown = [RULE, *(n for n in names if n not in (AGENT, RULE))]
     rows, caps = [], []
     for i, (f, base, rule) in enumerate(zip(folds, bases, rule_of, strict=True)):
@@ -430,41 +413,33 @@ def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> 
         caps += [fc] if fc is not None else []
         why = fc.excluded if fc is not None else None
         rows.append(
-            "<tr>"
-            + td(str(fold_id(f, i)))
-            + td(money(f.get("net_pnl")))
-            + "".join(td(money((base.get(b) or {}).get("net_pnl"))) for b in shown)
-            + td(pct(fc.capture if fc is not None else None, 0))
-            + td(NA if fc is None else "yes" if why is None else f"no: {esc(why.text)}")
-            + "</tr>"
+            {
+                "fold": fold_id(f, i),
+                "agent": Markup(money(f.get("net_pnl"))),
+                "bases": [Markup(money((base.get(b) or {}).get("net_pnl"))) for b in shown],
+                "capture": Markup(pct(fc.capture if fc is not None else None, 0)),
+                "kept": Markup(NA) if fc is None else "yes" if why is None else f"no: {why.text}",
+            }
         )
-    head = (
-        "<tr><th>fold</th><th>agent net PnL</th>"
-        + "".join(f"<th>{esc(label(b))}</th>" for b in shown)
-        + "<th>capture (agent / rule)</th><th>in the run's capture</th></tr>"
-    )
     cap = Capture(tuple(caps))
-    kept = ", ".join(str(f.fold) for f in cap.kept) or "none"
-    gone = "".join(
-        f" Excluded: fold {e['fold']} ({esc(e['why'])}; agent {money(e['agent_net_pnl'])}, "
-        f"rule {money(e['rule_net_pnl'])})."
+    excluded = [
+        {
+            "fold": e["fold"],
+            "why": e["why"],
+            "agent": Markup(money(e["agent_net_pnl"])),
+            "rule": Markup(money(e["rule_net_pnl"])),
+        }
         for e in cap.excluded()
-    )
-    totals = (
-        f"<p>Capture over the folds where the rule made money ({kept}): <b>{pct(cap.ratio, 0)}</b> "
-        f"(their summed agent net PnL over the rule's); median of their captures {pct(cap.median, 0)}.{gone} "
-        f"Over every fold, rule-losing folds included (the capture reported before issue 58): "
-        f"{pct(cap.all_folds, 0)}.</p>"
-    )
-    explain = (
-        '<p class="small">The reference rule trades the feature that carries the planted signal '
-        "(long above +1.5 sd, short below -1.5 sd, Full size, market orders, under the same plan lock and "
-        "costs). Capture is the agent's net PnL over the rule's; n/a where the rule made nothing or lost "
-        "(no edge after costs to capture; a ratio to a loss would have the wrong sign), and such a fold "
-        "is kept out of the run's capture and median, its PnL still shown. On real data the rule is a "
-        "one-feature benchmark, not a known edge.</p>"
-    )
-    return "<h3>Edge capture</h3>" + table(head + "".join(rows)) + totals + explain
+    ]
+    return {
+        "shown": [label(b) for b in shown],
+        "rows": rows,
+        "kept": ", ".join(str(f.fold) for f in cap.kept) or "none",
+        "ratio": Markup(pct(cap.ratio, 0)),
+        "median": Markup(pct(cap.median, 0)),
+        "excluded": excluded,
+        "all_folds": Markup(pct(cap.all_folds, 0)),
+    }
 
 
 def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:

@@ -9,6 +9,7 @@ template's escaping.
 
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 from functools import cache
 
@@ -43,7 +44,14 @@ def _body_env() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_escape,
     )
+
+
+def _escape(value: object) -> object:
+    # text escaped as foxhunt.report.fmt.esc does (' as &#x27;), so a cell reads byte for byte as
+    # the same text built in Python (the verdict's, the tune report's); Markup passes as it is
+    return value if isinstance(value, Markup) else Markup(html.escape(str(value)))
 
 
 def render_body(name: str, **context: object) -> Markup:
