@@ -1,8 +1,8 @@
 """Number formats and small HTML pieces shared by the report's sections.
 
 Every piece of text from the summary goes through :func:`esc`; a missing or non-finite number prints
-as "n/a". Tables are wrapped in a horizontally scrolling box (:func:`table`), so a wide table scrolls
-inside the page instead of widening it.
+as "n/a". The sections' templates lay these out (``templates/_macros.html.j2``: a table in its own
+horizontally scrolling box, so a wide table scrolls inside the page instead of widening it).
 """
 
 from __future__ import annotations
@@ -82,18 +82,6 @@ def note(message: str) -> str:
 
 def td(content: str, cls: str = "num") -> str:
     return f'<td class="{cls}">{content}</td>' if cls else f"<td>{content}</td>"
-
-
-def table(rows_html: str, cls: str = "") -> str:
-    """A table in its own horizontally scrolling box: at any window width the page itself never
-    scrolls sideways."""
-    attr = f' class="{cls}"' if cls else ""
-    return f'<div class="scroll"><table{attr}>{rows_html}</table></div>'
-
-
-def kv(pairs: Sequence[tuple[str, str]], cls: str = "kv") -> str:
-    rows = "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in pairs)
-    return table(rows, cls)
 
 
 def mapping(summary: Mapping[str, Any], key: str) -> Mapping[str, Any] | None:

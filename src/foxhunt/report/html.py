@@ -41,7 +41,6 @@ from foxhunt.report.fmt import (
     fixed,
     fold_id,
     implausible_reasons,
-    kv,
     mapping,
     mean,
     money,
@@ -51,11 +50,10 @@ from foxhunt.report.fmt import (
     policies,
     policy_names,
     rate,
-    table,
     td,
     text,
 )
-from foxhunt.report.page import Section, render_page
+from foxhunt.report.page import Section, render_body, render_page
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY
 from foxhunt.report.verdict import data_title, verdict_body
 
@@ -113,14 +111,12 @@ def _section(anchor: str, body: str) -> Section:
     return Section(anchor, dict(SECTIONS)[anchor], Markup(body))  # body: built from escaped pieces
 
 
-def _img(path: Path | None, alt: str, missing: str, label: str | None = None) -> str:
-    if path is None:
-        return note(missing)
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return (
-        f'<img src="data:image/png;base64,{data}" alt="{esc(alt)}">'
-        f'<div class="small">{esc(label or f"plots/{path.name}")}</div>'
-    )
+def _image(path: Path | None, alt: str, missing: str, label: str | None = None) -> dict[str, str | None]:
+    """A PNG for the templates' ``img`` macro: its base64 data (``None`` when absent: ``missing``
+    shows instead), alt text and caption."""
+    data = None if path is None else base64.b64encode(path.read_bytes()).decode("ascii")
+    caption = label or (f"plots/{path.name}" if path is not None else "")
+    return {"data": data, "alt": alt, "label": caption, "missing": missing}
 
 
 # --- input checks ------------------------------------------------------------------------------
@@ -161,30 +157,35 @@ def check_summary(summary: Any) -> list[Mapping[str, Any]]:
 # --- sections ----------------------------------------------------------------------------------
 
 
+def _facts(anchor: str, pairs: Sequence[tuple[str, str]] | None, missing: str) -> Section:
+    """A section of labelled facts (``pairs``: label, formatted value), ``missing`` when ``None``."""
+    shown = None if pairs is None else [(k, Markup(v)) for k, v in pairs]
+    return Section(anchor, dict(SECTIONS)[anchor], render_body("kv.html.j2", pairs=shown, missing=missing))
+
+
 def _run_section(summary: Mapping[str, Any]) -> Section:
     run = mapping(summary, "run")
     if run is None:
-        return _section("run", note("Run information not available."))
-    return _section(
+        return _facts("run", None, "Run information not available.")
+    return _facts(
         "run",
-        kv(
-            [
-                ("settings profile", text(run.get("profile"))),
-                ("config hash", text(run.get("config_hash"))),
-                ("seed", text(run.get("seed"))),
-                ("device", text(run.get("device"))),
-                ("foxhunt version", text(run.get("foxhunt_version"))),
-                ("started", text(run.get("started"))),
-                ("elapsed", duration(run.get("elapsed_s"))),
-            ]
-        ),
+        [
+            ("settings profile", text(run.get("profile"))),
+            ("config hash", text(run.get("config_hash"))),
+            ("seed", text(run.get("seed"))),
+            ("device", text(run.get("device"))),
+            ("foxhunt version", text(run.get("foxhunt_version"))),
+            ("started", text(run.get("started"))),
+            ("elapsed", duration(run.get("elapsed_s"))),
+        ],
+        "",
     )
 
 
 def _data_section(summary: Mapping[str, Any]) -> Section:
     data = mapping(summary, "data")
     if data is None:
-        return _section("data", note("Data summary not available."))
+        return _facts("data", None, "Data summary not available.")
     source = data.get("files") or data.get("source")
     if isinstance(source, list | tuple):
         source_html = "<br>".join(esc(s) for s in source) or NA
@@ -192,65 +193,57 @@ def _data_section(summary: Mapping[str, Any]) -> Section:
         source_html = text(source)
     kind = "synthetic (generated)" if data.get("synthetic") else ("DBN files" if data.get("files") else None)
     unit = data.get("row_unit")
-    return _section(
+    return _facts(
         "data",
-        kv(
-            [
-                ("kind", text(kind)),
-                ("source", source_html),
-                ("instrument", text(data.get("instrument"))),
-                ("rows", count(data.get("rows")) + (f" ({esc(unit)} rows)" if unit else "")),
-                ("sessions", count(data.get("sessions"))),
-                ("first", text(data.get("first"))),
-                ("last", text(data.get("last"))),
-                ("features", count(data.get("features"))),
-            ]
-        ),
+        [
+            ("kind", text(kind)),
+            ("source", source_html),
+            ("instrument", text(data.get("instrument"))),
+            ("rows", count(data.get("rows")) + (f" ({esc(unit)} rows)" if unit else "")),
+            ("sessions", count(data.get("sessions"))),
+            ("first", text(data.get("first"))),
+            ("last", text(data.get("last"))),
+            ("features", count(data.get("features"))),
+        ],
+        "",
     )
 
 
 def _leaks_section(summary: Mapping[str, Any]) -> Section:
     leaks = mapping(summary, "leaks")
     if leaks is None or not isinstance(leaks.get("passed"), bool):
-        return _section("leaks", note("Leak guard result not available."))
-    checked = count(leaks.get("columns_checked"))
-    if leaks["passed"]:
-        body = f'<p><span class="good">passed</span>: no leak found in {checked} columns checked.</p>'
+        body = render_body("leaks.html.j2", passed=None, checked="", leaking="")
     else:
         cols = leaks.get("leaking_columns")
-        named = f" in {esc(', '.join(map(str, cols)))}" if isinstance(cols, list | tuple) and cols else ""
-        body = f'<p><span class="bad">FAILED</span>: a leak was found{named} ({checked} columns checked).</p>'
-    return _section("leaks", body)
+        leaking = ", ".join(map(str, cols)) if isinstance(cols, list | tuple) and cols else ""
+        checked = Markup(count(leaks.get("columns_checked")))
+        body = render_body("leaks.html.j2", passed=leaks["passed"], checked=checked, leaking=leaking)
+    return Section("leaks", dict(SECTIONS)["leaks"], body)
 
 
 def _alpha_section(summary: Mapping[str, Any], alpha_pngs: Sequence[tuple[str, Path | None]]) -> Section:
     alpha = mapping(summary, "alpha")
-    if alpha is None:
-        return _section("alpha", note("Alpha check not available (not run, or no results recorded)."))
-    line = alpha.get("verdict_line")  # the alpha check's own sentence, "Verdict: ..."
-    parts = [f"<p>{esc(line)}</p>" if line else f"<p><b>Verdict:</b> {text(alpha.get('verdict'))}</p>"]
-    rows = [r for r in alpha.get("rows") or [] if isinstance(r, Mapping)]
-    if rows:
-        body = "".join(
-            "<tr>"
-            + td(text(r.get("model")), "")
-            + td(count(r.get("horizon")))
-            + td(fixed(r.get("auc"), 3))
-            + td(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]")
-            + "</tr>"
-            for r in rows
-        )
-        parts.append(
-            table(
-                "<tr><th>model</th><th>horizon (rows)</th><th>validation AUC</th>"
-                f"<th>95% interval</th></tr>{body}"
-            )
-        )
-    else:
-        parts.append(note("No per-model AUC rows recorded."))
-    for rel, path in alpha_pngs:
-        parts.append(_img(path, f"alpha check: {rel}", f"Alpha plot {rel} not found.", label=rel))
-    return _section("alpha", "\n".join(parts))
+    shown = None
+    if alpha is not None:
+        rows = [r for r in alpha.get("rows") or [] if isinstance(r, Mapping)]
+        shown = {
+            "line": alpha.get("verdict_line"),  # the alpha check's own sentence, "Verdict: ..."
+            "verdict": Markup(text(alpha.get("verdict"))),
+            "rows": [
+                {
+                    "model": Markup(text(r.get("model"))),
+                    "horizon": Markup(count(r.get("horizon"))),
+                    "auc": Markup(fixed(r.get("auc"), 3)),
+                    "interval": Markup(f"[{fixed(r.get('auc_lo'), 3)}, {fixed(r.get('auc_hi'), 3)}]"),
+                }
+                for r in rows
+            ],
+            "images": [
+                _image(path, f"alpha check: {rel}", f"Alpha plot {rel} not found.", label=rel)
+                for rel, path in alpha_pngs
+            ],
+        }
+    return Section("alpha", dict(SECTIONS)["alpha"], render_body("alpha.html.j2", alpha=shown))
 
 
 METRIC_COLUMNS: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
@@ -273,10 +266,9 @@ def _sharpe_cell(m: Mapping[str, Any]) -> str:
     return esc(shown) if not shown.startswith("n/a") else f'<span class="na">{esc(shown)}</span>'
 
 
-def _metric_cells(m: Mapping[str, Any]) -> str:
-    return "".join(
-        td(_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key))) for key, _, fmt in METRIC_COLUMNS
-    )
+def _metric_cells(m: Mapping[str, Any]) -> list[Markup]:
+    cells = [_sharpe_cell(m) if key == "sharpe_annual" else fmt(m.get(key)) for key, _, fmt in METRIC_COLUMNS]
+    return [Markup(c) for c in cells]
 
 
 def _checkpoint_text(fold: Mapping[str, Any]) -> str:
@@ -297,119 +289,103 @@ def _checkpoint_cell(fold: Mapping[str, Any]) -> str:
 RULE = Baseline.RULE.value
 
 
-def _metrics_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
-    n = len(names)
-    head = (
-        "<tr><th>fold</th><th>policy</th>"
-        + "".join(f"<th>{esc(title)}</th>" for _, title, _ in METRIC_COLUMNS)
-        + "<th>bars / year</th><th>implausible</th></tr>"
-    )
+def _metrics_rows(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """The metrics table's rows: per fold one per policy (the fold's id leading the first), then the
+    folds' means per policy."""
     rows, per_fold = [], [policies(f, names) for f in folds]
     for i, (fold, pols) in enumerate(zip(folds, per_fold, strict=True)):
         for j, p in enumerate(names):
             m = pols[p]
-            who = f"<b>{esc(label(p))}</b> ({_checkpoint_text(fold)})" if p == AGENT else esc(label(p))
-            lead = f'<td rowspan="{n}">{fold_id(fold, i)}</td>' if j == 0 else ""
             flag = implausible_reasons(m)
-            flag_cell = (
-                td(f'<span class="bad">IMPLAUSIBLE</span> {esc(", ".join(flag))}', "implausible")
-                if flag
-                else td("no", "")
-            )
-            bpy = td(fixed(fold.get("bars_per_year"), 0))
-            cells = lead + td(who, "") + _metric_cells(m) + bpy + flag_cell
             # an implausible agent is red, an agent that never traded amber (the verdict warns of both)
             cls = ""
             if p == AGENT:
                 cls = "implausible" if flag else ("idle" if num(fold.get("trades")) == 0 else "agent")
-            attr = f' class="{cls}"' if cls else ""
-            rows.append(f"<tr{attr}>{cells}</tr>")
+            rows.append(
+                {
+                    "cls": cls,
+                    "lead": fold_id(fold, i) if j == 0 else None,
+                    "who": label(p),
+                    "checkpoint": Markup(_checkpoint_text(fold)) if p == AGENT else None,
+                    "metrics": _metric_cells(m),
+                    "bpy": Markup(fixed(fold.get("bars_per_year"), 0)),
+                    "reasons": ", ".join(flag),
+                    "flag": "no",
+                }
+            )
     n_flagged = sum(bool(implausible_reasons(f)) for f in folds)
     for j, p in enumerate(names):
         mean_m = {key: mean([pols[p].get(key) for pols in per_fold]) for key, _, _ in METRIC_COLUMNS}
         steps = [num(pols[p].get("steps")) for pols in per_fold]  # the folds' steps together
         mean_m["steps"] = None if None in steps else sum(steps)  # type: ignore[arg-type]
-        lead = f'<td rowspan="{n}">mean of {len(folds)}</td>' if j == 0 else ""
-        flagged = td(f"{n_flagged} of {len(folds)} folds", "") if p == AGENT else td("", "")
-        cells = (
-            lead
-            + td(esc(label(p)), "")
-            + _metric_cells(mean_m)
-            + td(fixed(mean([f.get("bars_per_year") for f in folds]), 0))
-            + flagged
+        rows.append(
+            {
+                "cls": "mean",
+                "lead": f"mean of {len(folds)}" if j == 0 else None,
+                "who": label(p),
+                "checkpoint": None,
+                "metrics": _metric_cells(mean_m),
+                "bpy": Markup(fixed(mean([f.get("bars_per_year") for f in folds]), 0)),
+                "reasons": "",
+                "flag": f"{n_flagged} of {len(folds)} folds" if p == AGENT else "",
+            }
         )
-        rows.append(f'<tr class="mean">{cells}</tr>')
-    return table(f"{head}{''.join(rows)}", "metrics")
+    return rows
 
 
-def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> str:
-    """The reported checkpoint's numbers beside the last epoch's, over the same validation rows."""
+def _best_vs_last(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The reported checkpoint's numbers beside the last epoch's, over the same validation rows;
+    ``None`` when the last epoch's were not recorded."""
     if not any(isinstance(f.get(LAST_EPOCH_KEY), Mapping) for f in folds):
-        return note("The last epoch's validation numbers were not recorded.")
+        return None
     keys = (("net_pnl", "net PnL", money), ("sharpe_annual", "Sharpe", fixed), ("trades", "trades", count))
     rows = []
     for i, f in enumerate(folds):
         last = f.get(LAST_EPOCH_KEY) if isinstance(f.get(LAST_EPOCH_KEY), Mapping) else {}
         rows.append(
-            "<tr>"
-            + td(str(fold_id(f, i)))
-            + _checkpoint_cell(f)
-            + "".join(td(fmt(f.get(k))) for k, _, fmt in keys)
-            + td(f"last, epoch {count(last.get('epoch'))}", "")
-            + "".join(td(fmt(last.get(k))) for k, _, fmt in keys)
-            + "</tr>"
+            {
+                "fold": fold_id(f, i),
+                "checkpoint": Markup(_checkpoint_text(f)),
+                "reported": [Markup(fmt(f.get(k))) for k, _, fmt in keys],
+                "epoch": Markup(count(last.get("epoch"))),
+                "last": [Markup(fmt(last.get(k))) for k, _, fmt in keys],
+            }
         )
-    head = (
-        '<tr><th rowspan="2">fold</th><th colspan="4">reported (agent columns above)</th>'
-        '<th colspan="4">last epoch</th></tr><tr><th>checkpoint</th>'
-        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
-        + "<th>checkpoint</th>"
-        + "".join(f"<th>{t}</th>" for _, t, _ in keys)
-        + "</tr>"
-    )
-    return "<h3>Best epoch (reported) vs last epoch</h3>" + table(head + "".join(rows))
+    return {"titles": [t for _, t, _ in keys], "rows": rows}
 
 
 def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> Section:
     if not folds:
         return _section("metrics", note("No fold completed: no validation metrics."))
-    note_html = (
-        '<p class="small">Validation period of each fold, the agent at the checkpoint named per fold. '
-        "Sharpe is annualised: per-bar Sharpe x sqrt(bars per year), with the bars per year of each fold "
-        "stated; max drawdown is the largest fall from peak equity as a share of that peak; win rate is "
-        "over closed trades; active fraction is the share of bars holding a position. "
-        f"Sharpe is n/a over fewer than {MIN_SHARPE_STEPS:,} steps (one standard error of it is "
-        "sqrt(bars per year / steps): too wide to read). The mean rows average the folds' numbers. "
-        "Baselines: "
-        + "; ".join(f"<b>{esc(label(b))}</b> {esc(DESCRIPTIONS[b])}" for b in ORDER)
-        + ".</p>"
-    )
-    brows = "".join(
-        "<tr>"
-        + td(str(fold_id(f, i)))
-        + td(count(f.get("train_rows")))
-        + td(count(_selection(f).get("rows")))
-        + td(count(f.get("val_rows")))
-        + td(money(f.get("gross_pnl")))
-        + td(money(f.get("costs")))
-        + td(money(f.get("net_pnl")))
-        + "</tr>"
+    breakdown = [
+        [
+            fold_id(f, i),
+            *(
+                Markup(x)
+                for x in (
+                    count(f.get("train_rows")),
+                    count(_selection(f).get("rows")),
+                    count(f.get("val_rows")),
+                    money(f.get("gross_pnl")),
+                    money(f.get("costs")),
+                    money(f.get("net_pnl")),
+                )
+            ),
+        ]
         for i, f in enumerate(folds)
+    ]
+    body = render_body(
+        "metrics.html.j2",
+        columns=[title for _, title, _ in METRIC_COLUMNS],
+        policies=len(names),
+        rows=_metrics_rows(folds, names),
+        min_steps=f"{MIN_SHARPE_STEPS:,}",
+        baselines=[(label(b), DESCRIPTIONS[b]) for b in ORDER],
+        capture=_capture(folds, names),
+        last=_best_vs_last(folds),
+        breakdown=breakdown,
     )
-    breakdown = "<h3>Agent PnL breakdown</h3>" + table(
-        "<tr><th>fold</th><th>train rows</th><th>of them selection rows</th><th>validation rows</th>"
-        f"<th>gross PnL</th><th>costs</th><th>net PnL</th></tr>{brows}"
-    ) + (
-        '<p class="small">Selection rows: the tail of the fold\'s training rows on which each epoch is '
-        "judged and the reported epoch is picked (training episodes end the fold's embargo before them); "
-        "n/a: none (train.selection = last, or a summary from before the validation period was left "
-        "out of the choice).</p>"
-    )
-    body = (
-        f"{_metrics_table(folds, names)}\n{note_html}\n{_capture_table(folds, names)}\n"
-        f"{_best_vs_last(folds)}\n{breakdown}"
-    )
-    return _section("metrics", body)
+    return Section("metrics", dict(SECTIONS)["metrics"], body)
 
 
 def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -419,15 +395,16 @@ def _selection(fold: Mapping[str, Any]) -> Mapping[str, Any]:
     return sel if isinstance(sel, Mapping) and sel.get("rows") else {}
 
 
-def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
+def _capture(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> dict[str, Any] | None:
     """Per fold the agent's net PnL beside the reference rule's and the baselines', the capture (agent /
     rule) and whether the fold enters the run's capture (not where the rule made <= 0: no edge after
-    costs to capture); below it the capture over the kept folds, their median, the folds excluded and
-    why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`)."""
+    costs to capture); with the capture over the kept folds, their median, the folds excluded and
+    why, and the sum over every fold as reported before issue 58 (:mod:`foxhunt.backtest.capture`).
+    ``None`` when no fold has a reference rule."""
     bases = [f.get("baselines") if isinstance(f.get("baselines"), Mapping) else {} for f in folds]
     rule_of = [b.get("rule") if isinstance(b.get("rule"), Mapping) else None for b in bases]
     if not any(rule_of):
-        return note("No reference rule in this run (its carrier feature is not in the state): no capture.")
+        return None
     shown = [RULE, *(n for n in names if n not in (AGENT, RULE))]
     rows, caps = [], []
     for i, (f, base, rule) in enumerate(zip(folds, bases, rule_of, strict=True)):
@@ -436,41 +413,33 @@ def _capture_table(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> 
         caps += [fc] if fc is not None else []
         why = fc.excluded if fc is not None else None
         rows.append(
-            "<tr>"
-            + td(str(fold_id(f, i)))
-            + td(money(f.get("net_pnl")))
-            + "".join(td(money((base.get(b) or {}).get("net_pnl"))) for b in shown)
-            + td(pct(fc.capture if fc is not None else None, 0))
-            + td(NA if fc is None else "yes" if why is None else f"no: {esc(why.text)}")
-            + "</tr>"
+            {
+                "fold": fold_id(f, i),
+                "agent": Markup(money(f.get("net_pnl"))),
+                "bases": [Markup(money((base.get(b) or {}).get("net_pnl"))) for b in shown],
+                "capture": Markup(pct(fc.capture if fc is not None else None, 0)),
+                "kept": Markup(NA) if fc is None else "yes" if why is None else f"no: {why.text}",
+            }
         )
-    head = (
-        "<tr><th>fold</th><th>agent net PnL</th>"
-        + "".join(f"<th>{esc(label(b))}</th>" for b in shown)
-        + "<th>capture (agent / rule)</th><th>in the run's capture</th></tr>"
-    )
     cap = Capture(tuple(caps))
-    kept = ", ".join(str(f.fold) for f in cap.kept) or "none"
-    gone = "".join(
-        f" Excluded: fold {e['fold']} ({esc(e['why'])}; agent {money(e['agent_net_pnl'])}, "
-        f"rule {money(e['rule_net_pnl'])})."
+    excluded = [
+        {
+            "fold": e["fold"],
+            "why": e["why"],
+            "agent": Markup(money(e["agent_net_pnl"])),
+            "rule": Markup(money(e["rule_net_pnl"])),
+        }
         for e in cap.excluded()
-    )
-    totals = (
-        f"<p>Capture over the folds where the rule made money ({kept}): <b>{pct(cap.ratio, 0)}</b> "
-        f"(their summed agent net PnL over the rule's); median of their captures {pct(cap.median, 0)}.{gone} "
-        f"Over every fold, rule-losing folds included (the capture reported before issue 58): "
-        f"{pct(cap.all_folds, 0)}.</p>"
-    )
-    explain = (
-        '<p class="small">The reference rule trades the feature that carries the planted signal '
-        "(long above +1.5 sd, short below -1.5 sd, Full size, market orders, under the same plan lock and "
-        "costs). Capture is the agent's net PnL over the rule's; n/a where the rule made nothing or lost "
-        "(no edge after costs to capture; a ratio to a loss would have the wrong sign), and such a fold "
-        "is kept out of the run's capture and median, its PnL still shown. On real data the rule is a "
-        "one-feature benchmark, not a known edge.</p>"
-    )
-    return "<h3>Edge capture</h3>" + table(head + "".join(rows)) + totals + explain
+    ]
+    return {
+        "shown": [label(b) for b in shown],
+        "rows": rows,
+        "kept": ", ".join(str(f.fold) for f in cap.kept) or "none",
+        "ratio": Markup(pct(cap.ratio, 0)),
+        "median": Markup(pct(cap.median, 0)),
+        "excluded": excluded,
+        "all_folds": Markup(pct(cap.all_folds, 0)),
+    }
 
 
 def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -481,34 +450,33 @@ def _history(fold: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 def _per_fold_images(
     anchor: str, folds: Sequence[Mapping[str, Any]], images: Mapping[tuple[str, int], Any], missing: str
 ) -> Section:
-    parts = []
+    shown = []
     for i, fold in enumerate(folds):
         k = fold_id(fold, i)
-        parts.append(f"<h3>Fold {k}</h3>")
         alt = f"{dict(SECTIONS)[anchor]}, fold {k}"
-        parts.append(_img(images.get((anchor, i)), alt, missing.format(k=k)))
-        if anchor == "actions":
-            parts.append(_action_table(fold))
-    return _section(anchor, "\n".join(parts) or note("No fold completed."))
+        image = _image(images.get((anchor, i)), alt, missing.format(k=k))
+        branches = _action_rows(fold) if anchor == "actions" else []
+        shown.append({"fold": k, "image": image, "branches": branches})
+    body = render_body("per_fold.html.j2", folds=shown, actions=anchor == "actions", na=Markup(NA))
+    return Section(anchor, dict(SECTIONS)[anchor], body)
 
 
-def _action_table(fold: Mapping[str, Any]) -> str:
+Shares = list[tuple[str, Markup]] | None
+"""An action distribution's shares as ``(action, formatted share)``; ``None``: not recorded."""
+
+
+def _action_rows(fold: Mapping[str, Any]) -> list[tuple[str, Shares, Shares]]:
+    """``(branch, picked shares, realised shares)`` of each action branch the fold recorded."""
     actions = fold.get("actions") if isinstance(fold.get("actions"), Mapping) else {}
     picked = actions.get("picked") if isinstance(actions.get("picked"), Mapping) else {}
     realised = actions.get("realised") if isinstance(actions.get("realised"), Mapping) else {}
-    branches = list(dict.fromkeys([*picked, *realised]))
-    if not branches:
-        return ""
 
-    def cell(dist: Any) -> str:
+    def cell(dist: Any) -> Shares:
         s = plots.shares(dist)
-        return " &middot; ".join(f"{esc(k)} {pct(v)}" for k, v in s.items()) if s else NA
+        return [(str(k), Markup(pct(v))) for k, v in s.items()] if s else None
 
-    rows = "".join(
-        f"<tr><td>{esc(b)}</td><td>{cell(picked.get(b))}</td><td>{cell(realised.get(b))}</td></tr>"
-        for b in branches
-    )
-    return table(f"<tr><th>branch</th><th>picked</th><th>realised</th></tr>{rows}")
+    branches = list(dict.fromkeys([*picked, *realised]))
+    return [(str(b), cell(picked.get(b)), cell(realised.get(b))) for b in branches]
 
 
 def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | None) -> Section:
@@ -519,90 +487,59 @@ def _diagnostics_section(folds: Sequence[Mapping[str, Any]], expert_png: Path | 
         best = num(diag.get("best_epoch"))
         at = next((r for r in hist if best is not None and num(r.get("epoch")) == best), None)
         at = at if at is not None else (hist[-1] if hist else {})
-        shown = text(at.get("epoch")) if at else NA
         util = diag.get("expert_utilisation")
-        util_html = " ".join(pct(u) for u in util) if isinstance(util, list | tuple) and util else NA
-        anomaly = diag.get("anomaly")
-        anomaly_html = f'<span class="bad">{esc(anomaly)}</span>' if anomaly else "none"
-        responses = [str(r) for r in diag.get("plateau_responses") or []]
-        resp_html = (
-            "<ul>" + "".join(f"<li>{esc(r)}</li>" for r in responses) + "</ul>" if responses else "none"
-        )
         rows.append(
-            "<tr>"
-            + td(str(fold_id(fold, i)))
-            + td(fixed(best, 0))
-            + td(str(len(hist)))
-            + td(shown)
-            + td(fixed(at.get("select_sharpe")))
-            + td(fixed(at.get("gate_entropy"), 3))
-            + td(pct(at.get("atom_utilisation")))
-            + td(fixed(at.get("grad_norm"), 3))
-            + td(util_html)
-            + td(anomaly_html, "implausible" if anomaly else "")
-            + td(resp_html, "")
-            + "</tr>"
+            {
+                "fold": fold_id(fold, i),
+                "best": Markup(fixed(best, 0)),
+                "epochs": len(hist),
+                "shown": Markup(text(at.get("epoch")) if at else NA),
+                "sharpe": Markup(fixed(at.get("select_sharpe"))),
+                "entropy": Markup(fixed(at.get("gate_entropy"), 3)),
+                "atoms": Markup(pct(at.get("atom_utilisation"))),
+                "grad": Markup(fixed(at.get("grad_norm"), 3)),
+                "util": Markup(
+                    " ".join(pct(u) for u in util) if isinstance(util, list | tuple) and util else NA
+                ),
+                "anomaly": diag.get("anomaly"),
+                "responses": [str(r) for r in diag.get("plateau_responses") or []],
+            }
         )
-    tbl = table(
-        "<tr><th>fold</th><th>best epoch</th><th>epochs run</th><th>epoch shown</th>"
-        "<th>selection Sharpe</th><th>gate entropy (nats)</th><th>atom utilisation</th><th>grad norm</th>"
-        "<th>expert utilisation</th><th>anomaly</th><th>plateau responses</th></tr>"
-        f"{''.join(rows)}"
+    body = render_body(
+        "diagnostics.html.j2",
+        rows=rows,
+        screen=_screen(folds),
+        qgap=_qgap(folds),
+        calibration=_calibration(folds),
+        expert=_image(expert_png, "expert utilisation by fold", "Expert utilisation not available."),
     )
-    note_html = (
-        '<p class="small">Per-epoch values are shown at the best epoch (the last recorded epoch when '
-        "the best one is not in the history); the selection Sharpe is the epoch's greedy backtest of the "
-        "fold's selection period (the tail of its training rows), which picks the best epoch: no epoch "
-        "reads the validation period (train.selection = last: no selection period, n/a, and the last "
-        "epoch is reported). Expert utilisation is the "
-        "last epoch's.</p>"
-    )
-    img = _img(expert_png, "expert utilisation by fold", "Expert utilisation not available.")
-    body = (
-        f"{tbl}\n{note_html}\n{_screen_table(folds)}\n{_qgap_table(folds)}\n"
-        f"{_calibration_table(folds)}\n{img}"
-    )
-    return _section("diagnostics", body)
+    return Section("diagnostics", dict(SECTIONS)["diagnostics"], body)
 
 
-def _screen_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """The input screen (agent.network.input_screen): per fold, the feature columns the network read
-    and their rank IC with the plan-horizon move on the fold's training rows."""
-    title = "<h3>Input screen</h3>"
+def _screen(folds: Sequence[Mapping[str, Any]]) -> list[tuple[int, list[tuple[str, Markup]]]]:
+    """The input screen (agent.network.input_screen): per fold that ran it, the feature columns the
+    network read and their rank IC with the plan-horizon move on the fold's training rows."""
     found = []
     for i, f in enumerate(folds):
         diag = f.get("diagnostics") if isinstance(f.get("diagnostics"), Mapping) else {}
         kept = diag.get("input_screen")
         if isinstance(kept, Mapping) and kept:
-            found.append((i, f, kept))
-    if not found:
-        return title + note("off: the network read every feature column (agent.network.input_screen = 0).")
-    rows = "".join(
-        f"<tr>{td(str(fold_id(f, i)))}"
-        + td(" &middot; ".join(f"{esc(str(c))} {fixed(num(ic), 3)}" for c, ic in kept.items()), "")
-        + "</tr>"
-        for i, f, kept in found
-    )
-    explain = (
-        '<p class="small">Each fold\'s network read these feature columns (strongest first, with their '
-        "Spearman rank correlation with the plan horizon's mid move on the fold's own training rows; "
-        "their long/short mirror partners too) and 0 in every other feature column.</p>"
-    )
-    return title + table(f"<tr><th>fold</th><th>columns read (rank IC)</th></tr>{rows}") + explain
+            found.append((fold_id(f, i), [(str(c), Markup(fixed(num(ic), 3))) for c, ic in kept.items()]))
+    return found
 
 
 _BUCKETS = ("below the median", "50-75%", "75-90%", "90-97%", "top 3%")
-"""The columns of :func:`_calibration_table` (foxhunt.train.diagnostics.CALIBRATION_QUANTILES)."""
+"""The columns of the calibration table (foxhunt.train.diagnostics.CALIBRATION_QUANTILES)."""
 
 
-def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
+def _calibration(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Where the entries pay: per fold, the next plan horizon's move per contract in the entry's
-    direction by quantile of the reported policy's entry advantage, on training and validation rows."""
+    direction by quantile of the reported policy's entry advantage, on training and validation rows;
+    ``None`` for a summary without it."""
     found = [(i, f, f.get(CALIBRATION_KEY)) for i, f in enumerate(folds)]
     found = [(i, f, c) for i, f, c in found if isinstance(c, Mapping)]
-    title = "<h3>Entry advantage vs the move that followed</h3>"
     if not found:
-        return title + note("n/a: this summary predates the calibration (fold[\"calibration\"]).")
+        return None
     rows, horizon = [], None
     for i, f, cal in found:
         for part in ("train", "validation"):
@@ -611,54 +548,32 @@ def _calibration_table(folds: Sequence[Mapping[str, Any]]) -> str:
                 continue
             horizon = c.get("horizon", horizon)
             moves = list(c.get("move") or [])
-            cells = "".join(td(money(moves[b]) if b < len(moves) else "n/a") for b in range(len(_BUCKETS)))
             rows.append(
-                f"<tr>{td(str(fold_id(f, i)))}{td(part, '')}{td(count(c.get('rows')))}{cells}"
-                f"{td(fixed(c.get('corr'), 3))}</tr>"
+                {
+                    "fold": fold_id(f, i),
+                    "part": part,
+                    "n": Markup(count(c.get("rows"))),
+                    "moves": [
+                        Markup(money(moves[b])) if b < len(moves) else "n/a" for b in range(len(_BUCKETS))
+                    ],
+                    "corr": Markup(fixed(c.get("corr"), 3)),
+                }
             )
-    head = (
-        "<tr><th>fold</th><th>rows</th><th>n</th>"
-        + "".join(f"<th>{b}</th>" for b in _BUCKETS)
-        + "<th>corr</th></tr>"
-    )
-    explain = (
-        '<p class="small">The reported policy\'s entry advantage on each row from a flat portfolio '
-        "(its best entry's E[Q] over staying out: max(Q(long), Q(short)) - max(Q(hold), Q(flat)); a "
-        "committee's on its members' mean E[Q]), the "
-        f"rows bucketed by its quantiles, and the mean move of the next {horizon} rows' mid in that "
-        "entry's direction, in money per contract before costs; corr: of the advantage with that move. "
-        "A learner ranks the validation rows as it ranked its training rows (the means rise to the "
-        "right on both lines); a network that fitted noise ranks only its training rows, and its "
-        "surest entries are the ones that lose out of sample. Computed once the fold's training is "
-        "over; nothing is chosen on it.</p>"
-    )
-    return title + table(head + "".join(rows)) + explain
+    return {"buckets": _BUCKETS, "rows": rows, "horizon": horizon}
 
 
-def _qgap_table(folds: Sequence[Mapping[str, Any]]) -> str:
-    """Learner or gambler: per fold and epoch, corr(greedy Q(long) - Q(short), planted carrier)."""
+def _qgap(folds: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Learner or gambler: per fold and epoch, corr(greedy Q(long) - Q(short), planted carrier);
+    ``None`` where no epoch measured it (no planted signal)."""
     hists = [_history(f) for f in folds]
     epochs = sorted({int(e) for h in hists for r in h if (e := num(r.get("epoch"))) is not None})
     if not any(num(r.get("qgap_corr")) is not None for h in hists for r in h):
-        return "<h3>Direction gap vs the planted signal</h3>" + note(
-            "n/a: this market has no known planted signal (real data), so the correlation of the "
-            "direction gap with it is not measured."
-        )
+        return None
     rows = []
     for i, (f, h) in enumerate(zip(folds, hists, strict=True)):
         by_epoch = {int(e): r.get("qgap_corr") for r in h if (e := num(r.get("epoch"))) is not None}
-        cells = "".join(td(fixed(by_epoch.get(e), 3)) for e in epochs)
-        rows.append(f"<tr>{td(str(fold_id(f, i)))}{cells}</tr>")
-    head = "<tr><th>fold</th>" + "".join(f"<th>epoch {e}</th>" for e in epochs) + "</tr>"
-    explain = (
-        '<p class="small">Per epoch, the correlation over the selection rows (at most 4,096, from a flat '
-        "portfolio) of the greedy network's Q(long) - Q(short) with the state feature carrying the "
-        "planted signal; under train.selection = last (no selection period) over as many rows at the "
-        "end of the training rows, in sample, which is sound here: it reads no label and no future "
-        "return, and picks nothing. A learner's correlation rises and stays positive; a gambler's "
-        "wanders around 0 whatever its PnL. n/a: the gap was constant (no correlation yet).</p>"
-    )
-    return "<h3>Direction gap vs the planted signal</h3>" + table(head + "".join(rows)) + explain
+        rows.append((fold_id(f, i), [Markup(fixed(by_epoch.get(e), 3)) for e in epochs]))
+    return {"epochs": epochs, "rows": rows}
 
 
 # --- entry point -------------------------------------------------------------------------------

@@ -11,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from markupsafe import Markup
+
 from foxhunt.domain.baselines import ORDER, label
 from foxhunt.report.fmt import (
     count,
     esc,
     fold_id,
     implausible_reasons,
-    kv,
     mapping,
     mean,
     money,
@@ -25,6 +26,7 @@ from foxhunt.report.fmt import (
     pct,
     policies,
 )
+from foxhunt.report.page import render_body
 from foxhunt.report.schema import (
     BEST_RULE,
     LAST_EPOCH_KEY,
@@ -229,8 +231,11 @@ def warnings(folds: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def verdict_body(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -> str:
-    """The verdict block's HTML (a key-value table and the warnings)."""
+def verdict_body(
+    summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]], names: Sequence[str]
+) -> Markup:
+    """The verdict block's HTML (the warnings and a key-value table), laid out by
+    ``templates/verdict.html.j2``."""
     rows = [
         ("Data", _data_line(summary)),
         ("Leak guard", leak_line(_leaks(summary))),
@@ -239,5 +244,5 @@ def verdict_body(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]],
         ("Best vs last epoch", _checkpoint_line(folds)),
         ("Anomaly guard", _anomaly_line(summary, folds)),
     ]
-    warn = "".join(f'<p class="warning"><b>WARNING</b>: {esc(w)}</p>' for w in warnings(folds))
-    return f"{warn}{kv(rows, 'kv verdict')}"
+    lines = [(name, Markup(line)) for name, line in rows]  # each line built from escaped pieces
+    return render_body("verdict.html.j2", warnings=warnings(folds), lines=lines)

@@ -26,9 +26,9 @@ from optuna.trial import TrialState
 from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.parallel.resources import tally
-from foxhunt.report.fmt import NA, esc, kv, note, table, td
+from foxhunt.report.fmt import NA, esc
 from foxhunt.report.html import CSS
-from foxhunt.report.page import Section, render_page
+from foxhunt.report.page import Section, render_body, render_page
 from foxhunt.report.plots import _save, plt
 from foxhunt.tune.config import Direction
 from foxhunt.tune.export import BEST_PROFILE, best_trial, undecided, undecided_text
@@ -168,52 +168,50 @@ def plot_importances(imp: Mapping[str, float] | None, path: Path) -> Path | None
     return _save(fig, path)
 
 
-def _img(path: Path | None, missing: str) -> str:
+def _image(path: Path | None, missing: str) -> Markup:
     import base64
 
-    if path is None:
-        return note(missing)
-    data = base64.b64encode(path.read_bytes()).decode("ascii")
-    return f'<img src="data:image/png;base64,{data}" alt="{esc(path.stem)}">'
+    data = None if path is None else base64.b64encode(path.read_bytes()).decode("ascii")
+    alt = "" if path is None else path.stem
+    return render_body("image.html.j2", image={"data": data, "alt": alt, "label": None, "missing": missing})
 
 
-def _value(x: Any) -> str:
-    return NA if x is None or (isinstance(x, float) and not math.isfinite(x)) else esc(f"{x:.6g}")
+def _value(x: Any) -> Markup:
+    missing = x is None or (isinstance(x, float) and not math.isfinite(x))
+    return Markup(NA if missing else esc(f"{x:.6g}"))
 
 
-def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked: str) -> str:
+def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked: str) -> Markup:
     columns = (
         "trial", "state", f"value ({ranked}, ranked)", "validation", *keys, "seconds", "device", "reason"
     )
-    head = "".join(f"<th>{esc(h)}</th>" for h in columns)
-    body = []
-    for r in rows:
-        params = r.get("params") or {}
-        cells = [
-            td(esc(r["number"])),
-            td(esc(r["state"]), ""),
-            td(_value(r.get("value"))),
-            td(_value((r.get("validation") or {}).get("value"))),
-            *(td(esc(params[k]) if k in params else NA) for k in keys),
-            td(_value(r.get("seconds"))),
-            td(esc(r.get("device") or NA), ""),
-            td(esc(r.get("reason") or ""), ""),
-        ]
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return table(f"<tr>{head}</tr>" + "".join(body))
+    shown = [
+        {
+            "number": r["number"],
+            "state": r["state"],
+            "value": _value(r.get("value")),
+            "validation": _value((r.get("validation") or {}).get("value")),
+            "params": [(r.get("params") or {}).get(k, Markup(NA)) for k in keys],
+            "seconds": _value(r.get("seconds")),
+            "device": r.get("device") or NA,
+            "reason": r.get("reason") or "",
+        }
+        for r in rows
+    ]
+    return render_body("tune_trials.html.j2", columns=columns, rows=shown)
 
 
-def _held_out(val: Mapping[str, Any], key: str, ranked: str) -> str:
+def _held_out(val: Mapping[str, Any], key: str, ranked: str) -> Markup:
     """A validation number of the best trial with what it is worth as evidence (:func:`held_out`)."""
     if val.get(key) is None:
-        return NA
+        return Markup(NA)
     if val.get(f"{key}_out_of_sample"):
         why = "out of sample for the choice: no trial was ranked on these rows"
     elif ranked == Period.VALIDATION.value:
         why = "NOT out of sample: the trials were ranked on this number"
     else:
         why = "partly in sample for the choice: later folds train and select on earlier folds' validation"
-    return f"{_value(val[key])} ({esc(why)})"
+    return Markup(f"{_value(val[key])} ({esc(why)})")
 
 
 def render(summary: Mapping[str, Any], history_png: Path | None, importance_png: Path | None) -> str:
@@ -221,49 +219,43 @@ def render(summary: Mapping[str, Any], history_png: Path | None, importance_png:
     objective, ranked = summary["objective"], summary.get("ranked_on", Period.VALIDATION.value)
     best = summary.get("best")
     states = ", ".join(f"{n} {k.lower()}" for k, n in (summary.get("states") or {}).items()) or "none"
-    overview = kv(
-        [
-            ("storage", esc(summary["storage"])),
-            ("objective", esc(f"{objective} ({summary['direction']}) over the {ranked} periods")),
-            ("trials", esc(f"{summary['trials_counted']} of {summary['trials_asked']} counted; {states}")),
-            ("stopped by the anomaly guard", esc(summary.get("guard_failed", 0))),
-            ("time of this run", esc(f"{summary['seconds']:.1f} s")),
-        ]
+    overview = render_body(
+        "kv.html.j2",
+        pairs=[
+            ("storage", summary["storage"]),
+            ("objective", f"{objective} ({summary['direction']}) over the {ranked} periods"),
+            ("trials", f"{summary['trials_counted']} of {summary['trials_asked']} counted; {states}"),
+            ("stopped by the anomaly guard", summary.get("guard_failed", 0)),
+            ("time of this run", f"{summary['seconds']:.1f} s"),
+        ],
+        missing="",
     )
+    pairs, und = None, summary.get("undecided")
     if best:
         val = best.get("validation") or {}
-        und = summary.get("undecided")
-        warn = (
-            f'<p class="warning">{esc(undecided_text(und["value"], und["trials"]))}: '
-            f"trial {esc(best['number'])} below is the first of them, not a choice.</p>"
-            if und
-            else ""
-        )
-        best_html = warn + kv(
-            [
-                ("trial", esc(best["number"])),
-                (f"{objective} over the {ranked} periods (ranked on)", _value(best["value"])),
-                (f"{objective} over the validation periods", _held_out(val, "value", ranked)),
-                (f"{objective} over the last fold's validation period", _held_out(val, "last_fold", ranked)),
-            ]
-            + [(k, esc(v)) for k, v in best["params"].items()]
-            + [("profile", f"<code>{esc(best['profile'])}</code>"), ("run folder", esc(best.get("folder")))]
-        )
-    else:
-        best_html = note("No trial completed: there is no best configuration.")
-    imp_note = summary.get("importance_note") or "not available"
+        pairs = [
+            ("trial", best["number"]),
+            (f"{objective} over the {ranked} periods (ranked on)", _value(best["value"])),
+            (f"{objective} over the validation periods", _held_out(val, "value", ranked)),
+            (f"{objective} over the last fold's validation period", _held_out(val, "last_fold", ranked)),
+            *best["params"].items(),
+            ("profile", Markup("<code>{}</code>").format(Markup(esc(best["profile"])))),
+            ("run folder", best.get("folder")),
+        ]
+    best_html = render_body(
+        "tune_best.html.j2",
+        pairs=pairs,
+        undecided=undecided_text(und["value"], und["trials"]) if best and und else "",
+        trial=best["number"] if best else "",
+    )
+    imp_missing = f"Parameter importances: {summary.get('importance_note') or 'not available'}."
     keys = sorted({k for r in summary["trials"] for k in (r.get("params") or {})})
-    # Each body is HTML built from escaped pieces (foxhunt.report.fmt); the page is the template's.
     body = [
-        Section("study", "Study", Markup(overview)),
-        Section("best", "Best configuration", Markup(best_html)),
-        Section("history", "Optimisation history", Markup(_img(history_png, "No trial has a value yet."))),
-        Section(
-            "importance",
-            "Parameter importances",
-            Markup(_img(importance_png, "Parameter importances: " + imp_note + ".")),
-        ),
-        Section("trials", "Trials", Markup(_trials_table(summary["trials"], keys, ranked))),
+        Section("study", "Study", overview),
+        Section("best", "Best configuration", best_html),
+        Section("history", "Optimisation history", _image(history_png, "No trial has a value yet.")),
+        Section("importance", "Parameter importances", _image(importance_png, imp_missing)),
+        Section("trials", "Trials", _trials_table(summary["trials"], keys, ranked)),
     ]
     return render_page(title, CSS, body, nav=False)
 
