@@ -15,6 +15,7 @@ from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
 from foxhunt.errors import (
     ConfigError,
+    FoxhuntError,
     FrontDoor,
     OutputError,
     current_front_door,
@@ -92,3 +93,9 @@ def test_too_few_rows_for_the_folds_names_the_fix_of_each_door(tmp_path: Path) -
     out = " ".join(result.output.split())
     assert "--set data.bar_seconds=20 (about 1422 rows of 20 s bars) on foxhunt features build" in out
     assert "or --set folds.n_folds=95;" in out and "api." not in out
+
+
+def test_an_empty_committee_names_the_argument_in_python() -> None:
+    with pytest.raises(FoxhuntError, match=r"^paths: no checkpoints for a committee") as err:
+        api.load_committee([])
+    assert err.value.render(FrontDoor.CLI).startswith("--checkpoint: no checkpoints")
