@@ -24,8 +24,9 @@ from foxhunt.errors import (
     render,
     setting,
 )
+from foxhunt.features.cache import get_or_build
 from foxhunt.outputs import claim_file
-from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
+from foxhunt.validation.folds import TooFewRowsError
 
 runner = CliRunner()
 
@@ -77,13 +78,15 @@ def test_too_few_rows_for_the_folds_names_the_fix_of_each_door(tmp_path: Path) -
     sets = ["folds.n_folds=100", "folds.min_train_fraction=0.9"]
     cfg = api.config("smoke", overrides=sets)
     with pytest.raises(TooFewRowsError) as err:
-        api.build_features([market], cfg, tmp_path / "py")
+        get_or_build([market], cfg, tmp_path / "py")  # the folds' own refusal, before the bar fix
     text = str(err.value)
     assert 'api.config(..., overrides=["folds.n_folds=95"]);' in text
     assert 'api.config(..., overrides=["data.row_unit=snapshot"])' in text
     assert 'api.config(..., overrides=["data.bar_seconds=...' in text and "--" not in text
-    # The concrete bar length (what features build says), worded for Python.
-    fixed = str(with_bar_fix(err.value, cfg))
+    # api.build_features gives the concrete bar length, as features build does, worded for Python.
+    with pytest.raises(TooFewRowsError) as err:
+        api.build_features([market], cfg, tmp_path / "py")
+    fixed = str(err.value)
     assert 'api.config(..., overrides=["data.bar_seconds=20"]) (about 1422 rows of 20 s bars)' in fixed
     assert "api.build_features" in fixed and 'or api.config(..., overrides=["folds.n_folds=95"])' in fixed
     assert "--" not in fixed
