@@ -11,8 +11,11 @@ from typer.testing import CliRunner
 
 from foxhunt import api
 from foxhunt.cli import app
+from foxhunt.data.config import SynthConfig
+from foxhunt.data.synth import write_synthetic
 from foxhunt.errors import (
     ConfigError,
+    FoxhuntError,
     FrontDoor,
     OutputError,
     current_front_door,
@@ -21,7 +24,9 @@ from foxhunt.errors import (
     render,
     setting,
 )
+from foxhunt.features.cache import get_or_build
 from foxhunt.outputs import claim_file
+from foxhunt.validation.folds import TooFewRowsError
 
 runner = CliRunner()
 
@@ -63,3 +68,37 @@ def test_an_existing_output_names_the_keyword_in_python(tmp_path: Path) -> None:
         claim_file(tmp_path / "x.json")
     with front_door(FrontDoor.CLI), pytest.raises(OutputError, match="pass --overwrite to replace it"):
         claim_file(tmp_path / "x.json")
+
+
+def test_too_few_rows_for_the_folds_names_the_fix_of_each_door(tmp_path: Path) -> None:
+    # The same short market (948 rows of 30 s bars, 996 needed) and fold settings: from Python the
+    # fixes are config overrides, on the command line the options; neither names the other's.
+    market = tmp_path / "m"
+    write_synthetic(SynthConfig(seed=4, sessions=1, events_per_session=1500), market)
+    sets = ["folds.n_folds=100", "folds.min_train_fraction=0.9"]
+    cfg = api.config("smoke", overrides=sets)
+    with pytest.raises(TooFewRowsError) as err:
+        get_or_build([market], cfg, tmp_path / "py")  # the folds' own refusal, before the bar fix
+    text = str(err.value)
+    assert 'api.config(..., overrides=["folds.n_folds=95"]);' in text
+    assert 'api.config(..., overrides=["data.row_unit=snapshot"])' in text
+    assert 'api.config(..., overrides=["data.bar_seconds=...' in text and "--" not in text
+    # api.build_features gives the concrete bar length, as features build does, worded for Python.
+    with pytest.raises(TooFewRowsError) as err:
+        api.build_features([market], cfg, tmp_path / "py")
+    fixed = str(err.value)
+    assert 'api.config(..., overrides=["data.bar_seconds=20"]) (about 1422 rows of 20 s bars)' in fixed
+    assert "api.build_features" in fixed and 'or api.config(..., overrides=["folds.n_folds=95"])' in fixed
+    assert "--" not in fixed
+    args = ["features", "build", "--data", str(market), "--out", str(tmp_path / "cli"), "--profile", "smoke"]
+    result = runner.invoke(app, [*args, "--set", sets[0], "--set", sets[1], "-q"])
+    assert result.exit_code == 2, result.output
+    out = " ".join(result.output.split())
+    assert "--set data.bar_seconds=20 (about 1422 rows of 20 s bars) on foxhunt features build" in out
+    assert "or --set folds.n_folds=95;" in out and "api." not in out
+
+
+def test_an_empty_committee_names_the_argument_in_python() -> None:
+    with pytest.raises(FoxhuntError, match=r"^paths: no checkpoints for a committee") as err:
+        api.load_committee([])
+    assert err.value.render(FrontDoor.CLI).startswith("--checkpoint: no checkpoints")

@@ -56,6 +56,7 @@ from foxhunt.features.cache import FeatureCache, get_or_build, load_cache
 from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.dataset import FoldData
 from foxhunt.validation.dataset import make_folds as _make_folds
+from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
 from foxhunt.validation.normalise import RobustScaler
 
 if TYPE_CHECKING:  # imported where used: the training code stays out of `import foxhunt.api`
@@ -137,14 +138,18 @@ def build_features(
     paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: str | Path, *, regenerate: bool = True
 ) -> FeatureCache:
     """The feature cache of ``paths`` under ``cfg`` in ``out_dir``: opened when a current one is
-    there, built otherwise (``regenerate=False``: refuse instead, saying what differs).
+    there, built otherwise (``regenerate=False``: refuse instead, saying what differs). Rows too few
+    for the folds are refused with the bar length that fits, as ``foxhunt features build`` does.
 
     Example::
 
         cache = api.build_features(files, cfg, "cache")
         cache.meta["rows"], cache.columns[:3]
     """
-    return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
+    try:
+        return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
+    except TooFewRowsError as exc:
+        raise with_bar_fix(exc, cfg) from None
 
 
 def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:

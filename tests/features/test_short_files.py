@@ -10,6 +10,7 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.data.dbn_write import write_book
+from foxhunt.errors import FrontDoor, render
 from foxhunt.features.cache import get_or_build
 from foxhunt.features.remember import remembered_config
 from foxhunt.validation.config import FoldParams
@@ -25,7 +26,10 @@ def test_the_fix_is_a_round_bar_length_whose_rows_hold_the_folds() -> None:
     with pytest.raises(TooFewRowsError) as err:
         purged_walk_forward(120, FoldParams(n_folds=3), 60)
     fixed = shorter_bars(err.value, 30)
-    assert "--set data.bar_seconds=20 (about 180 rows" in fixed.fix and "x the current" not in fixed.fix
+    cli, py = render(fixed.fix, FrontDoor.CLI), render(fixed.fix, FrontDoor.API)
+    assert "--set data.bar_seconds=20 (about 180 rows" in cli and "x the current" not in cli
+    assert 'api.config(..., overrides=["data.bar_seconds=20"]) (about 180 rows' in py
+    assert "api.build_features" in py and "--" not in py
     assert (fixed.rows, fixed.need) == (120, 122) and fixed.problem == err.value.problem
     assert shorter_bars(err.value, 1) is err.value  # nothing shorter than 1 s: the error as it was
 
@@ -44,7 +48,7 @@ def test_a_short_file_gets_a_setting_that_works_and_is_remembered(tmp_path: Path
     with pytest.raises(TooFewRowsError) as err:
         get_or_build([data], cfg, tmp_path / "run" / "cache")
     fixed = with_bar_fix(err.value, cfg)  # what features build and the --data commands say
-    [setting] = [w for w in fixed.fix.split() if w.startswith("data.bar_seconds=")]
+    [setting] = [w for w in render(fixed.fix, FrontDoor.CLI).split() if w.startswith("data.bar_seconds=")]
     built = get_or_build([data], load_config("smoke", overrides=[setting]), tmp_path / "run" / "cache")
     assert built.meta["rows"] >= err.value.need
     # A later command on the same files into the folder holding that cache takes its settings.

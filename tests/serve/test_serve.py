@@ -28,7 +28,7 @@ from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.domain.actions import Direction
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, FrontDoor
 from foxhunt.features.cache import open_cache
 from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig
 from foxhunt.serve.ledger import Ledger
@@ -1092,6 +1092,10 @@ def test_aot_off_the_cpu_is_refused_before_anything_is_written(
             export, ReplaySource(replay), tmp_path / "o", ServeConfig(), device="meta", decide=DecidePath.AOT
         )
     assert "compiled" in str(got.value) and not (tmp_path / "o").exists()
+    # From Python the fix is the config key, on the command line the option (foxhunt.errors).
+    text = str(got.value)
+    assert 'api.config(..., overrides=["serve.device=cpu"])' in text and "--set" not in text
+    assert "--set serve.device=cpu" in got.value.render(FrontDoor.CLI)
 
 
 @pytest.mark.gpu

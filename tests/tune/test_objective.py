@@ -144,7 +144,7 @@ def test_a_study_ranked_on_validation_is_not_resumed_nor_labelled_out_of_sample(
             value=42.0,
         )
     )
-    with pytest.raises(ConfigError, match="ranked its trials on the validation periods.*--overwrite"):
+    with pytest.raises(ConfigError, match="ranked its trials on the validation periods.*pass overwrite=True"):
         run_study(work, say=lambda _: None)
     summary = write_outputs(load(work), cfg, work.storage, 1.0, tmp_path)
     assert summary["ranked_on"] == "validation"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from foxhunt.errors import FrontDoor
 from foxhunt.validation.config import FoldParams, FoldScheme
 from foxhunt.validation.folds import Fold, purge_and_embargo, purged_walk_forward
 
@@ -197,8 +199,13 @@ def test_too_few_rows_names_every_fix_with_numbers() -> None:
     text = str(err.value)
     assert isinstance(err.value, FoxhuntError) and isinstance(err.value, ValueError)
     assert "need at least 122 rows" in text and "fewer folds cannot help" in text
-    assert "--row-unit snapshot" in text and "data.bar_seconds" in text and "\n" not in text
+    assert 'overrides=["data.row_unit=snapshot"]' in text and "data.bar_seconds" in text and "\n" not in text
+    assert "--row-unit snapshot" in err.value.render(FrontDoor.CLI)
     assert len(purged_walk_forward(122, FoldParams(n_folds=3), 60)) == 3
-    # 2 rows after a 200-row first window hold 2 blocks but not 3: the message names n_folds=2.
-    with pytest.raises(TooFewRowsError, match=r"--set folds.n_folds=2"):
+    # 2 rows after a 200-row first window hold 2 blocks but not 3: the message names n_folds=2, as
+    # Python's config override (the default door) or the command line's option.
+    fewer = re.escape('api.config(..., overrides=["folds.n_folds=2"]);')
+    with pytest.raises(TooFewRowsError, match=fewer) as err:
         purged_walk_forward(202, FoldParams(n_folds=3, min_train_fraction=0.99), 1)
+    cli = err.value.render(FrontDoor.CLI)
+    assert "--set folds.n_folds=2;" in cli and "--set data.bar_seconds=..." in cli and "api.config" not in cli

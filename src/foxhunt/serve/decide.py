@@ -77,7 +77,7 @@ from foxhunt.agent.agent import Agent, Mode, PolicyOut
 from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, setting
 from foxhunt.serve.aot import AotPolicy, AotStep, step_inputs
 from foxhunt.serve.config import DecidePath
 
@@ -124,7 +124,7 @@ def check_compilable() -> None:
         raise FoxhuntError(
             "serve.decide",
             f"compiled and aot need a C++ compiler for Inductor and none works here ({exc})",
-            "install g++ (or set CXX), or run with --set serve.decide=eager",
+            f"install g++ (or set CXX), or run with {setting('serve.decide=eager')}",
         ) from None
 
 

@@ -52,7 +52,7 @@ from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, door, setting
 from foxhunt.serve.bars import NoBarsYet
 from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
@@ -75,7 +75,11 @@ def load_trained(checkpoint: Path, serve: ServeConfig | None, device: str = "cpu
         raise CheckpointError(
             checkpoint,
             "holds no normaliser, and serve must scale the features as the fold did",
-            f"export it with the run's cache: foxhunt export {checkpoint} --out FILE --cache CACHE",
+            "export it with the run's cache: "
+            + door(
+                f"foxhunt export {checkpoint} --out FILE --cache CACHE",
+                f'api.export_weights("{checkpoint}", FILE, cache=CACHE)',
+            ),
         )
     cfg = agent.cfg if serve is None else agent.cfg.model_copy(update={"serve": serve})
     return agent, cfg
@@ -88,7 +92,7 @@ def check_decide_device(decide: DecidePath, device: torch.device) -> None:
         raise FoxhuntError(
             "serve.decide",
             f"aot builds its libraries for the CPU, and serve.device is {device.type}",
-            "use --set serve.decide=compiled (or eager) on a GPU, or --set serve.device=cpu",
+            f"use {setting('serve.decide=compiled')} (or eager) on a GPU, or {setting('serve.device=cpu')}",
         )
 
 
@@ -133,7 +137,9 @@ class Service:
         one = isinstance(checkpoint, str | Path)
         checkpoints = [Path(checkpoint)] if one else [Path(c) for c in checkpoint]
         if not checkpoints:
-            raise FoxhuntError("--checkpoint", "no checkpoint to serve", "pass one export (or several)")
+            raise FoxhuntError(
+                door("--checkpoint", "checkpoint"), "no checkpoint to serve", "pass one export (or several)"
+            )
         agent, self.cfg = load_trained(checkpoints[0], serve, device)
         self.scfg: ServeConfig = self.cfg.serve
         # Several exports are a committee of one fold (the backtest's CommitteePolicy: the same fold,

@@ -17,7 +17,7 @@ from foxhunt.agent.agent import Agent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.env.graph import CapturablePolicy
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, door
 from foxhunt.train.checkpoint import Fingerprint, checkpoint_config, load_checkpoint
 
 _ACTING_REPLAY = 16
@@ -57,7 +57,9 @@ class CommitteePolicy:
 
     def __init__(self, paths: Sequence[str | Path], cfg: FoxhuntConfig) -> None:
         if not paths:
-            raise FoxhuntError("--checkpoint", "no checkpoints for a committee", "pass one or more")
+            raise FoxhuntError(
+                door("--checkpoint", "paths"), "no checkpoints for a committee", "pass one or more"
+            )
         self.members = [CheckpointPolicy(p, cfg) for p in paths]
         first = self.members[0]
         for m in self.members[1:]:

@@ -50,7 +50,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.errors import ConfigError
+from foxhunt.errors import OUT, OVERWRITE, SAME_CONFIG, ConfigError, door
 from foxhunt.tracking import TrackingTarget
 from foxhunt.train.diagnostics import SELECT_NET_PNL
 from foxhunt.tune.config import Pruner, TuneConfig
@@ -66,6 +66,8 @@ from foxhunt.tune.objective import (
 from foxhunt.tune.space import assignment, sample, with_params
 
 STUDY_DB = "study.db"
+# The study's database as each door names it (the tune command's option, the Work field).
+STORAGE = door("--storage", "storage")
 TRIALS_DIR = "trials"
 REASON = "reason"
 """User attribute of a FAILED trial that is a result (the anomaly guard's diagnosis, an undefined
@@ -115,7 +117,7 @@ def check_storage(url: str) -> None:
         make_url(url).get_dialect()
     except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as err:
         raise ConfigError(
-            f"--storage {url}",
+            f"{STORAGE} {url}",
             f"not a database URL SQLAlchemy can open ({type(err).__name__}: {err})",
             "pass e.g. sqlite:///DIR/study.db or postgresql://user@host/db (its driver installed)",
         ) from err
@@ -189,8 +191,8 @@ def open_study(
     elif recorded != identity:
         raise ConfigError(
             f"study {name}",
-            "was made with another config (profile, --set or [tune] space) or market than this one",
-            "run the same config to resume, pass --overwrite to start again, or use another --out/--storage",
+            f"was made with another config ({SAME_CONFIG}, or the [tune] space) or market than this one",
+            f"run the same config to resume, pass {OVERWRITE} to start again, or use another {OUT}/{STORAGE}",
         )
     elif ranked_on(study) is not RANKED_ON:
         # Its trials' values are validation numbers: mixing them with selection-period values would
@@ -199,7 +201,7 @@ def open_study(
             f"study {name}",
             "ranked its trials on the validation periods (made by an older foxhunt); this one ranks "
             "them on the selection periods",
-            "pass --overwrite to start it again, or use another --out/--storage",
+            f"pass {OVERWRITE} to start it again, or use another {OUT}/{STORAGE}",
         )
     return study
 

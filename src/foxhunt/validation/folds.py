@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from foxhunt.data.schemas import BarKind, RowUnit
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, door, setting
 from foxhunt.validation.config import FoldParams, FoldScheme
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def purge_and_embargo(
 class TooFewRowsError(FoxhuntError, ValueError):
     """The rows cannot hold the asked folds (a ValueError too, for callers of the pure function).
     ``rows``, ``need``: the rows there are and the fewest that hold the folds; ``fewer``: the fold
-    count that fits, as a fix."""
+    count that fits, as a fix ("" when no fewer folds fit)."""
 
     rows: int = 0
     need: int = 0
@@ -148,23 +148,34 @@ def _rows_needed(n_rows: int, params: FoldParams, label_span: int) -> int:
 
 def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> TooFewRowsError:
     k = _feasible_folds(n_rows, params, label_span)
-    fewer = f"--set folds.n_folds={k}" if k else "fewer folds cannot help"
+    fewer = setting(f"folds.n_folds={k}") if k else ""
     need = _rows_needed(n_rows, params, label_span)
     exc = TooFewRowsError(
         "folds",
         f"{n_rows} rows are too few for {params.n_folds} {params.scheme} folds (embargo "
         f"{max(params.embargo_rows, label_span)} rows, min_train_fraction {params.min_train_fraction}): "
         f"{problem}; they need at least {need} rows",
-        f"{fewer}; or at least {need / n_rows:.3g}x the rows from the same data: --row-unit snapshot, or "
-        f"--set data.bar_seconds=... at most {n_rows / need:.3g}x the current; or more data files",
+        f"{fewer or 'fewer folds cannot help'}; or at least {need / n_rows:.3g}x the rows from the same "
+        f"data: {SNAPSHOT_ROWS}, or {setting('data.bar_seconds=...')} at most {n_rows / need:.3g}x the "
+        "current; or more data files",
     )
     exc.rows, exc.need, exc.fewer = n_rows, need, fewer
     exc.params, exc.label_span = params, label_span
     return exc
 
 
+# Rows of book snapshots instead of bars: features build's own option, the config key in Python.
+SNAPSHOT_ROWS = door("--row-unit snapshot", 'api.config(..., overrides=["data.row_unit=snapshot"])')
+
 # Bar lengths a concrete fix proposes: those that divide an hour (bars then line up with the clock).
 ROUND_BAR_SECONDS = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60, 120, 180, 300, 600, 900, 1200, 1800, 3600)
+# Where a data setting is given once: on the command line features build records it in its cache and
+# the later commands read it back; in Python the config given to api.build_features goes on.
+BUILT_ONCE = door(
+    "on foxhunt features build: the commands after it that take its --cache, and foxhunt run --out into "
+    "the folder holding its cache, read it back",
+    "for api.build_features, and the same config for the calls on its cache",
+)
 # Rows do not scale exactly with the bar length (a session's first and last bars, bars without a
 # book state): a proposed length leaves this much more than the rows needed.
 BAR_FIX_MARGIN = 1.1
@@ -207,10 +218,8 @@ def shorter_bars(exc: TooFewRowsError, bar_seconds: int, first_train_rows: int =
     out = TooFewRowsError(
         exc.where,
         exc.problem,
-        f"--set data.bar_seconds={b} (about {rows * bar_seconds // b} rows of {b} s bars) on foxhunt "
-        "features build: the commands after it that take its --cache, and foxhunt run --out into the "
-        f"folder holding its cache, read it back{'; or ' + exc.fewer if exc.fewer.startswith('--') else ''}; "
-        "or more data files",
+        f"{setting(f'data.bar_seconds={b}')} (about {rows * bar_seconds // b} rows of {b} s bars) "
+        f"{BUILT_ONCE}{'; or ' + exc.fewer if exc.fewer else ''}; or more data files",
     )
     out.rows, out.need, out.fewer = rows, need, exc.fewer
     return out

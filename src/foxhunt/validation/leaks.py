@@ -67,7 +67,7 @@ from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
 from foxhunt.domain.instrument import Instrument, product_instrument
-from foxhunt.errors import FoxhuntError
+from foxhunt.errors import FoxhuntError, door
 from foxhunt.features.cache import compute_features, value_config
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.features.frame import RowInput
@@ -756,7 +756,7 @@ def cache_sources(cache: Any, cache_path: str | Path) -> list[Path]:
                 f"this source of cache {Path(cache_path).name} has changed since the cache was built "
                 "(its SHA-256 differs from the recorded one)",
                 "restore the original file, or rebuild the cache from the files as they are now "
-                "(foxhunt features build --data ...)",
+                f"({door('foxhunt features build --data ...', 'api.build_features')})",
             )
     return files
 
