@@ -193,7 +193,7 @@ def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked
             "validation": _value((r.get("validation") or {}).get("value")),
             "params": [(r.get("params") or {}).get(k, Markup(NA)) for k in keys],
             "seconds": _value(r.get("seconds")),
-            "device": r.get("device") or NA,
+            "device": r.get("device") or Markup(NA),  # the n/a mark, not its escaped text
             "reason": r.get("reason") or "",
         }
         for r in rows
