@@ -43,9 +43,9 @@ def _capture_run_job(monkeypatch: pytest.MonkeyPatch) -> dict:
 
     def fake_run_job(cfg, out_dir, files, **kw):
         seen.update(cfg=cfg, profile=kw["profile"])
-        fold = {"net_pnl": 0.0}
+        fold = {"net_pnl": 0.0, "trades": 0}
         return {"summary": {"mean_net_pnl": 0.0, "mean_sharpe_annual": 0.0, "beats_flat_folds": 0,
-                            "beats_long_folds": 0}, "folds": [fold]}
+                            "beats_long_folds": 0, "beats_buy_hold_folds": 0}, "folds": [fold]}
 
     monkeypatch.setattr(foxhunt.job, "run_job", fake_run_job)
     return seen
