@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from foxhunt.data.instrument import instrument_of_cache
+from foxhunt.data.returns import segment_ids, trailing_volatility
 from foxhunt.domain.instrument import Instrument, InstrumentConfig, product_instrument
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.dataset import FoldData
-from foxhunt.validation.labels import segment_ids, trailing_volatility
 
 
 @dataclass(frozen=True, eq=False)

@@ -80,6 +80,7 @@ from foxhunt.data.ingest import (
     load_market,
     trades_in,
 )
+from foxhunt.data.returns import trailing_volatility
 from foxhunt.data.schemas import BarKind, RowUnit, Schema
 from foxhunt.data.sessions import session_dates, session_open_ns
 from foxhunt.domain.instrument import Instrument
@@ -97,7 +98,6 @@ from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
-from foxhunt.validation.labels import trailing_volatility
 from foxhunt.validation.normalise import RobustScaler, apply
 
 NS = 1_000_000_000
