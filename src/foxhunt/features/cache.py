@@ -47,10 +47,10 @@ from foxhunt.domain.instrument import Instrument
 from foxhunt.errors import FoxhuntError, door
 from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
 from foxhunt.features.frame import RowInput
-from foxhunt.features.layout import STATE_LAYOUT, stack_families
+from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.plugins import load_plugins
-from foxhunt.features.registry import FAMILIES, with_plugins
+from foxhunt.features.plugins import load_plugins, stack_families, with_plugins
+from foxhunt.features.registry import FAMILIES
 from foxhunt.features.stack import FeatureMatrix, compute_stack
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span

@@ -91,8 +91,7 @@ from foxhunt.features.cache import FeatureCache, _families, compute_features, ro
 from foxhunt.features.cache import _table as cache_table  # the cache's own columns, not a copy
 from foxhunt.features.frame import BarsCarry, RowInput, from_bars
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.plugins import load_plugins
-from foxhunt.features.registry import with_plugins
+from foxhunt.features.plugins import load_plugins, with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
