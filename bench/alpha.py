@@ -25,7 +25,7 @@ from foxhunt.alpha.check import run_alpha, targets
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))

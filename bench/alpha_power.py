@@ -82,7 +82,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
 
     from foxhunt.alpha.check import run_alpha
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
 
     cfg = _config(kind, seed, events, sessions)
     with tempfile.TemporaryDirectory(prefix="foxhunt-alpha-power-") as tmp:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 if TYPE_CHECKING:
-    from foxhunt.features.cache import FeatureCache
+    from foxhunt.features.cache_file import FeatureCache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -129,7 +129,7 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
     own folder; the cache key leaves out training, folds and env settings, so any TINY variant that
     keeps its data, features, labels and instrument sections (``value_config``) can train on it."""
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
     from tests.train.test_run import tiny_cfg
 
     cfg = tiny_cfg()

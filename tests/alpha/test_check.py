@@ -16,7 +16,7 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 runner = CliRunner()
 FAST = [
@@ -152,7 +152,7 @@ def test_cli_from_a_cache_runs_the_leak_guard_on_its_sources(tmp_path: Path) -> 
 
 def test_a_leaky_feature_stops_the_check(tmp_path: Path, monkeypatch) -> None:
     from foxhunt.data.schemas import RowUnit
-    from foxhunt.features import cache as cache_mod
+    from foxhunt.dataset import cache as cache_mod
     from foxhunt.features.layout import STACK_FAMILIES
     from foxhunt.features.registry import FAMILIES
 

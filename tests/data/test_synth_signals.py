@@ -20,7 +20,7 @@ from foxhunt.data.synth import (
     trade_flow_signal,
     write_synthetic,
 )
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 FLOW = PlantedSignal.TRADE_FLOW
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foxhunt.data.bars
-import foxhunt.features.cache as cache_mod
+import foxhunt.dataset.cache as cache_mod
 import foxhunt.features.market
 import foxhunt.features.stack
 import foxhunt.validation.labels
@@ -20,15 +20,11 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import load_cache, schema_hash
 from foxhunt.errors import FrontDoor
 from foxhunt.features import layout
-from foxhunt.features.cache import (
-    CacheMismatchError,
-    get_or_build,
-    load_cache,
-    open_cache,
-    schema_hash,
-)
+from foxhunt.features.cache_file import CacheMismatchError, open_cache
 
 runner = CliRunner()
 

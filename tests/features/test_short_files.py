@@ -10,9 +10,9 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.data.dbn_write import write_book
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.remember import remembered_config
 from foxhunt.errors import FrontDoor, render
-from foxhunt.features.cache import get_or_build
-from foxhunt.features.remember import remembered_config
 from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars, with_bar_fix
 from tests.factories import make_book

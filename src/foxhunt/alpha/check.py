@@ -65,8 +65,8 @@ from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.errors import ConfigError
-from foxhunt.features.cache import FeatureCache
-from foxhunt.validation.dataset import make_folds
+from foxhunt.features.cache_file import FeatureCache
+from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
 
 MODELS = (ModelKind.MLP, ModelKind.GBM)
