@@ -48,8 +48,9 @@ MANUAL: dict[str, str] = {
     "tests/backtest/test_trades.py": _UNTIMED,
     "tests/corpus": _UNTIMED,
     "tests/data": _UNTIMED,
+    "tests/dataset/test_leaks.py": _UNTIMED,
+    "tests/dataset/test_warmup.py": _UNTIMED,
     "tests/env/test_graph.py": _UNTIMED,
-    "tests/features/test_warmup.py": _UNTIMED,
     "tests/report/test_checkpoint_numbers.py": _UNTIMED,
     "tests/serve": _UNTIMED,
     "tests/test_api.py": _UNTIMED,
@@ -58,7 +59,6 @@ MANUAL: dict[str, str] = {
     "tests/tracking/test_tracking.py": _UNTIMED,
     "tests/train/test_ablation.py": _UNTIMED,
     "tests/tune/test_objective.py": _UNTIMED,
-    "tests/validation/test_leaks.py": _UNTIMED,
 }
 """Slow tests that CI's slow run (``make test-slow-ci``: ``-m "slow and not manual"``) leaves out, by
 file or folder (every slow test under it) or node id, with why; ``make test-slow`` runs them with
