@@ -13,10 +13,11 @@ stack layout and the RL state layout (names, offsets, widths), data_source, row 
 fingerprints, row count, creation time, the config sections that shape values, coverage, and the
 content hashes that every open verifies (:mod:`foxhunt.features.cache_file`, the file's format).
 
-The **schema hash** covers every code path and setting that changes a value: the families, the
-frame/pipeline/bars code that turns events into rows, the stack's post-processing, the labels,
-the normaliser, the layout, and the data/features/labels config. A cache whose stored hash
-differs from the running code's is refused (docs/design.md §3).
+The **schema hash** covers every code path and setting that changes a value: the digest of the
+package's source (the one numba stamps its kernels with: any edit of foxhunt's code rebuilds a cache,
+as it recompiles the kernels), the code of plug-in families, the RL state layout, and the value
+sections of the config (:data:`VALUE_SECTIONS`). A cache whose stored hash differs from the running
+code's is refused (docs/design.md §3).
 :func:`foxhunt.dataset.build.get_or_build` is the only way in: a miss and a rebuild run the same
 :func:`build_cache`, and the caller always reads the file.
 """
@@ -24,10 +25,10 @@ differs from the running code's is refused (docs/design.md §3).
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -55,31 +56,15 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins, stack_families, with_plugins
 from foxhunt.features.registry import FAMILIES
 from foxhunt.features.stack import FeatureMatrix, compute_stack
+from foxhunt.jit import PACKAGE, package_digest
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span
 
 if TYPE_CHECKING:
     from foxhunt.dataset.prepared import Prepared
 
-# Every module whose code changes a cached value. The families are added from the registry.
-HASHED_MODULES = (
-    "foxhunt.data.dbn_read",
-    "foxhunt.data.ingest",
-    "foxhunt.data.book",
-    "foxhunt.data.bars",
-    "foxhunt.data.continuous",
-    "foxhunt.data.sessions",
-    "foxhunt.features.frame",
-    "foxhunt.features.pipeline",
-    "foxhunt.features.stack",
-    "foxhunt.features.layout",
-    "foxhunt.features._kernels",
-    "foxhunt.dataset.cache",
-    "foxhunt.validation.labels",
-    "foxhunt.domain.barrier",
-    "foxhunt.domain.exits",
-    "foxhunt.validation.normalise",
-)
+CODE_ROOT = PACKAGE
+"""The source folder whose digest the schema hash holds: foxhunt's own (a test points it at a copy)."""
 
 
 def _families(cfg: FoxhuntConfig) -> tuple[str, ...]:
@@ -126,24 +111,25 @@ def value_config(cfg: FoxhuntConfig) -> dict[str, Any]:
 
 
 def schema_hash(cfg: FoxhuntConfig) -> str:
-    """Hash of the running code and settings that produce the cache's values."""
-    modules = [importlib.import_module(m) for m in HASHED_MODULES if _importable(m)]
+    """Hash of the running code and settings that produce the cache's values.
+
+    The code is one fingerprint, the one numba stamps every cached kernel with
+    (:func:`foxhunt.jit.package_digest`: every ``.py`` file of the package, its path and bytes), so
+    no list of modules can miss one that changes a value; code outside the package that the stack
+    runs (a plug-in, a family registered at run time) is hashed by what its module holds."""
     plugins = load_plugins(cfg.features)
-    modules += [FAMILIES[name] for name in _families(cfg) if name not in plugins]
-    parts = [f"format={FORMAT_VERSION}"]
-    parts += [f"{m.__name__}={module_fingerprint(m)}" for m in modules]
+    outside = [FAMILIES[n] for n in _families(cfg) if n not in plugins and not _own(FAMILIES[n])]
+    parts = [f"format={FORMAT_VERSION}", "code=" + package_digest(str(CODE_ROOT)).hex()]
+    parts += [f"family {m.__name__}={module_fingerprint(m)}" for m in outside]
     parts += [f"plugin {name}={p.fingerprint()}" for name, p in plugins.items()]  # the plug-in's code
     parts.append("state_layout=" + digest(STATE_LAYOUT.describe()))
     parts.append("config=" + digest(value_config(cfg)))
     return combine(parts)[:32]
 
 
-def _importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError:
-        return False
-    return True
+def _own(module: ModuleType) -> bool:
+    """Whether a family's code is foxhunt's (in the package digest) rather than registered at run time."""
+    return module.__name__.split(".")[0] == "foxhunt"
 
 
 def cache_key(sources: list[dict[str, Any]], cfg: FoxhuntConfig, schema: str) -> str:

@@ -1,7 +1,4 @@
-"""What ``foxhunt features build --set ...`` set, remembered by a later command on the same files.
-
-Kept out of :mod:`foxhunt.dataset.cache`, whose code is part of every cache's schema hash: a
-helper that reads caches changes no cached value."""
+"""What ``foxhunt features build --set ...`` set, remembered by a later command on the same files."""
 
 from __future__ import annotations
 
