@@ -91,7 +91,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
         t1 = time.perf_counter()
         cache = get_or_build([Path(tmp) / "m"], cfg, Path(tmp) / "c")
         t2 = time.perf_counter()
-        result = run_alpha(cache, cfg, cfg.alpha.horizons)
+        result = run_alpha(cache, cfg.alpha, cfg.folds, cfg.alpha.horizons, cfg.run.seed)
         t3 = time.perf_counter()
     if keep:
         arrays = {}

@@ -122,7 +122,7 @@ def main() -> int:
         market = Path(tmp) / "m"
         write_synthetic(SynthConfig(seed=33, sessions=2, events_per_session=15_000, alpha=1.0), market)
         cache = get_or_build([market], cfg, Path(tmp) / "c")
-        result = run_alpha(cache, cfg, (20, 200))
+        result = run_alpha(cache, cfg.alpha, cfg.folds, (20, 200), cfg.run.seed)
         scaler = scaler_difference(cache, cfg)
 
     rng = np.random.default_rng(0)

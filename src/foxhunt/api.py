@@ -150,7 +150,7 @@ def build_features(
     try:
         return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
     except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg) from None
+        raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
 
 def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:

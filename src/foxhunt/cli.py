@@ -546,7 +546,7 @@ def _bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
     try:
         yield
     except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg) from None
+        raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
@@ -620,6 +620,7 @@ def data_bars(
 ) -> None:
     """Ingest DBN files, pick the front month, build bars (or snapshot rows), write them as Arrow
     IPC with the resolved config beside them, and print a summary."""
+    from foxhunt.config.loader import config_hash
     from foxhunt.data.summary import build_and_write
     from foxhunt.outputs import claim_folder
 
@@ -628,7 +629,7 @@ def data_bars(
     paths = _data_paths(data, ctx)
     claim_folder(out_dir, ("bars.arrow", "snapshots.arrow", "bars.config.json"), overwrite=overwrite)
     with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), progress):
-        summary = build_and_write(paths, cfg, out_dir, progress)
+        summary = build_and_write(paths, cfg.data, out_dir, config_hash(cfg), progress)
     write_resolved(cfg, out_dir / "bars.config.json")
     table = Table(title=f"{summary['row_unit']} rows -> {summary['path']}", show_header=False)
     for key, value in summary.items():

@@ -123,6 +123,6 @@ def alpha_check(
     (``alpha.json``'s ``leak_guard``: the result says which guard it passed)."""
     from foxhunt.alpha.check import run_alpha
 
-    result = run_alpha(cache, cfg, alpha_horizons(cfg), progress=progress)
+    result = run_alpha(cache, cfg.alpha, cfg.folds, alpha_horizons(cfg), cfg.run.seed, progress=progress)
     result.leak_guard = leaks.to_dict()
     return result

@@ -727,7 +727,7 @@ def check_leaks(
             # Refused (one line). Too few for the alpha check's longer horizon only: the training
             # folds were checked; noted in the report, and the alpha check refuses on its own.
             if "training" in users:
-                raise with_bar_fix(exc, cfg) from None
+                raise with_bar_fix(exc, cfg.data, cfg.train) from None
             report.fold_note = f"too few rows for the {user} folds: {exc.problem}"
             continue
         report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))

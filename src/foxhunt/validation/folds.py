@@ -48,7 +48,7 @@ from foxhunt.validation.config import FoldParams, FoldScheme, Selection
 from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
 if TYPE_CHECKING:
-    from foxhunt.config.models import FoxhuntConfig
+    from foxhunt.data.config import DataConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -191,17 +191,16 @@ BUILT_ONCE = door(
 BAR_FIX_MARGIN = 1.1
 
 
-def with_bar_fix(exc: TooFewRowsError, cfg: FoxhuntConfig) -> TooFewRowsError:
+def with_bar_fix(exc: TooFewRowsError, data: DataConfig, t: PeriodSettings) -> TooFewRowsError:
     """``exc`` with :func:`shorter_bars`'s concrete fix where the rows are time bars: enough rows for
     the folds and for training's first fold to hold one episode (``train.steps_per_epoch + 2``
     collection rows, and a selection period with its embargo unless ``train.selection = last``: the
     layout of foxhunt.train.selection), so the setting carries the walk through ``foxhunt run``."""
-    data, t = cfg.data, cfg.train
     if data.row_unit is not RowUnit.BAR or data.bar_kind is not BarKind.TIME:
         return exc
     episode = t.steps_per_epoch + 2
     params: FoldParams | None = getattr(exc, "params", None)
-    if params is not None and t.selection.value != "last":
+    if params is not None and t.selection is not Selection.LAST:
         embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
         episode = math.ceil((episode + embargo) / max(1.0 - t.selection_fraction, 1e-9))
     return shorter_bars(exc, data.bar_seconds, episode)
