@@ -25,7 +25,7 @@ from foxhunt.alpha.check import run_alpha, targets
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -51,7 +51,7 @@ def main() -> int:
     narrow = dataclasses.replace(cache, meta=meta)
     horizons = (5, 20, 50, 200, 500)
     t0 = time.perf_counter()
-    result = run_alpha(narrow, cfg, horizons)
+    result = run_alpha(narrow, cfg.alpha, cfg.folds, horizons, cfg.run.seed)
     t_alpha = time.perf_counter() - t0
     # Reference: one bare LightGBM fit (same rows, first fold's training rows, horizon 50).
     x = narrow.features()

@@ -82,7 +82,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
 
     from foxhunt.alpha.check import run_alpha
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
 
     cfg = _config(kind, seed, events, sessions)
     with tempfile.TemporaryDirectory(prefix="foxhunt-alpha-power-") as tmp:
@@ -91,7 +91,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
         t1 = time.perf_counter()
         cache = get_or_build([Path(tmp) / "m"], cfg, Path(tmp) / "c")
         t2 = time.perf_counter()
-        result = run_alpha(cache, cfg, cfg.alpha.horizons)
+        result = run_alpha(cache, cfg.alpha, cfg.folds, cfg.alpha.horizons, cfg.run.seed)
         t3 = time.perf_counter()
     if keep:
         arrays = {}

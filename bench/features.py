@@ -27,7 +27,7 @@ from foxhunt.data.dbn_read import read_dbn  # noqa: E402
 from foxhunt.data.ingest import load_market  # noqa: E402
 from foxhunt.data.schemas import RowUnit  # noqa: E402
 from foxhunt.data.synth import write_synthetic  # noqa: E402
-from foxhunt.features.cache import _feature_params, compute_features  # noqa: E402
+from foxhunt.dataset.cache import _feature_params, compute_features  # noqa: E402
 from foxhunt.features.layout import STACK_FAMILIES  # noqa: E402
 from foxhunt.features.pipeline import rows_from_market  # noqa: E402
 from foxhunt.features.registry import FAMILIES  # noqa: E402

@@ -30,8 +30,9 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import build_cache, open_cache
-from foxhunt.features.distributed import build_by_session, build_part, session_groups
+from foxhunt.dataset.cache import build_cache
+from foxhunt.dataset.distributed import build_by_session, build_part, session_groups
+from foxhunt.features.cache_file import open_cache
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.parallel import open_executor
 

@@ -38,7 +38,7 @@ from pathlib import Path
 from foxhunt.config.loader import load_config
 from foxhunt.data.ingest import load_market
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import compute_features
+from foxhunt.dataset.cache import compute_features
 from foxhunt.features.pipeline import rows_from_market
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,7 +49,7 @@ from run import hardware  # noqa: E402
 def leaks_module(path: Path | None):
     """The installed leak guard, or the version in ``path`` (loaded under its own name)."""
     if path is None:
-        from foxhunt.validation import leaks
+        from foxhunt.dataset import leaks
 
         return leaks
     spec = importlib.util.spec_from_file_location("foxhunt_bench_leaks", path)

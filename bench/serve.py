@@ -150,7 +150,7 @@ def batch(checkpoint: Path, files: list[Path]) -> tuple[float, int]:
     """Seconds of the batch pipeline over ``files`` and the rows it makes."""
     from foxhunt.data.ingest import load_market
     from foxhunt.data.instrument import instrument_of_files
-    from foxhunt.features.cache import compute_features
+    from foxhunt.dataset.cache import compute_features
     from foxhunt.features.pipeline import rows_from_market
 
     _, cfg = load_trained(checkpoint, None)

@@ -59,14 +59,14 @@ TIMED = [
     ("foxhunt.train.run", "evaluate"),
     ("foxhunt.alpha.check", "run_alpha"),
     ("foxhunt.data.synth", "write_synthetic"),
-    ("foxhunt.features.cache", "get_or_build"),
+    ("foxhunt.dataset.build", "get_or_build"),
     ("foxhunt.report.html", "write_report"),
-    ("foxhunt.validation.leaks", "guard"),
-    ("foxhunt.validation.leaks", "check_leaks"),
-    ("foxhunt.validation.leaks", "_run_cuts"),
+    ("foxhunt.dataset.leaks", "guard"),
+    ("foxhunt.dataset.leaks", "check_leaks"),
+    ("foxhunt.dataset.leaks", "_run_cuts"),
     ("foxhunt.train.checkpoint", "copy_checkpoint"),
-    ("foxhunt.features.warmup", "start"),
-    ("foxhunt.features.warmup", "Warmup.wait"),
+    ("foxhunt.dataset.warmup", "start"),
+    ("foxhunt.dataset.warmup", "Warmup.wait"),
 ]
 
 

@@ -12,7 +12,7 @@ process (an import row counts only what the rows above have not imported already
 the CLI, torch (the config models import it through ``foxhunt.domain.actions``), pandas and
 databento, matplotlib, LightGBM (which imports scikit-learn and SciPy), the rest of the job's
 imports, the synthetic market's engine (its eager-signature kernels compile when it is imported),
-the config, and the kernel warm-up's tiny market (:mod:`foxhunt.features.warmup`; only on a machine
+the config, and the kernel warm-up's tiny market (:mod:`foxhunt.dataset.warmup`; only on a machine
 with idle cores, so on a busy 2-core box the job skips it, on a GPU host it runs before the first
 line). ``job`` rows: the real ``foxhunt run --profile smoke`` until it prints its first line (then it
 is stopped), with the idle-core count that decided the warm-up.
@@ -57,7 +57,7 @@ from foxhunt.config.loader import load_config
 cfg = load_config(profile="smoke"); lap("load_config(profile='smoke')")
 from foxhunt.data.synth_market import synthetic_market
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.warmup import TINY_EVENTS
+from foxhunt.dataset.warmup import TINY_EVENTS
 tiny = cfg.synth.model_copy(update={"sessions": 1, "events_per_session": TINY_EVENTS})
 market = synthetic_market(tiny); lap("warm-up: tiny synthetic market (simulator kernels)")
 rows_from_market(market, cfg.data); lap("warm-up: rows_from_market")

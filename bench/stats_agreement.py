@@ -74,7 +74,7 @@ def scaler_difference(cache: Any, cfg: Any) -> dict[str, Any]:
     Gaussian standard deviation as 1.4826 MAD is) fitted on the same training rows."""
     from sklearn.preprocessing import RobustScaler as SkRobustScaler
 
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import make_folds
     from foxhunt.validation.normalise import apply
 
     x = cache.features()
@@ -115,14 +115,14 @@ def main() -> int:
     from foxhunt.config.loader import load_config
     from foxhunt.data.config import SynthConfig
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
 
     cfg = load_config("smoke", overrides=FAST)
     with tempfile.TemporaryDirectory() as tmp:
         market = Path(tmp) / "m"
         write_synthetic(SynthConfig(seed=33, sessions=2, events_per_session=15_000, alpha=1.0), market)
         cache = get_or_build([market], cfg, Path(tmp) / "c")
-        result = run_alpha(cache, cfg, (20, 200))
+        result = run_alpha(cache, cfg.alpha, cfg.folds, (20, 200), cfg.run.seed)
         scaler = scaler_difference(cache, cfg)
 
     rng = np.random.default_rng(0)

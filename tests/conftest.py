@@ -11,7 +11,7 @@ import pytest
 import torch
 
 if TYPE_CHECKING:
-    from foxhunt.features.cache import FeatureCache
+    from foxhunt.features.cache_file import FeatureCache
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -48,8 +48,9 @@ MANUAL: dict[str, str] = {
     "tests/backtest/test_trades.py": _UNTIMED,
     "tests/corpus": _UNTIMED,
     "tests/data": _UNTIMED,
+    "tests/dataset/test_leaks.py": _UNTIMED,
+    "tests/dataset/test_warmup.py": _UNTIMED,
     "tests/env/test_graph.py": _UNTIMED,
-    "tests/features/test_warmup.py": _UNTIMED,
     "tests/report/test_checkpoint_numbers.py": _UNTIMED,
     "tests/serve": _UNTIMED,
     "tests/test_api.py": _UNTIMED,
@@ -58,7 +59,6 @@ MANUAL: dict[str, str] = {
     "tests/tracking/test_tracking.py": _UNTIMED,
     "tests/train/test_ablation.py": _UNTIMED,
     "tests/tune/test_objective.py": _UNTIMED,
-    "tests/validation/test_leaks.py": _UNTIMED,
 }
 """Slow tests that CI's slow run (``make test-slow-ci``: ``-m "slow and not manual"``) leaves out, by
 file or folder (every slow test under it) or node id, with why; ``make test-slow`` runs them with
@@ -129,7 +129,7 @@ def tiny_cache(tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
     own folder; the cache key leaves out training, folds and env settings, so any TINY variant that
     keeps its data, features, labels and instrument sections (``value_config``) can train on it."""
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
     from tests.train.test_run import tiny_cfg
 
     cfg = tiny_cfg()

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from foxhunt.features.cache import META_KEY
+from foxhunt.features.cache_file import META_KEY
 
 
 def cache_parts(path: Path) -> tuple[pa.Table, bytes]:

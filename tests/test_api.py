@@ -20,7 +20,7 @@ from foxhunt.backtest.run import METRIC_KEYS, run_backtest
 from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, PolicyError
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
 from tests.conftest import first_that_trades

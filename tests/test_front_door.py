@@ -13,6 +13,7 @@ from foxhunt import api
 from foxhunt.cli import app
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.dataset.build import get_or_build
 from foxhunt.errors import (
     ConfigError,
     FoxhuntError,
@@ -24,7 +25,6 @@ from foxhunt.errors import (
     render,
     setting,
 )
-from foxhunt.features.cache import get_or_build
 from foxhunt.outputs import claim_file
 from foxhunt.validation.folds import TooFewRowsError
 

@@ -18,12 +18,12 @@ from foxhunt.backtest.evaluate import evaluate
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.dataset.build import get_or_build
 from foxhunt.env.market import market_tensors
-from foxhunt.features.cache import get_or_build
 from foxhunt.job import run_job
 from foxhunt.report.html import money
 from foxhunt.train.policy import CheckpointPolicy
-from foxhunt.validation.dataset import make_folds
+from foxhunt.validation.folds import make_folds
 from tests.report.test_html import HEADINGS, parse
 from tests.train.test_run import TINY
 
@@ -185,16 +185,17 @@ def test_a_leak_stops_the_job_and_removes_the_cache_built_beside_the_guard(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The job builds its cache (and, on a GPU, compiles training) while the guard's cuts run
-    (foxhunt.validation.leaks.guard_while): a leak still stops it with nothing of that left behind,
+    (foxhunt.dataset.leaks.guard_while): a leak still stops it with nothing of that left behind,
     and no recorded config, report or training folder."""
     from types import ModuleType
 
     from foxhunt.data.schemas import RowUnit
-    from foxhunt.features import cache as cache_mod
+    from foxhunt.dataset import build as build_mod
+    from foxhunt.dataset import cache as cache_mod
+    from foxhunt.dataset import leaks
+    from foxhunt.dataset.leaks import LeakFoundError
     from foxhunt.features.layout import STACK_FAMILIES
     from foxhunt.features.registry import FAMILIES
-    from foxhunt.validation import leaks
-    from foxhunt.validation.leaks import LeakFoundError
 
     def compute(inp, params):
         fwd = np.zeros((len(inp), 1), np.float32)
@@ -210,13 +211,13 @@ def test_a_leak_stops_the_job_and_removes_the_cache_built_beside_the_guard(
     monkeypatch.setitem(FAMILIES, "leaky", leaky)
     monkeypatch.setattr(cache_mod, "_feature_params", lambda cfg: params)
     built: list[Path] = []
-    build = cache_mod.get_or_build
+    build = build_mod.get_or_build
 
     def spy(files, cfg, cache_dir, **kwargs):
         built.append(Path(cache_dir))
         return build(files, cfg, cache_dir, **kwargs)
 
-    monkeypatch.setattr(cache_mod, "get_or_build", spy)
+    monkeypatch.setattr(build_mod, "get_or_build", spy)
     monkeypatch.setattr(leaks, "cut_workers", lambda md, n: 2)  # forked cuts, whatever the box's load
     out = tmp_path / "job"
     with pytest.raises(LeakFoundError, match="leaky.forward_move"):

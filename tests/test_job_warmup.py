@@ -12,8 +12,8 @@ import pytest
 import foxhunt.parallel.idle
 import foxhunt.stages
 from foxhunt.config.loader import load_config
+from foxhunt.dataset import warmup
 from foxhunt.errors import FoxhuntError
-from foxhunt.features import warmup
 from foxhunt.job import run_job
 
 SMALL = ("synth.sessions=2", "synth.events_per_session=10000", "folds.n_folds=2")

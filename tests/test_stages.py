@@ -81,7 +81,7 @@ class _Report(SimpleNamespace):
 
 
 def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
-    import foxhunt.validation.leaks as leaks
+    import foxhunt.dataset.leaks as leaks
 
     calls: list[tuple] = []
     report = _Report(verdict="leak guard: 12 columns clean")

@@ -34,8 +34,8 @@ from foxhunt.backtest.run import bars_per_year
 from foxhunt.config.loader import load_config
 from foxhunt.domain.actions import OrderType
 from foxhunt.env.market import MarketTensors, market_tensors
-from foxhunt.features.cache import open_cache
-from foxhunt.validation.dataset import make_folds
+from foxhunt.features.cache_file import open_cache
+from foxhunt.validation.folds import make_folds
 
 HORIZONS = (1, 2, 5, 10, 20, 60)
 THRESHOLDS = (1.0, 1.5, 2.0)

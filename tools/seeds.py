@@ -21,10 +21,10 @@ from pathlib import Path
 
 from foxhunt.backtest.reference import planted_column
 from foxhunt.config.loader import load_config
+from foxhunt.dataset.leaks import cache_sources
 from foxhunt.errors import FoxhuntError, FrontDoor, front_door
-from foxhunt.features.cache import open_cache
+from foxhunt.features.cache_file import open_cache
 from foxhunt.train.seeds import committee_result, run_seeds, seed_folder, summarise_seeds
-from foxhunt.validation.leaks import cache_sources
 
 
 def main() -> None:

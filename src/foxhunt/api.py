@@ -48,15 +48,16 @@ from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summa
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.ingest import MarketData, load_market
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import load_cache
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError, PolicyError
-from foxhunt.features.cache import FeatureCache, get_or_build, load_cache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.seeding import Stream, stream_seed
-from foxhunt.validation.dataset import FoldData
-from foxhunt.validation.dataset import make_folds as _make_folds
-from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
+from foxhunt.validation.folds import FoldData, TooFewRowsError, with_bar_fix
+from foxhunt.validation.folds import make_folds as _make_folds
 from foxhunt.validation.normalise import RobustScaler
 
 if TYPE_CHECKING:  # imported where used: the training code stays out of `import foxhunt.api`
@@ -149,7 +150,7 @@ def build_features(
     try:
         return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
     except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg) from None
+        raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
 
 def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:

@@ -523,7 +523,8 @@ def _cache_from(
     labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
     checkpoint's config, which the cache must match as it is). ``prepared``: the leak guard's
     reading of ``--data`` (:func:`foxhunt.stages.leak_guard_prepared`), for a cache built here."""
-    from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
+    from foxhunt.dataset.build import get_or_build
+    from foxhunt.dataset.cache import config_from_cache, load_cache
 
     _one_source(data, cache_path, command)
     if cache_path is not None:
@@ -545,7 +546,7 @@ def _bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
     try:
         yield
     except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg) from None
+        raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
 
 def _set_keys(overrides: list[str]) -> list[str]:
@@ -559,7 +560,7 @@ def _remembered(
     """``cfg`` with the settings of a cache in ``out_dir/cache`` built before from the same files
     (``foxhunt features build --data FILES --out OUT/cache --set ...``), said in one line: a setting a
     short file needed (``data.bar_seconds``) is given once, not on every command."""
-    from foxhunt.features.remember import remembered_config
+    from foxhunt.dataset.remember import remembered_config
 
     cfg, kept = remembered_config(files, cfg, out_dir / "cache", _set_keys(list(sets or [])))
     if kept:
@@ -619,6 +620,7 @@ def data_bars(
 ) -> None:
     """Ingest DBN files, pick the front month, build bars (or snapshot rows), write them as Arrow
     IPC with the resolved config beside them, and print a summary."""
+    from foxhunt.config.loader import config_hash
     from foxhunt.data.summary import build_and_write
     from foxhunt.outputs import claim_folder
 
@@ -627,7 +629,7 @@ def data_bars(
     paths = _data_paths(data, ctx)
     claim_folder(out_dir, ("bars.arrow", "snapshots.arrow", "bars.config.json"), overwrite=overwrite)
     with step("ingesting and building " + ("bars" if cfg.data.row_unit is RowUnit.BAR else "rows"), progress):
-        summary = build_and_write(paths, cfg, out_dir, progress)
+        summary = build_and_write(paths, cfg.data, out_dir, config_hash(cfg), progress)
     write_resolved(cfg, out_dir / "bars.config.json")
     table = Table(title=f"{summary['row_unit']} rows -> {summary['path']}", show_header=False)
     for key, value in summary.items():
@@ -667,7 +669,7 @@ def features_build(
     and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config. With
     --workers N, session by session in parallel tasks, merged into the same file bit for bit
     (docs/scale-out.md)."""
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
     from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
@@ -736,7 +738,7 @@ def features_info(
 ) -> None:
     """Print a cache's metadata and per-column statistics (mean, std, min, max, coverage =
     share of non-zero values)."""
-    from foxhunt.features.cache import open_cache
+    from foxhunt.features.cache_file import open_cache
 
     with step("reading the cache", _reporter(quiet, verbose)):
         cache = open_cache(cache_path)
@@ -808,10 +810,11 @@ def alpha_cmd(
     feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
     from foxhunt.alpha.check import check_horizons
     from foxhunt.alpha.report import verdict_line, write_report
-    from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
+    from foxhunt.dataset.build import get_or_build
+    from foxhunt.dataset.cache import config_from_cache, load_cache
+    from foxhunt.dataset.leaks import cache_sources
     from foxhunt.outputs import claim_folder
     from foxhunt.stages import Stopped, alpha_check, leak_guard_prepared
-    from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
     overrides = _with_row_unit(set_, row_unit)
@@ -1149,12 +1152,13 @@ def train_cmd(
     anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics.
     Tracked in MLflow (--tracking-uri)."""
     from foxhunt.backtest.reference import planted_column
-    from foxhunt.features.cache import config_from_cache
+    from foxhunt.dataset.cache import config_from_cache
+    from foxhunt.dataset.leaks import cache_sources
+    from foxhunt.dataset.prepared import Prepared
     from foxhunt.outputs import claim_run
     from foxhunt.stages import Stopped, leak_guard_while
     from foxhunt.tracking import tracked_run
     from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train, warm_compile
-    from foxhunt.validation.leaks import Prepared, cache_sources
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
@@ -1349,8 +1353,8 @@ def edge_cmd(
     from foxhunt.backtest.capture import RULE
     from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.reference import edge
+    from foxhunt.dataset.build import get_or_build
     from foxhunt.domain.baselines import ORDER, label
-    from foxhunt.features.cache import get_or_build
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
@@ -1419,7 +1423,7 @@ def seeds_cmd(
     (--tracking-uri): a run for the study, each seed's run nested under it."""
     from foxhunt.atomic import write_json
     from foxhunt.backtest.reference import edge, planted_column
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
     from foxhunt.outputs import claim_folder
     from foxhunt.parallel.resources import spread
     from foxhunt.report.plots import plot_seeds
@@ -1563,15 +1567,16 @@ def check_leaks_cmd(
     and require it unchanged; require each fold's purge to cover the label span and the embargo.
     Exits 3 naming the leaking columns or settings."""
     from foxhunt.data.sessions import iso_utc
-    from foxhunt.validation.leaks import check_files
+    from foxhunt.dataset.leaks import check_files
 
     progress = _reporter(quiet, verbose)
     sets = _with_row_unit(set_, row_unit)
     cfg = _config(profile, config, sets)
     _one_source(data, cache_path, "check leaks")
     if cache_path is not None:  # the files the cache was built from, with its settings
-        from foxhunt.features.cache import config_from_cache, open_cache
-        from foxhunt.validation.leaks import cache_sources
+        from foxhunt.dataset.cache import config_from_cache
+        from foxhunt.dataset.leaks import cache_sources
+        from foxhunt.features.cache_file import open_cache
 
         cfg = config_from_cache(cache_path, cfg, _set_keys(sets))
         files = cache_sources(open_cache(cache_path, verify=False), cache_path)
@@ -1721,7 +1726,7 @@ def tune_cmd(
     import time
 
     from foxhunt.backtest.reference import planted_column
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
     from foxhunt.outputs import check_writable
     from foxhunt.parallel.resources import spread
     from foxhunt.stages import Stopped, leak_guard_prepared

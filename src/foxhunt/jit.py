@@ -30,6 +30,9 @@ from typing import Any
 from numba.core import caching
 
 _ROOTS: list[Path] = []
+PACKAGE = Path(__file__).resolve().parent
+"""foxhunt's own source folder: its kernels are stamped with its digest, and so is the feature cache's
+key (:func:`foxhunt.dataset.cache.schema_hash`)."""
 
 
 @functools.cache
@@ -101,4 +104,4 @@ def register(root: Path) -> None:
             chosen.insert(0, cls)
 
 
-register(Path(__file__).resolve().parent)
+register(PACKAGE)

@@ -30,8 +30,8 @@ from foxhunt.outputs import claim_run
 from foxhunt.report.schema import LAST_EPOCH_KEY
 
 if TYPE_CHECKING:
-    from foxhunt.features.cache import FeatureCache
-    from foxhunt.validation.leaks import Prepared
+    from foxhunt.dataset.prepared import Prepared
+    from foxhunt.features.cache_file import FeatureCache
 
 # The job's resolved config, written once its data has been read: a resume is compared with it.
 RECORDED_CONFIG = "run.config.json"
@@ -115,8 +115,8 @@ def run_job(
     from foxhunt.alpha.report import write_report as write_alpha
     from foxhunt.backtest.capture import Capture
     from foxhunt.backtest.reference import planted_column
-    from foxhunt.features import warmup
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset import warmup
+    from foxhunt.dataset.build import get_or_build
     from foxhunt.parallel.idle import idle_cores
     from foxhunt.report.html import write_report
     from foxhunt.stages import Stopped, alpha_check, leak_guard_while

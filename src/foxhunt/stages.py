@@ -4,7 +4,7 @@
 ``seeds`` and ``tune`` (:mod:`foxhunt.cli`) run the guard and the features, and ``alpha`` the check
 too. Each entry point calls these functions rather than its own copy, so no command can guard its
 data differently from the job (another step name, no verdict line) or score other alpha horizons.
-The features stage is :func:`foxhunt.features.cache.get_or_build` itself.
+The features stage is :func:`foxhunt.dataset.build.get_or_build` itself.
 
 Imports of the stages' code stay inside the functions: the command line imports this module when a
 command runs, and ``foxhunt --help`` must not wait for them (tests/test_cli.py).
@@ -22,8 +22,9 @@ from foxhunt.console import SILENT, Reporter
 if TYPE_CHECKING:
     from foxhunt.alpha.check import AlphaResult
     from foxhunt.config.models import FoxhuntConfig
-    from foxhunt.features.cache import FeatureCache
-    from foxhunt.validation.leaks import LeakReport, Prepared
+    from foxhunt.dataset.leaks import LeakReport
+    from foxhunt.dataset.prepared import Prepared
+    from foxhunt.features.cache_file import FeatureCache
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ def leak_guard(
 ) -> LeakReport:
     """Run the leak guard on the DBN ``files`` as a step of ``progress``, then ``say`` its verdict.
 
-    A leak raises :class:`~foxhunt.validation.leaks.LeakFoundError` (exit 3) naming ``where`` it
+    A leak raises :class:`~foxhunt.dataset.leaks.LeakFoundError` (exit 3) naming ``where`` it
     ran and what it ``stops``; nothing after the guard runs. ``load_progress`` shows the reading of
     the files (silent by default: a features stage that reads them again shows its own bars).
     """
@@ -69,7 +70,7 @@ def leak_guard_prepared(
     load_progress: Reporter = SILENT,
 ) -> tuple[LeakReport, Prepared]:
     """:func:`leak_guard`, and what it read and computed on the unperturbed files: passed to
-    :func:`foxhunt.features.cache.get_or_build` (``prepared``), a cache built next starts from it
+    :func:`foxhunt.dataset.build.get_or_build` (``prepared``), a cache built next starts from it
     instead of reading the files and computing the rows and features a second time."""
     return leak_guard_while(files, cfg, where, stops, progress, say, _kept, load_progress=load_progress)
 
@@ -91,12 +92,12 @@ def leak_guard_while(
     load_progress: Reporter = SILENT,
 ) -> tuple[LeakReport, T]:
     """:func:`leak_guard`, with ``meanwhile(prepared)`` run while the guard's cuts run in other
-    processes (:func:`foxhunt.validation.leaks.guard_while`): its result when the data is clean.
+    processes (:func:`foxhunt.dataset.leaks.guard_while`): its result when the data is clean.
     ``builds``: a folder ``meanwhile`` may create (a feature cache), removed when the guard refuses
     the data or either fails, unless it was there before: nothing built from refused data stays."""
     import shutil
 
-    from foxhunt.validation.leaks import guard_while
+    from foxhunt.dataset.leaks import guard_while
 
     removed_on_failure = builds if builds is not None and not builds.exists() else None
     try:
@@ -122,6 +123,6 @@ def alpha_check(
     (``alpha.json``'s ``leak_guard``: the result says which guard it passed)."""
     from foxhunt.alpha.check import run_alpha
 
-    result = run_alpha(cache, cfg, alpha_horizons(cfg), progress=progress)
+    result = run_alpha(cache, cfg.alpha, cfg.folds, alpha_horizons(cfg), cfg.run.seed, progress=progress)
     result.leak_guard = leaks.to_dict()
     return result

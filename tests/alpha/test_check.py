@@ -16,7 +16,7 @@ from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 runner = CliRunner()
 FAST = [
@@ -80,7 +80,7 @@ def test_no_signal_market_every_interval_contains_half(tmp_path: Path) -> None:
     # (on 2 x 30k rows, a slow-feature model's AUC wanders to 0.44 by chance alone).
     market = _market(tmp_path / "m", alpha=0.0, seed=31, events=50_000, sessions=3)
     cache = get_or_build([market], cfg, tmp_path / "c")
-    result = run_alpha(cache, cfg, (5, 50, 200))
+    result = run_alpha(cache, cfg.alpha, cfg.folds, (5, 50, 200), cfg.run.seed)
     for h in result.horizons:
         for model in ("mlp", "gbm"):
             auc = h.pooled[model]["auc"]
@@ -91,7 +91,7 @@ def test_no_signal_market_every_interval_contains_half(tmp_path: Path) -> None:
 def test_planted_signal_is_found_and_decays(tmp_path: Path) -> None:
     cfg = load_config("smoke", overrides=FAST)
     cache = get_or_build([_market(tmp_path / "m", alpha=1.0, seed=32)], cfg, tmp_path / "c")
-    result = run_alpha(cache, cfg, (50, 500))
+    result = run_alpha(cache, cfg.alpha, cfg.folds, (50, 500), cfg.run.seed)
     # 2 models x 2 horizons: every interval at 1 - 0.05 / 4, the family at 95%
     assert result.family_size == 4 and result.interval_level == pytest.approx(0.9875)
     by_h = {h.horizon: h for h in result.horizons}
@@ -152,7 +152,7 @@ def test_cli_from_a_cache_runs_the_leak_guard_on_its_sources(tmp_path: Path) -> 
 
 def test_a_leaky_feature_stops_the_check(tmp_path: Path, monkeypatch) -> None:
     from foxhunt.data.schemas import RowUnit
-    from foxhunt.features import cache as cache_mod
+    from foxhunt.dataset import cache as cache_mod
     from foxhunt.features.layout import STACK_FAMILIES
     from foxhunt.features.registry import FAMILIES
 
@@ -189,7 +189,8 @@ def test_verdict_says_signal_on_at_most_5_percent_of_no_signal_markets(tmp_path:
     called = []
     for seed in range(1000, 1000 + NULL_MARKETS):
         market = _market(tmp_path / f"m{seed}", alpha=0.0, seed=seed, events=20_000, sessions=2)
-        result = run_alpha(get_or_build([market], cfg, tmp_path / "c"), cfg, (5, 20, 50, 200))
+        cache = get_or_build([market], cfg, tmp_path / "c")
+        result = run_alpha(cache, cfg.alpha, cfg.folds, (5, 20, 50, 200), cfg.run.seed)
         assert result.family_size == 8 and result.interval_level == pytest.approx(1 - 0.05 / 8)
         if result.verdict == "signal":
             called.append((seed, result.signal_tests()))
@@ -204,7 +205,7 @@ def test_larger_no_signal_and_signal_markets(tmp_path: Path) -> None:
         cache = get_or_build(
             [_market(tmp_path / f"m{alpha}", alpha, seed=40, events=150_000)], cfg, tmp_path / "c"
         )
-        assert run_alpha(cache, cfg, (5, 20, 50, 200, 500)).verdict == expect
+        assert run_alpha(cache, cfg.alpha, cfg.folds, (5, 20, 50, 200, 500), cfg.run.seed).verdict == expect
 
 
 def test_bootstrap_block_follows_the_slowest_dependence() -> None:
@@ -230,7 +231,7 @@ def _smoke_market_verdict(tmp: Path, alpha: float, seed: int) -> str:
     )
     write_synthetic(cfg.synth, tmp / "m")
     cache = get_or_build([tmp / "m"], cfg, tmp / "c")
-    return run_alpha(cache, cfg, cfg.alpha.horizons).verdict
+    return run_alpha(cache, cfg.alpha, cfg.folds, cfg.alpha.horizons, cfg.run.seed).verdict
 
 
 @pytest.mark.slow

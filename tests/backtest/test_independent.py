@@ -611,7 +611,7 @@ def _foxhunt(data: Path, overrides: list[str], tmp: Path) -> tuple[Any, dict[str
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
     from foxhunt.config.loader import load_config
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
 
     cfg = load_config(None, overrides=overrides)
     cache = get_or_build([data], cfg, tmp / "cache")

@@ -155,7 +155,7 @@ ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 def _backtest(real: Path, rel: str, sets: list[str], out: Path) -> tuple[dict, list[dict]]:
     from foxhunt.backtest.run import run_backtest
     from foxhunt.config.loader import load_config
-    from foxhunt.features.cache import get_or_build
+    from foxhunt.dataset.build import get_or_build
 
     cfg = load_config(None, overrides=sets)
     cache = get_or_build([real / rel], cfg, out / "cache")

@@ -26,7 +26,8 @@ from foxhunt.data.arrays import ACTION_ADD, ACTION_TRADE, MboArrays
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.dbn_write import write_book, write_mbo, write_trades
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build, meta_hash
+from foxhunt.dataset.build import get_or_build
+from foxhunt.features.cache_file import meta_hash
 from foxhunt.train.checkpoint import save_checkpoint
 from tests.factories import make_book, make_trades
 from tests.tamper import cache_parts, edit_column, edit_meta, flip_bit_at, flip_bytes, write_cache

@@ -28,9 +28,10 @@ from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.schemas import BarKind, DataSource, MaskReason, RowUnit, Schema
 from foxhunt.data.sessions import session_open_ns
+from foxhunt.dataset.cache import compute_features
 from foxhunt.errors import BarSpecError, FrontDoor, SchemaMismatchError
 from foxhunt.features import market, mtf, ofi, tlob
-from foxhunt.features.cache import compute_features, open_cache
+from foxhunt.features.cache_file import open_cache
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.stack import mask_note
 from tests.factories import make_book, make_trades

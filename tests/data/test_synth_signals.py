@@ -20,7 +20,7 @@ from foxhunt.data.synth import (
     trade_flow_signal,
     write_synthetic,
 )
-from foxhunt.features.cache import get_or_build
+from foxhunt.dataset.build import get_or_build
 
 FLOW = PlantedSignal.TRADE_FLOW
 
@@ -91,7 +91,7 @@ def test_alpha_check_finds_the_trade_flow_signal_at_its_horizon(tmp_path: Path) 
     cfg = load_config("smoke", overrides=fast)
     synth = SynthConfig(seed=41, sessions=2, events_per_session=200_000, alpha=4.0, signal=FLOW)
     cache = get_or_build(write_synthetic(synth, tmp_path / "m"), cfg, tmp_path / "c")
-    result = run_alpha(cache, cfg, (5, 200))
+    result = run_alpha(cache, cfg.alpha, cfg.folds, (5, 200), cfg.run.seed)
     by_h = {h.horizon: h for h in result.horizons}
     for model in ("mlp", "gbm"):
         assert by_h[5].pooled[model]["auc"]["lo"] > 0.5, model

@@ -13,12 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from foxhunt.data.returns import trailing_volatility
 from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
 from foxhunt.domain.exits import ExitReason, outcome_reason
 from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
-from foxhunt.validation.labels import trailing_volatility, triple_barrier
+from foxhunt.validation.labels import triple_barrier
 from tests.factories import plan_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")

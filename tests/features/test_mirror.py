@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.features.cache import compute_features
+from foxhunt.dataset.cache import compute_features
 from foxhunt.features.frame import EventInput, RowInput
 from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR, Mirror, build_layout, build_mirror
 

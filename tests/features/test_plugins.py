@@ -21,9 +21,8 @@ from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import schema_hash
-from foxhunt.features.layout import stack_families
-from foxhunt.features.plugins import ENTRY_POINT_GROUP, PluginError, load_plugins
+from foxhunt.dataset.cache import schema_hash
+from foxhunt.features.plugins import ENTRY_POINT_GROUP, PluginError, load_plugins, stack_families
 from tests.conftest import REPO
 
 EXAMPLE = REPO / "examples" / "plugins" / "trade_arrival.py"

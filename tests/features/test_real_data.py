@@ -9,8 +9,8 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.data.ingest import load_market
-from foxhunt.features.cache import get_or_build
-from foxhunt.validation.leaks import check_leaks
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.leaks import check_leaks
 
 ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 ES2013 = "cme-es/es-2013-lean.ohlcv-1m.dbn.zst"

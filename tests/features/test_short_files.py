@@ -10,9 +10,9 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.data.dbn_write import write_book
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.remember import remembered_config
 from foxhunt.errors import FrontDoor, render
-from foxhunt.features.cache import get_or_build
-from foxhunt.features.remember import remembered_config
 from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars, with_bar_fix
 from tests.factories import make_book
@@ -47,7 +47,7 @@ def test_a_short_file_gets_a_setting_that_works_and_is_remembered(tmp_path: Path
     cfg = load_config("smoke")
     with pytest.raises(TooFewRowsError) as err:
         get_or_build([data], cfg, tmp_path / "run" / "cache")
-    fixed = with_bar_fix(err.value, cfg)  # what features build and the --data commands say
+    fixed = with_bar_fix(err.value, cfg.data, cfg.train)  # what features build and the --data commands say
     [setting] = [w for w in render(fixed.fix, FrontDoor.CLI).split() if w.startswith("data.bar_seconds=")]
     built = get_or_build([data], load_config("smoke", overrides=[setting]), tmp_path / "run" / "cache")
     assert built.meta["rows"] >= err.value.need

@@ -16,9 +16,10 @@ from foxhunt.console import Reporter
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.ingest import expand_paths, load_market
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features import distributed
-from foxhunt.features.cache import FeatureCache, build_cache, open_cache
-from foxhunt.features.distributed import batches, build_by_session, session_groups
+from foxhunt.dataset import distributed
+from foxhunt.dataset.cache import build_cache
+from foxhunt.dataset.distributed import batches, build_by_session, session_groups
+from foxhunt.features.cache_file import FeatureCache, open_cache
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.parallel import open_executor
 

@@ -22,11 +22,12 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.dataset.build import get_or_build
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import money, render
 from foxhunt.train.checkpoint import CheckpointStore
 from foxhunt.train.run import FoldTrainer, _train_fold
-from foxhunt.validation.dataset import make_folds
+from foxhunt.validation.folds import make_folds
 from tests.report.test_html import parse
 from tests.train.test_run import tiny_cfg
 

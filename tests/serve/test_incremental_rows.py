@@ -17,9 +17,9 @@ from foxhunt.data.dbn_read import read_raw
 from foxhunt.data.dbn_write import write_records
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import Schema
+from foxhunt.dataset.cache import compute_features
 from foxhunt.domain.instrument import resolve_instrument
 from foxhunt.env.market import MarketTensors
-from foxhunt.features.cache import compute_features
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.serve.source import ReplaySource, SourceEnded
 from foxhunt.serve.state import Rows, RowState, _RowBuffers

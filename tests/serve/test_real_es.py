@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from foxhunt import api
 from foxhunt.backtest.decisions import read_decisions_csv
 from foxhunt.cli import app
-from foxhunt.features.cache import open_cache
+from foxhunt.features.cache_file import open_cache
 from foxhunt.serve.ledger import Ledger
 
 ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"

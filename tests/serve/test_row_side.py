@@ -15,10 +15,10 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_read import UNDEF_PRICE
 from foxhunt.data.ingest import load_market
 from foxhunt.data.schemas import CrossedPolicy
+from foxhunt.dataset.cache import compute_features
 from foxhunt.domain.instrument import resolve_instrument
 from foxhunt.env.market import aux_targets, market_tensors, state_feature_columns
 from foxhunt.errors import CrossedBookError, UndefinedPriceError
-from foxhunt.features.cache import compute_features
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.serve.bars import SessionBars
 from foxhunt.serve.source import ReplaySource, SourceEnded

@@ -29,7 +29,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.dbn_read import read_raw
 from foxhunt.domain.actions import Direction
 from foxhunt.errors import FoxhuntError, FrontDoor
-from foxhunt.features.cache import open_cache
+from foxhunt.features.cache_file import open_cache
 from foxhunt.serve.config import CloseMode, DecidePath, ServeConfig
 from foxhunt.serve.ledger import Ledger
 from foxhunt.serve.monitor import Fault

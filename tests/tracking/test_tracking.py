@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.base import leaves
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.tracking import RECORD_FILE, start_run
 from foxhunt.tracking.record import param_value
 from tests.train.test_run import TINY, tiny_cfg

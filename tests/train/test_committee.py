@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy, differing_market
 from foxhunt.train.run import train

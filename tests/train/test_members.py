@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
 from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
 from foxhunt.train.run import Interrupted, train
@@ -98,7 +98,7 @@ def test_each_fold_records_where_the_committees_entries_paid(
     from foxhunt.train.diagnostics import advantage_calibration
     from foxhunt.train.members import MeanValues
     from foxhunt.train.policy import CheckpointPolicy
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import make_folds
 
     cfg = tiny_cfg(f"run.seed={SEED}")
     span = int(tiny_cache.meta["label_span"])

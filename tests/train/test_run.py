@@ -33,7 +33,7 @@ from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, OutputError
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.train.checkpoint import (
     CheckpointMismatchError,
@@ -457,7 +457,7 @@ def test_each_fold_records_where_its_reported_policy_entries_paid(cache: Feature
     horizon's move, on the fold's training rows and on its validation rows: recomputed from the file."""
     from foxhunt.env.market import market_tensors
     from foxhunt.train.diagnostics import advantage_calibration
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import make_folds
 
     cfg = tiny_cfg()
     folds = folds_of(run_a)
@@ -528,8 +528,7 @@ def test_the_input_screen_masks_the_network_by_the_folds_own_training_rows(
     collection rows rank first (recomputed here), their mirror partners and the agent's own slots;
     the checkpoint carries the mask, and the agent loaded from it reads what training read."""
     from foxhunt.env.market import market_tensors
-    from foxhunt.train.selection import fold_periods
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import fold_periods, make_folds
     from foxhunt.validation.screen import screen_columns
 
     keep = 3

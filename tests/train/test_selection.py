@@ -23,14 +23,14 @@ from foxhunt.backtest.reference import REFERENCE_COLUMN
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import PlantedSignal
 from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.schema import BEST_RULE, LAST_RULE
 from foxhunt.train.checkpoint import CheckpointStore, read_checkpoint_meta
-from foxhunt.train.config import Selection, TrainConfig
+from foxhunt.train.config import TrainConfig
 from foxhunt.train.run import Interrupted, train
-from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
-from foxhunt.validation.config import FoldParams, FoldScheme
-from foxhunt.validation.folds import purged_walk_forward
+from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary
+from foxhunt.validation.config import FoldParams, FoldScheme, Selection
+from foxhunt.validation.folds import FoldPeriods, fold_periods, purged_walk_forward
 from tests.conftest import first_that_trades
 from tests.train.test_run import canon, quiet, tiny_cfg
 
@@ -55,11 +55,12 @@ def test_selection_period_by_hand() -> None:
     assert (fold.train_start, fold.train_end, fold.embargo) == (0, 1_000, 60)  # 1,060 - embargo
     p = fold_periods(fold, TrainConfig(steps_per_epoch=16))
     assert (p.collect_lo, p.collect_hi, p.select_lo, p.select_hi) == (0, 740, 800, 1_000)
-    assert p.rule == BEST_RULE and p.summary()["rows"] == 200
+    assert selection_rule(p) == BEST_RULE and selection_summary(p)["rows"] == 200
     capped = fold_periods(fold, TrainConfig(steps_per_epoch=16, selection_rows=150))  # the last 150 rows
     assert (capped.collect_hi, capped.select_lo, capped.select_hi) == (790, 850, 1_000)
     last = fold_periods(fold, TrainConfig(steps_per_epoch=16, selection=Selection.LAST))
-    assert (last.collect_hi, last.select_rows, last.rule) == (1_000, 0, LAST_RULE)  # every row trains
+    # every row trains
+    assert (last.collect_hi, last.select_rows, selection_rule(last)) == (1_000, 0, LAST_RULE)
 
 
 @pytest.mark.parametrize("scheme", list(FoldScheme))

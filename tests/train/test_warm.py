@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.train.run import Interrupted, train, warm_compile
 from tests.train.test_run import quiet, tiny_cfg
 

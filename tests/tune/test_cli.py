@@ -23,9 +23,9 @@ from foxhunt.cli import app
 from foxhunt.config.loader import config_hash, load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import get_or_build
-from foxhunt.train.config import Selection
+from foxhunt.dataset.build import get_or_build
 from foxhunt.tune.study import REASON, counted, default_storage, open_storage
+from foxhunt.validation.config import Selection
 from tests.train.test_run import TINY
 
 runner = CliRunner()

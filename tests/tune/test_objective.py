@@ -18,8 +18,7 @@ import foxhunt.train.run as run_mod
 from foxhunt.config.loader import load_config, validate_tree
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
-from foxhunt.features.cache import FeatureCache
-from foxhunt.train.config import Selection
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.tune.config import Objective
 from foxhunt.tune.export import write_best
 from foxhunt.tune.objective import Period, out_of_sample, rule_on_selection, trial_config, validation_numbers
@@ -34,6 +33,7 @@ from foxhunt.tune.study import (
     seed_value,
     study_identity,
 )
+from foxhunt.validation.config import Selection
 from tests.train.test_run import tiny_cfg
 from tests.train.test_selection import _perturbed_validation
 from tests.tune.fakes import score, validation_score

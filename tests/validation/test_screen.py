@@ -12,9 +12,9 @@ from foxhunt.backtest.reference import REFERENCE_COLUMN
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import PlantedSignal
 from foxhunt.data.synth import write_synthetic
+from foxhunt.dataset.build import get_or_build
 from foxhunt.env.market import market_tensors
-from foxhunt.features.cache import get_or_build
-from foxhunt.validation.dataset import make_folds
+from foxhunt.validation.folds import make_folds
 from foxhunt.validation.screen import average_ranks, forward_moves, rank_ic, screen_columns
 
 

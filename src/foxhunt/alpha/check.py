@@ -62,11 +62,11 @@ from foxhunt.alpha.importance import gain_by_group, group_slices, permutation_im
 from foxhunt.alpha.metrics import accuracy, auc, block_bootstrap, bonferroni_level, log_loss
 from foxhunt.alpha.models import ModelKind, fit
 from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
-from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.errors import ConfigError
-from foxhunt.features.cache import FeatureCache
-from foxhunt.validation.dataset import make_folds
+from foxhunt.features.cache_file import FeatureCache
+from foxhunt.validation.config import FoldParams
+from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
 
 MODELS = (ModelKind.MLP, ModelKind.GBM)
@@ -279,21 +279,21 @@ def check_horizons(horizons: tuple[int, ...], where: str = "alpha.horizons") -> 
 
 def run_alpha(
     cache: FeatureCache,
-    cfg: FoxhuntConfig,
+    acfg: AlphaConfig,
+    fold_params: FoldParams,
     horizons: tuple[int, ...],
-    seed: int | None = None,
+    seed: int,
     progress: Reporter = SILENT,
 ) -> AlphaResult:
-    """The whole check on a loaded cache (the leak guard is run by the caller, before this)."""
+    """The whole check on a loaded cache (the leak guard is run by the caller, before this), with the
+    ``[alpha]`` settings, the ``[folds]`` layout and ``seed`` (``run.seed`` in a run)."""
     check_horizons(horizons)
-    seed = cfg.run.seed if seed is None else seed
-    acfg = cfg.alpha
     columns = cache.columns
     x_raw = cache.features()
     close = cache.column("close")
     seg = cache.column("segment_start").astype(bool)
     n = len(x_raw)
-    folds = make_folds(x_raw, columns, cfg.folds, label_span=max(horizons))
+    folds = make_folds(x_raw, columns, fold_params, label_span=max(horizons))
     # Every model x horizon is one test of the verdict: Bonferroni over all of them (module docstring).
     family_size = len(MODELS) * len(horizons)
     level = bonferroni_level(acfg.family_error, family_size)

@@ -6,7 +6,7 @@ step of that row made of it: each branch's picked action, the position held afte
 the row's order, the resting order against row + 1 and any plan exit at row + 1) and the step's
 fills (signed contracts summed over the fill stages, and their contract-weighted price; empty when
 nothing filled). Each action code is followed by its name (``direction, direction_label, ...``).
-``ts_event`` is the row's ``ts`` column (foxhunt.features.cache).
+``ts_event`` is the row's ``ts`` column (foxhunt.dataset.cache).
 
 The backtest builds its lines from the evaluation's record (:class:`DecisionRecord`, written by the
 fused step on the device and read back once after the run); serve builds each step's line as it

@@ -35,9 +35,9 @@ from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.validation.config import REFERENCE_THRESHOLD
-from foxhunt.validation.dataset import FoldData, make_folds
+from foxhunt.validation.folds import FoldData, make_folds
 
 REFERENCE_COLUMN: dict[PlantedSignal, str] = {
     PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",

@@ -47,9 +47,9 @@ from foxhunt.domain.instrument import Instrument
 from foxhunt.env.graph import CapturablePolicy  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.errors import FoxhuntError  # noqa: E402
-from foxhunt.features.cache import FeatureCache  # noqa: E402
+from foxhunt.features.cache_file import FeatureCache  # noqa: E402
 from foxhunt.seeding import Stream, stream_seed  # noqa: E402
-from foxhunt.validation.dataset import make_folds  # noqa: E402
+from foxhunt.validation.folds import make_folds  # noqa: E402
 from foxhunt.validation.normalise import RobustScaler  # noqa: E402
 
 METRIC_KEYS = (

@@ -8,11 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from foxhunt.config.loader import config_hash
-from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import to_table, write_ipc
 from foxhunt.data.bars import build_bars, build_snapshots, log_returns
+from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.schemas import DataSource, MaskReason, RowUnit, Schema
 from foxhunt.data.sessions import iso_utc
@@ -58,53 +57,58 @@ def masked_note(md: MarketData, masked: dict[str, list[str]], volume_mask: np.nd
 
 
 def build_and_write(
-    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: Path, progress: Reporter = SILENT
+    paths: Sequence[str | Path],
+    data: DataConfig,
+    out_dir: Path,
+    config_hash: str,
+    progress: Reporter = SILENT,
 ) -> dict[str, Any]:
-    """Build the configured rows from ``paths`` and write them to ``out_dir``; return a summary."""
-    md = load_market(paths, cfg.data, progress)
+    """Build the configured rows from ``paths`` and write them to ``out_dir``; return a summary.
+    ``config_hash``: the whole resolved config's (:func:`foxhunt.config.loader.config_hash`), recorded."""
+    md = load_market(paths, data, progress)
     crossed = int(sum(int(c.sum()) for c in md.crossed.values()))
     dropped = int(sum(r.dropped for r in md.files))
     meta: dict[str, Any] = {
-        "config_hash": config_hash(cfg),
-        "data_source": cfg.data.data_source.value,
-        "row_unit": cfg.data.row_unit.value,
+        "config_hash": config_hash,
+        "data_source": data.data_source.value,
+        "row_unit": data.row_unit.value,
         "sources": [r.path for r in md.files],
         "book_levels": md.book_levels,
     }
-    if cfg.data.row_unit is RowUnit.BAR:
-        series = build_bars(md, cfg.data)
+    if data.row_unit is RowUnit.BAR:
+        series = build_bars(md, data)
         bars, front, halt = series.bars, series.front, series.halt_dropped
         volume_mask, row_word = bars.volume_mask, "bars"
-        meta["masked"] = masked_fields(md, cfg.data.data_source, volume_mask)
+        meta["masked"] = masked_fields(md, data.data_source, volume_mask)
         path = write_ipc(to_table(bars, meta), out_dir / "bars.arrow")
         n, t0, t1 = len(bars), bars.ts_open.min(), bars.ts_close.max()
         extra: dict[str, Any] = {
-            "bar": f"{cfg.data.bar_kind.value} ({cfg.data.bar_seconds} s)"
-            if cfg.data.bar_kind.value == "time"
-            else f"volume ({cfg.data.volume_bar_contracts})",
+            "bar": f"{data.bar_kind.value} ({data.bar_seconds} s)"
+            if data.bar_kind.value == "time"
+            else f"volume ({data.volume_bar_contracts})",
             "volume": int(bars.volume.sum()),
             "trades": int(bars.trade_count.sum()),
             "mean events per bar": round(float(bars.event_count.mean()), 2),
         }
         if bars.book_mask.any():
-            spread = (bars.ask_px[:, 0] - bars.bid_px[:, 0]) / cfg.data.tick_size
+            spread = (bars.ask_px[:, 0] - bars.bid_px[:, 0]) / data.tick_size
             extra["median spread at close (ticks)"] = float(np.nanmedian(spread))
             returns = log_returns(bars, bars.mid_close)[~bars.starts_segment()]
             if len(returns):
                 extra["mid return std (bps)"] = round(float(returns.std()) * 1e4, 3)
     else:
-        rows = build_snapshots(md, cfg.data)
+        rows = build_snapshots(md, data)
         front, halt = rows.front, rows.halt_dropped
         assert rows.volume_mask is not None
         volume_mask, row_word = rows.volume_mask, "rows"
-        meta["masked"] = masked_fields(md, cfg.data.data_source, volume_mask)
+        meta["masked"] = masked_fields(md, data.data_source, volume_mask)
         path = write_ipc(to_table(rows.book, meta), out_dir / "snapshots.arrow")
         n, t0, t1 = len(rows.book), rows.book.ts_event.min(), rows.book.ts_event.max()
         extra = {"trades": len(rows.trades), "crossed rows": int(rows.crossed.sum())}
     return {
         "path": str(path),
-        "row_unit": cfg.data.row_unit.value,
-        "data_source": cfg.data.data_source.value,
+        "row_unit": data.row_unit.value,
+        "data_source": data.data_source.value,
         "files": len(md.files),
         "rows": n,
         "sessions": len(front.trade_dates),
@@ -115,6 +119,6 @@ def build_and_write(
         "crossed states dropped": dropped,
         "halt events skipped": halt,
         **extra,
-        "config hash": config_hash(cfg),
+        "config hash": config_hash,
         "masked": masked_note(md, meta["masked"], volume_mask, row_word),
     }

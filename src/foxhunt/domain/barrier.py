@@ -1,7 +1,7 @@
 """The triple barrier: the profit, stop and timeout that end an entry, for the labels and the env's plan.
 
 An entry at price ``c`` on row ``t`` (side +1 long, -1 short), with the trailing per-row volatility
-``vol[t]`` of :func:`foxhunt.validation.labels.trailing_volatility` over ``vol_window`` rows::
+``vol[t]`` of :func:`foxhunt.data.returns.trailing_volatility` over ``vol_window`` rows::
 
     profit_price = c * (1 + side * profit_mult * vol[t])        (above the entry for a long)
     stop_price   = c * (1 - side * stop_mult * vol[t])          (below the entry for a long)

@@ -1,6 +1,6 @@
 """The market an environment steps over: one fold's rows as tensors on the device.
 
-Built from a feature cache and a fold (:class:`~foxhunt.validation.dataset.FoldData`): the state's
+Built from a feature cache and a fold (:class:`~foxhunt.validation.folds.FoldData`): the state's
 feature groups (market, ofi, tlob, mtf, in :data:`~foxhunt.features.layout.STATE_LAYOUT` order)
 normalised with the fold's training-row scaler (the one normalisation path), the raw prices
 execution needs (mid path, high/low, touch, a trailing volatility for plan barriers) and the
@@ -16,11 +16,11 @@ import numpy as np
 import torch
 
 from foxhunt.data.instrument import instrument_of_cache
+from foxhunt.data.returns import segment_ids, trailing_volatility
 from foxhunt.domain.instrument import Instrument, InstrumentConfig, product_instrument
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
-from foxhunt.validation.dataset import FoldData
-from foxhunt.validation.labels import segment_ids, trailing_volatility
+from foxhunt.validation.folds import FoldData
 
 
 @dataclass(frozen=True, eq=False)

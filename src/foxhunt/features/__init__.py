@@ -1,4 +1,5 @@
-"""Feature stage: causal feature families, the state layout, the feature stack and its cache.
+"""Feature stage: causal feature families, the state layout, the feature stack, and the format of the
+feature cache's file (:mod:`.cache_file`; the dataset stage, :mod:`foxhunt.dataset`, builds it).
 
 Every family module (``market``, ``ofi``, ``tlob``, ``mtf``, ``snapshot``) exposes the same four
 names, which :mod:`foxhunt.features.stack` and :mod:`foxhunt.features.layout` read:

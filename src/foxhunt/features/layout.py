@@ -14,7 +14,8 @@ Supervised stacks (what the cache stores and the alpha check reads):
 * bar rows: market, ofi, tlob, mtf;
 * snapshot rows: market, ofi, tlob, mtf, snapshot (time since last trade, ... microprice drift);
 
-then, in both, the configured plug-in families (:func:`stack_families`, docs/feature-plugins.md).
+then, in both, the configured plug-in families (:func:`foxhunt.features.plugins.stack_families`,
+docs/feature-plugins.md).
 The RL state keeps the built-in groups only: its width is fixed when the network is built.
 """
 
@@ -22,17 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 from foxhunt.data.schemas import RowUnit
 from foxhunt.features.registry import FAMILIES
-
-if TYPE_CHECKING:
-    from foxhunt.features.plugins import Plugin
 
 ALIGN = 8
 
@@ -302,13 +299,6 @@ STACK_FAMILIES: dict[RowUnit, tuple[str, ...]] = {
     RowUnit.BAR: ("market", "ofi", "tlob", "mtf"),
     RowUnit.SNAPSHOT: ("market", "ofi", "tlob", "mtf", "snapshot"),
 }
-
-
-def stack_families(row_unit: RowUnit, plugins: Mapping[str, Plugin] | None = None) -> tuple[str, ...]:
-    """The families of a row unit's stack: the built-in ones, then the plug-ins that join it, in the
-    configured order (:func:`foxhunt.features.plugins.load_plugins`)."""
-    extra = tuple(name for name, p in (plugins or {}).items() if row_unit in p.row_units)
-    return (*STACK_FAMILIES[row_unit], *extra)
 
 
 def stack_layout(row_unit: RowUnit, families: Sequence[str] | None = None) -> Layout:

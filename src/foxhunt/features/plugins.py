@@ -47,7 +47,7 @@ import pydantic
 from foxhunt.data.schemas import RowUnit
 from foxhunt.errors import ConfigError
 from foxhunt.features.fingerprint import module_fingerprint
-from foxhunt.features.layout import Mirror, build_layout, build_mirror
+from foxhunt.features.layout import STACK_FAMILIES, Mirror, build_layout, build_mirror
 from foxhunt.features.registry import FAMILIES, Family
 
 if TYPE_CHECKING:
@@ -243,3 +243,15 @@ def load_plugins(cfg: FeaturesConfig) -> dict[str, Plugin]:
             "add the plug-in to features.plugins or remove the settings",
         )
     return out
+
+
+def with_plugins(plugins: Mapping[str, Plugin]) -> dict[str, Family]:
+    """The built-in families and the loaded plug-ins, by name."""
+    return {**FAMILIES, **{name: p.family for name, p in plugins.items()}}
+
+
+def stack_families(row_unit: RowUnit, plugins: Mapping[str, Plugin] | None = None) -> tuple[str, ...]:
+    """The families of a row unit's stack: the built-in ones, then the plug-ins that join it, in the
+    configured order (:func:`load_plugins`)."""
+    extra = tuple(name for name, p in (plugins or {}).items() if row_unit in p.row_units)
+    return (*STACK_FAMILIES[row_unit], *extra)

@@ -33,7 +33,7 @@ LAST_RULE = "the last epoch (train.selection = last: no selection); validation n
 
 SELECTION_KEY = "selection"
 """``fold["selection"]``: the fold's selection period (``rule``, ``start``, ``end``, ``rows``;
-:meth:`foxhunt.train.selection.FoldPeriods.summary`) and the reported epoch's numbers there
+:func:`foxhunt.train.selection.selection_summary`) and the reported epoch's numbers there
 (``net_pnl``, ``sharpe_annual``, and the reference rule's ``rule_net_pnl``: what ``foxhunt tune``
 ranks trials on, :mod:`foxhunt.tune.objective`). A summary without it predates honest selection:
 its best epoch was picked on the validation period it reports."""

@@ -80,24 +80,24 @@ from foxhunt.data.ingest import (
     load_market,
     trades_in,
 )
+from foxhunt.data.returns import trailing_volatility
 from foxhunt.data.schemas import BarKind, RowUnit, Schema
 from foxhunt.data.sessions import session_dates, session_open_ns
+from foxhunt.dataset.cache import _families, compute_features, row_columns
+from foxhunt.dataset.cache import _table as cache_table  # the cache's own columns, not a copy
 from foxhunt.domain.instrument import Instrument
 from foxhunt.env.market import MarketTensors, _ffill, market_tensors
 from foxhunt.errors import ConfigError
 from foxhunt.features._kernels import Carry
-from foxhunt.features.cache import FeatureCache, _families, compute_features, row_columns
-from foxhunt.features.cache import _table as cache_table  # the cache's own columns, not a copy
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.frame import BarsCarry, RowInput, from_bars
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.plugins import load_plugins
-from foxhunt.features.registry import with_plugins
+from foxhunt.features.plugins import load_plugins, with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
 from foxhunt.serve.source import StreamMeta
 from foxhunt.train.checkpoint import CheckpointError
-from foxhunt.validation.labels import trailing_volatility
 from foxhunt.validation.normalise import RobustScaler, apply
 
 NS = 1_000_000_000

@@ -13,6 +13,7 @@ from enum import StrEnum
 from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
+from foxhunt.validation.config import Selection
 
 
 class AnomalyConfig(Frozen):
@@ -122,14 +123,6 @@ class SizingConfig(Frozen):
                 f"(the rest of the budget holds the environments)"
             )
         return self
-
-
-class Selection(StrEnum):
-    """How a fold picks the checkpoint it reports (:mod:`foxhunt.train.selection`). Neither reads the
-    validation period, which is evaluated once, at the end, with the picked checkpoint."""
-
-    TRAIN_TAIL = "train_tail"  # the best greedy Sharpe on the last rows of the training block
-    LAST = "last"  # no selection: the last epoch's weights
 
 
 class TrainConfig(Frozen):

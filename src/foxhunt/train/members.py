@@ -71,7 +71,7 @@ def member_folder(run_dir: Path, member: int) -> Path:
 def train_member(cfg: FoxhuntConfig, out: Path, cache_path: Path, planted: str | None, resume: bool) -> int:
     """Train one member (``cfg`` from :func:`member_config`) into its folder; a module-level function of
     picklable arguments, so a spawned process can run it. Returns the member's fold count."""
-    from foxhunt.features.cache import load_cache
+    from foxhunt.dataset.cache import load_cache
     from foxhunt.train.run import RECORDED_CONFIG, train
 
     cache = load_cache(cache_path, cfg)
@@ -197,7 +197,7 @@ def committee_folds(
     from foxhunt.report.series import equity_series
     from foxhunt.train.diagnostics import fold_calibration
     from foxhunt.train.run import action_shares, validation_net
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import make_folds
 
     reports = [own] + [json.loads((m / "folds.json").read_text()) for m in members]
     folders = [run_dir, *members]

@@ -60,7 +60,7 @@ from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_line
 from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import OUT, RESUME, SAME_CONFIG, FoxhuntError, setting
-from foxhunt.features.cache import FeatureCache
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
@@ -75,7 +75,6 @@ from foxhunt.train.checkpoint import (
     load_checkpoint,
     restore_rng,
 )
-from foxhunt.train.config import Selection
 from foxhunt.train.diagnostics import (
     ACTIVE_FRAC,
     EPOCH_SECONDS,
@@ -99,10 +98,11 @@ from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.members import COMMITTEE_KEY, MEMBERS_DIR, MemberRuns, committee_folds
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.policy import CheckpointPolicy
-from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
+from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation import screen as screening
-from foxhunt.validation.dataset import FoldData, make_folds
+from foxhunt.validation.config import Selection
+from foxhunt.validation.folds import FoldData, FoldPeriods, fold_periods, make_folds
 from foxhunt.validation.screen import Screen
 
 # The run's resolved config, written when it starts: a resume is compared with it, key for key.
@@ -488,7 +488,7 @@ def train(
 
     ``progress`` shows bars and one line per epoch (:func:`foxhunt.console.epoch_line`); without it
     the epoch lines go to ``log``. ``leak_guard`` (the guard's summary, run by the caller on the
-    cache's sources: :func:`foxhunt.validation.leaks.guard`) is carried by every fold's result.
+    cache's sources: :func:`foxhunt.dataset.leaks.guard`) is carried by every fold's result.
     ``planted`` names the state column carrying a synthetic market's planted signal
     (:func:`foxhunt.backtest.reference.planted_column`); each epoch then records the correlation of
     the greedy direction gap with it (``q/direction_gap_corr``), n/a without it (real data), on the
@@ -594,7 +594,7 @@ def warm_compile(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     dropped and the device's cached blocks released, so the run sizes itself from the same free
     memory (:func:`foxhunt.train.sizing.size_run`). On a fresh H200 the compiles took ~105 s of the
     production job's first epoch; the main job pays them while the leak guard's cuts run in other
-    processes (:func:`foxhunt.validation.leaks.guard_while`)."""
+    processes (:func:`foxhunt.dataset.leaks.guard_while`)."""
     import gc
     import tempfile
 
@@ -768,12 +768,12 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
         checkpoint_file=str(best_path.relative_to(store.run_dir))
         if reported is ReportedCheckpoint.BEST
         else str(store.last_path(k).relative_to(store.run_dir)),
-        best_rule=tr.periods.rule,
+        best_rule=selection_rule(tr.periods),
         train_rows=len(tr.fd.fold.train),  # the usable training rows: collection, embargo, selection
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
         baselines=base,
     )
-    metrics[SELECTION_KEY] = tr.periods.summary() | _selection_result(tr, epoch)
+    metrics[SELECTION_KEY] = selection_summary(tr.periods) | _selection_result(tr, epoch)
     metrics["capture"] = fold_capture(metrics)  # agent / rule net PnL; None where the rule made <= 0
     metrics[LAST_EPOCH_KEY] = {"epoch": last_epoch, **{kk: vv for kk, vv in last_val.items() if kk != "all"}}
     # Where the reported policy's entries pay: its entry advantage against the plan horizon's move, on

@@ -165,7 +165,7 @@ def train_one_seed(
 
     Pure in its arguments (everything it reads is passed in, nothing is shared with the caller), so a
     process pool or a Ray task can run it per seed."""
-    from foxhunt.features.cache import load_cache
+    from foxhunt.dataset.cache import load_cache
     from foxhunt.parallel.resources import placement
     from foxhunt.train.guard import AnomalyError
     from foxhunt.train.run import resolve_device, train
@@ -200,9 +200,9 @@ def committee_result(
     so the committee's numbers are as honest as each seed's."""
     import json
 
-    from foxhunt.features.cache import load_cache
+    from foxhunt.dataset.cache import load_cache
     from foxhunt.train.members import judge_committee
-    from foxhunt.validation.dataset import make_folds
+    from foxhunt.validation.folds import make_folds
 
     if len(runs) < 2:
         return None

@@ -16,6 +16,9 @@ Layout of one fold's usable training rows ``[lo, hi)`` (purged and embargoed row
   and validation, so no reward, label or aux target of a training step reaches a selection row.
 * ``Selection.LAST`` has no selection period: training uses every usable row, nothing is evaluated per
   epoch, and the fold reports its last epoch.
+The periods themselves (:func:`foxhunt.validation.folds.fold_periods`) live with the folds: the leak
+guard checks the input screen on the same collection rows.
+
 * **diagnostic rows** (:func:`diagnostic_rows`): where each epoch's direction-gap correlation
   (``q/direction_gap_corr``) is read: the selection period, or under ``last`` the in-sample tail of
   the collection period of the same size.
@@ -23,82 +26,31 @@ Layout of one fold's usable training rows ``[lo, hi)`` (purged and embargoed row
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from foxhunt.errors import FoxhuntError
 from foxhunt.report.schema import BEST_RULE, LAST_RULE
-from foxhunt.train.config import Selection, TrainConfig
-from foxhunt.validation.folds import Fold
+from foxhunt.train.config import TrainConfig
+from foxhunt.validation.config import Selection
+from foxhunt.validation.folds import FoldPeriods
 
 
-@dataclass(frozen=True)
-class FoldPeriods:
-    """A fold's row ranges (end exclusive): where training episodes run and where epochs are judged."""
-
-    selection: Selection
-    collect_lo: int  # first row a training episode may start at
-    collect_hi: int  # one past the last row a training episode's window may reach
-    select_lo: int  # first selection row (== select_hi: no selection period)
-    select_hi: int  # one past the last selection row: the fold's last usable training row + 1
-    embargo: int  # rows between the collection and the selection period, at least
-
-    @property
-    def select_rows(self) -> int:
-        return self.select_hi - self.select_lo
-
-    @property
-    def rule(self) -> str:
-        """How the fold's reported checkpoint is chosen (a fold's ``best_rule``)."""
-        return BEST_RULE if self.selection is Selection.TRAIN_TAIL else LAST_RULE
-
-    def summary(self) -> dict[str, Any]:
-        """``fold["selection"]`` of metrics.json (:data:`foxhunt.report.schema.SELECTION_KEY`)."""
-        return {
-            "rule": self.rule,
-            "mode": self.selection.value,
-            "start": self.select_lo,
-            "end": self.select_hi,
-            "rows": self.select_rows,
-            "collect_end": self.collect_hi,
-        }
+def selection_rule(periods: FoldPeriods) -> str:
+    """How the fold's reported checkpoint is chosen (a fold's ``best_rule``)."""
+    return BEST_RULE if periods.selection is Selection.TRAIN_TAIL else LAST_RULE
 
 
-def fold_periods(fold: Fold, t: TrainConfig) -> FoldPeriods:
-    """The collection and selection periods of ``fold`` under ``t`` (module docstring: layout).
-
-    Raises :class:`~foxhunt.errors.FoxhuntError` when the collection block is shorter than one
-    episode or the selection period shorter than two rows (one backtest step)."""
-    lo = int(fold.train_start)
-    hi = int(fold.train.max()) + 1 if len(fold.train) else lo  # the rows after it are purged
-    where = f"fold {fold.index}"
-    if t.selection is Selection.LAST:
-        periods = FoldPeriods(t.selection, lo, hi, hi, hi, fold.embargo)
-    else:
-        rows = round(t.selection_fraction * (hi - lo))
-        if t.selection_rows > 0:
-            rows = min(rows, t.selection_rows)
-        if rows < 2:
-            raise FoxhuntError(
-                where,
-                f"a selection period of {rows} rows ({t.selection_fraction} of {hi - lo} training rows) "
-                "is too short to backtest",
-                "raise train.selection_fraction or train.selection_rows, or use more data",
-            )
-        select_lo = hi - rows
-        periods = FoldPeriods(t.selection, lo, select_lo - fold.embargo, select_lo, hi, fold.embargo)
-    need = t.steps_per_epoch + 2
-    if periods.collect_hi - lo < need:
-        raise FoxhuntError(
-            where,
-            f"{max(periods.collect_hi - lo, 0)} training rows are left for collection "
-            f"(of {hi - lo}: {periods.select_rows} selection rows and an embargo of {fold.embargo} before "
-            f"them), fewer than one episode ({need})",
-            "lower train.steps_per_epoch or train.selection_fraction, or use more data",
-        )
-    return periods
+def selection_summary(periods: FoldPeriods) -> dict[str, Any]:
+    """``fold["selection"]`` of metrics.json (:data:`foxhunt.report.schema.SELECTION_KEY`)."""
+    return {
+        "rule": selection_rule(periods),
+        "mode": periods.selection.value,
+        "start": periods.select_lo,
+        "end": periods.select_hi,
+        "rows": periods.select_rows,
+        "collect_end": periods.collect_hi,
+    }
 
 
 def diagnostic_rows(periods: FoldPeriods, t: TrainConfig) -> tuple[int, int]:

@@ -20,12 +20,12 @@ import numpy as np
 
 from foxhunt.errors import ConfigError
 from foxhunt.report.schema import SELECTION_KEY
-from foxhunt.train.config import Selection
 from foxhunt.tune.config import Objective
+from foxhunt.validation.config import Selection
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
-    from foxhunt.features.cache import FeatureCache
+    from foxhunt.features.cache_file import FeatureCache
 
 
 class Period(StrEnum):
@@ -169,7 +169,7 @@ def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     from foxhunt.backtest.reference import ReferenceRule, rule_folds
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.train.run import evaluate_selection
-    from foxhunt.train.selection import fold_periods
+    from foxhunt.validation.folds import fold_periods
 
     rule = ReferenceRule.for_config(cfg)
     bpy = bars_per_year(cache)

@@ -270,7 +270,7 @@ def train_seed(
 ) -> list[dict[str, Any]]:
     """``train()`` of ``cfg`` with ``run.seed = seed`` on the cache into ``out`` (raises the anomaly
     guard's error, and the pruner's)."""
-    from foxhunt.features.cache import load_cache
+    from foxhunt.dataset.cache import load_cache
     from foxhunt.train.run import train
     from foxhunt.train.seeds import with_seed
 

@@ -24,6 +24,15 @@ standard deviations of its carrier feature; the normaliser's clip must lie above
 could never enter."""
 
 
+class Selection(StrEnum):
+    """How a fold picks the checkpoint it reports (``train.selection``;
+    :func:`foxhunt.validation.folds.fold_periods`).
+    Neither reads the validation period, which is evaluated once, at the end, with the picked checkpoint."""
+
+    TRAIN_TAIL = "train_tail"  # the best greedy Sharpe on the last rows of the training block
+    LAST = "last"  # no selection: the last epoch's weights
+
+
 class FoldScheme(StrEnum):
     EXPANDING = "expanding"  # training starts at row 0 and grows with each fold
     ROLLING = "rolling"  # training keeps a fixed number of rows and slides forward

@@ -23,22 +23,32 @@ Layout of ``n`` rows, ``k`` folds, embargo ``e = max(embargo_rows, label_span)``
 
   Hence ``max(train) + label_span < min(validation)`` and ``min(validation) - max(train) > e``.
 * Deterministic: the folds depend only on ``n``, the parameters and ``label_span``.
+
+:func:`make_folds` pairs each fold with its :class:`~foxhunt.validation.normalise.RobustScaler`,
+fitted on that fold's training rows only (:class:`FoldData`): the one way later stages read training
+and validation rows (the alpha check, the environment, the backtester); every path that normalises
+calls :func:`foxhunt.validation.normalise.apply` through :meth:`FoldData.normalise`, and
+:func:`save_folds` writes folds and scalers as JSON.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from foxhunt.atomic import write_json
 from foxhunt.data.schemas import BarKind, RowUnit
 from foxhunt.errors import FoxhuntError, door, setting
-from foxhunt.validation.config import FoldParams, FoldScheme
+from foxhunt.validation.config import FoldParams, FoldScheme, Selection
+from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
 if TYPE_CHECKING:
-    from foxhunt.config.models import FoxhuntConfig
+    from foxhunt.data.config import DataConfig
 
 
 @dataclass(frozen=True, eq=False)
@@ -181,17 +191,16 @@ BUILT_ONCE = door(
 BAR_FIX_MARGIN = 1.1
 
 
-def with_bar_fix(exc: TooFewRowsError, cfg: FoxhuntConfig) -> TooFewRowsError:
+def with_bar_fix(exc: TooFewRowsError, data: DataConfig, t: PeriodSettings) -> TooFewRowsError:
     """``exc`` with :func:`shorter_bars`'s concrete fix where the rows are time bars: enough rows for
     the folds and for training's first fold to hold one episode (``train.steps_per_epoch + 2``
     collection rows, and a selection period with its embargo unless ``train.selection = last``: the
     layout of foxhunt.train.selection), so the setting carries the walk through ``foxhunt run``."""
-    data, t = cfg.data, cfg.train
     if data.row_unit is not RowUnit.BAR or data.bar_kind is not BarKind.TIME:
         return exc
     episode = t.steps_per_epoch + 2
     params: FoldParams | None = getattr(exc, "params", None)
-    if params is not None and t.selection.value != "last":
+    if params is not None and t.selection is not Selection.LAST:
         embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
         episode = math.ceil((episode + embargo) / max(1.0 - t.selection_fraction, 1e-9))
     return shorter_bars(exc, data.bar_seconds, episode)
@@ -261,3 +270,104 @@ def purged_walk_forward(n_rows: int, params: FoldParams, label_span: int) -> lis
             )
         )
     return folds
+
+
+# --- folds with their normalisers ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class FoldData:
+    fold: Fold
+    scaler: RobustScaler
+
+    def normalise(self, x: np.ndarray) -> np.ndarray:
+        """``x`` [n, F] with this fold's training-row statistics (the one normalisation path)."""
+        return apply(self.scaler, x)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fold": self.fold.summary(), "scaler": self.scaler.to_dict()}
+
+
+def make_folds(
+    features: np.ndarray, columns: tuple[str, ...] | list[str], params: FoldParams, label_span: int
+) -> list[FoldData]:
+    """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows
+    (its z-scores clipped at +-``params.normalise_clip``)."""
+    folds = purged_walk_forward(len(features), params, label_span)
+    clip = params.normalise_clip
+    return [FoldData(f, fit_robust(features, f.train, tuple(columns), clip=clip)) for f in folds]
+
+
+def save_folds(folds: list[FoldData], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
+    """Write the folds' boundaries and scalers as JSON (atomically)."""
+    return write_json(path, {**(extra or {}), "folds": [f.to_dict() for f in folds]})
+
+
+def load_scalers(path: str | Path) -> list[RobustScaler]:
+    """The stored scalers of a folds file, in fold order."""
+    body = json.loads(Path(path).read_text())
+    return [RobustScaler.from_dict(f["scaler"]) for f in body["folds"]]
+
+
+# --- a fold's training periods: collection and selection --------------------------------------
+
+
+class PeriodSettings(Protocol):
+    """The settings that split a fold's training rows into periods (``[train]``'s
+    :class:`~foxhunt.train.config.TrainConfig` has them)."""
+
+    selection: Selection
+    selection_fraction: float
+    selection_rows: int
+    steps_per_epoch: int
+
+
+@dataclass(frozen=True)
+class FoldPeriods:
+    """A fold's row ranges (end exclusive): where training episodes run and where epochs are judged."""
+
+    selection: Selection
+    collect_lo: int  # first row a training episode may start at
+    collect_hi: int  # one past the last row a training episode's window may reach
+    select_lo: int  # first selection row (== select_hi: no selection period)
+    select_hi: int  # one past the last selection row: the fold's last usable training row + 1
+    embargo: int  # rows between the collection and the selection period, at least
+
+    @property
+    def select_rows(self) -> int:
+        return self.select_hi - self.select_lo
+
+
+def fold_periods(fold: Fold, t: PeriodSettings) -> FoldPeriods:
+    """The collection and selection periods of ``fold`` under ``t`` (:mod:`foxhunt.train.selection`: layout).
+
+    Raises :class:`~foxhunt.errors.FoxhuntError` when the collection block is shorter than one
+    episode or the selection period shorter than two rows (one backtest step)."""
+    lo = int(fold.train_start)
+    hi = int(fold.train.max()) + 1 if len(fold.train) else lo  # the rows after it are purged
+    where = f"fold {fold.index}"
+    if t.selection is Selection.LAST:
+        periods = FoldPeriods(t.selection, lo, hi, hi, hi, fold.embargo)
+    else:
+        rows = round(t.selection_fraction * (hi - lo))
+        if t.selection_rows > 0:
+            rows = min(rows, t.selection_rows)
+        if rows < 2:
+            raise FoxhuntError(
+                where,
+                f"a selection period of {rows} rows ({t.selection_fraction} of {hi - lo} training rows) "
+                "is too short to backtest",
+                "raise train.selection_fraction or train.selection_rows, or use more data",
+            )
+        select_lo = hi - rows
+        periods = FoldPeriods(t.selection, lo, select_lo - fold.embargo, select_lo, hi, fold.embargo)
+    need = t.steps_per_epoch + 2
+    if periods.collect_hi - lo < need:
+        raise FoxhuntError(
+            where,
+            f"{max(periods.collect_hi - lo, 0)} training rows are left for collection "
+            f"(of {hi - lo}: {periods.select_rows} selection rows and an embargo of {fold.embargo} before "
+            f"them), fewer than one episode ({need})",
+            "lower train.steps_per_epoch or train.selection_fraction, or use more data",
+        )
+    return periods

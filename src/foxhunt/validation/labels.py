@@ -32,9 +32,10 @@ Conventions
   availability never depends on the outcome, which would bias labels near segment ends), its
   ``close`` and ``vol`` are finite with ``vol > 0`` (a zero volatility scale puts both barriers on
   the entry price), and every scanned row up to the exit has a finite ``high`` and ``low``.
-* ``vol`` is causal: :func:`trailing_volatility` is the sample standard deviation (ddof 1) of the
-  one-row log returns ``log(close[i] / close[i-1])`` over the trailing ``window`` rows ending at
-  ``t``, restarting at each segment; NaN until ``min_periods`` returns exist in the segment.
+* ``vol`` is causal: :func:`~foxhunt.data.returns.trailing_volatility` is the sample standard
+  deviation (ddof 1) of the one-row log returns ``log(close[i] / close[i-1])`` over the trailing
+  ``window`` rows ending at ``t``, restarting at each segment; NaN until ``min_periods`` returns
+  exist in the segment.
   It is a *per-row* volatility: for a random walk the move over ``horizon`` rows has standard
   deviation ``vol * sqrt(horizon)``, so ``profit_mult = stop_mult ~ sqrt(horizon)`` gives roughly
   a third each of profit, stop and timeout.
@@ -53,6 +54,7 @@ import numba
 import numpy as np
 
 import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
+from foxhunt.data.returns import row_values, segment_ids, trailing_volatility
 from foxhunt.domain.barrier import Barrier, barrier_prices, barrier_touch
 from foxhunt.domain.exits import NO_OUTCOME, ExitReason, outcome_class
 
@@ -78,21 +80,6 @@ def label_span(horizons: tuple[int, ...] | list[int], barrier_horizon: int) -> i
     return max(reach)
 
 
-def segment_ids(segment_start: np.ndarray) -> np.ndarray:
-    """Segment number of every row (int64, from 0); row 0 always starts a segment."""
-    start = np.asarray(segment_start, dtype=bool).copy()
-    if len(start):
-        start[0] = True
-    return np.cumsum(start, dtype=np.int64) - 1
-
-
-def _check_rows(name: str, arr: np.ndarray, n: int) -> np.ndarray:
-    a = np.asarray(arr, dtype=np.float64)
-    if a.shape != (n,):
-        raise ValueError(f"{name} has shape {a.shape}; expected ({n},) like segment_start")
-    return a
-
-
 # --- direction -------------------------------------------------------------------------------
 
 
@@ -105,7 +92,7 @@ def direction_labels(
     invalid entries hold 0 and must be masked by ``valid``.
     """
     n = len(segment_start)
-    c = _check_rows("close", close, n)
+    c = row_values("close", close, n)
     seg = segment_ids(segment_start)
     finite = np.isfinite(c)
     labels = np.zeros((n, len(horizons)), np.int8)
@@ -122,81 +109,6 @@ def direction_labels(
             labels[:, h] = np.where(ok, np.sign(c[jj] - c), 0)
         valid[:, h] = ok
     return labels, valid
-
-
-# --- volatility ------------------------------------------------------------------------------
-
-
-@numba.njit(cache=True)
-def _trailing_std_kernel(ret, seg, window, min_periods):  # pragma: no cover - compiled
-    """Rolling sample std of ``ret`` (NaN = missing) over ``window`` rows, reset at segments.
-
-    Welford add/remove; a window whose finite values are all equal gives exactly 0 (tracked by the
-    run length of equal consecutive values, as pandas does).
-    """
-    n = ret.shape[0]
-    out = np.full(n, np.nan)
-    m = 0
-    mean = 0.0
-    ssq = 0.0
-    run = 0
-    last = np.nan
-    s = 0  # first row of the current segment
-    for t in range(n):
-        if t == 0 or seg[t] != seg[t - 1]:
-            m, mean, ssq, run, last, s = 0, 0.0, 0.0, 0, np.nan, t
-        x = ret[t]
-        if np.isfinite(x):  # add ret[t]
-            m += 1
-            d = x - mean
-            mean += d / m
-            ssq += d * (x - mean)
-            run = run + 1 if x == last else 1
-            last = x
-        o = t - window  # ret[o] leaves the window
-        if o >= s and np.isfinite(ret[o]):
-            m -= 1
-            if m == 0:
-                mean, ssq = 0.0, 0.0
-            else:
-                d = ret[o] - mean
-                mean -= d / m
-                ssq -= d * (ret[o] - mean)
-        if m >= min_periods:
-            out[t] = 0.0 if run >= m else np.sqrt(max(ssq, 0.0) / (m - 1))
-    return out
-
-
-def log_returns(close: np.ndarray, segment_start: np.ndarray) -> np.ndarray:
-    """One-row log returns ``log(close[t] / close[t-1])``; NaN at segment starts and bad prices."""
-    n = len(segment_start)
-    c = _check_rows("close", close, n)
-    r = np.full(n, np.nan)
-    if n > 1:
-        seg = segment_ids(segment_start)
-        prev, cur = c[:-1], c[1:]
-        with np.errstate(invalid="ignore"):
-            ok = np.isfinite(prev) & np.isfinite(cur) & (prev > 0) & (cur > 0) & (seg[1:] == seg[:-1])
-        r[1:][ok] = np.log(cur[ok] / prev[ok])
-    return r
-
-
-def trailing_volatility(
-    close: np.ndarray, segment_start: np.ndarray, window: int, min_periods: int | None = None
-) -> np.ndarray:
-    """Causal per-row volatility: std (ddof 1) of the one-row log returns of rows ``t-window+1 .. t``.
-
-    Restarts at every segment (the first row of a segment has no return); returns of non-finite
-    or non-positive prices are skipped. NaN until ``min_periods`` (default: ``window``, at least 2)
-    returns exist in the window. float64 ``[n]``.
-    """
-    if window < 2:
-        raise ValueError(f"volatility window must be >= 2 rows, got {window}")
-    mp = window if min_periods is None else int(min_periods)
-    if not 2 <= mp <= window:
-        raise ValueError(f"min_periods must lie in [2, window={window}], got {min_periods}")
-    r = log_returns(close, segment_start)
-    return _trailing_std_kernel(r, segment_ids(segment_start), int(window), mp)
 
 
 # --- triple barrier --------------------------------------------------------------------------
@@ -250,10 +162,10 @@ def triple_barrier(
     (rows from entry to exit, 1..horizon; -1 where invalid), valid bool [n])``.
     """
     n = len(segment_start)
-    c = _check_rows("close", close, n)
-    h = _check_rows("high", high, n)
-    lo = _check_rows("low", low, n)
-    v = _check_rows("vol", vol, n)
+    c = row_values("close", close, n)
+    h = row_values("high", high, n)
+    lo = row_values("low", low, n)
+    v = row_values("vol", vol, n)
     if horizon < 1:
         raise ValueError(f"barrier horizon must be >= 1 row, got {horizon}")
     if not (profit_mult > 0 and stop_mult > 0):

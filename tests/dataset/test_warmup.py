@@ -1,4 +1,4 @@
-"""The feature and label kernels compiled ahead in forked processes (foxhunt.features.warmup): one
+"""The feature and label kernels compiled ahead in forked processes (foxhunt.dataset.warmup): one
 child per family of the stack and one for the labels, none without idle cores, a failing child
 harmless; marked slow, an empty numba cache filled by the children with every kernel the guard needs."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from foxhunt.config.loader import load_config
-from foxhunt.features import warmup
+from foxhunt.dataset import warmup
 from foxhunt.features.layout import STACK_FAMILIES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_children_fill_an_empty_numba_cache_with_the_guards_kernels(tmp_path: Pa
     script = textwrap.dedent(
         """
         from foxhunt.config.loader import load_config
-        from foxhunt.features import warmup
+        from foxhunt.dataset import warmup
         warm = warmup.start(load_config("smoke"), idle_cores=64.0)
         print("finished", warm.wait(timeout=600))
         """

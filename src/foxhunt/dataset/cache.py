@@ -11,27 +11,24 @@ with ``label.outcome.valid`` and ``label.outcome.exit`` (rows to the exit).
 Metadata (JSON under the schema key ``foxhunt``): format version, schema hash, cache key, the
 stack layout and the RL state layout (names, offsets, widths), data_source, row unit, source
 fingerprints, row count, creation time, the config sections that shape values, coverage, and the
-**content hash** of every column (``content_hash``: column -> SHA-256 of its dtype, length and
-values) and ``meta_hash`` (of the rest of the metadata). Every open verifies the metadata's keys
-and hash, the row count and each column's hash, so a flipped byte, an edited close price, label
-span or row count, or a cut row is one line naming the file, never other numbers.
+content hashes that every open verifies (:mod:`foxhunt.features.cache_file`, the file's format).
 
-The **schema hash** covers every code path and setting that changes a value: the families, the
-frame/pipeline/bars code that turns events into rows, the stack's post-processing, the labels,
-the normaliser, the layout, and the data/features/labels config. A cache whose stored hash
-differs from the running code's is refused (docs/design.md §3). :func:`get_or_build` is the only way in:
-a miss and a rebuild run the same :func:`build_cache`, and the caller always reads the file.
+The **schema hash** covers every code path and setting that changes a value: the digest of the
+package's source (the one numba stamps its kernels with: any edit of foxhunt's code rebuilds a cache,
+as it recompiles the kernels), the code of plug-in families, the RL state layout, and the value
+sections of the config (:data:`VALUE_SECTIONS`). A cache whose stored hash differs from the running
+code's is refused (docs/design.md §3).
+:func:`foxhunt.dataset.build.get_or_build` is the only way in: a miss and a rebuild run the same
+:func:`build_cache`, and the caller always reads the file.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import importlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -39,71 +36,35 @@ import pyarrow as pa
 
 from foxhunt.config.base import leaves
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.console import SILENT, Reporter
-from foxhunt.data.arrow_io import read_ipc, write_ipc
-from foxhunt.data.ingest import MarketData, expand_paths, load_market
+from foxhunt.data.arrow_io import write_ipc
+from foxhunt.data.ingest import MarketData
 from foxhunt.data.instrument import instrument_of_files
 from foxhunt.domain.instrument import Instrument
 from foxhunt.errors import FoxhuntError, door
-from foxhunt.features.fingerprint import combine, digest, file_fingerprint, module_fingerprint
+from foxhunt.features.cache_file import (
+    BUILD,
+    FORMAT_VERSION,
+    CacheMismatchError,
+    FeatureCache,
+    open_cache,
+    seal_table,
+)
+from foxhunt.features.fingerprint import combine, digest, module_fingerprint
 from foxhunt.features.frame import RowInput
-from foxhunt.features.layout import STATE_LAYOUT, stack_families
+from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.plugins import load_plugins
-from foxhunt.features.registry import FAMILIES, with_plugins
+from foxhunt.features.plugins import load_plugins, stack_families, with_plugins
+from foxhunt.features.registry import FAMILIES
 from foxhunt.features.stack import FeatureMatrix, compute_stack
+from foxhunt.jit import PACKAGE, package_digest
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import compute_labels, label_span
 
 if TYPE_CHECKING:
-    from foxhunt.validation.leaks import Prepared
+    from foxhunt.dataset.prepared import Prepared
 
-# 2: per-column content hashes in the metadata (a version 1 cache has none and is rebuilt).
-FORMAT_VERSION = 2
-META_KEY = b"foxhunt"
-REQUIRED_META = (
-    "format_version",
-    "schema_hash",
-    "cache_key",
-    "layout",
-    "columns",
-    "data_source",
-    "row_unit",
-    "sources",
-    "rows",
-    "config",
-    "instrument",
-    "label_span",
-    "content_hash",
-    "meta_hash",
-)
-"""The metadata keys a reader relies on; a cache lacking one is refused on open."""
-_BUILD = door("foxhunt features build --data ...", "api.build_features(files, cfg, out_dir)")
-REBUILD = f"delete it and rebuild it: {_BUILD} (a cache is derived data)"
-
-# Every module whose code changes a cached value. The families are added from the registry.
-HASHED_MODULES = (
-    "foxhunt.data.dbn_read",
-    "foxhunt.data.ingest",
-    "foxhunt.data.book",
-    "foxhunt.data.bars",
-    "foxhunt.data.continuous",
-    "foxhunt.data.sessions",
-    "foxhunt.features.frame",
-    "foxhunt.features.pipeline",
-    "foxhunt.features.stack",
-    "foxhunt.features.layout",
-    "foxhunt.features._kernels",
-    "foxhunt.features.cache",
-    "foxhunt.validation.labels",
-    "foxhunt.domain.barrier",
-    "foxhunt.domain.exits",
-    "foxhunt.validation.normalise",
-)
-
-
-class CacheMismatchError(FoxhuntError):
-    """A cache file does not match the running code, config or sources."""
+CODE_ROOT = PACKAGE
+"""The source folder whose digest the schema hash holds: foxhunt's own (a test points it at a copy)."""
 
 
 def _families(cfg: FoxhuntConfig) -> tuple[str, ...]:
@@ -150,24 +111,25 @@ def value_config(cfg: FoxhuntConfig) -> dict[str, Any]:
 
 
 def schema_hash(cfg: FoxhuntConfig) -> str:
-    """Hash of the running code and settings that produce the cache's values."""
-    modules = [importlib.import_module(m) for m in HASHED_MODULES if _importable(m)]
+    """Hash of the running code and settings that produce the cache's values.
+
+    The code is one fingerprint, the one numba stamps every cached kernel with
+    (:func:`foxhunt.jit.package_digest`: every ``.py`` file of the package, its path and bytes), so
+    no list of modules can miss one that changes a value; code outside the package that the stack
+    runs (a plug-in, a family registered at run time) is hashed by what its module holds."""
     plugins = load_plugins(cfg.features)
-    modules += [FAMILIES[name] for name in _families(cfg) if name not in plugins]
-    parts = [f"format={FORMAT_VERSION}"]
-    parts += [f"{m.__name__}={module_fingerprint(m)}" for m in modules]
+    outside = [FAMILIES[n] for n in _families(cfg) if n not in plugins and not _own(FAMILIES[n])]
+    parts = [f"format={FORMAT_VERSION}", "code=" + package_digest(str(CODE_ROOT)).hex()]
+    parts += [f"family {m.__name__}={module_fingerprint(m)}" for m in outside]
     parts += [f"plugin {name}={p.fingerprint()}" for name, p in plugins.items()]  # the plug-in's code
     parts.append("state_layout=" + digest(STATE_LAYOUT.describe()))
     parts.append("config=" + digest(value_config(cfg)))
     return combine(parts)[:32]
 
 
-def _importable(name: str) -> bool:
-    try:
-        importlib.import_module(name)
-    except ModuleNotFoundError:
-        return False
-    return True
+def _own(module: ModuleType) -> bool:
+    """Whether a family's code is foxhunt's (in the package digest) rather than registered at run time."""
+    return module.__name__.split(".")[0] == "foxhunt"
 
 
 def cache_key(sources: list[dict[str, Any]], cfg: FoxhuntConfig, schema: str) -> str:
@@ -242,7 +204,7 @@ def row_columns(inp: RowInput) -> dict[str, np.ndarray]:
 
 def table_columns(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray]) -> dict[str, pa.Array]:
     """The cache's columns, in file order: the rows' prices and touch, the features, masks, labels
-    (a per-session part of :mod:`foxhunt.features.distributed` is these columns of its rows)."""
+    (a per-session part of :mod:`foxhunt.dataset.distributed` is these columns of its rows)."""
     cols: dict[str, pa.Array] = {name: pa.array(v) for name, v in row_columns(inp).items()}
     for j, name in enumerate(fm.columns):
         cols[name] = pa.array(np.ascontiguousarray(fm.values[:, j]))
@@ -251,14 +213,6 @@ def table_columns(inp: RowInput, fm: FeatureMatrix, labels: dict[str, np.ndarray
     for name, values in labels.items():
         cols[name] = pa.array(values)
     return cols
-
-
-def seal_table(cols: dict[str, pa.Array], meta: dict[str, Any]) -> pa.Table:
-    """The cache table: ``cols`` with ``meta`` plus every column's content hash and the meta hash."""
-    meta = {**meta, "content_hash": {name: column_hash(array) for name, array in cols.items()}}
-    meta["meta_hash"] = meta_hash(json.loads(json.dumps(meta)))  # as a reader will parse it
-    schema = pa.schema([pa.field(k, v.type) for k, v in cols.items()], metadata={META_KEY: json.dumps(meta)})
-    return pa.Table.from_arrays(list(cols.values()), schema=schema)
 
 
 def build_cache(
@@ -317,128 +271,6 @@ def cache_meta(
     }
 
 
-# --- integrity ---------------------------------------------------------------------------------
-
-
-def column_hash(column: pa.Array | pa.ChunkedArray) -> str:
-    """SHA-256 of a column's Arrow type, length and values (the same bytes at build and on load).
-
-    SHA-256 rather than BLAKE2b or xxhash: hashlib's SHA-256 uses the CPU's SHA instructions and
-    hashed a 150,000-row, 141-column cache (82 MB) in 0.06 s against 0.18 s for BLAKE2b, about a
-    tenth of what turning the columns into numpy costs; xxhash would be a new dependency.
-    """
-    values = np.ascontiguousarray(column.to_numpy(zero_copy_only=False))
-    h = hashlib.sha256(f"{column.type}|{len(column)}|".encode())
-    h.update(values.view(np.uint8) if values.dtype == np.bool_ else values.data)
-    return h.hexdigest()
-
-
-def meta_hash(meta: dict[str, Any]) -> str:
-    """SHA-256 of the metadata without its ``meta_hash`` (canonical JSON): an edited label span,
-    row count or source list is refused like an edited column."""
-    body = {k: v for k, v in meta.items() if k != "meta_hash"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-
-
-def verify_content(path: Path, table: pa.Table, meta: dict[str, Any]) -> None:
-    """Refuse a cache whose rows or column values are not the ones its metadata recorded."""
-    if table.num_rows != meta["rows"]:
-        raise CacheMismatchError(
-            path, f"corrupt cache: {table.num_rows} rows, its metadata records {meta['rows']}", REBUILD
-        )
-    recorded: dict[str, str] = meta["content_hash"]
-    if sorted(recorded) != sorted(table.column_names):
-        raise CacheMismatchError(path, "corrupt cache: its columns are not the ones it recorded", REBUILD)
-    bad = [name for name in table.column_names if column_hash(table.column(name)) != recorded[name]]
-    if bad:
-        shown = ", ".join(bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise CacheMismatchError(
-            path, f"corrupt cache: the content hash of column(s) {shown} does not match", REBUILD
-        )
-
-
-# --- reading -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, eq=False)
-class FeatureCache:
-    """A loaded cache file: the Arrow table (memory-mapped) and its metadata."""
-
-    path: Path
-    table: pa.Table
-    meta: dict[str, Any]
-
-    @property
-    def columns(self) -> list[str]:
-        return list(self.meta["columns"])
-
-    def features(self) -> np.ndarray:
-        """[n, W] float32 feature matrix in layout order."""
-        if not self.columns:
-            return np.zeros((self.table.num_rows, 0), np.float32)
-        return np.column_stack([self.column(c) for c in self.columns]).astype(np.float32, copy=False)
-
-    def column(self, name: str) -> np.ndarray:
-        return self.table.column(name).to_numpy(zero_copy_only=False)
-
-
-def _stored_meta(path: Path) -> dict[str, Any]:
-    """The metadata document as stored, of any format version (refused when it is not a JSON object)."""
-    with pa.memory_map(str(path), "r") as source:
-        schema = pa.ipc.open_file(source).schema
-    raw = (schema.metadata or {}).get(META_KEY)
-    if raw is None:
-        raise CacheMismatchError(path, "not a foxhunt feature cache (no metadata)", REBUILD)
-    try:
-        meta = json.loads(raw)
-    except ValueError as exc:  # JSONDecodeError and bytes that are not UTF-8
-        problem = f"corrupt cache: its metadata is not valid JSON ({exc})"
-        raise CacheMismatchError(path, problem, REBUILD) from exc
-    if not isinstance(meta, dict):
-        raise CacheMismatchError(path, "corrupt cache: its metadata is not a JSON object", REBUILD)
-    return meta
-
-
-def read_meta(path: Path) -> dict[str, Any]:
-    """The cache's metadata document, refused (one line) when it is not JSON, of another format
-    version or lacks a key a reader needs."""
-    meta = _stored_meta(path)
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise CacheMismatchError(
-            path,
-            f"cache format {meta.get('format_version')!r}, this foxhunt reads format {FORMAT_VERSION} "
-            "(with per-column content hashes)",
-            REBUILD,
-        )
-    lacking = [key for key in REQUIRED_META if key not in meta]
-    if lacking:
-        raise CacheMismatchError(path, f"corrupt cache: its metadata lacks {', '.join(lacking)}", REBUILD)
-    if meta["meta_hash"] != meta_hash(meta):
-        raise CacheMismatchError(
-            path, "corrupt cache: its metadata does not match its hash (edited or damaged)", REBUILD
-        )
-    return meta
-
-
-def open_cache(path: str | Path, *, verify: bool = True) -> FeatureCache:
-    """Read a cache file without checking it against the running code (``features info``).
-
-    The metadata is always checked; ``verify`` also checks the row count and every column's content
-    hash (off only where the caller reads the metadata alone and opens the cache again to use it).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CacheMismatchError(path, "no such cache file", f"build it with {_BUILD}")
-    try:
-        meta = read_meta(path)
-        table = read_ipc(path)
-        if verify:
-            verify_content(path, table, meta)
-    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:  # a damaged schema: names not UTF-8
-        raise CacheMismatchError(path, f"unreadable cache file ({exc})", REBUILD) from exc
-    return FeatureCache(path=path, table=table, meta=meta)
-
-
 def differences(meta: dict[str, Any], expected: dict[str, Any]) -> list[str]:
     """Which of the identifying fields differ between a stored and an expected metadata."""
     out = []
@@ -476,10 +308,10 @@ def load_cache(
             diff.remove("schema_hash")  # the settings are hashed into it: name them, not the hash
         detail = "; ".join(_describe(f, cache.meta.get(f), expected[f]) for f in diff)
         fix = (
-            f"rebuild it: {_BUILD} (or delete the file)"
+            f"rebuild it: {BUILD} (or delete the file)"
             if {"format_version", "schema_hash", "sources"} & set(diff)
             else "use the settings the cache was built with (drop the "
-            f"{door('--set/--row-unit', 'overrides')} that differ), or build a cache with yours: {_BUILD}"
+            f"{door('--set/--row-unit', 'overrides')} that differ), or build a cache with yours: {BUILD}"
         )
         raise CacheMismatchError(cache.path, f"stale feature cache ({detail})", fix)
     return cache
@@ -535,89 +367,6 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
     return merged
 
 
-def get_or_build(
-    paths: Sequence[str | Path],
-    cfg: FoxhuntConfig,
-    out_dir: str | Path,
-    *,
-    regenerate: bool = True,
-    progress: Reporter = SILENT,
-    workers: int = 1,
-    address: str | None = None,
-    prepared: Prepared | None = None,
-) -> FeatureCache:
-    """The cache for ``paths`` under ``cfg``: loaded if a valid one exists, else built (same code).
-
-    ``workers`` > 1 or a Ray ``address``: built one session group per task
-    (:mod:`foxhunt.features.distributed`), the same file bit for bit. ``prepared``: what the leak
-    guard read and computed from these files under this ``cfg``
-    (:func:`foxhunt.validation.leaks.guard_prepared`); a build in this process starts from it instead
-    of reading the files and computing the rows and features again (the same arrays)."""
-    files = expand_paths(paths)
-    sources = []
-    with progress.task(f"hashing {len(files)} input file(s)", total=len(files), announce=False) as task:
-        for p in files:
-            sources.append(file_fingerprint(p))
-            task.advance()
-    schema = schema_hash(cfg)
-    path = cache_path(Path(out_dir), cfg, cache_key(sources, cfg, schema))
-    if path.is_file():
-        try:
-            cache = load_cache(path, cfg, sources)
-            progress.say(f"features: reusing {path}")
-            return cache
-        except CacheMismatchError as exc:
-            if not regenerate:
-                raise
-            # A cache is derived data: a damaged or stale one is rebuilt from the inputs, said aloud.
-            progress.say(f"features: rebuilding {path.name} ({exc.problem})")
-    elif not regenerate:
-        _explain_missing(Path(out_dir), cfg, sources)
-    if workers > 1 or address is not None:
-        from foxhunt.features.distributed import build_by_session
-        from foxhunt.parallel import open_executor
-
-        with open_executor(workers, address=address, say=progress.say) as executor:
-            with progress.task(f"features: {len(files)} DBN file(s), a task per session, {workers} at once"):
-                build_by_session(files, cfg, path, sources, executor, progress)
-        _remove_orphans(path, sources, cfg)
-        return load_cache(path, cfg, sources)
-    if prepared is not None and (prepared.files, prepared.settings) != (tuple(files), value_config(cfg)):
-        prepared = None  # the guard read other files, or under other settings: none of it is this cache's
-    if prepared is not None:
-        with progress.task("features: labels, from the leak guard's rows and features"):
-            build_cache(prepared.market, cfg, path, sources, prepared)
-    else:
-        with progress.task(f"features: reading {len(files)} DBN file(s)", total=2) as task:
-            md = load_market(files, cfg.data, progress)
-            task.update(description="features: computing rows, features and labels")
-            task.advance()
-            build_cache(md, cfg, path, sources)
-            task.advance()
-    _remove_orphans(path, sources, cfg)
-    return load_cache(path, cfg, sources)
-
-
-def _remove_orphans(kept: Path, sources: list[dict[str, Any]], cfg: FoxhuntConfig) -> None:
-    """Delete the caches of the same sources and row unit that the running code can never load.
-
-    A cache whose schema hash is not the running code's is refused by :func:`load_cache` forever
-    after a code change, so without this every change of code would leave one more dead file
-    beside the new one. Caches of other sources, row units or settings are kept: they are valid.
-    """
-    wanted = sorted(s["sha256"] for s in sources)
-    for other in kept.parent.glob(f"features-{cfg.data.row_unit.value}-*.arrow"):
-        if other == kept:
-            continue
-        try:
-            meta = _stored_meta(other)  # an older format's too: its schema hash never loads
-        except (CacheMismatchError, pa.ArrowException, OSError):
-            continue  # not ours to judge (a foreign or half-readable file): leave it
-        same_sources = sorted(s.get("sha256", "") for s in meta.get("sources", [])) == wanted
-        if same_sources and not _loadable(meta, cfg):
-            other.unlink(missing_ok=True)
-
-
 def _loadable(meta: dict[str, Any], cfg: FoxhuntConfig) -> bool:
     """Whether the running code would accept a cache of ``meta`` under the settings it was built with."""
     from foxhunt.config.loader import validate_tree
@@ -630,18 +379,3 @@ def _loadable(meta: dict[str, Any], cfg: FoxhuntConfig) -> bool:
     except FoxhuntError:
         return False  # settings the running code no longer accepts
     return own is not None and meta.get("schema_hash") == schema_hash(own)
-
-
-def _explain_missing(out_dir: Path, cfg: FoxhuntConfig, sources: list[dict[str, Any]]) -> None:
-    expected = expected_meta(cfg, sources)
-    for other in sorted(out_dir.glob(f"features-{cfg.data.row_unit.value}-*.arrow")):
-        diff = differences(read_meta(other), expected)
-        raise CacheMismatchError(
-            other,
-            f"cache differs from what is asked in: {', '.join(diff)}",
-            door(
-                "rebuild with `foxhunt features build` (regeneration is disabled)",
-                "rebuild it with api.build_features(..., regenerate=True)",
-            ),
-        )
-    raise CacheMismatchError(out_dir, "no feature cache here", f"build one with {_BUILD}")

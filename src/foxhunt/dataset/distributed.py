@@ -1,5 +1,5 @@
 """The feature cache built one session at a time in parallel tasks, bit for bit the single-process
-cache of :func:`foxhunt.features.cache.build_cache`.
+cache of :func:`foxhunt.dataset.cache.build_cache`.
 
 Why a session is a unit of work. Every stage after ingest is local to a *segment* (a session of
 one contract, ``segment_start``): bars never span a session (time bars are keyed by the session's
@@ -57,18 +57,18 @@ from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.instrument import instrument_of_files
 from foxhunt.data.schemas import MaskReason, Schema
 from foxhunt.data.sessions import session_dates
-from foxhunt.domain.instrument import Instrument
-from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import (
+from foxhunt.dataset.cache import (
     barrier_horizon,
     build_cache,
     cache_meta,
     compute_features,
     horizons,
     label_columns,
-    seal_table,
     table_columns,
 )
+from foxhunt.domain.instrument import Instrument
+from foxhunt.errors import FoxhuntError
+from foxhunt.features.cache_file import seal_table
 from foxhunt.features.layout import Layout
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.stack import FeatureMatrix

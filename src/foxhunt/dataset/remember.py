@@ -1,7 +1,4 @@
-"""What ``foxhunt features build --set ...`` set, remembered by a later command on the same files.
-
-Kept out of :mod:`foxhunt.features.cache`, whose code is part of every cache's schema hash: a
-helper that reads caches changes no cached value."""
+"""What ``foxhunt features build --set ...`` set, remembered by a later command on the same files."""
 
 from __future__ import annotations
 
@@ -13,14 +10,8 @@ import pyarrow as pa
 from foxhunt.config.base import leaves
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.ingest import expand_paths
-from foxhunt.features.cache import (
-    VALUE_SECTIONS,
-    CacheMismatchError,
-    _loadable,
-    _stored_meta,
-    config_from_cache,
-    value_config,
-)
+from foxhunt.dataset.cache import VALUE_SECTIONS, _loadable, config_from_cache, value_config
+from foxhunt.features.cache_file import CacheMismatchError, stored_meta
 from foxhunt.features.fingerprint import file_fingerprint
 
 
@@ -41,7 +32,7 @@ def remembered_config(
     found = []
     for other in folder.glob("features-*.arrow"):
         try:
-            meta = _stored_meta(other)
+            meta = stored_meta(other)
         except (CacheMismatchError, pa.ArrowException, OSError):
             continue  # not a cache this code reads: not remembered
         same = sorted(s.get("sha256", "") for s in meta.get("sources", [])) == wanted

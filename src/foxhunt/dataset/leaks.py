@@ -18,7 +18,7 @@ family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks
    leak: a family that reads the next row's price, size, event count or timing.
 2. **Normalisers** (:func:`scaler_leaks`). Per fold, the feature values of every row outside the
    fold's training rows are replaced; the folds and their scalers are rebuilt by
-   :func:`foxhunt.validation.dataset.make_folds` (the one path of training and the alpha check) and
+   :func:`foxhunt.validation.folds.make_folds` (the one path of training and the alpha check) and
    the fold's scaler must be bit-identical. A normaliser fitted on more than the training rows
    names the columns whose statistics moved.
 3. **Folds** (:func:`purge_problems`). The folds that training and the alpha check build must keep
@@ -26,17 +26,17 @@ family, a plug-in, the normaliser, the folds) is caught by ``foxhunt check leaks
    training rows after the block (docs/design.md §4). The windows are measured on the labels as
    written (the cache's label columns: direction labels, the aux heads' targets and the plan's
    barrier outcome; the alpha check's targets), not taken from the label span the folds were built
-   with (:mod:`foxhunt.validation.reach`): the rows from the block's first row on are changed (cut
+   with (:mod:`foxhunt.dataset.reach`): the rows from the block's first row on are changed (cut
    off, prices far above, far below), everything relabelled, and every training row before the
    block must keep bit-identical labels; likewise every validation row when the rows from the first
    training row after the block on change. Both gaps must also exceed ``folds.embargo_rows``, and no
    training row may lie inside the block. A violation names the fold, the row, the label it reads
    up to which row, and the settings.
 
-4. **The path to the decision** (:mod:`foxhunt.validation.decision`). At every cut, the fold
+4. **The path to the decision** (:mod:`foxhunt.dataset.decision`). At every cut, the fold
    normaliser's output, the environment's observation and the labels the learner reads (label
    columns, aux targets) of the rows known at the cut must be bit-identical too; a **coverage**
-   check makes :func:`foxhunt.validation.decision.coverage_rows_needed` (459) cut rows, drawn at
+   check makes :func:`foxhunt.dataset.decision.coverage_rows_needed` (459) cut rows, drawn at
    random, at once (features in chunks ending at them, labels on the rows up to them, observations
    with the feature rows after them replaced), so a look-ahead on 1% of the rows shows with
    probability >= 99% (the bound is in the verdict); the input screen, per fold, must not move when
@@ -66,17 +66,8 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
 from foxhunt.data.ingest import MarketData, expand_paths, load_market
-from foxhunt.domain.instrument import Instrument, product_instrument
-from foxhunt.errors import FoxhuntError, door
-from foxhunt.features.cache import compute_features, value_config
-from foxhunt.features.fingerprint import file_fingerprint
-from foxhunt.features.frame import RowInput
-from foxhunt.features.pipeline import rows_from_market
-from foxhunt.features.registry import Family
-from foxhunt.features.stack import FeatureMatrix
-from foxhunt.parallel.idle import idle_cores
-from foxhunt.validation.dataset import make_folds
-from foxhunt.validation.decision import (
+from foxhunt.dataset.cache import compute_features, value_config
+from foxhunt.dataset.decision import (
     Coverage,
     DecisionBase,
     coverage_jobs,
@@ -85,9 +76,18 @@ from foxhunt.validation.decision import (
     moved_inputs,
     screen_problems,
 )
-from foxhunt.validation.folds import Fold, TooFewRowsError, with_bar_fix
+from foxhunt.dataset.prepared import Prepared
+from foxhunt.dataset.reach import Labeller, WrittenLabels, merged
+from foxhunt.domain.instrument import Instrument, product_instrument
+from foxhunt.errors import FoxhuntError, door
+from foxhunt.features.fingerprint import file_fingerprint
+from foxhunt.features.frame import RowInput
+from foxhunt.features.pipeline import rows_from_market
+from foxhunt.features.registry import Family
+from foxhunt.features.stack import FeatureMatrix
+from foxhunt.parallel.idle import idle_cores
+from foxhunt.validation.folds import Fold, TooFewRowsError, make_folds, with_bar_fix
 from foxhunt.validation.labels import label_span
-from foxhunt.validation.reach import Labeller, WrittenLabels, merged
 
 T = TypeVar("T")
 
@@ -432,7 +432,7 @@ def purge_problems(
     closer to validation than their labels and the embargo allow (module docstring, check 3); empty
     when all hold.
 
-    The reach of the labels is measured on ``written`` (:mod:`foxhunt.validation.reach`), never taken
+    The reach of the labels is measured on ``written`` (:mod:`foxhunt.dataset.reach`), never taken
     from ``label_span``, the number under test: no training row before a validation block may have a
     label that reads the block (changing the rows from its first row on leaves every such label
     bit-identical), and no validation row a label that reads the first training row after the block.
@@ -531,7 +531,7 @@ def fold_labels(cfg: FoxhuntConfig) -> dict[str, tuple[Labeller, str]]:
 
 
 def _cache_labels(rows: RowInput, cfg: FoxhuntConfig) -> dict[str, np.ndarray]:
-    from foxhunt.features.cache import label_columns  # the writer of the cache's label columns
+    from foxhunt.dataset.cache import label_columns  # the writer of the cache's label columns
 
     return label_columns(rows, cfg)
 
@@ -680,7 +680,7 @@ def check_leaks(
 ) -> LeakReport:
     """The four checks (module docstring); feature cuts at ``cuts`` (fractions of the row timeline),
     the coverage check at ``coverage_rows`` cut rows (None: enough for a look-ahead on 1% of the rows
-    to show with probability >= 99%: :func:`foxhunt.validation.decision.coverage_rows_needed`).
+    to show with probability >= 99%: :func:`foxhunt.dataset.decision.coverage_rows_needed`).
 
     Rows count spreads in ``tick_size`` (None: ``data.tick_size``). ``base``: the unperturbed market's
     rows and features, computed so (from ``md`` in ``tick_size`` with ``registry``) by the caller, who
@@ -727,7 +727,7 @@ def check_leaks(
             # Refused (one line). Too few for the alpha check's longer horizon only: the training
             # folds were checked; noted in the report, and the alpha check refuses on its own.
             if "training" in users:
-                raise with_bar_fix(exc, cfg) from None
+                raise with_bar_fix(exc, cfg.data, cfg.train) from None
             report.fold_note = f"too few rows for the {user} folds: {exc.problem}"
             continue
         report.scaler_columns = sorted(set(report.scaler_columns) | set(cols))
@@ -768,20 +768,6 @@ def _base(
     return inp, compute_features(inp, cfg, registry)
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """What the guard read and computed on the unperturbed data, in the data's own tick: the feature
-    cache is built from exactly these (``foxhunt.features.cache.get_or_build``'s ``prepared``), so a
-    command that guards and then builds reads the files and computes the rows and features once."""
-
-    files: tuple[Path, ...]
-    market: MarketData
-    rows: RowInput
-    features: FeatureMatrix
-    tick_size: float
-    settings: dict[str, Any]  # the cfg's cache-relevant values (foxhunt.features.cache.value_config)
-
-
 def check_files(
     files: Sequence[str | Path],
     cfg: FoxhuntConfig,
@@ -789,7 +775,7 @@ def check_files(
     meanwhile: Callable[[Prepared], object] | None = None,
 ) -> tuple[LeakReport, Prepared]:
     """:func:`check_leaks` on DBN files, on the rows a cache of them holds (spreads in the instrument's
-    tick, as :func:`foxhunt.features.cache.build_cache` counts them), with what it read and computed
+    tick, as :func:`foxhunt.dataset.cache.build_cache` counts them), with what it read and computed
     on the unperturbed files; ``meanwhile(prepared)`` runs while the cuts do (:func:`check_leaks`)."""
     from foxhunt.data.instrument import instrument_of_files
 

@@ -12,11 +12,11 @@ from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth_market import synthetic_market
+from foxhunt.dataset import leaks
+from foxhunt.dataset.leaks import check_leaks, cut_workers
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STACK_FAMILIES
 from foxhunt.features.registry import FAMILIES
-from foxhunt.validation import leaks
-from foxhunt.validation.leaks import check_leaks, cut_workers
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +27,7 @@ def md():
 def _with_family(monkeypatch, cfg, name: str, slot: str, compute) -> dict:
     monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], name))
     params = {n: getattr(cfg.features, n) for n in FAMILIES} | {name: None}
-    monkeypatch.setattr("foxhunt.features.cache._feature_params", lambda cfg: params)
+    monkeypatch.setattr("foxhunt.dataset.cache._feature_params", lambda cfg: params)
     return {**FAMILIES, name: SimpleNamespace(SLOTS=(slot,), NEEDS_BOOK=False, compute=compute)}
 
 
@@ -116,7 +116,8 @@ def test_guard_while_returns_meanwhiles_value_when_clean_and_raises_on_a_leak(mo
     """:func:`guard_while` on DBN files: ``meanwhile`` gets the guard's reading (the cache is built
     from it) and its value comes back with a clean report; a leak is still refused after it ran."""
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.validation.leaks import LeakFoundError, Prepared, guard_while
+    from foxhunt.dataset.leaks import LeakFoundError, guard_while
+    from foxhunt.dataset.prepared import Prepared
     from tests.train.test_run import tiny_cfg
 
     cfg = tiny_cfg()
@@ -136,7 +137,7 @@ def test_guard_while_returns_meanwhiles_value_when_clean_and_raises_on_a_leak(mo
         fwd[:-5, 0] = np.sign(c[5:] - c[:-5])  # peeks 5 rows ahead
         return fwd
 
-    from foxhunt.features import cache as cache_mod
+    from foxhunt.dataset import cache as cache_mod
 
     registry = _with_family(monkeypatch, cfg, "leaky", "forward_move", compute)
     plugins = cache_mod.with_plugins

@@ -3,32 +3,30 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pyarrow.ipc
 import pytest
 from typer.testing import CliRunner
 
-import foxhunt.data.bars
-import foxhunt.features.cache as cache_mod
-import foxhunt.features.market
-import foxhunt.features.stack
-import foxhunt.validation.labels
-import foxhunt.validation.normalise
+import foxhunt
+import foxhunt.dataset.cache as cache_mod
+from foxhunt import jit
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import load_cache, schema_hash
 from foxhunt.errors import FrontDoor
 from foxhunt.features import layout
-from foxhunt.features.cache import (
-    CacheMismatchError,
-    get_or_build,
-    load_cache,
-    open_cache,
-    schema_hash,
-)
+from foxhunt.features.cache_file import CacheMismatchError, open_cache
+from foxhunt.features.layout import STACK_FAMILIES
+from foxhunt.features.registry import FAMILIES
+from foxhunt.jit import PACKAGE
 
 runner = CliRunner()
 
@@ -82,12 +80,15 @@ def test_second_call_loads_and_a_miss_runs_the_same_build(market_dir: Path, tmp_
         np.testing.assert_array_equal(rebuilt.column(name), again.column(name))
 
 
+# A source file of each stage whose code shapes a cached value: rows from events, a feature family,
+# the stack's post-processing, the labels, the normaliser, the cache's own columns.
 EDITS = {
-    "feature family": (foxhunt.features.market, "compute"),
-    "post-processing": (foxhunt.features.stack, "compute_stack"),
-    "normalisation": (foxhunt.validation.normalise, "apply"),
-    "labels": (foxhunt.validation.labels, "direction_labels"),
-    "rows from events": (foxhunt.data.bars, "build_bars"),
+    "rows from events": "data/bars.py",
+    "feature family": "features/market.py",
+    "post-processing": "features/stack.py",
+    "labels": "validation/labels.py",
+    "normalisation": "validation/normalise.py",
+    "cache columns": "dataset/cache.py",
 }
 
 
@@ -96,21 +97,56 @@ def built_cache(market_dir: Path, tmp_path_factory: pytest.TempPathFactory):
     return get_or_build([market_dir], _cfg(), tmp_path_factory.mktemp("built"))
 
 
+def _source_copy(where: Path) -> Path:
+    """A copy of the running package's source (what the schema hash digests)."""
+    return Path(shutil.copytree(PACKAGE, where / "foxhunt", ignore=shutil.ignore_patterns("__pycache__")))
+
+
+def _edited(copy: Path, relative: str) -> Path:
+    """``copy`` with one line added to one file: the same behaviour, other code."""
+    path = copy / relative
+    path.write_text(path.read_text() + "\n# edited\n")
+    return copy
+
+
+def test_schema_hash_is_kept_by_an_unchanged_source_tree(tmp_path: Path, monkeypatch, built_cache) -> None:
+    cfg = _cfg()
+    before = schema_hash(cfg)
+    monkeypatch.setattr(cache_mod, "CODE_ROOT", _source_copy(tmp_path))
+    assert schema_hash(cfg) == before  # the same files, elsewhere: the same hash
+    assert load_cache(built_cache.path, cfg).meta["schema_hash"] == before
+
+
 @pytest.mark.parametrize("what", list(EDITS))
-def test_schema_hash_covers_code(what: str, monkeypatch, built_cache) -> None:
+def test_schema_hash_covers_code(what: str, tmp_path: Path, monkeypatch, built_cache) -> None:
     cfg = _cfg()
     before = schema_hash(cfg)
     load_cache(built_cache.path, cfg)  # valid before the edit
-    module, name = EDITS[what]
-    original = getattr(module, name)
-
-    def edited(*args, **kwargs):  # same behaviour, different code
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, edited)
+    monkeypatch.setattr(cache_mod, "CODE_ROOT", _edited(_source_copy(tmp_path), EDITS[what]))
     assert schema_hash(cfg) != before, what
     with pytest.raises(CacheMismatchError, match="schema_hash"):
         load_cache(built_cache.path, cfg)  # the old cache is refused
+
+
+def test_schema_hash_is_the_numba_stamp() -> None:
+    """One code fingerprint: the cache's key holds the digest numba stamps every cached kernel with."""
+    assert cache_mod.CODE_ROOT == PACKAGE and PACKAGE in jit._ROOTS
+    assert PACKAGE == Path(foxhunt.__file__).resolve().parent
+
+
+def test_a_family_registered_at_run_time_is_fingerprinted(monkeypatch) -> None:
+    cfg = _cfg()
+    before = schema_hash(cfg)
+    family = ModuleType("runtime_family")  # not foxhunt's: outside the package digest
+    family.SLOTS, family.NEEDS_BOOK = ("x",), False
+    family.compute = lambda inp, params: np.zeros((len(inp), 1), np.float32)
+    monkeypatch.setitem(FAMILIES, "runtime_family", family)
+    unit = cfg.data.row_unit
+    monkeypatch.setitem(STACK_FAMILIES, unit, (*STACK_FAMILIES[unit], "runtime_family"))
+    with_family = schema_hash(cfg)
+    assert with_family != before
+    family.compute = lambda inp, params: np.ones((len(inp), 1), np.float32)  # its code edited
+    assert schema_hash(cfg) != with_family
 
 
 def test_schema_hash_covers_layout_and_config(monkeypatch) -> None:
@@ -133,12 +169,7 @@ def test_stale_cache_is_refused_and_regeneration_can_be_disabled(
 ) -> None:
     cfg = _cfg()
     built = get_or_build([market_dir], cfg, tmp_path)
-    original = foxhunt.features.market.compute
-
-    def edited(*args, **kwargs):
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(foxhunt.features.market, "compute", edited)
+    monkeypatch.setattr(cache_mod, "CODE_ROOT", _edited(_source_copy(tmp_path / "src"), "features/market.py"))
     with pytest.raises(CacheMismatchError, match="schema_hash"):
         load_cache(built.path, cfg)
     with pytest.raises(CacheMismatchError) as info:

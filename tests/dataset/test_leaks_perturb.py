@@ -11,7 +11,7 @@ import pytest
 
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth_market import synthetic_market
-from foxhunt.validation.leaks import Timing, perturb_after
+from foxhunt.dataset.leaks import Timing, perturb_after
 
 
 @pytest.fixture(scope="module")

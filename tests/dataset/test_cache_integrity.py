@@ -13,14 +13,9 @@ from foxhunt.config.loader import load_config
 from foxhunt.console import Reporter, Verbosity
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features.cache import (
-    REQUIRED_META,
-    CacheMismatchError,
-    config_from_cache,
-    get_or_build,
-    load_cache,
-    open_cache,
-)
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import config_from_cache, load_cache
+from foxhunt.features.cache_file import REQUIRED_META, CacheMismatchError, open_cache
 from foxhunt.validation.folds import TooFewRowsError
 from tests.tamper import cache_parts, edit_column, edit_meta, flip_bytes, write_cache
 

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-import foxhunt.validation.dataset
 import foxhunt.validation.folds
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
@@ -25,16 +24,16 @@ from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth import write_synthetic
 from foxhunt.data.synth_market import synthetic_market
-from foxhunt.features.cache import compute_features
+from foxhunt.dataset import leaks
+from foxhunt.dataset.cache import compute_features
+from foxhunt.dataset.leaks import Timing, check_leaks, perturb_after, purge_problems
+from foxhunt.dataset.reach import Tail, WrittenLabels, changed_tail
 from foxhunt.features.layout import STACK_FAMILIES
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import FAMILIES
-from foxhunt.validation import leaks
 from foxhunt.validation.config import FoldParams
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import direction_labels
-from foxhunt.validation.leaks import Timing, check_leaks, perturb_after, purge_problems
-from foxhunt.validation.reach import Tail, WrittenLabels, changed_tail
 
 runner = CliRunner()
 
@@ -104,7 +103,7 @@ def _family(name: str, compute) -> SimpleNamespace:
 def _with_family(monkeypatch, cfg, name: str, family) -> dict:
     monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], name))
     params = {n: getattr(cfg.features, n) for n in FAMILIES} | {name: None}
-    monkeypatch.setattr("foxhunt.features.cache._feature_params", lambda cfg: params)
+    monkeypatch.setattr("foxhunt.dataset.cache._feature_params", lambda cfg: params)
     return {**FAMILIES, name: family}
 
 
@@ -232,12 +231,12 @@ def _check_cli(market_dir: Path, *sets: str):
 
 
 def test_a_normaliser_fitted_on_every_row_is_refused(md, market_dir: Path, monkeypatch) -> None:
-    real_fit = foxhunt.validation.dataset.fit_robust
+    real_fit = foxhunt.validation.folds.fit_robust
 
     def fit_on_all_rows(x, train_rows, columns, clip=5.0):
         return real_fit(x, np.arange(len(x)), columns, clip=clip)  # the planted leak
 
-    monkeypatch.setattr(foxhunt.validation.dataset, "fit_robust", fit_on_all_rows)
+    monkeypatch.setattr(foxhunt.validation.folds, "fit_robust", fit_on_all_rows)
     report = check_leaks(md, load_config("smoke"))
     assert report.leaking_columns == [] and report.fold_problems == []
     assert report.scaler_folds == [0, 1, 2] and "market.ret_lag1" in report.scaler_columns

@@ -1,5 +1,5 @@
 """The leak guard's reading of the files is the feature cache's: a command that guards and then builds
-reads the DBN files and computes the rows and features once (foxhunt.validation.leaks.Prepared), and
+reads the DBN files and computes the rows and features once (foxhunt.dataset.prepared.Prepared), and
 the cache it builds is the one built from the files alone, column for column."""
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pytest
 
 from foxhunt.data.ingest import load_market
 from foxhunt.data.synth import write_synthetic
-from foxhunt.features import cache as cache_mod
-from foxhunt.features.cache import compute_features, get_or_build
+from foxhunt.dataset import build as build_mod
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import compute_features
+from foxhunt.dataset.leaks import guard_prepared
 from foxhunt.features.pipeline import rows_from_market
-from foxhunt.validation.leaks import guard_prepared
 from tests.train.test_run import tiny_cfg
 
 
@@ -34,7 +35,7 @@ def test_a_cache_built_from_the_guards_reading_equals_one_built_from_the_files(
     def no_second_reading(*_args, **_kwargs):
         raise AssertionError("the files were read again")
 
-    monkeypatch.setattr(cache_mod, "load_market", no_second_reading)
+    monkeypatch.setattr(build_mod, "load_market", no_second_reading)
     shared = get_or_build(files, cfg, tmp_path / "shared", prepared=prepared)
     a, b = _columns(fresh), _columns(shared)
     assert list(a) == list(b) and len(a) > 10

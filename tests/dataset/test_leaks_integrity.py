@@ -12,10 +12,10 @@ import pytest
 from foxhunt.config.loader import load_config
 from foxhunt.data.dbn_write import write_book
 from foxhunt.data.ingest import load_market
+from foxhunt.dataset.leaks import cache_sources, check_leaks
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.fingerprint import file_fingerprint
 from foxhunt.validation.folds import TooFewRowsError
-from foxhunt.validation.leaks import cache_sources, check_leaks
 from tests.factories import make_book
 
 T0 = 1_767_000_000 * 10**9

@@ -4,7 +4,7 @@ The folds purge and embargo by a label span that :func:`foxhunt.validation.label
 computes; checking the folds with that same number would pass a ``label_span`` that forgets a
 label (the barrier horizon, say), and training rows whose outcomes end inside validation would
 stay. So the check asks the labels as they are written (the cache's label columns,
-:func:`foxhunt.features.cache.label_columns`, and the alpha check's targets) instead: row ``t``'s
+:func:`foxhunt.dataset.cache.label_columns`, and the alpha check's targets) instead: row ``t``'s
 labels *read* row ``m`` when changing the rows from ``m`` on changes any of them. Three changes of
 that tail (:class:`Tail`), each relabelled with the writer itself:
 

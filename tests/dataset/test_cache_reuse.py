@@ -16,15 +16,10 @@ import pytest
 from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.synth import write_synthetic
+from foxhunt.dataset.build import get_or_build
+from foxhunt.dataset.cache import config_from_cache, load_cache
 from foxhunt.errors import FrontDoor
-from foxhunt.features.cache import (
-    META_KEY,
-    CacheMismatchError,
-    config_from_cache,
-    get_or_build,
-    load_cache,
-    read_meta,
-)
+from foxhunt.features.cache_file import META_KEY, CacheMismatchError, read_meta
 from foxhunt.features.fingerprint import stable_repr
 
 FOXHUNT = [sys.executable, "-m", "foxhunt.cli"]
@@ -53,7 +48,7 @@ def test_set_members_are_written_in_one_order() -> None:
 
 def test_schema_hash_is_the_same_under_every_hash_seed() -> None:
     code = (
-        "from foxhunt.config.loader import load_config; from foxhunt.features.cache import schema_hash;"
+        "from foxhunt.config.loader import load_config; from foxhunt.dataset.cache import schema_hash;"
         "print(schema_hash(load_config('smoke')), schema_hash(load_config('smoke', "
         "overrides=['data.row_unit=snapshot'])))"
     )

@@ -21,12 +21,12 @@ from foxhunt.config.loader import load_config
 from foxhunt.data.config import SynthConfig
 from foxhunt.data.schemas import RowUnit
 from foxhunt.data.synth_market import synthetic_market
+from foxhunt.dataset import leaks
+from foxhunt.dataset.leaks import check_leaks
 from foxhunt.env.core import TradingEnv
 from foxhunt.features.layout import STACK_FAMILIES, STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.features.registry import FAMILIES
-from foxhunt.validation import leaks
 from foxhunt.validation import screen as screening
-from foxhunt.validation.leaks import check_leaks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,7 +41,7 @@ def md():
 def _with_family(monkeypatch, cfg, name: str, family) -> dict:
     monkeypatch.setitem(STACK_FAMILIES, RowUnit.BAR, (*STACK_FAMILIES[RowUnit.BAR], name))
     params = {n: getattr(cfg.features, n) for n in FAMILIES} | {name: None}
-    monkeypatch.setattr("foxhunt.features.cache._feature_params", lambda cfg: params)
+    monkeypatch.setattr("foxhunt.dataset.cache._feature_params", lambda cfg: params)
     return {**FAMILIES, name: family}
 
 

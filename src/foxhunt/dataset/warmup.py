@@ -53,7 +53,7 @@ def _compile_family(inp: RowInput, cfg: FoxhuntConfig, name: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if name == "labels":
-            from foxhunt.features.cache import label_columns
+            from foxhunt.dataset.cache import label_columns
 
             label_columns(inp, cfg)
             return

@@ -1,6 +1,6 @@
 """The leak guard over the path from the feature rows to the decision (docs/design.md §4, issue 58).
 
-The feature check of :mod:`foxhunt.validation.leaks` proves the feature cache causal; what the agent
+The feature check of :mod:`foxhunt.dataset.leaks` proves the feature cache causal; what the agent
 decides on lies further down, and each step is checked here through the code training runs:
 
 - **the decision path at every event cut** (:func:`moved_inputs`): on the market perturbed after the
@@ -39,12 +39,13 @@ import numpy as np
 import pyarrow as pa
 
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.dataset.cache import feature_stack, label_columns, table_columns
 from foxhunt.errors import FoxhuntError
-from foxhunt.features.cache import FeatureCache, feature_stack, label_columns, table_columns
+from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.frame import RowInput
 from foxhunt.features.registry import Family
 from foxhunt.features.stack import FeatureMatrix, compute_stack, resumable
-from foxhunt.validation.dataset import FoldData
+from foxhunt.validation.folds import FoldData, fold_periods
 
 COVERAGE_SHARE = 0.01  # the sparsest look-ahead (share of rows) the guard must catch ...
 COVERAGE_POWER = 0.99  # ... with at least this probability
@@ -79,7 +80,7 @@ def cut_rows(n: int, k: int, seed: int) -> np.ndarray:
 
 def guard_cache(inp: RowInput, feats: FeatureMatrix, labels: Mapping[str, np.ndarray]) -> FeatureCache:
     """The feature cache of these rows, in memory: the columns a built cache holds
-    (:func:`foxhunt.features.cache.table_columns`), for the environment's own market builder."""
+    (:func:`foxhunt.dataset.cache.table_columns`), for the environment's own market builder."""
     table = pa.table(table_columns(inp, feats, dict(labels)))
     return FeatureCache(Path("<leak guard>"), table, {"columns": list(feats.columns)})
 
@@ -371,7 +372,6 @@ def screen_problems(base: DecisionBase, folds: Sequence[FoldData], seed: int) ->
     when every row outside the fold's collection rows (its features and prices) is replaced."""
     import torch
 
-    from foxhunt.train.selection import fold_periods
     from foxhunt.validation import screen as screening
 
     cfg = base.cfg

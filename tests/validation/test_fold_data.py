@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from foxhunt.validation.config import FoldParams
-from foxhunt.validation.dataset import load_scalers, make_folds, save_folds
+from foxhunt.validation.folds import load_scalers, make_folds, save_folds
 
 
 def test_scalers_see_training_rows_only_and_round_trip(tmp_path: Path) -> None:
