@@ -22,7 +22,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
+from foxhunt.policy.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
 from tests.conftest import first_that_trades
 
 # A market of 2 sessions x 20k book events: about 5,200 30-second bars, two folds.
@@ -214,7 +214,7 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
     """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
     metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
     and a few updates."""
-    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.policy.checkpoint import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     # The export is compared on a trading policy: the first seed whose briefly trained one trades (at
@@ -332,7 +332,7 @@ def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> N
 
 
 def _plain_checkpoint(tmp_path: Path) -> Path:
-    from foxhunt.train.checkpoint import save_checkpoint
+    from foxhunt.policy.checkpoint import save_checkpoint
 
     branches = api.config().env.branches
     plain = {"net": torch.nn.Linear(2, 2).state_dict()}

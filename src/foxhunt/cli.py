@@ -895,7 +895,7 @@ def backtest_cmd(
     cfg = _config(profile, config, overrides)
     claim_folder(out_dir, ("metrics.json", "trades.csv", "backtest.config.json"), overwrite=overwrite)
     if checkpoint:
-        from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy
+        from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy
 
         kind = (
             CheckpointPolicy(checkpoint[0], cfg) if len(checkpoint) == 1 else CommitteePolicy(checkpoint, cfg)
@@ -1103,7 +1103,7 @@ def export_cmd(
     `foxhunt backtest --checkpoint` and foxhunt.api.load_policy read it like the checkpoint."""
     from foxhunt.api import export_weights
     from foxhunt.outputs import claim_file
-    from foxhunt.train.checkpoint import checkpoint_files
+    from foxhunt.policy.checkpoint import checkpoint_files
 
     source = checkpoint_files(checkpoint)[0]
     claim_file(out_path, overwrite=overwrite)

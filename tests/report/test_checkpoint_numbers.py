@@ -23,8 +23,8 @@ from typer.testing import CliRunner
 from foxhunt.cli import app
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache import FeatureCache, get_or_build
+from foxhunt.policy.checkpoint import CheckpointStore
 from foxhunt.report.html import money, render
-from foxhunt.train.checkpoint import CheckpointStore
 from foxhunt.train.run import FoldTrainer, _train_fold
 from foxhunt.validation.dataset import make_folds
 from tests.report.test_html import parse

@@ -95,9 +95,9 @@ def test_each_fold_records_where_the_committees_entries_paid(
     import numpy as np
 
     from foxhunt.env.market import market_tensors
+    from foxhunt.policy.trained import CheckpointPolicy
     from foxhunt.train.diagnostics import advantage_calibration
     from foxhunt.train.members import MeanValues
-    from foxhunt.train.policy import CheckpointPolicy
     from foxhunt.validation.dataset import make_folds
 
     cfg = tiny_cfg(f"run.seed={SEED}")

@@ -128,7 +128,7 @@ def stored_normaliser(policy: TrainedPolicy, columns: list[str]) -> RobustScaler
     path = getattr(policy, "path", None)
     if path is None:
         return None
-    from foxhunt.train.checkpoint import read_checkpoint_meta
+    from foxhunt.policy.checkpoint import read_checkpoint_meta
 
     meta = read_checkpoint_meta(path)
     if "normaliser" not in meta:

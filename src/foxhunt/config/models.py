@@ -22,7 +22,7 @@ from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Device, Frozen
 from foxhunt.data.config import DataConfig, SynthConfig
-from foxhunt.domain.instrument import InstrumentConfig
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.env.config import EnvConfig
 from foxhunt.features.config import FeaturesConfig
 from foxhunt.serve.config import ServeConfig

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 
 from foxhunt.data.schemas import Schema
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.domain.instrument import (
     Definition,
     Instrument,
-    InstrumentConfig,
     InstrumentError,
     InstrumentSource,
     apply_overrides,

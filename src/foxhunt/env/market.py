@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 from foxhunt.data.instrument import instrument_of_cache
-from foxhunt.domain.instrument import Instrument, InstrumentConfig, product_instrument
+from foxhunt.domain.config import InstrumentConfig
+from foxhunt.domain.instrument import Instrument, product_instrument
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.dataset import FoldData

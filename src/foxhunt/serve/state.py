@@ -93,10 +93,10 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins
 from foxhunt.features.registry import with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
+from foxhunt.policy.checkpoint import CheckpointError
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
 from foxhunt.serve.source import StreamMeta
-from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.labels import trailing_volatility
 from foxhunt.validation.normalise import RobustScaler, apply
 

@@ -166,7 +166,7 @@ def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, d
     cache's folds (``make_folds``). Each member's agent is loaded once, for the policy and the values."""
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
-    from foxhunt.train.policy import CommitteePolicy, committee_policy
+    from foxhunt.policy.trained import CommitteePolicy, committee_policy
     from foxhunt.train.run import validate
 
     committee = CommitteePolicy(files, cfg)

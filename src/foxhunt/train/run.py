@@ -63,10 +63,7 @@ from foxhunt.errors import OUT, RESUME, SAME_CONFIG, FoxhuntError, setting
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
-from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
-from foxhunt.report.series import equity_series, net_by_row
-from foxhunt.seeding import Stream
-from foxhunt.train.checkpoint import (
+from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointStore,
     Fingerprint,
@@ -75,6 +72,10 @@ from foxhunt.train.checkpoint import (
     load_checkpoint,
     restore_rng,
 )
+from foxhunt.policy.trained import CheckpointPolicy
+from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
+from foxhunt.report.series import equity_series, net_by_row
+from foxhunt.seeding import Stream
 from foxhunt.train.config import Selection
 from foxhunt.train.diagnostics import (
     ACTIVE_FRAC,
@@ -98,7 +99,6 @@ from foxhunt.train.diagnostics import (
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.members import COMMITTEE_KEY, MEMBERS_DIR, MemberRuns, committee_folds
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
-from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.selection import FoldPeriods, diagnostic_rows, episode_starts, fold_periods
 from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation import screen as screening
@@ -333,7 +333,7 @@ class FoldTrainer:
         }
 
     def resume_from(self, path: Path) -> None:
-        from foxhunt.train.checkpoint import read_checkpoint_meta
+        from foxhunt.policy.checkpoint import read_checkpoint_meta
 
         differs = config_differences(read_checkpoint_meta(path).get("config", {}), self.cfg)
         if differs:
@@ -530,7 +530,7 @@ def train(
             )
         folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
         # Checkpoints are written by a background thread while the next epoch trains
-        # (foxhunt.train.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
+        # (foxhunt.policy.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
         store = CheckpointStore(out, ring=cfg.train.ring, writes=Writes.BACKGROUND)
         closing.callback(store.close)  # every checkpoint on disk before train() returns (or raises)
         done_path = out / "folds.json"

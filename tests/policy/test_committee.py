@@ -1,4 +1,4 @@
-"""A committee of trained checkpoints (foxhunt.train.policy.CommitteePolicy): `foxhunt backtest`
+"""A committee of trained checkpoints (foxhunt.policy.trained.CommitteePolicy): `foxhunt backtest`
 with the checkpoint repeated, and the seeds study's committee (foxhunt.train.seeds.committee_result)
 judging the same fold alike."""
 
@@ -15,7 +15,7 @@ from foxhunt.cli import app
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy, differing_market
+from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy, differing_market
 from foxhunt.train.run import train
 from foxhunt.train.seeds import committee_result
 from tests.train.test_run import quiet, tiny_cfg
