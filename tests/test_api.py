@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from foxhunt import api
 from foxhunt.backtest.run import METRIC_KEYS, run_backtest
+from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, PolicyError
@@ -92,7 +93,7 @@ def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
 
     mine = api.backtest(cache, always_long, cfg=cfg, fold=FOLD)
     scripted = api.backtest(cache, "long", cfg=cfg, fold=FOLD)
-    command = run_backtest(cache, cfg, api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
+    command = run_backtest(cache, BacktestSettings.of(cfg), api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
     assert mine.policy == "always_long" and mine.fold == FOLD
     assert mine.metrics["trades"] > 0 and mine.metrics["costs"] > 0
     for key in METRIC_KEYS:

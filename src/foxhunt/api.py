@@ -489,7 +489,7 @@ def backtest(
         name, pol = getattr(policy, "__name__", "custom"), _user_policy(policy, cfg)
     market = fold_market(cache, fd, cfg, device)
     rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, pol)
-    metrics, reasons = summarise(rec, bars_per_year(cache, market.instrument), cfg)
+    metrics, reasons = summarise(rec, bars_per_year(cache, market.instrument), cfg.env)
     return BacktestResult(
         policy=name,
         fold=k,

@@ -1,5 +1,5 @@
 """A committee of trained checkpoints (foxhunt.policy.trained.CommitteePolicy): `foxhunt backtest`
-with the checkpoint repeated, and the seeds study's committee (foxhunt.train.seeds.committee_result)
+with the checkpoint repeated, and the seeds study's committee (foxhunt.tune.seeds.committee_result)
 judging the same fold alike."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from foxhunt.features.cache import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy, differing_market
 from foxhunt.train.run import train
-from foxhunt.train.seeds import committee_result
+from foxhunt.tune.seeds import committee_result
 from tests.train.test_run import quiet, tiny_cfg
 
 runner = CliRunner()

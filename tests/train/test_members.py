@@ -15,8 +15,8 @@ from foxhunt.features.cache import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
 from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
 from foxhunt.train.run import Interrupted, train
-from foxhunt.train.seeds import committee_result
 from foxhunt.tune.objective import trial_config
+from foxhunt.tune.seeds import committee_result
 from tests.train.test_run import canon, quiet, same, tiny_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -35,6 +35,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from foxhunt.config.loader import with_overrides
 from foxhunt.config.models import FoxhuntConfig
 
 if TYPE_CHECKING:
@@ -57,10 +58,8 @@ def member_seed(run_seed: int, member: int) -> int:
 
 def member_config(cfg: FoxhuntConfig, member: int) -> FoxhuntConfig:
     """Member ``member``'s config: the run's with its own seed and ``train.members = 1``."""
-    from foxhunt.tune.space import with_params
-
     update = {"run.seed": member_seed(cfg.run.seed, member), "train.members": 1}
-    return with_params(cfg, update, where="train.members")
+    return with_overrides(cfg, update, where="train.members")
 
 
 def member_folder(run_dir: Path, member: int) -> Path:
