@@ -22,7 +22,7 @@ from foxhunt.domain.instrument import (
     Instrument,
     InstrumentError,
     InstrumentSource,
-    apply_overrides,
+    apply_instrument_config,
     resolve_instrument,
     symbol_root,
 )
@@ -137,7 +137,7 @@ def instrument_of_cache(meta: dict[str, Any], overrides: InstrumentConfig | None
             source=InstrumentSource(recorded["source"]),
             overridden=tuple(recorded.get("overridden", ())),
         )
-        over = apply_overrides(
+        over = apply_instrument_config(
             base, overrides or InstrumentConfig(), base.contracts, {base.root}, "the feature cache"
         )
         return replace(over, overridden=tuple(dict.fromkeys(base.overridden + over.overridden)))

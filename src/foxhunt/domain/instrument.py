@@ -245,7 +245,7 @@ def resolve_instrument(
     named = over.tick_size is not None and over.point_value is not None
     specs = {(d.root, d.tick_size, d.point_value) for d in defs}
     if named and (len({(t, p) for _, t, p in specs}) > 1 or (not defs and len(roots) > 1)):
-        return apply_overrides(None, over, contracts, roots, where)
+        return apply_instrument_config(None, over, contracts, roots, where)
     if defs:
         if len({(t, p) for _, t, p in specs}) > 1:
             listed = "; ".join(f"{r} tick {t:g} x {p:g}" for r, t, p in sorted(specs))
@@ -276,13 +276,14 @@ def resolve_instrument(
             )
         if known:
             base = product_instrument(known[0], contracts)
-    return apply_overrides(base, over, contracts, roots, where)
+    return apply_instrument_config(base, over, contracts, roots, where)
 
 
-def apply_overrides(
+def apply_instrument_config(
     base: Instrument | None, over: InstrumentConfig, contracts: tuple[str, ...], roots: set, where: str
 ) -> Instrument:
-    """``base`` with every override set in ``over`` (the config wins); refuse when incomplete."""
+    """``base`` with every field the ``[instrument]`` section ``over`` sets (the config wins); refuse when
+    incomplete. Not a dotted override (those are :mod:`foxhunt.config.loader`'s): a contract's fields."""
     values = {
         "tick_size": over.tick_size,
         "point_value": over.point_value,
