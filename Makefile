@@ -40,9 +40,11 @@ demo: install
 	$(BIN)/foxhunt backtest --data $(DEMO_OUT)/market --profile $(PROFILE) --policy random --out $(DEMO_OUT)/backtest --quiet
 	@echo "report: $(DEMO_OUT)/alpha/alpha.md, backtest: $(DEMO_OUT)/backtest/metrics.json"
 
-## The tests (fast set; slow and GPU tests are opt-in: pytest -m slow / -m gpu), TEST_WORKERS processes.
+## The lint, the import rules and the tests (fast set; slow and GPU tests are opt-in: pytest -m slow / -m gpu), TEST_WORKERS processes.
 test: install
 	$(BIN)/ruff check src tests bench
+	# The import rules of pyproject.toml's [tool.importlinter] (docs/design.md: the layers).
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n $(TEST_WORKERS)
 
 ## The slow tests (pytest -m slow: real files, whole commands, seeds studies; docs/testing.md says
@@ -62,4 +64,4 @@ bench: install
 	$(BIN)/python bench/run.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .import_linter_cache

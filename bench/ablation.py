@@ -6,7 +6,7 @@
 Every row is one ``foxhunt seeds`` study of the profile with the row's ``--set`` overrides after the
 common ones (so a row's value wins), run as a subprocess (a row's GPU memory and Ray instance end
 with it). Its seeds run in parts of ``--chunk`` seeds, ``OUT/<row>/seeds-<s>-<s>.../``, merged into
-``OUT/<row>/seeds.json`` (:func:`foxhunt.train.seeds.merge_studies`). A part whose ``seeds.json``
+``OUT/<row>/seeds.json`` (:func:`foxhunt.tune.seeds.merge_studies`). A part whose ``seeds.json``
 records the same profile and overrides (and only wanted seeds) is reused, whatever chunk size made
 it, so the same command run again after a time limit cut it off carries on where it stopped. After
 every row the script rewrites ``OUT/ablation.json`` and ``OUT/ablation.md``: per row the capture
@@ -35,7 +35,7 @@ from foxhunt.atomic import write_json, write_text
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, FrontDoor
 from foxhunt.outputs import Keep
-from foxhunt.train.seeds import SEEDS_FILE, committee_result, interval, merge_studies, voters
+from foxhunt.tune.seeds import SEEDS_FILE, committee_result, interval, merge_studies, voters
 
 ABLATION_FILE = "ablation.json"
 TABLE_FILE = "ablation.md"
@@ -227,7 +227,7 @@ def row_study(row: Row, args: argparse.Namespace, failed: list[Part]) -> dict[st
 def part_committees(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any] | None:
     """Each part's own committee (its ``foxhunt seeds`` call's, over the part's seeds) as one unit: a
     GPU measurement of committees of 8 is ``--chunk 8 --workers 8``, one part per committee. Their
-    captures (mean and 95% interval over the parts, :func:`foxhunt.train.seeds.interval`) and how many
+    captures (mean and 95% interval over the parts, :func:`foxhunt.tune.seeds.interval`) and how many
     beat flat; None when no part has a committee (parts of one seed)."""
     found = [body["committee"] for _, body in parts if body.get("committee")]
     if not found:
@@ -243,7 +243,7 @@ def part_committees(parts: list[tuple[Path, dict[str, Any]]]) -> dict[str, Any] 
 
 
 def parts_committee(parts: list[tuple[Path, dict[str, Any]]], device: str) -> dict[str, Any] | None:
-    """The committee of every finished seed of a row's parts (:func:`foxhunt.train.seeds.
+    """The committee of every finished seed of a row's parts (:func:`foxhunt.tune.seeds.
     committee_result`), on the first part's cache and config; None when a part's runs, checkpoints or
     cache are not on this machine (only its ``seeds.json`` was kept)."""
     first = parts[0][0].parent

@@ -12,7 +12,7 @@ filled with random transitions; ``--capacity`` sets another replay size) and tim
 caller's wait for ``CheckpointStore.save_best`` + ``save_epoch`` (what training waits for) under
 ``Writes.NOW`` (the reference: hash, write and fsync before returning) and ``Writes.BACKGROUND``
 (what ``train`` uses: a copy into host buffers the store reuses from save to save, pinned and
-asynchronous from a CUDA state, then a writer thread; ``foxhunt.train.snapshot``), and the
+asynchronous from a CUDA state, then a writer thread; ``foxhunt.policy.snapshot``), and the
 background writer's own time until its files are on disk (``wait``). (Before this benchmark ``best``
 held the whole state: three full writes an epoch where ``best`` improved.) Between saves a stand-in
 "epoch" of ``--epoch-s`` seconds of work runs (sleep), as training would, so the background write
@@ -39,7 +39,7 @@ import torch
 
 from foxhunt.agent.agent import Agent
 from foxhunt.config.loader import load_config
-from foxhunt.train.checkpoint import MAX_PENDING, CheckpointContents, CheckpointStore, Writes
+from foxhunt.policy.checkpoint import MAX_PENDING, CheckpointContents, CheckpointStore, Writes
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,11 +3,11 @@ the market of a profile, written once, and of its parts, median of ``--repeat`` 
 (numba compiled and cached).
 
     .venv/bin/python bench/leaks.py [--profile smoke] [--repeat 3] [--out bench/results/leaks.json]
-    git show HEAD:src/foxhunt/validation/leaks.py > /tmp/leaks_head.py
+    git show HEAD:src/foxhunt/dataset/leaks.py > /tmp/leaks_head.py
     .venv/bin/python bench/leaks.py --leaks /tmp/leaks_head.py   # another version, same market
     .venv/bin/python bench/leaks.py --set synth.sessions=6 --workers 4   # a larger market, 4 forks
 
-``--leaks FILE`` times that version of ``foxhunt/validation/leaks.py`` instead of the installed one
+``--leaks FILE`` times that version of ``foxhunt/dataset/leaks.py`` instead of the installed one
 (before/after comparisons on one machine in one minute). ``--set KEY=VALUE`` (repeatable) changes
 the profile as the command line's ``--set`` does (e.g. the market's size: ``synth.sessions``,
 ``synth.events_per_session``); ``--workers N`` replaces ``leaks.cut_workers`` (the processes for

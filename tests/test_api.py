@@ -17,12 +17,13 @@ from typer.testing import CliRunner
 
 from foxhunt import api
 from foxhunt.backtest.run import METRIC_KEYS, run_backtest
+from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.cli import app
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
+from foxhunt.policy.checkpoint import CheckpointError, Fingerprint, checkpoint_files, load_checkpoint
 from tests.conftest import first_that_trades
 
 # A market of 2 sessions x 20k book events: about 5,200 30-second bars, two folds.
@@ -92,7 +93,7 @@ def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
 
     mine = api.backtest(cache, always_long, cfg=cfg, fold=FOLD)
     scripted = api.backtest(cache, "long", cfg=cfg, fold=FOLD)
-    command = run_backtest(cache, cfg, api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
+    command = run_backtest(cache, BacktestSettings.of(cfg), api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
     assert mine.policy == "always_long" and mine.fold == FOLD
     assert mine.metrics["trades"] > 0 and mine.metrics["costs"] > 0
     for key in METRIC_KEYS:
@@ -214,7 +215,7 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
     """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
     metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
     and a few updates."""
-    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.policy.checkpoint import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     # The export is compared on a trading policy: the first seed whose briefly trained one trades (at
@@ -332,7 +333,7 @@ def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> N
 
 
 def _plain_checkpoint(tmp_path: Path) -> Path:
-    from foxhunt.train.checkpoint import save_checkpoint
+    from foxhunt.policy.checkpoint import save_checkpoint
 
     branches = api.config().env.branches
     plain = {"net": torch.nn.Linear(2, 2).state_dict()}

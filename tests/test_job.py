@@ -21,8 +21,8 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.dataset.build import get_or_build
 from foxhunt.env.market import market_tensors
 from foxhunt.job import run_job
+from foxhunt.policy.trained import CheckpointPolicy
 from foxhunt.report.html import money
-from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.validation.folds import make_folds
 from tests.report.test_html import HEADINGS, parse
 from tests.train.test_run import TINY

@@ -5,7 +5,7 @@ market, and writes seeds.json and seeds.png); this probe runs the same :func:`tr
 cache built before, so a study can reuse one cache across settings. Each line holds the per-fold
 validation net PnL, trades, Sharpe and the baselines' net PnL (or ``stopped``: the anomaly guard's
 diagnosis); the last line is the capture's mean and 95% interval over the seeds that finished and
-the seeds' committee (their agents' mean E[Q] deciding, per fold: ``foxhunt.train.seeds.committee_result``).
+the seeds' committee (their agents' mean E[Q] deciding, per fold: ``foxhunt.tune.seeds.committee_result``).
 
     .venv/bin/python tools/seeds.py runs/main/cache --seeds 7,8,9 --out runs/seeds [--jobs 3] [--set k=v ...]
 
@@ -24,7 +24,7 @@ from foxhunt.config.loader import load_config
 from foxhunt.dataset.leaks import cache_sources
 from foxhunt.errors import FoxhuntError, FrontDoor, front_door
 from foxhunt.features.cache_file import open_cache
-from foxhunt.train.seeds import committee_result, run_seeds, seed_folder, summarise_seeds
+from foxhunt.tune.seeds import committee_result, run_seeds, seed_folder, summarise_seeds
 
 
 def main() -> None:

@@ -61,7 +61,7 @@ from foxhunt.validation.folds import make_folds as _make_folds
 from foxhunt.validation.normalise import RobustScaler
 
 if TYPE_CHECKING:  # imported where used: the training code stays out of `import foxhunt.api`
-    from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.policy.trained import CommitteePolicy
 
 __all__ = [
     "BacktestResult",
@@ -323,8 +323,8 @@ class TrainedAgent:
     def __init__(
         self, path: str | Path, cfg: FoxhuntConfig | None = None, device: torch.device | str = "cpu"
     ) -> None:
-        from foxhunt.train.checkpoint import read_checkpoint_meta
-        from foxhunt.train.policy import CheckpointPolicy
+        from foxhunt.policy.checkpoint import read_checkpoint_meta
+        from foxhunt.policy.trained import CheckpointPolicy
 
         self.path = Path(path)
         self._checkpoint = CheckpointPolicy(self.path, cfg if cfg is not None else load_config())
@@ -380,7 +380,7 @@ def load_committee(paths: Sequence[str | Path], cfg: FoxhuntConfig | None = None
         committee = api.load_committee([api.checkpoint_path(r, 0, "last") for r in runs])
         api.backtest(cache, committee).metrics["net_pnl"]
     """
-    from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.policy.trained import CommitteePolicy
 
     return CommitteePolicy(paths, cfg if cfg is not None else load_config())
 
@@ -395,7 +395,7 @@ def checkpoint_path(run_dir: str | Path, fold: int, which: str | None = None) ->
 
         api.checkpoint_path("runs/main", 0)  # .../train/checkpoints/fold0/last.safetensors (smoke)
     """
-    from foxhunt.train.checkpoint import CheckpointStore, reported_checkpoint
+    from foxhunt.policy.checkpoint import CheckpointStore, reported_checkpoint
 
     if which not in (None, "best", "last"):
         raise ValueError(f"which must be None (the reported one), 'best' or 'last', got {which!r}")
@@ -456,7 +456,7 @@ def backtest(
         r = api.backtest(cache, momentum, cfg=cfg, fold=0)
         r.metrics["net_pnl"], r.metrics["trades"], r.implausible_reasons
     """
-    from foxhunt.train.policy import CommitteePolicy
+    from foxhunt.policy.trained import CommitteePolicy
 
     trained = isinstance(policy, TrainedAgent | CommitteePolicy)
     if trained:
@@ -490,7 +490,7 @@ def backtest(
         name, pol = getattr(policy, "__name__", "custom"), _user_policy(policy, cfg)
     market = fold_market(cache, fd, cfg, device)
     rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, pol)
-    metrics, reasons = summarise(rec, bars_per_year(cache, market.instrument), cfg)
+    metrics, reasons = summarise(rec, bars_per_year(cache, market.instrument), cfg.env)
     return BacktestResult(
         policy=name,
         fold=k,
@@ -541,8 +541,8 @@ def export_weights(
         path.stat().st_size  # a few hundred kB
     """
     from foxhunt.data.instrument import instrument_of_cache
-    from foxhunt.train.checkpoint import export_weights as export
-    from foxhunt.train.policy import CheckpointPolicy
+    from foxhunt.policy.checkpoint import export_weights as export
+    from foxhunt.policy.trained import CheckpointPolicy
 
     scaler = instrument = None
     if cache is not None:

@@ -891,6 +891,7 @@ def backtest_cmd(
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.run import run_backtest
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.outputs import claim_folder
 
     progress = _reporter(quiet, verbose)
@@ -898,7 +899,7 @@ def backtest_cmd(
     cfg = _config(profile, config, overrides)
     claim_folder(out_dir, ("metrics.json", "trades.csv", "backtest.config.json"), overwrite=overwrite)
     if checkpoint:
-        from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy
+        from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy
 
         kind = (
             CheckpointPolicy(checkpoint[0], cfg) if len(checkpoint) == 1 else CommitteePolicy(checkpoint, cfg)
@@ -922,7 +923,7 @@ def backtest_cmd(
     n_folds = cfg.folds.n_folds
     if fold is not None and not 0 <= fold < n_folds:
         raise FoxhuntError("--fold", f"fold {fold} does not exist", f"use 0..{n_folds - 1}")
-    body = run_backtest(cache, cfg, kind, out_dir, fold=fold, progress=progress)
+    body = run_backtest(cache, BacktestSettings.of(cfg), kind, out_dir, fold=fold, progress=progress)
     write_resolved(cfg, out_dir / "backtest.config.json")
     out.print(
         f"{kind.value} on {body['instrument']['symbol']}: net {body['net_pnl']:,.0f} "
@@ -1106,7 +1107,7 @@ def export_cmd(
     `foxhunt backtest --checkpoint` and foxhunt.api.load_policy read it like the checkpoint."""
     from foxhunt.api import export_weights
     from foxhunt.outputs import claim_file
-    from foxhunt.train.checkpoint import checkpoint_files
+    from foxhunt.policy.checkpoint import checkpoint_files
 
     source = checkpoint_files(checkpoint)[0]
     claim_file(out_path, overwrite=overwrite)
@@ -1353,6 +1354,7 @@ def edge_cmd(
     from foxhunt.backtest.capture import RULE
     from foxhunt.backtest.metrics import sharpe_text
     from foxhunt.backtest.reference import edge
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.dataset.build import get_or_build
     from foxhunt.domain.baselines import ORDER, label
 
@@ -1366,7 +1368,7 @@ def edge_cmd(
         files = _market_files(ctx, data, cfg, out_dir)
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
     with step("reference rule and baselines per fold", progress):
-        result = edge(cache, cfg)
+        result = edge(cache, BacktestSettings.of(cfg))
     write_json(out_dir / "edge.json", result, indent=2, default=float)
     write_resolved(cfg, out_dir / "edge.config.json")
     out.print(result["rule"]["text"] + f", {result['rule']['plan_rows']}-row plans", markup=False)
@@ -1423,6 +1425,7 @@ def seeds_cmd(
     (--tracking-uri): a run for the study, each seed's run nested under it."""
     from foxhunt.atomic import write_json
     from foxhunt.backtest.reference import edge, planted_column
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.dataset.build import get_or_build
     from foxhunt.outputs import claim_folder
     from foxhunt.parallel.resources import spread
@@ -1430,7 +1433,7 @@ def seeds_cmd(
     from foxhunt.stages import Stopped, leak_guard_prepared
     from foxhunt.tracking import tracked_run
     from foxhunt.train.run import resolve_device
-    from foxhunt.train.seeds import (
+    from foxhunt.tune.seeds import (
         SEEDS_FILE,
         SEEDS_PLOT,
         capture_lines,
@@ -1461,7 +1464,7 @@ def seeds_cmd(
     del prepared
     with step("reference rule and baselines per fold", progress):
         try:
-            reference = edge(cache, cfg)
+            reference = edge(cache, BacktestSettings.of(cfg))
         except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
             reference = None
     write_resolved(cfg, out_dir / "seeds.config.json")

@@ -43,7 +43,7 @@ class Keep(StrEnum):
     """The checkpoints a seeds study keeps of each finished seed once its committee is judged."""
 
     ALL = "all"  # every checkpoint training wrote: each fold's ring (its resume point), last and best
-    REPORTED = "reported"  # those that voted (foxhunt.train.seeds.voters): what seeds.json reports
+    REPORTED = "reported"  # those that voted (foxhunt.tune.seeds.voters): what seeds.json reports
 
 
 def _first_existing(path: Path) -> Path:

@@ -18,7 +18,8 @@ from foxhunt.backtest.annualise import (
     time_bars_per_year,
 )
 from foxhunt.data.schemas import BarKind, RowUnit
-from foxhunt.domain.instrument import InstrumentConfig, product_instrument, resolve_instrument
+from foxhunt.domain.config import InstrumentConfig
+from foxhunt.domain.instrument import product_instrument, resolve_instrument
 
 ES = product_instrument("ES")  # 23 h sessions, 252 days
 HOUR = 3_600_000_000_000

@@ -19,6 +19,7 @@ from foxhunt.agent.agent import Agent
 from foxhunt.backtest import run as backtest_run
 from foxhunt.backtest.decisions import DecisionRow, read_decisions_csv, step_rows, write_decisions_csv
 from foxhunt.backtest.evaluate import GraphedEvaluation, Policy, ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import CapturablePolicy
@@ -132,7 +133,8 @@ def test_backtest_checkpoint_takes_the_fused_path_and_writes_the_eager_log(
             made.append((self, lo, hi))
 
     monkeypatch.setattr(backtest_run, "GraphedEvaluation", Spy)
-    body = backtest_run.run_backtest(cache, cfg, _RandomCheckpoint(cfg), tmp_path / "out")
+    settings = BacktestSettings.of(cfg)
+    body = backtest_run.run_backtest(cache, settings, _RandomCheckpoint(cfg), tmp_path / "out")
     assert body["folds"] == [1] and len(made) == 1
     ev, lo, hi = made[0]
     assert isinstance(ev.policy, CapturablePolicy) and ev.decisions is not None

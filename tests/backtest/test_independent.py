@@ -610,6 +610,7 @@ def _params(cfg: Any, bar_seconds: int) -> Params:
 def _foxhunt(data: Path, overrides: list[str], tmp: Path) -> tuple[Any, dict[str, dict[str, Any]]]:
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.config.loader import load_config
     from foxhunt.dataset.build import get_or_build
 
@@ -617,7 +618,7 @@ def _foxhunt(data: Path, overrides: list[str], tmp: Path) -> tuple[Any, dict[str
     cache = get_or_build([data], cfg, tmp / "cache")
     out = {}
     for name in POLICIES:
-        run_backtest(cache, cfg, ScriptedPolicy(name), tmp / name)
+        run_backtest(cache, BacktestSettings.of(cfg), ScriptedPolicy(name), tmp / name)
         out[name] = json.loads((tmp / name / "metrics.json").read_text())
     return cfg, out
 

@@ -154,12 +154,13 @@ ESH4 = "cme-es/esh4-glbx-mdp3-20231225.mbo.dbn.zst"
 
 def _backtest(real: Path, rel: str, sets: list[str], out: Path) -> tuple[dict, list[dict]]:
     from foxhunt.backtest.run import run_backtest
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.config.loader import load_config
     from foxhunt.dataset.build import get_or_build
 
     cfg = load_config(None, overrides=sets)
     cache = get_or_build([real / rel], cfg, out / "cache")
-    body = run_backtest(cache, cfg, ScriptedPolicy.LONG, out / "long")
+    body = run_backtest(cache, BacktestSettings.of(cfg), ScriptedPolicy.LONG, out / "long")
     assert json.loads((out / "long" / "metrics.json").read_text())["trades"] == body["trades"]
     return body, list(csv.DictReader((out / "long" / "trades.csv").open()))
 

@@ -28,7 +28,7 @@ from foxhunt.data.dbn_write import write_book, write_mbo, write_trades
 from foxhunt.data.synth import write_synthetic
 from foxhunt.dataset.build import get_or_build
 from foxhunt.features.cache_file import meta_hash
-from foxhunt.train.checkpoint import save_checkpoint
+from foxhunt.policy.checkpoint import save_checkpoint
 from tests.factories import make_book, make_trades
 from tests.tamper import cache_parts, edit_column, edit_meta, flip_bit_at, flip_bytes, write_cache
 

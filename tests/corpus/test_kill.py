@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from foxhunt.atomic import TEMP_SUFFIX
 from foxhunt.data.synth import write_synthetic
 from foxhunt.features.cache_file import open_cache
-from foxhunt.train.checkpoint import read_checkpoint_meta
+from foxhunt.policy.checkpoint import read_checkpoint_meta
 from tests.train.test_run import TINY, same, tiny_cfg
 
 pytestmark = pytest.mark.slow

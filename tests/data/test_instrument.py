@@ -14,10 +14,10 @@ from foxhunt.data.config import DataConfig
 from foxhunt.data.dbn_write import write_ohlcv
 from foxhunt.data.inspect import inspect_files
 from foxhunt.data.instrument import instrument_of_cache, instrument_of_files
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.domain.instrument import (
     PRODUCTS,
     Definition,
-    InstrumentConfig,
     InstrumentError,
     InstrumentSource,
     product_instrument,

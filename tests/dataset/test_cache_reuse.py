@@ -180,7 +180,7 @@ def test_a_cache_without_its_sources_keeps_the_instrument_it_was_built_with(
     market_dir: Path, tmp_path: Path
 ) -> None:
     from foxhunt.data.instrument import instrument_of_cache
-    from foxhunt.domain.instrument import InstrumentConfig
+    from foxhunt.domain.config import InstrumentConfig
 
     built = get_or_build([market_dir], load_config("smoke"), tmp_path)
     # Copied to another machine without the DBN files: the recorded instrument still names the contract.

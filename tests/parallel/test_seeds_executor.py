@@ -10,7 +10,7 @@ import pytest
 import foxhunt.parallel
 from foxhunt.config.loader import load_config
 from foxhunt.parallel import Resources
-from foxhunt.train.seeds import run_seeds, seed_folder, train_one_seed
+from foxhunt.tune.seeds import run_seeds, seed_folder, train_one_seed
 
 
 class FakeExecutor:

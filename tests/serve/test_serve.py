@@ -87,7 +87,7 @@ def market(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> list
 @pytest.fixture(scope="module")
 def export(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fold 1's checkpoint after one epoch, exported with its fold's normaliser (what serve loads)."""
-    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.policy.checkpoint import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     root = tmp_path_factory.mktemp("train")
@@ -165,7 +165,7 @@ def test_served_feature_rows_are_the_cache_rows_bit_for_bit(backtested: Path, se
 def member(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second agent of fold 1 (another seed, the same market and features), exported likewise: with
     ``export`` a committee of two."""
-    from foxhunt.train.checkpoint import CheckpointStore
+    from foxhunt.policy.checkpoint import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 2})})
@@ -1159,7 +1159,7 @@ def test_a_stream_of_another_instrument_is_refused_in_one_line(
     export: Path, replay: list[Path], tmp_path: Path
 ) -> None:
     from foxhunt.data.dbn_write import write_records
-    from foxhunt.train.checkpoint import read_checkpoint_meta
+    from foxhunt.policy.checkpoint import read_checkpoint_meta
 
     assert read_checkpoint_meta(export)["instrument"]["root"] == "ES"  # the export records its data's
     f = read_raw(replay[0])
@@ -1206,9 +1206,9 @@ def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pyte
 
 def test_a_normaliser_of_another_feature_layout_is_refused(export: Path, stream, tmp_path: Path) -> None:
     from foxhunt.domain.instrument import resolve_instrument
+    from foxhunt.policy.checkpoint import CheckpointError
     from foxhunt.serve.service import load_trained
     from foxhunt.serve.state import RowState
-    from foxhunt.train.checkpoint import CheckpointError
     from foxhunt.validation.normalise import RobustScaler
 
     streams, records = stream

@@ -14,7 +14,7 @@ import pytest
 
 from foxhunt.config.loader import load_config
 from foxhunt.errors import FoxhuntError
-from foxhunt.train.seeds import SeedFold, SeedResult, merge_studies, summarise_seeds
+from foxhunt.tune.seeds import SeedFold, SeedResult, merge_studies, summarise_seeds
 from tests.conftest import REPO
 from tests.train.test_run import TINY
 

@@ -15,8 +15,8 @@ from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
 from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
 from foxhunt.train.run import Interrupted, train
-from foxhunt.train.seeds import committee_result
 from foxhunt.tune.objective import trial_config
+from foxhunt.tune.seeds import committee_result
 from tests.train.test_run import canon, quiet, same, tiny_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -95,9 +95,9 @@ def test_each_fold_records_where_the_committees_entries_paid(
     import numpy as np
 
     from foxhunt.env.market import market_tensors
+    from foxhunt.policy.trained import CheckpointPolicy
     from foxhunt.train.diagnostics import advantage_calibration
     from foxhunt.train.members import MeanValues
-    from foxhunt.train.policy import CheckpointPolicy
     from foxhunt.validation.folds import make_folds
 
     cfg = tiny_cfg(f"run.seed={SEED}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from foxhunt import api
-from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
+from foxhunt.policy.checkpoint import CheckpointError, read_checkpoint_meta
 
 
 def _run(tmp_path: Path, reported: str | None) -> Path:

@@ -35,15 +35,15 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import FoxhuntError, OutputError
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.checkpoint import (
+from foxhunt.policy.checkpoint import (
     CheckpointMismatchError,
     CheckpointStore,
     Fingerprint,
     load_checkpoint,
     read_checkpoint_meta,
 )
+from foxhunt.policy.trained import CheckpointPolicy
 from foxhunt.train.guard import AnomalyError
-from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.run import Interrupted, train
 
 TINY = (

@@ -24,8 +24,8 @@ from foxhunt.config.loader import load_config
 from foxhunt.data.config import PlantedSignal
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache_file import FeatureCache
+from foxhunt.policy.checkpoint import CheckpointStore, read_checkpoint_meta
 from foxhunt.report.schema import BEST_RULE, LAST_RULE
-from foxhunt.train.checkpoint import CheckpointStore, read_checkpoint_meta
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.run import Interrupted, train
 from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary

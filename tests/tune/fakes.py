@@ -22,7 +22,7 @@ from foxhunt.config.loader import write_resolved
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.train.guard import AnomalyError, Cause, GuardResult, Verdict
 from foxhunt.train.run import RECORDED_CONFIG
-from foxhunt.train.seeds import with_seed
+from foxhunt.tune.seeds import with_seed
 from foxhunt.tune.study import PRUNED_METRIC
 
 GUARD_DIAGNOSIS = "validation Sharpe 99.0 above the ceiling 70.0"

@@ -15,7 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 import foxhunt.train.run as run_mod
-from foxhunt.config.loader import load_config, validate_tree
+from foxhunt.config.loader import load_config, validate_tree, with_overrides
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 from foxhunt.features.cache_file import FeatureCache
@@ -23,7 +23,6 @@ from foxhunt.tune.config import Objective
 from foxhunt.tune.export import write_best
 from foxhunt.tune.objective import Period, out_of_sample, rule_on_selection, trial_config, validation_numbers
 from foxhunt.tune.report import REPORT_FILE, write_outputs
-from foxhunt.tune.space import with_params
 from foxhunt.tune.study import (
     STUDY_CONFIG,
     Work,
@@ -104,7 +103,7 @@ def test_the_study_ranks_on_selection_and_reports_validation_beside(tmp_path: Pa
     best, rows = summary["best"], summary["trials"]
     by_validation = max(rows, key=lambda r: r["validation"]["value"])
     assert best["params"] == {"agent.learn.lr": 3e-3} and by_validation["params"] == {"agent.learn.lr": 3e-2}
-    trained = with_params(work.cfg, best["params"])
+    trained = with_overrides(work.cfg, best["params"], where="best trial")
     assert summary["ranked_on"] == "selection" and best["value"] == pytest.approx(score(trained))
     # one fold: its validation period is out of sample for the choice, and so is the mean over folds
     assert best["validation"] == {
@@ -168,8 +167,9 @@ def test_no_selection_period_no_study(tmp_path: Path) -> None:
     last = _last(study_cfg({"agent.learn.lr": LR}))
     with pytest.raises(ConfigError, match=r"train\.selection: last leaves the folds no selection period"):
         run_study(work_for(last, tmp_path), say=lambda _: None)
+    searched = study_cfg({"agent.learn.lr": LR, "train.selection": {"choices": ["train_tail", "last"]}})
     with pytest.raises(ConfigError, match=r"tune\.params\.train\.selection: decides where trials are ranked"):
-        study_cfg({"agent.learn.lr": LR, "train.selection": {"choices": ["train_tail", "last"]}})
+        trial_config(searched)
 
 
 def test_a_last_profile_trains_its_trials_on_train_tail_and_keeps_last_in_its_best_profile(

@@ -1,4 +1,4 @@
-"""The [tune] section: a space whose every key is a config value, checked at load through the
+"""The [tune] section: a space whose every key is a config value, checked when a study starts through the
 ``--set`` machinery; sampled values applied with their types (issue 17)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typer.testing import CliRunner
 
 from foxhunt.agent.config import Symmetry
 from foxhunt.cli import app
-from foxhunt.config.loader import load_config
+from foxhunt.config.loader import load_config, with_overrides
 from foxhunt.errors import ConfigError
 from foxhunt.tune.config import ParamSpace
-from foxhunt.tune.space import with_params
+from foxhunt.tune.objective import trial_config
 from foxhunt.tune.study import shares
 
 runner = CliRunner()
@@ -39,11 +39,12 @@ def _profile(tmp_path: Path, tune: str) -> Path:
         ('[tune.params."agent.network.symmetry"]\nchoices = ["mirror", "up"]\n', "symmetry", "'up'"),
     ],
 )
-def test_a_space_the_config_refuses_is_an_error_at_load(
+def test_a_space_the_config_refuses_is_an_error_when_the_study_starts(
     tmp_path: Path, table: str, named: str, says: str
 ) -> None:
+    cfg = load_config(config_file=_profile(tmp_path, table))  # the config alone does not check its tuner
     with pytest.raises(ConfigError) as err:
-        load_config(config_file=_profile(tmp_path, table))
+        trial_config(cfg)  # where every study starts, before it builds anything
     assert f"tune.params.{named}" in str(err.value) or named in str(err.value)
     assert says in str(err.value)
 
@@ -67,12 +68,12 @@ def test_sampled_values_reach_the_config_typed_as_a_set_would(tmp_path: Path) ->
         )
     )
     sampled = {"agent.network.hidden": 48, "agent.network.symmetry": "mirror", "agent.learn.lr": 0.002}
-    got = with_params(cfg, sampled)
+    got = with_overrides(cfg, sampled, where="trial")
     assert got.agent.network.hidden == 48 and got.agent.network.symmetry is Symmetry.MIRROR
     assert got.agent.learn.lr == 0.002
     assert got.model_dump(exclude={"agent"}) == cfg.model_dump(exclude={"agent"})
     with pytest.raises(ConfigError, match="agent.network.hidden"):
-        with_params(cfg, {"agent.network.hidden": 2})  # below the field's bound (ge=4)
+        with_overrides(cfg, {"agent.network.hidden": 2}, where="trial")  # below the field's bound (ge=4)
 
 
 def test_the_smoke_profile_has_a_searchable_space() -> None:

@@ -3,7 +3,7 @@
 The validation rows of a fold are cut into consecutive windows of ``episode_rows`` rows, one
 episode each, all stepped together by one :class:`~foxhunt.env.core.TradingEnv` (the same step
 and state assembly as training). A policy is a callable ``(state [N, W], env) -> actions [N, 4]``
-(or a :class:`Decision`, as the agent returns, that steps the env with its sizing inputs);
+(or an :class:`EnvStepper`, as the agent returns, that steps the env with its sizing inputs);
 a recorded action array ``[E, T, 4]`` is one too (:func:`recorded`). Scripted policies give known
 answers: flat trades nothing, long and short hold one side, buy_hold buys once a window and holds
 to its end, random picks every branch uniformly, and the oracle peeks at the next row's price, which
@@ -49,13 +49,13 @@ from foxhunt.env.trades import STAGES
 _DIR, _MAG = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
 
-class Decision(Protocol):
+class EnvStepper(Protocol):
     """A policy's richer answer (the agent's): it steps the env itself, passing its sizing inputs."""
 
     def step(self, env: TradingEnv) -> tuple[Tensor, StepResult]: ...
 
 
-Policy = Callable[[Tensor, TradingEnv], "Tensor | Decision"]
+Policy = Callable[[Tensor, TradingEnv], "Tensor | EnvStepper"]
 
 
 class ScriptedPolicy(StrEnum):

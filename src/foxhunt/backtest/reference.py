@@ -27,10 +27,11 @@ from torch import Tensor
 from foxhunt.backtest.capture import RULE
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted, scripted_env
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
-from foxhunt.config.models import FoxhuntConfig
+from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.data.config import MANIFEST_NAME, PlantedSignal  # not from .synth (compiles the simulator)
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType
 from foxhunt.domain.baselines import ORDER, Baseline
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors, market_tensors
@@ -79,8 +80,9 @@ class ReferenceRule:
     threshold: float = REFERENCE_THRESHOLD
 
     @classmethod
-    def for_config(cls, cfg: FoxhuntConfig) -> ReferenceRule:
-        return cls(cfg.synth.signal, REFERENCE_COLUMN[cfg.synth.signal])
+    def for_signal(cls, signal: PlantedSignal) -> ReferenceRule:
+        """The rule of the planted signal ``synth.signal``."""
+        return cls(signal, REFERENCE_COLUMN[signal])
 
     def policy(self) -> Policy:
         return threshold_rule(self.column, self.threshold, OrderType.MARKET)
@@ -100,44 +102,44 @@ class ReferenceRule:
         return {"signal": self.signal.value, "column": self.column, "threshold": self.threshold}
 
 
-def fold_policies(cfg: FoxhuntConfig, market: MarketTensors) -> dict[str, Policy]:
+def fold_policies(settings: BacktestSettings, market: MarketTensors) -> dict[str, Policy]:
     """``{"flat", "long", "buy_hold", "rule"}`` policies (:class:`~foxhunt.domain.baselines.Baseline`;
     the rule only where its carrier column is in the state). Evaluate each under
-    :func:`baseline_config` (buy-and-hold's plan is its own)."""
+    :func:`baseline_env` (buy-and-hold's plan is its own)."""
     kinds = (ScriptedPolicy(b.value) for b in ORDER)
-    out = {k.value: scripted(k, cfg.env, seed=cfg.run.seed) for k in kinds}
-    rule = ReferenceRule.for_config(cfg)
+    out = {k.value: scripted(k, settings.env, seed=settings.seed) for k in kinds}
+    rule = ReferenceRule.for_signal(settings.synth.signal)
     if rule.available(market):
         out[RULE] = rule.policy()
     return out
 
 
-def baseline_config(name: str, cfg: FoxhuntConfig) -> FoxhuntConfig:
-    """The config a baseline of :func:`fold_policies` is evaluated under: ``cfg``, with buy-and-hold's
+def baseline_env(name: str, env: EnvConfig) -> EnvConfig:
+    """The ``[env]`` a baseline of :func:`fold_policies` is evaluated under: ``env``, with buy-and-hold's
     plan (:func:`~foxhunt.backtest.evaluate.scripted_env`) for ``buy_hold``."""
     if name != Baseline.BUY_HOLD:
-        return cfg
-    return cfg.model_copy(update={"env": scripted_env(ScriptedPolicy.BUY_HOLD, cfg.env)})
+        return env
+    return scripted_env(ScriptedPolicy.BUY_HOLD, env)
 
 
 def evaluate_fold(
-    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy: Policy, bpy: float
+    market: MarketTensors, fd: FoldData, settings: BacktestSettings, policy: Policy, bpy: float
 ) -> dict[str, Any]:
     """A policy's headline metrics over the fold's whole validation period (as training reports them)."""
-    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
-    m, reasons = summarise(rec, bpy, cfg, cfg.train.anomaly.max_sharpe_annual)
+    rec = evaluate(market, settings.env, fd.fold.validation_start, fd.fold.validation_end, policy)
+    m, reasons = summarise(rec, bpy, settings.env, settings.max_sharpe_annual)
     return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons}
 
 
 def rule_folds(
-    cache: FeatureCache, cfg: FoxhuntConfig, where: str, fix: str
+    cache: FeatureCache, settings: BacktestSettings, where: str, fix: str
 ) -> Iterator[tuple[FoldData, MarketTensors]]:
     """Each walk-forward fold of ``cache`` with its market, once the reference rule's carrier column is
     known to be a state feature there: a FoxhuntError at ``where`` (the setting that asked for the
     rule) with ``fix`` otherwise."""
-    rule = ReferenceRule.for_config(cfg)
-    for fd in make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"])):
-        market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
+    rule = ReferenceRule.for_signal(settings.synth.signal)
+    for fd in make_folds(cache.features(), cache.columns, settings.folds, int(cache.meta["label_span"])):
+        market = market_tensors(cache, fd, vol_window=settings.env.plan.barrier.vol_window)
         if not rule.available(market):
             raise FoxhuntError(
                 where, f"the reference rule reads {rule.column}, which is not a state feature here", fix
@@ -145,24 +147,27 @@ def rule_folds(
         yield fd, market
 
 
-def edge(cache: FeatureCache, cfg: FoxhuntConfig) -> dict[str, Any]:
+def edge(cache: FeatureCache, settings: BacktestSettings) -> dict[str, Any]:
     """The reference rule beside flat, long and buy-and-hold on every fold's validation period
     (``foxhunt edge``).
 
     Returns ``{"rule": ReferenceRule.to_dict(), "folds": [{"fold", "rule", "flat", "long", "buy_hold"}...],
     "total": {name: summed net PnL}}``; raises a FoxhuntError when the carrier column is not a state
     feature (its feature family is off)."""
-    rule = ReferenceRule.for_config(cfg)
+    rule = ReferenceRule.for_signal(settings.synth.signal)
     bpy = bars_per_year(cache)
     rows = []
     fix = "turn its feature family on ([features]) or pick another synth.signal"
-    for fd, market in rule_folds(cache, cfg, "synth.signal", fix):
-        pols = fold_policies(cfg, market)
-        metrics = {n: evaluate_fold(market, fd, baseline_config(n, cfg), p, bpy) for n, p in pols.items()}
+    for fd, market in rule_folds(cache, settings, "synth.signal", fix):
+        pols = fold_policies(settings, market)
+        metrics = {
+            n: evaluate_fold(market, fd, settings.with_env(baseline_env(n, settings.env)), p, bpy)
+            for n, p in pols.items()
+        }
         rows.append({"fold": fd.fold.index} | metrics)
     names = (RULE, *(b.value for b in ORDER))
     return {
-        "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": cfg.env.plan.barrier.horizon},
+        "rule": rule.to_dict() | {"text": rule.describe(), "plan_rows": settings.env.plan.barrier.horizon},
         "folds": rows,
         "total": {n: float(sum(r[n]["net_pnl"] for r in rows)) for n in names},
     }

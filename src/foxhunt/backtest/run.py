@@ -38,12 +38,13 @@ from foxhunt.backtest.metrics import (  # noqa: E402
     compute_metrics,
     implausibility,
 )
+from foxhunt.backtest.settings import BacktestSettings  # noqa: E402
 from foxhunt.backtest.trades import exit_reasons, trade_rows, write_trades_csv  # noqa: E402
-from foxhunt.config.models import FoxhuntConfig  # noqa: E402
 from foxhunt.console import SILENT, Reporter  # noqa: E402
 from foxhunt.data.instrument import instrument_of_cache
 from foxhunt.data.schemas import BarKind, RowUnit  # noqa: E402
 from foxhunt.domain.instrument import Instrument
+from foxhunt.env.config import EnvConfig  # noqa: E402
 from foxhunt.env.graph import CapturablePolicy  # noqa: E402
 from foxhunt.env.market import market_tensors  # noqa: E402
 from foxhunt.errors import FoxhuntError  # noqa: E402
@@ -90,17 +91,17 @@ def bars_per_year(cache: FeatureCache, instrument: Instrument | None = None) -> 
 def summarise(
     rec: StepRecord,
     bpy: float,
-    cfg: FoxhuntConfig,
+    env: EnvConfig,
     max_sharpe_annual: float = MAX_PLAUSIBLE_SHARPE_ANNUAL,
     unjudged: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
-    """``(compute_metrics of rec, implausibility reasons)`` with the config's branch sizes and capital
+    """``(compute_metrics of rec, implausibility reasons)`` with ``env``'s branch sizes and capital
     (``unjudged``: :func:`~foxhunt.backtest.metrics.implausibility`'s, the ``backtest`` command's)."""
     metrics = compute_metrics(
         rec,
         bars_per_year=bpy,
-        initial_capital=cfg.env.contract.initial_capital,
-        **branch_sizes(cfg.env.branches),
+        initial_capital=env.contract.initial_capital,
+        **branch_sizes(env.branches),
     )
     return metrics, implausibility(metrics, max_sharpe_annual=max_sharpe_annual, unjudged=unjudged)
 
@@ -128,7 +129,7 @@ def stored_normaliser(policy: TrainedPolicy, columns: list[str]) -> RobustScaler
     path = getattr(policy, "path", None)
     if path is None:
         return None
-    from foxhunt.train.checkpoint import read_checkpoint_meta
+    from foxhunt.policy.checkpoint import read_checkpoint_meta
 
     meta = read_checkpoint_meta(path)
     if "normaliser" not in meta:
@@ -146,7 +147,7 @@ def stored_normaliser(policy: TrainedPolicy, columns: list[str]) -> RobustScaler
 
 def run_backtest(
     cache: FeatureCache,
-    cfg: FoxhuntConfig,
+    settings: BacktestSettings,
     policy: ScriptedPolicy | TrainedPolicy,
     out_dir: str | Path,
     fold: int | None = None,
@@ -155,11 +156,11 @@ def run_backtest(
 ) -> dict[str, Any]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
+    folds = make_folds(cache.features(), cache.columns, settings.folds, int(cache.meta["label_span"]))
     if not isinstance(policy, ScriptedPolicy):  # a checkpoint is judged on its own fold only
         fold = policy.fold
     chosen = folds if fold is None else [folds[fold]]
-    instrument = instrument_of_cache(cache.meta, cfg.instrument)  # the config's overrides win
+    instrument = instrument_of_cache(cache.meta, settings.instrument)  # the config's overrides win
     records, trades, curves = [], [], []
     ts = cache.column("ts")
     decisions: list[DecisionRow] = []
@@ -168,20 +169,20 @@ def run_backtest(
         if stored is not None:  # the scaling the network was trained with, as foxhunt serve applies it
             fd = dataclasses.replace(fd, scaler=stored)
         market = market_tensors(
-            cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device, instrument=instrument
+            cache, fd, vol_window=settings.env.plan.barrier.vol_window, device=device, instrument=instrument
         )
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         if isinstance(policy, ScriptedPolicy):
-            seed = stream_seed(cfg.run.seed, Stream.SCRIPTED_POLICY, fd.fold.index)
-            pol = scripted(policy, cfg.env, seed=seed)
-            rec = evaluate(market, scripted_env(policy, cfg.env), lo, hi, pol)
+            seed = stream_seed(settings.seed, Stream.SCRIPTED_POLICY, fd.fold.index)
+            pol = scripted(policy, settings.env, seed=seed)
+            rec = evaluate(market, scripted_env(policy, settings.env), lo, hi, pol)
         else:
             # The fused step (one CUDA graph per step on CUDA) records decisions.csv's columns too
             # (compared with foxhunt serve), read back once after the run. A policy not marked
             # capturable runs the same step eagerly.
             pol = policy.policy(device)
             ev = GraphedEvaluation(
-                market, cfg.env, lo, hi, pol, graph=None if isinstance(pol, CapturablePolicy) else False,
+                market, settings.env, lo, hi, pol, graph=None if isinstance(pol, CapturablePolicy) else False,
                 decisions=True,
             )
             rec = ev.run()
@@ -191,7 +192,8 @@ def run_backtest(
         trades.extend(trade_rows(rec, ts, fd.fold.index))
     annual = cache_annualisation(cache, instrument)
     bpy = annual.bars_per_year
-    metrics, reasons = summarise(StepRecord.concat(records), bpy, cfg, unjudged=True)
+    # The command's own check (unjudged): the default ceiling, not the run's train.anomaly one.
+    metrics, reasons = summarise(StepRecord.concat(records), bpy, settings.env, unjudged=True)
     body = {
         "policy": policy.value,
         "folds": [fd.fold.index for fd in chosen],
@@ -206,7 +208,7 @@ def run_backtest(
     write_json(out / "metrics.json", body, indent=2, default=float)
     write_trades_csv(out / "trades.csv", trades)
     if not isinstance(policy, ScriptedPolicy):
-        write_decisions_csv(out / "decisions.csv", decisions, cfg.env.branches)
+        write_decisions_csv(out / "decisions.csv", decisions, settings.env.branches)
     fig, ax = plt.subplots(figsize=(7, 3.6))
     for fd, curve in zip(chosen, curves, strict=True):
         ax.plot(curve, label=f"fold {fd.fold.index}")

@@ -4,6 +4,10 @@ Resolution order: model defaults < profile (or ``--config FILE``) < each ``--set
 in order. Values in ``--set`` are parsed as TOML (``3``, ``0.5``, ``true``, ``"x"``, ``[5, 20]``);
 anything that is not valid TOML is taken as a bare string (``data.data_source=ohlcv``).
 
+This module is the one home of dotted overrides: ``--set``, a tuning trial's parameters and a
+committee member's seed (:func:`with_overrides`) all take :func:`apply_override` and
+:func:`validate_tree`, so a value set by code is typed and bounded as a hand-written one.
+
 The resolved config is hashed (SHA-256 of its canonical JSON) for cache keys and run ids, and
 written next to every artefact with :func:`write_resolved`.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -64,6 +68,12 @@ def _parse_value(raw: str) -> Any:
         return tomllib.loads(f"v = {raw}")["v"]
     except tomllib.TOMLDecodeError:
         return raw
+
+
+def assignment(key: str, value: Any) -> str:
+    """``key=value`` as ``--set`` reads it: the value as TOML (JSON's text of a bool, number or string is
+    TOML's too)."""
+    return f"{key}={json.dumps(value)}"
 
 
 def apply_override(tree: dict[str, Any], assignment: str) -> dict[str, Any]:
@@ -157,9 +167,15 @@ def load_config(
         name = profile or DEFAULT_PROFILE
         tree, where = _profile_dict(name), f"profile {name}"
     validate_tree(tree, where)  # errors in the profile itself are reported against the profile
+    return _overridden(tree, overrides, where)
+
+
+def _overridden(tree: dict[str, Any], overrides: Sequence[str], where: str) -> FoxhuntConfig:
+    """The config of ``tree`` (from ``where``) with every ``section.key=value`` of ``overrides`` set, in
+    order, the whole validated; on failure the first assignment that breaks the tree is blamed."""
     final = tree
-    for assignment in overrides:
-        final = apply_override(final, assignment)
+    for each in overrides:
+        final = apply_override(final, each)
     if overrides:
         try:
             cfg = validate_tree(final, f"{where} with {setting(*overrides)}")
@@ -168,13 +184,20 @@ def load_config(
         except ConfigError:
             # Blame the first --set that breaks the tree. Only on failure: coupled keys of one section
             # (env.branches.magnitude with its magnitude_fractions) are valid together, not one by one.
-            for assignment in overrides:
-                tree = apply_override(tree, assignment)
-                validate_tree(tree, setting(assignment), cross_checks=False)
+            for each in overrides:
+                tree = apply_override(tree, each)
+                validate_tree(tree, setting(each), cross_checks=False)
             raise
     cfg = validate_tree(tree, where)
     assert cfg is not None  # cross checks on: an invalid tree raised
     return cfg
+
+
+def with_overrides(cfg: FoxhuntConfig, values: Mapping[str, Any], where: str) -> FoxhuntConfig:
+    """``cfg`` with every dotted ``key: value`` of ``values`` set, in order, as ``--set key=value``
+    sets it (a tuning trial's parameters, a committee member's seed); ``where`` names the setter in
+    an error."""
+    return _overridden(cfg.model_dump(mode="json"), [assignment(k, v) for k, v in values.items()], where)
 
 
 def canonical_json(cfg: FoxhuntConfig) -> str:

@@ -16,13 +16,13 @@ description is its documentation (``foxhunt config show`` prints them).
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from foxhunt.agent.config import AgentConfig
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Device, Frozen
 from foxhunt.data.config import DataConfig, SynthConfig
-from foxhunt.domain.instrument import InstrumentConfig
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.env.config import EnvConfig
 from foxhunt.features.config import FeaturesConfig
 from foxhunt.serve.config import ServeConfig
@@ -65,12 +65,3 @@ class FoxhuntConfig(Frozen):
     tune: TuneConfig = Field(
         default_factory=TuneConfig, description="foxhunt tune: the search space, objective and budget."
     )
-
-    @model_validator(mode="after")
-    def _tune_space_is_config(self) -> FoxhuntConfig:
-        """Every searched key is a value of this config that accepts its bounds (or choices), checked
-        by setting each as ``--set`` would: a typo in [tune] is an error at load, not at trial 0."""
-        from foxhunt.tune.space import check_space  # it validates configs: imported when one is checked
-
-        check_space(self)
-        return self

@@ -21,9 +21,9 @@ from foxhunt.data.ingest import check_monotonic, expand_paths, median_spread_tic
 from foxhunt.data.instrument import definitions_from_records
 from foxhunt.data.schemas import Schema
 from foxhunt.data.sessions import iso_utc
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.domain.instrument import (
     Instrument,
-    InstrumentConfig,
     InstrumentError,
     resolve_instrument,
     symbol_root,

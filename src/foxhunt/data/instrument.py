@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 
 from foxhunt.data.schemas import Schema
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.domain.instrument import (
     Definition,
     Instrument,
-    InstrumentConfig,
     InstrumentError,
     InstrumentSource,
-    apply_overrides,
+    apply_instrument_config,
     resolve_instrument,
     symbol_root,
 )
@@ -137,7 +137,7 @@ def instrument_of_cache(meta: dict[str, Any], overrides: InstrumentConfig | None
             source=InstrumentSource(recorded["source"]),
             overridden=tuple(recorded.get("overridden", ())),
         )
-        over = apply_overrides(
+        over = apply_instrument_config(
             base, overrides or InstrumentConfig(), base.contracts, {base.root}, "the feature cache"
         )
         return replace(over, overridden=tuple(dict.fromkeys(base.overridden + over.overridden)))

@@ -27,44 +27,9 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 import numpy as np
-from pydantic import Field
 
-from foxhunt.config.base import Frozen
+from foxhunt.domain.config import InstrumentConfig
 from foxhunt.errors import DataError, setting
-
-
-class InstrumentConfig(Frozen):
-    """The ``[instrument]`` config section: overrides of the contract specification, field by field;
-    every field None (the default) takes the value from the data."""
-
-    root: str | None = Field(
-        None,
-        pattern=r"^[A-Z0-9]{1,6}$",
-        description="Product root to take from the built-in table (ES, MES, NQ, 6E, ...) whatever the "
-        "data's symbols say; None: from the data.",
-    )
-    tick_size: float | None = Field(
-        None, gt=0, le=1e6, description="Minimum price increment in price units; None: from the data."
-    )
-    point_value: float | None = Field(
-        None,
-        gt=0,
-        le=1e9,
-        description="Currency per price unit per contract (the multiplier: ES $50); None: from the data.",
-    )
-    currency: str | None = Field(
-        None, pattern=r"^[A-Z]{3}$", description="Currency of the PnL (ISO 4217, USD); None: from the data."
-    )
-    session_hours: float | None = Field(
-        None,
-        gt=0,
-        le=24,
-        description="Trading hours per session day (CME Globex equity index: 23); None: from the table.",
-    )
-    trading_days: int | None = Field(
-        None, ge=1, le=366, description="Trading days per year for annualisation; None: 252."
-    )
-
 
 TRADING_DAYS_PER_YEAR = 252
 """Trading days of a CME year, the convention of annualised Sharpe ratios."""
@@ -280,7 +245,7 @@ def resolve_instrument(
     named = over.tick_size is not None and over.point_value is not None
     specs = {(d.root, d.tick_size, d.point_value) for d in defs}
     if named and (len({(t, p) for _, t, p in specs}) > 1 or (not defs and len(roots) > 1)):
-        return apply_overrides(None, over, contracts, roots, where)
+        return apply_instrument_config(None, over, contracts, roots, where)
     if defs:
         if len({(t, p) for _, t, p in specs}) > 1:
             listed = "; ".join(f"{r} tick {t:g} x {p:g}" for r, t, p in sorted(specs))
@@ -311,13 +276,14 @@ def resolve_instrument(
             )
         if known:
             base = product_instrument(known[0], contracts)
-    return apply_overrides(base, over, contracts, roots, where)
+    return apply_instrument_config(base, over, contracts, roots, where)
 
 
-def apply_overrides(
+def apply_instrument_config(
     base: Instrument | None, over: InstrumentConfig, contracts: tuple[str, ...], roots: set, where: str
 ) -> Instrument:
-    """``base`` with every override set in ``over`` (the config wins); refuse when incomplete."""
+    """``base`` with every field the ``[instrument]`` section ``over`` sets (the config wins); refuse when
+    incomplete. Not a dotted override (those are :mod:`foxhunt.config.loader`'s): a contract's fields."""
     values = {
         "tick_size": over.tick_size,
         "point_value": over.point_value,

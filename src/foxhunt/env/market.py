@@ -17,7 +17,8 @@ import torch
 
 from foxhunt.data.instrument import instrument_of_cache
 from foxhunt.data.returns import segment_ids, trailing_volatility
-from foxhunt.domain.instrument import Instrument, InstrumentConfig, product_instrument
+from foxhunt.domain.config import InstrumentConfig
+from foxhunt.domain.instrument import Instrument, product_instrument
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT
 from foxhunt.validation.folds import FoldData

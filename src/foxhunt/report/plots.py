@@ -319,7 +319,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
     committee = {
         int(f["fold"]): float(f["net_pnl"]) for f in (summary.get("committee") or {}).get("folds") or ()
     }
-    if committee:  # the seeds voting as one policy (foxhunt.train.seeds.committee_result)
+    if committee:  # the seeds voting as one policy (foxhunt.tune.seeds.committee_result)
         ks = [k for k in folds if k in committee]
         ax.scatter(
             [k + 0.4 for k in ks],
@@ -342,7 +342,7 @@ def plot_seeds(summary: Mapping[str, Any], path: Path) -> Path | None:
         span = f" [{lo:.0%}, {hi:.0%}]" if lo is not None and hi is not None else ""
         title += f": mean capture {mean:.0%}{span} over {cap.get('n')} seeds"
         med = _finite((summary.get("capture_per_fold") or {}).get("median"))
-        if med is not None:  # since issue 58: every seed's kept folds pooled (foxhunt.train.seeds)
+        if med is not None:  # since issue 58: every seed's kept folds pooled (foxhunt.tune.seeds)
             title += f", median per fold {med:.0%}"
     com = _finite((summary.get("committee") or {}).get("capture"))
     if com is not None:

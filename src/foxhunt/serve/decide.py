@@ -54,7 +54,7 @@ backtest's (the same tests, on the synthetic market).
 
 A committee (several exports of one fold, ``foxhunt serve --checkpoint A --checkpoint B ...``)
 decides with :func:`~foxhunt.agent.committee.committee_decision`, the backtest's
-:class:`~foxhunt.train.policy.CommitteePolicy`: the argmax of the members' mean E[Q], the sizing
+:class:`~foxhunt.policy.trained.CommitteePolicy`: the argmax of the members' mean E[Q], the sizing
 inputs and aux predictions averaged over them; one member is that agent's greedy policy.
 
 Compiled or not, the network is put in eval mode once (the greedy policy then skips its two passes

@@ -53,6 +53,8 @@ from foxhunt.domain.instrument import Instrument, resolve_instrument
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
 from foxhunt.errors import FoxhuntError, door, setting
+from foxhunt.policy.checkpoint import CheckpointError, read_checkpoint_meta
+from foxhunt.policy.trained import CommitteePolicy
 from foxhunt.serve.bars import NoBarsYet
 from foxhunt.serve.config import Ahead, CloseMode, DecidePath, FaultAction, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
@@ -62,8 +64,6 @@ from foxhunt.serve.metrics import ServeMetrics
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
 from foxhunt.serve.source import Disconnected, RecordSource, ReplaySource, SourceEnded, StreamBlock
 from foxhunt.serve.state import Rows, RowState
-from foxhunt.train.checkpoint import CheckpointError, read_checkpoint_meta
-from foxhunt.train.policy import CommitteePolicy
 
 
 def load_trained(checkpoint: Path, serve: ServeConfig | None, device: str = "cpu"):

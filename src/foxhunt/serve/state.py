@@ -94,10 +94,10 @@ from foxhunt.features.frame import BarsCarry, RowInput, from_bars
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.plugins import load_plugins, with_plugins
 from foxhunt.features.stack import FeatureMatrix, resumable
+from foxhunt.policy.checkpoint import CheckpointError
 from foxhunt.serve.bars import SessionBars, _SessionClock
 from foxhunt.serve.buffers import Appended, Grown
 from foxhunt.serve.source import StreamMeta
-from foxhunt.train.checkpoint import CheckpointError
 from foxhunt.validation.normalise import RobustScaler, apply
 
 NS = 1_000_000_000

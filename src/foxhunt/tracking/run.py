@@ -183,7 +183,7 @@ class TrackedRun:
     def log_folds(self, folds: list[dict[str, Any]], run_dir: Path | None = None) -> None:
         """The per-fold and total results; with ``run_dir`` (the training folder) each fold's
         reported checkpoint (weights and its JSON) as artefacts under ``checkpoints/fold<k>``."""
-        from foxhunt.train.checkpoint import checkpoint_files
+        from foxhunt.policy.checkpoint import checkpoint_files
 
         self.log_metrics(fold_results(folds))
         if run_dir is None:

@@ -1,2 +1,2 @@
-"""Training: the walk-forward run loop, checkpoints (:mod:`foxhunt.train.checkpoint`) and
-diagnostics (docs/design.md §7)."""
+"""Training: the walk-forward run loop, the selection of a fold's checkpoint and diagnostics
+(docs/design.md §7); the checkpoint format it writes is :mod:`foxhunt.policy.checkpoint`."""

@@ -85,7 +85,8 @@ class SizingMode(StrEnum):
 
 
 class SizingConfig(Frozen):
-    """How episodes, batch and replay capacity follow the device's free memory (:mod:`foxhunt.train.sizing`).
+    """How episodes, batch and replay capacity follow the device's free memory
+    (:mod:`foxhunt.train.memory_budget`).
 
     The profile's values (``train.envs``, ``agent.learn.batch``, ``agent.replay.capacity``) are
     used as they are on CPU; on CUDA the memory-derived sizes are clamped to

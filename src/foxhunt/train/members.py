@@ -35,6 +35,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from foxhunt.config.loader import with_overrides
 from foxhunt.config.models import FoxhuntConfig
 
 if TYPE_CHECKING:
@@ -57,10 +58,8 @@ def member_seed(run_seed: int, member: int) -> int:
 
 def member_config(cfg: FoxhuntConfig, member: int) -> FoxhuntConfig:
     """Member ``member``'s config: the run's with its own seed and ``train.members = 1``."""
-    from foxhunt.tune.space import with_params
-
     update = {"run.seed": member_seed(cfg.run.seed, member), "train.members": 1}
-    return with_params(cfg, update, where="train.members")
+    return with_overrides(cfg, update, where="train.members")
 
 
 def member_folder(run_dir: Path, member: int) -> Path:
@@ -166,7 +165,7 @@ def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, d
     cache's folds (``make_folds``). Each member's agent is loaded once, for the policy and the values."""
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
-    from foxhunt.train.policy import CommitteePolicy, committee_policy
+    from foxhunt.policy.trained import CommitteePolicy, committee_policy
     from foxhunt.train.run import validate
 
     committee = CommitteePolicy(files, cfg)

@@ -53,8 +53,9 @@ from foxhunt.atomic import write_json
 from foxhunt.backtest.capture import RULE, fold_capture
 from foxhunt.backtest.evaluate import evaluate, windows
 from foxhunt.backtest.metrics import StepRecord
-from foxhunt.backtest.reference import baseline_config, fold_policies
+from foxhunt.backtest.reference import baseline_env, fold_policies
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
+from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
 from foxhunt.domain.actions import ActionCodec
@@ -63,10 +64,7 @@ from foxhunt.errors import OUT, RESUME, SAME_CONFIG, FoxhuntError, setting
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
-from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
-from foxhunt.report.series import equity_series, net_by_row
-from foxhunt.seeding import Stream
-from foxhunt.train.checkpoint import (
+from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointStore,
     Fingerprint,
@@ -75,6 +73,10 @@ from foxhunt.train.checkpoint import (
     load_checkpoint,
     restore_rng,
 )
+from foxhunt.policy.trained import CheckpointPolicy
+from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
+from foxhunt.report.series import equity_series, net_by_row
+from foxhunt.seeding import Stream
 from foxhunt.train.diagnostics import (
     ACTIVE_FRAC,
     EPOCH_SECONDS,
@@ -96,10 +98,9 @@ from foxhunt.train.diagnostics import (
 )
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.members import COMMITTEE_KEY, MEMBERS_DIR, MemberRuns, committee_folds
+from foxhunt.train.memory_budget import activation_bytes_per_sample, size_run
 from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
-from foxhunt.train.policy import CheckpointPolicy
 from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary
-from foxhunt.train.sizing import activation_bytes_per_sample, size_run
 from foxhunt.validation import screen as screening
 from foxhunt.validation.config import Selection
 from foxhunt.validation.folds import FoldData, FoldPeriods, fold_periods, make_folds
@@ -156,7 +157,7 @@ def device_of(want: Device, key: str) -> torch.device:
 def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any]:
     # The run's own ceiling (train.anomaly.max_sharpe_annual), which the guard would otherwise never
     # see: these metrics carry the flag, and the guard trusts a flag that is present.
-    m, reasons = summarise(rec, bpy, cfg, cfg.train.anomaly.max_sharpe_annual)
+    m, reasons = summarise(rec, bpy, cfg.env, cfg.train.anomaly.max_sharpe_annual)
     return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
 
 
@@ -333,7 +334,7 @@ class FoldTrainer:
         }
 
     def resume_from(self, path: Path) -> None:
-        from foxhunt.train.checkpoint import read_checkpoint_meta
+        from foxhunt.policy.checkpoint import read_checkpoint_meta
 
         differs = config_differences(read_checkpoint_meta(path).get("config", {}), self.cfg)
         if differs:
@@ -463,8 +464,9 @@ def _baselines(market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, bpy: flo
     feature is in the state) over the same (whole) validation period as the reported checkpoint:
     metrics and net PnL per row."""
     metrics, curves = {}, {}
-    for name, policy in fold_policies(cfg, market).items():
-        m, rec = validate(market, fd, baseline_config(name, cfg), policy, bpy)
+    for name, policy in fold_policies(BacktestSettings.of(cfg), market).items():
+        own = cfg.model_copy(update={"env": baseline_env(name, cfg.env)})  # buy-and-hold: its own plan
+        m, rec = validate(market, fd, own, policy, bpy)
         metrics[name] = {k: v for k, v in m.items() if k != "all"}
         curves[name] = validation_net(rec, fd, cfg)
     return metrics, curves
@@ -530,7 +532,7 @@ def train(
             )
         folds = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
         # Checkpoints are written by a background thread while the next epoch trains
-        # (foxhunt.train.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
+        # (foxhunt.policy.checkpoint: at GPU sizes the replay buffer makes them 1-2 GB).
         store = CheckpointStore(out, ring=cfg.train.ring, writes=Writes.BACKGROUND)
         closing.callback(store.close)  # every checkpoint on disk before train() returns (or raises)
         done_path = out / "folds.json"
@@ -592,7 +594,7 @@ def warm_compile(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     reuse what it compiled (the compiled functions are module-level or keyed on code, not on the
     agent). Nothing of it is kept: its agent, replay and checkpoints (in a temporary folder) are
     dropped and the device's cached blocks released, so the run sizes itself from the same free
-    memory (:func:`foxhunt.train.sizing.size_run`). On a fresh H200 the compiles took ~105 s of the
+    memory (:func:`foxhunt.train.memory_budget.size_run`). On a fresh H200 the compiles took ~105 s of the
     production job's first epoch; the main job pays them while the leak guard's cuts run in other
     processes (:func:`foxhunt.dataset.leaks.guard_while`)."""
     import gc
@@ -734,7 +736,7 @@ def _selection_result(tr: FoldTrainer, epoch: int) -> dict[str, float | None]:
     if tr.periods.select_rows == 0:
         return {}
     [at] = [h for h in tr.history if h["epoch"] == epoch]
-    rule = fold_policies(tr.cfg, tr.market).get(RULE)
+    rule = fold_policies(BacktestSettings.of(tr.cfg), tr.market).get(RULE)
     rule_net = None
     if rule is not None:  # the rule learns nothing: its selection rows are as unseen as any
         rule_net = float(evaluate_selection(tr.market, tr.periods, tr.cfg, rule, tr.bpy)[0]["net_pnl"])

@@ -15,8 +15,8 @@ A parameter is a table keyed by the config path it sets, with a range or a list 
     [tune.params."agent.network.symmetry"]
     choices = ["mirror", "none"]    # categorical
 
-Whether every key is a config value, and every bound one it accepts, is checked when the whole
-config is validated (:func:`foxhunt.tune.space.check_space`, through the ``--set`` machinery).
+Whether every key is a config value, and every bound one it accepts, is checked when a study starts
+(:func:`foxhunt.tune.space.check_space`, through the ``--set`` machinery), before it builds anything.
 
 This module imports only pydantic and the config base: the root config model imports it.
 """
@@ -40,7 +40,10 @@ class Objective(StrEnum):
     CAPTURE = "capture"  # the agent's selection-period net PnL over the reference rule's, summed over folds
 
 
-class Direction(StrEnum):
+class StudyDirection(StrEnum):
+    """Which way a study optimises its objective (Optuna's study direction; not a trade's direction,
+    :class:`foxhunt.domain.actions.Direction`)."""
+
     MAXIMIZE = "maximize"
     MINIMIZE = "minimize"
 
@@ -115,7 +118,9 @@ class TuneConfig(Frozen):
         "its validation period: net_pnl: mean net PnL over the folds; capture: agent / reference rule net "
         "PnL summed over the folds (needs the rule's feature column and a rule that makes money there).",
     )
-    direction: Direction = Field(Direction.MAXIMIZE, description="Maximize or minimize the objective.")
+    direction: StudyDirection = Field(
+        StudyDirection.MAXIMIZE, description="Maximize or minimize the objective."
+    )
     trials: int = Field(20, ge=1, le=100_000, description="Trials of the study (--trials overrides).")
     seeds: int = Field(
         1,

@@ -1,7 +1,7 @@
 """The best trial of a study as a TOML profile: ``foxhunt train --config DIR/best.toml`` trains it.
 
 The profile is the tuned config with the best trial's parameters set
-(:func:`foxhunt.tune.space.with_params`), written whole by
+(:func:`foxhunt.config.loader.with_overrides`), written whole by
 :func:`foxhunt.config.toml_text.config_toml`: the config the trial trained, read back to the same
 config hash, except under a profile's ``train.selection = last``, whose trials train with
 ``train_tail`` (:func:`foxhunt.tune.objective.trial_config`) and whose best profile keeps ``last``
@@ -17,10 +17,10 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from foxhunt.atomic import write_text
+from foxhunt.config.loader import with_overrides
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.config.toml_text import config_toml
 from foxhunt.tune.objective import TRIAL_SELECTION, trial_config
-from foxhunt.tune.space import with_params
 from foxhunt.tune.study import ranked_on
 
 BEST_PROFILE = "best.toml"
@@ -53,7 +53,7 @@ def undecided_text(value: float, n: int) -> str:
 def best_config(cfg: FoxhuntConfig, trial: FrozenTrial) -> FoxhuntConfig:
     """``cfg`` with the trial's parameters set as ``--set`` would (``cfg`` the study's trial config:
     the config the trial trained)."""
-    return with_params(cfg, trial.params, where=f"trial {trial.number}")
+    return with_overrides(cfg, trial.params, where=f"trial {trial.number}")
 
 
 def write_best(cfg: FoxhuntConfig, study: optuna.Study, out: Path) -> Path | None:

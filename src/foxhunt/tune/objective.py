@@ -121,11 +121,14 @@ def trial_config(cfg: FoxhuntConfig) -> tuple[FoxhuntConfig, str | None]:
 
     Trials are ranked on the folds' selection periods, never on the validation periods they report
     (module docstring); ``train.selection = last`` leaves no selection period, so under it the trials
-    train with ``train_tail``. Every part of the study then uses the returned config (its identity,
-    recorded config, the reference rule's selection-period PnL, each trial's run); the best
+    train with ``train_tail``. The ``[tune]`` space is checked first
+    (:func:`foxhunt.tune.space.check_space`). Every part of the study then uses the returned config (its
+    identity, recorded config, the reference rule's selection-period PnL, each trial's run); the best
     parameters found are set back on ``cfg`` itself (:func:`foxhunt.tune.export.write_best`)."""
-    from foxhunt.tune.space import with_params
+    from foxhunt.config.loader import with_overrides
+    from foxhunt.tune.space import check_space
 
+    check_space(cfg)  # a space the config refuses is an error before the study builds anything
     updates: dict[str, object] = {}
     notes, kept = [], []
     if cfg.train.selection is not TRIAL_SELECTION:
@@ -144,7 +147,7 @@ def trial_config(cfg: FoxhuntConfig) -> tuple[FoxhuntConfig, str | None]:
         notes.append(f"train.members = {cfg.train.members}: each trial trains one member (train.members = 1)")
     if not updates:
         return cfg, None
-    trials = with_params(cfg, updates, where="foxhunt tune")
+    trials = with_overrides(cfg, updates, where="foxhunt tune")
     note = "; ".join(
         [*notes, f"best.toml sets the best parameters on the profile as it is ({', '.join(kept)})"]
     )
@@ -153,7 +156,11 @@ def trial_config(cfg: FoxhuntConfig) -> tuple[FoxhuntConfig, str | None]:
 
 def check_tunable(cfg: FoxhuntConfig) -> None:
     """Refuse to run trials of a config whose folds would have no selection period to rank them on (a
-    caller passes :func:`trial_config`'s config, never a profile's as it is)."""
+    caller passes :func:`trial_config`'s config, never a profile's as it is), or whose space the config
+    refuses (:func:`foxhunt.tune.space.check_space`)."""
+    from foxhunt.tune.space import check_space
+
+    check_space(cfg)
     if cfg.train.selection is not TRIAL_SELECTION:
         raise ConfigError(
             "train.selection",
@@ -168,14 +175,15 @@ def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     evaluated as training evaluates it there; a FoxhuntError names a carrier feature not in the state."""
     from foxhunt.backtest.reference import ReferenceRule, rule_folds
     from foxhunt.backtest.run import bars_per_year
+    from foxhunt.backtest.settings import BacktestSettings
     from foxhunt.train.run import evaluate_selection
     from foxhunt.validation.folds import fold_periods
 
-    rule = ReferenceRule.for_config(cfg)
+    rule = ReferenceRule.for_signal(cfg.synth.signal)
     bpy = bars_per_year(cache)
     fix = "turn its feature family on ([features]), pick another synth.signal, or tune net_pnl"
     total = 0.0
-    for fd, market in rule_folds(cache, cfg, "tune.objective", fix):
+    for fd, market in rule_folds(cache, BacktestSettings.of(cfg), "tune.objective", fix):
         metrics, _ = evaluate_selection(market, fold_periods(fd.fold, cfg.train), cfg, rule.policy(), bpy)
         total += float(metrics["net_pnl"])
     return total

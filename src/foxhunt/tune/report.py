@@ -30,7 +30,7 @@ from foxhunt.report.fmt import NA, esc
 from foxhunt.report.html import CSS
 from foxhunt.report.page import Section, render_body, render_page
 from foxhunt.report.plots import _save, plt
-from foxhunt.tune.config import Direction
+from foxhunt.tune.config import StudyDirection
 from foxhunt.tune.export import BEST_PROFILE, best_trial, undecided, undecided_text
 from foxhunt.tune.objective import Period, out_of_sample
 from foxhunt.tune.study import DEVICE, REASON, VALIDATION, counted, ranked_on, trial_row
@@ -125,7 +125,7 @@ def _last_intermediate(t: optuna.trial.FrozenTrial) -> float | None:
     return t.intermediate_values[max(t.intermediate_values)]
 
 
-def plot_history(study: optuna.Study, direction: Direction, path: Path) -> Path | None:
+def plot_history(study: optuna.Study, direction: StudyDirection, path: Path) -> Path | None:
     """Each COMPLETE trial's value and the best so far; pruned trials at their last reported epoch
     value (grey crosses); None when no trial has a value."""
     trials = study.get_trials(deepcopy=False)
@@ -140,7 +140,7 @@ def plot_history(study: optuna.Study, direction: Direction, path: Path) -> Path 
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
     if done:
         ax.scatter([n for n, _ in done], [v for _, v in done], color="tab:blue", s=22, label="trial")
-        pick = max if direction is Direction.MAXIMIZE else min
+        pick = max if direction is StudyDirection.MAXIMIZE else min
         best, xs, ys = None, [], []
         for n, v in done:
             best = v if best is None else pick(best, v)

@@ -1,23 +1,21 @@
 """The search space: which config values a study sets, checked and applied as ``--set`` would.
 
-A trial's parameters reach the config through :func:`foxhunt.config.loader.apply_override` and
-:func:`foxhunt.config.loader.validate_tree`, the path every ``--set section.key=value`` takes, so a
-sampled value is typed and bounded by the same field that a hand-written override meets.
+A trial's parameters reach the config through :func:`foxhunt.config.loader.with_overrides`, the path
+every ``--set section.key=value`` takes, so a sampled value is typed and bounded by the same field
+that a hand-written override meets.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from foxhunt.config.loader import apply_override, assignment, validate_tree
+from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
 from foxhunt.tune.config import ParamSpace, TuneConfig
 
 if TYPE_CHECKING:
     import optuna
-
-    from foxhunt.config.models import FoxhuntConfig
 
 # Sections a study may not set: its own definition.
 _FORBIDDEN = ("tune",)
@@ -26,49 +24,13 @@ _FORBIDDEN = ("tune",)
 _RANKING = "train.selection"
 
 
-def assignment(key: str, value: Any) -> str:
-    """``key=value`` as ``--set`` reads it: the value as TOML (JSON's text of a bool, number or string is
-    TOML's too)."""
-    return f"{key}={json.dumps(value)}"
-
-
-def _without_space(cfg: FoxhuntConfig) -> dict[str, Any]:
-    """``cfg``'s tree with an empty ``[tune]``: validating a probe does not re-check the space."""
-    tree = cfg.model_dump(mode="json")
-    tree["tune"] = {}
-    return tree
-
-
-def _apply(tree: dict[str, Any], values: Mapping[str, Any], where: str, cross_checks: bool) -> Any:
-    from foxhunt.config.loader import apply_override, validate_tree
-
-    for key, value in values.items():
-        tree = apply_override(tree, assignment(key, value))
-        validate_tree(tree, f"{where} {assignment(key, value)}", cross_checks=False)
-    return tree, validate_tree(tree, where, cross_checks=cross_checks)
-
-
-# (key, probe, the probed value's section) -> the refusal (problem, fix), or None: accepted. A probe's
-# verdict depends on its own section only (the cross-section checks are off while probing), and the
-# config is validated again and again (every --set, every seed): each probe is checked once.
-_VERDICTS: dict[tuple[str, str, str], tuple[str, str] | None] = {}
-_MAX_VERDICTS = 10_000
-
-
-def _refusal(tree: dict[str, Any], section: Any, key: str, probe: Any) -> tuple[str, str] | None:
-    from foxhunt.config.loader import apply_override, validate_tree
-
-    memo = (key, json.dumps(probe), json.dumps(section, sort_keys=True))
-    if memo not in _VERDICTS:
-        if len(_VERDICTS) >= _MAX_VERDICTS:
-            _VERDICTS.clear()
-        try:
-            probed = apply_override(tree, assignment(key, probe))
-            validate_tree(probed, f"tune.params.{key}", cross_checks=False)
-            _VERDICTS[memo] = None
-        except ConfigError as err:
-            _VERDICTS[memo] = (err.problem, err.fix)
-    return _VERDICTS[memo]
+def _refusal(tree: dict[str, Any], key: str, probe: Any) -> tuple[str, str] | None:
+    """Why the config refuses ``key`` set to ``probe`` alone (problem, fix), or None: accepted."""
+    try:
+        validate_tree(apply_override(tree, assignment(key, probe)), f"tune.params.{key}", cross_checks=False)
+    except ConfigError as err:
+        return err.problem, err.fix
+    return None
 
 
 def check_space(cfg: FoxhuntConfig) -> None:
@@ -76,10 +38,12 @@ def check_space(cfg: FoxhuntConfig) -> None:
 
     Every probe (:meth:`ParamSpace.probes`) is set alone on ``cfg`` as ``--set`` sets it and the
     config validated; a coupled check across sections (the labels' barrier and the env plan) is left
-    to the trial's whole set (:func:`with_params`)."""
+    to the trial's whole set (:func:`foxhunt.config.loader.with_overrides`). A study runs it where it
+    starts (:func:`foxhunt.tune.objective.trial_config`), not the config's own validation: a config
+    that is not tuned does not pay for it, and the config does not import its tuner."""
     if not cfg.tune.params:
         return
-    base = _without_space(cfg)
+    base = cfg.model_dump(mode="json")
     for key, space in cfg.tune.params.items():
         where = f"tune.params.{key}"
         if key.split(".")[0] in _FORBIDDEN or "." not in key:
@@ -90,26 +54,19 @@ def check_space(cfg: FoxhuntConfig) -> None:
                 "decides where trials are ranked (the folds' selection periods), so it cannot be searched",
                 f"remove {where} (tune trains every trial with train.selection = train_tail)",
             )
-        parent: Any = None
         node: Any = base
         for part in key.split("."):
             if not isinstance(node, dict) or part not in node:
                 raise ConfigError(
                     where, "unknown config value", "use a key path that `foxhunt config show` prints"
                 )
-            parent, node = node, node[part]
+            node = node[part]
         if isinstance(node, dict):
             raise ConfigError(where, "is a config section, not a value", "name one of its keys")
         for probe in space.probes():
-            refused = _refusal(base, parent, key, probe)
+            refused = _refusal(base, key, probe)
             if refused is not None:
                 raise ConfigError(where, f"{probe!r} is refused: {refused[0]}", refused[1])
-
-
-def with_params(cfg: FoxhuntConfig, params: Mapping[str, Any], where: str = "trial") -> FoxhuntConfig:
-    """``cfg`` with every parameter set (in order, each checked as one ``--set``, then all together)."""
-    _, resolved = _apply(cfg.model_dump(mode="json"), params, where, cross_checks=True)
-    return resolved
 
 
 def suggest(trial: optuna.Trial, key: str, space: ParamSpace) -> Any:

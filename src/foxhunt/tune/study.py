@@ -49,6 +49,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from foxhunt.config.loader import assignment, with_overrides
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import OUT, OVERWRITE, SAME_CONFIG, ConfigError, door
 from foxhunt.tracking import TrackingTarget
@@ -63,7 +64,7 @@ from foxhunt.tune.objective import (
     seed_value,
     validation_numbers,
 )
-from foxhunt.tune.space import assignment, sample, with_params
+from foxhunt.tune.space import sample
 
 STUDY_DB = "study.db"
 # The study's database as each door names it (the tune command's option, the Work field).
@@ -224,7 +225,7 @@ def trial_folder(out: Path, number: int) -> Path:
 
 def run_folder(out: Path, number: int, seed: int, cfg: FoxhuntConfig) -> Path:
     """Where one seed of a trial trains: the trial's folder, or ``seed<s>/`` in it for several seeds."""
-    from foxhunt.train.seeds import seed_folder
+    from foxhunt.tune.seeds import seed_folder
 
     folder = trial_folder(out, number)
     return folder if cfg.tune.seeds == 1 else seed_folder(folder, seed)
@@ -272,7 +273,7 @@ def train_seed(
     guard's error, and the pruner's)."""
     from foxhunt.dataset.cache import load_cache
     from foxhunt.train.run import train
-    from foxhunt.train.seeds import with_seed
+    from foxhunt.tune.seeds import with_seed
 
     cfg = with_seed(cfg, seed)
     cache = load_cache(cache_path, cfg)
@@ -293,7 +294,7 @@ def make_objective(work: Work) -> Callable[[optuna.Trial], float]:
         params = sample(trial, work.cfg.tune)
         trial.set_user_attr(SETS, [assignment(k, v) for k, v in params.items()])
         trial.set_user_attr(SEED_VALUES, [])  # a re-run of a killed trial starts with its attributes
-        cfg = with_params(work.cfg, params, where=f"trial {trial.number}")
+        cfg = with_overrides(work.cfg, params, where=f"trial {trial.number}")
         folder = trial_folder(work.out, trial.number)
         trial.set_user_attr("folder", str(folder))
         # The GPU Ray placed this worker on (each sees its own as cuda:0): tune.json shows the spread.

@@ -1,5 +1,5 @@
-"""A committee of trained checkpoints (foxhunt.train.policy.CommitteePolicy): `foxhunt backtest`
-with the checkpoint repeated, and the seeds study's committee (foxhunt.train.seeds.committee_result)
+"""A committee of trained checkpoints (foxhunt.policy.trained.CommitteePolicy): `foxhunt backtest`
+with the checkpoint repeated, and the seeds study's committee (foxhunt.tune.seeds.committee_result)
 judging the same fold alike."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from foxhunt.cli import app
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
-from foxhunt.train.policy import CheckpointPolicy, CommitteePolicy, differing_market
+from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy, differing_market
 from foxhunt.train.run import train
-from foxhunt.train.seeds import committee_result
+from foxhunt.tune.seeds import committee_result
 from tests.train.test_run import quiet, tiny_cfg
 
 runner = CliRunner()

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from foxhunt.domain.actions import BranchConfig
-from foxhunt.train import checkpoint
-from foxhunt.train.checkpoint import CheckpointContents, CheckpointStore, checkpoint_files, load_checkpoint
-from tests.train.test_checkpoint import Net, _expect
+from foxhunt.policy import checkpoint
+from foxhunt.policy.checkpoint import CheckpointContents, CheckpointStore, checkpoint_files, load_checkpoint
+from tests.policy.test_checkpoint import Net, _expect
 
 
 def _contents(epoch: int) -> CheckpointContents:

@@ -16,8 +16,8 @@ from safetensors.torch import save_file
 
 from foxhunt.config.loader import load_config
 from foxhunt.domain.actions import BranchConfig
-from foxhunt.train import checkpoint
-from foxhunt.train.checkpoint import (
+from foxhunt.policy import checkpoint
+from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointError,
     CheckpointStore,
@@ -26,9 +26,9 @@ from foxhunt.train.checkpoint import (
     save_checkpoint,
     verify_checkpoint,
 )
-from foxhunt.train.policy import CheckpointPolicy
+from foxhunt.policy.trained import CheckpointPolicy
+from tests.policy.test_checkpoint import Net, _load_into
 from tests.tamper import flip_bytes
-from tests.train.test_checkpoint import Net, _load_into
 
 
 def _save(path: Path, net: torch.nn.Module | None = None, **meta: object) -> Path:

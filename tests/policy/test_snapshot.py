@@ -11,10 +11,16 @@ import pytest
 import torch
 
 from foxhunt.domain.actions import BranchConfig
-from foxhunt.train import checkpoint
-from foxhunt.train.checkpoint import MAX_PENDING, CheckpointContents, CheckpointStore, Writes, load_checkpoint
-from foxhunt.train.snapshot import HostPool, Snapshot
-from tests.train.test_checkpoint import Net, _expect, _policy
+from foxhunt.policy import checkpoint
+from foxhunt.policy.checkpoint import (
+    MAX_PENDING,
+    CheckpointContents,
+    CheckpointStore,
+    Writes,
+    load_checkpoint,
+)
+from foxhunt.policy.snapshot import HostPool, Snapshot
+from tests.policy.test_checkpoint import Net, _expect, _policy
 
 
 def _contents(net: Net, replay: torch.Tensor) -> CheckpointContents:

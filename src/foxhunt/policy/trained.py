@@ -1,7 +1,7 @@
 """A trained checkpoint as a policy: what ``foxhunt backtest --checkpoint``, ``foxhunt serve``, the
 API and the run's own report evaluate (the greedy evaluation policy of docs/design.md §6).
 
-It reads only a checkpoint's ``policy`` section (:mod:`foxhunt.train.checkpoint`), so it imports the
+It reads only a checkpoint's ``policy`` section (:mod:`foxhunt.policy.checkpoint`), so it imports the
 checkpoint format and the agent but not the training loop: a backtest or a server loads a trained
 policy without loading the code that trains one.
 """
@@ -18,7 +18,7 @@ from foxhunt.agent.committee import committee_decision
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.errors import FoxhuntError, door
-from foxhunt.train.checkpoint import Fingerprint, checkpoint_config, load_checkpoint
+from foxhunt.policy.checkpoint import Fingerprint, checkpoint_config, load_checkpoint
 
 _ACTING_REPLAY = 16
 """Replay capacity of an agent built to act: acting stores no transition, so the least that builds."""
@@ -111,6 +111,6 @@ def differing_market(a: FoxhuntConfig, b: FoxhuntConfig) -> list[str]:
 
 
 def _normaliser(path: Path) -> object:
-    from foxhunt.train.checkpoint import read_checkpoint_meta
+    from foxhunt.policy.checkpoint import read_checkpoint_meta
 
     return read_checkpoint_meta(path).get("normaliser")

@@ -8,7 +8,7 @@ import torch
 from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.market import AUX_TARGETS
 from foxhunt.train.config import SizingConfig, SizingMode, TrainConfig
-from foxhunt.train.sizing import (
+from foxhunt.train.memory_budget import (
     RunSizes,
     SizingSource,
     activation_bytes_per_sample,

@@ -191,7 +191,7 @@ def committee_result(
     cache_path: Path, cfg: FoxhuntConfig, runs: list[Path], device: str = "cpu"
 ) -> SeedResult | None:
     """The committee of the runs' reported checkpoints (every member's: :func:`voters`), fold by fold
-    (:class:`~foxhunt.train.policy.CommitteePolicy`: the argmax of the seeds' mean E[Q]) judged on
+    (:class:`~foxhunt.policy.trained.CommitteePolicy`: the argmax of the seeds' mean E[Q]) judged on
     each fold's validation rows as the runs judged their own agents; its ``seed`` is -1. ``runs``:
     finished seed folders of one study (``folds.json`` and the checkpoints it names). None with fewer
     than two runs.
@@ -233,7 +233,7 @@ def prune_checkpoints(run: Path) -> tuple[int, int]:
     name (the folds' ring entries, and ``last`` or ``best`` where the other was reported), in every
     ``checkpoints`` folder under ``run`` (its members' too); return how many files and bytes. A run without
     ``folds.json`` (stopped by the anomaly guard) is left as it is: nothing says what it reported."""
-    from foxhunt.train.checkpoint import checkpoint_files
+    from foxhunt.policy.checkpoint import checkpoint_files
 
     report = run / "folds.json"
     if not report.is_file():

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
-from foxhunt.train.seeds import (
+from foxhunt.tune.seeds import (
     SeedFold,
     SeedResult,
     capture_lines,

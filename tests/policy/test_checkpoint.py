@@ -21,8 +21,8 @@ from torch import nn
 from foxhunt.domain.actions import ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, build_layout
-from foxhunt.train import checkpoint
-from foxhunt.train.checkpoint import (
+from foxhunt.policy import checkpoint
+from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointMismatchError,
     CheckpointStore,

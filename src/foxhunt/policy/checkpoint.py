@@ -38,7 +38,7 @@ training uses) a save copies the state to host memory and returns; one writer th
 writes it while the next epoch runs (at production sizes a checkpoint holds a 1-2 GB replay buffer:
 hashing, writing and fsyncing it took about 5 s an epoch, more than the epoch's own 2.9 s on an
 H200). The copy goes into host buffers the store reuses from save to save, pinned and filled
-asynchronously on the current CUDA stream for a GPU state (:mod:`foxhunt.train.snapshot`). Saves
+asynchronously on the current CUDA stream for a GPU state (:mod:`foxhunt.policy.snapshot`). Saves
 keep their order, and every method that reads the store first waits for the pending one.
 :func:`capture_rng` and :func:`restore_rng` put the random streams into tensors so a resumed run
 continues them.
@@ -75,7 +75,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
-from foxhunt.train.snapshot import HostPool, Snapshot
+from foxhunt.policy.snapshot import HostPool, Snapshot
 from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
@@ -828,7 +828,7 @@ class CheckpointContents:
 
 MAX_PENDING = 2
 """Background saves a :class:`CheckpointStore` holds in memory at once (each a copy of the state).
-Its host pool keeps the storages of one more save at most (:class:`foxhunt.train.snapshot.HostPool`)."""
+Its host pool keeps the storages of one more save at most (:class:`foxhunt.policy.snapshot.HostPool`)."""
 
 
 class Writes(Enum):
@@ -896,7 +896,7 @@ class CheckpointStore:
 
     def _submit(self, write: Callable[..., Any], contents: CheckpointContents, *args: Any) -> None:
         """Run ``write(contents, *args)`` now, or on the writer thread with a held copy of
-        ``contents`` (:class:`~foxhunt.train.snapshot.Snapshot`: host storages of :attr:`pool`, the
+        ``contents`` (:class:`~foxhunt.policy.snapshot.Snapshot`: host storages of :attr:`pool`, the
         state as at this call), after the saves before it (one thread: saves keep their order, ring
         before ``last``). At most :data:`MAX_PENDING` held copies wait (an epoch's ``best`` and ring
         + ``last``): where writing is slower than training, training waits rather than piling up
