@@ -171,11 +171,11 @@ PARTS = (
     ("foxhunt.serve.state", "from_bars", "from_bars"),
     ("foxhunt.serve.state", "compute_features", "feature families"),
     ("foxhunt.serve.state", "IncrementalRows._append", "normaliser + market tensors"),
-    ("foxhunt.serve.service", "Service._step", "environment step"),
-    ("foxhunt.serve.service", "Service._decide", "policy"),
+    ("foxhunt.serve.close", "RowCloser._step", "environment step"),
+    ("foxhunt.serve.close", "RowCloser._decide", "policy"),
     ("foxhunt.serve.ledger", "Ledger.commit_row", "ledger rows"),  # a row's inserts
     ("foxhunt.serve.ledger", "_blob", "ledger resume state"),  # packed once a close (Ledger.rows)
-    ("foxhunt.serve.service", "Service._close_rows", "row closes (all of the above)"),
+    ("foxhunt.serve.intake", "Intake.close_rows", "row closes (all of the above)"),
 )
 CLOSES = PARTS[-1][2]
 
@@ -265,7 +265,7 @@ def serve(
                     spent[label] -= compiled.get(what, 0.0)
             if CLOSES in spent:
                 spent[CLOSES] -= sum(compiled.values())
-        incremental = getattr(svc.state, "incremental", None) is not None
+        incremental = getattr(svc.closer.state, "incremental", None) is not None
         svc.close()
     for owner, attr, fn in undo:
         setattr(owner, attr, fn)
@@ -283,8 +283,8 @@ def serve(
         "latency_us_max": float(lat.max()) if len(lat) else None,
         "latencies_us": lat.tolist(),
         "latency_us_file_end": file_end[0] if file_end else None,
-        "closes_made_ahead": svc.ahead_made,
-        "closes_kept_ahead": svc.ahead_kept,
+        "closes_made_ahead": svc.ahead.made,
+        "closes_kept_ahead": svc.ahead.kept,
         "record_handling_us_per_record": None if handling is None else handling * 1e6,
         "incremental": incremental,
         "latency_us_p50_first_quarter": float(np.median(lat[:quarter])) if len(lat) else None,
@@ -314,17 +314,17 @@ def close_costs(checkpoint: Path, files: list[Path], incremental: bool, bar_seco
     from foxhunt.serve.source import SourceEnded
     from foxhunt.serve.state import RowState
 
-    agent, cfg = load_trained(checkpoint, None)
+    scaler, cfg = load_trained(checkpoint, None)
     cfg = cfg.model_copy(update={"data": cfg.data.model_copy(update={"bar_seconds": bar_seconds})})
     source = ReplaySource(files)
     symbols = sorted({s for m in source.streams for s in m.symbols.values()})
     instrument = resolve_instrument(symbols, (), cfg.instrument, where="the stream")
     costs = []
     with tempfile.TemporaryDirectory() as tmp:
-        state = RowState(source.streams, cfg, agent.scaler, instrument, Path(tmp))
+        state = RowState(source.streams, cfg, scaler, instrument, Path(tmp))
         if not incremental:
             state.incremental = None
-        while True:  # the service's loop without the policy (foxhunt.serve.service.Service.on_record)
+        while True:  # the service's loop without the policy (foxhunt.serve.intake.Intake.on_record)
             try:
                 got = source.next(timeout=0.0)
             except SourceEnded:

@@ -72,7 +72,7 @@ def _agent() -> Agent:
 
 
 def _episode(env: TradingEnv, start: int) -> None:
-    """A served episode from ``start``: its rows are still to come (Service._new_episode)."""
+    """A served episode from ``start``: its rows are still to come (RowCloser._new_episode)."""
     env.reset(torch.tensor([start]))
     env.state = dataclasses.replace(env.state, end=torch.tensor([10**6]), done=torch.tensor([False]))
 

@@ -138,10 +138,10 @@ def test_posts_need_the_token(finished: tuple[Service, str], monkeypatch: pytest
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
     wrong = (None, "wrong", TOKEN[:-1], TOKEN + "x")
     assert [_post(f"{base}/{p}", t) for p in ("flatten", "stop") for t in wrong] == [401] * 8
-    assert not svc.flatten_now and not svc.stopped
-    assert _post(f"{base}/flatten", TOKEN) == 200 and svc.flatten_now
-    assert _post(f"{base}/stop", TOKEN) == 200 and svc.stopped
-    svc.flatten_now = svc.stopped = False
+    assert not svc.closer.flatten_now and not svc.intake.stopped
+    assert _post(f"{base}/flatten", TOKEN) == 200 and svc.closer.flatten_now
+    assert _post(f"{base}/stop", TOKEN) == 200 and svc.intake.stopped
+    svc.closer.flatten_now = svc.intake.stopped = False
 
 
 # --- a running service: /flatten, /stop and the live page ---------------------------------------------
@@ -204,7 +204,7 @@ class Running:
             ledger.close()
 
     def close(self) -> None:
-        self.svc.stopped = True
+        self.svc.stop()
         self.go.set()
         self.thread.join(10)
         self.server.close()

@@ -47,7 +47,7 @@ def stream(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> Path
 
 def _replay(state: RowState, source: ReplaySource) -> Rows:
     """The service's loop without the policy: a close whenever a record opens a later bar, the
-    session cut when it opens a later session (foxhunt.serve.service.Service.on_record)."""
+    session cut when it opens a later session (foxhunt.serve.intake.Intake.on_record)."""
     closes = 0
     while True:
         try:

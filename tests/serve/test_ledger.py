@@ -23,7 +23,7 @@ from tests.serve.test_decide import START, _agent, _episode, _market, _rows
 
 
 def _state() -> dict[str, Any]:
-    """A resume state as the service snapshots it (Service._snapshot) after a few decided closes: the
+    """A resume state as the service snapshots it (RowCloser.snapshot) after a few decided closes: the
     portfolio (float64, int64 and bool tensors, the CVaR ring [1, window]), the aux predictions, the
     pending decision (a PolicyOut), Python numbers and strings."""
     env = TradingEnv(_rows(_market(), START + 6), ENV_CFG)

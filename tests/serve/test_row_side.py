@@ -31,7 +31,7 @@ from tests.serve.test_session_bars import OPEN, S, _prefix
 
 
 def _replay_blocks(state: RowState, source: ReplaySource) -> tuple[Rows, int]:
-    """The service's block loop without monitor or policy (foxhunt.serve.service.Service.on_block):
+    """The service's block loop without monitor or policy (foxhunt.serve.intake.Intake.on_block):
     each run of one bar's records appended at once, a close when a run opens a later bar. Returns
     the rows and how many closes found the book stream's records already decoded."""
     decoded = 0

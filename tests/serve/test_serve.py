@@ -222,9 +222,9 @@ def test_book_streams_alone_decide_and_compute_as_the_backtest(
 
     books = [p for p in replay if ".mbp-10." in p.name]
     assert len(books) == 2
-    agent, cfg = load_trained(export, None)
+    scaler, cfg = load_trained(export, None)
     streams = ReplaySource(books).streams
-    state = RowState(streams, cfg, agent.scaler, resolve_instrument(["ESZ6"]), tmp_path)
+    state = RowState(streams, cfg, scaler, resolve_instrument(["ESZ6"]), tmp_path)
     assert state.books is not None and state.cuttable  # the book-stream path, not load_market's
     state.close()
     bt, sv = tmp_path / "bt", tmp_path / "sv"
@@ -529,7 +529,7 @@ def _traced(
     )
     svc = Service(export, source, out, cfg, log=lambda m: None)
     commits: list[int] = []
-    commit, rows = svc.ledger.commit_row, svc.state.rows
+    commit, rows = svc.ledger.commit_row, svc.closer.state.rows
     svc.passes = 0  # type: ignore[attr-defined]
 
     def traced(**kw: Any) -> None:
@@ -542,7 +542,7 @@ def _traced(
 
     svc.ledger.commit_row = traced  # type: ignore[method-assign]
     if not hasattr(source, "ready"):  # a fork of the state would call the original's rows (serve.ahead)
-        svc.state.rows = counted  # type: ignore[method-assign]
+        svc.closer.state.rows = counted  # type: ignore[method-assign]
     svc.run()
     return svc, commits
 
@@ -603,7 +603,7 @@ def test_blocks_decide_fault_and_commit_record_for_record_as_single_records(
     assert got.ledger.faults() == one.ledger.faults()
     a, b = got.ledger.decisions(), one.ledger.decisions()
     assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    assert got_commits == one_commits and got.consumed == one.consumed == len(bad)
+    assert got_commits == one_commits and got.intake.consumed == one.intake.consumed == len(bad)
     assert calls < len(bad) / 2 if limit > 1 else calls > len(bad)
     if limit == 4096 and closes is CloseMode.CATCH_UP:
         assert got.passes < one.passes  # type: ignore[attr-defined]
@@ -644,13 +644,13 @@ def test_closes_made_ahead_fault_decide_and_commit_as_closes_made_when_due(
     assert got.ledger.faults() == one.ledger.faults()
     a, b = got.ledger.decisions(), one.ledger.decisions()
     assert len(a) == len(b) > 10 and all(_same(x, y) for x, y in zip(a, b, strict=True))
-    assert got_commits == one_commits and got.consumed == one.consumed == len(bad)
+    assert got_commits == one_commits and got.intake.consumed == one.intake.consumed == len(bad)
     mine, theirs = got.ledger.features(), one.ledger.features()
     assert mine.keys() == theirs.keys()
     assert all(np.array_equal(mine[r], theirs[r], equal_nan=True) for r in mine)
     if limit <= 1:  # a block of 7 rarely ends at a bar's last record
-        assert got.ahead_kept >= len(a) // 2
-    assert got.ahead_made > got.ahead_kept > 0
+        assert got.ahead.kept >= len(a) // 2
+    assert got.ahead.made > got.ahead.kept > 0
     got.close()
 
 
@@ -691,8 +691,8 @@ def test_closes_made_ahead_on_one_book_stream_compute_and_decide_as_when_due(
     src = ReplaySource([one])
     records = [src.next(0.0) for _ in range(len(src))]
     cfg = ServeConfig(warmup_rows=2, stall_seconds=5.0)
-    agent, full = load_trained(export, cfg)
-    state = RowState(src.streams, full, agent.scaler, resolve_instrument(["ESZ6"]), tmp_path / "s")
+    scaler, full = load_trained(export, cfg)
+    state = RowState(src.streams, full, scaler, resolve_instrument(["ESZ6"]), tmp_path / "s")
     buckets = [state.bucket_of(int(state.decode(r.stream, r.payload)["ts_event"][0])) for r in records]
     assert state.incremental is not None  # one book stream of time bars: the carried rows
     state.close()
@@ -703,7 +703,7 @@ def test_closes_made_ahead_on_one_book_stream_compute_and_decide_as_when_due(
         svc, commits = _traced(export, tmp_path / name, Quiet(src.streams, records, {}, quiet=quiet))
         runs[name] = (svc, commits, svc.ledger.decisions(), svc.ledger.features())
     (due, c0, d0, f0), (ahead, c1, d1, f1) = runs["due"], runs["ahead"]
-    assert ahead.ahead_made > ahead.ahead_kept >= len(opens) // 2 and due.ahead_made == 0
+    assert ahead.ahead.made > ahead.ahead.kept >= len(opens) // 2 and due.ahead.made == 0
     assert c1 == c0 and len(d1) == len(d0) > 40 and all(_same(x, y) for x, y in zip(d1, d0, strict=True))
     assert f1.keys() == f0.keys() and all(np.array_equal(f1[r], f0[r], equal_nan=True) for r in f0)
     due.close()
@@ -821,12 +821,12 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
     record is due (every call with no time to wait: the source never sleeps), while ``sleep`` hands the
     wait to the source; the same decisions either way, on a paced replay of two MBP-10 files (a few
     seconds), with closes made ahead in its quiet moments. Both leave the garbage collector as they
-    found it: automatic, nothing frozen (serve.service._collected_when_idle); both serve with the
+    found it: automatic, nothing frozen (serve.loop.collected_when_idle); both serve with the
     thread's timer slack at 1 ns (on Linux: a blocked wait's sleeps end on time) and restore it."""
     import gc
 
     from foxhunt.serve.config import Wait
-    from foxhunt.serve.service import PR_GET_TIMERSLACK, TIMER_SLACK_NS, _prctl
+    from foxhunt.serve.waits import PR_GET_TIMERSLACK, TIMER_SLACK_NS, _prctl
 
     prctl = _prctl()
     slack = (lambda: prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0)) if prctl is not None else (lambda: None)
@@ -852,7 +852,7 @@ def test_a_spinning_wait_takes_each_record_as_it_is_due_and_decides_as_a_blocked
         cfg = ServeConfig(warmup_rows=2, wait=wait)
         svc = Service(export, src, tmp_path / wait.value, cfg, log=lambda m: None)
         svc.run()
-        runs[wait] = (svc.ledger.decisions(), timeouts, svc.ahead_made)
+        runs[wait] = (svc.ledger.decisions(), timeouts, svc.ahead.made)
         assert gc.isenabled() and gc.get_freeze_count() == 0
         assert slack() == before and slacks == ({TIMER_SLACK_NS} if before is not None else {None})
         svc.close()
@@ -907,8 +907,8 @@ def test_a_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_noth
         src.quiet_at_bars(svc.cfg.data.bar_seconds * 10**9)  # the service's bars
         rehearsed: list[bytes] = []
 
-        def noted(block, _seen=rehearsed, _svc=svc, _src=src, _rehearse=svc._rehearse) -> None:  # noqa: ANN001
-            assert block is not None and _svc._ahead is not None  # a close made ahead waits
+        def noted(block, _seen=rehearsed, _svc=svc, _src=src, _rehearse=svc.loop.waits.rehearse) -> None:  # noqa: ANN001
+            assert block is not None and _svc.ahead.waiting is not None  # a close made ahead waits
             last = _src._block(_src.position - 1, _src.position)  # the last record taken
             assert bytes(block.payload) == bytes(last.payload)
             _seen.append(bytes(block.payload))
@@ -920,10 +920,10 @@ def test_a_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_noth
             _seen.append(kw["records"])
             _commit(**kw)
 
-        svc._rehearse = noted  # type: ignore[method-assign]
+        svc.loop.waits.rehearse = noted  # type: ignore[method-assign]
         svc.ledger.commit_row = committed  # type: ignore[method-assign]
         svc.run()
-        runs[ahead] = (svc.ledger.decisions(), svc.ledger.faults(), resumes, len(rehearsed), svc.ahead_kept)
+        runs[ahead] = (svc.ledger.decisions(), svc.ledger.faults(), resumes, len(rehearsed), svc.ahead.kept)
         svc.close()
     (made, faults, resumes, rehearsals, kept), (due, due_faults, due_resumes, none, _) = runs.values()
     assert len(made) == len(due) > 50 and all(_same(x, y) for x, y in zip(made, due, strict=True))
@@ -1198,7 +1198,7 @@ def test_status_endpoint(export: Path, stream, tmp_path: Path, monkeypatch: pyte
         monkeypatch.setenv("FOXHUNT_SERVE_TOKEN", "s3cret")
         auth = {"Authorization": "Bearer s3cret"}
         req = urllib.request.Request(f"{base}/flatten", method="POST", headers=auth)
-        assert urllib.request.urlopen(req).status == 200 and svc.flatten_now
+        assert urllib.request.urlopen(req).status == 200 and svc.closer.flatten_now
     finally:
         server.close()
         svc.close()
@@ -1212,8 +1212,7 @@ def test_a_normaliser_of_another_feature_layout_is_refused(export: Path, stream,
     from foxhunt.validation.normalise import RobustScaler
 
     streams, records = stream
-    agent, cfg = load_trained(export, None)
-    s = agent.scaler
+    s, cfg = load_trained(export, None)
     short = RobustScaler(median=s.median[:-1], scale=s.scale[:-1], clip=s.clip, columns=s.columns[:-1])
     state = RowState(streams, cfg, short, resolve_instrument(["ESZ6"]), tmp_path)
     for r in records[:200]:

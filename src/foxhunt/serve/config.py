@@ -38,7 +38,7 @@ class DecidePath(StrEnum):
 
 
 class CloseMode(StrEnum):
-    """When the rows of bars that arrive together are made (foxhunt.serve.service.Service.on_block)."""
+    """When the rows of bars that arrive together are made (foxhunt.serve.intake.Intake.on_block)."""
 
     # Bars whose records arrive in one block (a replay at full speed, a live feed that fell behind)
     # close together at the block's last bar: one pass of the row pipeline over all of them, then each
@@ -48,7 +48,7 @@ class CloseMode(StrEnum):
 
 
 class Ahead(StrEnum):
-    """Whether a row's close is made before its closing record (foxhunt.serve.service, docs/serve.md)."""
+    """Whether a row's close is made before its closing record (foxhunt.serve.ahead, docs/serve.md)."""
 
     # While the feed is idle (no record due), the close the next record would make if it opened a later
     # bar is made on a fork of the state: kept if it does (its decision is then out as the record
@@ -58,7 +58,7 @@ class Ahead(StrEnum):
 
 
 class Wait(StrEnum):
-    """How the service waits for its next record (foxhunt.serve.service.Service.run)."""
+    """How the service waits for its next record (foxhunt.serve.waits)."""
 
     # The source blocks (a timed sleep, a queue's wait): the core is free meanwhile, but for the due
     # record's path rehearsed every millisecond while a close made ahead waits (a few percent of the core).

@@ -1,7 +1,7 @@
 """A fork of the served row state: a copy a close can run on while the original stays as it was.
 
 ``foxhunt serve`` makes a row's close ahead of its closing record when the feed is idle
-(:mod:`foxhunt.serve.service`, ``serve.ahead``): on a fork of the state, kept if the next record
+(:mod:`foxhunt.serve.ahead`, ``serve.ahead``): on a fork of the state, kept if the next record
 opens a later bar and dropped if it belongs to the bar still open. A fork must therefore copy
 everything a close changes and may share everything it only reads. What it does with each value:
 

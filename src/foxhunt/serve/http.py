@@ -156,14 +156,14 @@ def build_app(service: Any) -> FastAPI:
     def flatten(authorization: Annotated[str | None, Header()] = None) -> dict[str, str] | JSONResponse:
         if not authorised(authorization):
             return refused()
-        service.flatten_now = True
+        service.flatten()
         return {"flatten": "at the next decision"}
 
     @app.post("/stop", response_model=None)
     def stop(authorization: Annotated[str | None, Header()] = None) -> dict[str, str] | JSONResponse:
         if not authorised(authorization):
             return refused()
-        service.stopped = True
+        service.stop()
         return {"stop": "after the current record"}
 
     return app

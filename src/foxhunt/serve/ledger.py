@@ -4,7 +4,7 @@ Write-ahead logging (``journal_mode=WAL``, ``synchronous=NORMAL``): a transactio
 commit returns, and a process killed at any moment leaves the database at its last commit. Each row
 close is one transaction (:meth:`Ledger.rows`): for each row it makes, the decision line of the row
 just stepped and its fills, and after its last row the portfolio state and the decision taken on it
-(see :mod:`foxhunt.serve.service`). After a kill -9
+(see :mod:`foxhunt.serve.close`). After a kill -9
 the service reopens the ledger and continues from that commit: a fill is either in it with the state
 that follows from it, or in neither, so none is lost or booked twice.
 """
