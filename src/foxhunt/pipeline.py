@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
     from foxhunt.features.cache import FeatureCache
     from foxhunt.outputs import Keep
+    from foxhunt.tracking import TrackedRun
     from foxhunt.train.seeds import SeedResult
     from foxhunt.validation.config import FoldParams
     from foxhunt.validation.leaks import LeakReport, Prepared
@@ -506,23 +507,30 @@ def seeds(
         summary = summarise_seeds(results, reference, committee) | {"profile": profile, "sets": list(sets)}
         write_json(out / SEEDS_FILE, summary, indent=2, default=float)
         plot_seeds(summary, out / SEEDS_PLOT)
-        study.log_results(
-            {
-                "capture_mean": summary["capture"]["mean"],
-                "capture_median_per_fold": summary["capture_per_fold"]["median"],
-                "capture_all_folds_mean": summary["capture_all_folds"]["mean"],  # as before issue 58
-                "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
-                "beats_flat": summary["beats_flat"],
-                "finished": summary["finished"],
-            }
+        _log_seed_study(
+            study, summary, [out / name for name in (SEEDS_FILE, SEEDS_PLOT, "seeds.config.json")]
         )
-        for name in (SEEDS_FILE, SEEDS_PLOT, "seeds.config.json"):
-            study.log_artifact(out / name)
     pruned = None
     if keep is Keep.REPORTED:  # after the committee, which reads the reported checkpoints
         counts = [prune_checkpoints(run) for run in runs]
         pruned = (sum(n for n, _ in counts), sum(b for _, b in counts))
     return SeedsSummary(out, summary, results, committee, cfg.train.members, pruned)
+
+
+def _log_seed_study(study: TrackedRun, summary: dict[str, Any], artifacts: list[Path]) -> None:
+    """The study's headline numbers and files in its tracked run."""
+    study.log_results(
+        {
+            "capture_mean": summary["capture"]["mean"],
+            "capture_median_per_fold": summary["capture_per_fold"]["median"],
+            "capture_all_folds_mean": summary["capture_all_folds"]["mean"],  # as before issue 58
+            "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
+            "beats_flat": summary["beats_flat"],
+            "finished": summary["finished"],
+        }
+    )
+    for path in artifacts:
+        study.log_artifact(path)
 
 
 # --- the tuning study ----------------------------------------------------------------------------
@@ -567,9 +575,8 @@ def tune(
     from foxhunt.config.loader import write_resolved
     from foxhunt.outputs import check_writable
     from foxhunt.tracking import tracked_run
-    from foxhunt.tune.config import Objective
     from foxhunt.tune.export import write_best
-    from foxhunt.tune.objective import rule_on_selection, trial_config
+    from foxhunt.tune.objective import trial_config
     from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
     from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
 
@@ -600,15 +607,7 @@ def tune(
                 say=say),
         cfg,
     )  # fmt: skip
-    if cfg.tune.objective is Objective.CAPTURE:
-        with progress.task("reference rule over the selection periods (the capture's denominator)"):
-            rule = rule_on_selection(ready.cache, cfg)  # a FoxhuntError names the missing feature
-        if rule <= 0:
-            raise FoxhuntError(
-                "tune.objective",
-                f"capture is undefined: the reference rule makes {rule:,.0f} over the selection periods",
-                "use objective = net_pnl on this market",
-            )
+    _check_objective(ready.cache, cfg, progress)
     write_resolved(cfg, out / "tune.config.json")
     with tracked_run(
         name, cfg, tracking_uri, command="tune", profile=profile, out=out, tags={"optuna.study": name}
@@ -629,6 +628,24 @@ def tune(
             if path is not None:
                 parent.log_artifact(path)
     return TuneSummary(out, name, cfg.tune.trials, cfg.tune.objective.value, summary, best)
+
+
+def _check_objective(cache: FeatureCache, cfg: FoxhuntConfig, progress: Reporter) -> None:
+    """Refuse the capture objective where it is undefined: the reference rule makes no money over
+    the selection periods (its denominator)."""
+    from foxhunt.tune.config import Objective
+    from foxhunt.tune.objective import rule_on_selection
+
+    if cfg.tune.objective is not Objective.CAPTURE:
+        return
+    with progress.task("reference rule over the selection periods (the capture's denominator)"):
+        rule = rule_on_selection(cache, cfg)  # a FoxhuntError names the missing feature
+    if rule <= 0:
+        raise FoxhuntError(
+            "tune.objective",
+            f"capture is undefined: the reference rule makes {rule:,.0f} over the selection periods",
+            "use objective = net_pnl on this market",
+        )
 
 
 # --- the main job ----------------------------------------------------------------------------------
