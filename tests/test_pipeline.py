@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -96,8 +97,11 @@ def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch
     lines: list[str] = []
     rep = Reporter.lines(lines.append)
     said: list[str] = []
+    no_config: Any = None  # the faked guard reads none
     stops = pipeline.Stopped.TRAINING
-    both = pipeline.leak_guard_prepared([Path("a.dbn")], None, "foxhunt run", stops, rep, said.append)  # type: ignore[arg-type]
+    both = pipeline.leak_guard_while(
+        [Path("a.dbn")], no_config, "foxhunt run", stops, rep, said.append, lambda p: p
+    )
     assert calls == [([Path("a.dbn")], "foxhunt run", "nothing is trained on a leak", pipeline.SILENT)]
     assert any(pipeline.LEAK_GUARD in line for line in lines)  # the step shows under its one name
     assert both == (report, prepared) and said == [report.verdict]

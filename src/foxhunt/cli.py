@@ -809,7 +809,7 @@ def alpha_cmd(
     from foxhunt.alpha.report import verdict_line, write_report
     from foxhunt.features.cache import config_from_cache, get_or_build, load_cache
     from foxhunt.outputs import claim_folder
-    from foxhunt.pipeline import Stopped, alpha_check, leak_guard_prepared
+    from foxhunt.pipeline import Stopped, alpha_check, leak_guard_while
     from foxhunt.validation.leaks import cache_sources
 
     progress = _reporter(quiet, verbose)
@@ -827,8 +827,8 @@ def alpha_cmd(
         files = cache_sources(cache, cache_path)
     else:
         files = _data_paths(data or [], ctx)
-    report, prepared = leak_guard_prepared(
-        files, cfg, "alpha check", Stopped.ALPHA, progress, _line, load_progress=progress
+    report, prepared = leak_guard_while(
+        files, cfg, "alpha check", Stopped.ALPHA, progress, _line, lambda kept: kept, load_progress=progress
     )
     if cache_path is None:
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)

@@ -279,7 +279,9 @@ def leak_guard_while(
     folder ``meanwhile`` may create (a feature cache), removed when the guard refuses the data or
     either fails, unless it was there before: nothing built from refused data stays.
     ``load_progress`` shows the reading of the files (silent by default: a features stage that reads
-    them again shows its own bars)."""
+    them again shows its own bars). ``meanwhile`` may also just keep what the guard read and computed
+    on the unperturbed files (``foxhunt alpha``): passed to :func:`foxhunt.features.cache.get_or_build`
+    (``prepared``), a cache built next starts from it instead of reading the files again."""
     import shutil
 
     from foxhunt.validation.leaks import guard_while
@@ -294,27 +296,6 @@ def leak_guard_while(
         raise
     say(report.verdict)
     return report, value
-
-
-def leak_guard_prepared(
-    files: Sequence[str | Path],
-    cfg: FoxhuntConfig,
-    where: str,
-    stops: Stopped,
-    progress: Reporter,
-    say: Callable[[str], object],
-    *,
-    load_progress: Reporter = SILENT,
-) -> tuple[LeakReport, Prepared]:
-    """:func:`leak_guard_while` doing nothing meanwhile, with what it read and computed on the
-    unperturbed files: passed to :func:`foxhunt.features.cache.get_or_build` (``prepared``), a cache
-    built next starts from it instead of reading the files and computing the rows and features a
-    second time (``foxhunt alpha``)."""
-    return leak_guard_while(files, cfg, where, stops, progress, say, _kept, load_progress=load_progress)
-
-
-def _kept(prepared: Prepared) -> Prepared:
-    return prepared
 
 
 def alpha_horizons(cfg: FoxhuntConfig) -> tuple[int, ...]:
