@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 # (module, attribute path): the stages of the job, the fold end and the per-epoch pieces.
 TIMED = [
-    ("foxhunt.job", "run_job"),
+    ("foxhunt.pipeline", "run_job"),
     ("foxhunt.train.run", "train"),
     ("foxhunt.train.run", "FoldTrainer.__init__"),
     ("foxhunt.train.run", "FoldTrainer.run_epoch"),

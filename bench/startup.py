@@ -44,14 +44,14 @@ import torch; lap("import torch")
 import pandas, databento; lap("import pandas, databento")
 import matplotlib; matplotlib.use("Agg"); import matplotlib.pyplot; lap("import matplotlib.pyplot")
 import lightgbm; lap("import lightgbm (+ sklearn, scipy)")
-import foxhunt.job
+import foxhunt.pipeline
 from foxhunt.alpha.check import check_horizons
 from foxhunt.backtest.reference import planted_column
 from foxhunt.report.html import write_report
-from foxhunt.stages import leak_guard
+from foxhunt.pipeline import leak_guard_while
 from foxhunt.tracking import start_run
 from foxhunt.train.run import train
-lap("import foxhunt.job + run_job's imports (rest)")
+lap("import foxhunt.pipeline + run_job's imports (rest)")
 from foxhunt.data.synth import write_synthetic; lap("import foxhunt.data.synth (eager kernels)")
 from foxhunt.config.loader import load_config
 cfg = load_config(profile="smoke"); lap("load_config(profile='smoke')")

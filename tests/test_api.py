@@ -57,9 +57,15 @@ def cfg() -> FoxhuntConfig:
 
 
 @pytest.fixture(scope="module")
-def cache(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> FeatureCache:
+def dataset(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> api.Dataset:
+    """The market guarded and its features cached: what api.train accepts."""
     root = tmp_path_factory.mktemp("api")
-    return api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache")
+    return api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache", log=print)
+
+
+@pytest.fixture(scope="module")
+def cache(dataset: api.Dataset) -> FeatureCache:
+    return dataset.cache
 
 
 def test_import_foxhunt_is_light_and_reaches_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,6 +213,57 @@ def test_check_actions_reads_directions_and_branches_and_names_what_is_wrong() -
             api.check_actions(out, 4, sizes, "p")
 
 
+# --- only guarded data trains ---------------------------------------------------------------------
+
+
+def test_the_built_dataset_carries_the_guards_pass_and_reaches_training(
+    dataset: api.Dataset, cfg: FoxhuntConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """api.build_features ran the leak guard on the files; api.train hands its cache and verdict to
+    the training loop (faked here: the path is what is tested, not the training)."""
+    import foxhunt.train.run as run
+
+    assert dataset.leaks.clean and dataset.leaks.verdict.startswith("Leak guard: clean")
+    assert dataset.verdict.cache is dataset.cache
+    assert dataset.verdict.cache_key == dataset.cache.meta["cache_key"]
+    seen: dict = {}
+    monkeypatch.setattr(run, "train", lambda cache, cfg, out, **kw: seen.update(cache=cache, **kw) or [])
+    retrained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH])  # other training, same folds
+    assert api.train(dataset, retrained, tmp_path / "run") == []
+    assert seen["cache"] is dataset.cache and seen["leak_guard"] == dataset.leaks.summary()
+
+
+def test_training_refuses_data_the_guard_has_not_passed(
+    dataset: api.Dataset, cfg: FoxhuntConfig, tmp_path: Path
+) -> None:
+    """A bare cache, a dataset assembled or altered by hand (a verdict built, copied or moved onto
+    another cache) and other fold settings than the guard checked are refused in one line worded for
+    Python, before anything is written."""
+    import dataclasses
+
+    from foxhunt.pipeline import UnguardedDataError, Verdict
+
+    opened = api.open_features(dataset.cache.path, cfg)  # the same file, not the object the guard checked
+    built = Verdict(dataset.leaks, opened, opened.meta["cache_key"], cfg.folds)
+    copied = dataclasses.replace(dataset.verdict)
+    wider = api.config("smoke", overrides=[*TINY_MARKET, "folds.embargo_rows=1"])  # the guard checked 0
+    cases = [
+        (opened, cfg, "a FeatureCache, not data the leak guard has passed"),
+        (api.Dataset(dataset.files, opened, built), cfg, "verdict was not given by the guard"),
+        (dataclasses.replace(dataset, verdict=copied), cfg, "verdict was not given by the guard"),
+        (dataclasses.replace(dataset, cache=opened), cfg, "not the one the leak guard checked"),
+        (dataset, wider, "fold settings differ"),
+    ]
+    for k, (data, under, problem) in enumerate(cases):
+        out = tmp_path / f"run{k}"
+        with pytest.raises(UnguardedDataError, match=problem) as err:
+            api.train(data, under, out, log=lambda m: None)  # type: ignore[arg-type]
+        text = str(err.value)
+        assert "\n" not in text and err.value.exit_code == 2
+        assert "api.build_features" in text and "--" not in text, text
+        assert not out.exists()
+
+
 # --- train, load, act, export ---------------------------------------------------------------------
 
 
@@ -234,14 +291,14 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.fixture(scope="module")
-def run_dir(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def run_dir(dataset: api.Dataset, tmp_path_factory: pytest.TempPathFactory) -> Path:
     # The reported validation the API backtest must reproduce is a trading policy's: the first seed
     # whose briefly trained policy trades in fold 1 (at e1a5f00 seed 1 is flat there, seed 2 makes 58
     # round trips).
     def attempt(seed: int) -> tuple[Path, int]:
         out = tmp_path_factory.mktemp("run")
         trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, f"run.seed={seed}"])
-        folds = api.train(cache, trained, out, log=lambda m: None)
+        folds = api.train(dataset, trained, out, log=lambda m: None)
         assert [f["fold"] for f in folds] == [0, 1]
         return out, int(folds[FOLD]["trades"])
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-import foxhunt.job
-from foxhunt import cli
+import foxhunt.pipeline
 from foxhunt.cli import app
 from foxhunt.config.loader import DEFAULT_PROFILE, GPU_PROFILE, default_profile
 from foxhunt.errors import FoxhuntError
@@ -44,10 +43,13 @@ def _capture_run_job(monkeypatch: pytest.MonkeyPatch) -> dict:
     def fake_run_job(cfg, out_dir, files, **kw):
         seen.update(cfg=cfg, profile=kw["profile"])
         fold = {"net_pnl": 0.0, "trades": 0}
-        return {"summary": {"mean_net_pnl": 0.0, "mean_sharpe_annual": 0.0, "beats_flat_folds": 0,
-                            "beats_long_folds": 0, "beats_buy_hold_folds": 0}, "folds": [fold]}
+        return foxhunt.pipeline.JobSummary(
+            Path(out_dir),
+            {"summary": {"mean_net_pnl": 0.0, "mean_sharpe_annual": 0.0, "beats_flat_folds": 0,
+                         "beats_long_folds": 0, "beats_buy_hold_folds": 0}, "folds": [fold]},
+        )  # fmt: skip
 
-    monkeypatch.setattr(foxhunt.job, "run_job", fake_run_job)
+    monkeypatch.setattr(foxhunt.pipeline, "run_job", fake_run_job)
     return seen
 
 
@@ -83,11 +85,11 @@ def test_seeds_and_tune_pick_gpu_with_cuda(monkeypatch, tmp_path: Path, command)
     _fake_device(monkeypatch, True)
     seen: dict = {}
 
-    def stop_at_market(ctx, data, cfg, out_dir):
+    def stop_at_market(cfg, out_dir, data, **kw):
         seen["cfg"] = cfg
         raise FoxhuntError("test", "stopped before the market", "nothing")
 
-    monkeypatch.setattr(cli, "_market_files", stop_at_market)
+    monkeypatch.setattr(foxhunt.pipeline, "prepare", stop_at_market)
     extra = ["--seeds", "7,8"] if command == "seeds" else []
     result = runner.invoke(app, [command, "--out", str(tmp_path / command), *extra])
     assert result.exit_code == 2, result.output

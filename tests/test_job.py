@@ -20,7 +20,7 @@ from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.dataset.build import get_or_build
 from foxhunt.env.market import market_tensors
-from foxhunt.job import run_job
+from foxhunt.pipeline import run_job
 from foxhunt.policy.trained import CheckpointPolicy
 from foxhunt.report.html import money
 from foxhunt.validation.folds import make_folds
@@ -124,7 +124,7 @@ def _sharpe_interval(
 
 def _smoke(out: Path, *overrides: str) -> dict[str, Any]:
     cfg = load_config(profile="smoke", overrides=list(overrides))
-    summary = run_job(cfg, out, log=lambda _m: None, profile="smoke")
+    summary = run_job(cfg, out, log=lambda _m: None, profile="smoke").metrics
     for f in summary["folds"]:
         print(
             f"fold {f['fold']}: net {f['net_pnl']:.2f} (flat {f['baselines']['flat']['net_pnl']:.2f}, "

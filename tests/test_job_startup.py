@@ -56,7 +56,7 @@ from pathlib import Path
 from foxhunt.backtest.reference import planted_column
 from foxhunt.config.loader import load_config
 from foxhunt.errors import FoxhuntError
-from foxhunt.job import run_job
+from foxhunt.pipeline import run_job
 cfg = load_config(profile="smoke", overrides=["alpha.horizons=[0]"])
 refused = False
 try:  # refused right after run_job's imports, before anything is written

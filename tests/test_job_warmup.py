@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 import foxhunt.parallel.idle
-import foxhunt.stages
+import foxhunt.pipeline
 from foxhunt.config.loader import load_config
 from foxhunt.dataset import warmup
 from foxhunt.errors import FoxhuntError
-from foxhunt.job import run_job
+from foxhunt.pipeline import run_job
 
 SMALL = ("synth.sessions=2", "synth.events_per_session=10000", "folds.n_folds=2")
 
@@ -34,7 +34,7 @@ def _run_to_the_alpha_check(monkeypatch, tmp_path: Path, idle: float) -> tuple[d
 
     monkeypatch.setattr(foxhunt.parallel.idle, "idle_cores", lambda: idle)
     monkeypatch.setattr(warmup.Warmup, "wait", wait)
-    monkeypatch.setattr(foxhunt.stages, "alpha_check", stop)
+    monkeypatch.setattr(foxhunt.pipeline, "alpha_check", stop)
     lines: list[str] = []
     cfg = load_config("smoke", overrides=SMALL)
     with pytest.raises(FoxhuntError, match="stopped at the alpha check"):

@@ -7,16 +7,23 @@ objects instead of writing files. A session goes::
 
     cfg = api.config("smoke", overrides=["folds.n_folds=2"])
     files = api.synthetic_market("market", cfg)          # or your own DBN files
-    cache = api.build_features(files, cfg, "cache")       # built once, reused after
-    folds = api.make_folds(cache, cfg)                     # purged walk-forward folds
-    flat = api.backtest(cache, "flat", cfg=cfg, fold=1)
+    data = api.build_features(files, cfg, "cache")        # leak guard, then the cache (reused after)
+    folds = api.make_folds(data, cfg)                      # purged walk-forward folds
+    flat = api.backtest(data, "flat", cfg=cfg, fold=1)
 
     def imbalance_sign(states, rows):                      # any callable is a policy
         s = rows.feature("ofi.l1_imbalance_ema_slow")
         return torch.where(s > 0, api.Direction.LONG, api.Direction.SHORT)
 
-    mine = api.backtest(cache, imbalance_sign, cfg=cfg, fold=1)
+    mine = api.backtest(data, imbalance_sign, cfg=cfg, fold=1)
     print(mine.metrics["net_pnl"], flat.metrics["net_pnl"])
+    api.train(data, cfg, "run")                            # only data the leak guard passed trains
+
+:func:`build_features` runs the leak guard on the files (as every command does) and returns a
+:class:`Dataset`: the feature cache (``data.cache``) with the guard's verdict on it. :func:`train`
+takes only such a dataset; the functions that read features (:func:`make_folds`,
+:func:`backtest`, ...) take it or a bare :class:`~foxhunt.features.cache.FeatureCache`
+(:func:`open_features`).
 
 A **policy** is a callable ``policy(states, rows) -> actions``: ``states`` is the ``[N, W]`` float32
 batch of RL states (:data:`~foxhunt.features.layout.STATE_LAYOUT`, features normalised with the
@@ -48,13 +55,13 @@ from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, equity_curve, summa
 from foxhunt.config.loader import load_config
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.data.ingest import MarketData, load_market
-from foxhunt.dataset.build import get_or_build
 from foxhunt.dataset.cache import load_cache
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache_file import FeatureCache
+from foxhunt.pipeline import Claim, Dataset, prepare, train_folds
 from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.folds import FoldData, TooFewRowsError, with_bar_fix
 from foxhunt.validation.folds import make_folds as _make_folds
@@ -65,6 +72,7 @@ if TYPE_CHECKING:  # imported where used: the training code stays out of `import
 
 __all__ = [
     "BacktestResult",
+    "Dataset",
     "Direction",
     "OrderType",
     "Rows",
@@ -136,21 +144,36 @@ def load_data(paths: Sequence[str | Path], cfg: FoxhuntConfig) -> MarketData:
 
 
 def build_features(
-    paths: Sequence[str | Path], cfg: FoxhuntConfig, out_dir: str | Path, *, regenerate: bool = True
-) -> FeatureCache:
-    """The feature cache of ``paths`` under ``cfg`` in ``out_dir``: opened when a current one is
-    there, built otherwise (``regenerate=False``: refuse instead, saying what differs). Rows too few
-    for the folds are refused with the bar length that fits, as ``foxhunt features build`` does.
+    paths: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    out_dir: str | Path,
+    *,
+    regenerate: bool = True,
+    log: Callable[[str], None] = print,
+) -> Dataset:
+    """The leak guard on ``paths`` under ``cfg`` (its verdict line to ``log``; a leak raises
+    :class:`~foxhunt.validation.leaks.LeakFoundError`), while the feature cache is opened in
+    ``out_dir`` when a current one is there, built otherwise (``regenerate=False``: refuse instead,
+    saying what differs): the :class:`Dataset` that :func:`train` accepts. Rows too few for the folds
+    are refused with the bar length that fits, as ``foxhunt features build`` does.
 
     Example::
 
-        cache = api.build_features(files, cfg, "cache")
-        cache.meta["rows"], cache.columns[:3]
+        data = api.build_features(files, cfg, "cache")
+        data.cache.meta["rows"], data.cache.columns[:3], data.leaks.clean
     """
     try:
-        return get_or_build(paths, cfg, out_dir, regenerate=regenerate)
+        return prepare(
+            cfg, out_dir, paths, claim=Claim(), where="api.build_features", cache_dir=Path(out_dir),
+            regenerate=regenerate, say=log,
+        )  # fmt: skip
     except TooFewRowsError as exc:
         raise with_bar_fix(exc, cfg.data, cfg.train) from None
+
+
+def _cache(data: Dataset | FeatureCache) -> FeatureCache:
+    """The feature cache of a prepared dataset, or the cache itself."""
+    return data.cache if isinstance(data, Dataset) else data
 
 
 def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:
@@ -163,21 +186,22 @@ def open_features(path: str | Path, cfg: FoxhuntConfig) -> FeatureCache:
     return load_cache(path, cfg)
 
 
-def make_folds(cache: FeatureCache, cfg: FoxhuntConfig) -> list[FoldData]:
-    """The purged walk-forward folds of ``cache`` (``cfg.folds``), each with the robust scaler fitted
-    on its own training rows. ``fold.fold.validation_start`` / ``validation_end`` bound the rows a
-    backtest of that fold judges.
+def make_folds(cache: Dataset | FeatureCache, cfg: FoxhuntConfig) -> list[FoldData]:
+    """The purged walk-forward folds of ``cache`` (a :class:`Dataset` or a feature cache;
+    ``cfg.folds``), each with the robust scaler fitted on its own training rows.
+    ``fold.fold.validation_start`` / ``validation_end`` bound the rows a backtest of that fold judges.
 
     Example::
 
         for fd in api.make_folds(cache, cfg):
             print(fd.fold.index, fd.fold.validation_start, fd.fold.validation_end)
     """
+    cache = _cache(cache)
     return _make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))
 
 
 def fold_market(
-    cache: FeatureCache, fold: FoldData, cfg: FoxhuntConfig, device: torch.device | str = "cpu"
+    cache: Dataset | FeatureCache, fold: FoldData, cfg: FoxhuntConfig, device: torch.device | str = "cpu"
 ) -> MarketTensors:
     """Every row of ``cache`` as tensors on ``device``, features normalised with ``fold``'s scaler:
     what the environment steps over.
@@ -188,7 +212,11 @@ def fold_market(
         market.features.shape  # [rows, state feature columns]
     """
     return market_tensors(
-        cache, fold, vol_window=cfg.env.plan.barrier.vol_window, device=device, overrides=cfg.instrument
+        _cache(cache),
+        fold,
+        vol_window=cfg.env.plan.barrier.vol_window,
+        device=device,
+        overrides=cfg.instrument,
     )
 
 
@@ -432,7 +460,7 @@ class BacktestResult:
 
 
 def backtest(
-    cache: FeatureCache,
+    cache: Dataset | FeatureCache,
     policy: UserPolicy | ScriptedPolicy | str | TrainedAgent | CommitteePolicy,
     *,
     cfg: FoxhuntConfig | None = None,
@@ -458,6 +486,7 @@ def backtest(
     """
     from foxhunt.policy.trained import CommitteePolicy
 
+    cache = _cache(cache)
     trained = isinstance(policy, TrainedAgent | CommitteePolicy)
     if trained:
         cfg = cfg if cfg is not None else policy.cfg
@@ -502,7 +531,7 @@ def backtest(
 
 
 def train(
-    cache: FeatureCache,
+    data: Dataset,
     cfg: FoxhuntConfig,
     out_dir: str | Path,
     *,
@@ -511,24 +540,26 @@ def train(
     log: Callable[[str], None] = print,
     on_epoch: Callable[[int, int, dict[str, float]], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Walk-forward training of a fresh agent per fold (``foxhunt train``): checkpoints under
-    ``out_dir/checkpoints``, diagnostics, ``folds.json``; returns each fold's validation metrics.
+    """Walk-forward training of a fresh agent per fold (``foxhunt train``) on ``data``, the
+    :class:`Dataset` :func:`build_features` returned: checkpoints under ``out_dir/checkpoints``,
+    diagnostics, ``folds.json``; returns each fold's validation metrics. Anything else (a cache
+    from :func:`open_features`, a dataset built or altered by hand, fold settings other than those
+    the guard checked) is refused before anything is written: nothing trains on data the leak guard
+    has not passed.
     A folder that already holds a run is refused unless ``overwrite`` (or ``resume``) is given.
     ``on_epoch(fold, epoch, row)`` is called after every epoch (e.g. a tracked run's hook:
     ``with foxhunt.tracking.tracked_run("nb", cfg) as t: api.train(..., on_epoch=t.epoch_hook())``).
 
     Example::
 
-        folds = api.train(cache, cfg, "run")
+        folds = api.train(api.build_features(files, cfg, "cache"), cfg, "run")
         agent = api.load_policy(api.checkpoint_path("run", 0))
     """
-    from foxhunt.train.run import train as run_training
-
-    return run_training(cache, cfg, out_dir, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch)
+    return train_folds(data, cfg, out_dir, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch)
 
 
 def export_weights(
-    checkpoint: str | Path, out: str | Path, *, cache: FeatureCache | str | Path | None = None
+    checkpoint: str | Path, out: str | Path, *, cache: Dataset | FeatureCache | str | Path | None = None
 ) -> Path:
     """Write the weights-only export of ``checkpoint`` as ``out`` (``out.safetensors`` + ``out.json``):
     network weights, signals and metadata, no replay or optimizer state. With ``cache`` (the one the
@@ -547,7 +578,9 @@ def export_weights(
     scaler = instrument = None
     if cache is not None:
         trained = CheckpointPolicy(checkpoint, load_config())
-        opened = cache if isinstance(cache, FeatureCache) else load_cache(cache, trained.cfg)
+        opened = (
+            _cache(cache) if isinstance(cache, Dataset | FeatureCache) else load_cache(cache, trained.cfg)
+        )
         scaler = make_folds(opened, trained.cfg)[trained.fold].scaler
         instrument = instrument_of_cache(opened.meta, trained.cfg.instrument).to_dict()
     return export(checkpoint, out, scaler=scaler, instrument=instrument)

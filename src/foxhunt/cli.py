@@ -29,6 +29,7 @@ from foxhunt.outputs import Keep
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
+    from foxhunt.pipeline import JobSummary, SeedsSummary, TrainSummary, TuneSummary
 
 # Start-up time: `foxhunt --help` must not wait for torch, LightGBM, numba or pandas (seconds), so
 # this module imports only typer, rich and light foxhunt modules at the top; every command imports
@@ -516,13 +517,11 @@ def _cache_from(
     progress: Reporter,
     command: str,
     asked: list[str] | None,
-    prepared: Any = None,
 ) -> tuple[Any, FoxhuntConfig]:
     """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``, and the
     config to use with it: with ``--cache``, the cache's own row unit, data source, features and
     labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
-    checkpoint's config, which the cache must match as it is). ``prepared``: the leak guard's
-    reading of ``--data`` (:func:`foxhunt.stages.leak_guard_prepared`), for a cache built here."""
+    checkpoint's config, which the cache must match as it is)."""
     from foxhunt.dataset.build import get_or_build
     from foxhunt.dataset.cache import config_from_cache, load_cache
 
@@ -534,7 +533,7 @@ def _cache_from(
             return load_cache(cache_path, cfg), cfg
     files = _data_paths(data or [], ctx)
     with _bar_fix(cfg):
-        return get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared), cfg
+        return get_or_build(files, cfg, out_dir / "cache", progress=progress), cfg
 
 
 @contextmanager
@@ -814,7 +813,7 @@ def alpha_cmd(
     from foxhunt.dataset.cache import config_from_cache, load_cache
     from foxhunt.dataset.leaks import cache_sources
     from foxhunt.outputs import claim_folder
-    from foxhunt.stages import Stopped, alpha_check, leak_guard_prepared
+    from foxhunt.pipeline import Stopped, alpha_check, leak_guard_while
 
     progress = _reporter(quiet, verbose)
     overrides = _with_row_unit(set_, row_unit)
@@ -831,8 +830,8 @@ def alpha_cmd(
         files = cache_sources(cache, cache_path)
     else:
         files = _data_paths(data or [], ctx)
-    report, prepared = leak_guard_prepared(
-        files, cfg, "alpha check", Stopped.ALPHA, progress, _line, load_progress=progress
+    report, prepared = leak_guard_while(
+        files, cfg, "alpha check", Stopped.ALPHA, progress, _line, lambda kept: kept, load_progress=progress
     )
     if cache_path is None:
         cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
@@ -1152,14 +1151,8 @@ def train_cmd(
     updates and a validation backtest; checkpoints (best, last, ring), TensorBoard diagnostics,
     anomaly guard and plateau handling. Writes folds.json with each fold's validation metrics.
     Tracked in MLflow (--tracking-uri)."""
-    from foxhunt.backtest.reference import planted_column
+    from foxhunt import pipeline
     from foxhunt.dataset.cache import config_from_cache
-    from foxhunt.dataset.leaks import cache_sources
-    from foxhunt.dataset.prepared import Prepared
-    from foxhunt.outputs import claim_run
-    from foxhunt.stages import Stopped, leak_guard_while
-    from foxhunt.tracking import tracked_run
-    from foxhunt.train.run import RECORDED_CONFIG, RUN_RESULTS, train, warm_compile
 
     progress = _reporter(quiet, verbose)
     cfg = _config(profile, config, list(set_ or []))
@@ -1167,66 +1160,35 @@ def train_cmd(
         raise FoxhuntError(
             "--out/--resume", "pass exactly one of --out or --resume", "see foxhunt train --help"
         )
-    out_dir = resume if resume is not None else out_dir
-    assert out_dir is not None
-    asked = _set_keys(list(set_ or []))
-    if cache_path is not None and data is None:  # the config as it will run: the cache's own settings
-        cfg = config_from_cache(cache_path, cfg, asked)
-        asked = None  # the cache is opened with that config as it is
-    # Before anything is built or written: a finished run is not replaced unasked, and a resume
-    # runs the whole config the run recorded.
-    claim_run(out_dir, cfg, RECORDED_CONFIG, RUN_RESULTS, resume=resume is not None, overwrite=overwrite)
-    # The leak guard on the DBN files: before anything is built from them with --data; with --cache,
-    # on the files the cache was built from (they must still be where they were).
-    # While the guard's cuts run in forked processes: the cache (with --data, from the guard's
-    # reading) and training's compiles on a GPU (foxhunt.train.run.warm_compile), used only once the
-    # guard has passed; on a leak a cache built here is removed.
-    if cache_path is None and data is not None:
-        files = _data_paths(data, ctx)
+    _one_source(data, cache_path, "train")
+    if cache_path is not None:  # the config as it will run: the cache's own settings
+        cfg = config_from_cache(cache_path, cfg, _set_keys(list(set_ or [])))
+    summary = pipeline.train(
+        cfg,
+        resume if resume is not None else out_dir,  # type: ignore[arg-type]  # one of them, checked above
+        _data_paths(data, ctx) if data is not None else None,
+        cache_path=cache_path,
+        resume=resume is not None,
+        overwrite=overwrite,
+        profile=profile or ("file" if config else "default"),
+        tracking_uri=tracking_uri,
+        progress=progress,
+        say=_line,
+    )
+    _present_training(summary)
 
-        def build_and_compile(prepared: Prepared) -> tuple[Any, float]:
-            built, _ = _cache_from(ctx, data, None, cfg, out_dir, progress, "train", asked, prepared)
-            return built, warm_compile(built, cfg)
 
-        leaks, (cache, compile_s) = leak_guard_while(
-            files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line, build_and_compile,
-            builds=out_dir / "cache",
-        )  # fmt: skip
-    else:
-        cache, cfg = _cache_from(ctx, data, cache_path, cfg, out_dir, progress, "train", asked)
-        files = cache_sources(cache, cache_path)
-        leaks, compile_s = leak_guard_while(
-            files, cfg, "foxhunt train", Stopped.TRAINING, progress, _line, lambda _: warm_compile(cache, cfg)
-        )
-    if compile_s:
-        _line(f"training's steps compiled in {compile_s:.0f}s, beside the leak guard's cuts")
-    named = profile or ("file" if config else "default")
-    resumed = resume is not None
-    with tracked_run(
-        out_dir.name, cfg, tracking_uri, command="train", profile=named, out=out_dir, resume=resumed
-    ) as tracker:
-        folds = train(  # records its config (train.config.json) once the checks above have passed
-            cache,
-            cfg,
-            out_dir,
-            resume=resume is not None,
-            overwrite=overwrite,
-            progress=progress,
-            leak_guard=leaks.summary(),
-            planted=planted_column(files),
-            on_epoch=tracker.epoch_hook(),
-        )
-        tracker.log_folds(folds, out_dir)
-        tracker.log_artifact(out_dir / "folds.json")
-        tracker.log_artifact(out_dir / RECORDED_CONFIG)
+def _present_training(summary: TrainSummary) -> None:
+    """``foxhunt train``'s result: a line per fold, the reported checkpoints, the mean."""
+    folds, run = summary.folds, summary.out
     for f in folds:
         out.print(f"fold {f['fold']}: " + _fold_line(f), markup=False)
-    _checkpoints_line(folds, out_dir)
+    _checkpoints_line(folds, run)
     out.print(
         f"mean validation net {sum(f['net_pnl'] for f in folds) / max(len(folds), 1):,.0f} over "
         f"{len(folds)} folds, {sum(f['trades'] for f in folds)} agent trades"
         + idle_note([f["trades"] for f in folds])
-        + f"; {out_dir / 'folds.json'}",
+        + f"; {run / 'folds.json'}",
         markup=False,
     )
 
@@ -1283,15 +1245,14 @@ def run_cmd(
     metrics.json. Uses the GPU when one is present (run.device = auto), with the gpu profile (8 members
     trained at once, their committee reported) when neither --profile nor --config is given. Tracked
     in MLflow (--tracking-uri)."""
-    from foxhunt.domain.baselines import Baseline, label
-    from foxhunt.job import run_job
+    from foxhunt import pipeline
 
     progress = _reporter(quiet, verbose)
     cfg, profile = _training_config(profile, config, list(set_ or []), progress)
     files = _data_paths(data, ctx) if data else None
     if files and not resume:  # a resume runs the config its run recorded
         cfg = _remembered(files, cfg, out_dir, set_)
-    summary = run_job(
+    summary = pipeline.run_job(
         cfg,
         out_dir,
         files,
@@ -1301,15 +1262,22 @@ def run_cmd(
         profile=profile or ("file" if config else "default"),
         tracking_uri=tracking_uri,
     )
-    s, folds = summary["summary"], summary["folds"]
+    _present_job(summary)
+
+
+def _present_job(summary: JobSummary) -> None:
+    """``foxhunt run``'s result: the reported checkpoints, then the mean and the baselines beaten."""
+    from foxhunt.domain.baselines import Baseline, label
+
+    s, folds, run = summary.metrics["summary"], summary.folds, summary.out
     n = len(folds)
-    _checkpoints_line(folds, out_dir / "train")
+    _checkpoints_line(folds, run / "train")
     out.print(
         f"mean validation net {s['mean_net_pnl']:,.0f}, {sum(f['trades'] for f in folds)} agent trades"
         + idle_note([f["trades"] for f in folds])
         + f"; beats flat in {s['beats_flat_folds']}/{n} folds, "
         f"{label(Baseline.LONG)} in {s['beats_long_folds']}/{n}, "
-        f"{label(Baseline.BUY_HOLD)} in {s['beats_buy_hold_folds']}/{n}; report: {out_dir / 'report.html'}",
+        f"{label(Baseline.BUY_HOLD)} in {s['beats_buy_hold_folds']}/{n}; report: {run / 'report.html'}",
         markup=False,
     )
 
@@ -1423,117 +1391,77 @@ def seeds_cmd(
     PnL, trades, Sharpe; the reference rule, flat and long per fold; the capture's mean, standard
     error and 95% interval; the seeds that beat flat) and seeds.png. Tracked in MLflow
     (--tracking-uri): a run for the study, each seed's run nested under it."""
-    from foxhunt.atomic import write_json
-    from foxhunt.backtest.reference import edge, planted_column
-    from foxhunt.backtest.settings import BacktestSettings
-    from foxhunt.dataset.build import get_or_build
-    from foxhunt.outputs import claim_folder
-    from foxhunt.parallel.resources import spread
-    from foxhunt.report.plots import plot_seeds
-    from foxhunt.stages import Stopped, leak_guard_prepared
-    from foxhunt.tracking import tracked_run
-    from foxhunt.train.run import resolve_device
-    from foxhunt.tune.seeds import (
-        SEEDS_FILE,
-        SEEDS_PLOT,
-        capture_lines,
-        capture_text,
-        committee_result,
-        prune_checkpoints,
-        run_seeds,
-        seed_folder,
-        summarise_seeds,
-    )
+    from foxhunt import pipeline
 
+    chosen = _seed_list(seeds)
+    if workers < 1:
+        raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
+    progress = _reporter(quiet, verbose)
+    cfg, profile = _training_config(profile, config, list(set_ or []), progress)
+    summary = pipeline.seeds(
+        cfg,
+        out_dir,
+        chosen,
+        _data_paths(data, ctx) if data else None,
+        workers=workers,
+        keep=keep,
+        overwrite=overwrite,
+        profile=profile,
+        tracking_profile=profile or ("file" if config else "default"),
+        sets=list(set_ or []),
+        tracking_uri=tracking_uri,
+        ray_address=ray_address,
+        progress=progress,
+        say=_line,
+    )
+    _present_seeds(summary)
+
+
+def _seed_list(seeds: str) -> list[int]:
+    """``--seeds 7,8,9`` as distinct non-negative seeds, else one line naming the option."""
     try:
         chosen = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         chosen = []
     if not chosen or len(set(chosen)) != len(chosen) or min(chosen) < 0:
         raise FoxhuntError("--seeds", f"{seeds!r} is not a list of distinct seeds", "pass e.g. --seeds 7,8,9")
-    if workers < 1:
-        raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
-    progress = _reporter(quiet, verbose)
-    cfg, profile = _training_config(profile, config, list(set_ or []), progress)
-    # The seed runs live under out_dir, so claiming it claims them (each is retrained from scratch).
-    finished = (SEEDS_FILE, "seeds.config.json", *(seed_folder(Path(), s).name for s in chosen))
-    claim_folder(out_dir, finished, overwrite=overwrite)
-    files = _market_files(ctx, data, cfg, out_dir)
-    _, prepared = leak_guard_prepared(files, cfg, "foxhunt seeds", Stopped.TRAINING, progress, _line)
-    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
-    del prepared
-    with step("reference rule and baselines per fold", progress):
-        try:
-            reference = edge(cache, BacktestSettings.of(cfg))
-        except FoxhuntError:  # the rule's feature family is off: the seeds still train, capture is n/a
-            reference = None
-    write_resolved(cfg, out_dir / "seeds.config.json")
-    named = profile or ("file" if config else "default")
-    tags = {"foxhunt.seeds": ",".join(map(str, chosen))}
-    with tracked_run(
-        out_dir.name, cfg, tracking_uri, command="seeds", profile=named, out=out_dir, tags=tags
-    ) as study:
-        with step(f"training {len(chosen)} seeds, {min(workers, len(chosen))} at once", progress):
-            results = run_seeds(
-                cfg,
-                cache.path,
-                chosen,
-                out_dir,
-                workers=workers,
-                planted=planted_column(files),
-                tracking=study.child(),
-                address=ray_address,
-                say=lambda line: out.print(line, markup=False),
-            )
-        runs = [seed_folder(out_dir, r.seed) for r in results if not r.stopped]
-        with step(f"the committee of {len(runs)} seeds per fold", progress):
-            committee = committee_result(cache.path, cfg, runs, device=str(resolve_device(cfg)))
-        summary = summarise_seeds(results, reference, committee) | {
-            "profile": profile,
-            "sets": list(set_ or []),
-        }
-        write_json(out_dir / SEEDS_FILE, summary, indent=2, default=float)
-        plot_seeds(summary, out_dir / SEEDS_PLOT)
-        study.log_results(
-            {
-                "capture_mean": summary["capture"]["mean"],
-                "capture_median_per_fold": summary["capture_per_fold"]["median"],
-                "capture_all_folds_mean": summary["capture_all_folds"]["mean"],  # as before issue 58
-                "net_pnl_total_mean": summary["net_pnl_total"]["mean"],
-                "beats_flat": summary["beats_flat"],
-                "finished": summary["finished"],
-            }
-        )
-        for name in (SEEDS_FILE, SEEDS_PLOT, "seeds.config.json"):
-            study.log_artifact(out_dir / name)
-    if keep is Keep.REPORTED:  # after the committee, which reads the reported checkpoints
-        pruned = [prune_checkpoints(run) for run in runs]
-        files, size = sum(n for n, _ in pruned), sum(b for _, b in pruned)
+    return chosen
+
+
+def _present_seeds(summary: SeedsSummary) -> None:
+    """``foxhunt seeds``' result: what --keep reported deleted, a line per seed and the committee,
+    where the seeds ran, the capture and the seeds that beat flat."""
+    from foxhunt.parallel.resources import spread
+    from foxhunt.train.seeds import SEEDS_FILE, capture_lines, capture_text
+
+    study, members = summary.study, summary.members
+    if summary.pruned is not None:
+        files, size = summary.pruned
         out.print(f"--keep reported: deleted {files} checkpoint files ({size / 1e6:,.0f} MB)", markup=False)
-    for r in results:
+    for r in summary.results:
         if r.stopped:
             out.print(f"seed {r.seed}: stopped ({r.stopped})", markup=False)
             continue
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in r.folds)
-        of = f" (a committee of {cfg.train.members} members)" if cfg.train.members > 1 else ""
+        of = f" (a committee of {members} members)" if members > 1 else ""
         cap = capture_text(r.captures)
         out.print(f"seed {r.seed}{of}: net {nets} (total {r.total:+,.0f}), {cap}", markup=False)
-    if committee is not None:
+    if (committee := summary.committee) is not None:
         nets = " / ".join(f"{f.net_pnl:+,.0f}" for f in committee.folds)
         out.print(
-            f"committee of {len(runs)}{f' x {cfg.train.members} members' if cfg.train.members > 1 else ''}: "
+            f"committee of {summary.finished}{f' x {members} members' if members > 1 else ''}: "
             f"net {nets} (total {committee.total:+,.0f}), {capture_text(committee.captures)}",
             markup=False,
         )
-    if (where := spread(summary["devices"])) is not None:
+    if (where := spread(study["devices"])) is not None:
         out.print(f"seeds {where}", markup=False)
-    for line in capture_lines(summary):
+    for line in capture_lines(study):
         out.print(line, markup=False)
-    traded = [sum(f.trades for f in r.folds) for r in results if not r.stopped]
+    traded = [sum(f.trades for f in r.folds) for r in summary.results if not r.stopped]
     out.print(
-        f"{summary['beats_flat']}/{summary['finished']} beat flat"
+        f"{study['beats_flat']}/{study['finished']} beat flat"
         + idle_note(traded, "seed")
-        + f"; {out_dir / SEEDS_FILE}",
+        + f"; {summary.out / SEEDS_FILE}",
         markup=False,
     )
 
@@ -1725,109 +1653,65 @@ def tune_cmd(
     cache, WORKERS at once (Ray). Run it again to resume a killed study. Writes best.toml (a
     profile for --config), tune.html and tune.json. Tracked in MLflow: a run for the study, each
     trial's nested. docs/tune.md."""
-    import shutil
-    import time
-
-    from foxhunt.backtest.reference import planted_column
-    from foxhunt.dataset.build import get_or_build
-    from foxhunt.outputs import check_writable
-    from foxhunt.parallel.resources import spread
-    from foxhunt.stages import Stopped, leak_guard_prepared
-    from foxhunt.tracking import tracked_run
-    from foxhunt.tune.config import Objective
-    from foxhunt.tune.export import undecided_text, write_best
-    from foxhunt.tune.objective import rule_on_selection, trial_config
-    from foxhunt.tune.report import REPORT_FILE, SUMMARY_FILE, write_outputs
-    from foxhunt.tune.study import TRIALS_DIR, Work, auto_gpus, check_storage, default_storage, run_study
+    from foxhunt import pipeline
 
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
     if trials is not None and trials < 1:
         raise FoxhuntError("--trials", f"{trials} trials", "pass --trials 1 or more")
-    t0 = time.perf_counter()
     progress = _reporter(quiet, verbose)
     cfg, profile = _training_config(
         profile, config, [*(set_ or []), *([f"tune.trials={trials}"] if trials else [])], progress
     )
-    named = profile or (str(config) if config else "default")
-    if not cfg.tune.params:
-        raise FoxhuntError(
-            f"profile {named}" if not config else str(config),
-            "has no [tune] params: there is nothing to search",
-            'add tables such as [tune.params."agent.learn.lr"] (docs/tune.md) or tune another profile',
-        )
-    # The study's config from here on is the trials' (train_tail under a profile's selection = last);
-    # best.toml sets the best parameters on the profile's own (asked).
-    asked = cfg
-    cfg, overridden = trial_config(cfg)
-    if storage is not None:
-        check_storage(storage)
-    check_writable(out_dir, folder=True)
-    if overridden:  # once the arguments are known good: a refusal stays one line
-        _line(overridden)
-    out_dir = out_dir.absolute()  # workers (Ray tasks, spawned processes) may start elsewhere
-    url = storage or default_storage(out_dir)
-    name = study_name or out_dir.name
-    if overwrite:
-        shutil.rmtree(out_dir / TRIALS_DIR, ignore_errors=True)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files = _market_files(ctx, data, cfg, out_dir)
-    _, prepared = leak_guard_prepared(files, cfg, "foxhunt tune", Stopped.TUNING, progress, _line)
-    cache = get_or_build(files, cfg, out_dir / "cache", progress=progress, prepared=prepared)
-    del prepared
-    if cfg.tune.objective is Objective.CAPTURE:
-        with step("reference rule over the selection periods (the capture's denominator)", progress):
-            rule = rule_on_selection(cache, cfg)  # a FoxhuntError names the missing feature
-        if rule <= 0:
-            raise FoxhuntError(
-                "tune.objective",
-                f"capture is undefined: the reference rule makes {rule:,.0f} over the selection periods",
-                "use objective = net_pnl on this market",
-            )
-    write_resolved(cfg, out_dir / "tune.config.json")
-    with tracked_run(
-        name, cfg, tracking_uri, command="tune", profile=named, out=out_dir, tags={"optuna.study": name}
-    ) as parent:
-        work = Work(url, name, cfg, out_dir, cache.path.absolute(), planted_column(files), parent.child())
-        with step(f"tuning: {cfg.tune.trials} trials, {workers} at once", progress):
-            study = run_study(
-                work,
-                workers=workers,
-                address=ray_address,
-                gpus_per_trial=auto_gpus(cfg.tune, workers),
-                overwrite=overwrite,
-                say=progress.say,
-            )
-        best = write_best(asked, study, out_dir)
-        summary = write_outputs(study, cfg, url, time.perf_counter() - t0, out_dir)
-        parent.log_results(
-            {"best_value": (summary["best"] or {}).get("value"), "trials": summary["trials_counted"]}
-        )
-        for path in (out_dir / REPORT_FILE, out_dir / SUMMARY_FILE, best):
-            if path is not None:
-                parent.log_artifact(path)
-    states = ", ".join(f"{n} {k.lower()}" for k, n in summary["states"].items())
-    out.print(f"study {name}: {summary['trials_counted']}/{cfg.tune.trials} trials ({states})", markup=False)
-    if (where := spread(summary["devices"])) is not None:
+    summary = pipeline.tune(
+        cfg,
+        out_dir,
+        _data_paths(data, ctx) if data else None,
+        profile=profile or (str(config) if config else "default"),
+        config_file=config,
+        workers=workers,
+        storage=storage,
+        study_name=study_name,
+        ray_address=ray_address,
+        overwrite=overwrite,
+        tracking_uri=tracking_uri,
+        progress=progress,
+        say=_line,
+    )
+    _present_tune(summary)
+
+
+def _present_tune(summary: TuneSummary) -> None:
+    """``foxhunt tune``'s result: the trials by state, where they ran, and the best trial (or why
+    there is none)."""
+    from foxhunt.parallel.resources import spread
+    from foxhunt.tune.export import undecided_text
+    from foxhunt.tune.report import REPORT_FILE
+
+    s, best, objective = summary.summary, summary.best, summary.objective
+    report = summary.out / REPORT_FILE
+    states = ", ".join(f"{n} {k.lower()}" for k, n in s["states"].items())
+    out.print(f"study {summary.name}: {s['trials_counted']}/{summary.trials} trials ({states})", markup=False)
+    if (where := spread(s["devices"])) is not None:
         out.print(f"trials {where}", markup=False)
-    if summary["best"] is None:
+    if s["best"] is None:
         out.print("no trial completed: no best profile written", markup=False)
-    elif (und := summary["undecided"]) is not None:
+    elif (und := s["undecided"]) is not None:
         out.print(
-            f"{undecided_text(und['value'], und['trials'])} ({cfg.tune.objective.value} over the selection "
-            f"periods): no best trial; {best} holds trial {summary['best']['number']}'s parameters, "
-            f"the first; report {out_dir / REPORT_FILE}",
+            f"{undecided_text(und['value'], und['trials'])} ({objective} over the selection "
+            f"periods): no best trial; {best} holds trial {s['best']['number']}'s parameters, "
+            f"the first; report {report}",
             markup=False,
         )
     else:
-        b = summary["best"]
+        b = s["best"]
         params = ", ".join(f"{k}={v!r}" for k, v in b["params"].items())
         val = b["validation"]
         shown = {k: "n/a" if val.get(k) is None else f"{val[k]:,.6g}" for k in ("value", "last_fold")}
         out.print(
-            f"best: trial {b['number']}, {cfg.tune.objective.value} {b['value']:,.6g} over the selection "
+            f"best: trial {b['number']}, {objective} {b['value']:,.6g} over the selection "
             f"periods (ranked on) ({params}); validation {shown['value']}, last fold {shown['last_fold']} "
-            f"({REPORT_FILE} says which is out of sample); profile {best}; report {out_dir / REPORT_FILE}",
+            f"({REPORT_FILE} says which is out of sample); profile {best}; report {report}",
             markup=False,
         )
 

@@ -815,7 +815,7 @@ def guard_while(
     """:func:`guard_prepared`, with ``meanwhile(prepared)`` run in this process while the cuts run in
     forked ones; ``(report, what it returned)`` when the data is clean, else :class:`LeakFoundError`
     (whatever ``meanwhile`` built is the caller's to discard). The main job builds the cache and
-    compiles training's steps there (:func:`foxhunt.job.run_job`): work that waits for the verdict
+    compiles training's steps there (:func:`foxhunt.pipeline.run_job`): work that waits for the verdict
     before anything of it is used, done while the slowest part of the guard runs instead of after it."""
     done: list[T] = []
     report, _ = check_files(files, cfg, progress, lambda prepared: done.append(meanwhile(prepared)))

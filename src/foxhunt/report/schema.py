@@ -1,4 +1,4 @@
-"""Names shared by the code that writes a run's summary (``foxhunt.train.run``, ``foxhunt.job``) and
+"""Names shared by the code that writes a run's summary (``foxhunt.train.run``, ``foxhunt.pipeline``) and
 the report that reads it back from ``metrics.json``. Kept free of heavy imports: the report and the
 trainer both import it.
 """

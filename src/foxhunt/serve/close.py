@@ -39,13 +39,13 @@ from foxhunt.backtest.decisions import DecisionRow, step_rows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.state import Portfolio
+from foxhunt.policy.checkpoint import CheckpointError
 from foxhunt.serve.bars import NoBarsYet
 from foxhunt.serve.config import FaultAction
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.monitor import Fault, FaultEvent
 from foxhunt.serve.publish import Made, Publisher
 from foxhunt.serve.state import Rows, RowState
-from foxhunt.policy.checkpoint import CheckpointError
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig

@@ -1,14 +1,15 @@
-"""The shared entry-point stages (foxhunt.stages) and the command line's source and row-unit rules."""
+"""The one chain's shared steps (foxhunt.pipeline) and the command line's source and row-unit rules."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from foxhunt import stages
+from foxhunt import pipeline
 from foxhunt.cli import _one_source, _with_row_unit, app
 from foxhunt.config.loader import load_config
 from foxhunt.console import Reporter
@@ -70,9 +71,9 @@ def test_commands_refuse_a_bad_source_pair_in_one_line(args: list[str], tmp_path
 def test_alpha_horizons_are_the_configs_or_the_labels() -> None:
     cfg = load_config(profile="production")  # alpha.horizons unset: the labels' horizons
     assert cfg.alpha.horizons is None
-    assert stages.alpha_horizons(cfg) == tuple(cfg.labels.horizons(cfg.data.row_unit)) == (60,)
+    assert pipeline.alpha_horizons(cfg) == tuple(cfg.labels.horizons(cfg.data.row_unit)) == (60,)
     chosen = load_config(profile="production", overrides=["alpha.horizons=[3,7]"])
-    assert stages.alpha_horizons(chosen) == (3, 7)
+    assert pipeline.alpha_horizons(chosen) == (3, 7)
 
 
 class _Report(SimpleNamespace):
@@ -96,12 +97,11 @@ def test_leak_guard_is_one_step_then_its_verdict(monkeypatch: pytest.MonkeyPatch
     lines: list[str] = []
     rep = Reporter.lines(lines.append)
     said: list[str] = []
-    got = stages.leak_guard([Path("a.dbn")], None, "foxhunt run", stages.Stopped.TRAINING, rep, said.append)  # type: ignore[arg-type]
-    assert got is report and said == [report.verdict]
-    assert calls == [([Path("a.dbn")], "foxhunt run", "nothing is trained on a leak", stages.SILENT)]
-    assert any(stages.LEAK_GUARD in line for line in lines)  # the step shows under its one name
-    said.clear()
-    both = stages.leak_guard_prepared(
-        [Path("a.dbn")], None, "foxhunt run", stages.Stopped.TRAINING, rep, said.append  # type: ignore[arg-type]
+    no_config: Any = None  # the faked guard reads none
+    stops = pipeline.Stopped.TRAINING
+    both = pipeline.leak_guard_while(
+        [Path("a.dbn")], no_config, "foxhunt run", stops, rep, said.append, lambda p: p
     )
+    assert calls == [([Path("a.dbn")], "foxhunt run", "nothing is trained on a leak", pipeline.SILENT)]
+    assert any(pipeline.LEAK_GUARD in line for line in lines)  # the step shows under its one name
     assert both == (report, prepared) and said == [report.verdict]
