@@ -9,8 +9,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import foxhunt.cli.study
 import foxhunt.job
-from foxhunt import cli
 from foxhunt.cli import app
 from foxhunt.config.loader import DEFAULT_PROFILE, GPU_PROFILE, default_profile
 from foxhunt.errors import FoxhuntError
@@ -87,7 +87,7 @@ def test_seeds_and_tune_pick_gpu_with_cuda(monkeypatch, tmp_path: Path, command)
         seen["cfg"] = cfg
         raise FoxhuntError("test", "stopped before the market", "nothing")
 
-    monkeypatch.setattr(cli, "_market_files", stop_at_market)
+    monkeypatch.setattr(foxhunt.cli.study, "market_files", stop_at_market)
     extra = ["--seeds", "7,8"] if command == "seeds" else []
     result = runner.invoke(app, [command, "--out", str(tmp_path / command), *extra])
     assert result.exit_code == 2, result.output
