@@ -67,10 +67,10 @@ def _at_80_columns(monkeypatch: pytest.MonkeyPatch) -> Any:
     """The command's result console as an 80-column terminal draws it (recorded, not printed)."""
     from rich.console import Console
 
-    import foxhunt.cli
+    import foxhunt.cli.present
 
     console = Console(width=80, record=True, markup=False, file=io.StringIO())
-    monkeypatch.setattr(foxhunt.cli, "out", console)
+    monkeypatch.setattr(foxhunt.cli.present, "out", console)
     return console
 
 

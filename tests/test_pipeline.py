@@ -10,7 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from foxhunt import pipeline
-from foxhunt.cli import _one_source, _with_row_unit, app
+from foxhunt.cli import app
+from foxhunt.cli.common import one_source, with_row_unit
 from foxhunt.config.loader import load_config
 from foxhunt.console import Reporter
 from foxhunt.data.schemas import RowUnit
@@ -20,16 +21,16 @@ runner = CliRunner()
 
 
 def test_row_unit_option_is_the_last_assignment() -> None:
-    assert _with_row_unit(None, None) == []
-    assert _with_row_unit(["a.b=1"], None) == ["a.b=1"]
+    assert with_row_unit(None, None) == []
+    assert with_row_unit(["a.b=1"], None) == ["a.b=1"]
     # --row-unit comes after every --set, so it wins over a --set of the same key
-    assert _with_row_unit(["data.row_unit=bar", "a.b=1"], RowUnit.SNAPSHOT) == [
+    assert with_row_unit(["data.row_unit=bar", "a.b=1"], RowUnit.SNAPSHOT) == [
         "data.row_unit=bar",
         "a.b=1",
         "data.row_unit=snapshot",
     ]
     sets = ["a.b=1"]
-    _with_row_unit(sets, RowUnit.BAR)
+    with_row_unit(sets, RowUnit.BAR)
     assert sets == ["a.b=1"]  # the caller's list is not extended
 
 
@@ -46,10 +47,10 @@ def test_row_unit_option_is_the_last_assignment() -> None:
 )
 def test_one_source(data: list[Path] | None, cache: Path | None, required: bool, error: str | None) -> None:
     if error is None:
-        _one_source(data, cache, "alpha", required=required)
+        one_source(data, cache, "alpha", required=required)
         return
     with pytest.raises(FoxhuntError, match=error) as info:
-        _one_source(data, cache, "alpha", required=required)
+        one_source(data, cache, "alpha", required=required)
     assert "--data/--cache" in str(info.value) and "foxhunt alpha --help" in str(info.value)
 
 

@@ -316,6 +316,41 @@ def alpha_check(
     return result
 
 
+def alpha(
+    cfg: FoxhuntConfig,
+    out_dir: Path,
+    files: list[Path] | None = None,
+    *,
+    cache: FeatureCache | None = None,
+    cache_path: Path | None = None,
+    progress: Reporter = SILENT,
+    say: Callable[[str], None] = print,
+) -> AlphaResult:
+    """``foxhunt alpha``'s chain: the leak guard over ``files`` (a given ``cache``: the files it was
+    built from), the cache built beside the cuts from what they read (unless given), then
+    :func:`alpha_check`. The guard runs first in every case: an alpha verdict on leaky features is
+    never computed."""
+    from foxhunt.dataset.build import get_or_build
+    from foxhunt.dataset.leaks import cache_sources
+
+    if cache is not None:
+        files = cache_sources(cache, cache_path if cache_path is not None else cache.path)
+    report, prepared = leak_guard_while(
+        files or [],
+        cfg,
+        "alpha check",
+        Stopped.ALPHA,
+        progress,
+        say,
+        lambda kept: kept,
+        load_progress=progress,
+    )
+    if cache is None:
+        cache = get_or_build(files or [], cfg, out_dir / "cache", progress=progress, prepared=prepared)
+    del prepared
+    return alpha_check(cache, cfg, report, progress)
+
+
 # --- training ------------------------------------------------------------------------------------
 
 
