@@ -71,7 +71,6 @@ from torch import Tensor
 
 from foxhunt import __version__
 from foxhunt.atomic import atomic_path, write_text
-from foxhunt.config.models import FoxhuntConfig
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
@@ -612,11 +611,17 @@ def verify_checkpoint(path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def checkpoint_config(path: str | Path, fallback: FoxhuntConfig) -> tuple[FoxhuntConfig, dict[str, Any]]:
+def checkpoint_config(path: str | Path, fallback: Any) -> tuple[Any, dict[str, Any]]:
     """``(resolved config, meta)`` of checkpoint ``path``, everything checked before use: the
     tensors (:func:`verify_checkpoint`), the keys readers need (:data:`REQUIRED_META`) and the
-    header's config validated like a profile. ``fallback`` (a FoxhuntConfig) is used when the
-    header holds no config (a checkpoint saved outside ``foxhunt train``)."""
+    header's config validated like a profile. ``fallback`` is used when the header holds no config
+    (a checkpoint saved outside ``foxhunt train``).
+
+    The header is the record of the whole run that trained the checkpoint (every section, as
+    ``train.config.json``), so what comes back is that run's config, validated by the config layer's
+    own loader; this package reads only its ``agent`` and ``env`` sections and compares the market
+    sections (:class:`foxhunt.policy.trained.RunRecord`), and never builds or imports the root config
+    itself (the import rules in pyproject.toml hold it to that)."""
     from foxhunt.config.loader import validate_tree
 
     weights_path = checkpoint_files(path)[0]

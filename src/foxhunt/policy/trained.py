@@ -10,15 +10,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
 import torch
 
 from foxhunt.agent.agent import Agent
 from foxhunt.agent.committee import committee_decision
-from foxhunt.config.models import FoxhuntConfig
+from foxhunt.agent.config import AgentConfig
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.errors import FoxhuntError, door
 from foxhunt.policy.checkpoint import Fingerprint, checkpoint_config, load_checkpoint
+
+
+class RunRecord(Protocol):
+    """What a trained policy reads of the run that trained it (a checkpoint's header config): the
+    agent's and the environment's sections, and the market sections (:data:`MARKET_SECTIONS`) that
+    committee members must share, compared by name."""
+
+    @property
+    def agent(self) -> AgentConfig: ...
+
+    @property
+    def env(self) -> EnvConfig: ...
+
 
 _ACTING_REPLAY = 16
 """Replay capacity of an agent built to act: acting stores no transition, so the least that builds."""
@@ -27,7 +42,7 @@ _ACTING_REPLAY = 16
 class CheckpointPolicy:
     """A trained checkpoint as a backtest policy (greedy: argmax, no noise, no exploration)."""
 
-    def __init__(self, path: str | Path, cfg: FoxhuntConfig) -> None:
+    def __init__(self, path: str | Path, cfg: RunRecord) -> None:
         self.path = Path(path)
         # Tensors, fold, epoch and the header's config all checked before anything uses them.
         self.cfg, meta = checkpoint_config(self.path, cfg)
@@ -55,7 +70,7 @@ class CommitteePolicy:
     the learner are what a committee is for); their stored normalisers, if any, must agree. One
     member is that checkpoint's :class:`CheckpointPolicy`, bit for bit."""
 
-    def __init__(self, paths: Sequence[str | Path], cfg: FoxhuntConfig) -> None:
+    def __init__(self, paths: Sequence[str | Path], cfg: RunRecord) -> None:
         if not paths:
             raise FoxhuntError(
                 door("--checkpoint", "paths"), "no checkpoints for a committee", "pass one or more"
@@ -105,7 +120,7 @@ MARKET_SECTIONS = ("data", "instrument", "synth", "features", "labels", "folds",
 environment. Members of a committee share them; the learner's (``agent``, ``train``, ``run``) may differ."""
 
 
-def differing_market(a: FoxhuntConfig, b: FoxhuntConfig) -> list[str]:
+def differing_market(a: Any, b: Any) -> list[str]:
     """The :data:`MARKET_SECTIONS` in which ``a`` and ``b`` differ (empty: one market)."""
     return [name for name in MARKET_SECTIONS if getattr(a, name) != getattr(b, name)]
 
