@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from foxhunt.backtest.metrics import sharpe_ratio
 from foxhunt.domain.actions import BRANCHES
+from foxhunt.domain.sharpe import sharpe_ratio
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
 from foxhunt.env.market import AUX_TARGETS
