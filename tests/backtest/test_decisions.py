@@ -111,9 +111,9 @@ class _RandomCheckpoint:
         agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, seed=0, replay_capacity=16)
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            for p in agent.net.parameters():
+            for p in agent.policy.net.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=gen).to(p.device))
-        return agent.greedy_policy()
+        return agent.policy.greedy()
 
 
 def test_backtest_checkpoint_takes_the_fused_path_and_writes_the_eager_log(

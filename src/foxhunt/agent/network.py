@@ -527,24 +527,30 @@ class QNetwork(nn.Module):
         """New noise in every NoisyNet layer (no-op when ``noisy_sigma == 0``): :func:`reset_noise`."""
         reset_noise([self], generator)
 
-    def popart_layers(self) -> list[nn.Linear]:
-        """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).
-
-        PopArt rescales each by σ/σ' (weights and biases) and adds (μ - μ')/σ' to each bias. Dueling's
-        mean subtraction cancels the shift added to an advantage stream (A + c - mean(A + c) = A - mean A),
-        so the combined output moves by the shift exactly once, through V, as PopArt requires.
-        """
-        streams = [self.value, *self.advantage]
-        return [layer for s in streams for layer in (s.iqn, s.mse)]
-
-    def aux_parameters(self) -> list[nn.Parameter]:
-        """The auxiliary trunk and heads (clipped separately from the Q network)."""
-        return list(self.aux.parameters())
-
-    def q_parameters(self) -> list[nn.Parameter]:
-        """Every parameter not in :meth:`aux_parameters`."""
-        aux = {id(p) for p in self.aux.parameters()}
-        return [p for p in self.parameters() if id(p) not in aux]
-
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+# -- parameter groups (what the learner clips and PopArt rescales) ---------------------------------
+
+
+def popart_layers(net: QNetwork) -> list[nn.Linear]:
+    """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).
+
+    PopArt rescales each by σ/σ' (weights and biases) and adds (μ - μ')/σ' to each bias. Dueling's
+    mean subtraction cancels the shift added to an advantage stream (A + c - mean(A + c) = A - mean A),
+    so the combined output moves by the shift exactly once, through V, as PopArt requires.
+    """
+    streams = [net.value, *net.advantage]
+    return [layer for s in streams for layer in (s.iqn, s.mse)]
+
+
+def aux_parameters(net: QNetwork) -> list[nn.Parameter]:
+    """The auxiliary trunk and heads (clipped separately from the Q network)."""
+    return list(net.aux.parameters())
+
+
+def q_parameters(net: QNetwork) -> list[nn.Parameter]:
+    """Every parameter not in :func:`aux_parameters`."""
+    aux = {id(p) for p in net.aux.parameters()}
+    return [p for p in net.parameters() if id(p) not in aux]

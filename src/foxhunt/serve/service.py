@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from foxhunt.agent.agent import PolicyOut
+from foxhunt.agent.actor import PolicyOut
 from foxhunt.backtest.decisions import HEADER, DecisionRow, step_rows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.domain.instrument import Instrument, resolve_instrument

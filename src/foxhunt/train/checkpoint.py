@@ -723,7 +723,7 @@ def export_weights(
 
         export_weights("runs/main/train/checkpoints/fold0/best.safetensors", "exports/fold0")
     """
-    from foxhunt.agent.agent import POLICY_ENTRIES
+    from foxhunt.agent.actor import POLICY_ENTRIES
 
     source = checkpoint_files(path)[0]
     doc = _read_document(source)

@@ -168,7 +168,7 @@ def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     evaluated as training evaluates it there; a FoxhuntError names a carrier feature not in the state."""
     from foxhunt.backtest.reference import ReferenceRule, rule_folds
     from foxhunt.backtest.run import bars_per_year
-    from foxhunt.train.run import evaluate_selection
+    from foxhunt.train.evaluation import evaluate_selection
     from foxhunt.train.selection import fold_periods
 
     rule = ReferenceRule.for_config(cfg)
