@@ -10,7 +10,7 @@ runs them (``tf32_matmuls``):
 
 * ``foxhunt explore``: ``Agent.policy(obs, Mode.EXPLORE)`` (noise draws, C51 + IQN heads, Thompson
   draws, conviction), eager, replayed as a CUDA graph, and with the forward and E[Q] compiled
-  (``Agent.compile_policy``) and replayed as a CUDA graph: the path training takes from
+  (``Actor.compile``) and replayed as a CUDA graph: the path training takes from
   ``COMPILE_MIN_BATCH`` episodes (compile seconds reported apart);
 * ``plain MLP``: ``Linear``/ReLU layers whose matmul FLOPs equal the forward's (counted by
   ``torch.utils.flop_counter``), replayed as a CUDA graph: the dense-network reference.
@@ -100,7 +100,7 @@ def main() -> int:
         with torch.no_grad():
             mlp_ms = timed(graphed(lambda: mlp(obs)), device, 50, 3)["ms"]
         rows = kernels(explore, device)
-        # the path training takes at these batches: the forward and E[Q] compiled (Agent.compile_policy)
+        # the path training takes at these batches: the forward and E[Q] compiled (Actor.compile)
         agent.policy.compile()
         t0 = time.perf_counter()
         explore()

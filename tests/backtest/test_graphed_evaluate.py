@@ -51,7 +51,7 @@ def test_fused_validation_step_equals_the_eager_loop_on_cpu(which: str) -> None:
     rows = 120
     mkt, ecfg = rising_market(rows), env_config(episode_rows=16)
     if which == "agent":
-        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).greedy_policy()
+        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).policy.greedy()
     elif which == "long":
         policy = CapturablePolicy(scripted(ScriptedPolicy.LONG, ecfg))
     else:

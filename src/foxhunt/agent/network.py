@@ -504,7 +504,7 @@ class QNetwork(nn.Module):
         """Per branch [B, A], reward units: the mean of the trained heads' E[Q] (:class:`TrainedHeads`),
         (E_C51 + E_IQN) / 2 with both losses on, E_C51 alone with the IQN weight at 0, E_IQN alone with
         the branch's C51 weight at 0. What every reader takes: the policy, the learner's double-Q argmax,
-        CQL and the Q statistics, ``Agent.expected_q`` (diagnostics, serving).
+        CQL and the Q statistics, ``Actor.expected_q`` (diagnostics, serving).
 
         E_C51 = Σ_k softmax(logits)_k z_k with the current support; E_IQN = the mean of the IQN
         quantiles, de-normalised by ``denorm`` (PopArt's; ``None`` = identity, i.e. PopArt off). The
