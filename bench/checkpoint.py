@@ -65,9 +65,9 @@ def _agent(profile: str, device: torch.device, capacity: int | None) -> Agent:
 
 def _contents(agent: Agent, epoch: int, training: bool) -> CheckpointContents:
     return CheckpointContents(
-        policy=agent.policy_state_dict(),
+        policy=agent.policy.state_dict(),
         branches=agent.branches,
-        training={"agent": agent.training_state_dict()} if training else None,
+        training={"agent": agent.state_dict()["training"]} if training else None,
         meta={"epoch": epoch, "history": list(range(epoch))},
     )
 

@@ -44,7 +44,8 @@ from typing import Any
 
 import torch
 
-from foxhunt.agent.agent import Agent, Mode, UpdateMode
+from foxhunt.agent.actor import Mode
+from foxhunt.agent.agent import Agent, UpdateMode
 from foxhunt.agent.collect import StepMode
 from foxhunt.agent.config import AgentConfig
 from foxhunt.backtest.evaluate import evaluate
@@ -111,7 +112,7 @@ def one_epoch(
         agent.learn(args.updates, batch, sink=stats.append)
     sync(device)
     t2 = time.perf_counter()
-    rec = evaluate(market, val_cfg, val_lo, market.rows, agent.greedy_policy())  # as `train` validates
+    rec = evaluate(market, val_cfg, val_lo, market.rows, agent.policy.greedy())  # as `train` validates
     sync(device)
     t3 = time.perf_counter()
     metrics = compute_metrics(
@@ -190,7 +191,7 @@ def references(agent: Agent, market: MarketTensors, cfg: EnvConfig, args: argpar
     step, out["env_alone_setup_s"] = make_stepper(env, "compiled", device.type)
     out["env_alone_ms"] = timed(lambda: step(a), device, 20, 3)["ms"]
     out["env_alone_steps_per_s"] = args.envs / (out["env_alone_ms"] / 1e3)
-    net = copy.deepcopy(agent.net)
+    net = copy.deepcopy(agent.policy.net)
     x = agent.replay.sample(min(args.batch, len(agent.replay)), agent.gen)[0]["state"]
     bare = bare_step(net, make_adam(net, agent.cfg.learn.lr, device), x)
     out["bare_update_ms"] = timed(bare, device, 10, 3)["ms"]
@@ -295,7 +296,7 @@ def main() -> int:
             "step_mode",
         )
     }
-    params["network_params"] = agent.net.param_count()
+    params["network_params"] = agent.policy.net.param_count()
     doc: dict[str, Any] = {"hardware": hw, "params": params, "setup_s": setup_s, "epochs": []}
     print(
         f"envs {args.envs:,} x steps {args.steps}, {args.updates} updates at batch {args.batch:,}, "
@@ -342,7 +343,7 @@ def main() -> int:
     doc["validation_windows"] = []
     for rows in (int(w) for w in args.extra_val_windows.split(",") if w):
         cfg_w = EnvConfig(episode_rows=rows)
-        greedy = agent.greedy_policy()
+        greedy = agent.policy.greedy()
         sync(device)
         t0 = time.perf_counter()
         rec = evaluate(market, cfg_w, market.rows - args.val_rows, market.rows, greedy)
@@ -378,8 +379,9 @@ def main() -> int:
     )
     # The table for the path `train` runs, beside the references measured in this run.
     ref = references(agent, market, train_cfg, args)
-    coll = agent.collector(market, train_cfg, args.envs, args.steps)
-    val_graphs = list(agent.greedy_policy().graphs.values())
+    coll = agent._collector  # the collection training ran (Agent.collect builds it once)
+    assert coll is not None
+    val_graphs = list(agent.policy.greedy().graphs.values())
     compile_s = {
         "collection_capture_s": coll.compile_seconds,
         "validation_capture_s": sum(g.compile_seconds for g in val_graphs),  # type: ignore[attr-defined]

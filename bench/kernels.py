@@ -29,7 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.actor import Mode
+from foxhunt.agent.agent import Agent
 from foxhunt.agent.collect import tf32_matmuls
 from foxhunt.agent.config import AgentConfig
 from foxhunt.agent.distributional import c51_cross_entropy, project_c51, support
@@ -54,7 +55,7 @@ def forward_flops(agent: Agent, states: Tensor) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        agent.net(states)
+        agent.policy.net(states)
     return float(counter.get_total_flops())
 
 

@@ -178,7 +178,7 @@ def timed(fn: Callable[[], Any], device: torch.device, iters: int, repeats: int,
 def fill_replay(agent: Agent, device: torch.device, gen: torch.Generator) -> None:
     """Fill the replay to capacity with random transitions (aux targets NaN on a tenth of the rows)."""
     rb, chunk = agent.replay, 1 << 16
-    sizes = torch.tensor(agent.sizes, device=device)
+    sizes = torch.tensor(agent.policy.sizes, device=device)
     width = rb.fields["state"][0][0]
     gamma_n = agent.cfg.learn.gamma**agent.cfg.learn.n_step
     for start in range(0, rb.capacity, chunk):
@@ -200,7 +200,7 @@ def fill_replay(agent: Agent, device: torch.device, gen: torch.Generator) -> Non
         rb.add(
             {
                 "state": rnd(n, width),
-                "action": (torch.rand(n, len(agent.sizes), generator=gen, device=device) * sizes).long(),
+                "action": (torch.rand(n, len(sizes), generator=gen, device=device) * sizes).long(),
                 "reward": 0.01 * rnd(n),
                 "discount": torch.where(done, 0.0, gamma_n).to(torch.float32),
                 "next_state": rnd(n, width),
@@ -389,7 +389,7 @@ def launch_floor(prof: dict, bare_net: nn.Module, bare_opt: Any, x: Tensor, full
 def learn_graph(agent: Agent, batch: int, compile: bool) -> GraphedLearn:
     """What ``Agent.learn`` replays on CUDA: the whole step (replay sample, update, priority write,
     ``q_abs`` EMA) as one graph, here with the compile choice made explicit."""
-    return GraphedLearn(lambda: agent.learn_step(batch), agent.learner, batch, [agent.gen], compile=compile)
+    return GraphedLearn(lambda: agent._learn_step(batch), agent.learner, batch, [agent.gen], compile=compile)
 
 
 class GraphedUpdate(PackageGraphedUpdate):
@@ -417,7 +417,7 @@ class GraphedUpdate(PackageGraphedUpdate):
             data, idx, w = agent.replay.sample(batch_size, agent.gen)
             self.update(Batch(weight=w, **data))
             agent.replay.update_priorities(idx, self.priority)
-            agent.signals.ema("q_abs", self.stats[self.q_abs_key].abs() + 1e-3)
+            agent.policy.signals.ema("q_abs", self.stats[self.q_abs_key].abs() + 1e-3)
 
 
 def graphed(
@@ -436,7 +436,7 @@ def _snapshot(agent: Agent) -> dict[str, Any]:
         "target": {k: v.clone() for k, v in learner.target.state_dict().items()},
         "popart": {k: v.clone() for k, v in learner.popart.state_dict().items()},
         "opt": [{k: v.clone() for k, v in learner.opt.state[p].items()} for p in learner.net.parameters()],
-        "signals": agent.signals.state_dict(),
+        "signals": agent.policy.signals.state_dict(),
     }
 
 
@@ -449,7 +449,7 @@ def _restore(agent: Agent, snap: dict[str, Any]) -> None:
     for p, state in zip(learner.net.parameters(), snap["opt"], strict=True):
         for k, v in state.items():
             learner.opt.state[p][k].copy_(v)
-    agent.signals.load_state_dict(snap["signals"])
+    agent.policy.signals.load_state_dict(snap["signals"])
 
 
 def check_graph(device: torch.device, batch: int, steps: int = 3, compile: bool = False) -> dict[str, float]:
@@ -486,7 +486,7 @@ def check_graph(device: torch.device, batch: int, steps: int = 3, compile: bool 
         g.graph.replay()
         worst = max(worst, rel(g.priority, pa))
         loss_a, loss_b = sa["loss/total"], g.stats["loss/total"]
-    params = max(rel(q, p) for p, q in zip(a.net.parameters(), b.net.parameters(), strict=True))
+    params = max(rel(q, p) for p, q in zip(a.policy.net.parameters(), b.policy.net.parameters(), strict=True))
     return {
         "priority_rel_diff_max": worst,
         "param_rel_diff_max": params,
@@ -567,10 +567,10 @@ def main() -> int:
     gen = torch.Generator(device=device).manual_seed(1)
     fill_replay(agent, device, gen)
     sync(device)
-    doc["params"] = {"foxhunt": agent.net.param_count(), "replay_capacity": agent.replay.capacity}
+    doc["params"] = {"foxhunt": agent.policy.net.param_count(), "replay_capacity": agent.replay.capacity}
     print(
         f"profile {profile}  batch {batch:,}  replay {agent.replay.capacity:,}  foxhunt params "
-        f"{agent.net.param_count():,}  {hw}  (setup {time.perf_counter() - t_setup:.1f} s)",
+        f"{agent.policy.net.param_count():,}  {hw}  (setup {time.perf_counter() - t_setup:.1f} s)",
         flush=True,
     )
 
@@ -583,7 +583,7 @@ def main() -> int:
     # the same network, bare, on one replay batch
     data, _, _ = agent.replay.sample(batch, agent.gen)
     x = data["state"]
-    bare_net = copy.deepcopy(agent.net)
+    bare_net = copy.deepcopy(agent.policy.net)
     bare_opt = make_adam(bare_net, cfg.learn.lr, device)
     bare_eager = row(
         "bare fwd+bwd+Adam, foxhunt net", timed(bare_step(bare_net, bare_opt, x), device, it, rep)

@@ -10,7 +10,7 @@ runs them (``tf32_matmuls``):
 
 * ``foxhunt explore``: ``Agent.policy(obs, Mode.EXPLORE)`` (noise draws, C51 + IQN heads, Thompson
   draws, conviction), eager, replayed as a CUDA graph, and with the forward and E[Q] compiled
-  (``Agent.compile_policy``) and replayed as a CUDA graph: the path training takes from
+  (``Actor.compile``) and replayed as a CUDA graph: the path training takes from
   ``COMPILE_MIN_BATCH`` episodes (compile seconds reported apart);
 * ``plain MLP``: ``Linear``/ReLU layers whose matmul FLOPs equal the forward's (counted by
   ``torch.utils.flop_counter``), replayed as a CUDA graph: the dense-network reference.
@@ -31,7 +31,8 @@ from pathlib import Path
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.actor import Mode
+from foxhunt.agent.agent import Agent
 from foxhunt.agent.collect import tf32_matmuls
 from foxhunt.agent.config import AgentConfig
 from foxhunt.domain.actions import BranchConfig
@@ -87,7 +88,8 @@ def main() -> int:
     agent = Agent(AgentConfig(), BranchConfig(), device=device, seed=0, replay_capacity=1 << 16)
     obs = torch.randn(args.envs, STATE_LAYOUT.width, device=device)
     explore = lambda: agent.policy(obs, Mode.EXPLORE)  # noqa: E731
-    report: dict[str, object] = {"hardware": hardware(), "envs": args.envs, "params": agent.net.param_count()}
+    params = agent.policy.net.param_count()
+    report: dict[str, object] = {"hardware": hardware(), "envs": args.envs, "params": params}
     with tf32_matmuls():
         with FlopCounterMode(display=False) as counter:
             explore()
@@ -98,8 +100,8 @@ def main() -> int:
         with torch.no_grad():
             mlp_ms = timed(graphed(lambda: mlp(obs)), device, 50, 3)["ms"]
         rows = kernels(explore, device)
-        # the path training takes at these batches: the forward and E[Q] compiled (Agent.compile_policy)
-        agent.compile_policy()
+        # the path training takes at these batches: the forward and E[Q] compiled (Actor.compile)
+        agent.policy.compile()
         t0 = time.perf_counter()
         explore()
         torch.cuda.synchronize(device)
@@ -127,7 +129,7 @@ def main() -> int:
         "compiled_kernels": compiled_rows[:40],
     }
     steps = lambda ms: args.envs / (ms * 1e-3)  # noqa: E731
-    print(f"exploring forward at {args.envs:,} envs, {agent.net.param_count():,} parameters, "
+    print(f"exploring forward at {args.envs:,} envs, {agent.policy.net.param_count():,} parameters, "
           f"{flops / 1e9:.1f} GFLOP of matmuls (TF32)")
     print(f"{'path':<34} {'ms':>8} {'env-steps/s':>13}")
     for name, ms in (

@@ -372,18 +372,18 @@ def test_a_committee_of_a_checkpoint_twice_backtests_as_the_checkpoint(
 
 
 def test_an_export_cannot_resume_training(checkpoint: Path, tmp_path: Path) -> None:
-    from foxhunt.agent.agent import Agent
+    from foxhunt.agent.agent import Agent, Restore
 
     full = checkpoint
     light = api.export_weights(full, tmp_path / "fold1")
     agent = api.load_policy(full)
     a = Agent(agent.cfg.agent, agent.cfg.env.branches, seed=0, replay_capacity=16)
-    expect = Fingerprint.of(a.policy_state_dict(), agent.cfg.env.branches)
+    expect = Fingerprint.of(a.policy.state_dict(), agent.cfg.env.branches)
     with pytest.raises(CheckpointError, match="weights-only export .* cannot resume training"):
         load_checkpoint(light, expect=expect, training=True)
     # For acting it loads, the target network starting as the online one.
-    a.load_policy_state_dict(load_checkpoint(light, expect=expect).policy)
-    online, target = a.net.state_dict(), a.learner.target.state_dict()
+    a.load_state_dict({"policy": load_checkpoint(light, expect=expect).policy}, Restore.POLICY)
+    online, target = a.policy.net.state_dict(), a.learner.target.state_dict()
     assert all(torch.equal(online[k], target[k]) for k in online)
     with pytest.raises(CheckpointError, match="not a trained agent's checkpoint"):
         api.export_weights(_plain_checkpoint(tmp_path), tmp_path / "nothing")

@@ -22,7 +22,7 @@ objects instead of writing files. A session goes::
 :func:`build_features` runs the leak guard on the files (as every command does) and returns a
 :class:`Dataset`: the feature cache (``data.cache``) with the guard's verdict on it. :func:`train`
 takes only such a dataset; the functions that read features (:func:`make_folds`,
-:func:`backtest`, ...) take it or a bare :class:`~foxhunt.features.cache.FeatureCache`
+:func:`backtest`, ...) take it or a bare :class:`~foxhunt.features.cache_file.FeatureCache`
 (:func:`open_features`).
 
 A **policy** is a callable ``policy(states, rows) -> actions``: ``states`` is the ``[N, W]`` float32
@@ -152,7 +152,7 @@ def build_features(
     log: Callable[[str], None] = print,
 ) -> Dataset:
     """The leak guard on ``paths`` under ``cfg`` (its verdict line to ``log``; a leak raises
-    :class:`~foxhunt.validation.leaks.LeakFoundError`), while the feature cache is opened in
+    :class:`~foxhunt.dataset.leaks.LeakFoundError`), while the feature cache is opened in
     ``out_dir`` when a current one is there, built otherwise (``regenerate=False``: refuse instead,
     saying what differs): the :class:`Dataset` that :func:`train` accepts. Rows too few for the folds
     are refused with the bar length that fits, as ``foxhunt features build`` does.

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import AUX_RETURN_BOUND, Agent, Mode
+from foxhunt.agent.actor import AUX_RETURN_BOUND, Mode
+from foxhunt.agent.agent import Agent, Restore, nstep
 from foxhunt.agent.config import (
     ActConfig,
     AgentConfig,
@@ -152,15 +153,15 @@ def test_the_aux_return_fed_to_the_next_state_is_bounded_and_odd() -> None:
     """The next-return prediction re-enters the state; a runaway aux head (output scaled x1e6) must
     reach the slot saturated at +-AUX_RETURN_BOUND with its sign, and a small one nearly unchanged."""
     agent = make_agent()
-    last = agent.net.aux[-1]
+    last = agent.policy.net.aux[-1]
     obs = states(256)
-    raw = agent.net(obs).aux_return
+    raw = agent.policy.net(obs).aux_return
     slot = agent.policy(obs, Mode.GREEDY).aux[:, 0]
     torch.testing.assert_close(slot, AUX_RETURN_BOUND * torch.tanh(raw / AUX_RETURN_BOUND))
     with torch.no_grad():
         last.weight.mul_(1e6)
         last.bias.mul_(1e6)
-    raw = agent.net(obs).aux_return
+    raw = agent.policy.net(obs).aux_return
     slot = agent.policy(obs, Mode.GREEDY).aux[:, 0]
     assert raw.abs().max() > 1e4
     assert slot.abs().max() <= AUX_RETURN_BOUND and torch.equal(torch.sign(slot), torch.sign(raw))
@@ -178,7 +179,7 @@ def test_compiled_exploring_policy_equals_the_eager_one(backend: str) -> None:
 
     x = states(64)
     eager, compiled = make_agent(seed=3), make_agent(seed=3)
-    compiled.compile_policy(backend)
+    compiled.policy.compile(backend)
     for _ in range(3):
         a, b = eager.policy(x, Mode.EXPLORE), compiled.policy(x, Mode.EXPLORE)
         assert torch.equal(a.actions, b.actions)
@@ -187,7 +188,7 @@ def test_compiled_exploring_policy_equals_the_eager_one(backend: str) -> None:
     assert (a.actions != a.actions[0]).any()  # the draws vary: not a constant policy compared
     graphs = counters["stats"]["unique_graphs"]
     again = make_agent(seed=4)
-    again.compile_policy(backend)
+    again.policy.compile(backend)
     again.policy(x, Mode.EXPLORE)
     assert counters["stats"]["unique_graphs"] == graphs  # a new agent's weights: no new graph
 
@@ -200,16 +201,16 @@ def test_greedy_policy_is_deterministic_and_the_argmax_of_mean_c51_and_iqn() -> 
     popart = agent.learner.popart
     popart.mu.fill_(0.3)
     popart.nu.fill_(0.3**2 + 5.0**2)
-    agent.net.v_max.fill_(2.0)
+    agent.policy.net.v_max.fill_(2.0)
     s = states(256)
     first = agent.policy(s, Mode.GREEDY)
     agent.policy(s, Mode.EXPLORE)
     second = agent.policy(s, Mode.GREEDY)
     for field in ("actions", "direction_conviction", "magnitude_conviction", "q_variance", "aux"):
         assert torch.equal(getattr(first, field), getattr(second, field)), field
-    assert agent.net.training  # the policy restores the mode it found
+    assert agent.policy.net.training  # the policy restores the mode it found
 
-    net = agent.net
+    net = agent.policy.net
     net.eval()
     out = net(s)
     net.train()
@@ -255,11 +256,11 @@ def _recording(env: TradingEnv) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
 
 def reference_collect(agent: Agent, env: TradingEnv, obs: Tensor, steps: int) -> dict[str, Tensor]:
     """The eager reference of ``Agent.collect``: one policy call, env step and n-step push at a time."""
-    nstep = agent.nstep(obs.shape[0])
+    acc = nstep(agent.cfg.learn, obs.shape[0], agent.device)
     sums = torch.zeros(5, dtype=torch.float64)
     for _ in range(steps):
         pol = agent.policy(obs, Mode.EXPLORE)
-        agent.signals.ema("q_gap", pol.q_gap)
+        agent.policy.signals.ema("q_gap", pol.q_gap)
         nxt, res = pol.step(env)
         aux_t = env.market.aux_targets
         rows = env.state.row - res.written.to(torch.int64)
@@ -268,14 +269,14 @@ def reference_collect(agent: Agent, env: TradingEnv, obs: Tensor, steps: int) ->
         acted[:, 0] = torch.where(res.written, res.realised_direction, acted[:, 0])
         acted[:, 1] = torch.where(res.written, res.realised_magnitude, acted[:, 1])
         done = env.state.done | ~res.written
-        out = nstep.push(obs, acted, res.reward.float(), done, nxt, aux, valid=res.written)
+        out = acc.push(obs, acted, res.reward.float(), done, nxt, aux, valid=res.written)
         if out is not None:
             agent.replay.add(out)
         r, comp = res.reward.double(), res.components.abs().double()
         live = res.written.double().sum()
         sums += torch.stack([r.sum(), (r * r).sum(), live, comp[:, 1:].sum(), comp.sum()])
         obs = nxt
-    tail = nstep.flush()
+    tail = acc.flush()
     if tail is not None:
         agent.replay.add(tail)
     mean = sums[0] / sums[2].clamp(min=1)
@@ -302,9 +303,9 @@ def collect_pair(
         else:
             assert torch.equal(buf.nan_to_num(-7.0), ref.replay.storage[k].nan_to_num(-7.0)), k
     assert torch.equal(fast.replay.priorities.leaves, ref.replay.priorities.leaves)
-    for a, b in zip(fast.counts, ref.counts, strict=True):
+    for a, b in zip(fast.policy.counts, ref.policy.counts, strict=True):
         assert torch.equal(a, b)
-    assert torch.equal(fast.signals["q_gap"], ref.signals["q_gap"])
+    assert torch.equal(fast.policy.signals["q_gap"], ref.policy.signals["q_gap"])
     for k, v in want.items():
         torch.testing.assert_close(got[k], v.to(got[k].dtype))
     return fast, log, obs0, got
@@ -498,7 +499,7 @@ def test_decision_boost_draws_free_states_more_often(boost: float) -> None:
 
 
 def _params_equal(a: Agent, b: Agent) -> bool:
-    sa, sb = a.net.state_dict(), b.net.state_dict()
+    sa, sb = a.policy.net.state_dict(), b.policy.net.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
@@ -525,8 +526,8 @@ def _trained(seed: int, branches: BranchConfig | None = None) -> tuple[Agent, En
     agent = make_agent(ecfg.branches, seed=seed, explore={"epsilon": 0.3}, learn={"lr": 1e-3}, capacity=256)
     agent.collect(mkt, ecfg, torch.arange(8) * 3, 8)
     agent.learn(3, 32)
-    agent.temperature_boost = 1.5
-    agent.scale_lr(2.0)
+    agent.policy.temperature_boost = 1.5
+    agent.adjust(lr=2.0)
     return agent, ecfg
 
 
@@ -536,8 +537,8 @@ def test_state_dict_round_trip_continues_exactly() -> None:
     a, ecfg = _trained(seed=3)
     b = make_agent(ecfg.branches, seed=11, explore={"epsilon": 0.3}, learn={"lr": 1e-3}, capacity=256)
     b.load_state_dict(a.state_dict())
-    assert b.temperature_boost == 1.5 and b.learner.lr_scale == a.learner.lr_scale == 2.0
-    assert all(torch.equal(x, y) for x, y in zip(a.counts, b.counts, strict=True))
+    assert b.policy.temperature_boost == 1.5 and b.learner.lr_scale == a.learner.lr_scale == 2.0
+    assert all(torch.equal(x, y) for x, y in zip(a.policy.counts, b.policy.counts, strict=True))
     assert len(b.replay) == len(a.replay) > 0
     s = states(16)
     assert torch.equal(a.policy(s, Mode.EXPLORE).actions, b.policy(s, Mode.EXPLORE).actions)  # generator
@@ -546,7 +547,7 @@ def test_state_dict_round_trip_continues_exactly() -> None:
         # it: foxhunt.seeding.seed_process), not from the agent's state: the same for both here.
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(5)
-            agent.set_epoch(1)
+            agent.start_epoch(1)
             agent.learn(2, 32)
     assert _params_equal(a, b)
     ta, tb = a.learner.target.state_dict(), b.learner.target.state_dict()
@@ -558,40 +559,46 @@ def test_state_dict_round_trip_continues_exactly() -> None:
 def test_policy_state_is_what_acting_reads_and_load_weights_keeps_the_rest() -> None:
     a, ecfg = _trained(seed=3)
     acting = make_agent(ecfg.branches, seed=11, capacity=16)
-    acting.load_policy_state_dict(a.policy_state_dict())
+    acting.load_state_dict({"policy": a.policy.state_dict()}, Restore.POLICY)
     s = states(16)
     want, got = a.policy(s, Mode.GREEDY), acting.policy(s, Mode.GREEDY)
     assert torch.equal(want.actions, got.actions) and torch.equal(want.q_variance, got.q_variance)
-    t, n = acting.learner.target.state_dict(), acting.net.state_dict()
+    t, n = acting.learner.target.state_dict(), acting.policy.net.state_dict()
     assert all(torch.equal(t[k], n[k]) for k in n)  # the target starts as the online network
 
     # The rewind: weights and optimizer back, replay, signals, counts and generator as they were.
     b, _ = _trained(seed=5)
-    kept = (b.signals.state_dict(), [c.clone() for c in b.counts], b.gen.get_state(), len(b.replay))
-    b.load_weights(a.state_dict())
+    kept = (
+        b.policy.signals.state_dict(),
+        [c.clone() for c in b.policy.counts],
+        b.gen.get_state(),
+        len(b.replay),
+    )
+    b.load_state_dict(a.state_dict(), Restore.WEIGHTS)
     assert _params_equal(a, b)
-    assert all(torch.equal(v, b.signals[k]) for k, v in kept[0].items())
-    assert all(torch.equal(x, y) for x, y in zip(kept[1], b.counts, strict=True))
+    assert all(torch.equal(v, b.policy.signals[k]) for k, v in kept[0].items())
+    assert all(torch.equal(x, y) for x, y in zip(kept[1], b.policy.counts, strict=True))
     assert torch.equal(kept[2], b.gen.get_state()) and kept[3] == len(b.replay)
 
 
 def test_head_parameters_are_the_value_and_advantage_streams() -> None:
     agent = make_agent()
-    heads = agent.head_parameters()
-    named = [p for name, p in agent.net.named_parameters() if name.split(".")[0] in ("value", "advantage")]
+    heads = agent.plateau.head_params
+    params = agent.policy.net.named_parameters()
+    named = [p for name, p in params if name.split(".")[0] in ("value", "advantage")]
     assert len(heads) == len(named) > 0 and all(x is y for x, y in zip(heads, named, strict=True))
-    assert agent.optimizer is agent.learner.opt
+    assert agent.plateau.optimizer is agent.learner.opt
 
 
 def test_expected_q_is_what_the_greedy_policy_takes_the_argmax_of() -> None:
     agent = make_agent(explore=OFF)
     s = states(32)
-    qs = agent.expected_q(s)
+    qs = agent.policy.expected_q(s)
     greedy = agent.policy(s, Mode.GREEDY).actions
     assert len(qs) == len(BRANCHES)
     for i, q in enumerate(qs):
         assert torch.equal(q.argmax(1), greedy[:, i])
-    assert agent.net.training  # evaluated at the noisy layers' means, then back to training mode
+    assert agent.policy.net.training  # evaluated at the noisy layers' means, then back to training mode
 
 
 @pytest.mark.parametrize("branches", BRANCH_SETS)
@@ -607,7 +614,7 @@ def test_entry_margin_trades_only_where_short_or_long_beats_hold_and_flat_by_the
     plain = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0})
     margined = make_agent(branches, explore=OFF, network={"noisy_sigma": 0.0}, act={"entry_margin": m})
     s = states(512)
-    q = plain.expected_q(s)[0]
+    q = plain.policy.expected_q(s)[0]
     stay = q[:, [d for d in (Direction.HOLD, Direction.FLAT) if d < q.shape[1]]].max(1)
     trade = q[:, [Direction.SHORT, Direction.LONG]]
     best_trade = trade.max(1)
@@ -616,7 +623,7 @@ def test_entry_margin_trades_only_where_short_or_long_beats_hold_and_flat_by_the
     mid = positive.shape[0] // 2  # halfway between two advantages: no row sits on the margin
     gap = float(positive[mid - 1 : mid + 1].mean()) / m
     for agent in (plain, margined):
-        agent.signals["q_gap"].fill_(gap)
+        agent.policy.signals["q_gap"].fill_(gap)
     want = torch.where(
         best_trade.values - m * gap > stay.values,
         torch.tensor([Direction.SHORT, Direction.LONG])[best_trade.indices],

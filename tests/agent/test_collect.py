@@ -112,7 +112,7 @@ def test_tf32_exploring_forward_stays_within_its_tolerance_on_cuda() -> None:
     (TF32 really was on inside the block)."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
-    from foxhunt.agent.agent import Mode
+    from foxhunt.agent.actor import Mode
     from foxhunt.agent.collect import tf32_matmuls
     from foxhunt.agent.config import AgentConfig, NetworkConfig
     from foxhunt.domain.actions import BranchConfig
@@ -122,14 +122,14 @@ def test_tf32_exploring_forward_stays_within_its_tolerance_on_cuda() -> None:
     agent = Agent(AgentConfig(network=NetworkConfig(noisy_sigma=0.0)), BranchConfig(), device="cuda", seed=1)
     gen = torch.Generator("cuda").manual_seed(2)
     with torch.no_grad():  # an initialised network's heads start near zero: every action alike
-        for p in agent.net.parameters():
+        for p in agent.policy.net.parameters():
             scale = p.shape[-1] ** -0.5 if p.ndim > 1 else 0.1
             p.copy_(torch.randn(p.shape, device="cuda", generator=gen) * scale)
     obs = torch.randn(4096, STATE_LAYOUT.width, device="cuda", generator=gen)
 
     def q_values() -> list[torch.Tensor]:
         with torch.no_grad():
-            return agent.net.expected_q(agent.net(obs), agent.learner.popart.denormalise)
+            return agent.policy.net.expected_q(agent.policy.net(obs), agent.learner.popart.denormalise)
 
     q32 = q_values()
     with tf32_matmuls():

@@ -56,7 +56,7 @@ def test_graphed_update_equals_eager_update(symmetry: Symmetry) -> None:
         pe, _ = eager.learner.update(b)
         pg, _ = g.update(b)
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
-    for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
+    for pe, pg in zip(eager.policy.net.parameters(), graphed.policy.net.parameters(), strict=True):
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
 
 
@@ -70,11 +70,11 @@ def test_learn_uses_the_graph_on_cuda_and_schedule_reaches_it() -> None:
     assert agent.update_mode is UpdateMode.AUTO
     agent.learn(2, 128)
     assert agent._graph is not None
-    before = [p.detach().clone() for p in agent.net.parameters()]
+    before = [p.detach().clone() for p in agent.policy.net.parameters()]
     for group in agent.learner.opt.param_groups:  # lr 0 through the schedule's tensor: no change
         group["lr"].fill_(0.0)
     agent.learn(2, 128)
-    for p, q in zip(before, agent.net.parameters(), strict=True):
+    for p, q in zip(before, agent.policy.net.parameters(), strict=True):
         torch.testing.assert_close(q, p)
 
 
@@ -95,7 +95,7 @@ def test_compiled_graphed_update_equals_eager_update() -> None:
         pg, sg = g.update(b)
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(sg["loss/total"], se["loss/total"], rtol=1e-4, atol=1e-6)
-    for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
+    for pe, pg in zip(eager.policy.net.parameters(), graphed.policy.net.parameters(), strict=True):
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)
 
 
@@ -120,6 +120,6 @@ def test_graphed_learn_step_equals_eager_learn_steps() -> None:
     moved = eager.replay.priorities.leaves[: len(eager.replay)] != 1.0
     assert int(moved.sum()) > 128  # the steps drew different batches and re-prioritised them
     torch.testing.assert_close(graphed.replay.priorities.leaves, eager.replay.priorities.leaves)
-    torch.testing.assert_close(graphed.signals["q_abs"], eager.signals["q_abs"])
-    for pe, pg in zip(eager.net.parameters(), graphed.net.parameters(), strict=True):
+    torch.testing.assert_close(graphed.policy.signals["q_abs"], eager.policy.signals["q_abs"])
+    for pe, pg in zip(eager.policy.net.parameters(), graphed.policy.net.parameters(), strict=True):
         torch.testing.assert_close(pg, pe, rtol=1e-4, atol=1e-5)

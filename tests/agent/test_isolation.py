@@ -13,7 +13,8 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.actor import Mode
+from foxhunt.agent.agent import Agent
 from foxhunt.agent.config import AgentConfig, ExploreConfig, LossConfig, NetworkConfig, Symmetry
 from foxhunt.agent.network import QNetwork, TrainedHeads
 from foxhunt.config.loader import load_config
@@ -43,7 +44,7 @@ def make_agent(loss: dict[str, float], symmetry: Symmetry = Symmetry.NONE, thomp
     # Non-trivial PopArt statistics (mu 0.3, sigma 5) and support (v_max 2): the heads' units differ.
     agent.learner.popart.mu.fill_(0.3)
     agent.learner.popart.nu.fill_(0.3**2 + 5.0**2)
-    agent.net.v_max.fill_(2.0)
+    agent.policy.net.v_max.fill_(2.0)
     agent.learner.target.v_max.fill_(2.0)
     return agent
 
@@ -68,7 +69,7 @@ def _layers(net: QNetwork, head: str) -> Iterator[nn.Module]:
 def scramble(agent: Agent, head: str, seed: int = 11) -> None:
     """Redraw every parameter of ``head`` (online and target network) at 3x PyTorch's default scale."""
     g = torch.Generator().manual_seed(seed)
-    for net in (agent.net, agent.learner.target):
+    for net in (agent.policy.net, agent.learner.target):
         for layer in _layers(net, head):
             for p in layer.parameters():
                 p.copy_(3.0 * torch.randn(p.shape, generator=g) / p.shape[-1] ** 0.5)
@@ -86,11 +87,11 @@ def readings(agent: Agent, head_off: str) -> dict[str, Tensor]:
         "magnitude conviction": greedy.magnitude_conviction,
         "q variance": greedy.q_variance,
         "aux slots": greedy.aux,
-        **{f"E[Q] {name}": q for name, q in zip(BRANCHES, agent.expected_q(s), strict=True)},
+        **{f"E[Q] {name}": q for name, q in zip(BRANCHES, agent.policy.expected_q(s), strict=True)},
     }
     batch = make_batch(128, seed=5)
     probs, y_iqn, y_mse, reach = agent.learner._target_values(batch)
-    a_star = agent.net.expected_q(agent.net(batch.next_state), agent.learner.popart.denormalise)
+    a_star = agent.policy.net.expected_q(agent.policy.net(batch.next_state), agent.learner.popart.denormalise)
     got |= {f"target argmax {n}": q.argmax(1) for n, q in zip(BRANCHES, a_star, strict=True)}
     got |= {f"MSE target {n}": y for n, y in zip(BRANCHES, y_mse, strict=True)}
     got["support reach"] = reach
@@ -153,7 +154,7 @@ def test_expected_q_is_the_trained_heads_mean_worked_by_hand() -> None:
     """(E_C51 + E_IQN) / 2 with both on, E_C51 alone with IQN off, E_IQN (de-normalised) with C51 off."""
     for loss, want in ((BOTH, "both"), (IQN_OFF, "c51"), (C51_OFF, "iqn")):
         agent = make_agent(loss)
-        net, s = agent.net, states(64)
+        net, s = agent.policy.net, states(64)
         net.eval()
         out = net(s)
         z = 2.0 * torch.linspace(-1.0, 1.0, SMALL["atoms"])
@@ -169,11 +170,11 @@ def test_with_c51_off_the_q_variance_is_the_iqn_quantiles_variance() -> None:
     """The chosen direction's de-normalised quantiles (sigma 5, mu 0.3), their population variance over
     the running |Q| reference squared."""
     agent = make_agent(C51_OFF)
-    agent.signals.set("q_abs", torch.tensor(2.0))
+    agent.policy.signals.set("q_abs", torch.tensor(2.0))
     s = states(64)
     pol = agent.policy(s, Mode.GREEDY)
-    agent.net.eval()
-    q_NAQ = agent.net(s).branches[_DIRECTION].quantiles
+    agent.policy.net.eval()
+    q_NAQ = agent.policy.net(s).branches[_DIRECTION].quantiles
     chosen_NQ = 5.0 * q_NAQ[torch.arange(64), pol.actions[:, _DIRECTION]] + 0.3
     hand = ((chosen_NQ - chosen_NQ.mean(-1, keepdim=True)) ** 2).mean(-1) / 2.0**2
     torch.testing.assert_close(pol.q_variance, hand)

@@ -16,7 +16,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from foxhunt.agent.config import AgentConfig, LearnConfig, LossConfig, NetworkConfig
 from foxhunt.agent.distributional import project_c51
 from foxhunt.agent.learner import Batch, Learner
-from foxhunt.agent.network import QNetwork
+from foxhunt.agent.network import QNetwork, q_parameters
 from foxhunt.agent.signals import Signals
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig, Direction
 from foxhunt.features.layout import STATE_LAYOUT
@@ -208,7 +208,7 @@ def test_loss_coefficient_zero_removes_its_term(coef: str, on: float, stat: str)
         stats = update(learner, make_batch(64, seed=6))
         total = sum(float(stats[k]) for k in LOSS_PARTS) + cfg.loss.aux * float(stats["loss/aux"])
         assert float(stats["loss/total"]) == pytest.approx(total, rel=1e-6, abs=1e-7)
-        runs[value] = (stats, flat(learner.net.q_parameters()))
+        runs[value] = (stats, flat(q_parameters(learner.net)))
     assert float(runs[0.0][0][stat]) == 0.0
     assert float(runs[on][0][stat]) != 0.0
     assert not torch.equal(runs[0.0][1], runs[on][1]), f"{coef}={on} did not change the update"

@@ -11,7 +11,17 @@ from torch import Tensor, nn
 
 from foxhunt.agent.config import AgentConfig, NetworkConfig
 from foxhunt.agent.distributional import support
-from foxhunt.agent.network import BranchOut, NetOut, NoisyLinear, QNetwork, input_mask, reset_noise
+from foxhunt.agent.network import (
+    BranchOut,
+    NetOut,
+    NoisyLinear,
+    QNetwork,
+    aux_parameters,
+    input_mask,
+    popart_layers,
+    q_parameters,
+    reset_noise,
+)
 from foxhunt.agent.support import growth_factor
 from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_MIRROR
@@ -173,7 +183,7 @@ def test_perturbing_each_parameter_changes_the_output(noisy_sigma: float) -> Non
 def test_q_and_aux_parameters_split_the_network() -> None:
     """Disjoint, covering, and the aux trunk shares nothing with the Q trunk in either direction."""
     net = make_net()
-    q, aux = net.q_parameters(), net.aux_parameters()
+    q, aux = q_parameters(net), aux_parameters(net)
     assert {id(p) for p in q}.isdisjoint(id(p) for p in aux)
     assert len(q) + len(aux) == len(list(net.parameters()))
     out = net(states())
@@ -202,7 +212,7 @@ def test_param_count_at_production_defaults() -> None:
     slots = sum(g.width for g in STATE_LAYOUT.groups)
     by_layout = slots * n.hidden + width * (n.selection_hidden + n.experts + n.aux_hidden)
     assert net.param_count() == sum(p.numel() for p in net.parameters()) == 1_326_277 + by_layout
-    assert sum(p.numel() for p in net.aux_parameters()) == 4_614 + width * n.aux_hidden
+    assert sum(p.numel() for p in aux_parameters(net)) == 4_614 + width * n.aux_hidden
 
 
 # -- NoisyNet ---------------------------------------------------------------------------------------
@@ -411,7 +421,7 @@ def test_expected_q_averages_c51_and_denormalised_iqn() -> None:
 def test_popart_layers_rescale_iqn_and_mse_exactly() -> None:
     """W, b <- s·W, s·b + c on every returned layer maps IQN and MSE outputs to s·y + c, C51 untouched."""
     net = make_net(noisy_sigma=0.5).eval()
-    layers = net.popart_layers()
+    layers = popart_layers(net)
     assert len(layers) == 2 * (1 + len(BRANCHES))
     assert all(type(m) is nn.Linear for m in layers)
     s = states()

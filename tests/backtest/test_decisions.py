@@ -65,7 +65,7 @@ def test_recorded_decisions_equal_the_eager_log_byte_for_byte(which: str, tmp_pa
     rows = 120
     mkt, ecfg = rising_market(rows), env_config(episode_rows=16)
     if which == "agent":
-        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).greedy_policy()
+        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).policy.greedy()
     else:
         policy = scripted(ScriptedPolicy.LONG, ecfg)
     log = _EagerLog(_ts_of)
@@ -112,9 +112,9 @@ class _RandomCheckpoint:
         agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, seed=0, replay_capacity=16)
         gen = torch.Generator().manual_seed(0)
         with torch.no_grad():
-            for p in agent.net.parameters():
+            for p in agent.policy.net.parameters():
                 p.add_(0.3 * torch.randn(p.shape, generator=gen).to(p.device))
-        return agent.greedy_policy()
+        return agent.policy.greedy()
 
 
 def test_backtest_checkpoint_takes_the_fused_path_and_writes_the_eager_log(
@@ -163,7 +163,7 @@ def test_graphed_decisions_equal_the_eager_log_on_cuda(tmp_path: Path) -> None:
     mkt = dataclasses.replace(mkt, **{k: v.cuda() for k, v in on_cuda.items() if isinstance(v, Tensor)})
     ecfg = env_config(episode_rows=16)
     agent = make_agent(ecfg.branches, network={"noisy_sigma": 0.5})
-    policy = Agent(agent.cfg, ecfg.branches, device="cuda", replay_capacity=64).greedy_policy()
+    policy = Agent(agent.cfg, ecfg.branches, device="cuda", replay_capacity=64).policy.greedy()
     log = _EagerLog(_ts_of)
     evaluate(mkt, ecfg, 10, rows, log.wrap(policy))
     want = write_decisions_csv(tmp_path / "eager.csv", log.rows, ecfg.branches)

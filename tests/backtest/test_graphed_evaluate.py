@@ -51,7 +51,7 @@ def test_fused_validation_step_equals_the_eager_loop_on_cpu(which: str) -> None:
     rows = 120
     mkt, ecfg = rising_market(rows), env_config(episode_rows=16)
     if which == "agent":
-        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).greedy_policy()
+        policy = make_agent(ecfg.branches, network={"noisy_sigma": 0.5}).policy.greedy()
     elif which == "long":
         policy = CapturablePolicy(scripted(ScriptedPolicy.LONG, ecfg))
     else:
@@ -74,14 +74,14 @@ def test_graphed_validation_equals_eager_and_follows_weight_updates() -> None:
     mkt = dataclasses.replace(mkt, **{f.name: _cuda(getattr(mkt, f.name)) for f in dataclasses.fields(mkt)})
     ecfg = env_config(episode_rows=16)
     agent = Agent(make_agent(ecfg.branches).cfg, ecfg.branches, device="cuda", replay_capacity=64)
-    policy = agent.greedy_policy()
+    policy = agent.policy.greedy()
     got = evaluate(mkt, ecfg, 10, rows, policy)  # captured (CUDA, a capturable policy)
     assert policy.graphs, "the evaluation was not captured"
     want = evaluate(mkt, ecfg, 10, rows, policy, graph=False)
     assert bool(want.written.any()) and int(want.trade_closed.sum()) > 0  # trades happen
     _assert_records_match(got, want)
     with torch.no_grad():  # new weights, changed in place as the learner changes them
-        for p in agent.net.parameters():
+        for p in agent.policy.net.parameters():
             p.add_(0.05 * torch.randn_like(p))
     again = evaluate(mkt, ecfg, 10, rows, policy)
     assert len(policy.graphs) == 1  # the same capture

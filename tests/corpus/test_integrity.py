@@ -55,10 +55,10 @@ def _agent_checkpoint(path: Path, cfg, *, nan: bool = False, **meta: object) -> 
     agent = Agent(cfg.agent, cfg.env.branches, device="cpu", seed=0, replay_capacity=16)
     if nan:
         with torch.no_grad():
-            next(agent.net.parameters()).view(-1)[0] = float("nan")
+            next(agent.policy.net.parameters()).view(-1)[0] = float("nan")
     return save_checkpoint(
         path,
-        policy=agent.policy_state_dict(),
+        policy=agent.policy.state_dict(),
         branches=cfg.env.branches,
         meta={"config": cfg.model_dump(mode="json"), "fold": 0, "epoch": 0, **meta},
     )
@@ -172,7 +172,7 @@ def _ckpt_without_fold(f: Files) -> Path:
     agent = Agent(cfg.agent, cfg.env.branches, device="cpu", seed=0, replay_capacity=16)
     return save_checkpoint(
         f.root / "nofold",
-        policy=agent.policy_state_dict(),
+        policy=agent.policy.state_dict(),
         branches=cfg.env.branches,
         meta={"config": cfg.model_dump(mode="json"), "epoch": 0},
     )
@@ -185,7 +185,7 @@ def _ckpt_bad_config(f: Files) -> Path:
     agent = Agent(cfg.agent, cfg.env.branches, device="cpu", seed=0, replay_capacity=16)
     return save_checkpoint(
         f.root / "badcfg",
-        policy=agent.policy_state_dict(),
+        policy=agent.policy.state_dict(),
         branches=cfg.env.branches,
         meta={"config": bad, "fold": 0, "epoch": 0},
     )

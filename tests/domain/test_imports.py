@@ -12,7 +12,7 @@ def test_the_domain_imports_no_stage() -> None:
     code = (
         "import sys\n"
         "import foxhunt.domain.actions, foxhunt.domain.barrier\n"
-        "import foxhunt.domain.exits, foxhunt.domain.instrument\n"
+        "import foxhunt.domain.exits, foxhunt.domain.instrument, foxhunt.domain.sharpe\n"
         "print(' '.join(sorted(m for m in sys.modules if m.startswith('foxhunt.'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -13,7 +13,8 @@ import torch
 from torch import Tensor
 
 from foxhunt import api
-from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.agent.actor import Mode, PolicyOut
+from foxhunt.agent.agent import Agent
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
@@ -127,8 +128,8 @@ def test_a_served_decision_is_the_greedy_policy_and_switches_no_module_mode() ->
     agent = _agent()
     decider = Decider(agent)
     calls: list[bool] = []
-    train = agent.net.train
-    agent.net.train = lambda mode=True: calls.append(mode) or train(mode)  # type: ignore[method-assign]
+    train = agent.policy.net.train
+    agent.policy.net.train = lambda mode=True: calls.append(mode) or train(mode)  # type: ignore[method-assign]
     env = TradingEnv(_rows(_market(), 40), ENV)
     _episode(env, 30)
     got = [decider.decide(env) for _ in range(3)]

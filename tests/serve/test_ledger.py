@@ -13,7 +13,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import Mode
+from foxhunt.agent.actor import Mode
 from foxhunt.backtest.decisions import DecisionRow
 from foxhunt.env.core import TradingEnv
 from foxhunt.serve import ledger

@@ -107,7 +107,7 @@ def test_each_fold_records_where_the_committees_entries_paid(
         fd = data[k]
         market = market_tensors(tiny_cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
         files = fold[COMMITTEE_KEY]["files"]
-        values = MeanValues([CheckpointPolicy(sequential / f, cfg).agent("cpu") for f in files])
+        values = MeanValues([CheckpointPolicy(sequential / f, cfg).agent("cpu").policy for f in files])
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         horizon = cfg.env.plan.barrier.horizon
         want = advantage_calibration(values, market, cfg.env, np.arange(lo, hi), horizon)

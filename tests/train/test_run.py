@@ -26,7 +26,8 @@ import torch
 from safetensors.torch import load_file
 
 import foxhunt.train.run as run_mod
-from foxhunt.agent.agent import Agent, Mode
+from foxhunt.agent.actor import Mode
+from foxhunt.agent.agent import Agent, Restore
 from foxhunt.agent.learner import cosine_lr
 from foxhunt.agent.network import input_mask
 from foxhunt.backtest.evaluate import ScriptedPolicy, scripted
@@ -318,7 +319,7 @@ def frozen(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Fro
         row = ep["row"]
         row.update({k: FROZEN_Q for k in row if k.startswith("q/") and k.count("/") == 2})
         ep["select"]["sharpe_annual"] = row["sharpe/select"] = 1.0 if self.epoch == BEST_EPOCH else 0.0
-        validated[self.epoch] = {k: v.clone() for k, v in self.agent.net.state_dict().items()}
+        validated[self.epoch] = {k: v.clone() for k, v in self.agent.policy.net.state_dict().items()}
         return ep
 
     with pytest.MonkeyPatch.context() as mp:
@@ -465,7 +466,7 @@ def test_each_fold_records_where_its_reported_policy_entries_paid(cache: Feature
     for k, fold in enumerate(folds):
         fd = data[k]
         market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window)
-        agent = CheckpointPolicy(run_a / fold["checkpoint_file"], cfg).agent("cpu")
+        agent = CheckpointPolicy(run_a / fold["checkpoint_file"], cfg).agent("cpu").policy
         horizon = cfg.env.plan.barrier.horizon
         lo, hi = fd.fold.validation_start, fd.fold.validation_end
         want = {
@@ -480,7 +481,7 @@ def test_each_fold_records_where_its_reported_policy_entries_paid(cache: Feature
 
 
 def _expect(agent: Agent, cfg: FoxhuntConfig) -> Fingerprint:
-    return Fingerprint.of(agent.policy_state_dict(), cfg.env.branches)
+    return Fingerprint.of(agent.policy.state_dict(), cfg.env.branches)
 
 
 def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
@@ -492,8 +493,9 @@ def test_checkpoint_policy_acts_with_the_trained_signals(run_a: Path) -> None:
     acted = CheckpointPolicy(path, cfg).policy("cpu")(states, None)
     trained, cold = (Agent(cfg.agent, cfg.env.branches, seed=0, replay_capacity=16) for _ in range(2))
     policy = load_checkpoint(path, expect=_expect(trained, cfg)).policy
-    trained.load_policy_state_dict(policy)
-    cold.load_policy_state_dict({**policy, "signals": cold.signals.state_dict()})  # cold-start signals
+    trained.load_state_dict({"policy": policy}, Restore.POLICY)
+    cold_policy = {**policy, "signals": cold.policy.signals.state_dict()}  # cold-start signals
+    cold.load_state_dict({"policy": cold_policy}, Restore.POLICY)
     want, cold_out = trained.policy(states, Mode.GREEDY), cold.policy(states, Mode.GREEDY)
     assert torch.equal(acted.actions, want.actions)
     assert torch.equal(acted.direction_conviction, want.direction_conviction)
@@ -505,7 +507,7 @@ def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
     path = run_a / "checkpoints" / "fold0" / "last.safetensors"
     wide = tiny_cfg("agent.network.hidden=24")
     agent = Agent(wide.agent, wide.env.branches, seed=0, replay_capacity=16)
-    before = {k: v.clone() for k, v in agent.net.state_dict().items()}
+    before = {k: v.clone() for k, v in agent.policy.net.state_dict().items()}
     with pytest.raises(CheckpointMismatchError) as err:
         load_checkpoint(path, expect=_expect(agent, wide))
     # e.g. "network.trunk.0.weight: shape [24, 106] here, [16, 106] in the checkpoint"
@@ -513,7 +515,7 @@ def test_checkpoint_refuses_a_network_of_another_width(run_a: Path) -> None:
     shapes = [d for d in err.value.differences if widths.match(d)]
     assert shapes, err.value.differences
     assert shapes[0] in str(err.value)
-    assert all(torch.equal(before[k], v) for k, v in agent.net.state_dict().items())  # nothing loaded
+    assert all(torch.equal(before[k], v) for k, v in agent.policy.net.state_dict().items())  # nothing loaded
     # The same width loads (the round trip of the values is the backtest test above).
     same = tiny_cfg()
     ok = Agent(same.agent, same.env.branches, seed=0, replay_capacity=16)
@@ -558,7 +560,7 @@ def test_the_input_screen_masks_the_network_by_the_folds_own_training_rows(
         features = [STATE_LAYOUT.index(c) for c in columns]
         assert keep <= int(mask[features].sum()) <= 2 * keep < len(features)
         agent = CheckpointPolicy(tmp_path / fold["checkpoint_file"], cfg).agent("cpu")
-        assert torch.equal(agent.net.input_mask, mask)
+        assert torch.equal(agent.policy.net.input_mask, mask)
 
 
 def test_an_input_screen_without_a_whole_forward_window_is_a_clear_error(

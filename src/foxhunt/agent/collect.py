@@ -1,7 +1,12 @@
 """Training collection as one step function, replayed as a CUDA graph on CUDA (docs/design.md §6).
 
+The collector takes the policy, the environment and the replay apart (as TorchRL's
+``SyncDataCollector(env, policy, replay_buffer=...)`` does): ``Collector(policy, env, replay)`` with
+``policy`` any :class:`CollectingPolicy` (``obs -> PolicyOut``; the DQN agent's is
+:class:`~foxhunt.agent.actor.Exploring`), so another learner's policy plugs in here.
+
 Each step of an epoch's collection is :meth:`Collector._step`: the exploring policy on the static
-state buffer (its noise and Boltzmann / Thompson / epsilon draws from the agent's generator), the
+state buffer (its noise and Boltzmann / Thompson / epsilon draws from the policy's generator), the
 aux predictions into the env's aux slots, the env transition with the policy's sizing inputs
 (direction and magnitude conviction, Q-variance) written in place into the env's state
 (:func:`foxhunt.env.graph.advance`, compiled by Inductor where that pays: :class:`StepMode`), and
@@ -14,30 +19,33 @@ pushed step by step and flushed gives) and written into the replay in one ``add`
 
 The captured graph keeps the addresses of everything it reads: the network's parameters and noise
 buffers, the signals, the PopArt statistics and the visit counts are updated in place by the
-learner (and restored in place from checkpoints), so a replay sees their current values; the
-temperature boost (a Python float the plateau response changes) is captured as a constant, so the
-graph is captured again when it changes.
+learner (and restored in place from checkpoints), so a replay sees their current values; what the
+policy holds as Python constants (its :meth:`~CollectingPolicy.capture_key`: the DQN agent's
+temperature boost, which the plateau response changes) is captured with it, so the graph is captured
+again when it changes.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 from contextlib import contextmanager, nullcontext
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from foxhunt.backtest.metrics import sharpe_ratio
+from foxhunt.agent.actor import PolicyOut
+from foxhunt.agent.config import Bootstrap, LearnConfig
+from foxhunt.agent.learner import decision_state
+from foxhunt.agent.replay import VALID, PrioritizedReplay, nstep_windows
 from foxhunt.domain.actions import BRANCHES
+from foxhunt.domain.sharpe import sharpe_ratio
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
 from foxhunt.env.market import AUX_TARGETS
-
-if TYPE_CHECKING:
-    from foxhunt.agent.agent import Agent
+from foxhunt.features.layout import STATE_LAYOUT
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
@@ -50,7 +58,7 @@ def tf32_matmuls() -> Iterator[None]:
     The exploring policy at 16,384 episodes (a 36 GFLOP forward) replayed as a CUDA graph on the H200
     took 3.44 ms in float32 and 2.84 ms in TF32 (bench/kernels.py): the matmuls are a part of it, the
     rest the forward's elementwise chains (which Inductor now fuses: from 1,024 episodes the
-    collector compiles the forward, :meth:`~foxhunt.agent.agent.Agent.compile_policy`; at 16,384
+    collector compiles the forward, :meth:`~foxhunt.agent.actor.Actor.compile`; at 16,384
     episodes 1.83 ms as the eager forward's graph, 1.23 ms compiled, bench/policy_kernels.py). TF32
     rounds the matmul inputs to a 10-bit mantissa: Q-values move by about 1e-3 of their scale
     (tests/agent/test_collect.py bounds them at 1e-2), so greedy choices can flip only on near-ties,
@@ -91,25 +99,58 @@ def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
     return mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH), graph
 
 
-class Collector:
-    """``collect(starts)``: one epoch of ``steps`` steps of ``n`` training episodes into replay.
+class CollectingPolicy(Protocol):
+    """What the collector needs of a policy: the decision for the static state buffer, device-only
+    (no host read: the step is captured), and what a capture of the step must know."""
 
-    Holds its own :class:`TradingEnv` (reset in place each epoch) and staging buffers; build one per
-    (market, batch shape) and reuse it for every epoch (:meth:`Agent.collector` caches it).
+    generator: torch.Generator  # where its draws come from (registered with a captured graph)
+
+    def __call__(self, obs: Tensor) -> PolicyOut: ...
+
+    def mutable(self) -> list[Tensor]:
+        """The tensors a call changes in place (restored after a capture's warm-up steps)."""
+        ...
+
+    def capture_key(self) -> Hashable:
+        """What a captured step holds as constants: another key captures the step again."""
+        ...
+
+    def compile(self) -> None:
+        """Compile the policy's pure part (called where the collector compiles the env step)."""
+        ...
+
+
+class Collector:
+    """``collect(starts)``: one epoch of ``steps`` steps of ``n`` training episodes into ``replay``.
+
+    Acts with ``policy`` on ``env`` (reset in place each epoch) and writes the n-step windows of
+    ``learn`` (``n_step``, ``gamma``, ``bootstrap``) into ``replay``; holds its staging buffers on the
+    replay's device. Build one per (market, batch shape) and reuse it for every epoch
+    (:meth:`Agent.collect` caches it).
     """
 
-    def __init__(self, agent: Agent, env: TradingEnv, n: int, steps: int, mode: StepMode) -> None:
-        from foxhunt.features.layout import STATE_LAYOUT
-
+    def __init__(
+        self,
+        policy: CollectingPolicy,
+        env: TradingEnv,
+        replay: PrioritizedReplay,
+        *,
+        learn: LearnConfig,
+        n: int,
+        steps: int,
+        mode: StepMode = StepMode.AUTO,
+    ) -> None:
         if steps < 1:
             raise ValueError(f"a collection needs at least one step, got {steps}")
-        self.agent, self.env, self.n, self.steps = agent, env, n, steps
-        self.compile, self.graphed = _resolve(mode, agent.device, n)
+        self.policy, self.env, self.replay, self.learn = policy, env, replay, learn
+        self.n, self.steps = n, steps
+        dev = replay.device
+        self.compile, self.graphed = _resolve(mode, dev, n)
         self.advance = compiled_advance() if self.compile else advance
         if self.compile:  # the exploring forward too: at these batches its elementwise kernels bound it
-            agent.compile_policy()
-        self.tf32 = agent.device.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
-        dev, width = agent.device, STATE_LAYOUT.width
+            policy.compile()
+        self.tf32 = dev.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
+        width = STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)
         self.states = torch.zeros(steps + 1, n, width, dtype=torch.float32, device=dev)  # s_0 .. s_T
         self.obs = torch.zeros(n, width, dtype=torch.float32, device=dev)  # the policy's input
@@ -124,7 +165,7 @@ class Collector:
         # reward sum, sum of squares, live steps, |shaping terms|, |all terms|
         self.sums = torch.zeros(5, dtype=f64, device=dev)
         self.graph: torch.cuda.CUDAGraph | None = None
-        self._captured_boost: float | None = None
+        self._captured_key: Hashable | None = None
         self._compiled = False  # the compiled step has run once (compiled without a graph)
         self.compile_seconds = 0.0  # warm-up (compilation) and capture, summed over captures
         reset_in_place(env, torch.zeros(n, dtype=torch.int64, device=dev))
@@ -133,13 +174,10 @@ class Collector:
 
     def _step(self) -> None:
         """One step of every episode: policy, env transition in place, staging (no host read)."""
-        from foxhunt.agent.agent import Mode
-
-        agent, env = self.agent, self.env
+        env = self.env
         state = env._state()
         with tf32_matmuls() if self.tf32 else nullcontext():
-            pol = agent.policy(self.obs, Mode.EXPLORE)
-        agent.signals.ema("q_gap", pol.q_gap)  # acting statistics feed the signals (collection only)
+            pol = self.policy(self.obs)
         assert env.aux is not None
         env.aux.copy_(pol.aux)  # seen in the next state: a one-step lag (PolicyOut.step)
         res, nxt = self.advance(  # no trade ledger: collection reads none of it (StepResult.lean)
@@ -179,18 +217,18 @@ class Collector:
 
     def _mutable(self) -> list[Tensor]:
         """Every tensor a step changes that must survive a warm-up step unchanged."""
-        agent, env = self.agent, self.env
+        env = self.env
         out = env._state().tensors()
         assert env.aux is not None
-        out += [env.aux, self.obs, self.t, self.sums, *agent.counts, agent.signals["q_gap"]]
+        out += [env.aux, self.obs, self.t, self.sums, *self.policy.mutable()]
         return out
 
     def _capture(self) -> None:
         """Warm up (compile, lazy init) on a side stream, undo the warm-up, capture one step."""
         t0 = time.perf_counter()
-        agent = self.agent
+        gen = self.policy.generator
         keep = [x.clone() for x in self._mutable()]
-        gen_state = agent.gen.get_state()
+        gen_state = gen.get_state()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -199,30 +237,32 @@ class Collector:
         torch.cuda.current_stream().wait_stream(side)
         for dst, src in zip(self._mutable(), keep, strict=True):
             dst.copy_(src)
-        agent.gen.set_state(gen_state)
+        gen.set_state(gen_state)
         graph = torch.cuda.CUDAGraph()
-        # The exploring draws come from the agent's own generator: a graph replays its random
+        # The exploring draws come from the policy's own generator: a graph replays its random
         # kernels with the generator's current offset only when the generator is registered.
-        graph.register_generator_state(agent.gen)
+        graph.register_generator_state(gen)
         with torch.cuda.graph(graph):
             self._step()
         torch.cuda.synchronize()
         self.graph = graph
-        self._captured_boost = agent.temperature_boost
+        self._captured_key = self.policy.capture_key()
         self.compile_seconds += time.perf_counter() - t0
 
     # --- one epoch -------------------------------------------------------------------------------
 
     def collect(self, starts: Tensor) -> dict[str, Tensor]:
         """Episodes from rows ``starts`` [n] (each ``episode_rows`` long, as the env config says) for
-        ``steps`` steps into replay; the epoch's statistics."""
-        agent, steps = self.agent, self.steps
+        ``steps`` steps into replay; the epoch's statistics (device tensors: ``train_sharpe``, the
+        per-step Sharpe of the rewards; ``reward_mean``; ``bonus_share``, the shaping terms' share of
+        |reward|)."""
+        steps = self.steps
         obs = reset_in_place(self.env, starts)  # episodes of the env config's episode_rows
         self.obs.copy_(obs)
         self.states[0].copy_(obs)
         self.t.zero_()
         self.sums.zero_()
-        if self.graphed and (self.graph is None or self._captured_boost != agent.temperature_boost):
+        if self.graphed and (self.graph is None or self._captured_key != self.policy.capture_key()):
             self._capture()
         for i in range(steps):
             if self.graph is not None:
@@ -238,20 +278,16 @@ class Collector:
         return self._statistics()
 
     def _write_replay(self) -> None:
-        from foxhunt.agent.agent import _decision_state
-        from foxhunt.agent.config import Bootstrap
-        from foxhunt.agent.replay import VALID, nstep_windows
-
-        learn, T, n = self.agent.cfg.learn, self.steps, self.n
+        learn, T, n = self.learn, self.steps, self.n
         after = self.states[1:]  # s_{t+1}: does a window that reaches it end there?
         if learn.bootstrap is Bootstrap.DECISION:
-            stop = _decision_state(after.reshape(T * n, -1)).view(T, n)
+            stop = decision_state(after.reshape(T * n, -1)).view(T, n)
         else:
             stop = torch.zeros(T, n, dtype=torch.bool, device=self.states.device)
         ret, discount, m = nstep_windows(self.rewards, self.dones, stop, learn.gamma, learn.n_step)
         t = torch.arange(T, device=m.device).unsqueeze(1)
         envs = torch.arange(n, device=m.device)
-        self.agent.replay.add(
+        self.replay.add(
             {
                 "state": self.states[:T].reshape(T * n, -1),
                 "action": self.actions.reshape(T * n, -1),
@@ -264,16 +300,13 @@ class Collector:
         )
 
     def _statistics(self) -> dict[str, Tensor]:
-        signals = self.agent.signals
         reward_sum, sq_sum, live_sum, bonus_abs, total_abs = self.sums.unbind()
         mean = reward_sum / live_sum.clamp(min=1)
         std = (sq_sum / live_sum.clamp(min=1) - mean * mean).clamp(min=0).sqrt()
         sharpe = sharpe_ratio(mean, std, live_sum)  # one pass: std = sqrt(E[r^2] - mean^2)
-        signals.ema("sharpe", sharpe.float())
         share = torch.where(
             total_abs > 0, bonus_abs / total_abs.clamp(min=1e-12), torch.zeros_like(total_abs)
         )
-        signals.ema("bonus_share", share.float())  # the shaping terms' share of |reward|
         return {"train_sharpe": sharpe, "reward_mean": mean, "bonus_share": share}
 
     @property

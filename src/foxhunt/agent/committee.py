@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from foxhunt.agent import explore as ex
-from foxhunt.agent.agent import Agent, PolicyOut
+from foxhunt.agent.actor import Actor, PolicyOut
 
 
 def mean_values(values: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor, ...]:
@@ -39,7 +39,7 @@ def mean_values(values: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor,
 
 
 @torch.no_grad()
-def committee_decision(members: Sequence[Agent], states: torch.Tensor) -> PolicyOut:
+def committee_decision(members: Sequence[Actor], states: torch.Tensor) -> PolicyOut:
     """The committee's greedy decision for ``states`` ``[N, W]`` (module docstring)."""
     if not members:
         raise ValueError("a committee needs at least one agent")

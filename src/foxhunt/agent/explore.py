@@ -8,16 +8,40 @@ Python-float coefficient may pick a path, a tensor one is applied with ``torch.w
 
 Every mechanism's coefficient at 0 removes it: ``eps = 0`` returns the greedy actions, ``temperature =
 0`` is greedy, ``coef = 0`` adds nothing, ``share = 0`` never uses Thompson sampling.
+
+The exploring policy (:class:`~foxhunt.agent.actor.Actor`) runs, per branch, the ordered table
+:data:`METHODS` as :func:`exploration` builds it from the config: each entry one pure step
+``(Draw, Context) -> Draw`` that may shift the branch's E[Q] (the count bonus) or replace its choice
+(Boltzmann, Thompson, epsilon), in table order; a branch with no choice yet takes the greedy one.
+Adding an exploration method is two files: its step and its :data:`METHODS` row here, its
+coefficient as a field of :class:`~foxhunt.agent.config.ExploreConfig`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
+
 import torch
 from torch import Tensor
 
+from foxhunt.agent.config import ExploreConfig
 from foxhunt.agent.distributional import expectation, sample_c51, sample_quantiles
 
-__all__ = ["boltzmann", "count_bonus", "epsilon_greedy", "greedy", "thompson_direction"]
+__all__ = [
+    "METHODS",
+    "Context",
+    "Draw",
+    "Method",
+    "boltzmann",
+    "count_bonus",
+    "epsilon_greedy",
+    "exploration",
+    "greedy",
+    "thompson_direction",
+]
 
 _TINY = 1e-20  # keeps log(u) finite for a uniform draw of exactly 0
 
@@ -119,3 +143,90 @@ def _average(c51: Tensor | None, iqn: Tensor | None) -> Tensor:
     only = c51 if c51 is not None else iqn
     assert only is not None  # thompson_direction checked that one head is given
     return only
+
+
+# --- the exploration table ------------------------------------------------------------------------
+
+
+class Draw(NamedTuple):
+    """One branch's choice in the making: what an exploration step reads and returns."""
+
+    q: Tensor  # [B, A] the E[Q] the choice is made on (after the steps before this one)
+    actions: Tensor | None  # [B] int64 the choice so far; None: none yet (the greedy one of q)
+
+    def chosen(self) -> Tensor:
+        """The choice so far, the greedy one of ``q`` when no step has chosen."""
+        return greedy(self.q) if self.actions is None else self.actions
+
+
+@dataclass(frozen=True)
+class Context:
+    """What an exploration step may read of one branch beside its :class:`Draw` (the same for every
+    step of the branch). The Thompson draws read the heads the loss trains (``network.TrainedHeads``):
+    ``probs`` (C51, on ``z``) and ``quantiles`` (IQN at ``taus``, de-normalised) are built only when a
+    step asks for them, None for an untrained head."""
+
+    counts: Tensor  # [A] the branch's visit counts
+    q_abs: Tensor  # [] the running |Q| reference (the q_abs signal): Boltzmann's scale
+    temperature_boost: float  # the plateau ladder's multiplier of the Boltzmann temperature
+    generator: torch.Generator
+    probs: Callable[[], Tensor | None]  # [B, A, K] the C51 probabilities, or None
+    z: Tensor  # [K] the C51 support
+    quantiles: Callable[[], Tensor | None]  # [B, A, Q] the de-normalised IQN quantiles, or None
+    taus: Tensor  # [Q]
+
+
+Step = Callable[[Draw, Context], Draw]
+
+
+def _count_bonus(d: Draw, c: Context, *, coef: float, cfg: ExploreConfig) -> Draw:
+    return Draw(count_bonus(d.q, c.counts, coef), d.actions)
+
+
+def _boltzmann(d: Draw, c: Context, *, coef: float, cfg: ExploreConfig) -> Draw:
+    scale = c.q_abs.clamp(min=1e-6)  # E[Q] in units of its running |Q|: a temperature without units
+    return Draw(d.q, boltzmann(d.q / scale, coef * c.temperature_boost, cfg.temperature_floor, c.generator))
+
+
+def _thompson(d: Draw, c: Context, *, coef: float, cfg: ExploreConfig) -> Draw:
+    # the share not sampled keeps the choice so far (Boltzmann's, or the greedy one)
+    a = thompson_direction(c.probs(), c.z, c.quantiles(), c.taus, coef, c.generator, fallback_B=d.chosen())
+    return Draw(d.q, a)
+
+
+def _epsilon(d: Draw, c: Context, *, coef: float, cfg: ExploreConfig) -> Draw:
+    return Draw(d.q, epsilon_greedy(d.chosen(), d.q.shape[1], coef, c.generator))
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of :data:`METHODS`: an exploration step, the config field of its coefficient, the
+    branches it acts on (None: every branch) and whether it stays in the table at coefficient 0."""
+
+    name: str
+    step: Callable[..., Draw]  # (Draw, Context, *, coef, cfg) -> Draw
+    coefficient: str  # the ExploreConfig field
+    branches: tuple[str, ...] | None = None
+    always: bool = False
+
+
+METHODS: tuple[Method, ...] = (
+    Method("count_bonus", _count_bonus, "count_bonus"),
+    Method("boltzmann", _boltzmann, "temperature"),
+    Method("thompson", _thompson, "thompson", branches=("direction",)),
+    # In the table at eps = 0 too: its two draws a step are part of every seeded run's random stream
+    # (leaving them out would change every later draw of a run with epsilon off).
+    Method("epsilon", _epsilon, "epsilon", always=True),
+)
+"""The exploration methods in the order the exploring policy applies them to each branch."""
+
+
+def exploration(cfg: ExploreConfig, branch: str) -> tuple[Step, ...]:
+    """The steps of :data:`METHODS` that act on ``branch`` under ``cfg`` (their coefficient above 0, or
+    ``always``), in table order, each bound to its coefficient."""
+    steps = []
+    for m in METHODS:
+        coef = float(getattr(cfg, m.coefficient))
+        if (m.always or coef > 0) and (m.branches is None or branch in m.branches):
+            steps.append(partial(m.step, coef=coef, cfg=cfg))
+    return tuple(steps)

@@ -97,7 +97,7 @@ class GraphedUpdate:
 
 
 class GraphedLearn:
-    """A whole learner step ``step() -> statistics`` (sample, update, priorities: ``Agent.learn_step``)
+    """A whole learner step ``step() -> statistics`` (sample, update, priorities: ``Agent._learn_step``)
     captured for ``batch_size`` rows; ``generators`` are the custom generators it draws from."""
 
     def __init__(

@@ -56,7 +56,7 @@ from foxhunt.agent.loss import (
     total_loss,
     value_terms,
 )
-from foxhunt.agent.network import QNetwork, reset_noise
+from foxhunt.agent.network import QNetwork, aux_parameters, popart_layers, q_parameters, reset_noise
 from foxhunt.agent.popart import PopArt
 from foxhunt.agent.signals import Signals
 from foxhunt.agent.soft_update import SoftUpdate
@@ -88,6 +88,11 @@ class Batch:
 def plan_locked(state_BW: Tensor) -> Tensor:
     """Rows whose plan locks the direction (its ``plan.active`` slot is 1): only Hold acts there [B]."""
     return state_BW[:, _PLAN_ACTIVE] > 0.5
+
+
+def decision_state(state_BW: Tensor) -> Tensor:
+    """States where the direction acts again (no plan lock): where a ``Bootstrap.DECISION`` window ends."""
+    return ~plan_locked(state_BW)
 
 
 def cosine_lr(epoch: int, lr: float, floor_share: float, period: int) -> float:
@@ -137,8 +142,8 @@ class Learner:
         self.support_growth = SupportGrowth(net, self.target)
         self.soft_update = SoftUpdate(net, self.target, cfg.learn.polyak)
         self.taus = torch.tensor(cfg.network.quantiles, dtype=torch.float32, device=self.device)
-        self.q_params = list(net.q_parameters())
-        self.aux_params = list(net.aux_parameters())
+        self.q_params = list(q_parameters(net))
+        self.aux_params = list(aux_parameters(net))
         cuda = self.device.type == "cuda"
         # On CUDA the update is replayed as a graph: capturable Adam with the learning rate as a
         # device tensor, so the schedule can change it between replays without a recapture.
@@ -284,7 +289,7 @@ class Learner:
         reset_noise([self.net, self.target])
         probs, y_iqn, y_mse, reach = self._target_values_fn(batch)
         self.support_growth.step(reach)
-        self.popart.update(torch.cat(y_mse), self.net.popart_layers() + self.target.popart_layers())
+        self.popart.update(torch.cat(y_mse), popart_layers(self.net) + popart_layers(self.target))
         loss, priority, stats = self._losses_fn(batch, probs, y_iqn, y_mse, self.net.support())
         stats.update(self._optimise(loss))
         self.soft_update.step()

@@ -504,7 +504,7 @@ class QNetwork(nn.Module):
         """Per branch [B, A], reward units: the mean of the trained heads' E[Q] (:class:`TrainedHeads`),
         (E_C51 + E_IQN) / 2 with both losses on, E_C51 alone with the IQN weight at 0, E_IQN alone with
         the branch's C51 weight at 0. What every reader takes: the policy, the learner's double-Q argmax,
-        CQL and the Q statistics, ``Agent.expected_q`` (diagnostics, serving).
+        CQL and the Q statistics, ``Actor.expected_q`` (diagnostics, serving).
 
         E_C51 = Σ_k softmax(logits)_k z_k with the current support; E_IQN = the mean of the IQN
         quantiles, de-normalised by ``denorm`` (PopArt's; ``None`` = identity, i.e. PopArt off). The
@@ -527,24 +527,30 @@ class QNetwork(nn.Module):
         """New noise in every NoisyNet layer (no-op when ``noisy_sigma == 0``): :func:`reset_noise`."""
         reset_noise([self], generator)
 
-    def popart_layers(self) -> list[nn.Linear]:
-        """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).
-
-        PopArt rescales each by σ/σ' (weights and biases) and adds (μ - μ')/σ' to each bias. Dueling's
-        mean subtraction cancels the shift added to an advantage stream (A + c - mean(A + c) = A - mean A),
-        so the combined output moves by the shift exactly once, through V, as PopArt requires.
-        """
-        streams = [self.value, *self.advantage]
-        return [layer for s in streams for layer in (s.iqn, s.mse)]
-
-    def aux_parameters(self) -> list[nn.Parameter]:
-        """The auxiliary trunk and heads (clipped separately from the Q network)."""
-        return list(self.aux.parameters())
-
-    def q_parameters(self) -> list[nn.Parameter]:
-        """Every parameter not in :meth:`aux_parameters`."""
-        aux = {id(p) for p in self.aux.parameters()}
-        return [p for p in self.parameters() if id(p) not in aux]
-
     def param_count(self) -> int:
         return sum(p.numel() for p in self.parameters())
+
+
+# -- parameter groups (what the learner clips and PopArt rescales) ---------------------------------
+
+
+def popart_layers(net: QNetwork) -> list[nn.Linear]:
+    """The IQN and MSE output layers (value stream, then each advantage stream in BRANCHES order).
+
+    PopArt rescales each by σ/σ' (weights and biases) and adds (μ - μ')/σ' to each bias. Dueling's
+    mean subtraction cancels the shift added to an advantage stream (A + c - mean(A + c) = A - mean A),
+    so the combined output moves by the shift exactly once, through V, as PopArt requires.
+    """
+    streams = [net.value, *net.advantage]
+    return [layer for s in streams for layer in (s.iqn, s.mse)]
+
+
+def aux_parameters(net: QNetwork) -> list[nn.Parameter]:
+    """The auxiliary trunk and heads (clipped separately from the Q network)."""
+    return list(net.aux.parameters())
+
+
+def q_parameters(net: QNetwork) -> list[nn.Parameter]:
+    """Every parameter not in :func:`aux_parameters`."""
+    aux = {id(p) for p in net.aux.parameters()}
+    return [p for p in net.parameters() if id(p) not in aux]

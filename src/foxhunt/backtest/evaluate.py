@@ -36,9 +36,10 @@ import torch
 from torch import Tensor
 
 from foxhunt.backtest.decisions import DecisionRecord, DecisionRow
-from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail, sharpe_ratio
+from foxhunt.backtest.metrics import UNDEFINED, StepRecord, TradeDetail
 from foxhunt.domain.actions import BRANCHES, Direction, OrderType, Urgency
 from foxhunt.domain.exits import ExitReason, outcome_class
+from foxhunt.domain.sharpe import sharpe_ratio
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import CapturablePolicy

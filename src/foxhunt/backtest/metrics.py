@@ -52,9 +52,9 @@ Metrics (``mean = sum_w(.) / n``; ``B`` = ``bars_per_year``)::
 Undefined win rates are the sentinel :data:`UNDEFINED` (-1; "n/a" in reports, never 0, which would
 read as "always lost"): no closed trade (win_rate), no closed trade of a magnitude
 (win_rate_by_magnitude). Other degenerate cases give 0, never NaN: no written steps, no trades
-(average trade), fewer than two returns or zero variance (:func:`sharpe_ratio`, the one Sharpe
-rule; likewise ``delta`` for Sortino, so a series without a losing bar has Sortino 0), zero
-drawdown (Calmar).
+(average trade), fewer than two returns or zero variance
+(:func:`~foxhunt.domain.sharpe.sharpe_ratio`, the one Sharpe rule; likewise ``delta`` for
+Sortino, so a series without a losing bar has Sortino 0), zero drawdown (Calmar).
 The aggregate pools every written step of every episode (its Sharpe is not the mean of the
 episodes' Sharpes).
 
@@ -73,19 +73,9 @@ from typing import Any, NamedTuple
 import torch
 
 from foxhunt.domain.actions import BranchConfig
+from foxhunt.domain.sharpe import sharpe_ratio
 
 _F64 = torch.float64
-ZERO_SPREAD_REL = 1e-4
-"""A spread ``<= ZERO_SPREAD_REL |mean|`` is zero variance in :func:`sharpe_ratio`.
-
-A constant return series has a standard deviation of 0 only in exact arithmetic: its moments keep
-rounding residue. The two-pass ``sqrt(mean((r - mu)^2))`` here leaves about ``eps |mu|``; the
-one-pass ``sqrt(E[r^2] - mu^2)`` that :func:`~foxhunt.backtest.evaluate.evaluate_many` and the
-agent's collector accumulate leaves about ``sqrt(n eps) |mu|`` (2e-6 |mu| measured over 10^5
-float64 steps, ~5e-5 at the 10^7 steps of a large collection). 1e-4 is above both, and a per-bar
-Sharpe of 10^4 (``10^4 sqrt(B)`` a year) is beyond any return series that is not constant.
-"""
-
 MAX_PLAUSIBLE_SHARPE_ANNUAL = 10.0
 """Default Sharpe ceiling for :func:`implausibility`.
 
@@ -360,26 +350,6 @@ def _div0(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
 def _rate(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     """``num / den`` where ``den > 0``, else :data:`UNDEFINED` (a win rate without trades)."""
     return torch.where(den > 0, _div0(num, den), torch.full_like(num, UNDEFINED))
-
-
-def sharpe_ratio(mean: torch.Tensor, spread: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
-    """Per-bar Sharpe ``mean / spread`` of ``n`` returns, elementwise; 0 where it is undefined.
-
-    The one Sharpe rule of foxhunt (the backtest metrics, :func:`~foxhunt.backtest.evaluate.evaluate_many`
-    and the agent's training signal all call it): the ratio is 0 when
-
-    * ``n < 2``: one return has no dispersion to measure risk by (and none has no mean), and
-    * ``spread <= ZERO_SPREAD_REL |mean|``: zero variance up to rounding (:data:`ZERO_SPREAD_REL`),
-      so a constant series, flat or not, scores 0 rather than +-inf or a rounding-noise 10^8.
-
-    0 rather than NaN keeps every mean over folds and seeds finite; a constant positive series,
-    which is the signature of a leak, is caught by :func:`implausibility`'s drawdown check instead.
-    ``spread`` is the population standard deviation for the Sharpe and the downside deviation
-    for the Sortino ratio. Pure tensor ops (no host read), so it runs on the device and under
-    ``torch.compile``.
-    """
-    ok = (n >= 2) & (spread > ZERO_SPREAD_REL * mean.abs())
-    return torch.where(ok, mean / torch.where(ok, spread, torch.ones_like(spread)), torch.zeros_like(mean))
 
 
 def _risk(ret: torch.Tensor, w: torch.Tensor, n: torch.Tensor, dim: int | None) -> tuple[torch.Tensor, ...]:

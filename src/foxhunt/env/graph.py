@@ -70,7 +70,7 @@ def advance(
 ) -> tuple[StepResult, Tensor]:
     """One transition of ``env`` written back into ``state``'s tensors in place; ``(result, obs)``.
 
-    The sizing inputs come from the policy (:class:`~foxhunt.agent.agent.PolicyOut`); None is
+    The sizing inputs come from the policy (:class:`~foxhunt.agent.actor.PolicyOut`); None is
     neutral (scripted and recorded policies). ``state`` must be ``env.state`` with every tensor in
     its own storage (:func:`own_storage`). ``obs`` is the next state assembled through the layout
     (reading ``env.aux``) when ``observe``, else an empty tensor. Without ``ledger`` the result is

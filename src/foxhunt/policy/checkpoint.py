@@ -6,7 +6,7 @@ A checkpoint named ``P`` is the pair ``P.safetensors`` + ``P.json``:
 * ``P.safetensors`` holds every tensor and, in its header, the whole JSON document. The document
   holds two nested sections, each a tree of tables, lists and numbers whose tensors are placeholders
   naming a tensor of the file (:func:`_encode`): ``policy``, what acting reads
-  (:meth:`foxhunt.agent.agent.Agent.policy_state_dict`: the network, PopArt and the acting
+  (:meth:`foxhunt.agent.actor.Actor.state_dict`: the network, PopArt and the acting
   signals), and ``training``, what a resumed run continues from (the agent's learner, replay, visit
   counts and generator, and the trainer's own state). A loader gets the two trees back as they were
   given, tensors in place; nothing is found by the spelling of a key. The file is written to a
@@ -144,7 +144,7 @@ class Fingerprint:
         layout: Layout = STATE_LAYOUT,
     ) -> Fingerprint:
         """The fingerprint of ``policy`` (entry -> state dict, as
-        :meth:`~foxhunt.agent.agent.Agent.policy_state_dict` gives it) under ``branches``, ``layout``."""
+        :meth:`~foxhunt.agent.actor.Actor.state_dict` gives it) under ``branches``, ``layout``."""
         return cls(
             modules={name: _state_spec(state) for name, state in policy.items()},
             layout=layout.describe(),
@@ -675,7 +675,7 @@ def load_checkpoint(
     section, tensors on ``map_location``.
 
     Raises :class:`CheckpointMismatchError` listing every difference when the stored fingerprint
-    differs from ``expect`` (the loading agent's: ``Fingerprint.of(agent.policy_state_dict(), ...)``),
+    differs from ``expect`` (the loading agent's: ``Fingerprint.of(agent.policy.state_dict(), ...)``),
     :class:`CheckpointError` when ``training`` is asked of a weights-only export, and naming the file
     when it is missing or corrupt. Acting reads only the policy's tensors, never the replay buffer.
     """
@@ -728,7 +728,7 @@ def export_weights(
 
         export_weights("runs/main/train/checkpoints/fold0/best.safetensors", "exports/fold0")
     """
-    from foxhunt.agent.agent import POLICY_ENTRIES
+    from foxhunt.agent.actor import POLICY_ENTRIES
 
     source = checkpoint_files(path)[0]
     doc = _read_document(source)

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import torch
 
-from foxhunt.agent.agent import Agent
+from foxhunt.agent.agent import Agent, Restore
 from foxhunt.agent.committee import committee_decision
 from foxhunt.agent.config import AgentConfig
 from foxhunt.env.config import EnvConfig
@@ -53,14 +53,15 @@ class CheckpointPolicy:
     def agent(self, device: torch.device | str) -> Agent:
         """A fresh agent on ``device`` holding the checkpoint's policy (the acting state only)."""
         agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, replay_capacity=_ACTING_REPLAY)
-        expect = Fingerprint.of(agent.policy_state_dict(), self.cfg.env.branches)
-        agent.load_policy_state_dict(load_checkpoint(self.path, expect=expect, map_location=device).policy)
+        expect = Fingerprint.of(agent.policy.state_dict(), self.cfg.env.branches)
+        policy = load_checkpoint(self.path, expect=expect, map_location=device).policy
+        agent.load_state_dict({"policy": policy}, Restore.POLICY)
         return agent
 
     def policy(self, device: torch.device | str) -> CapturablePolicy:
         """The greedy policy ``(state, env) -> PolicyOut``: capturable, one CUDA graph per window shape
         on CUDA."""
-        return self.agent(device).greedy_policy()
+        return self.agent(device).policy.greedy()
 
 
 class CommitteePolicy:
@@ -112,7 +113,8 @@ class CommitteePolicy:
 def committee_policy(agents: Sequence[Agent]) -> CapturablePolicy:
     """The greedy policy ``(state, env) -> PolicyOut`` of ``agents`` voting as a committee
     (:func:`~foxhunt.agent.committee.committee_decision`), capturable."""
-    return CapturablePolicy(lambda obs, env: committee_decision(agents, obs))
+    actors = [a.policy for a in agents]
+    return CapturablePolicy(lambda obs, env: committee_decision(actors, obs))
 
 
 MARKET_SECTIONS = ("data", "instrument", "synth", "features", "labels", "folds", "env")

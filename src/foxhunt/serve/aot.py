@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.agent.actor import Mode, PolicyOut
+from foxhunt.agent.agent import Agent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.costs import Quote
@@ -316,14 +317,15 @@ class _Greedy(torch.nn.Module):
     def __init__(self, members: Sequence[Agent]) -> None:
         super().__init__()
         self.members = list(members)
-        self.nets = torch.nn.ModuleList(m.net for m in members)  # weights; the rest lifted as constants
-        self.popart = torch.nn.ModuleList(m.learner.popart for m in members)
+        # the weights; the rest lifted as constants
+        self.nets = torch.nn.ModuleList(m.policy.net for m in members)
+        self.popart = torch.nn.ModuleList(m.policy.popart for m in members)
 
     def forward(self, obs: Tensor) -> tuple[Tensor, ...]:
         if len(self.members) == 1:
             out = self.members[0].policy(obs, Mode.GREEDY)
         else:
-            out = committee_decision(self.members, obs)
+            out = committee_decision([m.policy for m in self.members], obs)
         return tuple(getattr(out, f) for f in _POLICY_FIELDS)
 
 
@@ -332,17 +334,17 @@ class AotPolicy:
 
     def __init__(self, members: Sequence[Agent], obs: Tensor, cache: Path | None = None) -> None:
         buf = io.BytesIO()
-        torch.save([m.policy_state_dict() for m in members], buf)
+        torch.save([m.policy.state_dict() for m in members], buf)
         key = _digest(
             "policy",
             torch.__version__,
             POLICY_INDUCTOR,
             [m.cfg.model_dump_json() for m in members],
-            [repr(m.sizes) for m in members],
+            [repr(m.policy.sizes) for m in members],
             buf.getvalue(),
             _signature(obs),
             tuple(obs.shape),
-            [m.entry_penalty for m in members],
+            [m.policy.entry_penalty for m in members],
         )
         self.path = (cache or cache_dir()) / f"policy-{key}.pt2"
         self.compile_seconds = 0.0

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from foxhunt.agent.agent import PolicyOut
+from foxhunt.agent.actor import PolicyOut
 from foxhunt.backtest.decisions import DecisionRow, step_rows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.core import TradingEnv

@@ -58,7 +58,7 @@ decides with :func:`~foxhunt.agent.committee.committee_decision`, the backtest's
 inputs and aux predictions averaged over them; one member is that agent's greedy policy.
 
 Compiled or not, the network is put in eval mode once (the greedy policy then skips its two passes
-over the modules per call, ``agent._eval_mode``) and the observation the step returns is the one the
+over the modules per call, ``agent.actor._eval_mode``) and the observation the step returns is the one the
 decision reads, not assembled a second time (both exact; ~1 ms a close eagerly).
 """
 
@@ -73,7 +73,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from foxhunt.agent.agent import Agent, Mode, PolicyOut
+from foxhunt.agent.actor import Mode, PolicyOut
+from foxhunt.agent.agent import Agent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
@@ -143,7 +144,7 @@ class Decider:
         if not members:
             raise ValueError("a Decider needs at least one agent")
         for member in members:
-            member.net.eval()  # a served network never trains: the greedy policy's mode switch is a no-op
+            member.policy.net.eval()  # a served network never trains: the greedy mode switch is a no-op
         self.path = path
         self.members = members
         self.compile = path is not DecidePath.EAGER
@@ -154,7 +155,8 @@ class Decider:
         if len(members) == 1:
             greedy = lambda obs: members[0].policy(obs, Mode.GREEDY)  # noqa: E731
         else:  # a committee: the argmax of the members' mean E[Q], as the backtest's CommitteePolicy
-            greedy = lambda obs: committee_decision(members, obs)  # noqa: E731
+            actors = [m.policy for m in members]
+            greedy = lambda obs: committee_decision(actors, obs)  # noqa: E731
         # Its own code object: Dynamo keeps compiled graphs per code object, and with the module guards
         # dropped another Decider's agent (another network) must not find this one's graphs.
         self._greedy = torch.compile(_own_code(greedy), options=POLICY_OPTIONS) if compile else greedy

@@ -10,7 +10,9 @@ averages that noise away: over four blocks of 8-11 fresh smoke seeds the blocks'
 the committee the run's own result, so ``foxhunt run``, ``seeds``, ``backtest`` and the report all
 read it.
 
-How a run with K members trains (:func:`train_members`, called by :func:`foxhunt.train.run.train`):
+How a run with K members trains (:class:`MemberRuns`, driven by :func:`foxhunt.train.run.train`, which
+hands it the one-member training :func:`foxhunt.train.run.train_member`: this module imports no
+training loop, so the run and its members form no import circle):
 
 - **member 0** is the run itself: its seed, its folder, its progress, hooks and resume, exactly the
   run that ``train.members = 1`` makes (tested: its checkpoints are the same bytes);
@@ -20,7 +22,7 @@ How a run with K members trains (:func:`train_members`, called by :func:`foxhunt
   processes while member 0 trains in this one (spawned, not forked: a fork of a process that started
   torch's threads can deadlock), on the run's device;
 - **each fold's result** is then the committee of the members' reported checkpoints of that fold,
-  judged over the fold's whole validation period by training's own :func:`~foxhunt.train.run.validate`
+  judged over the fold's whole validation period by training's own :func:`~foxhunt.train.evaluation.validate`
   (as ``foxhunt backtest --checkpoint A --checkpoint B ...`` judges them: tested equal). Member 0's
   history, diagnostics and baselines stay; its own numbers and every member's move to
   ``committee.member_results``. Nothing is picked on validation: every member votes.
@@ -67,25 +69,27 @@ def member_folder(run_dir: Path, member: int) -> Path:
     return run_dir if member == 0 else run_dir / MEMBERS_DIR / f"m{member}"
 
 
-def train_member(cfg: FoxhuntConfig, out: Path, cache_path: Path, planted: str | None, resume: bool) -> int:
-    """Train one member (``cfg`` from :func:`member_config`) into its folder; a module-level function of
-    picklable arguments, so a spawned process can run it. Returns the member's fold count."""
-    from foxhunt.dataset.cache import load_cache
-    from foxhunt.train.run import RECORDED_CONFIG, train
-
-    cache = load_cache(cache_path, cfg)
-    resume = resume and (out / RECORDED_CONFIG).is_file()  # a member that never started starts now
-    folds = train(cache, cfg, out, resume=resume, overwrite=not resume, log=lambda _: None, planted=planted)
-    return len(folds)
+TrainMember = Callable[[FoxhuntConfig, Path, Path, str | None, bool], int]
+"""``(member config, its folder, the cache path, planted, resume) -> its fold count``: a module-level
+function (a spawned process runs it), :func:`foxhunt.train.run.train_member`."""
 
 
 class MemberRuns:
-    """Members 1 .. K-1 of a run. :meth:`start` launches the ones that train beside member 0 (in spawned
-    processes); :meth:`finish` trains the rest here, one after the other, and waits for them all."""
+    """Members 1 .. K-1 of a run, each trained by ``train``. :meth:`start` launches the ones that train
+    beside member 0 (in spawned processes); :meth:`finish` trains the rest here, one after the other,
+    and waits for them all."""
 
     def __init__(
-        self, cfg: FoxhuntConfig, run_dir: Path, cache_path: Path, planted: str | None, *, resume: bool
+        self,
+        cfg: FoxhuntConfig,
+        run_dir: Path,
+        cache_path: Path,
+        planted: str | None,
+        *,
+        resume: bool,
+        train: TrainMember,
     ) -> None:
+        self.train = train
         k = cfg.train.members
         self.jobs = [
             (member_config(cfg, m), member_folder(run_dir, m), Path(cache_path).absolute(), planted, resume)
@@ -107,12 +111,12 @@ class MemberRuns:
             return
         ctx = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=self.spawned, mp_context=ctx)
-        self._futures = [self._pool.submit(train_member, *job) for job in self.jobs[: self.spawned]]
+        self._futures = [self._pool.submit(self.train, *job) for job in self.jobs[: self.spawned]]
 
     def finish(self) -> None:
         try:
             for job in self.jobs[self.spawned :]:
-                train_member(*job)
+                self.train(*job)
             for f in self._futures:
                 f.result()  # a member's error is the run's
         finally:
@@ -137,16 +141,16 @@ class MemberRuns:
 
 
 class MeanValues:
-    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.agent.Agent.expected_q` gives one
-    agent's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
+    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.actor.Actor.expected_q` gives one
+    policy's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
 
-    def __init__(self, agents: list) -> None:
-        self.agents = agents
+    def __init__(self, actors: list) -> None:
+        self.actors = actors
 
     def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from foxhunt.agent.committee import mean_values
 
-        return mean_values([agent.expected_q(states) for agent in self.agents])
+        return mean_values([actor.expected_q(states) for actor in self.actors])
 
 
 class Judged(NamedTuple):
@@ -166,14 +170,14 @@ def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, d
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
     from foxhunt.policy.trained import CommitteePolicy, committee_policy
-    from foxhunt.train.run import validate
+    from foxhunt.train.evaluation import validate
 
     committee = CommitteePolicy(files, cfg)
     fd = folds[committee.fold]
     market = market_tensors(cache, fd, vol_window=cfg.env.plan.barrier.vol_window, device=device)
     agents = [m.agent(device) for m in committee.members]
     metrics, rec = validate(market, fd, cfg, committee_policy(agents), bars_per_year(cache))
-    return Judged(metrics, rec, fd, market, MeanValues(agents))
+    return Judged(metrics, rec, fd, market, MeanValues([a.policy for a in agents]))
 
 
 def committee_folds(
@@ -195,7 +199,7 @@ def committee_folds(
     from foxhunt.report.schema import CALIBRATION_KEY
     from foxhunt.report.series import equity_series
     from foxhunt.train.diagnostics import fold_calibration
-    from foxhunt.train.run import action_shares, validation_net
+    from foxhunt.train.evaluation import action_shares, validation_net
     from foxhunt.validation.folds import make_folds
 
     reports = [own] + [json.loads((m / "folds.json").read_text()) for m in members]

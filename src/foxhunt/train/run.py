@@ -46,18 +46,17 @@ import numpy as np
 import torch
 
 from foxhunt import seeding
-from foxhunt.agent.agent import Agent
+from foxhunt.agent.agent import Agent, Restore
 from foxhunt.agent.network import input_mask
 from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
 from foxhunt.backtest.capture import RULE, fold_capture
-from foxhunt.backtest.evaluate import evaluate, windows
-from foxhunt.backtest.metrics import StepRecord
 from foxhunt.backtest.reference import baseline_env, fold_policies
-from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
+from foxhunt.backtest.run import bars_per_year
 from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.console import SILENT, Reporter, Task, epoch_line, reporter_or_lines
+from foxhunt.dataset.cache import load_cache
 from foxhunt.domain.actions import ActionCodec
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import OUT, RESUME, SAME_CONFIG, FoxhuntError, setting
@@ -75,7 +74,7 @@ from foxhunt.policy.checkpoint import (
 )
 from foxhunt.policy.trained import CheckpointPolicy
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
-from foxhunt.report.series import equity_series, net_by_row
+from foxhunt.report.series import equity_series
 from foxhunt.seeding import Stream
 from foxhunt.train.diagnostics import (
     ACTIVE_FRAC,
@@ -96,6 +95,7 @@ from foxhunt.train.diagnostics import (
     gap_correlation,
     gap_rows,
 )
+from foxhunt.train.evaluation import action_shares, evaluate_selection, validate, validation_net
 from foxhunt.train.guard import AnomalyGuard, GuardResult
 from foxhunt.train.members import COMMITTEE_KEY, MEMBERS_DIR, MemberRuns, committee_folds
 from foxhunt.train.memory_budget import activation_bytes_per_sample, size_run
@@ -103,7 +103,7 @@ from foxhunt.train.plateau import PlateauDetector, PlateauResponder, Response
 from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary
 from foxhunt.validation import screen as screening
 from foxhunt.validation.config import Selection
-from foxhunt.validation.folds import FoldData, FoldPeriods, fold_periods, make_folds
+from foxhunt.validation.folds import FoldData, fold_periods, make_folds
 from foxhunt.validation.screen import Screen
 
 # The run's resolved config, written when it starts: a resume is compared with it, key for key.
@@ -152,53 +152,6 @@ def device_of(want: Device, key: str) -> torch.device:
             key, "cuda was asked for but no CUDA device is visible", f"use {setting(f'{key}=auto')} or cpu"
         )
     return torch.device(want.value)
-
-
-def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any]:
-    # The run's own ceiling (train.anomaly.max_sharpe_annual), which the guard would otherwise never
-    # see: these metrics carry the flag, and the guard trusts a flag that is present.
-    m, reasons = summarise(rec, bpy, cfg.env, cfg.train.anomaly.max_sharpe_annual)
-    return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
-
-
-def validation_net(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray:
-    """Net PnL per validation row in time order, of a record over the whole validation period."""
-    lo, hi = fd.fold.validation_start, fd.fold.validation_end
-    starts, _ = windows(lo, hi, cfg.env.episode_rows)
-    net = ((rec.gross_pnl - rec.costs) * rec.written).cpu().numpy()
-    return net_by_row(net, rec.written.cpu().numpy(), starts.numpy(), lo, hi)
-
-
-def action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict[str, dict[str, float]]]:
-    """``{picked|realised: {branch: {value label: share of written steps}}}`` from
-    :func:`~foxhunt.backtest.metrics.compute_metrics`' distributions (picked: every branch;
-    realised: direction after the plan lock, magnitude after the Kelly cap)."""
-    labels = ActionCodec(cfg.env.branches).value_labels()
-    return {
-        kind: {
-            branch: {name: float(x) for name, x in zip(labels[branch], shares, strict=False)}
-            for branch, shares in metrics[kind].items()
-        }
-        for kind in ("picked", "realised")
-    }
-
-
-def validate(
-    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float
-) -> tuple[dict, StepRecord]:
-    """The policy over the fold's whole validation period, as ``foxhunt backtest`` evaluates a
-    checkpoint: run once a fold, after its epochs, so it never decides which epoch is reported."""
-    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
-    return _summarise(rec, bpy, cfg), rec
-
-
-def evaluate_selection(
-    market: MarketTensors, periods: FoldPeriods, cfg: FoxhuntConfig, policy, bpy: float
-) -> tuple[dict, StepRecord]:
-    """The policy over the fold's selection period (each epoch's greedy backtest: its Sharpe picks
-    ``best.safetensors``); the same evaluator as :func:`validate`, over other rows."""
-    rec = evaluate(market, cfg.env, periods.select_lo, periods.select_hi, policy)
-    return _summarise(rec, bpy, cfg), rec
 
 
 class FoldTrainer:
@@ -269,9 +222,9 @@ class FoldTrainer:
         self.plateau = PlateauDetector.from_config(t.plateau)
         self.responder = PlateauResponder(
             t.plateau,
-            self.agent.optimizer,
-            self.agent.head_parameters(),
-            generator=self.agent.gen,
+            self.agent.plateau.optimizer,
+            self.agent.plateau.head_params,
+            generator=self.agent.plateau.generator,
             rewind=self.rewind,
             temperature=cfg.agent.explore.temperature,  # 0 (Boltzmann off): the boost rung is skipped
         )
@@ -285,7 +238,7 @@ class FoldTrainer:
         """The checkpoint of this fold's policy as it stands (what acting and the report read; the
         trainer's other state is JSON, in the meta)."""
         return CheckpointContents(
-            policy=self.agent.policy_state_dict(), branches=self.cfg.env.branches, meta=self.meta(metrics)
+            policy=self.agent.policy.state_dict(), branches=self.cfg.env.branches, meta=self.meta(metrics)
         )
 
     def contents(self, metrics: dict[str, Any]) -> CheckpointContents:
@@ -293,7 +246,7 @@ class FoldTrainer:
         random streams."""
         contents = self.policy_contents(metrics)
         contents.training = {
-            "agent": self.agent.training_state_dict(),
+            "agent": self.agent.state_dict()["training"],
             "rng": capture_rng({"starts": self.starts_gen}),
         }
         return contents
@@ -302,7 +255,7 @@ class FoldTrainer:
         """``(the agent's state_dict, the trainer's random streams, meta)`` of what :meth:`contents`
         saved as checkpoint ``path``, checked against this fold's agent (a weights-only export is
         refused: it holds no training section)."""
-        expect = Fingerprint.of(self.agent.policy_state_dict(), self.cfg.env.branches)
+        expect = Fingerprint.of(self.agent.policy.state_dict(), self.cfg.env.branches)
         loaded = load_checkpoint(path, expect=expect, training=True, map_location=self.device)
         assert loaded.training is not None  # training=True: returned, or refused
         agent = {"policy": loaded.policy, "training": loaded.training["agent"]}
@@ -314,7 +267,7 @@ class FoldTrainer:
         if path is None:
             return "nothing (no ring checkpoint yet)"
         agent, _, _ = self._load(path)
-        self.agent.load_weights(agent)
+        self.agent.load_state_dict(agent, Restore.WEIGHTS)
         return str(path)
 
     def meta(self, metrics: dict[str, Any]) -> dict[str, Any]:
@@ -344,7 +297,7 @@ class FoldTrainer:
                 f"resume with the same {SAME_CONFIG}, or start a new run with {OUT}",
             )
         agent, rng, meta = self._load(path)
-        self.agent.load_state_dict(agent)
+        self.agent.load_state_dict(agent, Restore.ALL)
         restore_rng(rng, {"starts": self.starts_gen})
         self.epoch = int(meta["epoch"]) + 1
         self.history = list(meta["history"])
@@ -379,9 +332,7 @@ class FoldTrainer:
                 f"{setting('agent.network.input_screen=0')} (every column read, no screen)",
 
             ) from None
-        mask = input_mask(columns[j] for j in screen.kept)
-        for net in (self.agent.net, self.agent.learner.target):
-            net.input_mask.copy_(mask)
+        self.agent.set_input_mask(input_mask(columns[j] for j in screen.kept))
         kept = ", ".join(f"{c} {ic:+.3f}" for c, ic in screen.summary().items())
         self.log(
             f"fold {self.k + 1}: the input screen keeps {len(screen.kept)} columns "
@@ -403,12 +354,13 @@ class FoldTrainer:
         rows = gap_rows(*diagnostic_rows(self.periods, self.cfg.train))
         col = self.market.feature_columns.index(self.planted)
         signal = self.market.features[rows.to(self.device), col].cpu().numpy()
-        row[QGAP_CORR] = gap_correlation(direction_gap(self.agent, self.market, self.cfg.env, rows), signal)
+        gap = direction_gap(self.agent.policy, self.market, self.cfg.env, rows)
+        row[QGAP_CORR] = gap_correlation(gap, signal)
 
     def run_epoch(self) -> dict[str, Any]:
         t, agent = self.cfg.train, self.agent
         t0 = time.perf_counter()
-        lr = agent.set_epoch(self.epoch)
+        lr = agent.start_epoch(self.epoch)
         stats = EpochStats(self.device)
         n, steps = self.sizes.envs, t.steps_per_epoch
         u = torch.rand(n, generator=self.starts_gen, device=self.device)
@@ -431,7 +383,7 @@ class FoldTrainer:
         stats.add("sharpe/train", collect_stats["train_sharpe"] * math.sqrt(self.bpy))
         stats.add("misc/reward_mean", collect_stats["reward_mean"])
         stats.add("misc/bonus_share", collect_stats["bonus_share"])
-        stats.add("experts/utilisation", agent.signals["expert_utilisation"])
+        stats.add("experts/utilisation", agent.expert_utilisation())
         t2 = time.perf_counter()
         row = stats.read()  # the one host read of the epoch
         row.update({"misc/lr": lr, "time/collect_s": t1 - t0, "time/learn_s": t2 - t1})
@@ -439,7 +391,7 @@ class FoldTrainer:
         row[EPOCH_SECONDS] = time.perf_counter() - t0
         if self.periods.selection is Selection.LAST:
             return {"row": row, "select": None, "rec": None}  # nothing to judge: no backtest this epoch
-        sel, rec = evaluate_selection(self.market, self.periods, self.cfg, agent.greedy_policy(), self.bpy)
+        sel, rec = evaluate_selection(self.market, self.periods, self.cfg, agent.policy.greedy(), self.bpy)
         t3 = time.perf_counter()
         row.update(
             {
@@ -521,7 +473,11 @@ def train(
             old.unlink(missing_ok=True)
     # Members 1 .. K-1 (train.members): their own runs in OUT/members, started before member 0 (this
     # run) trains so they train beside it; each fold then reports the members' committee.
-    members = MemberRuns(cfg, out, cache.path, planted, resume=resume) if cfg.train.members > 1 else None
+    members = (
+        MemberRuns(cfg, out, cache.path, planted, resume=resume, train=train_member)
+        if cfg.train.members > 1
+        else None
+    )
     with training_settings(cfg, device), contextlib.ExitStack() as closing:
         if members is not None:
             closing.enter_context(members)  # an error stops the members still training
@@ -562,6 +518,16 @@ def train(
             results = committee_folds(cache, cfg, out, results, members.folders, device, rep.say)
             write_json(done_path, results, default=float)
     return results
+
+
+def train_member(cfg: FoxhuntConfig, out: Path, cache_path: Path, planted: str | None, resume: bool) -> int:
+    """Train one member (``cfg`` from :func:`~foxhunt.train.members.member_config`) into its folder
+    (:class:`~foxhunt.train.members.MemberRuns` calls it); a module-level function of picklable
+    arguments, so a spawned process can run it. Returns the member's fold count."""
+    cache = load_cache(cache_path, cfg)
+    resume = resume and (out / RECORDED_CONFIG).is_file()  # a member that never started starts now
+    folds = train(cache, cfg, out, resume=resume, overwrite=not resume, log=lambda _: None, planted=planted)
+    return len(folds)
 
 
 @contextlib.contextmanager
@@ -703,9 +669,9 @@ def _train_fold(
             if tr.plateau.update(row) and tr.epoch + 1 < cfg.train.epochs:
                 action = tr.responder.respond()
                 if action.response is Response.TEMPERATURE_BOOST:
-                    tr.agent.temperature_boost *= action.temperature_multiplier
+                    tr.agent.adjust(temperature=action.temperature_multiplier)
                 elif action.response is Response.LR_BUMP:
-                    tr.agent.scale_lr(cfg.train.plateau.lr_bump)  # lasts past set_epoch
+                    tr.agent.adjust(lr=cfg.train.plateau.lr_bump)  # lasts past start_epoch
                 tr.responses.append(f"epoch {tr.epoch}: {action.response.value} ({action.detail})")
                 writer.event(tr.epoch, "plateau", f"{action.response.value}: {action.detail}")
             if best is not None:
@@ -749,7 +715,7 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     equity in time order, the selection period and rule, diagnostics."""
     cfg, k = tr.cfg, tr.k
     # The last epoch's policy (the trainer's weights: no plateau response follows the last epoch).
-    last_val, last_rec = validate(tr.market, tr.fd, cfg, tr.agent.greedy_policy(), tr.bpy)
+    last_val, last_rec = validate(tr.market, tr.fd, cfg, tr.agent.policy.greedy(), tr.bpy)
     last_epoch = tr.epoch - 1
     # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
     # (the same loader, policy and rows), so every number the report shows is that file's.
@@ -758,10 +724,10 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
         val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy)
-        epoch, agent = ckpt.epoch, ckpt.agent(tr.device)
+        epoch, actor = ckpt.epoch, ckpt.agent(tr.device).policy
     else:
         reported, epoch, val, rec = ReportedCheckpoint.LAST, last_epoch, last_val, last_rec
-        agent = tr.agent
+        actor = tr.agent.policy
     base, base_curves = _baselines(tr.market, tr.fd, cfg, tr.bpy)
     metrics = {kk: vv for kk, vv in val.items() if kk != "all"}
     metrics.update(
@@ -781,8 +747,8 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     # Where the reported policy's entries pay: its entry advantage against the plan horizon's move, on
     # the rows it trained on and on the validation rows (diagnostics.fold_calibration).
     horizon = cfg.env.plan.barrier.horizon
-    metrics[CALIBRATION_KEY] = fold_calibration(agent, tr.market, cfg.env, tr.fd.fold, horizon)
-    util = tr.agent.signals["expert_utilisation"].cpu().tolist()
+    metrics[CALIBRATION_KEY] = fold_calibration(actor, tr.market, cfg.env, tr.fd.fold, horizon)
+    util = tr.agent.expert_utilisation().cpu().tolist()
     return FoldResult(
         fold=k,
         metrics=metrics,

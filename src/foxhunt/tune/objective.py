@@ -176,7 +176,7 @@ def rule_on_selection(cache: FeatureCache, cfg: FoxhuntConfig) -> float:
     from foxhunt.backtest.reference import ReferenceRule, rule_folds
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.backtest.settings import BacktestSettings
-    from foxhunt.train.run import evaluate_selection
+    from foxhunt.train.evaluation import evaluate_selection
     from foxhunt.validation.folds import fold_periods
 
     rule = ReferenceRule.for_signal(cfg.synth.signal)
