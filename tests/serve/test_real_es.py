@@ -45,7 +45,7 @@ def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     cfg = api.config("smoke", overrides=OVERRIDES)
     root = tmp_path_factory.mktemp("train")
-    cache = api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache")
+    cache = api.build_features(api.synthetic_market(root / "market", cfg), cfg, root / "cache").cache
     store = CheckpointStore(root / "run", ring=1)
     fold = api.make_folds(cache, cfg)[1]
     trainer = FoldTrainer(cache, fold, cfg, torch.device("cpu"), store, lambda m: None)

@@ -91,7 +91,7 @@ def export(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.Temp
     from foxhunt.train.run import FoldTrainer
 
     root = tmp_path_factory.mktemp("train")
-    cache = api.build_features(market, cfg, root / "cache")
+    cache = api.build_features(market, cfg, root / "cache").cache
     store = CheckpointStore(root / "run", ring=1)
     fold = api.make_folds(cache, cfg)[FOLD]
     trainer = FoldTrainer(cache, fold, cfg, torch.device("cpu"), store, lambda m: None)
@@ -170,7 +170,7 @@ def member(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.Temp
 
     other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 2})})
     root = tmp_path_factory.mktemp("member")
-    cache = api.build_features(market, other, root / "cache")
+    cache = api.build_features(market, other, root / "cache").cache
     store = CheckpointStore(root / "run", ring=1)
     trainer = FoldTrainer(cache, api.make_folds(cache, other)[FOLD], other, torch.device("cpu"), store, print)
     trainer.run_epoch()
