@@ -10,13 +10,6 @@ import foxhunt
 SRC = Path(foxhunt.__file__).resolve().parent
 # Every ``def`` in a class body counts (properties, dunders and private helpers too).
 MAX_METHODS = 15
-# Classes still over the limit while their split is under way on another branch (issue 55 item 5: the
-# Agent split). Empty this list once that split is merged: the test then holds every class to the limit.
-EXEMPT_UNTIL_SPLIT = {
-    "foxhunt.agent.agent.Agent",
-    "foxhunt.agent.network.QNetwork",
-    "foxhunt.policy.checkpoint.CheckpointStore",
-}
 
 
 def method_counts(root: Path = SRC) -> dict[str, int]:
@@ -63,12 +56,6 @@ def test_method_counts_see_every_def_of_a_class_body(tmp_path: Path) -> None:
 def test_no_class_has_more_than_fifteen_methods() -> None:
     counts = method_counts()
     assert "foxhunt.serve.service.Service" in counts  # the walk sees the package
-    over = {name: n for name, n in counts.items() if n > MAX_METHODS and name not in EXEMPT_UNTIL_SPLIT}
+    over = {name: n for name, n in counts.items() if n > MAX_METHODS}
     listed = ", ".join(f"{name} ({n})" for name, n in sorted(over.items(), key=lambda kv: -kv[1]))
     assert not over, f"classes over {MAX_METHODS} methods: {listed}; split them by concept"
-
-
-def test_every_exemption_is_still_needed() -> None:
-    counts = method_counts()
-    stale = sorted(name for name in EXEMPT_UNTIL_SPLIT if counts.get(name, 0) <= MAX_METHODS)
-    assert not stale, f"split or gone, take them out of EXEMPT_UNTIL_SPLIT: {', '.join(stale)}"
