@@ -1,15 +1,33 @@
-"""Architecture rules read from the source (issue 55): no class over ``MAX_METHODS`` methods."""
+"""Architecture rules read from the source (issue 55): no class over ``MAX_METHODS`` methods, no
+import circle among foxhunt's modules. ``tools/architecture.py`` prints where the package stands."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
+
+import grimp
 
 import foxhunt
 
 SRC = Path(foxhunt.__file__).resolve().parent
 # Every ``def`` in a class body counts (properties, dunders and private helpers too).
 MAX_METHODS = 15
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _architecture_tool():
+    """tools/architecture.py as a module: its circle finder is the one the printed measures use."""
+    spec = importlib.util.spec_from_file_location("architecture_tool", REPO / "tools" / "architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+circles = _architecture_tool().circles
 
 
 def method_counts(root: Path = SRC) -> dict[str, int]:
@@ -59,3 +77,29 @@ def test_no_class_has_more_than_fifteen_methods() -> None:
     over = {name: n for name, n in counts.items() if n > MAX_METHODS}
     listed = ", ".join(f"{name} ({n})" for name, n in sorted(over.items(), key=lambda kv: -kv[1]))
     assert not over, f"classes over {MAX_METHODS} methods: {listed}; split them by concept"
+
+
+def _graph(edges: dict[str, list[str]]) -> grimp.ImportGraph:
+    graph = grimp.ImportGraph()
+    for importer, imported in edges.items():
+        graph.add_module(importer)
+        for module in imported:
+            graph.add_import(importer=importer, imported=module)
+    return graph
+
+
+def test_circles_are_the_strongly_connected_components_of_more_than_one_module() -> None:
+    # a -> b -> c -> a is one circle; d <-> e another; f -> a joins none; a self-import is no circle
+    graph = _graph({"a": ["b"], "b": ["c"], "c": ["a", "c"], "d": ["e"], "e": ["d"], "f": ["a"]})
+    assert sorted(circles(graph)) == [["a", "b", "c"], ["d", "e"]]
+    assert circles(_graph({"a": ["b"], "b": ["c"], "c": []})) == []
+
+
+def test_no_import_circle_among_foxhunts_modules() -> None:
+    """Every import grimp sees counts: module level, inside functions, under TYPE_CHECKING. A circle
+    is broken by moving the shared piece to its own module or passing a callable in."""
+    graph = grimp.build_graph("foxhunt", cache_dir=None)
+    assert "foxhunt.serve.service" in graph.modules  # the graph sees the package
+    found = circles(graph)
+    listed = "; ".join(" <-> ".join(loop) for loop in found)
+    assert not found, f"import circles: {listed}"
