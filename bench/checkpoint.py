@@ -39,7 +39,9 @@ import torch
 
 from foxhunt.agent.agent import Agent
 from foxhunt.config.loader import load_config
-from foxhunt.policy.checkpoint import MAX_PENDING, CheckpointContents, CheckpointStore, Writes
+from foxhunt.policy.checkpoint import CheckpointContents
+from foxhunt.policy.store import CheckpointStore
+from foxhunt.policy.writer import MAX_PENDING, Writes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -88,7 +90,7 @@ def _time(agent: Agent, root: Path, writes: Writes, epochs: int, epoch_s: float)
         # as train saves them: best holds the policy alone, the ring entry and last the whole state;
         # each save first waits for all but MAX_PENDING - 1 earlier writes, timed apart here
         wait_s = _waited(store)
-        store.save_best(0, epoch, _contents(agent, epoch, False), metric=float(epoch), verdict=_Clean())
+        store.best.save(0, epoch, _contents(agent, epoch, False), metric=float(epoch), verdict=_Clean())
         wait_s += _waited(store)
         store.save_epoch(0, epoch, _contents(agent, epoch, True))
         blocked.append(time.perf_counter() - t0)
@@ -96,14 +98,14 @@ def _time(agent: Agent, root: Path, writes: Writes, epochs: int, epoch_s: float)
     t0 = time.perf_counter()
     store.close()
     drain = time.perf_counter() - t0
-    size = store.last_path(0).stat().st_size
+    size = store.paths.last(0).stat().st_size
     return {
         "blocked_s": sum(blocked[1:]) / max(len(blocked) - 1, 1),
         "waited_s": sum(waited[1:]) / max(len(waited) - 1, 1),  # of blocked_s: for earlier writes
         "first_s": blocked[0],
         "drain_s": drain,
         "bytes": size,
-        "host_buffers": store.pool.allocations,  # 0 under NOW (no copy)
+        "host_buffers": store.writer.pool.allocations,  # 0 under NOW (no copy)
     }
 
 

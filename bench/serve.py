@@ -122,7 +122,7 @@ class PacedFrom(ReplaySource):
 
 def smoke_export(root: Path) -> Path:
     from foxhunt import api
-    from foxhunt.policy.checkpoint import CheckpointStore
+    from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     cfg = api.config("smoke", overrides=SMOKE)

@@ -272,7 +272,7 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
     """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
     metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
     and a few updates."""
-    from foxhunt.policy.checkpoint import CheckpointStore
+    from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     # The export is compared on a trading policy: the first seed whose briefly trained one trades (at

@@ -1,22 +1,33 @@
-"""Architecture rules read from the source (issue 55): no class over ``MAX_METHODS`` methods."""
+"""Architecture rules read from the source (issue 55): no class over ``MAX_METHODS`` methods, no
+import circle among foxhunt's modules. ``tools/architecture.py`` prints where the package stands."""
 
 from __future__ import annotations
 
 import ast
+import importlib.util
+import sys
 from pathlib import Path
+
+import grimp
 
 import foxhunt
 
 SRC = Path(foxhunt.__file__).resolve().parent
 # Every ``def`` in a class body counts (properties, dunders and private helpers too).
 MAX_METHODS = 15
-# Classes still over the limit while their split is under way on another branch (issue 55 item 5: the
-# Agent split). Empty this list once that split is merged: the test then holds every class to the limit.
-EXEMPT_UNTIL_SPLIT = {
-    "foxhunt.agent.agent.Agent",
-    "foxhunt.agent.network.QNetwork",
-    "foxhunt.policy.checkpoint.CheckpointStore",
-}
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _architecture_tool():
+    """tools/architecture.py as a module: its circle finder is the one the printed measures use."""
+    spec = importlib.util.spec_from_file_location("architecture_tool", REPO / "tools" / "architecture.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+circles = _architecture_tool().circles
 
 
 def method_counts(root: Path = SRC) -> dict[str, int]:
@@ -63,12 +74,32 @@ def test_method_counts_see_every_def_of_a_class_body(tmp_path: Path) -> None:
 def test_no_class_has_more_than_fifteen_methods() -> None:
     counts = method_counts()
     assert "foxhunt.serve.service.Service" in counts  # the walk sees the package
-    over = {name: n for name, n in counts.items() if n > MAX_METHODS and name not in EXEMPT_UNTIL_SPLIT}
+    over = {name: n for name, n in counts.items() if n > MAX_METHODS}
     listed = ", ".join(f"{name} ({n})" for name, n in sorted(over.items(), key=lambda kv: -kv[1]))
     assert not over, f"classes over {MAX_METHODS} methods: {listed}; split them by concept"
 
 
-def test_every_exemption_is_still_needed() -> None:
-    counts = method_counts()
-    stale = sorted(name for name in EXEMPT_UNTIL_SPLIT if counts.get(name, 0) <= MAX_METHODS)
-    assert not stale, f"split or gone, take them out of EXEMPT_UNTIL_SPLIT: {', '.join(stale)}"
+def _graph(edges: dict[str, list[str]]) -> grimp.ImportGraph:
+    graph = grimp.ImportGraph()
+    for importer, imported in edges.items():
+        graph.add_module(importer)
+        for module in imported:
+            graph.add_import(importer=importer, imported=module)
+    return graph
+
+
+def test_circles_are_the_strongly_connected_components_of_more_than_one_module() -> None:
+    # a -> b -> c -> a is one circle; d <-> e another; f -> a joins none; a self-import is no circle
+    graph = _graph({"a": ["b"], "b": ["c"], "c": ["a", "c"], "d": ["e"], "e": ["d"], "f": ["a"]})
+    assert sorted(circles(graph)) == [["a", "b", "c"], ["d", "e"]]
+    assert circles(_graph({"a": ["b"], "b": ["c"], "c": []})) == []
+
+
+def test_no_import_circle_among_foxhunts_modules() -> None:
+    """Every import grimp sees counts: module level, inside functions, under TYPE_CHECKING. A circle
+    is broken by moving the shared piece to its own module or passing a callable in."""
+    graph = grimp.build_graph("foxhunt", cache_dir=None)
+    assert "foxhunt.serve.service" in graph.modules  # the graph sees the package
+    found = circles(graph)
+    listed = "; ".join(" <-> ".join(loop) for loop in found)
+    assert not found, f"import circles: {listed}"

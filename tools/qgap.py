@@ -24,7 +24,7 @@ import torch
 from foxhunt.config.loader import load_config
 from foxhunt.domain.actions import Direction
 from foxhunt.features.cache_file import open_cache
-from foxhunt.policy.checkpoint import CheckpointStore
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.train.diagnostics import direction_q, gap_correlation
 from foxhunt.train.run import FoldTrainer
 from foxhunt.validation.folds import make_folds

@@ -423,7 +423,8 @@ def checkpoint_path(run_dir: str | Path, fold: int, which: str | None = None) ->
 
         api.checkpoint_path("runs/main", 0)  # .../train/checkpoints/fold0/last.safetensors (smoke)
     """
-    from foxhunt.policy.checkpoint import CheckpointStore, reported_checkpoint
+    from foxhunt.policy.checkpoint import reported_checkpoint
+    from foxhunt.policy.store import CheckpointStore
 
     if which not in (None, "best", "last"):
         raise ValueError(f"which must be None (the reported one), 'best' or 'last', got {which!r}")
@@ -433,7 +434,7 @@ def checkpoint_path(run_dir: str | Path, fold: int, which: str | None = None) ->
     if which is None:
         return reported_checkpoint(run, fold)
     store = CheckpointStore(run, ring=1)
-    return store.best_path(fold) if which == "best" else store.last_path(fold)
+    return store.paths.best(fold) if which == "best" else store.paths.last(fold)
 
 
 # --- backtest, train, export --------------------------------------------------------------------

@@ -22,13 +22,11 @@ from foxhunt.domain.actions import ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, build_layout
 from foxhunt.policy import checkpoint
+from foxhunt.policy import store as store_module
 from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointMismatchError,
-    CheckpointStore,
     Fingerprint,
-    ResumePoint,
-    Writes,
     capture_rng,
     checkpoint_files,
     load_checkpoint,
@@ -36,6 +34,8 @@ from foxhunt.policy.checkpoint import (
     restore_rng,
     save_checkpoint,
 )
+from foxhunt.policy.store import CheckpointStore, ResumePoint
+from foxhunt.policy.writer import Writes
 
 N_IN = 8
 
@@ -314,47 +314,47 @@ def _contents(net: Net, **meta: object) -> CheckpointContents:
 def test_ring_keeps_the_newest_n(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, ring=2)
     for epoch in range(5):
-        store.save_ring(0, epoch, _contents(Net(seed=epoch)))
-    assert [p.name for p in store.list_ring(0)] == ["epoch0003.safetensors", "epoch0004.safetensors"]
-    assert sorted(p.name for p in (store.fold_dir(0) / "ring").iterdir()) == [
+        store.ring.save(0, epoch, _contents(Net(seed=epoch)))
+    assert [p.name for p in store.ring.files(0)] == ["epoch0003.safetensors", "epoch0004.safetensors"]
+    assert sorted(p.name for p in (store.paths.fold_dir(0) / "ring").iterdir()) == [
         "epoch0003.json",
         "epoch0003.safetensors",
         "epoch0004.json",
         "epoch0004.safetensors",
     ]
-    assert store.latest_ring(0) == store.ring_path(0, 4)
+    assert store.ring.latest(0) == store.paths.ring(0, 4)
     into = Net(seed=9)
-    latest = store.latest_ring(0)
+    latest = store.ring.latest(0)
     assert latest is not None
     meta = _load_into(latest, into)
     assert (meta["fold"], meta["epoch"]) == (0, 4)
     assert torch.equal(into.support, Net(seed=4).support)
-    assert store.latest_ring(1) is None
+    assert store.ring.latest(1) is None
 
 
 def test_best_is_replaced_only_by_a_better_clean_metric(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, ring=3)
-    assert store.best_metric(0) is None
-    assert store.save_best(0, 0, _contents(Net(seed=0)), metric=1.0, verdict=CLEAN) is not None
-    assert store.save_best(0, 1, _contents(Net(seed=1)), metric=0.5, verdict=CLEAN) is None
-    assert store.save_best(0, 2, _contents(Net(seed=2)), metric=9.0, verdict=FLAGGED) is None
-    assert store.save_best(0, 3, _contents(Net(seed=3)), metric=1.0, verdict=CLEAN) is None  # a tie
-    assert store.save_best(0, 4, _contents(Net(seed=4)), metric=float("nan"), verdict=CLEAN) is None
-    assert store.best_metric(0) == 1.0
-    assert read_checkpoint_meta(store.best_path(0))["epoch"] == 0
+    assert store.best.metric(0) is None
+    assert store.best.save(0, 0, _contents(Net(seed=0)), metric=1.0, verdict=CLEAN) is not None
+    assert store.best.save(0, 1, _contents(Net(seed=1)), metric=0.5, verdict=CLEAN) is None
+    assert store.best.save(0, 2, _contents(Net(seed=2)), metric=9.0, verdict=FLAGGED) is None
+    assert store.best.save(0, 3, _contents(Net(seed=3)), metric=1.0, verdict=CLEAN) is None  # a tie
+    assert store.best.save(0, 4, _contents(Net(seed=4)), metric=float("nan"), verdict=CLEAN) is None
+    assert store.best.metric(0) == 1.0
+    assert read_checkpoint_meta(store.paths.best(0))["epoch"] == 0
 
-    assert store.save_best(0, 5, _contents(Net(seed=5)), metric=2.0, verdict=CLEAN) is not None
+    assert store.best.save(0, 5, _contents(Net(seed=5)), metric=2.0, verdict=CLEAN) is not None
     into = Net(seed=0)
-    meta = _load_into(store.best_path(0), into)
-    assert (meta["epoch"], meta["best_metric"], store.best_metric(0)) == (5, 2.0, 2.0)
+    meta = _load_into(store.paths.best(0), into)
+    assert (meta["epoch"], meta["best_metric"], store.best.metric(0)) == (5, 2.0, 2.0)
     assert torch.equal(into.support, Net(seed=5).support)
-    assert store.best_metric(1) is None  # folds are independent
+    assert store.best.metric(1) is None  # folds are independent
 
     lower = CheckpointStore(tmp_path / "loss", ring=1, higher_is_better=False)
-    lower.save_best(0, 0, _contents(Net()), metric=1.0, verdict=CLEAN)
-    assert lower.save_best(0, 1, _contents(Net()), metric=2.0, verdict=CLEAN) is None
-    assert lower.save_best(0, 2, _contents(Net()), metric=0.5, verdict=CLEAN) is not None
-    assert lower.best_metric(0) == 0.5
+    lower.best.save(0, 0, _contents(Net()), metric=1.0, verdict=CLEAN)
+    assert lower.best.save(0, 1, _contents(Net()), metric=2.0, verdict=CLEAN) is None
+    assert lower.best.save(0, 2, _contents(Net()), metric=0.5, verdict=CLEAN) is not None
+    assert lower.best.metric(0) == 0.5
 
 
 def test_resume_point_is_the_last_fold_and_epoch_saved(tmp_path: Path) -> None:
@@ -362,11 +362,11 @@ def test_resume_point_is_the_last_fold_and_epoch_saved(tmp_path: Path) -> None:
     assert store.resume_point() is None
     for fold, epochs in ((0, 3), (1, 2)):
         for epoch in range(epochs):
-            store.save_ring(fold, epoch, _contents(Net()))
+            store.ring.save(fold, epoch, _contents(Net()))
             store.save_last(fold, epoch, _contents(Net()))
-    assert store.resume_point() == ResumePoint(1, 1, store.last_path(1))
-    store.last_path(1).write_bytes(b"\x00" * 3)  # an unreadable last falls back to the ring
-    assert store.resume_point() == ResumePoint(1, 1, store.ring_path(1, 1))
+    assert store.resume_point() == ResumePoint(1, 1, store.paths.last(1))
+    store.paths.last(1).write_bytes(b"\x00" * 3)  # an unreadable last falls back to the ring
+    assert store.resume_point() == ResumePoint(1, 1, store.paths.ring(1, 1))
 
 
 def _epochs(store: CheckpointStore, net: Net, history: list[int]) -> None:
@@ -378,7 +378,7 @@ def _epochs(store: CheckpointStore, net: Net, history: list[int]) -> None:
             training={"learner": _policy(net), "step": torch.tensor(epoch)},
             meta={"history": history},
         )
-        store.save_best(0, epoch, contents, metric=float(epoch % 3), verdict=CLEAN)
+        store.best.save(0, epoch, contents, metric=float(epoch % 3), verdict=CLEAN)
         store.save_epoch(0, epoch, contents)
         with torch.no_grad():  # the next epoch trains in place while the writer may still be writing
             for param in net.parameters():
@@ -394,7 +394,7 @@ def test_background_writes_hold_the_state_of_the_save_call_and_equal_immediate_o
     _epochs(now, Net(seed=1), [])
     _epochs(later, Net(seed=1), [])
     later.close()
-    for a, b in ((now.last_path(0), later.last_path(0)), (now.best_path(0), later.best_path(0))):
+    for a, b in ((now.paths.last(0), later.paths.last(0)), (now.paths.best(0), later.paths.best(0))):
         want = load_checkpoint(a, expect=_expect(Net()), training=True)
         got = load_checkpoint(b, expect=_expect(Net()), training=True)
         assert want.training is not None and got.training is not None
@@ -405,9 +405,9 @@ def test_background_writes_hold_the_state_of_the_save_call_and_equal_immediate_o
         with safe_open(str(a), framework="pt") as fa, safe_open(str(b), framework="pt") as fb:
             assert sorted(fa.keys()) == sorted(fb.keys())  # shared storages still stored once
     # last is epoch 3 as it was when saved: the +1 after the save did not reach the file
-    assert read_checkpoint_meta(later.last_path(0))["history"] == [0, 1, 2]
-    assert (read_checkpoint_meta(later.best_path(0))["epoch"], later.best_metric(0)) == (2, 2.0)
-    assert [p.name for p in later.list_ring(0)] == ["epoch0002.safetensors", "epoch0003.safetensors"]
+    assert read_checkpoint_meta(later.paths.last(0))["history"] == [0, 1, 2]
+    assert (read_checkpoint_meta(later.paths.best(0))["epoch"], later.best.metric(0)) == (2, 2.0)
+    assert [p.name for p in later.ring.files(0)] == ["epoch0002.safetensors", "epoch0003.safetensors"]
 
 
 def test_a_background_save_writes_the_state_at_the_call_not_at_the_write(
@@ -419,7 +419,7 @@ def test_a_background_save_writes_the_state_at_the_call_not_at_the_write(
         assert gate.wait(timeout=30)
         return save(*args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", held_back)
+    monkeypatch.setattr(store_module, "save_checkpoint", held_back)
     store, net, history = CheckpointStore(tmp_path, ring=1, writes=Writes.BACKGROUND), Net(seed=2), [0]
     store.save_epoch(
         0, 0, CheckpointContents(policy=_policy(net), branches=BranchConfig(), meta={"h": history})
@@ -430,14 +430,14 @@ def test_a_background_save_writes_the_state_at_the_call_not_at_the_write(
     gate.set()
     store.close()
     into = Net(seed=9)
-    assert _load_into(store.last_path(0), into)["h"] == [0]
+    assert _load_into(store.paths.last(0), into)["h"] == [0]
     assert torch.equal(into.value.weight, Net(seed=2).value.weight)
 
 
 def test_a_failed_background_write_raises_at_the_next_wait(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, ring=1, writes=Writes.BACKGROUND)
-    store.root.mkdir(parents=True)
-    store.fold_dir(0).write_text("a file where the fold's folder goes")
+    store.paths.root.mkdir(parents=True)
+    store.paths.fold_dir(0).write_text("a file where the fold's folder goes")
     store.save_epoch(0, 0, _contents(Net()))  # returns: the write fails on the writer thread
     with pytest.raises(OSError):
         store.wait()

@@ -20,12 +20,12 @@ from foxhunt.policy import checkpoint
 from foxhunt.policy.checkpoint import (
     CheckpointContents,
     CheckpointError,
-    CheckpointStore,
     checkpoint_config,
     export_weights,
     save_checkpoint,
     verify_checkpoint,
 )
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.policy.trained import CheckpointPolicy
 from tests.policy.test_checkpoint import Net, _load_into
 from tests.tamper import flip_bytes
@@ -196,8 +196,8 @@ def test_the_ring_keeps_the_newest_complete_epoch_after_a_kill_at_any_point(
         point = after.resume_point()
         assert point is not None and point.epoch in (1, 2), seen[-1]
         # The ring's newest entry is the resume point's epoch, complete, as in a run never killed.
-        newest = after.latest_ring(0)
-        assert newest == after.ring_path(0, point.epoch), seen[-1]
+        newest = after.ring.latest(0)
+        assert newest == after.paths.ring(0, point.epoch), seen[-1]
         for path in (point.path, newest):
             into = Net(seed=9)
             meta = _load_into(path, into)

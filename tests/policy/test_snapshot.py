@@ -12,14 +12,11 @@ import torch
 
 from foxhunt.domain.actions import BranchConfig
 from foxhunt.policy import checkpoint
-from foxhunt.policy.checkpoint import (
-    MAX_PENDING,
-    CheckpointContents,
-    CheckpointStore,
-    Writes,
-    load_checkpoint,
-)
+from foxhunt.policy import store as store_module
+from foxhunt.policy.checkpoint import CheckpointContents, load_checkpoint
 from foxhunt.policy.snapshot import HostPool, Snapshot
+from foxhunt.policy.store import CheckpointStore
+from foxhunt.policy.writer import MAX_PENDING, Writes
 from tests.policy.test_checkpoint import Net, _expect, _policy
 
 
@@ -80,19 +77,19 @@ def test_six_background_saves_reuse_the_storages_of_two(tmp_path: Path) -> None:
         store.save_epoch(0, epoch, _contents(net, replay))
         saved.append((_state(net), replay))
         # at most MAX_PENDING saves hold storages; older ones gave theirs back for reuse
-        assert store.pool.allocations <= MAX_PENDING * per_save
-        assert store.pool.held_bytes <= (MAX_PENDING + 1) * nbytes == store.pool.limit_bytes
+        assert store.writer.pool.allocations <= MAX_PENDING * per_save
+        assert store.writer.pool.held_bytes <= (MAX_PENDING + 1) * nbytes == store.writer.pool.limit_bytes
         with torch.no_grad():
             for param in net.parameters():
                 param.add_(1.0)
         replay = replay + 1.0
     store.wait()
-    ring = store.list_ring(0)
+    ring = store.ring.files(0)
     assert [p.name for p in ring] == ["epoch0004.safetensors", "epoch0005.safetensors"]
-    for path, state in zip([*ring, store.last_path(0)], saved[4:] + saved[5:], strict=True):
+    for path, state in zip([*ring, store.paths.last(0)], saved[4:] + saved[5:], strict=True):
         _same_state(path, *state)
     store.close()
-    assert store.pool.held_bytes == 0
+    assert store.writer.pool.held_bytes == 0
 
 
 def test_a_pending_save_keeps_its_storages_and_a_later_save_reuses_them(
@@ -105,26 +102,26 @@ def test_a_pending_save_keeps_its_storages_and_a_later_save_reuses_them(
         assert gate.wait(timeout=30)
         return save(*args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", held_back)
+    monkeypatch.setattr(store_module, "save_checkpoint", held_back)
     store, net = CheckpointStore(tmp_path, ring=3, writes=Writes.BACKGROUND), Net(seed=4)
     replays = [torch.full((1024,), float(e)) for e in range(3)]
     states = []
     for epoch in range(2):  # the first write is held back while the second save copies
-        store.save_ring(0, epoch, _contents(net, replays[epoch]))
+        store.ring.save(0, epoch, _contents(net, replays[epoch]))
         states.append(_state(net))
         with torch.no_grad():
             for param in net.parameters():
                 param.mul_(2.0)
-    first_allocations = store.pool.allocations
+    first_allocations = store.writer.pool.allocations
     gate.set()
     store.wait()
-    store.save_ring(0, 2, _contents(net, replays[2]))
+    store.ring.save(0, 2, _contents(net, replays[2]))
     store.close()
     first, second, third = seen
     assert not first & second  # lent to the pending first save: the second got other storages
-    assert third <= first | second and store.pool.allocations == first_allocations  # reused
+    assert third <= first | second and store.writer.pool.allocations == first_allocations  # reused
     for epoch, state in enumerate([*states, _state(net)]):
-        _same_state(store.ring_path(0, epoch), state, replays[epoch])
+        _same_state(store.paths.ring(0, epoch), state, replays[epoch])
 
 
 @pytest.mark.gpu
@@ -139,7 +136,7 @@ def test_a_background_save_from_cuda_writes_the_state_at_the_call(
         pinned.append(kwargs["training"]["replay"].is_pinned())
         return save(*args, **kwargs)
 
-    monkeypatch.setattr(checkpoint, "save_checkpoint", recording)
+    monkeypatch.setattr(store_module, "save_checkpoint", recording)
     store, net = CheckpointStore(tmp_path, ring=2, writes=Writes.BACKGROUND), Net(seed=5).cuda()
     replay = torch.randn(1 << 24, device="cuda")  # 64 MB: a copy that takes a while
     want_net, want_replay = _state(net), replay.cpu()
@@ -153,8 +150,8 @@ def test_a_background_save_from_cuda_writes_the_state_at_the_call(
             for param in net.parameters():
                 param.mul_(-1.0)
         store.wait()
-        _same_state(store.last_path(0), want_net, want_replay)
+        _same_state(store.paths.last(0), want_net, want_replay)
         want_net, want_replay = _state(net), replay.cpu()
     assert pinned == [True] * 3
-    assert store.pool.allocations == len(net.state_dict()) + 1  # the later saves reused the first's
+    assert store.writer.pool.allocations == len(net.state_dict()) + 1  # the later saves reused the first's
     store.close()

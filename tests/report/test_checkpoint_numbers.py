@@ -24,7 +24,7 @@ from foxhunt.cli import app
 from foxhunt.data.synth import write_synthetic
 from foxhunt.dataset.build import get_or_build
 from foxhunt.features.cache_file import FeatureCache
-from foxhunt.policy.checkpoint import CheckpointStore
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.report.html import money, render
 from foxhunt.train.run import FoldTrainer, _train_fold
 from foxhunt.validation.folds import make_folds

@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 @pytest.fixture(scope="module")
 def export(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from foxhunt.policy.checkpoint import CheckpointStore
+    from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     cfg = api.config("smoke", overrides=OVERRIDES)

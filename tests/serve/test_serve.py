@@ -87,7 +87,7 @@ def market(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> list
 @pytest.fixture(scope="module")
 def export(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fold 1's checkpoint after one epoch, exported with its fold's normaliser (what serve loads)."""
-    from foxhunt.policy.checkpoint import CheckpointStore
+    from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     root = tmp_path_factory.mktemp("train")
@@ -165,7 +165,7 @@ def test_served_feature_rows_are_the_cache_rows_bit_for_bit(backtested: Path, se
 def member(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second agent of fold 1 (another seed, the same market and features), exported likewise: with
     ``export`` a committee of two."""
-    from foxhunt.policy.checkpoint import CheckpointStore
+    from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     other = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 2})})

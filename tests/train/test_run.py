@@ -38,11 +38,11 @@ from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.policy.checkpoint import (
     CheckpointMismatchError,
-    CheckpointStore,
     Fingerprint,
     load_checkpoint,
     read_checkpoint_meta,
 )
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.policy.trained import CheckpointPolicy
 from foxhunt.train.guard import AnomalyError
 from foxhunt.train.run import Interrupted, train
@@ -139,7 +139,7 @@ def test_interrupted_run_resumed_reaches_the_same_result(
     store = CheckpointStore(tmp_path, ring=cfg.train.ring)
     with pytest.raises(Interrupted):
         train(cache, cfg, tmp_path, log=quiet, stop_after=(0, 0))  # mid-fold
-    assert read_checkpoint_meta(store.last_path(0))["epoch"] == 0 and not (tmp_path / "folds.json").exists()
+    assert read_checkpoint_meta(store.paths.last(0))["epoch"] == 0 and not (tmp_path / "folds.json").exists()
     # Resumed and stopped again after a fold's last epoch, then in the next fold, then to the end.
     for stop in [(0, 1), (1, 0)]:
         with pytest.raises(Interrupted):
@@ -167,7 +167,7 @@ def test_same_seed_same_run_another_seed_another_run(
         assert a.keys() == b.keys() and [k for k in a if not same(a[k], b[k])] == []
     with pytest.raises(Interrupted):
         train(cache, tiny_cfg("run.seed=8"), tmp_path / "other", log=quiet, stop_after=(0, 0))
-    other = read_checkpoint_meta(CheckpointStore(tmp_path / "other", ring=1).last_path(0))["history"][0]
+    other = read_checkpoint_meta(CheckpointStore(tmp_path / "other", ring=1).paths.last(0))["history"][0]
     first = folds_of(run_a)[0]["history"][0]
     assert other["loss"] != first["loss"] and other["q_mean"] != first["q_mean"]
     assert other["lr"] == first["lr"]  # the schedule is not random: only the seed changed
@@ -187,7 +187,7 @@ def test_a_fresh_run_into_an_old_run_folder_keeps_nothing_of_it(cache: FeatureCa
     with pytest.raises(Interrupted):
         train(cache, tiny_cfg(*one), tmp_path, overwrite=True, log=quiet, stop_after=(0, 0))
     store = CheckpointStore(tmp_path, ring=1)
-    assert [read_checkpoint_meta(p)["seed"] for p in (store.best_path(0), store.last_path(0))] == [10, 10]
+    assert [read_checkpoint_meta(p)["seed"] for p in (store.paths.best(0), store.paths.last(0))] == [10, 10]
     assert store.folds() == [0] and not (tmp_path / "folds.json").exists()
     lines = (tmp_path / "diagnostics.jsonl").read_text().splitlines()
     assert [(r["fold"], r["epoch"]) for r in map(json.loads, lines)] == [(0, 0)]
@@ -248,13 +248,13 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
         train(cache, cfg, tmp_path, log=quiet)
     assert calls == ["select", "select"]  # it stopped there: no later epoch, no validation, no baselines
     store = CheckpointStore(tmp_path, ring=cfg.train.ring)
-    oracle = read_checkpoint_meta(store.last_path(0))  # kept as last, for inspection
+    oracle = read_checkpoint_meta(store.paths.last(0))  # kept as last, for inspection
     assert oracle["epoch"] == 1 and oracle["metrics"]["implausible"]
     # The diagnosis names the epoch and the backtester's reasons.
     assert "fold 0 epoch 1" in str(err.value) and oracle["metrics"]["implausible"][0] in str(err.value)
-    best = read_checkpoint_meta(store.best_path(0))
+    best = read_checkpoint_meta(store.paths.best(0))
     # The oracle's Sharpe beats the best one, which is still epoch 0's: the guard, not the metric, kept it.
-    assert best["epoch"] == 0 and store.best_metric(0) < oracle["metrics"]["sharpe_annual"]
+    assert best["epoch"] == 0 and store.best.metric(0) < oracle["metrics"]["sharpe_annual"]
     events = [json.loads(line) for line in (tmp_path / "diagnostics.jsonl").read_text().splitlines()]
     assert [(e["epoch"], e["event"]) for e in events if "event" in e] == [(1, "anomaly")]
     assert not (tmp_path / "folds.json").exists()
@@ -263,7 +263,7 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
     high = tiny_cfg(*oracle_run, "train.anomaly.max_sharpe_annual=1000")
     with pytest.raises(Interrupted):
         train(cache, high, tmp_path / "high", log=quiet, stop_after=(0, 1))
-    passed = read_checkpoint_meta(CheckpointStore(tmp_path / "high", ring=1).last_path(0))["metrics"]
+    passed = read_checkpoint_meta(CheckpointStore(tmp_path / "high", ring=1).paths.last(0))["metrics"]
     assert passed["implausible"] == [] and passed["sharpe_annual"] == oracle["metrics"]["sharpe_annual"]
 
 
@@ -365,13 +365,13 @@ def test_plateau_ladder_responds_to_a_frozen_learner_in_order(frozen: FrozenRuns
     # The rewind put back epoch 4's weights; the best checkpoint (epoch 5) keeps the weights that were
     # validated, not the rewound ones; the last one holds what the fold reports (epoch 7's).
     store = CheckpointStore(frozen.whole, ring=cfg.train.ring)
-    assert same_weights(network_of(store.ring_path(0, 5)), network_of(store.ring_path(0, 4)))
-    assert not same_weights(network_of(store.ring_path(0, 5)), frozen.validated[5])
+    assert same_weights(network_of(store.paths.ring(0, 5)), network_of(store.paths.ring(0, 4)))
+    assert not same_weights(network_of(store.paths.ring(0, 5)), frozen.validated[5])
     assert (
-        read_checkpoint_meta(store.best_path(0))["epoch"] == BEST_EPOCH == fold["diagnostics"]["best_epoch"]
+        read_checkpoint_meta(store.paths.best(0))["epoch"] == BEST_EPOCH == fold["diagnostics"]["best_epoch"]
     )
-    assert same_weights(network_of(store.best_path(0)), frozen.validated[BEST_EPOCH])
-    assert same_weights(network_of(store.last_path(0)), frozen.validated[7])
+    assert same_weights(network_of(store.paths.best(0)), frozen.validated[BEST_EPOCH])
+    assert same_weights(network_of(store.paths.last(0)), frozen.validated[7])
 
 
 def test_resume_keeps_the_plateau_state(frozen: FrozenRuns) -> None:
@@ -401,13 +401,13 @@ def test_checkpoint_every_k_epochs_and_a_resume_redoes_the_unsaved_ones(
     cfg = tiny_cfg("folds.n_folds=1", *every)
     train(cache, cfg, tmp_path / "whole", log=quiet)
     whole = CheckpointStore(tmp_path / "whole", ring=cfg.train.ring)
-    assert [p.name for p in whole.list_ring(0)] == ["epoch0001.safetensors", "epoch0003.safetensors"]
+    assert [p.name for p in whole.ring.files(0)] == ["epoch0001.safetensors", "epoch0003.safetensors"]
     with pytest.raises(Interrupted):
         train(cache, cfg, tmp_path / "resumed", log=quiet, stop_after=stop)
     store = CheckpointStore(tmp_path / "resumed", ring=cfg.train.ring)
     saved = None if stop[1] < 1 else 1
-    assert (read_checkpoint_meta(store.last_path(0))["epoch"] if saved is not None else None) == saved
-    assert store.best_metric(0) is not None  # a best was saved by an epoch the resume redoes
+    assert (read_checkpoint_meta(store.paths.last(0))["epoch"] if saved is not None else None) == saved
+    assert store.best.metric(0) is not None  # a best was saved by an epoch the resume redoes
     train(cache, cfg, tmp_path / "resumed", resume=True, log=quiet)
     assert canon(folds_of(tmp_path / "resumed")) == canon(folds_of(tmp_path / "whole"))
 

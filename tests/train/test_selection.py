@@ -24,7 +24,8 @@ from foxhunt.config.loader import load_config
 from foxhunt.data.config import PlantedSignal
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.cache_file import FeatureCache
-from foxhunt.policy.checkpoint import CheckpointStore, read_checkpoint_meta
+from foxhunt.policy.checkpoint import read_checkpoint_meta
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.report.schema import BEST_RULE, LAST_RULE
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.run import Interrupted, train
@@ -203,9 +204,9 @@ def test_perturbing_the_validation_period_changes_no_epoch_and_not_the_pick(
             r["stats"] = {k: v for k, v in r.get("stats", {}).items() if not k.startswith("time/")}
     assert canon(lines[0]) == canon(lines[1]) and len(lines[0]) == 3  # 3 epochs
     store_a, store_b = (CheckpointStore(tmp_path / d, ring=1) for d in ("plain", "other"))
-    a, b = (load_file(str(s.best_path(0))) for s in (store_a, store_b))
+    a, b = (load_file(str(s.paths.best(0))) for s in (store_a, store_b))
     assert all(torch.equal(a[n], b[n]) for n in a if n.startswith("policy/"))
-    assert store_a.best_metric(0) == store_b.best_metric(0)
+    assert store_a.best.metric(0) == store_b.best.metric(0)
     # The comparison has teeth: the per-epoch Sharpe varies, and the validation numbers, read once at
     # the end by a policy that trades there, are another market's.
     sharpes = [h["select_sharpe"] for f in plain for h in f["history"]]
@@ -230,10 +231,10 @@ def test_selection_last_reports_the_last_epoch(cache: FeatureCache, tmp_path: Pa
     store = CheckpointStore(tmp_path, ring=1)
     assert fold["checkpoint"] == "last" and fold["checkpoint_file"] == "checkpoints/fold0/last.safetensors"
     assert fold["epoch"] == fold["last_epoch"]["epoch"] == 1
-    assert read_checkpoint_meta(store.last_path(0))["epoch"] == 1
+    assert read_checkpoint_meta(store.paths.last(0))["epoch"] == 1
     for key in ("net_pnl", "trades", "sharpe_annual", "costs"):
         assert fold[key] == fold["last_epoch"][key], key
-    assert not store.best_path(0).exists() and fold["diagnostics"]["best_epoch"] == -1
+    assert not store.paths.best(0).exists() and fold["diagnostics"]["best_epoch"] == -1
     # no selection period: every usable training row trains, nothing is judged per epoch
     sel = fold["selection"]
     assert sel["rows"] == 0 and sel["collect_end"] == sel["end"] == fold["train_rows"]
@@ -291,7 +292,7 @@ def test_a_resumed_run_keeps_its_selection(cache: FeatureCache, tmp_path: Path) 
     assert canon(resumed) == canon(whole)
     [fold] = whole
     best = fold["diagnostics"]["best_epoch"]
-    stored = CheckpointStore(tmp_path / "resumed", ring=1).best_metric(0)
+    stored = CheckpointStore(tmp_path / "resumed", ring=1).best.metric(0)
     sharpes = [h["select_sharpe"] for h in fold["history"]]
     assert stored == max(sharpes) == sharpes[best]
     # another selection is another run: a resume with it is refused, naming the key

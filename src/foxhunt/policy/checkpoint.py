@@ -30,38 +30,25 @@ the ``policy`` section and the metadata, without the ``training`` section (repla
 state, random streams: a few hundred kB instead of megabytes). It loads like a checkpoint for acting;
 resuming training from it is refused.
 
-:class:`CheckpointStore` lays checkpoints out per fold as
-``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``; :meth:`CheckpointStore.save_epoch`
-writes an epoch's ring entry before ``last`` (a byte copy of it), so a kill at any point of the save
-leaves the ring's newest entry at the resume point's epoch. With ``Writes.BACKGROUND`` (what
-training uses) a save copies the state to host memory and returns; one writer thread hashes and
-writes it while the next epoch runs (at production sizes a checkpoint holds a 1-2 GB replay buffer:
-hashing, writing and fsyncing it took about 5 s an epoch, more than the epoch's own 2.9 s on an
-H200). The copy goes into host buffers the store reuses from save to save, pinned and filled
-asynchronously on the current CUDA stream for a GPU state (:mod:`foxhunt.policy.snapshot`). Saves
-keep their order, and every method that reads the store first waits for the pending one.
+:class:`~foxhunt.policy.store.CheckpointStore` lays a run's checkpoints out per fold and
+writes them, now or on a writer thread (:mod:`foxhunt.policy.writer`).
 :func:`capture_rng` and :func:`restore_rng` put the random streams into tensors so a resumed run
 continues them.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
-import math
 import os
 import random
-import re
 import shutil
-from collections import deque
-from collections.abc import Callable, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -74,7 +61,6 @@ from foxhunt.atomic import atomic_path, write_text
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.features.layout import STATE_LAYOUT, Layout
-from foxhunt.policy.snapshot import HostPool, Snapshot
 from foxhunt.validation.normalise import RobustScaler
 
 FORMAT = "foxhunt-checkpoint"
@@ -809,17 +795,6 @@ def restore_rng(
             g.bit_generator.state = _from_bytes_tensor(states[key])
 
 
-# --- the per-run store --------------------------------------------------------------------------
-
-
-class BestEligibility(Protocol):
-    """The anomaly guard's judgement of an epoch (:class:`foxhunt.train.guard.GuardResult` is one):
-    only an epoch that ``may_be_best`` can be marked best."""
-
-    @property
-    def may_be_best(self) -> bool: ...
-
-
 @dataclass
 class CheckpointContents:
     """What one checkpoint holds (see :func:`save_checkpoint` for each field)."""
@@ -829,236 +804,3 @@ class CheckpointContents:
     training: Mapping[str, Any] | None = None
     meta: Mapping[str, Any] = field(default_factory=dict)
     layout: Layout = STATE_LAYOUT
-
-
-MAX_PENDING = 2
-"""Background saves a :class:`CheckpointStore` holds in memory at once (each a copy of the state).
-Its host pool keeps the storages of one more save at most (:class:`foxhunt.policy.snapshot.HostPool`)."""
-
-
-class Writes(Enum):
-    """When a :class:`CheckpointStore`'s saves reach the disk."""
-
-    NOW = "now"  # before the save returns
-    BACKGROUND = "background"  # the save copies the state to reused host buffers; a writer thread writes it
-
-
-@dataclass(frozen=True)
-class ResumePoint:
-    """The last epoch a run saved: ``path`` is its checkpoint's safetensors file."""
-
-    fold: int
-    epoch: int
-    path: Path
-
-
-_RING_NAME = re.compile(r"^epoch(\d+)\.safetensors$")
-_FOLD_NAME = re.compile(r"^fold(\d+)$")
-
-
-class CheckpointStore:
-    """Checkpoints of one run: ``run_dir/checkpoints/fold{k}/{best,last,ring/epoch{e:04d}}``.
-
-    ``ring`` is how many recent epochs :meth:`save_ring` keeps (for rewinds);
-    ``higher_is_better`` the direction of the metric :meth:`save_best` compares.
-    """
-
-    def __init__(
-        self, run_dir: str | Path, ring: int, *, higher_is_better: bool = True, writes: Writes = Writes.NOW
-    ) -> None:
-        if ring < 1:
-            raise ValueError(f"ring must keep at least one checkpoint, got {ring}")
-        self.run_dir = Path(run_dir)
-        self.root = self.run_dir / "checkpoints"
-        self.ring = ring
-        self.higher_is_better = higher_is_better
-        self.writes = writes
-        self._writer: ThreadPoolExecutor | None = None
-        self._pending: deque[Future] = deque()  # submitted saves, oldest first
-        self.pool = HostPool(saves=MAX_PENDING + 1)
-        """The host storages background saves copy into, reused from save to save."""
-        # Each fold's best metric as this store saved or first read it: save_best compares with it
-        # every epoch, and reading the file would wait for the pending saves (a 1-2 GB resumable
-        # checkpoint at GPU sizes) on every epoch. Only this store writes best, so it cannot go stale.
-        self._best_metrics: dict[int, float | None] = {}
-
-    def wait(self, keep: int = 0) -> None:
-        """Block until all but the newest ``keep`` pending saves are on disk; raise the first error
-        (a failed write surfaces here, at a later save or read, not where the save was asked for)."""
-        while len(self._pending) > keep:
-            self._pending.popleft().result()
-
-    def close(self) -> None:
-        """Wait for the pending save, stop the writer thread and free the host pool's storages (the
-        store stays usable: a later save starts a new thread and fills the pool again)."""
-        try:
-            self.wait()
-        finally:
-            if self._writer is not None:
-                self._writer.shutdown(wait=True)
-                self._writer = None
-            self.pool.clear()
-
-    def _submit(self, write: Callable[..., Any], contents: CheckpointContents, *args: Any) -> None:
-        """Run ``write(contents, *args)`` now, or on the writer thread with a held copy of
-        ``contents`` (:class:`~foxhunt.policy.snapshot.Snapshot`: host storages of :attr:`pool`, the
-        state as at this call), after the saves before it (one thread: saves keep their order, ring
-        before ``last``). At most :data:`MAX_PENDING` held copies wait (an epoch's ``best`` and ring
-        + ``last``): where writing is slower than training, training waits rather than piling up
-        gigabytes of copies. A copy's storages go back to the pool once its write is done or failed."""
-        self.wait(keep=MAX_PENDING - 1)
-        if self.writes is Writes.NOW:
-            write(contents, *args)
-            return
-        snap = Snapshot(self.pool)  # one table for both sections: a tensor in both is copied once
-        try:
-            held = CheckpointContents(
-                policy=snap.hold(contents.policy),
-                branches=contents.branches,
-                training=None if contents.training is None else snap.hold(contents.training),
-                meta=copy.deepcopy(dict(contents.meta)),
-                layout=contents.layout,
-            )
-            snap.seal()
-            if self._writer is None:
-                self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="foxhunt-checkpoint")
-            self._pending.append(self._writer.submit(snap.written_by, write, held, *args))
-        except BaseException:
-            snap.abandon()
-            raise
-
-    def fold_dir(self, fold: int) -> Path:
-        return self.root / f"fold{fold}"
-
-    def last_path(self, fold: int) -> Path:
-        return checkpoint_files(self.fold_dir(fold) / "last")[0]
-
-    def best_path(self, fold: int) -> Path:
-        return checkpoint_files(self.fold_dir(fold) / "best")[0]
-
-    def ring_path(self, fold: int, epoch: int) -> Path:
-        return checkpoint_files(self.fold_dir(fold) / "ring" / f"epoch{epoch:04d}")[0]
-
-    def _save(self, path: Path, fold: int, epoch: int, contents: CheckpointContents, **extra: Any) -> Path:
-        return save_checkpoint(
-            path,
-            policy=contents.policy,
-            branches=contents.branches,
-            training=contents.training,
-            meta={**contents.meta, "fold": fold, "epoch": epoch, **extra},
-            layout=contents.layout,
-        )
-
-    def save_last(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
-        self._submit(lambda c: self._save(self.last_path(fold), fold, epoch, c), contents)
-        return self.last_path(fold)
-
-    def save_epoch(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
-        """Save the end of epoch ``epoch`` as the ring entry, then as ``last``; return ``last``.
-
-        The ring first: a kill while saving ``last`` leaves the ring's newest entry at this epoch,
-        which :meth:`resume_point` then picks, and a kill while saving the ring leaves both at the
-        previous epoch, which a resume redoes. Either way the ring holds the resume point's epoch,
-        as an uninterrupted run's does (a rewind reads it); old ring entries go only once both new
-        files are complete.
-        """
-        self._submit(self._write_epoch, contents, fold, epoch)
-        return self.last_path(fold)
-
-    def _write_epoch(self, contents: CheckpointContents, fold: int, epoch: int) -> None:
-        ring = self._save(self.ring_path(fold, epoch), fold, epoch, contents)
-        copy_checkpoint(ring, self.last_path(fold))  # the same bytes: serialised and hashed once
-        self._trim_ring(fold)
-
-    def save_ring(self, fold: int, epoch: int, contents: CheckpointContents) -> Path:
-        """Save epoch ``epoch`` into the ring and delete all but the newest ``ring`` entries."""
-
-        def write(c: CheckpointContents) -> None:
-            self._save(self.ring_path(fold, epoch), fold, epoch, c)
-            self._trim_ring(fold)
-
-        self._submit(write, contents)
-        return self.ring_path(fold, epoch)
-
-    def _trim_ring(self, fold: int) -> None:
-        for old in self._ring_files(fold)[: -self.ring]:
-            for file in checkpoint_files(old):
-                file.unlink(missing_ok=True)
-
-    def save_best(
-        self, fold: int, epoch: int, contents: CheckpointContents, *, metric: float, verdict: BestEligibility
-    ) -> Path | None:
-        """Save as the fold's best when the guard's ``verdict`` allows it, ``metric`` is finite and it
-        is strictly better than the stored best; return the path, or None when not saved (a flagged
-        epoch never replaces the best, however good its metric)."""
-        if not verdict.may_be_best or not math.isfinite(metric):
-            return None
-        best = self.best_metric(fold)
-        if best is not None and not (metric > best if self.higher_is_better else metric < best):
-            return None
-        self._submit(
-            lambda c: self._save(self.best_path(fold), fold, epoch, c, best_metric=float(metric)), contents
-        )
-        self._best_metrics[fold] = float(metric)
-        return self.best_path(fold)
-
-    def best_metric(self, fold: int) -> float | None:
-        """The fold's best metric (None before any best), without waiting for pending saves once known."""
-        if fold not in self._best_metrics:
-            self.wait()
-            path = self.best_path(fold)
-            known = float(read_checkpoint_meta(path)["best_metric"]) if path.is_file() else None
-            self._best_metrics[fold] = known
-        return self._best_metrics[fold]
-
-    def forget_best_from(self, fold: int, epoch: int) -> None:
-        """Delete the fold's best checkpoint when it was saved at ``epoch`` or later: a resume redoes
-        the epochs after its resume point (up to ``train.checkpoint_every``), and a best saved by one
-        of them before the kill would otherwise outrank its own redo, which then is never recorded as
-        the best epoch. A best from a later epoch was better than every earlier one, so nothing the
-        redo needs is lost."""
-        self.wait()
-        path = self.best_path(fold)
-        if path.is_file() and int(read_checkpoint_meta(path)["epoch"]) >= epoch:
-            for file in checkpoint_files(path):
-                file.unlink(missing_ok=True)
-        self._best_metrics.pop(fold, None)
-
-    def list_ring(self, fold: int) -> list[Path]:
-        """The ring's safetensors files, oldest epoch first."""
-        self.wait()
-        return self._ring_files(fold)
-
-    def _ring_files(self, fold: int) -> list[Path]:
-        ring_dir = self.fold_dir(fold) / "ring"
-        if not ring_dir.is_dir():
-            return []
-        found = [(int(m.group(1)), p) for p in ring_dir.iterdir() if (m := _RING_NAME.match(p.name))]
-        return [p for _, p in sorted(found)]
-
-    def latest_ring(self, fold: int) -> Path | None:
-        ring = self.list_ring(fold)
-        return ring[-1] if ring else None
-
-    def folds(self) -> list[int]:
-        self.wait()
-        if not self.root.is_dir():
-            return []
-        return sorted(int(m.group(1)) for p in self.root.iterdir() if (m := _FOLD_NAME.match(p.name)))
-
-    def resume_point(self) -> ResumePoint | None:
-        """The latest (fold, epoch) saved as ``last`` or in a ring; an unreadable ``last`` falls
-        back to the ring. None when the run saved nothing."""
-        best: ResumePoint | None = None
-        for fold in self.folds():
-            for path in [*self.list_ring(fold), self.last_path(fold)]:
-                if not path.is_file():
-                    continue
-                try:
-                    meta = read_checkpoint_meta(path)
-                    point = ResumePoint(int(meta["fold"]), int(meta["epoch"]), path)
-                except (CheckpointError, KeyError, TypeError, ValueError):
-                    continue  # unreadable, or not a training checkpoint (no fold/epoch): not a resume point
-                if best is None or (point.fold, point.epoch) >= (best.fold, best.epoch):
-                    best = point
-        return best

@@ -1,4 +1,4 @@
-"""Host snapshots of checkpoint contents for background saves (:mod:`foxhunt.policy.checkpoint`).
+"""Host snapshots of checkpoint contents for background saves (:mod:`foxhunt.policy.writer`).
 
 A background save (``Writes.BACKGROUND``) must write the state as it was at the call while training
 goes on changing it, so the call copies every tensor to host memory and a writer thread encodes the

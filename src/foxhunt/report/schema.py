@@ -25,7 +25,7 @@ BEST_RULE = (
     "best selection-period Sharpe (annualised; the last training rows, among the epochs the anomaly "
     "guard passed); validation never seen before the end"
 )
-"""How best.safetensors is chosen (``train.selection = train_tail``: ``CheckpointStore.save_best`` with
+"""How best.safetensors is chosen (``train.selection = train_tail``: ``BestCheckpoint.save`` with
 each epoch's Sharpe over the fold's selection period); a fold's ``best_rule`` in metrics.json."""
 
 LAST_RULE = "the last epoch (train.selection = last: no selection); validation never seen before the end"

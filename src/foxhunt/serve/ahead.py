@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -24,10 +24,19 @@ from foxhunt.serve.close import CLOSED, RowCloser
 from foxhunt.serve.config import ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
+from foxhunt.serve.monitor import FaultEvent
 from foxhunt.serve.state import Rows
 
-if TYPE_CHECKING:
-    from foxhunt.serve.intake import Intake
+
+class IntakeView(Protocol):
+    """What a close made ahead reads of the records taken in (:class:`foxhunt.serve.intake.Intake`
+    is one; the intake holds the :class:`Ahead`, so this module names only what it reads)."""
+
+    consumed: int
+    buckets: int
+    held: list[tuple[int, FaultEvent]]
+    closed_by: list[tuple[int, int, float]]
+    stopped: bool
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,7 +60,7 @@ class Ahead:
         self.retired: list[Any] = []  # what closes replaced, freed once their decisions are out
         self.made = self.kept = 0
 
-    def key(self, intake: Intake) -> tuple:
+    def key(self, intake: IntakeView) -> tuple:
         """What a close depends on besides the market: a close made ahead is kept only if none of it
         changed (a record taken in or dropped, a fault, an operator's flatten, a row closed)."""
         closer = self.closer
@@ -66,7 +75,7 @@ class Ahead:
             id(closer.pending),
         )
 
-    def prepare(self, intake: Intake) -> None:
+    def prepare(self, intake: IntakeView) -> None:
         """While no record is due: make the close that a next record of a later bar would make, on a
         fork of the closer (its own close code on a shallow copy whose row state and env are forks,
         :mod:`foxhunt.serve.fork`), its commits held back. It is kept by
@@ -106,7 +115,7 @@ class Ahead:
         self.waiting = MadeAhead(key, twin, rows, cache)
         self.made += 1
 
-    def holds(self, intake: Intake) -> bool:
+    def holds(self, intake: IntakeView) -> bool:
         """Whether the close made ahead is this close: nothing it depends on has changed and no held
         fault comes before its rows."""
         a = self.waiting

@@ -65,14 +65,14 @@ from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.outputs import claim_run, config_differences
 from foxhunt.policy.checkpoint import (
     CheckpointContents,
-    CheckpointStore,
     Fingerprint,
-    Writes,
     capture_rng,
     load_checkpoint,
     restore_rng,
 )
+from foxhunt.policy.store import CheckpointStore
 from foxhunt.policy.trained import CheckpointPolicy
+from foxhunt.policy.writer import Writes
 from foxhunt.report.schema import CALIBRATION_KEY, LAST_EPOCH_KEY, SELECTION_KEY, ReportedCheckpoint
 from foxhunt.report.series import equity_series
 from foxhunt.seeding import Stream
@@ -263,7 +263,7 @@ class FoldTrainer:
 
     def rewind(self) -> str:
         """The plateau ladder's last rung: back to the newest ring checkpoint (weights and optimizer)."""
-        path = self.store.latest_ring(self.k)
+        path = self.store.ring.latest(self.k)
         if path is None:
             return "nothing (no ring checkpoint yet)"
         agent, _, _ = self._load(path)
@@ -502,13 +502,13 @@ def train(
                 trainer.progress, trainer.overall, trainer.n_folds = rep, overall, len(folds)
                 trainer.planted = planted
                 overall.update(description=f"training (fold {trainer.k + 1}/{len(folds)}) epochs")
-                last = store.last_path(trainer.k)
+                last = store.paths.last(trainer.k)
                 if resume and last.exists():
                     trainer.resume_from(last)
                     overall.update(total=(overall.total or 0) - trainer.epoch)  # epochs done before
                     rep.say(f"fold {trainer.k + 1}/{len(folds)}: resumed after epoch {trainer.epoch}")
                 if resume:  # a best saved by an epoch the resume redoes is the redo's to save
-                    store.forget_best_from(trainer.k, trainer.epoch)
+                    store.best.forget_from(trainer.k, trainer.epoch)
                 result = _train_fold(trainer, store, stop_after, on_epoch)
                 results.append(result.to_dict() | ({"leak_guard": leak_guard} if leak_guard else {}))
                 write_json(done_path, results, default=float)
@@ -633,7 +633,7 @@ def _train_fold(
     on_epoch: EpochHook | None = None,
 ) -> FoldResult:
     cfg, k = tr.cfg, tr.k
-    writer = DiagnosticsWriter(store.run_dir, k)
+    writer = DiagnosticsWriter(store.paths.run_dir, k)
     anomaly = None
     try:
         while tr.epoch < cfg.train.epochs:
@@ -654,7 +654,7 @@ def _train_fold(
             best = (
                 None
                 if sel is None
-                else store.save_best(
+                else store.best.save(
                     # The policy alone: nothing resumes from best (resumes and rewinds read last and
                     # the ring), and without the replay buffer it is megabytes, not 1-2 GB an epoch.
                     k,
@@ -720,7 +720,7 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
     # (the same loader, policy and rows), so every number the report shows is that file's.
     store.wait()  # the best and last checkpoints on disk (the writer thread may still be saving)
-    best_path = store.best_path(k)
+    best_path = store.paths.best(k)
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
         val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy)
@@ -733,9 +733,9 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     metrics.update(
         checkpoint=reported.value,
         epoch=epoch,
-        checkpoint_file=str(best_path.relative_to(store.run_dir))
+        checkpoint_file=str(best_path.relative_to(store.paths.run_dir))
         if reported is ReportedCheckpoint.BEST
-        else str(store.last_path(k).relative_to(store.run_dir)),
+        else str(store.paths.last(k).relative_to(store.paths.run_dir)),
         best_rule=selection_rule(tr.periods),
         train_rows=len(tr.fd.fold.train),  # the usable training rows: collection, embargo, selection
         val_rows=int(tr.fd.fold.validation_end - tr.fd.fold.validation_start),
