@@ -13,7 +13,7 @@ from foxhunt.features._kernels import Carry
 from tests.features.test_market import tiny_rows
 
 A = 0.01  # log return per row of the geometric paths below
-SMALL = market.Params(
+SMALL = market.MarketConfig(
     return_lags=(2, 2, 3, 3, 4, 4), vol_norm_window=4, momentum_windows=(3, 4), trend_windows=(3, 4, 5),
     vol_windows=(3, 4, 5), parkinson_window=3, gk_window=3, range_windows=(3, 4), volume_windows=(3, 4),
     rsi_period=3, bb_window=3, extreme_window=4, macd_fast=2, macd_slow=3, macd_signal=2,

@@ -65,7 +65,7 @@ from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
 from foxhunt.console import SILENT, Reporter
 from foxhunt.errors import ConfigError
 from foxhunt.features.cache_file import FeatureCache
-from foxhunt.validation.config import FoldParams
+from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
 
@@ -280,7 +280,7 @@ def check_horizons(horizons: tuple[int, ...], where: str = "alpha.horizons") -> 
 def run_alpha(
     cache: FeatureCache,
     acfg: AlphaConfig,
-    fold_params: FoldParams,
+    fold_params: FoldConfig,
     horizons: tuple[int, ...],
     seed: int,
     progress: Reporter = SILENT,

@@ -24,7 +24,7 @@ from foxhunt.serve.close import CLOSED, RowCloser
 from foxhunt.serve.config import ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
-from foxhunt.serve.state import Rows
+from foxhunt.serve.state import RecordRows
 
 if TYPE_CHECKING:
     from foxhunt.serve.intake import Intake
@@ -37,7 +37,7 @@ class MadeAhead:
 
     key: tuple
     twin: RowCloser
-    rows: Rows
+    rows: RecordRows
     decider_cache: tuple
 
 
@@ -119,7 +119,7 @@ class Ahead:
             self.decider._next, self.decider._owned = a.decider_cache
             self.retired.append(a)  # freed after the close in hand (foxhunt.serve.loop)
 
-    def adopt(self, t0: float) -> Rows:
+    def adopt(self, t0: float) -> RecordRows:
         """Keep the close made ahead: its state becomes the closer's, its rows are published (their
         latency counts from ``t0``, the closing record's close, to now)."""
         a, self.waiting = self.waiting, None
