@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
-from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
+from foxhunt.seeding import MEMBER_STRIDE, member_seed
+from foxhunt.train.members import COMMITTEE_KEY, member_folder
 from foxhunt.train.run import Interrupted, train
 from foxhunt.tune.objective import trial_config
 from foxhunt.tune.seeds import committee_result

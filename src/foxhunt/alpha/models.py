@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from foxhunt.alpha.config import GbmConfig, MlpConfig
+from foxhunt.seeding import generator
 
 _P_EPS = 1e-12  # probabilities are clipped to [eps, 1 - eps] (finite log-loss; logits up to ~27.6)
 _PREDICT_ROWS = 65_536  # rows per prediction batch (bounded memory for any n)
@@ -185,7 +186,7 @@ def fit_mlp(
     eval_rows = max(params.batch_size, _PREDICT_ROWS)
     with _torch_threads(params.threads), torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        shuffle = torch.Generator().manual_seed(seed)
+        shuffle = generator(seed)
         net = _mlp(n_features, params).to(dev)
         opt = torch.optim.AdamW(net.parameters(), lr=params.lr, weight_decay=params.weight_decay)
         loss_fn = nn.BCEWithLogitsLoss()

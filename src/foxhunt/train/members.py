@@ -17,10 +17,10 @@ training loop, so the run and its members form no import circle):
 - **member 0** is the run itself: its seed, its folder, its progress, hooks and resume, exactly the
   run that ``train.members = 1`` makes (tested: its checkpoints are the same bytes);
 - **member m** (1 <= m < K) is a run of its own in ``OUT/members/m<m>`` with ``run.seed + m x``
-  :data:`MEMBER_STRIDE` (no other packaged or studied seed comes near, so two studies' members never
-  coincide) and ``train.members = 1``; ``train.member_workers - 1`` of them train at once in spawned
-  processes while member 0 trains in this one (spawned, not forked: a fork of a process that started
-  torch's threads can deadlock), on the run's device;
+  :data:`foxhunt.seeding.MEMBER_STRIDE` (no other packaged or studied seed comes near, so two
+  studies' members never coincide) and ``train.members = 1``; ``train.member_workers - 1`` of them
+  train at once in spawned processes while member 0 trains in this one (spawned, not forked: a fork
+  of a process that started torch's threads can deadlock), on the run's device;
 - **each fold's result** is then the committee of the members' reported checkpoints of that fold,
   judged over the fold's whole validation period by training's own :func:`~foxhunt.train.evaluation.validate`
   (as ``foxhunt backtest --checkpoint A --checkpoint B ...`` judges them: tested equal). Member 0's
@@ -39,23 +39,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foxhunt.config.loader import with_overrides
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.seeding import member_seed
 
 if TYPE_CHECKING:
     import torch
 
 MEMBERS_DIR = "members"
 """The folder, inside a run's, of its members 1 .. K-1 (``m1``, ``m2`` ...)."""
-MEMBER_STRIDE = 1_000_000
-"""Member m of a run seeded s trains with seed ``s + m * MEMBER_STRIDE``."""
 COMMITTEE_KEY = "committee"
 """A committee fold's record of its members (``folds.json``, ``metrics.json``)."""
 MEMBER_METRICS = ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "capture")
 """What ``committee.member_results`` keeps of each member's own fold result."""
-
-
-def member_seed(run_seed: int, member: int) -> int:
-    """The run seed of member ``member`` of a run seeded ``run_seed`` (member 0: the run's)."""
-    return run_seed + member * MEMBER_STRIDE
 
 
 def member_config(cfg: FoxhuntConfig, member: int) -> FoxhuntConfig:
