@@ -95,10 +95,10 @@ def test_each_fold_records_where_the_committees_entries_paid(
     the members' checkpoints, not member 0's own (which its folds.json had before the committee)."""
     import numpy as np
 
+    from foxhunt.agent.committee import MeanValues
     from foxhunt.env.market import market_tensors
     from foxhunt.policy.trained import CheckpointPolicy
     from foxhunt.train.diagnostics import advantage_calibration
-    from foxhunt.train.members import MeanValues
     from foxhunt.validation.folds import make_folds
 
     cfg = tiny_cfg(f"run.seed={SEED}")

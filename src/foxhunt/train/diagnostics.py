@@ -208,7 +208,7 @@ def advantage_calibration(
 def fold_calibration(agent: Any, market: Any, env_cfg: Any, fold: Any, horizon: int) -> dict[str, Any]:
     """``fold["calibration"]``: :func:`advantage_calibration` on the ``fold``'s training rows and on its
     validation rows (a :class:`~foxhunt.validation.folds.Fold`). ``agent``: anything with the
-    ``expected_q(states)`` of an agent (a committee's mean: :class:`foxhunt.train.members.MeanValues`)."""
+    ``expected_q(states)`` of an agent (a committee's mean: :class:`foxhunt.agent.committee.MeanValues`)."""
     validation = np.arange(fold.validation_start, fold.validation_end)
     return {
         "train": advantage_calibration(agent, market, env_cfg, fold.train, horizon),

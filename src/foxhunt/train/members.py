@@ -42,7 +42,7 @@ from foxhunt.config.models import FoxhuntConfig
 from foxhunt.seeding import member_seed
 
 if TYPE_CHECKING:
-    import torch
+    from foxhunt.agent.committee import MeanValues
 
 MEMBERS_DIR = "members"
 """The folder, inside a run's, of its members 1 .. K-1 (``m1``, ``m2`` ...)."""
@@ -134,19 +134,6 @@ class MemberRuns:
         self.close()
 
 
-class MeanValues:
-    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.actor.Actor.expected_q` gives one
-    policy's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
-
-    def __init__(self, actors: list) -> None:
-        self.actors = actors
-
-    def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from foxhunt.agent.committee import mean_values
-
-        return mean_values([actor.expected_q(states) for actor in self.actors])
-
-
 class Judged(NamedTuple):
     """A committee judged over one fold's validation period (:func:`judge_committee`)."""
 
@@ -161,6 +148,7 @@ def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, d
     """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
     its market built as training builds it and judged by training's own ``validate``. ``folds``: the
     cache's folds (``make_folds``). Each member's agent is loaded once, for the policy and the values."""
+    from foxhunt.agent.committee import MeanValues
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
     from foxhunt.policy.trained import CommitteePolicy, committee_policy
