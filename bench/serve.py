@@ -76,7 +76,7 @@ os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from foxhunt.serve.config import Ahead, CloseMode, DecidePath, ServeConfig, Wait  # noqa: E402
+from foxhunt.serve.config import AheadMode, CloseMode, DecidePath, ServeConfig, Wait  # noqa: E402
 from foxhunt.serve.service import Service, load_trained  # noqa: E402
 from foxhunt.serve.source import BLOCK, ReplaySource, StreamBlock  # noqa: E402
 
@@ -217,7 +217,7 @@ def serve(
     closes: CloseMode = CloseMode.CATCH_UP,
     device: str = "cpu",
     speed: float | None = None,
-    ahead: Ahead = Ahead.IDLE,
+    ahead: AheadMode = AheadMode.IDLE,
     wait: Wait = Wait.SLEEP,
     paced_from: int = 0,
 ) -> dict:
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> dict:
         "then counts from when the closing record was due",
     )
     for flag, kind, default, what in (
-        ("--ahead", Ahead, Ahead.IDLE, "closes made ahead while the feed is idle, or not"),
+        ("--ahead", AheadMode, AheadMode.IDLE, "closes made ahead while the feed is idle, or not"),
         ("--wait", Wait, Wait.SLEEP, "a blocked wait for the next record, or a busy loop"),
     ):
         setting = f"serve.{flag.removeprefix('--')}"

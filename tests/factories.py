@@ -14,7 +14,7 @@ from foxhunt.data.arrays import (
     BookArrays,
     TradeArrays,
 )
-from foxhunt.domain.barrier import Barrier
+from foxhunt.domain.barrier import BarrierConfig
 from foxhunt.env.config import PlanConfig
 
 TICK = 0.25
@@ -80,8 +80,8 @@ def trade_action() -> int:
 
 
 def plan_config(**fields: Any) -> PlanConfig:
-    """An env plan from flat keywords: the triple barrier's fields (:class:`Barrier`: ``horizon``,
+    """An env plan from flat keywords: the triple barrier's fields (:class:`BarrierConfig`: ``horizon``,
     ``profit_mult``, ``stop_mult``, ``vol_window``) go to ``plan.barrier``, the others
     (``trailing_mult``, ``min_vol``) to the plan itself."""
-    barrier = {k: fields.pop(k) for k in list(fields) if k in Barrier.model_fields}
-    return PlanConfig(barrier=Barrier(**barrier), **fields)
+    barrier = {k: fields.pop(k) for k in list(fields) if k in BarrierConfig.model_fields}
+    return PlanConfig(barrier=BarrierConfig(**barrier), **fields)

@@ -94,7 +94,7 @@ def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
     """A callable that always answers Long is the scripted "long" policy: the API gives the same
     numbers for both, and the same as ``run_backtest`` (``foxhunt backtest``) on that fold."""
 
-    def always_long(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def always_long(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         return torch.full((states.shape[0],), int(api.Direction.LONG))
 
     mine = api.backtest(cache, always_long, cfg=cfg, fold=FOLD)
@@ -116,7 +116,7 @@ def test_the_policy_sees_its_rows_and_its_directions_are_traded(
     fd = api.make_folds(cache, cfg)[FOLD]
     seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
-    def imbalance_sign(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def imbalance_sign(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         s = rows.feature(SIGNAL)
         seen.append((s, states[:, STATE_LAYOUT.index(SIGNAL)], rows.index))
         return torch.where(s > 0, int(api.Direction.LONG), int(api.Direction.SHORT))
@@ -137,7 +137,7 @@ def test_the_policy_sees_its_rows_and_its_directions_are_traded(
 
 
 def test_branch_actions_and_mistakes(cache: FeatureCache, cfg: FoxhuntConfig) -> None:
-    def flat_orders(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def flat_orders(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         a = torch.zeros(states.shape[0], 4, dtype=torch.int64)
         a[:, 0] = int(api.Direction.FLAT)
         return a
@@ -161,15 +161,15 @@ def test_a_policy_answering_no_action_is_refused_at_its_first_step_by_name(
     refused before the env steps with them, naming the policy; integers as numpy or a list pass."""
     calls: list[int] = []
 
-    def long_mask(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def long_mask(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         calls.append(1)
         return rows.feature(SIGNAL) > 0
 
-    def too_far(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def too_far(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         calls.append(1)
         return torch.full((states.shape[0],), len(api.Direction))  # one past FLAT
 
-    def scores(states: torch.Tensor, rows: api.Rows) -> torch.Tensor:
+    def scores(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         calls.append(1)
         return rows.feature(SIGNAL)
 
@@ -241,10 +241,10 @@ def test_training_refuses_data_the_guard_has_not_passed(
     Python, before anything is written."""
     import dataclasses
 
-    from foxhunt.pipeline import UnguardedDataError, Verdict
+    from foxhunt.pipeline import LeakVerdict, UnguardedDataError
 
     opened = api.open_features(dataset.cache.path, cfg)  # the same file, not the object the guard checked
-    built = Verdict(dataset.leaks, opened, opened.meta["cache_key"], cfg.folds)
+    built = LeakVerdict(dataset.leaks, opened, opened.meta["cache_key"], cfg.folds)
     copied = dataclasses.replace(dataset.verdict)
     wider = api.config("smoke", overrides=[*TINY_MARKET, "folds.embargo_rows=1"])  # the guard checked 0
     cases = [

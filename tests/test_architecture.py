@@ -103,3 +103,92 @@ def test_no_import_circle_among_foxhunts_modules() -> None:
     found = circles(graph)
     listed = "; ".join(" <-> ".join(loop) for loop in found)
     assert not found, f"import circles: {listed}"
+
+
+# Class names: one name, one class (issue 55 item 6). A name two classes share is a homonym to the
+# reader and to grep. Deliberate exceptions, each with its reason (none today).
+SHARED_NAME_ALLOWED: dict[str, str] = {}
+CONFIG_SUFFIX = "Config"
+CONFIG_BASE = "Frozen"  # foxhunt.config.base.Frozen: the base of every config model
+
+
+def class_definitions(root: Path = SRC) -> dict[str, list[str]]:
+    """Each class name under ``root`` (module-level, nested or local to a function) and the
+    modules that define it, with its base classes' names: ``name -> ["module(Base, ...)", ...]``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(path.relative_to(root.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bases = [ast.unparse(b).rsplit(".", 1)[-1] for b in node.bases]
+                found.setdefault(node.name, []).append(f"{module}({', '.join(bases)})")
+    return found
+
+
+def config_classes(found: dict[str, list[str]]) -> set[str]:
+    """The names of the classes that derive, directly or through other config classes, from
+    :class:`foxhunt.config.base.Frozen` (names are unique, so a base is known by its name)."""
+    bases = {
+        name: {b for d in defs for b in d[d.index("(") + 1 : -1].split(", ") if b}
+        for name, defs in found.items()
+    }
+    configs: set[str] = set()
+    grew = True
+    while grew:
+        new = {n for n, bs in bases.items() if n not in configs and bs & (configs | {CONFIG_BASE})}
+        configs |= new
+        grew = bool(new)
+    return configs
+
+
+def test_class_definitions_see_local_and_nested_classes(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "a.py").write_text("class Frozen: pass\nclass XConfig(Frozen):\n    class Inner(x.Frozen): pass\n")
+    (pkg / "b.py").write_text("def f():\n    class XConfig: pass\nclass Y(XConfig): pass\n")
+    found = class_definitions(pkg)
+    assert found["XConfig"] == ["pkg.a(Frozen)", "pkg.b()"]
+    assert config_classes(
+        {k: v for k, v in found.items() if k != "XConfig"} | {"XConfig": ["pkg.a(Frozen)"]}
+    ) == {
+        "XConfig",
+        "Inner",
+        "Y",
+    }
+
+
+def test_no_two_classes_share_a_name() -> None:
+    found = class_definitions()
+    assert "FoxhuntConfig" in found  # the walk sees the package
+    shared = {name: defs for name, defs in found.items() if len(defs) > 1 and name not in SHARED_NAME_ALLOWED}
+    listed = "; ".join(
+        f"{name}: {', '.join(d.split('(')[0] for d in defs)}" for name, defs in sorted(shared.items())
+    )
+    assert not shared, f"class names defined more than once (name each for what it is): {listed}"
+
+
+def test_every_shared_name_exception_is_still_needed() -> None:
+    found = class_definitions()
+    stale = sorted(name for name in SHARED_NAME_ALLOWED if len(found.get(name, ())) < 2)
+    assert not stale, f"no longer shared, take them out of SHARED_NAME_ALLOWED: {', '.join(stale)}"
+
+
+def test_every_config_class_ends_in_config() -> None:
+    configs = config_classes(class_definitions())
+    assert {"FoxhuntConfig", "OfiConfig", "BarrierConfig", "ParamSpaceConfig"} <= configs  # it sees them
+    wrong = sorted(name for name in configs if not name.endswith(CONFIG_SUFFIX))
+    assert not wrong, (
+        f"config classes (subclasses of {CONFIG_BASE}) must end in {CONFIG_SUFFIX!r}: {', '.join(wrong)}"
+    )
+
+
+def test_every_builtin_family_names_its_config_class_in_config() -> None:
+    """The plug-in contract (docs/feature-plugins.md): a family's ``CONFIG`` is its ``<Family>Config``,
+    the type of its field of ``FeaturesConfig``."""
+    from foxhunt.features.config import FeaturesConfig
+    from foxhunt.features.registry import FAMILIES
+
+    cfg = FeaturesConfig()
+    for name, family in FAMILIES.items():
+        assert family.CONFIG is type(getattr(cfg, name)), name
+        assert family.CONFIG.__name__ == f"{name.capitalize()}{CONFIG_SUFFIX}", name

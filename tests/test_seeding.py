@@ -28,6 +28,14 @@ def test_stream_seeds_by_hand() -> None:
     assert {seeding.stream_seed(3, s, fold=k) // seeding.FOLD_STRIDE for s in Stream for k in range(5)} == {3}
 
 
+def test_member_and_alpha_fit_seeds_by_hand() -> None:
+    # The derivations every recorded committee and alpha result used: member m of run seed 7 is a
+    # run seeded 7 + m x 1,000,000; the alpha fit on fold 3 for horizon 5 is seeded 7 + 3 x 1000 + 5.
+    assert [seeding.member_seed(7, m) for m in range(3)] == [7, 1_000_007, 2_000_007]
+    assert seeding.alpha_fit_seed(7, 3, 5) == 3_012
+    assert seeding.alpha_fit_seed(7, 0, 60) == 67
+
+
 def test_generator_is_seeded_on_its_device() -> None:
     g = seeding.generator(5)
     assert g.device == torch.device("cpu") and g.initial_seed() == 5

@@ -44,11 +44,14 @@ MIRROR_SWAPS: tuple[tuple[str, str], ...] = ()
 _MIN_DURATION_S = 1e-6  # two book states can share a nanosecond: never divide by 0
 
 
-class Params(Frozen):
+class ArrivalConfig(Frozen):
     """Spans of the ``arrival`` family, in rows (frozen, unknown keys refused, like foxhunt's own)."""
 
     fast_span: int = Field(10, ge=1, le=100_000, description="Rows in the fast EMAs.")
     slow_span: int = Field(100, ge=1, le=100_000, description="Rows in the slow EMAs.")
+
+
+CONFIG = ArrivalConfig  # the settings class foxhunt reads (features.plugin_params.arrival)
 
 
 @numba.njit(cache=False)
@@ -84,7 +87,7 @@ def _arrival(ts, count, signed, has_split, segment_start, a_fast, a_slow):
     return out
 
 
-def compute(inp, params: Params) -> np.ndarray:
+def compute(inp, params: ArrivalConfig) -> np.ndarray:
     """float32 [n, 4] from the rows' trade counts, times and aggressor volumes."""
     buy, sell = inp.buy_volume, inp.sell_volume
     total = buy + sell

@@ -27,7 +27,7 @@ takes only such a dataset; the functions that read features (:func:`make_folds`,
 
 A **policy** is a callable ``policy(states, rows) -> actions``: ``states`` is the ``[N, W]`` float32
 batch of RL states (:data:`~foxhunt.features.layout.STATE_LAYOUT`, features normalised with the
-fold's training-row scaler), ``rows`` a :class:`Rows` describing the N rows acted on (row index,
+fold's training-row scaler), ``rows`` a :class:`RowContext` describing the N rows acted on (row index,
 position, the fold's market). It answers either ``[N]`` directions (:class:`Direction` values:
 the order is then a full-size market order of normal urgency, as the scripted policies trade) or
 ``[N, 4]`` branch indices (direction, magnitude, order type, urgency; see
@@ -75,7 +75,7 @@ __all__ = [
     "Dataset",
     "Direction",
     "OrderType",
-    "Rows",
+    "RowContext",
     "ScriptedPolicy",
     "TrainedAgent",
     "Urgency",
@@ -94,7 +94,7 @@ __all__ = [
     "train",
 ]
 
-UserPolicy = Callable[[Tensor, "Rows"], Tensor]
+UserPolicy = Callable[[Tensor, "RowContext"], Tensor]
 """``policy(states [N, W], rows) -> [N] directions or [N, 4] branch indices`` (module docs)."""
 
 
@@ -224,7 +224,7 @@ def fold_market(
 
 
 @dataclass(frozen=True, eq=False)
-class Rows:
+class RowContext:
     """What a policy knows of the N rows it acts on besides the states (tensors ``[N]``)."""
 
     index: Tensor
@@ -328,7 +328,7 @@ def _user_policy(fn: UserPolicy, cfg: FoxhuntConfig) -> Policy:
     def policy(obs: Tensor, env: TradingEnv) -> Tensor:
         s = env.state
         n = obs.shape[0]
-        answer = fn(obs, Rows(index=s.row, position=s.account.position, market=env.market))
+        answer = fn(obs, RowContext(index=s.row, position=s.account.position, market=env.market))
         out = check_actions(answer, n, env.codec.sizes, name).to(obs.device)
         if out.shape[1] == 1:  # directions: a full-size market order of normal urgency
             a = torch.empty(n, len(BRANCHES), dtype=torch.int64, device=obs.device)

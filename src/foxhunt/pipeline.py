@@ -3,7 +3,7 @@
 :func:`prepare` claims the output folder, writes the embedded synthetic market when no data is given,
 runs the leak guard while the feature cache builds and training's steps compile (in this process,
 beside the guard's cuts in forked ones), and returns a :class:`Dataset`: the files, the cache and
-the guard's :class:`Verdict` on exactly that cache. :func:`train`, :func:`seeds`, :func:`tune` and
+the guard's :class:`LeakVerdict` on exactly that cache. :func:`train`, :func:`seeds`, :func:`tune` and
 :func:`run_job` (``foxhunt run``: alpha check, training, ``report.html``) each take that path and
 return a frozen summary that the caller presents: ``foxhunt.cli`` prints it, :mod:`foxhunt.api`
 returns it. Training of any kind starts at :func:`admit`, which refuses a dataset whose verdict the
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from foxhunt.outputs import Keep
     from foxhunt.tracking import TrackedRun
     from foxhunt.tune.seeds import SeedResult
-    from foxhunt.validation.config import FoldParams
+    from foxhunt.validation.config import FoldConfig
 
 T = TypeVar("T")
 
@@ -63,11 +63,11 @@ class Stopped(StrEnum):
 
 # Every verdict the guard step gave in this process (by identity): one built by hand, copied with
 # dataclasses.replace or unpickled is not among them, so it admits nothing.
-_GIVEN: weakref.WeakSet[Verdict] = weakref.WeakSet()
+_GIVEN: weakref.WeakSet[LeakVerdict] = weakref.WeakSet()
 
 
 @dataclass(frozen=True, eq=False)
-class Verdict:
+class LeakVerdict:
     """The leak guard's pass of one feature cache: given only by the guard step of this module
     (:func:`prepare`), after a clean report, for the cache object it built or opened from the files
     it checked, under the fold settings it checked."""
@@ -75,7 +75,7 @@ class Verdict:
     report: LeakReport
     cache: FeatureCache
     cache_key: str  # the cache's key when checked: its sources' SHA-256, cached settings, code
-    folds: FoldParams  # the folds whose scalers and purge the guard checked
+    folds: FoldConfig  # the folds whose scalers and purge the guard checked
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +84,7 @@ class Dataset:
 
     files: tuple[Path, ...]
     cache: FeatureCache
-    verdict: Verdict
+    verdict: LeakVerdict
     synthetic: bool = False  # the embedded synthetic market, written by :func:`prepare`
     compile_s: float = 0.0  # seconds training's steps compiled beside the guard's cuts
 
@@ -200,7 +200,7 @@ def prepare(
         leaks, (cache, compile_s) = leak_guard_while(
             files, cfg, where, stops, progress, say, build_and_compile, builds=into
         )
-    verdict = Verdict(leaks, cache, str(cache.meta.get("cache_key")), cfg.folds)
+    verdict = LeakVerdict(leaks, cache, str(cache.meta.get("cache_key")), cfg.folds)
     _GIVEN.add(verdict)
     if compile_s:
         say(f"training's steps compiled in {compile_s:.0f}s, beside the leak guard's cuts")

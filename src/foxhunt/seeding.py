@@ -24,6 +24,25 @@ import torch
 FOLD_STRIDE = 1000
 """Seeds per run seed: fold ``k`` of run seed ``s`` derives from ``s * FOLD_STRIDE + k``."""
 
+MEMBER_STRIDE = 1_000_000
+"""Member m of a committee run seeded s trains as a run of its own seeded ``s + m * MEMBER_STRIDE``
+(:func:`member_seed`; foxhunt.train.members)."""
+
+
+def member_seed(run_seed: int, member: int) -> int:
+    """The run seed of member ``member`` of a run seeded ``run_seed`` (member 0: the run's)."""
+    return run_seed + member * MEMBER_STRIDE
+
+ALPHA_FOLD_STRIDE = 1000
+"""Seeds per fold of the alpha check's model fits: :func:`alpha_fit_seed`."""
+
+
+def alpha_fit_seed(run_seed: int, fold: int, horizon: int) -> int:
+    """The seed of the alpha check's model fit on fold ``fold`` for ``horizon`` rows
+    (foxhunt.alpha.check): ``run_seed + ALPHA_FOLD_STRIDE * fold + horizon``. A derivation of its
+    own, not :func:`stream_seed`'s, kept because every recorded alpha result was fitted with it."""
+    return run_seed + ALPHA_FOLD_STRIDE * fold + horizon
+
 
 class Stream(StrEnum):
     """What a random stream is for (each has its own generator)."""

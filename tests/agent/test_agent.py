@@ -20,7 +20,7 @@ from foxhunt.agent.config import (
     ReplayConfig,
 )
 from foxhunt.domain.actions import BRANCHES, BranchConfig, Direction
-from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, PositionSizingConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import AUX_TARGETS
 from foxhunt.features.layout import STATE_LAYOUT
@@ -93,7 +93,7 @@ def env_config(episode_rows: int, horizon: int = 2) -> EnvConfig:
         ),
         contract=ContractConfig(max_position=2, initial_capital=100_000.0),
         plan=plan_config(horizon=horizon, profit_mult=1000.0, stop_mult=1000.0),
-        sizing=SizingParams(conviction_min=1.0, cvar_weight=0.0, kelly_weight=0.0),
+        sizing=PositionSizingConfig(conviction_min=1.0, cvar_weight=0.0, kelly_weight=0.0),
         episode_rows=episode_rows,
     )
 

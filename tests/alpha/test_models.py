@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from foxhunt.alpha.models import (
     FittedModel,
-    GbmParams,
-    MlpParams,
+    GbmConfig,
+    MlpConfig,
     ModelKind,
     fit,
     fit_gbm,
@@ -19,9 +19,9 @@ from foxhunt.alpha.models import (
 )
 
 # Small batches so a few thousand rows still give the MLP enough steps per epoch.
-MLP = MlpParams(batch_size=256, max_epochs=20, patience=2)
-GBM = GbmParams(n_estimators=300, min_data_in_leaf=50)
-PARAMS: dict[ModelKind, MlpParams | GbmParams] = {ModelKind.MLP: MLP, ModelKind.GBM: GBM}
+MLP = MlpConfig(batch_size=256, max_epochs=20, patience=2)
+GBM = GbmConfig(n_estimators=300, min_data_in_leaf=50)
+PARAMS: dict[ModelKind, MlpConfig | GbmConfig] = {ModelKind.MLP: MLP, ModelKind.GBM: GBM}
 N_FEATURES = 8
 
 
@@ -152,7 +152,7 @@ def test_mlp_leaves_torch_state_as_it_was():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    fit_mlp(x, y, MlpParams(batch_size=256, max_epochs=2, threads=1), gap=0, seed=0)
+    fit_mlp(x, y, MlpConfig(batch_size=256, max_epochs=2, threads=1), gap=0, seed=0)
     assert torch.equal(torch.rand(3), expected)
     assert torch.get_num_threads() == threads
 
@@ -172,9 +172,9 @@ def test_predict_shape_range_and_batching(planted, kind: ModelKind):
 
 def test_fit_dispatch_and_bad_input():
     x, y = _data(1_000, signal=True, seed=10)
-    with pytest.raises(TypeError, match="GbmParams"):
+    with pytest.raises(TypeError, match="GbmConfig"):
         fit(ModelKind.GBM, x, y, MLP, gap=0, seed=0)
-    with pytest.raises(TypeError, match="MlpParams"):
+    with pytest.raises(TypeError, match="MlpConfig"):
         fit("mlp", x, y, GBM, gap=0, seed=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="0 \\(down\\) and 1"):
         fit_gbm(x, y + 1, GBM, gap=0, seed=0)
@@ -188,12 +188,12 @@ def test_fit_dispatch_and_bad_input():
 
 def test_params_are_bounded_and_frozen():
     with pytest.raises(ValidationError):
-        MlpParams(hidden=())
+        MlpConfig(hidden=())
     with pytest.raises(ValidationError):
-        MlpParams(inner_validation_fraction=1.0)
+        MlpConfig(inner_validation_fraction=1.0)
     with pytest.raises(ValidationError):
-        GbmParams(learning_rate=0.0)
+        GbmConfig(learning_rate=0.0)
     with pytest.raises(ValidationError):
-        GbmParams(n_trees=10)  # unknown key
+        GbmConfig(n_trees=10)  # unknown key
     with pytest.raises(ValidationError):
-        GbmParams().num_leaves = 7  # type: ignore[misc]
+        GbmConfig().num_leaves = 7  # type: ignore[misc]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from foxhunt.alpha.config import GbmParams, MlpParams
+from foxhunt.alpha.config import GbmConfig, MlpConfig
 from foxhunt.alpha.models import fit_gbm, fit_mlp
 from foxhunt.config.loader import load_config
 
@@ -21,7 +21,7 @@ def _rows(n: int = 3000, f: int = 24, seed: int = 3) -> tuple[np.ndarray, np.nda
 
 def test_gbm_fit_is_the_same_at_1_and_2_threads():
     x, y = _rows()
-    fits = [fit_gbm(x, y, GbmParams(num_threads=t, n_estimators=60), gap=5, seed=11) for t in (1, 2)]
+    fits = [fit_gbm(x, y, GbmConfig(num_threads=t, n_estimators=60), gap=5, seed=11) for t in (1, 2)]
     assert fits[0].n_iterations == fits[1].n_iterations > 1  # more than a stump: real trees compared
     np.testing.assert_array_equal(fits[0].predict(x), fits[1].predict(x))
     np.testing.assert_array_equal(fits[0].feature_gain, fits[1].feature_gain)
@@ -29,7 +29,7 @@ def test_gbm_fit_is_the_same_at_1_and_2_threads():
 
 def test_mlp_fit_is_the_same_at_1_and_2_threads():
     x, y = _rows()
-    fits = [fit_mlp(x, y, MlpParams(threads=t, max_epochs=2), gap=5, seed=11) for t in (1, 2)]
+    fits = [fit_mlp(x, y, MlpConfig(threads=t, max_epochs=2), gap=5, seed=11) for t in (1, 2)]
     assert fits[0].n_iterations == fits[1].n_iterations
     # Equal up to float32 summation order: on some CPUs (an AVX-512 Xeon) a second thread splits the
     # matmuls' reductions differently and the predicted probabilities move by ~1e-8, far below

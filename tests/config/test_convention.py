@@ -2,7 +2,7 @@
 
 * A stage's config models live in ``foxhunt.<stage>.config``; the parameters of a concept that
   several stages share live with the concept in ``foxhunt.domain.<concept>``; a feature family
-  declares its ``Params`` in its own module (the plug-in contract); the root and its ``[run]``
+  declares its ``<Family>Config`` in its own module (the plug-in contract); the root and its ``[run]``
   section are ``foxhunt.config.models``.
 * The ``foxhunt.config`` package holds only the machinery: the base model, the loader, the root
   model, the TOML writer and the profiles.
@@ -66,7 +66,7 @@ def test_misplaced_names_a_section_kept_inside_a_stage_module() -> None:
     Stray.__module__ = "foxhunt.env.sizing"  # a section defined in the code module that uses it
     models = [("env.sizing", Stray), ("run", Stray)]
     assert misplaced(models, set()) == ["env.sizing: foxhunt.env.sizing", "run: foxhunt.env.sizing"]
-    Stray.__module__ = "foxhunt.features.ofi"  # a feature family's Params in its own module
+    Stray.__module__ = "foxhunt.features.ofi"  # a feature family's config in its own module
     assert misplaced([("features.ofi", Stray)], {"ofi"}) == []
     assert misplaced([("features.ofi", Stray)], set()) == ["features.ofi: foxhunt.features.ofi"]
     Stray.__module__ = "foxhunt.domain.barrier"  # a shared concept's parameters beside the concept

@@ -121,7 +121,8 @@ def test_default_keys_walks_into_the_entries_of_a_dict_of_models() -> None:
         log = false
         """
     )
-    # The entry itself is a change (the default space is empty); log = false restates ParamSpace's default.
+    # The entry itself is a change (the default space is empty); log = false restates
+    # ParamSpaceConfig's default.
     assert list(default_keys(tree, FoxhuntConfig)) == ['tune.params."agent.learn.lr".log']
 
 

@@ -31,7 +31,7 @@ from foxhunt.dataset.reach import Tail, WrittenLabels, changed_tail
 from foxhunt.features.layout import STACK_FAMILIES
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import FAMILIES
-from foxhunt.validation.config import FoldParams
+from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import purged_walk_forward
 from foxhunt.validation.labels import direction_labels
 
@@ -166,14 +166,14 @@ def _walk_labels(n: int, horizon: int) -> WrittenLabels:
 
 def test_purge_problems_hand_worked() -> None:
     # n = 100, 3 folds, validation from row 40, label span 5: fold 0 trains on rows 0..34, a gap of 6.
-    folds = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=5)
+    folds = purged_walk_forward(100, FoldConfig(n_folds=3, min_train_fraction=0.4), label_span=5)
     written = _walk_labels(100, 5)
     assert purge_problems(folds, 5, 0, "training", written) == []
     # The gap must exceed folds.embargo_rows: 6 rows do not cover an embargo of 6.
     (line,) = [p for p in purge_problems(folds, 5, 6, "training", written) if "fold 0" in p]
     assert "training row 34 is 6 rows before validation row 40, inside the embargo" in line
     assert "folds.embargo_rows 6" in line
-    unpurged = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=0)
+    unpurged = purged_walk_forward(100, FoldConfig(n_folds=3, min_train_fraction=0.4), label_span=0)
     found = purge_problems(unpurged, 0, 0, "training", written)
     # Rows 35..39 read row 40 on: measured on the labels, whatever span the folds were built with.
     assert len(found) == 3 and "training row 35 is 5 rows before validation row 40" in found[0]

@@ -7,9 +7,9 @@ import torch
 from pydantic import ValidationError
 
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.domain.barrier import Barrier, barrier_prices, barrier_touch
+from foxhunt.domain.barrier import BarrierConfig, barrier_prices, barrier_touch
 from foxhunt.env.config import EnvConfig, PlanConfig
-from foxhunt.validation.config import LabelParams
+from foxhunt.validation.config import LabelConfig
 
 
 def test_barrier_prices_long_and_short() -> None:
@@ -74,20 +74,24 @@ def test_no_touch_within_the_horizon_is_a_timeout() -> None:
 
 
 def test_barrier_defaults_and_bounds() -> None:
-    b = Barrier()
+    b = BarrierConfig()
     assert (b.profit_mult, b.stop_mult, b.vol_window, b.horizon) == (8.0, 8.0, 100, 60)
     bad_values = ({"profit_mult": 0.0}, {"stop_mult": -1.0}, {"vol_window": 1}, {"horizon": 0})
     for bad in (*bad_values, {"target_bars": 5}):
         with pytest.raises(ValidationError):
-            Barrier(**bad)
-    assert all(f.description for f in Barrier.model_fields.values())
+            BarrierConfig(**bad)
+    assert all(f.description for f in BarrierConfig.model_fields.values())
 
 
 def test_the_plan_holds_the_one_barrier_and_the_labels_none() -> None:
     """One home: env.plan.barrier; neither the plan nor the labels keep a barrier key of their own."""
-    assert EnvConfig().plan.barrier == Barrier()
+    assert EnvConfig().plan.barrier == BarrierConfig()
     assert set(PlanConfig.model_fields) == {"barrier", "trailing_mult", "min_vol"}
-    barrier_keys = set(Barrier.model_fields) | {"barrier_vol_window", "barrier_horizon_bars", "target_bars"}
-    assert not barrier_keys & set(LabelParams.model_fields)
+    barrier_keys = set(BarrierConfig.model_fields) | {
+        "barrier_vol_window",
+        "barrier_horizon_bars",
+        "target_bars",
+    }
+    assert not barrier_keys & set(LabelConfig.model_fields)
     cfg = FoxhuntConfig.model_validate({"env": {"plan": {"barrier": {"horizon": 7}}}})
     assert cfg.env.plan.barrier.horizon == 7

@@ -250,7 +250,7 @@ def test_every_branch_value_is_reachable() -> None:
 
 
 def test_reward_components() -> None:
-    from foxhunt.env.config import RewardParams
+    from foxhunt.env.config import RewardConfig
 
     mid = [100.0, 100.5, 101.0, 100.5, 101.5, 101.0, 102.0, 101.5]
     cfg = config(horizon=3).model_copy(update={"episode_rows": 8})
@@ -263,7 +263,7 @@ def test_reward_components() -> None:
     assert torch.equal(r.components[:, 1:], torch.zeros_like(r.components[:, 1:]))
     on = cfg.model_copy(
         update={
-            "rewards": RewardParams(exit_timing_bonus=1.0, drawdown_recovery_bonus=1.0)
+            "rewards": RewardConfig(exit_timing_bonus=1.0, drawdown_recovery_bonus=1.0)
         }
     )
     env = TradingEnv(market(mid), on)

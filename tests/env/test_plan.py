@@ -16,7 +16,7 @@ import torch
 from foxhunt.data.returns import trailing_volatility
 from foxhunt.domain.actions import BranchConfig, Direction, OrderType, Urgency
 from foxhunt.domain.exits import ExitReason, outcome_reason
-from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, SizingParams
+from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig, PositionSizingConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
 from foxhunt.validation.labels import triple_barrier
@@ -61,7 +61,7 @@ def _config(episode_rows: int, **plan) -> EnvConfig:
         ),
         contract=ContractConfig(max_position=1, initial_capital=1e9),  # never near the capital floor
         plan=plan_config(**({"horizon": 50, "profit_mult": 5.0, "stop_mult": 5.0} | plan)),
-        sizing=SizingParams(kelly_weight=0.0),  # a losing record must not size the next entry to 0
+        sizing=PositionSizingConfig(kelly_weight=0.0),  # a losing record must not size the next entry to 0
         episode_rows=episode_rows,
     )
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from foxhunt.domain.actions import BRANCHES
-from foxhunt.env.config import RewardParams
+from foxhunt.env.config import RewardConfig
 from foxhunt.env.rewards import (
     COMPONENTS,
     TradePath,
@@ -44,8 +44,8 @@ def close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-9) -> N
     torch.testing.assert_close(actual, expected.to(actual.device, actual.dtype), rtol=0, atol=atol)
 
 
-def params(**coefficients: float) -> RewardParams:
-    return RewardParams(pnl_scale=1e-3, regime_threshold_mult=3.0, **coefficients)
+def params(**coefficients: float) -> RewardConfig:
+    return RewardConfig(pnl_scale=1e-3, regime_threshold_mult=3.0, **coefficients)
 
 
 # --- the scripted trade -------------------------------------------------------------------------------
@@ -72,7 +72,7 @@ EXPECTED = {
 }
 
 
-def run_scripted_trade(p: RewardParams, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, TradePath]:
+def run_scripted_trade(p: RewardConfig, device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor, TradePath]:
     """Rewards [5 bars, 2 envs] and components [5, 2, 5]; env 1 stays flat throughout."""
     path = TradePath.zeros(2, device=device, dtype=F64)
     ema = t(0.1, 0.1, device=device)
@@ -154,7 +154,7 @@ def test_reversal_closes_one_trade_and_opens_the_next() -> None:
 
 
 def test_regime_move_ema_cold_start_then_ema() -> None:
-    p = RewardParams(regime_ema_alpha=0.25)
+    p = RewardConfig(regime_ema_alpha=0.25)
     ema = torch.zeros(1, dtype=F64)
     # steps 0..2: running mean of |change| (1/(t+1) >= 0.25): 0.4, mean(0.4, 0.2) = 0.3, mean(.., 0.6) = 0.4
     # step 3 onward: rate max(0.25, 1/4) = 0.25: 0.4 + 0.25 (0.8 - 0.4) = 0.5; then 0.5 + 0.25 (0 - 0.5)
@@ -166,18 +166,18 @@ def test_regime_move_ema_cold_start_then_ema() -> None:
 
 def test_params_reject_out_of_range_coefficients() -> None:
     with pytest.raises(ValidationError):
-        RewardParams(entry_bonus=1.5)
+        RewardConfig(entry_bonus=1.5)
     with pytest.raises(ValidationError):
-        RewardParams(regime_shift_penalty=-0.1)
+        RewardConfig(regime_shift_penalty=-0.1)
     with pytest.raises(ValidationError):
-        RewardParams(entry_bonsu=0.1)
+        RewardConfig(entry_bonsu=0.1)
 
 
 # --- invariant 9: every shaping term is bounded by coefficient x |trade PnL| --------------------------
 
 
 def reference_terms(
-    entry_pnl: float, steps: list[float], regime: list[float], ema: float, p: RewardParams
+    entry_pnl: float, steps: list[float], regime: list[float], ema: float, p: RewardConfig
 ) -> tuple[float, list[float]]:
     """Plain-Python shaping terms of one trade (normalised R and the four unclamped terms)."""
     unit = CAPITAL * p.pnl_scale
@@ -259,7 +259,7 @@ def test_shaping_terms_bounded_by_trade_pnl(
 def test_branch_decomposition_is_gone() -> None:
     """It was computed and never read by the learner (issue 22): its weight is an unknown key now."""
     with pytest.raises(ValidationError, match="branch_decomposition"):
-        RewardParams.model_validate({"branch_decomposition": 1.0})
+        RewardConfig.model_validate({"branch_decomposition": 1.0})
     assert BRANCHES == ("direction", "magnitude", "order_type", "urgency")  # the action branches stay
 
 

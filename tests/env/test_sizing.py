@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from foxhunt.env.config import SizingParams
+from foxhunt.env.config import PositionSizingConfig
 from foxhunt.env.sizing import (
     conviction,
     cvar_scale,
@@ -28,7 +28,7 @@ from foxhunt.env.sizing import (
     variance_scale,
 )
 
-P = SizingParams()
+P = PositionSizingConfig()
 F64 = torch.float64
 FRACTIONS = (0.25, 0.5, 1.0)
 
@@ -50,13 +50,15 @@ def close(actual: torch.Tensor, expected: torch.Tensor, atol: float = 1e-9) -> N
 
 def test_params_reject_inverted_conviction_range_and_unknown_keys() -> None:
     with pytest.raises(ValidationError, match="conviction_min"):
-        SizingParams(conviction_min=0.8, conviction_max=0.5)
+        PositionSizingConfig(conviction_min=0.8, conviction_max=0.5)
     with pytest.raises(ValidationError, match="cvar_min_obs"):
-        SizingParams(cvar_window=10, cvar_min_obs=20)
+        PositionSizingConfig(cvar_window=10, cvar_min_obs=20)
     with pytest.raises(ValidationError):
-        SizingParams(kelly_fractoin=0.5)  # typo: unknown keys are rejected
+        PositionSizingConfig(kelly_fractoin=0.5)  # typo: unknown keys are rejected
     with pytest.raises(ValidationError):
-        SizingParams(kelly_fraction=0.0)  # zero Kelly would size to the floor forever: use kelly_weight
+        PositionSizingConfig(
+            kelly_fraction=0.0
+        )  # zero Kelly would size to the floor forever: use kelly_weight
 
 
 # --- conviction and variance -----------------------------------------------------------------------
@@ -94,7 +96,7 @@ def test_kelly_optimal_f_hand_worked() -> None:
     close(kelly_optimal_f(i(12), i(8), t(3600.0), t(-1600.0)), t(1.0 / 3.0))
 
 
-def _kelly(n_trades: int, dir_conv: float, mag_conv: float, params: SizingParams = P) -> torch.Tensor:
+def _kelly(n_trades: int, dir_conv: float, mag_conv: float, params: PositionSizingConfig = P) -> torch.Tensor:
     # 12 wins of $300/contract, 8 losses of $200/contract, equity $10 000, max position 10 contracts
     return kelly_fraction(
         i(12), i(8), t(3600.0), t(1600.0), i(n_trades), t(dir_conv), t(mag_conv), 10_000.0, 10, params
@@ -107,10 +109,10 @@ def test_kelly_fraction_hand_worked() -> None:
     # the max of the two convictions, not their product (0.32 would give 0.2667)
     close(_kelly(20, 0.8, 0.4), t(2.0 / 3.0))
     # kelly_weight blends toward 1: 1 - 0.5 * (1 - 2/3) = 5/6; weight 0 switches Kelly off
-    close(_kelly(20, 0.4, 0.8, SizingParams(kelly_weight=0.5)), t(5.0 / 6.0))
-    close(_kelly(20, 0.4, 0.8, SizingParams(kelly_weight=0.0)), t(1.0))
+    close(_kelly(20, 0.4, 0.8, PositionSizingConfig(kelly_weight=0.5)), t(5.0 / 6.0))
+    close(_kelly(20, 0.4, 0.8, PositionSizingConfig(kelly_weight=0.0)), t(1.0))
     # full Kelly with full conviction: K = 1 * 1 * (1/3) * 50 = 16.7 contracts -> capped at 1
-    close(_kelly(20, 1.0, 1.0, SizingParams(kelly_fraction=1.0)), t(1.0))
+    close(_kelly(20, 1.0, 1.0, PositionSizingConfig(kelly_fraction=1.0)), t(1.0))
 
 
 def test_kelly_inactive_before_min_trades_active_after() -> None:
@@ -123,7 +125,9 @@ def test_kelly_inactive_before_min_trades_active_after() -> None:
     )
     k = kelly_fraction(*args, i(0, 19, 20, 50), 1.0, 1.0, 250_000.0, 10, P)
     close(k, t(1.0, 1.0, P.kelly_floor, P.kelly_floor))
-    k30 = kelly_fraction(*args, i(19, 20, 29, 30), 1.0, 1.0, 250_000.0, 10, SizingParams(kelly_min_trades=30))
+    k30 = kelly_fraction(
+        *args, i(19, 20, 29, 30), 1.0, 1.0, 250_000.0, 10, PositionSizingConfig(kelly_min_trades=30)
+    )
     close(k30, t(1.0, 1.0, 1.0, P.kelly_floor))
 
 
@@ -232,7 +236,7 @@ def test_smallest_sum_is_one_selection() -> None:
 
 
 def test_cvar_scale_hand_worked() -> None:
-    params = SizingParams(cvar_confidence=0.9, cvar_window=20, cvar_min_obs=5, cvar_budget=0.005)
+    params = PositionSizingConfig(cvar_confidence=0.9, cvar_window=20, cvar_min_obs=5, cvar_budget=0.005)
     base = [0.001] * 18 + [-0.02, -0.01]
     rows = [
         base,  # n = 20, k = ceil(0.1 * 20) = 2: CVaR = (0.02 + 0.01) / 2 = 0.015 -> 0.005 / 0.015 = 1/3

@@ -106,7 +106,7 @@ def ohlcv_style(inp: RowInput, nan_share: float = 0.3, seed: int = 0) -> RowInpu
 
 @pytest.fixture(scope="module")
 def computed(bar_rows: RowInput, snapshot_rows: RowInput) -> dict[str, tuple[RowInput, np.ndarray]]:
-    p = market.Params()
+    p = market.MarketConfig()
     return {
         "bar": (bar_rows, market.compute(bar_rows, p)),
         "snapshot": (snapshot_rows, market.compute(snapshot_rows, p)),
@@ -122,19 +122,19 @@ def test_slots_follow_the_spec_layout() -> None:
     assert market.SLOTS[-2] == "adx_14" and market.SLOTS[-1] == "cusum"
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", s) for s in market.SLOTS)
     assert market.NEEDS_BOOK is False
-    for name, field in market.Params.model_fields.items():
-        assert field.description, f"Params.{name} has no description"
+    for name, field in market.MarketConfig.model_fields.items():
+        assert field.description, f"MarketConfig.{name} has no description"
 
 
 def test_params_reject_bad_values() -> None:
     with pytest.raises(ValidationError):
-        market.Params(macd_fast=30, macd_slow=26)
+        market.MarketConfig(macd_fast=30, macd_slow=26)
     with pytest.raises(ValidationError):
-        market.Params(trend_windows=(1, 64, 256))
+        market.MarketConfig(trend_windows=(1, 64, 256))
     with pytest.raises(ValidationError):
-        market.Params(return_lags=(2, 5))
+        market.MarketConfig(return_lags=(2, 5))
     with pytest.raises(ValidationError):
-        market.Params(window=3)  # unknown key
+        market.MarketConfig(window=3)  # unknown key
 
 
 @pytest.mark.parametrize("unit", ["bar", "snapshot"])
@@ -155,7 +155,7 @@ def test_shape_dtype_finite_and_bounded(computed: dict, unit: str) -> None:
 def test_prefix_gives_the_same_rows(computed: dict, unit: str) -> None:
     inp, x = computed[unit]
     for k in (1, 7, 300, len(inp) // 2 + 13, len(inp) - 1):
-        np.testing.assert_array_equal(market.compute(inp.prefix(k), market.Params()), x[:k])
+        np.testing.assert_array_equal(market.compute(inp.prefix(k), market.MarketConfig()), x[:k])
 
 
 @pytest.mark.parametrize("unit", ["bar", "snapshot"])
@@ -166,7 +166,7 @@ def test_segments_do_not_see_each_other(computed: dict, unit: str) -> None:
     assert (x[starts, SLOT["ret_lag1"]] == 0).all()
     # The second segment computed alone is bit-for-bit the same: nothing reaches back across it.
     s = int(starts[1])
-    np.testing.assert_array_equal(market.compute(suffix(inp, s), market.Params()), x[s:])
+    np.testing.assert_array_equal(market.compute(suffix(inp, s), market.MarketConfig()), x[s:])
     # Lagged statistics restart: the first rows of a segment have no k-row return, no trend, no ADX.
     for name in ("ret_z_lag100", "trend_tstat_w256", "vol_rv_w500_bps"):
         assert (x[s : s + 100, SLOT[name]] == 0).all(), name
@@ -175,7 +175,7 @@ def test_segments_do_not_see_each_other(computed: dict, unit: str) -> None:
 
 def test_ohlcv_input_with_missing_prices(bar_rows: RowInput) -> None:
     inp = ohlcv_style(bar_rows)
-    x = market.compute(inp, market.Params())
+    x = market.compute(inp, market.MarketConfig())
     assert x.shape == (len(inp), 42) and np.isfinite(x).all()
     gone = np.isnan(inp.close)
     assert (x[gone, SLOT["ret_lag1"]] == 0).all()  # a missing price is no move
@@ -187,7 +187,7 @@ def test_ohlcv_input_with_missing_prices(bar_rows: RowInput) -> None:
         bid_px=np.full(bar_rows.bid_px.shape, np.nan),
         events=None,
     )
-    p = market.Params()
+    p = market.MarketConfig()
     np.testing.assert_array_equal(market.compute(no_book, p), market.compute(bar_rows, p))
 
 
@@ -196,14 +196,14 @@ def test_ohlcv_input_with_missing_prices(bar_rows: RowInput) -> None:
 
 def test_slot0_is_the_last_rows_log_return() -> None:
     inp = tiny_rows([100.0, 101.0, 99.0, np.nan, 99.5, 98.0], seg=[2])
-    x = market.compute(inp, market.Params())
+    x = market.compute(inp, market.MarketConfig())
     expected = [0.0, math.log(101 / 100), 0.0, 0.0, math.log(99.5 / 99), math.log(98 / 99.5)]
     np.testing.assert_allclose(x[:, 0], expected, rtol=1e-6, atol=0)
 
 
 def test_leading_missing_prices_give_zero_rows() -> None:
     inp = tiny_rows([np.nan, np.nan, 100.0, 101.0])
-    x = market.compute(inp, market.Params())
+    x = market.compute(inp, market.MarketConfig())
     assert (x[:3] == 0).all() and x[3, 0] == pytest.approx(math.log(1.01), rel=1e-6)
 
 
@@ -212,7 +212,7 @@ def test_trend_slope_and_tstat_hand_worked() -> None:
     # x = 0..3: Sxx = 5, Sxy = 4e-3, β = 0.8e-3, Syy = 5e-6, SSR = 5e-6 - 0.8e-3 · 4e-3 = 1.8e-6,
     # se = sqrt(1.8e-6 / (2 · 5)), t = 0.8 / sqrt(0.18). σ_4 = sqrt((0 + 1 + 4 + 1) / 4) · 1e-3.
     y = np.array([0.0, 0.0, 1.0, 3.0, 2.0]) * 1e-3
-    p = market.Params(trend_windows=(4, 5, 6))
+    p = market.MarketConfig(trend_windows=(4, 5, 6))
     x = market.compute(tiny_rows(100.0 * np.exp(y)), p)
     t_expected = 0.8 / math.sqrt(0.18)
     slope_expected = 0.8e-3 * math.sqrt(4) / (math.sqrt(1.5) * 1e-3)
@@ -224,13 +224,13 @@ def test_trend_slope_and_tstat_hand_worked() -> None:
 @pytest.mark.parametrize("direction", [1.0, -1.0])
 def test_perfect_line_tstat_is_clipped(direction: float) -> None:
     y = direction * 1e-4 * np.arange(40)
-    x = market.compute(tiny_rows(5000.0 * np.exp(y)), market.Params(trend_windows=(4, 8, 16)))
+    x = market.compute(tiny_rows(5000.0 * np.exp(y)), market.MarketConfig(trend_windows=(4, 8, 16)))
     for name, w in (("trend_tstat_w16", 4), ("trend_tstat_w64", 8), ("trend_tstat_w256", 16)):
         assert (x[w:, SLOT[name]] == direction * 20.0).all()
         assert (x[:w, SLOT[name]] == 0).all()
     # Slope: β √W / σ_W with β = σ_W = 1e-4 per row -> √W.
     np.testing.assert_allclose(x[4:, SLOT["trend_slope_w16"]], direction * 2.0, rtol=1e-5)
-    flat = market.compute(tiny_rows(np.full(40, 5000.0)), market.Params(trend_windows=(4, 8, 16)))
+    flat = market.compute(tiny_rows(np.full(40, 5000.0)), market.MarketConfig(trend_windows=(4, 8, 16)))
     assert (flat == 0).all()
 
 
@@ -238,7 +238,7 @@ def test_rsi_hand_worked() -> None:
     # r = [2, -1, 3, -1, 0] · 1e-3, period 3. After 3 changes: G = 5/3, L = 1/3 -> (G - L)/(G + L) = 2/3;
     # then G = (10/3 + 0)/3 = 10/9, L = (2/3 + 1)/3 = 5/9 -> 1/3; then G = 20/27, L = 10/27 -> 1/3.
     y = np.array([0.0, 2.0, 1.0, 4.0, 3.0, 3.0]) * 1e-3
-    x = market.compute(tiny_rows(100.0 * np.exp(y)), market.Params(rsi_period=3))
+    x = market.compute(tiny_rows(100.0 * np.exp(y)), market.MarketConfig(rsi_period=3))
     np.testing.assert_allclose(x[:, SLOT["rsi_14"]], [0, 0, 0, 2 / 3, 1 / 3, 1 / 3], rtol=1e-5, atol=1e-7)
 
 
@@ -246,7 +246,7 @@ def test_range_position_and_efficiency_hand_worked() -> None:
     # Closes only (high = low = close); window 4 at the last row: y = [0, 3, 1, 2] · 1e-3, the row
     # before it y = 0: range position 2 (2 - 0) / (3 - 0) - 1 = 1/3; efficiency (2 - 0) / (0+3+2+1) = 1/3.
     y = np.array([0.0, 0.0, 3.0, 1.0, 2.0]) * 1e-3
-    p = market.Params(range_windows=(4, 4), efficiency_window=4)
+    p = market.MarketConfig(range_windows=(4, 4), efficiency_window=4)
     x = market.compute(tiny_rows(100.0 * np.exp(y)), p)
     assert x[4, SLOT["range_pos_w20"]] == pytest.approx(1 / 3, rel=1e-5)
     assert x[4, SLOT["efficiency_w20"]] == pytest.approx(1 / 3, rel=1e-5)
@@ -292,7 +292,7 @@ def _adx_reference(h: list[float], l: list[float], c: list[float], n: int) -> li
 def test_adx_matches_a_direct_implementation() -> None:
     c, h, l = _random_bars(70, seed=3)
     seg = 33
-    x = market.compute(tiny_rows(c, high=h, low=l, seg=[seg]), market.Params(adx_period=4))
+    x = market.compute(tiny_rows(c, high=h, low=l, seg=[seg]), market.MarketConfig(adx_period=4))
     expected: list[float] = []
     for a, b in ((0, seg), (seg, len(c))):
         expected += _adx_reference(list(np.log(h[a:b])), list(np.log(l[a:b])), list(np.log(c[a:b])), 4)
@@ -320,7 +320,7 @@ def test_cusum_matches_a_direct_implementation() -> None:
     c, _, _ = _random_bars(80, seed=11)
     c[40:52] *= np.exp(np.arange(12) * 2e-3)  # a run of up moves in the second segment
     seg = 25
-    p = market.Params(vol_norm_window=5, cusum_drift=0.3, cusum_cap=2.0)
+    p = market.MarketConfig(vol_norm_window=5, cusum_drift=0.3, cusum_cap=2.0)
     x = market.compute(tiny_rows(c, seg=[seg]), p)
     expected = [
         v for a, b in ((0, seg), (seg, len(c))) for v in _cusum_reference(list(c[a:b]), 5, 0.3, 2.0, 10.0)
@@ -332,7 +332,7 @@ def test_cusum_matches_a_direct_implementation() -> None:
 def test_volume_relative_to_its_trailing_mean() -> None:
     # Window 2 at row 2: volumes [10, 30] (mean 20): ln(31 / 21); z: (30 - 20) / 10 = 1.
     inp = tiny_rows([100.0, 100.0, 100.0], volume=[5.0, 10.0, 30.0])
-    x = market.compute(inp, market.Params(volume_windows=(2, 2)))
+    x = market.compute(inp, market.MarketConfig(volume_windows=(2, 2)))
     assert x[2, SLOT["volume_rel_w20"]] == pytest.approx(math.log(31 / 21), rel=1e-6)
     assert x[2, SLOT["volume_z_w100"]] == pytest.approx(1.0, rel=1e-6)
     assert (x[:2, SLOT["volume_rel_w20"]] == 0).all()

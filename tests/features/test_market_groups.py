@@ -13,7 +13,7 @@ from foxhunt.features._kernels import Carry
 from tests.features.test_market import tiny_rows
 
 A = 0.01  # log return per row of the geometric paths below
-SMALL = market.Params(
+SMALL = market.MarketConfig(
     return_lags=(2, 2, 3, 3, 4, 4), vol_norm_window=4, momentum_windows=(3, 4), trend_windows=(3, 4, 5),
     vol_windows=(3, 4, 5), parkinson_window=3, gk_window=3, range_windows=(3, 4), volume_windows=(3, 4),
     rsi_period=3, bb_window=3, extreme_window=4, macd_fast=2, macd_slow=3, macd_signal=2,
@@ -21,15 +21,15 @@ SMALL = market.Params(
 )  # fmt: skip
 
 
-def rising(n: int = 12, volume: float = 5.0) -> market._Series:
+def rising(n: int = 12, volume: float = 5.0) -> market._ChunkSeries:
     """y_t = A t: every return A, constant volume."""
     close = 100.0 * np.exp(A * np.arange(n))
-    return market._Series(tiny_rows(close, volume=np.full(n, volume)), SMALL, Carry())
+    return market._ChunkSeries(tiny_rows(close, volume=np.full(n, volume)), SMALL, Carry())
 
 
 def test_series_carries_a_missing_close_and_restarts_per_segment() -> None:
     inp = tiny_rows([100.0, 110.0, np.nan, 121.0, 50.0, 55.0], seg=[4])
-    c = market._Series(inp, SMALL, Carry())
+    c = market._ChunkSeries(inp, SMALL, Carry())
     a = math.log(1.1)
     assert c.y_n == pytest.approx([0.0, a, a, 2 * a, 0.0, a])
     assert c.r_n == pytest.approx([0.0, a, 0.0, a, 0.0, a])
@@ -82,7 +82,7 @@ def test_volume_of_a_constant_flow() -> None:
     cols = market._volume(rising(volume=5.0), SMALL)
     assert all(not col.any() for col in cols)  # at its mean, no variance, no trend
     inp = tiny_rows(np.full(6, 100.0), volume=[1.0, 1.0, 1.0, 1.0, 1.0, 7.0])
-    cols = market._volume(market._Series(inp, SMALL, Carry()), SMALL)
+    cols = market._volume(market._ChunkSeries(inp, SMALL, Carry()), SMALL)
     assert cols[0][5] == pytest.approx(math.log(8.0 / 4.0))  # ln((1 + 7) / (1 + mean_3 = 3))
 
 

@@ -18,7 +18,7 @@ PER_TF = len(mtf.SLOTS) // 2
 
 @pytest.fixture(scope="module")
 def computed(bar_rows: RowInput, snapshot_rows: RowInput) -> dict[str, tuple[RowInput, np.ndarray]]:
-    p = mtf.Params()
+    p = mtf.MtfConfig()
     return {
         "bar": (bar_rows, mtf.compute(bar_rows, p)),
         "snapshot": (snapshot_rows, mtf.compute(snapshot_rows, p)),
@@ -30,14 +30,14 @@ def test_slots_and_params() -> None:
     assert mtf.SLOTS[0] == "tf5m_ret_bps" and mtf.SLOTS[PER_TF] == "tf30m_ret_bps"
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", s) for s in mtf.SLOTS)
     assert mtf.NEEDS_BOOK is False
-    for name, field in mtf.Params.model_fields.items():
-        assert field.description, f"Params.{name} has no description"
+    for name, field in mtf.MtfConfig.model_fields.items():
+        assert field.description, f"MtfConfig.{name} has no description"
     with pytest.raises(ValidationError):
-        mtf.Params(min_buckets=20, lookback_buckets=12)
+        mtf.MtfConfig(min_buckets=20, lookback_buckets=12)
     with pytest.raises(ValidationError):
-        mtf.Params(timeframes_s=(300, 300))
+        mtf.MtfConfig(timeframes_s=(300, 300))
     with pytest.raises(ValidationError):
-        mtf.Params(timeframes_s=(0, 300))
+        mtf.MtfConfig(timeframes_s=(0, 300))
 
 
 @pytest.mark.parametrize("unit", ["bar", "snapshot"])
@@ -55,7 +55,7 @@ def test_shape_dtype_finite_and_bounded(computed: dict, unit: str) -> None:
 def test_prefix_gives_the_same_rows(computed: dict, unit: str) -> None:
     inp, x = computed[unit]
     for k in (1, 11, 999, len(inp) // 2 + 7, len(inp) - 1):
-        np.testing.assert_array_equal(mtf.compute(inp.prefix(k), mtf.Params()), x[:k])
+        np.testing.assert_array_equal(mtf.compute(inp.prefix(k), mtf.MtfConfig()), x[:k])
 
 
 @pytest.mark.parametrize("unit", ["bar", "snapshot"])
@@ -63,7 +63,7 @@ def test_only_completed_buckets_of_the_segment(computed: dict, unit: str) -> Non
     inp, x = computed[unit]
     seg_id = np.cumsum(inp.segment_start)
     starts = np.flatnonzero(inp.segment_start)
-    for j, tf in enumerate(mtf.Params().timeframes_s):
+    for j, tf in enumerate(mtf.MtfConfig().timeframes_s):
         block = x[:, j * PER_TF : (j + 1) * PER_TF]
         bucket = inp.ts // (tf * 1_000_000_000)
         same = (bucket[1:] == bucket[:-1]) & (seg_id[1:] == seg_id[:-1])
@@ -74,11 +74,11 @@ def test_only_completed_buckets_of_the_segment(computed: dict, unit: str) -> Non
             first = (bucket == bucket[s]) & (seg_id == seg_id[s])
             assert (block[first] == 0).all()
     s = int(starts[1])
-    np.testing.assert_array_equal(mtf.compute(suffix(inp, s), mtf.Params()), x[s:])
+    np.testing.assert_array_equal(mtf.compute(suffix(inp, s), mtf.MtfConfig()), x[s:])
 
 
 def test_ohlcv_input_with_missing_prices(bar_rows: RowInput) -> None:
-    x = mtf.compute(ohlcv_style(bar_rows), mtf.Params())
+    x = mtf.compute(ohlcv_style(bar_rows), mtf.MtfConfig())
     assert x.shape == (len(bar_rows), 16) and np.isfinite(x).all() and (x != 0).any()
 
 
@@ -87,7 +87,7 @@ def test_hand_worked_buckets() -> None:
     ts = [0, 20, 40, 60, 80, 100, 130, 170, 250, 300]
     y = np.array([0, 1, 2, 1, 3, 2, 5, 4, 6, 6]) * 1e-3
     vol = [1, 2, 3, 0, 4, 0, 10, 0, 5, 0]
-    p = mtf.Params(timeframes_s=(60, 120), lookback_buckets=3, min_buckets=3)
+    p = mtf.MtfConfig(timeframes_s=(60, 120), lookback_buckets=3, min_buckets=3)
     x = mtf.compute(tiny_rows(100.0 * np.exp(y), volume=vol, ts_s=ts), p).astype(np.float64)
     # stats: ret_bps, mom_z, rv_bps, range_ratio, close_pos, range_pos, trend_tstat, volume_ratio
     e = np.zeros((10, 16))
@@ -125,7 +125,7 @@ def test_hand_worked_buckets() -> None:
 def test_a_new_segment_restarts_the_buckets() -> None:
     ts = [0, 30, 60, 90, 120, 150]
     close = 100.0 * np.exp(np.arange(6) * 1e-3)
-    p = mtf.Params(timeframes_s=(60, 120))
+    p = mtf.MtfConfig(timeframes_s=(60, 120))
     whole = mtf.compute(tiny_rows(close, ts_s=ts), p)
     assert whole[2, 0] == pytest.approx(10.0, rel=1e-5)  # row 2 (ts 60) sees bucket [0, 60)
     split = mtf.compute(tiny_rows(close, ts_s=ts, seg=[2]), p)

@@ -168,7 +168,7 @@ COL = {name: i for i, name in enumerate(ofi.SLOTS)}
 @pytest.mark.parametrize("fixture", ROW_UNITS)
 def test_width_and_finite(fixture: str, request: pytest.FixtureRequest) -> None:
     inp = request.getfixturevalue(fixture)
-    out = ofi.compute(inp, ofi.Params())
+    out = ofi.compute(inp, ofi.OfiConfig())
     assert len(ofi.SLOTS) == 33 and len(set(ofi.SLOTS)) == 33 and ofi.NEEDS_BOOK
     assert out.shape == (len(inp), len(ofi.SLOTS)) and out.dtype == np.float32
     assert np.isfinite(out).all()
@@ -184,9 +184,9 @@ def test_width_and_finite(fixture: str, request: pytest.FixtureRequest) -> None:
 @pytest.mark.parametrize("fixture", ROW_UNITS)
 def test_prefix_gives_the_same_rows(fixture: str, request: pytest.FixtureRequest) -> None:
     inp = request.getfixturevalue(fixture)
-    full = ofi.compute(inp, ofi.Params())
+    full = ofi.compute(inp, ofi.OfiConfig())
     for k in (1, 2, 37, len(inp) // 3, second_segment_start(inp) + 5, len(inp) - 1):
-        assert np.array_equal(ofi.compute(inp.prefix(k), ofi.Params()), full[:k]), k
+        assert np.array_equal(ofi.compute(inp.prefix(k), ofi.OfiConfig()), full[:k]), k
 
 
 @pytest.mark.parametrize("fixture", ROW_UNITS)
@@ -194,8 +194,8 @@ def test_segment_start_restarts_every_recursion(fixture: str, request: pytest.Fi
     """The second session's rows do not depend on anything before it."""
     inp = request.getfixturevalue(fixture)
     s = second_segment_start(inp)
-    full = ofi.compute(inp, ofi.Params())
-    assert np.array_equal(ofi.compute(rows_from(inp, s), ofi.Params())[:500], full[s:][:500])
+    full = ofi.compute(inp, ofi.OfiConfig())
+    assert np.array_equal(ofi.compute(rows_from(inp, s), ofi.OfiConfig())[:500], full[s:][:500])
 
 
 def test_lags_are_zero_at_a_segment_start() -> None:
@@ -205,7 +205,7 @@ def test_lags_are_zero_at_a_segment_start() -> None:
         bid_sz=[[10], [12], [12], [20]],
         ask_sz=[[10], [10], [3], [10]],
     )
-    out = ofi.compute(make_rows(**book, segment_start=[1, 0, 1, 0]), ofi.Params(depth_span=1))
+    out = ofi.compute(make_rows(**book, segment_start=[1, 0, 1, 0]), ofi.OfiConfig(depth_span=1))
     # OFI needs a previous state of the segment: rows 0 and 2 have none.
     assert out[0, COL["ofi_l0"]] == 0 and out[2, COL["ofi_l0"]] == 0
     assert out[1, COL["ofi_l0"]] == pytest.approx(2 / 11)
@@ -247,7 +247,7 @@ def test_cks_ofi_with_empty_levels() -> None:
 
 def test_depth_normalised_ofi_slots_by_hand() -> None:
     inp = make_rows(BID_PX, ASK_PX, BID_SZ, ASK_SZ)
-    out = ofi.compute(inp, ofi.Params(depth_span=1, fast_span=1, mid_span=1, slow_span=1))
+    out = ofi.compute(inp, ofi.OfiConfig(depth_span=1, fast_span=1, mid_span=1, slow_span=1))
     # depth_span = 1: D_i is the row's own mean level depth (q^b_i + q^a_i) / 2
     np.testing.assert_allclose(out[:, COL["ofi_l0"]], [0, 7 / 13, 17 / 7], rtol=1e-6)
     np.testing.assert_allclose(out[:, COL["ofi_l1"]], [0, -7 / 24, 44 / 27], rtol=1e-6)
@@ -260,23 +260,23 @@ def test_order_count_imbalance_microprice_and_spread_by_hand() -> None:
     inp = make_rows(
         [[100.0, 99.75]], [[100.25, 100.5]], [[30, 5]], [[10, 5]], bid_ct=[[3, 5]], ask_ct=[[2, 2]]
     )
-    out = ofi.compute(inp, ofi.Params())[0]
+    out = ofi.compute(inp, ofi.OfiConfig())[0]
     assert out[COL["order_count_imbalance"]] == pytest.approx((8 - 4) / 12)
     # microprice = (100 * 10 + 100.25 * 30) / 40 = 100.1875, mid = 100.125
     assert out[COL["microprice_residual"]] == pytest.approx(0.0625 / 100.125, rel=1e-5)
     assert out[COL["spread_ticks"]] == 1.0
     # book pressure with no decay: (35 - 15) / 50
-    assert ofi.compute(inp, ofi.Params(pressure_decay=0))[0, COL["book_pressure"]] == pytest.approx(0.4)
+    assert ofi.compute(inp, ofi.OfiConfig(pressure_decay=0))[0, COL["book_pressure"]] == pytest.approx(0.4)
 
 
 def test_aggression_and_toxicity_by_hand() -> None:
     inp = make_rows([[100.0]] * 3, [[100.25]] * 3, [[10]] * 3, [[10]] * 3, buy=[6, 0, 1], sell=[2, 0, 3])
-    out = ofi.compute(inp, ofi.Params(toxicity_bucket_span=1, toxicity_span=1))
+    out = ofi.compute(inp, ofi.OfiConfig(toxicity_bucket_span=1, toxicity_span=1))
     np.testing.assert_allclose(out[:, COL["aggression_row"]], [6 / 8 - 0.5, 0, 1 / 4 - 0.5])
     # bucket span 1: VPIN is this row's |buy - sell| / volume
     np.testing.assert_allclose(out[:, COL["vpin"]], [0.5, 0, 0.5])
     flow_off = dataclasses.replace(inp, flow_mask=np.zeros(3, bool))
-    out_off = ofi.compute(flow_off, ofi.Params())
+    out_off = ofi.compute(flow_off, ofi.OfiConfig())
     for slot in ("vpin", "toxicity_gradient", "aggression", "aggression_row", "trade_flow"):
         assert (out_off[:, COL[slot]] == 0).all(), slot
 
@@ -290,7 +290,7 @@ def test_imbalance_ema_is_the_synthetic_alpha_recursion(snapshot_rows: RowInput)
     s[0] = imb[0]
     for t in range(1, len(imb)):
         s[t] = s[t - 1] + (imb[t] - s[t - 1]) / 50
-    out = ofi.compute(inp, ofi.Params(imbalance_horizon_events=50))
+    out = ofi.compute(inp, ofi.OfiConfig(imbalance_horizon_events=50))
     np.testing.assert_allclose(out[:, COL["l1_imbalance_ema"]], s, rtol=1e-5, atol=1e-6)
 
 
@@ -307,7 +307,7 @@ def test_empty_levels_and_one_sided_books_are_finite() -> None:
     ask_px[1, 3:], ask_sz[1, 3:] = nan, 0  # thin ask
     ask_px[2], ask_sz[2] = nan, 0  # one-sided book
     bid_px[3], bid_sz[3], ask_px[3], ask_sz[3] = nan, 0, nan, 0  # empty book
-    out = ofi.compute(make_rows(bid_px, ask_px, bid_sz, ask_sz, buy=[0, 1, 0, 0]), ofi.Params())
+    out = ofi.compute(make_rows(bid_px, ask_px, bid_sz, ask_sz, buy=[0, 1, 0, 0]), ofi.OfiConfig())
     assert np.isfinite(out).all()
     assert out[2, COL["spread_ticks"]] == 0 and out[2, COL["microprice_residual"]] == 0
     assert out[3, COL["order_count_imbalance"]] == 0 and out[3, COL["book_pressure"]] == 0
@@ -316,7 +316,7 @@ def test_empty_levels_and_one_sided_books_are_finite() -> None:
 
 def test_ohlcv_input_gives_all_zeros() -> None:
     inp = ohlcv_rows()
-    out = ofi.compute(inp, ofi.Params())
+    out = ofi.compute(inp, ofi.OfiConfig())
     assert out.shape == (len(inp), len(ofi.SLOTS)) and not out.any()
 
 
@@ -325,7 +325,7 @@ def test_ohlcv_input_gives_all_zeros() -> None:
 
 def _future_move_corr(alpha: float, horizon: int = 50) -> float:
     inp = synthetic_rows(RowUnit.SNAPSHOT, events=20_000, sessions=2, alpha=alpha, seed=5)
-    x = ofi.compute(inp, ofi.Params())[:, COL["l1_imbalance_ema"]]
+    x = ofi.compute(inp, ofi.OfiConfig())[:, COL["l1_imbalance_ema"]]
     seg = np.cumsum(inp.segment_start)
     ok = np.zeros(len(inp), bool)
     ok[:-horizon] = seg[horizon:] == seg[:-horizon]
@@ -352,15 +352,15 @@ def test_trade_sign_ema_by_hand() -> None:
     inp = make_rows(bid, ask, [[10.0]] * 5, [[10.0]] * 5)
     sign = np.array([0.0, 1.0, -1.0, 1.0, 1.0])
     inp = dataclasses.replace(inp, events=dataclasses.replace(inp.events, trade_sign=sign))
-    out = ofi.compute(inp, ofi.Params(trade_sign_horizon_trades=2))[:, COL["trade_sign_ema"]]
+    out = ofi.compute(inp, ofi.OfiConfig(trade_sign_horizon_trades=2))[:, COL["trade_sign_ema"]]
     np.testing.assert_allclose(out, [0.0, 0.5, -0.25, -0.25, 0.375])
     # in two chunks with the carried state, the same rows; without trade states, 0
     carry = Carry()
-    two = ofi.Params(trade_sign_horizon_trades=2)
+    two = ofi.OfiConfig(trade_sign_horizon_trades=2)
     parts = [ofi.compute(inp.rows(a, b), two, carry) for a, b in ((0, 2), (2, 5))]
     np.testing.assert_array_equal(np.concatenate(parts)[:, COL["trade_sign_ema"]], out)
     none = dataclasses.replace(inp, events=dataclasses.replace(inp.events, trade_sign=None))
-    assert not ofi.compute(none, ofi.Params())[:, COL["trade_sign_ema"]].any()
+    assert not ofi.compute(none, ofi.OfiConfig())[:, COL["trade_sign_ema"]].any()
 
 
 @pytest.mark.parametrize("unit", [RowUnit.SNAPSHOT, RowUnit.BAR])
@@ -375,7 +375,7 @@ def test_trade_sign_ema_is_the_trade_flow_carrier(unit: RowUnit) -> None:
     n = cfg.flow_horizon_trades
     f = np.concatenate([trade_flow_signal(simulate_session(cfg, i).book, n) for i in range(2)])
     assert len(f) == len(book) and np.abs(f).max() > 0.1
-    params = ofi.Params(trade_sign_horizon_trades=cfg.flow_horizon_trades)
+    params = ofi.OfiConfig(trade_sign_horizon_trades=cfg.flow_horizon_trades)
     out = ofi.compute(inp, params)[:, COL["trade_sign_ema"]]
     last = np.searchsorted(book.ts_event, inp.ts, "right") - 1  # each row's last state
     np.testing.assert_allclose(out, f[last], rtol=1e-5, atol=1e-6)

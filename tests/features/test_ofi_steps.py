@@ -15,7 +15,7 @@ S = {name: j for j, name in enumerate(ofi.SLOTS)}
 
 
 def params(**over: float) -> np.void:
-    p = ofi.row_params(0.25, ofi.Params())
+    p = ofi.row_params(0.25, ofi.OfiConfig())
     for k, v in over.items():
         p[k] = v
     return p
@@ -40,7 +40,7 @@ def one_row_book(bid_sz: list[float], ask_sz: list[float], bid_px: float = 100.0
 def test_row_state_fields_keep_the_carried_layout() -> None:
     assert ofi.ROW_FRESH["fresh"][0] and ofi.ROW_FRESH["flow_fresh"][0]
     assert not ofi.ROW_FRESH["ev_ok"][0] and ofi.ROW_FRESH["x_fast"][0] == 0.0
-    p = ofi.row_params(0.5, ofi.Params(depth_span=7, hawkes_slow_seconds=30.0))
+    p = ofi.row_params(0.5, ofi.OfiConfig(depth_span=7, hawkes_slow_seconds=30.0))
     assert (p["tick"], p["n_depth"], p["tau_s"], p["clip"]) == (0.5, 7.0, 30.0, 10.0)
 
 

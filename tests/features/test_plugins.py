@@ -84,7 +84,7 @@ def test_example_plugin_hand_worked() -> None:
         flow_mask=np.ones(4, bool),
         segment_start=np.array([True, False, False, False]),
     )
-    params = plugin.family.Params(fast_span=1, slow_span=3)
+    params = plugin.family.CONFIG(fast_span=1, slow_span=3)
     out = plugin.family.compute(rows, params)
     expected = [
         [0.0, 0.0, 0.0, 0.0],  # a segment's first row has no duration yet
@@ -102,7 +102,7 @@ def test_example_plugin_mirror_declaration_holds(bar_rows) -> None:
     from tests.features.test_mirror import mirror_rows
 
     (plugin,) = load_plugins(load_config("smoke", overrides=[_plugin_set(EXAMPLE)]).features).values()
-    params = plugin.family.Params()
+    params = plugin.family.CONFIG()
     a = plugin.family.compute(bar_rows, params).astype(np.float64)
     b = plugin.family.compute(mirror_rows(bar_rows), params).astype(np.float64)
     mirror = plugin.mirror()
@@ -173,6 +173,8 @@ def test_module_path_and_entry_point(monkeypatch) -> None:
         (lambda s: s.replace(ODD, ""), "MIRROR_ODD"),
         (lambda s: s.replace('NAME = "arrival"', 'NAME = "market"'), "already a built-in family"),
         (lambda s: s.replace(ODD, 'MIRROR_ODD = frozenset({"sell"})'), "sell"),
+        # written to the contract before its settings class was named by CONFIG
+        (lambda s: s.replace("CONFIG = ArrivalConfig", "Params = ArrivalConfig"), "named by CONFIG"),
     ],
 )
 def test_a_plugin_breaking_the_contract_is_refused(tmp_path: Path, edit, named: str) -> None:

@@ -13,7 +13,7 @@ from foxhunt.data.dbn_write import write_book
 from foxhunt.dataset.build import get_or_build
 from foxhunt.dataset.remember import remembered_config
 from foxhunt.errors import FrontDoor, render
-from foxhunt.validation.config import FoldParams
+from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import TooFewRowsError, purged_walk_forward, shorter_bars, with_bar_fix
 from tests.factories import make_book
 
@@ -24,7 +24,7 @@ def test_the_fix_is_a_round_bar_length_whose_rows_hold_the_folds() -> None:
     # 120 rows of 30 s need 122: 20 s bars give about 180 (>= 122 x 1.1); 25 s would too, but it does
     # not divide an hour.
     with pytest.raises(TooFewRowsError) as err:
-        purged_walk_forward(120, FoldParams(n_folds=3), 60)
+        purged_walk_forward(120, FoldConfig(n_folds=3), 60)
     fixed = shorter_bars(err.value, 30)
     cli, py = render(fixed.fix, FrontDoor.CLI), render(fixed.fix, FrontDoor.API)
     assert "--set data.bar_seconds=20 (about 180 rows" in cli and "x the current" not in cli

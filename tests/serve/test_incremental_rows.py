@@ -22,7 +22,7 @@ from foxhunt.domain.instrument import resolve_instrument
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.serve.source import ReplaySource, SourceEnded
-from foxhunt.serve.state import Rows, RowState, _RowBuffers
+from foxhunt.serve.state import RecordRows, RowState, _RowBuffers
 from foxhunt.validation.normalise import fit_robust
 
 # Two sessions of 2,000 book events in 15-minute bars: 92 rows a session.
@@ -45,7 +45,7 @@ def stream(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> Path
     return write_records(root / "both.mbp-10.dbn", Schema.MBP_10, records, symbols=symbols)
 
 
-def _replay(state: RowState, source: ReplaySource) -> Rows:
+def _replay(state: RowState, source: ReplaySource) -> RecordRows:
     """The service's loop without the policy: a close whenever a record opens a later bar, the
     session cut when it opens a later session (foxhunt.serve.intake.Intake.on_record)."""
     closes = 0
@@ -68,7 +68,7 @@ def _replay(state: RowState, source: ReplaySource) -> Rows:
     return rows
 
 
-def _rows(cfg: FoxhuntConfig, stream: Path, tmp_path: Path, incremental: bool) -> Rows:
+def _rows(cfg: FoxhuntConfig, stream: Path, tmp_path: Path, incremental: bool) -> RecordRows:
     md = load_market([stream], cfg.data)
     x = compute_features(rows_from_market(md, cfg.data), cfg)
     scaler = fit_robust(x.values, np.arange(len(x.values)), x.columns)
@@ -84,14 +84,14 @@ def _rows(cfg: FoxhuntConfig, stream: Path, tmp_path: Path, incremental: bool) -
 
 
 @pytest.fixture(scope="module")
-def incremental(cfg: FoxhuntConfig, stream: Path, tmp_path_factory: pytest.TempPathFactory) -> Rows:
+def incremental(cfg: FoxhuntConfig, stream: Path, tmp_path_factory: pytest.TempPathFactory) -> RecordRows:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(_RowBuffers, "first", 8)  # the row buffers grow several times over the replay
         return _rows(cfg, stream, tmp_path_factory.mktemp("inc"), incremental=True)
 
 
 def test_served_rows_are_the_batch_rows_bit_for_bit(
-    cfg: FoxhuntConfig, stream: Path, incremental: Rows
+    cfg: FoxhuntConfig, stream: Path, incremental: RecordRows
 ) -> None:
     inp = rows_from_market(load_market([stream], cfg.data), cfg.data)
     batch = compute_features(inp, cfg).values
@@ -101,7 +101,7 @@ def test_served_rows_are_the_batch_rows_bit_for_bit(
 
 
 def test_the_market_tensors_are_the_full_paths(
-    cfg: FoxhuntConfig, stream: Path, incremental: Rows, tmp_path: Path
+    cfg: FoxhuntConfig, stream: Path, incremental: RecordRows, tmp_path: Path
 ) -> None:
     """Normalised features, prices, touch, the plan's volatility, segments and aux targets: what the
     environment steps over, appended at each close, equal to the session's rebuilt at each close."""

@@ -22,7 +22,7 @@ from foxhunt.errors import CrossedBookError, UndefinedPriceError
 from foxhunt.features.pipeline import rows_from_market
 from foxhunt.serve.bars import SessionBars
 from foxhunt.serve.source import ReplaySource, SourceEnded
-from foxhunt.serve.state import BookStream, Rows, RowState, _CacheRows, _Fold, book_market
+from foxhunt.serve.state import BookStream, RecordRows, RowState, _CacheRows, _Fold, book_market
 from foxhunt.validation.normalise import fit_robust
 from tests.factories import make_book
 from tests.serve.test_incremental import ESH4, _assert_same_market, _stream_of
@@ -30,7 +30,7 @@ from tests.serve.test_incremental_rows import cfg, incremental, stream  # noqa: 
 from tests.serve.test_session_bars import OPEN, S, _prefix
 
 
-def _replay_blocks(state: RowState, source: ReplaySource) -> tuple[Rows, int]:
+def _replay_blocks(state: RowState, source: ReplaySource) -> tuple[RecordRows, int]:
     """The service's block loop without monitor or policy (foxhunt.serve.intake.Intake.on_block):
     each run of one bar's records appended at once, a close when a run opens a later bar. Returns
     the rows and how many closes found the book stream's records already decoded."""
@@ -69,7 +69,7 @@ def _row_state(config, path: Path, tmp_path: Path) -> tuple[ReplaySource, RowSta
 
 
 def test_blocks_are_decoded_on_arrival_and_give_the_records_rows(
-    cfg, stream: Path, incremental: Rows, tmp_path: Path  # noqa: F811 (fixtures)
+    cfg, stream: Path, incremental: RecordRows, tmp_path: Path  # noqa: F811 (fixtures)
 ) -> None:
     """A close's own work starts at its record: the records of the bar it closes were decoded into
     the book stream as they arrived (the close decodes none, and no log keeps them), and the rows are

@@ -43,7 +43,7 @@ from foxhunt.serve.source import (
     StreamMeta,
     StreamRecord,
 )
-from foxhunt.serve.state import Rows
+from foxhunt.serve.state import RecordRows
 
 # Three 23-hour sessions of 4,000 book events in 15-minute bars: 92 rows a session, two folds.
 MARKET = (
@@ -536,7 +536,7 @@ def _traced(
         commits.append(kw["records"])
         commit(**kw)
 
-    def counted() -> Rows:
+    def counted() -> RecordRows:
         svc.passes += 1  # type: ignore[attr-defined]
         return rows()
 
@@ -896,11 +896,11 @@ def test_a_wait_rehearses_a_due_records_path_on_the_last_record_and_changes_noth
     bar, the kept close's key) on the last record taken, never the next, every ``REHEARSE_S``: the
     decisions, faults and resume points are those of a service that never rehearses (closes made when
     due), and the closes made ahead are kept."""
-    from foxhunt.serve.config import Ahead, Wait
+    from foxhunt.serve.config import AheadMode, Wait
 
     files = sorted(p for p in replay if ".mbp-10." in p.name)[:1]  # one session
     runs = {}
-    for ahead in Ahead:
+    for ahead in AheadMode:
         cfg = ServeConfig(warmup_rows=2, wait=Wait(wait), ahead=ahead)
         src = _QuietBeforeBars(files, polls=4)
         svc = Service(export, src, tmp_path / ahead.value, cfg, log=lambda m: None)

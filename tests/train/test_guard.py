@@ -13,7 +13,7 @@ import torch
 from foxhunt.backtest.metrics import StepRecord, compute_metrics
 from foxhunt.errors import FoxhuntError
 from foxhunt.train.config import AnomalyConfig
-from foxhunt.train.guard import AnomalyError, AnomalyGuard, Cause, Verdict
+from foxhunt.train.guard import AnomalyError, AnomalyGuard, AnomalyVerdict, Cause
 
 C0 = 100_000.0
 BPY = 252.0 * 390  # one-minute bars
@@ -75,7 +75,7 @@ def test_a_healthy_run_passes_and_may_be_best(noisy_metrics: dict[str, Any]) -> 
     for epoch in range(30):
         loss = 5.0 * math.exp(-epoch / 10) * rng.uniform(0.5, 2.0)  # decaying, noisy, never 10 x median
         result = guard.check_or_raise(_healthy(loss), noisy_metrics, where=f"fold 0 epoch {epoch}")
-        assert result.verdict is Verdict.OK and result.may_be_best and result.diagnosis == ""
+        assert result.verdict is AnomalyVerdict.OK and result.may_be_best and result.diagnosis == ""
 
 
 @pytest.mark.parametrize(
@@ -85,15 +85,15 @@ def test_non_finite_statistics_stop_at_once(key: str, value: float) -> None:
     guard = AnomalyGuard()
     stats = {**_healthy(1.0), key: value}
     result = guard.check(stats)
-    assert result.verdict is Verdict.ANOMALOUS and result.causes == (Cause.NON_FINITE,)
+    assert result.verdict is AnomalyVerdict.ANOMALOUS and result.causes == (Cause.NON_FINITE,)
     assert f"{key} is {value}" in result.diagnosis and not result.may_be_best
     with pytest.raises(AnomalyError, match=f"fold 1 epoch 4: .*{key} is {value}") as err:
         guard.check_or_raise(stats, where="fold 1 epoch 4")
-    assert isinstance(err.value, FoxhuntError) and err.value.result.verdict is Verdict.ANOMALOUS
+    assert isinstance(err.value, FoxhuntError) and err.value.result.verdict is AnomalyVerdict.ANOMALOUS
     # a non-finite statistic outside loss/, grad/, q/ is not the guard's business (validation has its own)
-    assert guard.check({**_healthy(1.0), "atoms/utilisation": math.nan}).verdict is Verdict.OK
+    assert guard.check({**_healthy(1.0), "atoms/utilisation": math.nan}).verdict is AnomalyVerdict.OK
     # nor is the direction gap's correlation with the planted signal: NaN where the gap is constant
-    assert guard.check({**_healthy(1.0), "q/direction_gap_corr": math.nan}).verdict is Verdict.OK
+    assert guard.check({**_healthy(1.0), "q/direction_gap_corr": math.nan}).verdict is AnomalyVerdict.OK
 
 
 def test_the_guards_error_survives_a_process_boundary() -> None:
@@ -112,42 +112,47 @@ def test_the_guards_error_survives_a_process_boundary() -> None:
 
 def test_exploding_loss_after_warmup() -> None:
     guard = AnomalyGuard(AnomalyConfig(loss_explosion_factor=100.0, warmup_epochs=3))
-    assert guard.check(_healthy(1.0)).verdict is Verdict.OK
-    assert guard.check(_healthy(1e6)).verdict is Verdict.OK  # 1 epoch of history < warm-up: no judgement
+    assert guard.check(_healthy(1.0)).verdict is AnomalyVerdict.OK
+    assert (
+        guard.check(_healthy(1e6)).verdict is AnomalyVerdict.OK
+    )  # 1 epoch of history < warm-up: no judgement
     guard.reset()
     for loss in (1.0, 1.2, 0.8):
-        assert guard.check(_healthy(loss)).verdict is Verdict.OK
-    assert guard.check(_healthy(99.0)).verdict is Verdict.OK  # 99 < 100 x median 1.0
+        assert guard.check(_healthy(loss)).verdict is AnomalyVerdict.OK
+    assert guard.check(_healthy(99.0)).verdict is AnomalyVerdict.OK  # 99 < 100 x median 1.0
     result = guard.check(_healthy(150.0))  # median of |1.0, 1.2, 0.8, 99| = 1.1 -> threshold 110
-    assert result.verdict is Verdict.ANOMALOUS and result.causes == (Cause.EXPLODING_LOSS,)
+    assert result.verdict is AnomalyVerdict.ANOMALOUS and result.causes == (Cause.EXPLODING_LOSS,)
     assert "loss/total = 150" in result.diagnosis and "median 1.1" in result.diagnosis
     assert "threshold 110" in result.diagnosis
-    assert guard.check(_healthy(-150.0)).verdict is Verdict.ANOMALOUS  # compared in magnitude
+    assert guard.check(_healthy(-150.0)).verdict is AnomalyVerdict.ANOMALOUS  # compared in magnitude
 
 
 def test_exploding_loss_tolerated_up_to_max_consecutive() -> None:
     guard = AnomalyGuard(AnomalyConfig(loss_explosion_factor=10.0, warmup_epochs=1, max_consecutive=2))
     guard.check(_healthy(1.0))
     first = guard.check(_healthy(50.0))
-    assert first.verdict is Verdict.SUSPECT and not first.may_be_best
-    assert guard.check(_healthy(1.0)).verdict is Verdict.OK  # recovery resets the streak
-    assert guard.check(_healthy(50.0)).verdict is Verdict.SUSPECT
+    assert first.verdict is AnomalyVerdict.SUSPECT and not first.may_be_best
+    assert guard.check(_healthy(1.0)).verdict is AnomalyVerdict.OK  # recovery resets the streak
+    assert guard.check(_healthy(50.0)).verdict is AnomalyVerdict.SUSPECT
     second = guard.check(_healthy(60.0))  # the exploding epochs never entered the median (still 1.0)
-    assert second.verdict is Verdict.ANOMALOUS and "2 consecutive" in second.diagnosis
+    assert second.verdict is AnomalyVerdict.ANOMALOUS and "2 consecutive" in second.diagnosis
     off = AnomalyGuard(AnomalyConfig(loss_explosion_factor=0.0, warmup_epochs=1))
     off.check(_healthy(1.0))
-    assert off.check(_healthy(1e9)).verdict is Verdict.OK  # factor 0 = check off
+    assert off.check(_healthy(1e9)).verdict is AnomalyVerdict.OK  # factor 0 = check off
 
 
 def test_oracle_is_flagged_through_backtest_implausibility(oracle_metrics: dict[str, Any]) -> None:
     assert "implausible" not in oracle_metrics  # the guard runs backtest.metrics.implausibility itself
     result = AnomalyGuard().check(_healthy(1.0), oracle_metrics)
-    assert result.verdict is Verdict.ANOMALOUS and result.causes == (Cause.IMPLAUSIBLE,)
+    assert result.verdict is AnomalyVerdict.ANOMALOUS and result.causes == (Cause.IMPLAUSIBLE,)
     assert "annualised Sharpe" in result.diagnosis and "max drawdown 0 below" in result.diagnosis
     # the backtester's own flag is trusted as written (it may have used an AUC-derived ceiling)
     body = {"sharpe_annual": 3.0, "implausible": True, "implausible_reasons": ["Sharpe 3 above 2.5"]}
     assert "Sharpe 3 above 2.5" in AnomalyGuard().check(_healthy(1.0), body).diagnosis
-    assert AnomalyGuard().check(_healthy(1.0), {**oracle_metrics, "implausible": False}).verdict is Verdict.OK
+    assert (
+        AnomalyGuard().check(_healthy(1.0), {**oracle_metrics, "implausible": False}).verdict
+        is AnomalyVerdict.OK
+    )
 
 
 def test_run_fed_the_oracle_stops_and_never_marks_it_best(

@@ -13,7 +13,8 @@ from safetensors.torch import load_file
 
 from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
-from foxhunt.train.members import COMMITTEE_KEY, MEMBER_STRIDE, member_folder, member_seed
+from foxhunt.seeding import MEMBER_STRIDE, member_seed
+from foxhunt.train.members import COMMITTEE_KEY, member_folder
 from foxhunt.train.run import Interrupted, train
 from foxhunt.tune.objective import trial_config
 from foxhunt.tune.seeds import committee_result
@@ -94,10 +95,10 @@ def test_each_fold_records_where_the_committees_entries_paid(
     the members' checkpoints, not member 0's own (which its folds.json had before the committee)."""
     import numpy as np
 
+    from foxhunt.agent.committee import MeanValues
     from foxhunt.env.market import market_tensors
     from foxhunt.policy.trained import CheckpointPolicy
     from foxhunt.train.diagnostics import advantage_calibration
-    from foxhunt.train.members import MeanValues
     from foxhunt.validation.folds import make_folds
 
     cfg = tiny_cfg(f"run.seed={SEED}")

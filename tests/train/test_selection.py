@@ -30,14 +30,14 @@ from foxhunt.report.schema import BEST_RULE, LAST_RULE
 from foxhunt.train.config import TrainConfig
 from foxhunt.train.run import Interrupted, train
 from foxhunt.train.selection import diagnostic_rows, episode_starts, selection_rule, selection_summary
-from foxhunt.validation.config import FoldParams, FoldScheme, Selection
+from foxhunt.validation.config import FoldConfig, FoldScheme, Selection
 from foxhunt.validation.folds import FoldPeriods, fold_periods, purged_walk_forward
 from tests.conftest import first_that_trades
 from tests.train.test_run import canon, quiet, tiny_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-ONE_FOLD = FoldParams(n_folds=1, min_train_fraction=0.53, embargo_rows=60)
+ONE_FOLD = FoldConfig(n_folds=1, min_train_fraction=0.53, embargo_rows=60)
 # The largest float32 below 1: torch.rand's largest draw.
 U_MAX = float(torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)))
 
@@ -69,7 +69,7 @@ def test_selection_period_by_hand() -> None:
 def test_selection_rows_lie_in_the_training_block_after_the_episodes_before_the_purge(
     scheme: FoldScheme, fraction: float, cap: int
 ) -> None:
-    params = FoldParams(n_folds=3, scheme=scheme, min_train_fraction=0.4, embargo_rows=100)
+    params = FoldConfig(n_folds=3, scheme=scheme, min_train_fraction=0.4, embargo_rows=100)
     t = TrainConfig(steps_per_epoch=64, selection_fraction=fraction, selection_rows=cap)
     steps = t.steps_per_epoch
     for fold in purged_walk_forward(20_000, params, label_span=40):

@@ -20,7 +20,7 @@ from typing import Any
 
 from foxhunt.config.loader import write_resolved
 from foxhunt.config.models import FoxhuntConfig
-from foxhunt.train.guard import AnomalyError, Cause, GuardResult, Verdict
+from foxhunt.train.guard import AnomalyError, AnomalyVerdict, Cause, GuardResult
 from foxhunt.train.run import RECORDED_CONFIG
 from foxhunt.tune.seeds import with_seed
 from foxhunt.tune.study import PRUNED_METRIC
@@ -72,7 +72,7 @@ def fake_train(
     """Training that scores the config (:func:`score`); a count bonus (agent.explore.count_bonus > 0)
     is "stopped by the anomaly guard" (a deterministic stand-in for an implausible run)."""
     if cfg.agent.explore.count_bonus > 0:
-        verdict = GuardResult(Verdict.ANOMALOUS, (Cause.IMPLAUSIBLE,), GUARD_DIAGNOSIS)
+        verdict = GuardResult(AnomalyVerdict.ANOMALOUS, (Cause.IMPLAUSIBLE,), GUARD_DIAGNOSIS)
         raise AnomalyError("fold 0 epoch 0", verdict)
     return _folds(cfg, seed, out, on_epoch)
 

@@ -12,7 +12,7 @@ from foxhunt.agent.config import Symmetry
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config, with_overrides
 from foxhunt.errors import ConfigError
-from foxhunt.tune.config import ParamSpace
+from foxhunt.tune.config import ParamSpaceConfig
 from foxhunt.tune.objective import trial_config
 from foxhunt.tune.study import shares
 
@@ -51,12 +51,14 @@ def test_a_space_the_config_refuses_is_an_error_when_the_study_starts(
 
 def test_range_rules_are_checked_by_the_section_itself() -> None:
     with pytest.raises(ValueError, match="log = true needs low > 0"):
-        ParamSpace(low=-1.0, high=1.0, log=True)
+        ParamSpaceConfig(low=-1.0, high=1.0, log=True)
     with pytest.raises(ValueError, match="either choices or low/high"):
-        ParamSpace(low=1, high=2, choices=(1, 2))
+        ParamSpaceConfig(low=1, high=2, choices=(1, 2))
     with pytest.raises(ValueError, match="must be below"):
-        ParamSpace(low=2, high=2)
-    assert ParamSpace(low=16, high=64, step=16).is_int and not ParamSpace(low=16, high=64.0).is_int
+        ParamSpaceConfig(low=2, high=2)
+    assert (
+        ParamSpaceConfig(low=16, high=64, step=16).is_int and not ParamSpaceConfig(low=16, high=64.0).is_int
+    )
 
 
 def test_sampled_values_reach_the_config_typed_as_a_set_would(tmp_path: Path) -> None:

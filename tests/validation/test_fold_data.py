@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from foxhunt.validation.config import FoldParams
+from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import load_scalers, make_folds, save_folds
 
 
@@ -14,7 +14,7 @@ def test_scalers_see_training_rows_only_and_round_trip(tmp_path: Path) -> None:
     rng = np.random.default_rng(0)
     x = rng.normal(size=(1200, 3)).astype(np.float32)
     cols = ("a", "b", "c")
-    params = FoldParams(n_folds=3)
+    params = FoldConfig(n_folds=3)
     folds = make_folds(x, cols, params, label_span=20)
     assert len(folds) == 3
     for k, fd in enumerate(folds):
@@ -39,7 +39,7 @@ def test_the_clip_setting_reaches_every_fold_scaler_and_its_file(tmp_path: Path)
     x = np.arange(400, dtype=np.float32).reshape(-1, 1)
     x[-1, 0] = 1e3
     for clip in (5.0, 2.0):
-        params = FoldParams(n_folds=2, min_train_fraction=0.25, normalise_clip=clip)
+        params = FoldConfig(n_folds=2, min_train_fraction=0.25, normalise_clip=clip)
         folds = make_folds(x, ("a",), params, label_span=1)
         for fd in folds:
             assert fd.scaler.clip == clip

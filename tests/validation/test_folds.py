@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from foxhunt.errors import FrontDoor
-from foxhunt.validation.config import FoldParams, FoldScheme
+from foxhunt.validation.config import FoldConfig, FoldScheme
 from foxhunt.validation.folds import Fold, purge_and_embargo, purged_walk_forward
 
 
@@ -27,7 +27,7 @@ def _bounds(folds: list[Fold]) -> list[tuple[int, int, int, int]]:
 
 
 def test_expanding_hand_worked():
-    folds = purged_walk_forward(100, FoldParams(n_folds=3, min_train_fraction=0.4), label_span=5)
+    folds = purged_walk_forward(100, FoldConfig(n_folds=3, min_train_fraction=0.4), label_span=5)
     assert _bounds(folds) == [(0, 35, 40, 60), (0, 55, 60, 80), (0, 75, 80, 100)]
     for f, (tr, va) in zip(folds, [(35, (40, 60)), (55, (60, 80)), (75, (80, 100))], strict=True):
         assert f.train.tolist() == _r(0, tr)
@@ -38,7 +38,7 @@ def test_expanding_hand_worked():
 
 
 def test_rolling_hand_worked_default_width():
-    params = FoldParams(n_folds=3, min_train_fraction=0.4, scheme=FoldScheme.ROLLING)
+    params = FoldConfig(n_folds=3, min_train_fraction=0.4, scheme=FoldScheme.ROLLING)
     folds = purged_walk_forward(100, params, label_span=5)
     # width = fold 0's training size 35; window [v - 5 - 35, v), the last 5 rows purged
     assert _bounds(folds) == [(0, 35, 40, 60), (20, 55, 60, 80), (40, 75, 80, 100)]
@@ -47,7 +47,7 @@ def test_rolling_hand_worked_default_width():
 
 
 def test_rolling_hand_worked_explicit_width_and_extra_embargo():
-    params = FoldParams(
+    params = FoldConfig(
         n_folds=3, min_train_fraction=0.4, scheme=FoldScheme.ROLLING, rolling_train_rows=20, embargo_rows=8
     )
     folds = purged_walk_forward(100, params, label_span=5)
@@ -57,7 +57,7 @@ def test_rolling_hand_worked_explicit_width_and_extra_embargo():
 
 
 def test_expanding_with_an_uneven_split():
-    folds = purged_walk_forward(50, FoldParams(n_folds=3, min_train_fraction=0.3), label_span=2)
+    folds = purged_walk_forward(50, FoldConfig(n_folds=3, min_train_fraction=0.3), label_span=2)
     # v0 = 15; blocks 15 + floor(i * 35 / 3) = 15, 26, 38, 50
     assert _bounds(folds) == [(0, 13, 15, 26), (0, 24, 26, 38), (0, 36, 38, 50)]
 
@@ -78,7 +78,7 @@ _GRID = list(
 
 @pytest.mark.parametrize(("n", "k", "frac", "span", "embargo_rows", "scheme"), _GRID)
 def test_fold_invariants(n, k, frac, span, embargo_rows, scheme):
-    params = FoldParams(n_folds=k, min_train_fraction=frac, embargo_rows=embargo_rows, scheme=scheme)
+    params = FoldConfig(n_folds=k, min_train_fraction=frac, embargo_rows=embargo_rows, scheme=scheme)
     e = max(span, embargo_rows)
     if round(frac * n) - e < 1:  # the first training window would be empty
         with pytest.raises(ValueError, match="too few"):
@@ -132,7 +132,7 @@ def test_purge_without_embargo_keeps_rows_right_after_the_block():
 def test_fold_summary_is_json_safe():
     import json
 
-    f = purged_walk_forward(100, FoldParams(min_train_fraction=0.4), label_span=5)[1]
+    f = purged_walk_forward(100, FoldConfig(min_train_fraction=0.4), label_span=5)[1]
     d = json.loads(json.dumps(f.summary()))
     assert d == {
         "index": 1,
@@ -153,17 +153,17 @@ def test_fold_summary_is_json_safe():
 
 def test_too_short_data_raises_a_clear_error():
     with pytest.raises(ValueError, match=r"100 rows are too few for 3 expanding folds.*keeps -20 rows"):
-        purged_walk_forward(100, FoldParams(min_train_fraction=0.4), label_span=60)
+        purged_walk_forward(100, FoldConfig(min_train_fraction=0.4), label_span=60)
     with pytest.raises(ValueError, match="too few"):
-        purged_walk_forward(4, FoldParams(n_folds=5, min_train_fraction=0.5), label_span=0)
+        purged_walk_forward(4, FoldConfig(n_folds=5, min_train_fraction=0.5), label_span=0)
     with pytest.raises(ValueError, match="rolling_train_rows 50 exceeds the 35 rows"):
         purged_walk_forward(
             100,
-            FoldParams(min_train_fraction=0.4, scheme=FoldScheme.ROLLING, rolling_train_rows=50),
+            FoldConfig(min_train_fraction=0.4, scheme=FoldScheme.ROLLING, rolling_train_rows=50),
             label_span=5,
         )
     with pytest.raises(ValueError, match="label_span"):
-        purged_walk_forward(100, FoldParams(), label_span=-1)
+        purged_walk_forward(100, FoldConfig(), label_span=-1)
 
 
 @pytest.mark.parametrize(
@@ -181,11 +181,11 @@ def test_too_short_data_raises_a_clear_error():
 )
 def test_fold_params_reject_bad_values(bad):
     with pytest.raises(ValidationError):
-        FoldParams(**bad)
+        FoldConfig(**bad)
 
 
 def test_fold_params_fields_are_documented():
-    assert all(f.description for f in FoldParams.model_fields.values())
+    assert all(f.description for f in FoldConfig.model_fields.values())
 
 
 def test_too_few_rows_names_every_fix_with_numbers() -> None:
@@ -195,17 +195,17 @@ def test_too_few_rows_names_every_fix_with_numbers() -> None:
     # 120 rows, label span 60: v0 = 60 rows before the first block, minus the 60-row embargo = 0
     # training rows. 122 rows give v0 = 61 and one training row; no fold count below 3 helps.
     with pytest.raises(TooFewRowsError) as err:
-        purged_walk_forward(120, FoldParams(n_folds=3), 60)
+        purged_walk_forward(120, FoldConfig(n_folds=3), 60)
     text = str(err.value)
     assert isinstance(err.value, FoxhuntError) and isinstance(err.value, ValueError)
     assert "need at least 122 rows" in text and "fewer folds cannot help" in text
     assert 'overrides=["data.row_unit=snapshot"]' in text and "data.bar_seconds" in text and "\n" not in text
     assert "--row-unit snapshot" in err.value.render(FrontDoor.CLI)
-    assert len(purged_walk_forward(122, FoldParams(n_folds=3), 60)) == 3
+    assert len(purged_walk_forward(122, FoldConfig(n_folds=3), 60)) == 3
     # 2 rows after a 200-row first window hold 2 blocks but not 3: the message names n_folds=2, as
     # Python's config override (the default door) or the command line's option.
     fewer = re.escape('api.config(..., overrides=["folds.n_folds=2"]);')
     with pytest.raises(TooFewRowsError, match=fewer) as err:
-        purged_walk_forward(202, FoldParams(n_folds=3, min_train_fraction=0.99), 1)
+        purged_walk_forward(202, FoldConfig(n_folds=3, min_train_fraction=0.99), 1)
     cli = err.value.render(FrontDoor.CLI)
     assert "--set folds.n_folds=2;" in cli and "--set data.bar_seconds=..." in cli and "api.config" not in cli

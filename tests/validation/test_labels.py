@@ -10,10 +10,10 @@ from pydantic import ValidationError
 
 from foxhunt.data.returns import trailing_volatility
 from foxhunt.data.schemas import DataSource, RowUnit
-from foxhunt.domain.barrier import Barrier
+from foxhunt.domain.barrier import BarrierConfig
 from foxhunt.domain.exits import BARRIER_EXITS, NO_OUTCOME, outcome_class
 from foxhunt.features.frame import RowInput
-from foxhunt.validation.config import LabelParams
+from foxhunt.validation.config import LabelConfig
 from foxhunt.validation.labels import (
     compute_labels,
     direction_labels,
@@ -141,8 +141,8 @@ def test_triple_barrier_reads_nothing_after_the_horizon():
 def test_label_span_is_the_longest_forward_reach():
     assert label_span((5, 20, 50, 200, 500), 200) == 500
     assert label_span((60,), 120) == 120
-    assert label_span(LabelParams().horizons(RowUnit.BAR), Barrier().horizon) == 60
-    assert label_span(LabelParams().horizons(RowUnit.SNAPSHOT), Barrier().horizon) == 500
+    assert label_span(LabelConfig().horizons(RowUnit.BAR), BarrierConfig().horizon) == 60
+    assert label_span(LabelConfig().horizons(RowUnit.SNAPSHOT), BarrierConfig().horizon) == 500
     with pytest.raises(ValueError, match=">= 1"):
         label_span((0,), 5)
 
@@ -159,11 +159,11 @@ def test_label_span_is_the_longest_forward_reach():
 )
 def test_label_params_reject_bad_values(bad):
     with pytest.raises(ValidationError):
-        LabelParams(**bad)
+        LabelConfig(**bad)
 
 
 def test_label_params_fields_are_documented():
-    assert all(f.description for f in LabelParams.model_fields.values())
+    assert all(f.description for f in LabelConfig.model_fields.values())
 
 
 # --- all labels of a RowInput -----------------------------------------------------------------
@@ -201,9 +201,9 @@ def test_compute_labels_uses_the_row_units_settings(row_unit):
     close = 5000 * np.exp(np.cumsum(rng.normal(0, 1e-3, n)))
     high, low = close * 1.0005, close * 0.9995
     starts = _starts(n, 0, 250)
-    params = LabelParams(bar_horizons=(3, 9), snapshot_horizons=(2,))
+    params = LabelConfig(bar_horizons=(3, 9), snapshot_horizons=(2,))
     barrier_h = 7 if row_unit is RowUnit.BAR else 4
-    barrier = Barrier(vol_window=10, profit_mult=2.0, stop_mult=3.0, horizon=barrier_h)
+    barrier = BarrierConfig(vol_window=10, profit_mult=2.0, stop_mult=3.0, horizon=barrier_h)
     lab = compute_labels(_rows(close, high, low, starts, row_unit), params, barrier)
     horizons = (3, 9) if row_unit is RowUnit.BAR else (2,)
     d, dv = direction_labels(close, starts, horizons)

@@ -19,6 +19,11 @@ and the sizing inputs are the members' own, each taken at the committee's action
 conviction_k = top2gap(Qbar_b) / (2 q_gap_k) (the committee's gap in member k's running unit), the
 Q-variance of member k's distribution of the chosen direction, member k's aux predictions. A
 committee of one is that agent's greedy policy, bit for bit.
+
+This module is the committee's one home: its rule (:func:`mean_values`, :class:`MeanValues`,
+:func:`committee_decision`). The rest only call it: :mod:`foxhunt.policy.trained` loads checkpoints
+into it, :mod:`foxhunt.train.members` trains a run's members and judges each fold's committee,
+:func:`foxhunt.tune.seeds.committee_result` judges a seed study's.
 """
 
 from __future__ import annotations
@@ -36,6 +41,17 @@ def mean_values(values: Sequence[Sequence[torch.Tensor]]) -> tuple[torch.Tensor,
     K = 1: 0 + q then / 1 are exact, so one member's values come back to the bit."""
     k = float(len(values))
     return tuple(sum(v[i] for v in values) / k for i in range(len(values[0])))
+
+
+class MeanValues:
+    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.actor.Actor.expected_q` gives one
+    policy's: the values the committee takes its argmax of (:func:`mean_values`)."""
+
+    def __init__(self, actors: Sequence[Actor]) -> None:
+        self.actors = actors
+
+    def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return mean_values([actor.expected_q(states) for actor in self.actors])
 
 
 @torch.no_grad()

@@ -1,7 +1,7 @@
 """Names of the statistics the agent's learner reports each update (read by the run's diagnostics).
 
 A statistic is named ``<group>/<name>``; the group is its TensorBoard section
-(:class:`foxhunt.train.diagnostics.Group`). The Q statistics are per action branch, so their names
+(:class:`foxhunt.train.diagnostics.BoardSection`). The Q statistics are per action branch, so their names
 are built here, where the learner that reports them and the agent that reads them back both find
 them.
 """

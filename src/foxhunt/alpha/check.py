@@ -65,7 +65,8 @@ from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
 from foxhunt.console import SILENT, Reporter
 from foxhunt.errors import ConfigError
 from foxhunt.features.cache_file import FeatureCache
-from foxhunt.validation.config import FoldParams
+from foxhunt.seeding import alpha_fit_seed
+from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
 
@@ -280,7 +281,7 @@ def check_horizons(horizons: tuple[int, ...], where: str = "alpha.horizons") -> 
 def run_alpha(
     cache: FeatureCache,
     acfg: AlphaConfig,
-    fold_params: FoldParams,
+    fold_params: FoldConfig,
     horizons: tuple[int, ...],
     seed: int,
     progress: Reporter = SILENT,
@@ -327,7 +328,7 @@ def run_alpha(
             fold_row: dict[str, Any] = {"fold": fd.fold.index, "n_train": int(len(tr)), "n_val": int(len(va))}
             for model in MODELS:
                 params = acfg.mlp if model is ModelKind.MLP else acfg.gbm
-                fitted = fit(model, xz[tr], y[tr], params, gap=k, seed=seed + 1000 * fd.fold.index + k)
+                fitted = fit(model, xz[tr], y[tr], params, gap=k, seed=alpha_fit_seed(seed, fd.fold.index, k))
                 p = fitted.predict(xz[va])
                 # The fold's own AUC interval, at the family level: the verdict asks every fold for it.
                 fold_ci, _ = _intervals(y[va], p, k, acfg, seed, level)

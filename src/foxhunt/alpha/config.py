@@ -11,7 +11,7 @@ from foxhunt.config.base import Frozen
 
 # The two models' settings live here, not beside the models (alpha.models), so that reading a config
 # does not import torch and LightGBM.
-class MlpParams(Frozen):
+class MlpConfig(Frozen):
     hidden: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
         (64, 32),
         min_length=1,
@@ -38,7 +38,7 @@ class MlpParams(Frozen):
     threads: int = Field(2, ge=1, le=256, description="torch CPU threads during the fit and prediction.")
 
 
-class GbmParams(Frozen):
+class GbmConfig(Frozen):
     n_estimators: int = Field(
         300, ge=1, le=100_000, description="Most boosting rounds (trees); early stopping usually ends sooner."
     )
@@ -103,5 +103,5 @@ class AlphaConfig(Frozen):
     permutation_repeats: int = Field(
         2, ge=1, le=20, description="Repeats of the MLP's group permutation test."
     )
-    mlp: MlpParams = Field(default_factory=MlpParams, description="The PyTorch MLP.")
-    gbm: GbmParams = Field(default_factory=GbmParams, description="LightGBM.")
+    mlp: MlpConfig = Field(default_factory=MlpConfig, description="The PyTorch MLP.")
+    gbm: GbmConfig = Field(default_factory=GbmConfig, description="LightGBM.")

@@ -38,7 +38,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from foxhunt.alpha.config import GbmParams, MlpParams
+from foxhunt.alpha.config import GbmConfig, MlpConfig
+from foxhunt.seeding import generator
 
 _P_EPS = 1e-12  # probabilities are clipped to [eps, 1 - eps] (finite log-loss; logits up to ~27.6)
 _PREDICT_ROWS = 65_536  # rows per prediction batch (bounded memory for any n)
@@ -107,23 +108,23 @@ def inner_split(n_train: int, fraction: float, gap: int) -> tuple[np.ndarray, np
 
 
 def fit(
-    kind: ModelKind, x: np.ndarray, y: np.ndarray, params: MlpParams | GbmParams, *, gap: int, seed: int
+    kind: ModelKind, x: np.ndarray, y: np.ndarray, params: MlpConfig | GbmConfig, *, gap: int, seed: int
 ) -> FittedModel:
-    """Fit the model ``kind`` with its params (:class:`MlpParams` or :class:`GbmParams`)."""
+    """Fit the model ``kind`` with its params (:class:`MlpConfig` or :class:`GbmConfig`)."""
     kind = ModelKind(kind)
     if kind is ModelKind.MLP:
-        if not isinstance(params, MlpParams):
-            raise TypeError(f"fit: model {kind} needs MlpParams, got {type(params).__name__}")
+        if not isinstance(params, MlpConfig):
+            raise TypeError(f"fit: model {kind} needs MlpConfig, got {type(params).__name__}")
         return fit_mlp(x, y, params, gap=gap, seed=seed)
-    if not isinstance(params, GbmParams):
-        raise TypeError(f"fit: model {kind} needs GbmParams, got {type(params).__name__}")
+    if not isinstance(params, GbmConfig):
+        raise TypeError(f"fit: model {kind} needs GbmConfig, got {type(params).__name__}")
     return fit_gbm(x, y, params, gap=gap, seed=seed)
 
 
 # --- MLP ----------------------------------------------------------------------------------------
 
 
-def _mlp(n_features: int, params: MlpParams) -> nn.Sequential:
+def _mlp(n_features: int, params: MlpConfig) -> nn.Sequential:
     """``F -> hidden... -> 1`` logit, ReLU and dropout after each hidden layer."""
     layers: list[nn.Module] = []
     width = n_features
@@ -163,7 +164,7 @@ def _logloss_from_logits(logit_N: torch.Tensor, y_N: torch.Tensor) -> float:
 def fit_mlp(
     x: np.ndarray,
     y: np.ndarray,
-    params: MlpParams,
+    params: MlpConfig,
     *,
     gap: int,
     seed: int,
@@ -185,7 +186,7 @@ def fit_mlp(
     eval_rows = max(params.batch_size, _PREDICT_ROWS)
     with _torch_threads(params.threads), torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        shuffle = torch.Generator().manual_seed(seed)
+        shuffle = generator(seed)
         net = _mlp(n_features, params).to(dev)
         opt = torch.optim.AdamW(net.parameters(), lr=params.lr, weight_decay=params.weight_decay)
         loss_fn = nn.BCEWithLogitsLoss()
@@ -228,7 +229,7 @@ def fit_mlp(
 # --- GBM ----------------------------------------------------------------------------------------
 
 
-def fit_gbm(x: np.ndarray, y: np.ndarray, params: GbmParams, *, gap: int, seed: int) -> FittedModel:
+def fit_gbm(x: np.ndarray, y: np.ndarray, params: GbmConfig, *, gap: int, seed: int) -> FittedModel:
     """Fit LightGBM on time-ordered rows, early-stopped on the inner split; keeps the best tree count."""
     x, y = _check_xy(x, y, "fit_gbm")
     tr, va = inner_split(len(x), params.inner_validation_fraction, gap)

@@ -46,6 +46,7 @@ from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.env.state import Portfolio
 from foxhunt.env.trades import STAGES
+from foxhunt.seeding import generator
 
 _DIR, _MAG = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 
@@ -102,7 +103,7 @@ def scripted(kind: ScriptedPolicy, cfg: EnvConfig, seed: int = 0) -> Policy:
 
         def random_policy(obs: Tensor, env: TradingEnv) -> Tensor:
             if "g" not in gen:
-                gen["g"] = torch.Generator(device=obs.device).manual_seed(seed)
+                gen["g"] = generator(seed, obs.device)
             sizes = env.codec.sizes
             u = torch.rand(obs.shape[0], len(sizes), generator=gen["g"], device=obs.device)
             return torch.floor(u * torch.tensor(sizes, device=obs.device)).to(torch.int64)

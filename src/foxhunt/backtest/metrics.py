@@ -304,7 +304,7 @@ def branch_sizes(branches: BranchConfig) -> dict[str, int]:
 # --- per-step series ---------------------------------------------------------------------------
 
 
-class _Series(NamedTuple):
+class _EpisodeSeries(NamedTuple):
     w: torch.Tensor  # [E, T] bool, written
     net: torch.Tensor  # [E, T] net PnL, 0 where unwritten
     ret: torch.Tensor  # [E, T] r_t = net_t / eq_before_t, 0 where unwritten
@@ -315,7 +315,7 @@ class _Series(NamedTuple):
     n: torch.Tensor  # [E] written steps, float64
 
 
-def _series(rec: StepRecord, initial_capital: float) -> _Series:
+def _series(rec: StepRecord, initial_capital: float) -> _EpisodeSeries:
     w = rec.written
     E, T = w.shape
     dev = w.device
@@ -338,7 +338,7 @@ def _series(rec: StepRecord, initial_capital: float) -> _Series:
     peak = torch.cummax(torch.where(w, rec.equity, -math.inf), dim=1).values.clamp(min=initial_capital)
     dd = torch.where(w, (peak - rec.equity) / peak, zero)
     max_dd = torch.cat([torch.zeros((E, 1), dtype=_F64, device=dev), dd], dim=1).amax(dim=1)
-    return _Series(w, net, ret, eq_before, dpos, max_dd, final_equity, w.sum(dim=1).to(_F64))
+    return _EpisodeSeries(w, net, ret, eq_before, dpos, max_dd, final_equity, w.sum(dim=1).to(_F64))
 
 
 def _div0(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
@@ -521,7 +521,7 @@ def _realised(rec: StepRecord) -> dict[str, torch.Tensor]:
 
 def _pooled(
     rec: StepRecord,
-    s: _Series,
+    s: _EpisodeSeries,
     n: torch.Tensor,
     bars_per_year: float,
     n_magnitudes: int,
@@ -575,7 +575,7 @@ def _outside(x: torch.Tensor, k: int, mask: torch.Tensor) -> torch.Tensor:
     return (mask & ((x < 0) | (x >= k))).sum()
 
 
-def _problems(rec: StepRecord, s: _Series, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
+def _problems(rec: StepRecord, s: _EpisodeSeries, sizes: dict[str, int]) -> dict[str, torch.Tensor]:
     """Counts of inconsistent written steps, keyed by what is wrong; counted on the device and read
     back with the results (a nonzero count makes ``compute_metrics`` raise)."""
     w = s.w

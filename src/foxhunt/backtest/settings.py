@@ -15,7 +15,7 @@ from foxhunt.backtest.metrics import MAX_PLAUSIBLE_SHARPE_ANNUAL
 from foxhunt.data.config import SynthConfig
 from foxhunt.domain.config import InstrumentConfig
 from foxhunt.env.config import EnvConfig
-from foxhunt.validation.config import FoldParams
+from foxhunt.validation.config import FoldConfig
 
 
 class _Seeded(Protocol):
@@ -40,7 +40,7 @@ class Composed(Protocol):
     @property
     def env(self) -> EnvConfig: ...
     @property
-    def folds(self) -> FoldParams: ...
+    def folds(self) -> FoldConfig: ...
     @property
     def instrument(self) -> InstrumentConfig: ...
     @property
@@ -56,7 +56,7 @@ class BacktestSettings:
     """What a backtest of a cache reads of the config."""
 
     env: EnvConfig
-    folds: FoldParams
+    folds: FoldConfig
     instrument: InstrumentConfig
     synth: SynthConfig  # the planted signal the reference rule reads
     seed: int  # run.seed: the scripted policies' random streams

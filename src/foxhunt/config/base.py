@@ -1,7 +1,7 @@
 """The base of every config model: frozen, unknown keys rejected.
 
 Kept apart from :mod:`foxhunt.config.models` so that each stage can define its config sections
-beside its code (``foxhunt.data.config``, a feature family's ``Params`` ...; docs/design.md §9)
+beside its code (``foxhunt.data.config``, a feature family's ``<Family>Config`` ...; docs/design.md §9)
 without importing the root model, which imports them.
 """
 

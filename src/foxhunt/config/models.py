@@ -5,7 +5,7 @@ beside the stage's code (``foxhunt.data.config.DataConfig`` is ``[data]``, ``fox
 holds ``[env]`` with its sizing and reward sub-sections, ``foxhunt.validation.config`` ``[folds]``
 ...), and this module composes them into :class:`FoxhuntConfig`; only the run's own settings
 (``[run]``) and the checks across sections are written here. A feature family, built-in or plug-in,
-declares its ``Params`` in its own module (the plug-in contract, docs/feature-plugins.md) and
+declares its ``<Family>Config`` in its own module (the plug-in contract, docs/feature-plugins.md) and
 ``foxhunt.features.config`` composes the families. A new stage adds its ``config.py`` and one field
 here.
 
@@ -28,7 +28,7 @@ from foxhunt.features.config import FeaturesConfig
 from foxhunt.serve.config import ServeConfig
 from foxhunt.train.config import TrainConfig
 from foxhunt.tune.config import TuneConfig
-from foxhunt.validation.config import FoldParams, LabelParams
+from foxhunt.validation.config import FoldConfig, LabelConfig
 
 
 class RunConfig(Frozen):
@@ -53,8 +53,8 @@ class FoxhuntConfig(Frozen):
     )
     synth: SynthConfig = Field(default_factory=lambda: SynthConfig())
     features: FeaturesConfig = Field(default_factory=FeaturesConfig)
-    labels: LabelParams = Field(default_factory=LabelParams)
-    folds: FoldParams = Field(default_factory=FoldParams)
+    labels: LabelConfig = Field(default_factory=LabelConfig)
+    folds: FoldConfig = Field(default_factory=FoldConfig)
     alpha: AlphaConfig = Field(default_factory=AlphaConfig)
     env: EnvConfig = Field(default_factory=EnvConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)

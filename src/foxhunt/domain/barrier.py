@@ -12,7 +12,7 @@ PROFIT or STOP; a row touching both is a STOP, the conservative reading of an un
 row) and with no touch it times out at ``t + horizon`` (TIMEOUT).
 
 The labels (:mod:`foxhunt.validation.labels`) and the environment's plan exits (:mod:`foxhunt.env.core`)
-are the same barrier with the same :class:`Barrier` parameters, read from one config home,
+are the same barrier with the same :class:`BarrierConfig` parameters, read from one config home,
 ``env.plan.barrier``: the aux outcome targets and the oracle read a label as what a plan opened on its
 row would meet (docs/design.md §4 and §5).
 """
@@ -28,7 +28,7 @@ from pydantic import Field
 from foxhunt.config.base import Frozen
 
 
-class Barrier(Frozen):
+class BarrierConfig(Frozen):
     """The triple barrier's parameters (``[env.plan.barrier]``), shared by the labels and the plan.
 
     The default multiples 8 ~ sqrt(60): one standard deviation of a random walk's move over the

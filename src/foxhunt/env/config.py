@@ -2,7 +2,7 @@
 
 Every optional mechanism has a numeric coefficient where 0 switches it off (no boolean flags).
 The branch sizes (:class:`~foxhunt.domain.actions.BranchConfig`) and the plan's triple barrier
-(:class:`~foxhunt.domain.barrier.Barrier`) are the domain's types, composed here.
+(:class:`~foxhunt.domain.barrier.BarrierConfig`) are the domain's types, composed here.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pydantic import Field, model_validator
 
 from foxhunt.config.base import Frozen
 from foxhunt.domain.actions import BranchConfig
-from foxhunt.domain.barrier import Barrier
+from foxhunt.domain.barrier import BarrierConfig
 
 
 class CostConfig(Frozen):
@@ -58,8 +58,8 @@ class PlanConfig(Frozen):
     Its ``barrier`` is the labels' triple barrier too (one home: the labels of the feature cache are
     computed with it, so it is part of the cache's key)."""
 
-    barrier: Barrier = Field(
-        default_factory=Barrier,
+    barrier: BarrierConfig = Field(
+        default_factory=BarrierConfig,
         description="The triple barrier (profit, stop, volatility window, horizon) of plans and labels.",
     )
     trailing_mult: float = Field(
@@ -73,7 +73,7 @@ class PlanConfig(Frozen):
     )
 
 
-class SizingParams(Frozen):
+class PositionSizingConfig(Frozen):
     """Sizing factors of the effective max position (the formulas: :mod:`foxhunt.env.sizing`); a
     ``*_weight`` of 0 switches that factor off (1)."""
 
@@ -112,7 +112,7 @@ class SizingParams(Frozen):
     kelly_floor: float = Field(0.25, gt=0, le=1, description="Smallest Kelly factor.")
 
     @model_validator(mode="after")
-    def _ranges(self) -> SizingParams:
+    def _ranges(self) -> PositionSizingConfig:
         if self.conviction_min > self.conviction_max:
             raise ValueError(
                 f"conviction_min {self.conviction_min} exceeds conviction_max {self.conviction_max}"
@@ -125,7 +125,7 @@ class SizingParams(Frozen):
         return self
 
 
-class RewardParams(Frozen):
+class RewardConfig(Frozen):
     """Reward normalisation and shaping (the terms: :mod:`foxhunt.env.rewards`); every shaping
     coefficient lies in [0, 1], 0 = off."""
 
@@ -163,6 +163,8 @@ class EnvConfig(Frozen):
     costs: CostConfig = Field(default_factory=CostConfig, description="Execution and costs.")
     contract: ContractConfig = Field(default_factory=ContractConfig, description="Contract and account.")
     plan: PlanConfig = Field(default_factory=PlanConfig, description="Plan lock: profit, stop, timeout.")
-    sizing: SizingParams = Field(default_factory=SizingParams, description="Effective max position.")
-    rewards: RewardParams = Field(default_factory=RewardParams, description="Reward and shaping terms.")
+    sizing: PositionSizingConfig = Field(
+        default_factory=PositionSizingConfig, description="Effective max position."
+    )
+    rewards: RewardConfig = Field(default_factory=RewardConfig, description="Reward and shaping terms.")
     episode_rows: int = Field(512, ge=2, le=10_000_000, description="Rows per episode window.")

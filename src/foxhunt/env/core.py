@@ -53,7 +53,7 @@ from foxhunt.env.trades import ClosedTrades, OpenTrade, by_stage, lean_record
 from foxhunt.env.transition import (
     Decision,
     Leg,
-    Rows,
+    StepRows,
     check_barriers,
     close_out,
     decide,
@@ -278,13 +278,13 @@ class TradingEnv:
         money = (gross, costs, net, reward, components)
         return new, _record(live, actions, d, money, closed, reason, legs, ledger)
 
-    def _rows(self, r: Tensor) -> Rows:
-        """The market values the step at rows ``r`` reads (:class:`~foxhunt.env.transition.Rows`)."""
+    def _rows(self, r: Tensor) -> StepRows:
+        """The market values the step at rows ``r`` reads (:class:`~foxhunt.env.transition.StepRows`)."""
         m, q = self.market, self.quotes
         r1 = torch.clamp(r + 1, max=m.rows - 1)
         mid = m.mid[r]
         sizes = m.bid_size is not None and m.ask_size is not None
-        return Rows(
+        return StepRows(
             r=r,
             r1=r1,
             mid=mid,

@@ -38,6 +38,7 @@ from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT
+from foxhunt.seeding import generator
 
 OBS_BOUND = 20.0
 _CAPITAL_FLOOR = int(ExitReason.CAPITAL_FLOOR)  # a plain int: StepResult.exit_reason is an int64 tensor
@@ -101,7 +102,7 @@ class FoxhuntVectorEnv(gym.vector.VectorEnv):
         self.single_observation_space, self.single_action_space = _spaces(self._env)
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
-        self._gen = torch.Generator().manual_seed(seed)
+        self._gen = generator(seed)
         self._restart = torch.zeros(num_envs, dtype=torch.bool)
 
     def _starts(self, n: int) -> torch.Tensor:

@@ -61,7 +61,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from foxhunt.env.config import RewardParams
+from foxhunt.env.config import RewardConfig
 
 COMPONENTS: tuple[str, ...] = ("pnl", "entry", "exit_timing", "drawdown_recovery", "regime_shift")
 """Names of the reward-components columns, in order."""
@@ -69,7 +69,7 @@ COMPONENTS: tuple[str, ...] = ("pnl", "entry", "exit_timing", "drawdown_recovery
 # --- normalisation -----------------------------------------------------------------------------
 
 
-def normalise_pnl(pnl: Tensor, capital: Tensor | float, params: RewardParams) -> Tensor:
+def normalise_pnl(pnl: Tensor, capital: Tensor | float, params: RewardConfig) -> Tensor:
     """``pnl / (capital * pnl_scale)``: money ($) to reward units."""
     scale = capital.to(pnl.dtype) if isinstance(capital, Tensor) else float(capital)
     return pnl / (scale * params.pnl_scale)
@@ -139,7 +139,7 @@ def advance_trade(
     step_pnl: Tensor,
     regime: Tensor,
     regime_ema: Tensor,
-    params: RewardParams,
+    params: RewardConfig,
 ) -> TradePath:
     """Advance the open trade by one bar on the rows where ``holding``; other rows keep their path.
 
@@ -172,7 +172,7 @@ def advance_trade(
     return TradePath(*(torch.where(holding, new, old) for new, old in zip(advanced, path, strict=True)))
 
 
-def regime_move_ema(ema: Tensor, change: Tensor, steps: Tensor, params: RewardParams) -> Tensor:
+def regime_move_ema(ema: Tensor, change: Tensor, steps: Tensor, params: RewardConfig) -> Tensor:
     """Adaptive scale of regime moves: ``ema + a * (|change| - ema)``, ``a = max(alpha, 1/(steps+1))``.
 
     ``change = regime_t - regime_{t-1}``; ``steps``: changes already folded in (0 on the first, which
@@ -185,7 +185,7 @@ def regime_move_ema(ema: Tensor, change: Tensor, steps: Tensor, params: RewardPa
 # --- the reward --------------------------------------------------------------------------------
 
 
-def shaping_terms(trade: TradePath, capital: Tensor | float, params: RewardParams) -> Tensor:
+def shaping_terms(trade: TradePath, capital: Tensor | float, params: RewardConfig) -> Tensor:
     """The four shaping terms of a closed trade, ``[N, 4]`` (entry, exit_timing, drawdown, regime).
 
     Formulas in the module docstring; each column is clamped to ``±coefficient * |R|``.
@@ -234,7 +234,7 @@ def step_reward(
     closed: Tensor,
     trade: TradePath,
     capital: Tensor | float,
-    params: RewardParams,
+    params: RewardConfig,
 ) -> tuple[Tensor, Tensor]:
     """``(reward [N], components [N, 5])`` of one step; ``reward = components.sum(-1)``.
 

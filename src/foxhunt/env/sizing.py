@@ -102,7 +102,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from foxhunt.env.config import SizingParams
+from foxhunt.env.config import PositionSizingConfig
 
 _TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts as that integer
 
@@ -110,7 +110,7 @@ _TAIL_ROUNDING = 1e-3  # (1 - confidence) * n within this of an integer counts a
 # --- conviction and variance -------------------------------------------------------------------
 
 
-def conviction(q_gap: Tensor, params: SizingParams) -> Tensor:
+def conviction(q_gap: Tensor, params: PositionSizingConfig) -> Tensor:
     """``clamp(q_gap, conviction_min, conviction_max)``; scripted policies pass a neutral ``q_gap = 1``."""
     return q_gap.clamp(params.conviction_min, params.conviction_max)
 
@@ -176,7 +176,7 @@ def kelly_fraction(
     magnitude_conviction: Tensor | float,
     equity: Tensor | float,
     max_position: Tensor | float,
-    params: SizingParams,
+    params: PositionSizingConfig,
 ) -> Tensor:
     """The Kelly factor of the effective max position, in ``[kelly_floor, 1]`` (module docstring).
 
@@ -313,7 +313,7 @@ def smallest_sum(values_NW: Tensor, k_N: Tensor, k_max: int) -> Tensor:
     return _smallest_sum(values_NW, k_N, k_max)
 
 
-def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: SizingParams) -> Tensor:
+def cvar_scale(returns_NW: Tensor, count_N: Tensor, params: PositionSizingConfig) -> Tensor:
     """The CVaR factor in ``[cvar_floor, 1]`` from a ``[N, W]`` ring buffer of per-step returns.
 
     ``count_N``: returns written so far (slots ``0 .. min(count, W) - 1`` are valid, see

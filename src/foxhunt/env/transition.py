@@ -32,7 +32,7 @@ from foxhunt.domain.actions import ActionCodec, Direction, OrderType
 from foxhunt.domain.barrier import barrier_prices, barrier_touch
 from foxhunt.domain.exits import ExitReason
 from foxhunt.domain.instrument import Instrument
-from foxhunt.env.config import CostConfig, EnvConfig, PlanConfig, RewardParams, SizingParams
+from foxhunt.env.config import CostConfig, EnvConfig, PlanConfig, PositionSizingConfig, RewardConfig
 from foxhunt.env.costs import (
     Fill,
     Quote,
@@ -65,7 +65,7 @@ _FLOOR, _WINDOW_END, _AGENT_CLOSE = (
 )
 
 
-class Rows(NamedTuple):
+class StepRows(NamedTuple):
     """The market values one step reads, gathered once: row ``r`` and ``r1 = min(r + 1, last)``."""
 
     r: Tensor
@@ -169,7 +169,7 @@ def book(
 def execute(
     p: Portfolio,
     d: Decision,
-    rows: Rows,
+    rows: StepRows,
     live: Tensor,
     costs: CostConfig,
     instrument: Instrument,
@@ -197,7 +197,7 @@ def execute(
 
 
 def place_limit(
-    order: RestingOrder, d: Decision, size: Tensor, rows: Rows, live: Tensor, tick_size: float
+    order: RestingOrder, d: Decision, size: Tensor, rows: StepRows, live: Tensor, tick_size: float
 ) -> RestingOrder:
     """A new limit order (at the touch or inside, its queue from row ``r``'s book) replaces the
     resting one; a market order with something to trade cancels it."""
@@ -223,7 +223,7 @@ def place_limit(
 
 
 def mark_position(
-    trade: OpenTrade, position: Tensor, rows: Rows, live: Tensor, point_value: float
+    trade: OpenTrade, position: Tensor, rows: StepRows, live: Tensor, point_value: float
 ) -> tuple[Tensor, OpenTrade]:
     """``(gross, trade)``: ``gross = position x (mid[r1] - mid[r]) x point value`` ($, 0 where not
     live), added to the open trade's marks."""
@@ -235,7 +235,7 @@ def fill_resting(
     order: RestingOrder,
     trade: OpenTrade,
     position: Tensor,
-    rows: Rows,
+    rows: StepRows,
     live: Tensor,
     costs: CostConfig,
     instrument: Instrument,
@@ -347,7 +347,7 @@ def exit_position(
     position: Tensor,
     reason: Tensor,
     live: Tensor,
-    rows: Rows,
+    rows: StepRows,
     costs: CostConfig,
     instrument: Instrument,
     ledger: bool,
@@ -441,7 +441,7 @@ def pay(
     live: Tensor,
     regime: Tensor,
     capital: float,
-    params: RewardParams,
+    params: RewardConfig,
 ) -> tuple[Tensor, Tensor, TradePath, Tensor]:
     """``(reward, components, path, regime_ema)`` of the step's ``net`` PnL ($).
 
@@ -467,7 +467,7 @@ def update_risk(
     net: Tensor,
     equity: Tensor,
     live: Tensor,
-    params: SizingParams,
+    params: PositionSizingConfig,
 ) -> Risk:
     """The step's return ``net / equity before the step`` pushed into the ring, and the next step's
     CVaR factor computed from it here, where the ring changes (under torch.compile a factor computed

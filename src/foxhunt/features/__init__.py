@@ -6,7 +6,7 @@ names, which :mod:`foxhunt.features.stack` and :mod:`foxhunt.features.layout` re
 
 * ``SLOTS``: the column names, in order (the family's width is ``len(SLOTS)``);
 * ``NEEDS_BOOK``: whether the family is 0 (and masked) without book data (``data_source=ohlcv``);
-* ``Params``: its frozen config section (windows, lags), part of ``FeaturesConfig``;
-* ``compute(inp: RowInput, params: Params) -> np.ndarray``: float32 ``[n, len(SLOTS)]``, causal
+* ``CONFIG``: its frozen config class ``<Family>Config`` (windows, lags), part of ``FeaturesConfig``;
+* ``compute(inp: RowInput, params: <Family>Config) -> np.ndarray``: float32 ``[n, len(SLOTS)]``, causal
   (row t uses data with timestamps <= ``inp.ts[t]`` only), finite, 0 meaning "no signal".
 """

@@ -123,7 +123,7 @@ AUX_MIRROR_SWAPS = (("p_profit", "p_stop"),)
 
 
 @dataclass(frozen=True)
-class Group:
+class ColumnGroup:
     """One named block of consecutive columns: ``width`` real slots, then padding."""
 
     name: str
@@ -150,7 +150,7 @@ class Layout:
     """Groups laid end to end; ``align`` pads each group to a multiple of it (1 = no padding)."""
 
     kind: str
-    groups: tuple[Group, ...]
+    groups: tuple[ColumnGroup, ...]
     align: int
 
     @property
@@ -167,7 +167,7 @@ class Layout:
             out.extend(f"{g.name}._pad{k}" for k in range(g.padded - g.width))
         return tuple(out)
 
-    def group(self, name: str) -> Group:
+    def group(self, name: str) -> ColumnGroup:
         for g in self.groups:
             if g.name == name:
                 return g
@@ -225,7 +225,7 @@ def build_mirror(layout: Layout, odd: Iterable[str], swaps: Iterable[tuple[str, 
 
 
 def build_layout(kind: str, groups: Sequence[tuple[str, tuple[str, ...]]], align: int) -> Layout:
-    out: list[Group] = []
+    out: list[ColumnGroup] = []
     offset = 0
     for name, slots in groups:
         if not slots:
@@ -233,7 +233,7 @@ def build_layout(kind: str, groups: Sequence[tuple[str, tuple[str, ...]]], align
         if len(set(slots)) != len(slots):
             raise ValueError(f"group {name!r} repeats a slot name")
         padded = -(-len(slots) // align) * align
-        out.append(Group(name=name, slots=tuple(slots), offset=offset, padded=padded))
+        out.append(ColumnGroup(name=name, slots=tuple(slots), offset=offset, padded=padded))
         offset += padded
     return Layout(kind=kind, groups=tuple(out), align=align)
 

@@ -4,7 +4,7 @@ Works on any row unit and data source: it reads only the row's price path (open/
 and volume, so ``NEEDS_BOOK = False``. All windows count rows and restart at
 ``inp.segment_start``; a statistic that needs more history than its segment has is 0.
 
-Notation (row t, windows from :class:`Params`, defaults in the slot names):
+Notation (row t, windows from :class:`MarketConfig`, defaults in the slot names):
 
 * ``y_t = ln close_t`` relative to the segment's first valid close; a missing close (NaN) carries
   the previous one. ``h_t``, ``l_t``: log high / low (falling back to ``y_t``, widened to contain it).
@@ -82,7 +82,7 @@ _BB_CLIP = 5.0
 _RANGE_Z_MAX = 20.0
 
 
-class Params(Frozen):
+class MarketConfig(Frozen):
     """Windows (in rows) and bounds of the market family."""
 
     return_lags: tuple[Lag, Lag, Lag, Lag, Lag, Lag] = Field(
@@ -130,7 +130,7 @@ class Params(Frozen):
     tstat_clip: float = Field(20.0, gt=0.0, le=1000.0, description="Clip of the trend t-statistics.")
 
     @model_validator(mode="after")
-    def _macd_order(self) -> Params:
+    def _macd_order(self) -> MarketConfig:
         if self.macd_fast >= self.macd_slow:
             raise ValueError(
                 f"market.macd_fast ({self.macd_fast}) must be below market.macd_slow ({self.macd_slow})"
@@ -138,7 +138,11 @@ class Params(Frozen):
         return self
 
 
-def _slot_names(p: Params) -> tuple[str, ...]:
+CONFIG = MarketConfig
+"""The family's settings class (the plug-in contract, docs/feature-plugins.md): ``features.market``."""
+
+
+def _slot_names(p: MarketConfig) -> tuple[str, ...]:
     m1, m2 = p.momentum_windows
     v1, v2, v3 = p.vol_windows
     r1, r2 = p.range_windows
@@ -161,7 +165,7 @@ def _slot_names(p: Params) -> tuple[str, ...]:
     return tuple(names)
 
 
-SLOTS: tuple[str, ...] = _slot_names(Params())
+SLOTS: tuple[str, ...] = _slot_names(MarketConfig())
 
 # The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(
@@ -199,7 +203,7 @@ def _lagged(x: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def history_rows(p: Params) -> int:
+def history_rows(p: MarketConfig) -> int:
     """Rows of history a chunk needs (:class:`foxhunt.features._kernels.Carry`): the longest window or
     lag, plus the rows its returns and lagged products reach back (``r[t - 1]`` of ``y[t - 2]``)."""
     windows = (
@@ -210,14 +214,14 @@ def history_rows(p: Params) -> int:
     return max(windows) + 3
 
 
-class _Series:
+class _ChunkSeries:
     """The chunk's series with the carried history in front (``start``: the chunk's first row), and
     the windowed statistics the slot groups share, each computed once (σ_W, H_W / L_W).
 
     The kernels run over the history and the chunk (they read back); the columns are made of the
     chunk's rows only (every operation on them is per row): ``*_n`` are the values there."""
 
-    def __init__(self, inp: RowInput, p: Params, carry: K.Carry) -> None:
+    def __init__(self, inp: RowInput, p: MarketConfig, carry: K.Carry) -> None:
         self.carry = carry
         keep = history_rows(p)
         self.start = start = carry.history("y")
@@ -276,7 +280,7 @@ class _Series:
         return self._high_low[w]
 
 
-def _returns(c: _Series, p: Params) -> list[np.ndarray]:
+def _returns(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 0-7: the row's log return, raw and normalised, and the normalised k-row returns."""
     sig, ok_n, zc = c.sigma(p.vol_norm_window), c.full(p.vol_norm_window), p.z_clip
     cols = [np.clip(c.r_n, -_RET_CLIP, _RET_CLIP), _div(c.r_n, sig, ok_n, -zc, zc)]
@@ -284,7 +288,7 @@ def _returns(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _momentum(c: _Series, p: Params) -> list[np.ndarray]:
+def _momentum(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 8-11: distance from the SMA in volatility units, and the up/down count."""
     cols = []
     for w in p.momentum_windows:
@@ -297,7 +301,7 @@ def _momentum(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _trend(c: _Series, p: Params) -> list[np.ndarray]:
+def _trend(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 12-17: the trailing OLS slope (in volatility units) and its t-statistic per window."""
     cols = []
     for w in p.trend_windows:
@@ -308,7 +312,7 @@ def _trend(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _volatility(c: _Series, p: Params) -> list[np.ndarray]:
+def _volatility(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 18-24: realised volatility (bps) and its ratios, block Parkinson and Garman-Klass."""
     v1, v2, v3 = p.vol_windows
     cols = [np.clip(1e4 * c.sigma(w), 0.0, _BPS_MAX) for w in p.vol_windows]
@@ -327,7 +331,7 @@ def _volatility(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _range(c: _Series, p: Params) -> list[np.ndarray]:
+def _range(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 25-27: the range in volatility units, and the position inside the range per window."""
     r1, r2 = p.range_windows
     h1, l1 = c.high_low(r1)
@@ -338,7 +342,7 @@ def _range(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _volume(c: _Series, p: Params) -> list[np.ndarray]:
+def _volume(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 28-31: volume against its short and long means, its z-score, and the mean's trend."""
     u1, u2 = p.volume_windows
     means = {}
@@ -354,7 +358,7 @@ def _volume(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _oscillators(c: _Series, p: Params) -> list[np.ndarray]:
+def _oscillators(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 32-35: RSI, Bollinger %b, and the distances from the trailing high and low."""
     zc = p.z_clip
     rsi = K.wilder_rsi_reset(c.r, c.pos, p.rsi_period, c.start, c.carry.state("rsi", K.RSI_FRESH))
@@ -375,7 +379,7 @@ def _oscillators(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _trend_quality(c: _Series, p: Params) -> list[np.ndarray]:
+def _trend_quality(c: _ChunkSeries, p: MarketConfig) -> list[np.ndarray]:
     """Slots 36-39: MACD and its histogram, the signed efficiency ratio, the lag-1 autocorrelation."""
     zc = p.z_clip
     sig, ok_n = c.sigma(p.vol_norm_window), c.full(p.vol_norm_window)
@@ -397,7 +401,7 @@ def _trend_quality(c: _Series, p: Params) -> list[np.ndarray]:
     return cols
 
 
-def _regime(c: _Series, p: Params, z1: np.ndarray) -> list[np.ndarray]:
+def _regime(c: _ChunkSeries, p: MarketConfig, z1: np.ndarray) -> list[np.ndarray]:
     """Slots 40-41: ADX and the capped CUSUM of the normalised return ``z1`` (slot 1)."""
     adx = K.wilder_adx_reset(c.lh, c.ll, c.y, c.pos, p.adx_period, c.start, c.carry.state("adx", K.ADX_FRESH))
     z = np.zeros(len(c.y))
@@ -407,7 +411,7 @@ def _regime(c: _Series, p: Params, z1: np.ndarray) -> list[np.ndarray]:
     return [np.clip(adx[c.start :], 0.0, 1.0), np.clip(cusum[c.start :], -1.0, 1.0)]
 
 
-def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
+def compute(inp: RowInput, params: MarketConfig, carry: K.Carry | None = None) -> np.ndarray:
     """The market features of every row, float32 ``[len(inp), len(SLOTS)]`` (see the module table).
 
     ``carry``: the state of the rows before ``inp`` (a chunk of a stream, foxhunt serve); None for the
@@ -416,7 +420,7 @@ def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.n
     out = np.zeros((n, len(SLOTS)), np.float32)
     if n == 0:
         return out
-    c = _Series(inp, params, K.Carry() if carry is None else carry)
+    c = _ChunkSeries(inp, params, K.Carry() if carry is None else carry)
     returns = _returns(c, params)
     cols = [
         *returns,

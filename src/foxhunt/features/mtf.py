@@ -1,6 +1,6 @@
 """Multi-timeframe family: the core market statistics on slower, completed time buckets.
 
-Rows are grouped into time buckets of each timeframe ``T`` (``Params.timeframes_s``): row t belongs
+Rows are grouped into time buckets of each timeframe ``T`` (``MtfConfig.timeframes_s``): row t belongs
 to bucket ``floor(ts[t] / T)`` (epoch-aligned clock buckets, by the time the row became known, so
 the same rule serves bars and snapshots), and only rows of its own segment. A bucket is *completed*
 when a later row of the segment falls in a later bucket; then its end ``<= ts[t]`` and all its rows
@@ -52,7 +52,7 @@ _RATIO_CLIP = 5.0
 Seconds = Annotated[int, Field(ge=1, le=86_400)]
 
 
-class Params(Frozen):
+class MtfConfig(Frozen):
     """Timeframes and bucket window of the multi-timeframe family."""
 
     timeframes_s: tuple[Seconds, Seconds] = Field(
@@ -69,7 +69,7 @@ class Params(Frozen):
     tstat_clip: float = Field(20.0, gt=0.0, le=1000.0, description="Clip of the trend t-statistic.")
 
     @model_validator(mode="after")
-    def _consistent(self) -> Params:
+    def _consistent(self) -> MtfConfig:
         if self.min_buckets > self.lookback_buckets:
             raise ValueError(
                 f"mtf.min_buckets ({self.min_buckets}) exceeds mtf.lookback_buckets ({self.lookback_buckets})"
@@ -77,6 +77,10 @@ class Params(Frozen):
         if self.timeframes_s[0] == self.timeframes_s[1]:
             raise ValueError(f"mtf.timeframes_s {self.timeframes_s} repeats a timeframe; give two different")
         return self
+
+
+CONFIG = MtfConfig
+"""The family's settings class (the plug-in contract, docs/feature-plugins.md): ``features.mtf``."""
 
 
 def _tf_label(seconds: int) -> str:
@@ -100,11 +104,11 @@ _STATS = (
 _RET, _MOM, _RV, _RRATIO, _CPOS, _RPOS, _TSTAT, _VRATIO = range(_PER_TF)  # column of each statistic
 
 
-def _slot_names(p: Params) -> tuple[str, ...]:
+def _slot_names(p: MtfConfig) -> tuple[str, ...]:
     return tuple(f"tf{_tf_label(tf)}_{s}" for tf in p.timeframes_s for s in _STATS)
 
 
-SLOTS: tuple[str, ...] = _slot_names(Params())
+SLOTS: tuple[str, ...] = _slot_names(MtfConfig())
 
 # The long/short mirror's declarations (the family contract in foxhunt.features.registry).
 MIRROR_ODD: frozenset[str] = frozenset(
@@ -275,7 +279,7 @@ def _mtf_kernel(
     return out
 
 
-def compute(inp: RowInput, params: Params, carry: K.Carry | None = None) -> np.ndarray:
+def compute(inp: RowInput, params: MtfConfig, carry: K.Carry | None = None) -> np.ndarray:
     """The multi-timeframe features of every row, float32 ``[len(inp), len(SLOTS)]``; ``carry``: the
     state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     p = params

@@ -9,7 +9,7 @@ Notation. Book of a row or event: bid/ask price ``p^b_i, p^a_i`` and size ``q^b_
 level ``i`` (0 = touch, ``L`` = 10 levels), order counts ``c^b_i, c^a_i``. An empty level has NaN
 price and size 0. ``EMA_N``: ``m_t = m_{t-1} + (x_t - m_{t-1}) / N`` (``m = x`` at the first row of
 a segment), over rows whose book is real (``book_mask``); flow EMAs only over rows with
-``flow_mask``. ``clip(x)`` is ``x`` clipped to ``±Params.clip``. Ratios with a zero denominator are 0.
+``flow_mask``. ``clip(x)`` is ``x`` clipped to ``±OfiConfig.clip``. Ratios with a zero denominator are 0.
 
 Cont-Kukanov-Stoikov OFI of level ``i`` at event ``k`` (vs. event ``k - 1`` of the same segment; 0 at
 the first event), an empty bid price read as ``-inf`` and an empty ask price as ``+inf``::
@@ -197,7 +197,7 @@ _S_TRADE_SIGN_EMA = _S["trade_sign_ema"]
 _SEPARATE_LEVELS = 5  # ofi_l0 .. ofi_l4; levels 5.. go to ofi_deep
 
 
-class Params(Frozen):
+class OfiConfig(Frozen):
     """Windows of the ``ofi`` family (EMA horizons ``N`` in rows unless stated: ``m += (x - m) / N``)."""
 
     depth_span: int = Field(
@@ -244,13 +244,17 @@ class Params(Frozen):
     )
 
     @model_validator(mode="after")
-    def _ordered(self) -> Params:
+    def _ordered(self) -> OfiConfig:
         if not self.fast_span <= self.mid_span <= self.slow_span:
             raise ValueError(
                 f"ofi spans must satisfy fast_span <= mid_span <= slow_span, got "
                 f"{self.fast_span}, {self.mid_span}, {self.slow_span}"
             )
         return self
+
+
+CONFIG = OfiConfig
+"""The family's settings class (the plug-in contract, docs/feature-plugins.md): ``features.ofi``."""
 
 
 # --- event pass -------------------------------------------------------------------------------
@@ -459,7 +463,7 @@ class RowBook(NamedTuple):
     ask_ct: np.ndarray
 
 
-# The row pass's constants, one record: the tick and the windows of Params (EMA horizons in rows).
+# The row pass's constants, one record: the tick and the windows of OfiConfig (EMA horizons in rows).
 ROW_PARAMS = np.dtype(
     [
         ("tick", np.float64),
@@ -799,7 +803,7 @@ def with_last_event(ev: EventInput, reset: np.ndarray, carry: Carry) -> tuple[di
     return arrays, start
 
 
-# ROW_PARAMS field -> the Params window it holds (the rest are the tick and Params fields by name).
+# ROW_PARAMS field -> the OfiConfig window it holds (the rest are the tick and OfiConfig fields by name).
 _SPANS = {
     "n_depth": "depth_span", "n_fast": "fast_span", "n_mid": "mid_span", "n_slow": "slow_span",
     "n_bucket": "toxicity_bucket_span", "n_tox": "toxicity_span", "n_vf": "vol_fast_span",
@@ -808,7 +812,7 @@ _SPANS = {
 }  # fmt: skip
 
 
-def row_params(tick: float, params: Params) -> np.void:
+def row_params(tick: float, params: OfiConfig) -> np.void:
     """The row pass's constants: one :data:`ROW_PARAMS` record."""
     p = np.zeros(1, ROW_PARAMS)[0]
     p["tick"] = tick
@@ -831,7 +835,7 @@ def row_arrays(inp: RowInput) -> tuple[RowSeries, RowBook]:
     return series, RowBook(*(f(getattr(inp, k), np.float64) for k in RowBook._fields))
 
 
-def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
+def compute(inp: RowInput, params: OfiConfig, carry: Carry | None = None) -> np.ndarray:
     """float32 ``[len(inp), len(SLOTS)]``: the ``ofi`` slots (see the module docstring); ``carry``: the state
     of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)

@@ -18,8 +18,9 @@ What is loaded (the module, or the object the entry point names) is a family wit
 * ``MIRROR_ODD`` / ``MIRROR_SWAPS``: the slots the mirror negates and the pairs it exchanges (every
   other slot is even), as the built-in families declare them (:mod:`foxhunt.features.registry`);
 * ``compute(inp: RowInput, params) -> [n, len(SLOTS)]``: causal, finite, 0 = no signal;
-* optionally ``Params`` (a pydantic model; its settings come from ``features.plugin_params.NAME``)
-  and ``ROW_UNITS`` (the row units whose stacks it joins; default every one).
+* optionally ``CONFIG``: its settings class, a pydantic model named ``<Family>Config`` (settings from
+  ``features.plugin_params.NAME``), and ``ROW_UNITS`` (the row units whose stacks it joins; default
+  every one).
 
 Plug-in columns are then computed by the same :func:`foxhunt.features.stack.compute_stack` as the
 built-in ones, so they join the stack layout, the cache (its key holds :func:`Plugin.fingerprint`,
@@ -68,7 +69,7 @@ class Plugin:
     spec: str  # the entry of features.plugins it came from
     family: Family  # the module or object with the family contract
     module: ModuleType  # where its code lives (hashed into the cache key)
-    params: object  # its Params(**features.plugin_params[NAME]), or None without Params
+    params: object  # its CONFIG(**features.plugin_params[NAME]), or None without CONFIG
     row_units: tuple[RowUnit, ...]
 
     @property
@@ -171,6 +172,10 @@ def _contract_problem(family: Any) -> str | None:
         return "NEEDS_BOOK must be True or False"
     if not callable(getattr(family, "compute", None)):
         return "compute(inp, params) must be a function"
+    if hasattr(family, "Params") and not hasattr(family, "CONFIG"):
+        # The contract's settings attribute was renamed (issue 55): a plug-in written before then
+        # would otherwise be loaded without its settings.
+        return "its settings class is named by CONFIG (CONFIG = <Family>Config), not Params: rename it"
     odd, swaps = getattr(family, "MIRROR_ODD", None), getattr(family, "MIRROR_SWAPS", None)
     if not isinstance(odd, frozenset | set | tuple) or not isinstance(swaps, tuple):
         return (
@@ -191,12 +196,12 @@ def _contract_problem(family: Any) -> str | None:
 
 def _params(family: Any, settings: Mapping[str, Any] | None) -> object:
     name = family.NAME
-    params_cls = getattr(family, "Params", None)
+    params_cls = getattr(family, "CONFIG", None)
     if params_cls is None:
         if settings:
             raise PluginError(
                 f"features.plugin_params.{name}",
-                f"plug-in {name!r} takes no settings (it has no Params), got {sorted(settings)}",
+                f"plug-in {name!r} takes no settings (it has no CONFIG), got {sorted(settings)}",
                 "remove them",
             )
         return None
@@ -208,7 +213,7 @@ def _params(family: Any, settings: Mapping[str, Any] | None) -> object:
         raise PluginError(
             f"features.plugin_params.{name}.{key}" if key else f"features.plugin_params.{name}",
             first["msg"],
-            f"see the fields of {name}'s Params",
+            f"see the fields of {name}'s CONFIG class",
         ) from None
 
 

@@ -1,5 +1,5 @@
 """The feature families, by name. A family is any object with the contract of
-:mod:`foxhunt.features` (``SLOTS``, ``NEEDS_BOOK``, ``Params``, ``compute``): the five modules
+:mod:`foxhunt.features` (``SLOTS``, ``NEEDS_BOOK``, ``CONFIG``, ``compute``): the five modules
 below, a researcher's plug-in (:mod:`foxhunt.features.plugins`, joined by
 :func:`~foxhunt.features.plugins.with_plugins`), or one a test builds (the leak-guard tests load
 deliberately leaky ones).

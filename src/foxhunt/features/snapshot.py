@@ -62,7 +62,7 @@ _TICK_CLIP = 1000.0
 _MIN_INTERARRIVAL_S = 1e-6
 
 
-class Params(Frozen):
+class SnapshotConfig(Frozen):
     """Windows of the ``snapshot`` family."""
 
     rate_span: int = Field(
@@ -71,6 +71,10 @@ class Params(Frozen):
     drift_rows: int = Field(
         50, ge=1, le=1_000_000, description="Rows back over which the microprice drift is measured."
     )
+
+
+CONFIG = SnapshotConfig
+"""The family's settings class (the plug-in contract, docs/feature-plugins.md): ``features.snapshot``."""
 
 
 @numba.njit(cache=True)
@@ -151,7 +155,7 @@ def _snapshot_kernel(
     return out
 
 
-def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
+def compute(inp: RowInput, params: SnapshotConfig, carry: Carry | None = None) -> np.ndarray:
     """float32 ``[len(inp), 6]``: the ``snapshot`` slots (see the module docstring); ``carry``: the
     state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)

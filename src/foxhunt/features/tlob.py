@@ -103,7 +103,7 @@ _DEPTH_REL_CLIP = 5.0
 _GAP_CLIP = 100.0
 
 
-class Params(Frozen):
+class TlobConfig(Frozen):
     """Windows and bounds of the ``tlob`` family."""
 
     depth_span: int = Field(
@@ -112,6 +112,10 @@ class Params(Frozen):
     clip: float = Field(
         20.0, ge=1, le=1_000, description="Bound of the depth slopes (slots 10, 11) and the convexity (12)."
     )
+
+
+CONFIG = TlobConfig
+"""The family's settings class (the plug-in contract, docs/feature-plugins.md): ``features.tlob``."""
 
 
 @functools.lru_cache(maxsize=8)
@@ -248,7 +252,7 @@ def _tlob_kernel(seg, book_mask, bid_px, bid_sz, ask_px, ask_sz, tick, qw, n_dep
     return out
 
 
-def compute(inp: RowInput, params: Params, carry: Carry | None = None) -> np.ndarray:
+def compute(inp: RowInput, params: TlobConfig, carry: Carry | None = None) -> np.ndarray:
     """float32 ``[len(inp), 16]``: the ``tlob`` slots (see the module docstring); ``carry``: the
     state of the rows before ``inp`` (foxhunt.features._kernels.Carry; None: the batch)."""
     n = len(inp)

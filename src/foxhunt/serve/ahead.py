@@ -25,7 +25,7 @@ from foxhunt.serve.config import ServeConfig
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.fork import fork
 from foxhunt.serve.monitor import FaultEvent
-from foxhunt.serve.state import Rows
+from foxhunt.serve.state import RecordRows
 
 
 class IntakeView(Protocol):
@@ -46,7 +46,7 @@ class MadeAhead:
 
     key: tuple
     twin: RowCloser
-    rows: Rows
+    rows: RecordRows
     decider_cache: tuple
 
 
@@ -128,7 +128,7 @@ class Ahead:
             self.decider._next, self.decider._owned = a.decider_cache
             self.retired.append(a)  # freed after the close in hand (foxhunt.serve.loop)
 
-    def adopt(self, t0: float) -> Rows:
+    def adopt(self, t0: float) -> RecordRows:
         """Keep the close made ahead: its state becomes the closer's, its rows are published (their
         latency counts from ``t0``, the closing record's close, to now)."""
         a, self.waiting = self.waiting, None

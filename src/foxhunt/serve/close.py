@@ -45,7 +45,7 @@ from foxhunt.serve.config import FaultAction
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.monitor import Fault, FaultEvent
 from foxhunt.serve.publish import Made, Publisher
-from foxhunt.serve.state import Rows, RowState
+from foxhunt.serve.state import RecordRows, RowState
 
 if TYPE_CHECKING:
     from foxhunt.config.models import FoxhuntConfig
@@ -116,7 +116,7 @@ class RowCloser:
         consumed: int,
         t0: float,
         release: Callable[[int | None], None],
-    ) -> Rows | None:
+    ) -> RecordRows | None:
         """The rows the state has made since the last close, each stepped, decided and published (in
         one ledger transaction; on a fork made ahead, held back in ``deferred``). ``closed_by``: the
         bars closed in catch-up (foxhunt.serve.intake), ``consumed`` and ``t0``: the resume point
@@ -149,7 +149,7 @@ class RowCloser:
                 self._row(r, rows, t_in, records)
         return rows
 
-    def _row(self, r: int, rows: Rows, t0: float, records: int) -> None:
+    def _row(self, r: int, rows: RecordRows, t0: float, records: int) -> None:
         line, pnl, fills = None, None, []
         decided = r >= self.scfg.warmup_rows
         if self.env is None and (decided or self.pending is not None):
@@ -213,7 +213,7 @@ class RowCloser:
         direction = flat if action is FaultAction.FLATTEN else int(Direction.HOLD)
         return torch.tensor([[direction, 0, int(OrderType.MARKET), int(Urgency.NORMAL)]], device=self.device)
 
-    def _step(self, rows: Rows) -> tuple[DecisionRow, tuple[float, float, float, float], list]:
+    def _step(self, rows: RecordRows) -> tuple[DecisionRow, tuple[float, float, float, float], list]:
         env = self.env
         assert env is not None
         before = env._state()

@@ -47,7 +47,7 @@ class CloseMode(StrEnum):
     EACH_BAR = "each_bar"  # every bar closes at the record that opens the next, its row made alone
 
 
-class Ahead(StrEnum):
+class AheadMode(StrEnum):
     """Whether a row's close is made before its closing record (foxhunt.serve.ahead, docs/serve.md)."""
 
     # While the feed is idle (no record due), the close the next record would make if it opened a later
@@ -113,8 +113,8 @@ class ServeConfig(Frozen):
         description="Where the market tensors, the env step and the forward run (the rows are made on the "
         "CPU either way): cpu (a decision at batch 1 is launch-bound on a GPU), cuda, or auto.",
     )
-    ahead: Ahead = Field(
-        Ahead.IDLE,
+    ahead: AheadMode = Field(
+        AheadMode.IDLE,
         description="idle: while no record is due, make the close the next record would make if it opened "
         "a later bar (on a fork of the state; kept if it does, dropped if not), so a decision is out as "
         "its bar's closing record arrives; off: every close at its closing record. The same rows and "

@@ -27,7 +27,7 @@ from foxhunt.serve.close import RowCloser
 from foxhunt.serve.config import CloseMode, ServeConfig
 from foxhunt.serve.monitor import DROPPED, Fault, FaultEvent, Monitor
 from foxhunt.serve.source import RecordSource, StreamBlock
-from foxhunt.serve.state import Rows
+from foxhunt.serve.state import RecordRows
 
 if TYPE_CHECKING:
     from foxhunt.serve.ahead import Ahead
@@ -129,7 +129,7 @@ class Intake:
         self.held.clear()  # a stop's: of records not taken in (a restart reads them again)
         self.consumed = base + i
 
-    def close_rows(self) -> Rows | None:
+    def close_rows(self) -> RecordRows | None:
         """The rows closed by the record in hand (or the source's end): the close made ahead if it
         holds, else the row state's new rows closed now."""
         t0 = time.perf_counter()

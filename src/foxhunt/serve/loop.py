@@ -17,8 +17,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from foxhunt.serve.ahead import Ahead
-from foxhunt.serve.config import Ahead as AheadMode
-from foxhunt.serve.config import ServeConfig, Wait
+from foxhunt.serve.config import AheadMode, ServeConfig, Wait
 from foxhunt.serve.decide import Decider
 from foxhunt.serve.intake import Intake
 from foxhunt.serve.monitor import Fault, FaultEvent

@@ -114,7 +114,7 @@ class _Fold:
 
 
 @dataclass(frozen=True, eq=False)
-class Rows:
+class RecordRows:
     """The rows of the records so far: the market the environment steps over and the raw rows."""
 
     market: MarketTensors  # rows 0 .. count-1, normalised features, prices (env.market)
@@ -126,7 +126,7 @@ class Rows:
     def count(self) -> int:
         return len(self.ts)
 
-    def then(self, later: Rows) -> Rows:
+    def then(self, later: RecordRows) -> RecordRows:
         """These rows followed by ``later``'s (a later session's), one market indexed by global row."""
         a, b = self.market, later.market
 
@@ -143,7 +143,7 @@ class Rows:
             segment=torch.cat([a.segment, b.segment + a.segment[-1] + 1]),
         )
         ts = np.concatenate([self.ts, later.ts])
-        return Rows(market, ts, np.concatenate([self.features, later.features]), later.columns)
+        return RecordRows(market, ts, np.concatenate([self.features, later.features]), later.columns)
 
 
 def check_servable(cfg: FoxhuntConfig) -> None:
@@ -432,7 +432,7 @@ class IncrementalRows:
         self.session_start = self.rows.n
         self._new_session()
 
-    def update(self, bars: SessionBars, series: Any) -> Rows:
+    def update(self, bars: SessionBars, series: Any) -> RecordRows:
         """The rows after a close, given the session's bars (``bars.series``) and their new chunk."""
         have = self.rows.n - self.session_start
         chunk = bars.chunk
@@ -502,16 +502,16 @@ class IncrementalRows:
             tensors["segment"] = seg + self.rows.rows("segment")[self.session_start - 1] + 1
         self.rows.write(self.session_start + a, tensors)
 
-    def view(self) -> Rows:
+    def view(self) -> RecordRows:
         """The rows so far (views of the buffers, valid until the next close)."""
         if not self.rows.n:
             return _no_rows(self.columns if self.checked else (), self.device)
         fields = {f: self.rows.rows(f) if f in self.rows.buffers else None for f in _TENSOR_FIELDS}
         market = MarketTensors(**fields, feature_columns=self.state_columns, instrument=self.instrument)
-        return Rows(market, self.rows.rows("ts"), self.rows.rows("raw"), self.columns)
+        return RecordRows(market, self.rows.rows("ts"), self.rows.rows("raw"), self.columns)
 
 
-def _no_rows(columns: tuple[str, ...], device: torch.device) -> Rows:
+def _no_rows(columns: tuple[str, ...], device: torch.device) -> RecordRows:
     empty = torch.zeros(0, dtype=torch.float64, device=device)
     market = MarketTensors(
         features=torch.zeros((0, 0), device=device),
@@ -519,7 +519,7 @@ def _no_rows(columns: tuple[str, ...], device: torch.device) -> Rows:
         segment=torch.zeros(0, dtype=torch.int64, device=device),
         feature_columns=(),
     )  # fmt: skip
-    return Rows(market, np.zeros(0, np.int64), np.zeros((0, len(columns)), np.float32), columns)
+    return RecordRows(market, np.zeros(0, np.int64), np.zeros((0, len(columns)), np.float32), columns)
 
 
 def check_layout(columns: tuple[str, ...], scaler: RobustScaler) -> None:
@@ -560,7 +560,7 @@ class RowState:
         # Rows of the sessions before the current one. Every feature window and recursion restarts at a
         # session (a segment), so a session's rows need only its own records, and the log is cut there;
         # an MBO stream is never cut (its book is the sum of every order since the snapshot).
-        self.done: Rows | None = None
+        self.done: RecordRows | None = None
         # Book streams only (MBO, MBP-10 ...: one per file, each MBO file its own book, as ingest
         # rebuilds them) are decoded as they arrive; other mixes go through load_market.
         accepted = ACCEPTED[cfg.data.data_source]
@@ -681,7 +681,7 @@ class RowState:
             paths.append(path)
         return load_market(paths, self.cfg.data)
 
-    def rows(self) -> Rows:
+    def rows(self) -> RecordRows:
         """Rows, features and market of every record logged so far (the batch path, module docs)."""
         cfg = self.cfg
         md = self._market()
@@ -701,10 +701,10 @@ class RowState:
         market = market_tensors(
             cache, self.fold, vol_window=vol_window, instrument=self.instrument, device=self.device
         )
-        here = Rows(market, cache.column("ts"), cache.features(), tuple(cache.columns))
+        here = RecordRows(market, cache.column("ts"), cache.features(), tuple(cache.columns))
         return here if self.done is None else self.done.then(here)
 
-    def end_session(self, rows: Rows) -> None:
+    def end_session(self, rows: RecordRows) -> None:
         """The session whose records are logged has ended with ``rows``: keep them, cut the logs."""
         if self.incremental is not None:
             self.incremental.end_session()

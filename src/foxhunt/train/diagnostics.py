@@ -3,7 +3,7 @@ TensorBoard, a JSON-lines history and one console line.
 
 Key names
 ---------
-A statistic is named ``<group>/<name>``; the group is its TensorBoard section (:class:`Group`). The
+A statistic is named ``<group>/<name>``; the group is its TensorBoard section (:class:`BoardSection`). The
 names below are the ones the guard, the plateau detector and :func:`console_line` read; learners
 and collectors may add any others::
 
@@ -70,7 +70,7 @@ HISTORY_FILE = "diagnostics.jsonl"
 """Under the run folder: one JSON line per epoch (``{"fold", "epoch", "time", "stats"}``) or event."""
 
 
-class Group(StrEnum):
+class BoardSection(StrEnum):
     """TensorBoard sections: the part of a key before its first ``/``."""
 
     LOSS = "loss"
@@ -208,7 +208,7 @@ def advantage_calibration(
 def fold_calibration(agent: Any, market: Any, env_cfg: Any, fold: Any, horizon: int) -> dict[str, Any]:
     """``fold["calibration"]``: :func:`advantage_calibration` on the ``fold``'s training rows and on its
     validation rows (a :class:`~foxhunt.validation.folds.Fold`). ``agent``: anything with the
-    ``expected_q(states)`` of an agent (a committee's mean: :class:`foxhunt.train.members.MeanValues`)."""
+    ``expected_q(states)`` of an agent (a committee's mean: :class:`foxhunt.agent.committee.MeanValues`)."""
     validation = np.arange(fold.validation_start, fold.validation_end)
     return {
         "train": advantage_calibration(agent, market, env_cfg, fold.train, horizon),
@@ -345,7 +345,7 @@ class EpochStats:
 def tensorboard_tag(key: str) -> str:
     """The TensorBoard tag of a key: the key itself when its group is known, else ``misc/<key>``."""
     group = key.split("/", 1)[0]
-    return key if "/" in key and group in {g.value for g in Group} else f"{Group.MISC}/{key}"
+    return key if "/" in key and group in {g.value for g in BoardSection} else f"{BoardSection.MISC}/{key}"
 
 
 def _json_value(v: float) -> float | None:

@@ -32,13 +32,13 @@ from typing import Any
 from foxhunt.backtest.metrics import implausibility
 from foxhunt.errors import FoxhuntError
 from foxhunt.train.config import AnomalyConfig
-from foxhunt.train.diagnostics import LOSS_TOTAL, QGAP_CORR, Group
+from foxhunt.train.diagnostics import LOSS_TOTAL, QGAP_CORR, BoardSection
 
-WATCHED_GROUPS = (Group.LOSS, Group.GRAD, Group.Q)
+WATCHED_GROUPS = (BoardSection.LOSS, BoardSection.GRAD, BoardSection.Q)
 """Statistics under these groups must be finite."""
 
 
-class Verdict(StrEnum):
+class AnomalyVerdict(StrEnum):
     OK = "ok"
     SUSPECT = "suspect"  # anomalous but tolerated for now (exploding loss below max_consecutive)
     ANOMALOUS = "anomalous"  # the run stops
@@ -62,7 +62,7 @@ _FIX = {
 
 @dataclass(frozen=True)
 class GuardResult:
-    verdict: Verdict
+    verdict: AnomalyVerdict
     causes: tuple[Cause, ...] = ()
     diagnosis: str = ""
     """Empty when OK; else each finding names the quantity, its value and the threshold."""
@@ -70,11 +70,11 @@ class GuardResult:
     @property
     def may_be_best(self) -> bool:
         """Only a healthy epoch's checkpoint may be marked best."""
-        return self.verdict is Verdict.OK
+        return self.verdict is AnomalyVerdict.OK
 
     @property
     def ok(self) -> bool:
-        return self.verdict is Verdict.OK
+        return self.verdict is AnomalyVerdict.OK
 
 
 class AnomalyError(FoxhuntError):
@@ -176,9 +176,11 @@ class AnomalyGuard:
         if not causes:
             if loss is not None and math.isfinite(loss):
                 self._losses.append(abs(loss))
-            return GuardResult(Verdict.OK)
+            return GuardResult(AnomalyVerdict.OK)
         stop = stop_on_loss or Cause.NON_FINITE in causes or Cause.IMPLAUSIBLE in causes
-        return GuardResult(Verdict.ANOMALOUS if stop else Verdict.SUSPECT, tuple(causes), "; ".join(findings))
+        return GuardResult(
+            AnomalyVerdict.ANOMALOUS if stop else AnomalyVerdict.SUSPECT, tuple(causes), "; ".join(findings)
+        )
 
     def _implausible(self, validation: Mapping[str, Any] | bool) -> list[str]:
         if isinstance(validation, bool):
@@ -200,6 +202,6 @@ class AnomalyGuard:
     def raise_if(result: GuardResult, *, where: str) -> GuardResult:
         """Raise :class:`AnomalyError` for an ANOMALOUS ``result`` (after the caller logged it and saved
         the checkpoint as last, never best); return it otherwise."""
-        if result.verdict is Verdict.ANOMALOUS:
+        if result.verdict is AnomalyVerdict.ANOMALOUS:
             raise AnomalyError(where, result)
         return result

@@ -17,10 +17,10 @@ training loop, so the run and its members form no import circle):
 - **member 0** is the run itself: its seed, its folder, its progress, hooks and resume, exactly the
   run that ``train.members = 1`` makes (tested: its checkpoints are the same bytes);
 - **member m** (1 <= m < K) is a run of its own in ``OUT/members/m<m>`` with ``run.seed + m x``
-  :data:`MEMBER_STRIDE` (no other packaged or studied seed comes near, so two studies' members never
-  coincide) and ``train.members = 1``; ``train.member_workers - 1`` of them train at once in spawned
-  processes while member 0 trains in this one (spawned, not forked: a fork of a process that started
-  torch's threads can deadlock), on the run's device;
+  :data:`foxhunt.seeding.MEMBER_STRIDE` (no other packaged or studied seed comes near, so two
+  studies' members never coincide) and ``train.members = 1``; ``train.member_workers - 1`` of them
+  train at once in spawned processes while member 0 trains in this one (spawned, not forked: a fork
+  of a process that started torch's threads can deadlock), on the run's device;
 - **each fold's result** is then the committee of the members' reported checkpoints of that fold,
   judged over the fold's whole validation period by training's own :func:`~foxhunt.train.evaluation.validate`
   (as ``foxhunt backtest --checkpoint A --checkpoint B ...`` judges them: tested equal). Member 0's
@@ -39,23 +39,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from foxhunt.config.loader import with_overrides
 from foxhunt.config.models import FoxhuntConfig
+from foxhunt.seeding import member_seed
 
 if TYPE_CHECKING:
-    import torch
+    from foxhunt.agent.committee import MeanValues
 
 MEMBERS_DIR = "members"
 """The folder, inside a run's, of its members 1 .. K-1 (``m1``, ``m2`` ...)."""
-MEMBER_STRIDE = 1_000_000
-"""Member m of a run seeded s trains with seed ``s + m * MEMBER_STRIDE``."""
 COMMITTEE_KEY = "committee"
 """A committee fold's record of its members (``folds.json``, ``metrics.json``)."""
 MEMBER_METRICS = ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "capture")
 """What ``committee.member_results`` keeps of each member's own fold result."""
-
-
-def member_seed(run_seed: int, member: int) -> int:
-    """The run seed of member ``member`` of a run seeded ``run_seed`` (member 0: the run's)."""
-    return run_seed + member * MEMBER_STRIDE
 
 
 def member_config(cfg: FoxhuntConfig, member: int) -> FoxhuntConfig:
@@ -140,19 +134,6 @@ class MemberRuns:
         self.close()
 
 
-class MeanValues:
-    """The members' mean E[Q] per branch, as :meth:`foxhunt.agent.actor.Actor.expected_q` gives one
-    policy's: the values a committee takes its argmax of (:mod:`foxhunt.agent.committee`)."""
-
-    def __init__(self, actors: list) -> None:
-        self.actors = actors
-
-    def expected_q(self, states: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        from foxhunt.agent.committee import mean_values
-
-        return mean_values([actor.expected_q(states) for actor in self.actors])
-
-
 class Judged(NamedTuple):
     """A committee judged over one fold's validation period (:func:`judge_committee`)."""
 
@@ -167,6 +148,7 @@ def judge_committee(cache, cfg: FoxhuntConfig, files: list[Path], folds: list, d
     """The committee of ``files`` (checkpoints of one fold) over that fold's whole validation period,
     its market built as training builds it and judged by training's own ``validate``. ``folds``: the
     cache's folds (``make_folds``). Each member's agent is loaded once, for the policy and the values."""
+    from foxhunt.agent.committee import MeanValues
     from foxhunt.backtest.run import bars_per_year
     from foxhunt.env.market import market_tensors
     from foxhunt.policy.trained import CommitteePolicy, committee_policy

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from foxhunt.train.config import PlateauConfig
-from foxhunt.train.diagnostics import GRAD_TOTAL, Group
+from foxhunt.train.diagnostics import GRAD_TOTAL, BoardSection
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +147,9 @@ class PlateauDetector:
         """Add one epoch's statistics; True when the learner is frozen (the window then restarts)."""
         if self.patience == 0:
             return False
-        q = {k: float(v) for k, v in stats.items() if k.startswith(f"{Group.Q}/") and k.count("/") == 2}
+        q = {
+            k: float(v) for k, v in stats.items() if k.startswith(f"{BoardSection.Q}/") and k.count("/") == 2
+        }
         grad = stats.get(GRAD_TOTAL)
         if not q or grad is None or not (math.isfinite(grad) and grad > 0):
             self._window.clear()  # no gradient (or no Q statistics): not this kind of plateau

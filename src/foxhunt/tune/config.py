@@ -57,7 +57,7 @@ Choice = bool | int | float | str
 """A categorical choice: the values Optuna stores (and TOML writes) as they are."""
 
 
-class ParamSpace(Frozen):
+class ParamSpaceConfig(Frozen):
     """One searched parameter: ``low``/``high`` (``log``, ``step``) or ``choices``."""
 
     low: int | float | None = Field(None, description="Lowest value (with high). Integer bounds: an integer.")
@@ -67,7 +67,7 @@ class ParamSpace(Frozen):
     choices: tuple[Choice, ...] | None = Field(None, min_length=1, description="Categorical values.")
 
     @model_validator(mode="after")
-    def _range_or_choices(self) -> ParamSpace:
+    def _range_or_choices(self) -> ParamSpaceConfig:
         if self.choices is not None:
             if (self.low, self.high, self.step) != (None, None, None) or self.log:
                 raise ValueError("give either choices or low/high (log, step), not both")
@@ -108,7 +108,7 @@ class ParamSpace(Frozen):
 class TuneConfig(Frozen):
     """``foxhunt tune``: an Optuna study over ``params`` (docs/tune.md)."""
 
-    params: dict[str, ParamSpace] = Field(
+    params: dict[str, ParamSpaceConfig] = Field(
         default_factory=dict,
         description="Searched parameters keyed by the config path they set (agent.learn.lr ...).",
     )

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from foxhunt.config.loader import apply_override, assignment, validate_tree
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
-from foxhunt.tune.config import ParamSpace, TuneConfig
+from foxhunt.tune.config import ParamSpaceConfig, TuneConfig
 
 if TYPE_CHECKING:
     import optuna
@@ -36,7 +36,7 @@ def _refusal(tree: dict[str, Any], key: str, probe: Any) -> tuple[str, str] | No
 def check_space(cfg: FoxhuntConfig) -> None:
     """Refuse a space whose key is not a config value or whose range or choice the value refuses.
 
-    Every probe (:meth:`ParamSpace.probes`) is set alone on ``cfg`` as ``--set`` sets it and the
+    Every probe (:meth:`ParamSpaceConfig.probes`) is set alone on ``cfg`` as ``--set`` sets it and the
     config validated; a coupled check across sections (the labels' barrier and the env plan) is left
     to the trial's whole set (:func:`foxhunt.config.loader.with_overrides`). A study runs it where it
     starts (:func:`foxhunt.tune.objective.trial_config`), not the config's own validation: a config
@@ -69,7 +69,7 @@ def check_space(cfg: FoxhuntConfig) -> None:
                 raise ConfigError(where, f"{probe!r} is refused: {refused[0]}", refused[1])
 
 
-def suggest(trial: optuna.Trial, key: str, space: ParamSpace) -> Any:
+def suggest(trial: optuna.Trial, key: str, space: ParamSpaceConfig) -> Any:
     """The trial's value of one parameter (Optuna's distribution for the space's kind)."""
     if space.choices is not None:
         return trial.suggest_categorical(key, list(space.choices))

@@ -1,6 +1,6 @@
 """The validation stage's config sections: ``[folds]``, the purged walk-forward of :mod:`.folds`, and
 ``[labels]``, the direction labels of :mod:`.labels` (the triple barrier's parameters are
-``env.plan.barrier``, :class:`foxhunt.domain.barrier.Barrier`, shared with the env's plan).
+``env.plan.barrier``, :class:`foxhunt.domain.barrier.BarrierConfig`, shared with the env's plan).
 
 As every stage's sections do, they live beside the stage's code (docs/design.md §9): the code
 imports its section from here, and :mod:`foxhunt.config.models` composes the sections into the root.
@@ -38,7 +38,7 @@ class FoldScheme(StrEnum):
     ROLLING = "rolling"  # training keeps a fixed number of rows and slides forward
 
 
-class FoldParams(Frozen):
+class FoldConfig(Frozen):
     n_folds: int = Field(
         3, ge=1, le=100, description="Validation blocks in time order (smoke 3, production 5+)."
     )
@@ -78,7 +78,7 @@ class FoldParams(Frozen):
 Horizon = Annotated[int, Field(ge=1, le=_MAX_HORIZON)]
 
 
-class LabelParams(Frozen):
+class LabelConfig(Frozen):
     """Direction-label horizons (part of the cache's schema hash), in rows of each row unit."""
 
     bar_horizons: tuple[Horizon, ...] = Field(

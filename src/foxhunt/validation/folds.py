@@ -44,7 +44,7 @@ import numpy as np
 from foxhunt.atomic import write_json
 from foxhunt.data.schemas import BarKind, RowUnit
 from foxhunt.errors import FoxhuntError, door, setting
-from foxhunt.validation.config import FoldParams, FoldScheme, Selection
+from foxhunt.validation.config import FoldConfig, FoldScheme, Selection
 from foxhunt.validation.normalise import RobustScaler, apply, fit_robust
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ class TooFewRowsError(FoxhuntError, ValueError):
     fewer: str = ""
 
 
-def _shortfall(n: int, params: FoldParams, label_span: int) -> str | None:
+def _shortfall(n: int, params: FoldConfig, label_span: int) -> str | None:
     """Why ``n`` rows cannot hold ``params``'s folds (None: they can); pure arithmetic."""
     k = params.n_folds
     e = max(params.embargo_rows, int(label_span))
@@ -137,7 +137,7 @@ def _shortfall(n: int, params: FoldParams, label_span: int) -> str | None:
     return None
 
 
-def _feasible_folds(n_rows: int, params: FoldParams, label_span: int) -> int:
+def _feasible_folds(n_rows: int, params: FoldConfig, label_span: int) -> int:
     """The largest fold count below ``params.n_folds`` that ``n_rows`` rows can hold (0: none)."""
     for k in range(params.n_folds - 1, 0, -1):
         if _shortfall(n_rows, params.model_copy(update={"n_folds": k}), label_span) is None:
@@ -145,7 +145,7 @@ def _feasible_folds(n_rows: int, params: FoldParams, label_span: int) -> int:
     return 0
 
 
-def _rows_needed(n_rows: int, params: FoldParams, label_span: int) -> int:
+def _rows_needed(n_rows: int, params: FoldConfig, label_span: int) -> int:
     """The fewest rows (above ``n_rows``) that hold ``params``'s folds: doubling, then bisection."""
     lo, hi = n_rows, max(2 * n_rows, 2)
     while _shortfall(hi, params, label_span) is not None:
@@ -156,7 +156,7 @@ def _rows_needed(n_rows: int, params: FoldParams, label_span: int) -> int:
     return hi
 
 
-def _too_short(n_rows: int, params: FoldParams, label_span: int, problem: str) -> TooFewRowsError:
+def _too_short(n_rows: int, params: FoldConfig, label_span: int, problem: str) -> TooFewRowsError:
     k = _feasible_folds(n_rows, params, label_span)
     fewer = setting(f"folds.n_folds={k}") if k else ""
     need = _rows_needed(n_rows, params, label_span)
@@ -199,7 +199,7 @@ def with_bar_fix(exc: TooFewRowsError, data: DataConfig, t: PeriodSettings) -> T
     if data.row_unit is not RowUnit.BAR or data.bar_kind is not BarKind.TIME:
         return exc
     episode = t.steps_per_epoch + 2
-    params: FoldParams | None = getattr(exc, "params", None)
+    params: FoldConfig | None = getattr(exc, "params", None)
     if params is not None and t.selection is not Selection.LAST:
         embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
         episode = math.ceil((episode + embargo) / max(1.0 - t.selection_fraction, 1e-9))
@@ -215,7 +215,7 @@ def shorter_bars(exc: TooFewRowsError, bar_seconds: int, first_train_rows: int =
     rows, need = getattr(exc, "rows", 0), getattr(exc, "need", 0)
     if not rows or not need:
         return exc
-    params: FoldParams | None = getattr(exc, "params", None)
+    params: FoldConfig | None = getattr(exc, "params", None)
     if first_train_rows and params is not None:  # the first fold's training window holds that many
         embargo = max(params.embargo_rows, getattr(exc, "label_span", 0))
         need = max(need, math.ceil((first_train_rows + embargo + 1) / params.min_train_fraction))
@@ -234,7 +234,7 @@ def shorter_bars(exc: TooFewRowsError, bar_seconds: int, first_train_rows: int =
     return out
 
 
-def purged_walk_forward(n_rows: int, params: FoldParams, label_span: int) -> list[Fold]:
+def purged_walk_forward(n_rows: int, params: FoldConfig, label_span: int) -> list[Fold]:
     """The folds of ``n_rows`` rows (module docstring: layout). Raises ValueError when too short."""
     if label_span < 0:
         raise ValueError(f"label_span must be >= 0 rows, got {label_span}")
@@ -289,7 +289,7 @@ class FoldData:
 
 
 def make_folds(
-    features: np.ndarray, columns: tuple[str, ...] | list[str], params: FoldParams, label_span: int
+    features: np.ndarray, columns: tuple[str, ...] | list[str], params: FoldConfig, label_span: int
 ) -> list[FoldData]:
     """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows
     (its z-scores clipped at +-``params.normalise_clip``)."""

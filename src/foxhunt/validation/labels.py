@@ -41,8 +41,8 @@ Conventions
   a third each of profit, stop and timeout.
 
 The barrier's parameters (multiples, volatility window, horizon) are one
-:class:`~foxhunt.domain.barrier.Barrier`, ``env.plan.barrier`` in the config; the direction horizons
-are :class:`~foxhunt.validation.config.LabelParams` (``[labels]``).
+:class:`~foxhunt.domain.barrier.BarrierConfig`, ``env.plan.barrier`` in the config; the direction horizons
+are :class:`~foxhunt.validation.config.LabelConfig` (``[labels]``).
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ import numpy as np
 
 import foxhunt.jit  # noqa: F401  (before the kernels: their cache is stamped with the package)
 from foxhunt.data.returns import row_values, segment_ids, trailing_volatility
-from foxhunt.domain.barrier import Barrier, barrier_prices, barrier_touch
+from foxhunt.domain.barrier import BarrierConfig, barrier_prices, barrier_touch
 from foxhunt.domain.exits import NO_OUTCOME, ExitReason, outcome_class
 
 if TYPE_CHECKING:
     from foxhunt.features.frame import RowInput
-    from foxhunt.validation.config import LabelParams
+    from foxhunt.validation.config import LabelConfig
 
 # The label kernel's class codes (numba reads module ints as compile-time constants).
 _PROFIT = outcome_class(int(ExitReason.PROFIT))
@@ -196,7 +196,7 @@ class Labels:
     span: int  # longest forward reach in rows (purge/embargo)
 
 
-def compute_labels(rows: RowInput, params: LabelParams, barrier: Barrier) -> Labels:
+def compute_labels(rows: RowInput, params: LabelConfig, barrier: BarrierConfig) -> Labels:
     """Direction labels (the row unit's horizons) and LONG triple-barrier outcomes of ``rows``."""
     horizons = params.horizons(rows.row_unit)
     barrier_h = barrier.horizon
