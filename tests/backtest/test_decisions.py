@@ -124,7 +124,7 @@ def test_backtest_checkpoint_takes_the_fused_path_and_writes_the_eager_log(
     policy (it wrapped the policy and stepped eagerly before), and its decisions.csv equals the old
     eager log of the same policy on the same fold's market, byte for byte."""
     cfg = api.config("smoke", overrides=list(MARKET))
-    cache = api.build_features(api.synthetic_market(tmp_path / "market", cfg), cfg, tmp_path / "cache")
+    cache = api.build_features(api.synthetic_market(tmp_path / "market", cfg), cfg, tmp_path / "cache").cache
     made: list[tuple[GraphedEvaluation, int, int]] = []
 
     class Spy(GraphedEvaluation):
