@@ -44,6 +44,8 @@ EXTERNAL = {
     "do": "shell: a loop body's start",
     "done": "shell: a loop's end",
     "wait": "shell: waits for background jobs",
+    ".venv/bin/lint-imports": "import-linter: the layer contracts of pyproject.toml, which make test runs",
+    "git": "version control: a checkout of an earlier commit to measure against",
 }
 # The documented commands that finish in seconds, run here as written; $VARIABLES get the values given
 # (a DBN file of Databento's own fixtures, from the real-data folder).
