@@ -69,3 +69,51 @@ def test_seed_process_makes_the_next_draws_independent_of_the_past() -> None:
     seeding.seed_process(7, torch_cpu_state=state)
     assert torch.equal(torch.rand(3), torch.rand(3, generator=torch.Generator().manual_seed(3)))
     assert np.array_equal(np.random.rand(3), first[1])  # numpy and Python as seeded
+
+
+def test_the_idioms_generators_are_numpys_and_torchs_own_with_the_same_seeds() -> None:
+    # rng and keyed: the generators the package drew before they came through seeding, draw for draw
+    assert np.array_equal(seeding.rng(5).random(4), np.random.default_rng(5).random(4))
+    keyed = seeding.keyed(7, 2, 3)
+    assert keyed.entropy == np.random.SeedSequence([7, 2, 3]).entropy
+    assert np.array_equal(
+        seeding.rng(keyed).random(3),
+        np.random.Generator(np.random.PCG64(np.random.SeedSequence([7, 2, 3]))).random(3),
+    )
+    got = [seeding.rng(c).integers(1 << 30) for c in seeding.children(11, 3)]
+    want = [np.random.default_rng(c).integers(1 << 30) for c in np.random.SeedSequence(11).spawn(3)]
+    assert got == want and len(set(got)) == 3
+    assert seeding.cut_seed(0, 3) == 3 and seeding.trial_seed(7, 2) == 9
+
+
+def test_seeded_torch_seeds_inside_and_restores_the_process_stream() -> None:
+    torch.manual_seed(123)
+    before = torch.get_rng_state()
+    with seeding.seeded_torch(4):
+        inside = torch.rand(3)
+    assert torch.equal(torch.get_rng_state(), before)  # the process's stream is left as it was
+    torch.manual_seed(4)
+    assert torch.equal(inside, torch.rand(3))  # the block drew from seed 4's stream
+
+
+def test_random_streams_are_made_only_through_seeding() -> None:
+    """One seed idiom (issue 55 item 6): no module but seeding.py makes a numpy or torch generator or
+    seeds torch's, except the two named here, each with its reason."""
+    import re
+    from pathlib import Path
+
+    import foxhunt
+
+    allowed = {
+        "data/synth_engine.py": "numba's generator inside the event loop's kernel (seeded from keyed)",
+        "env/gym.py": "a Gymnasium reset(seed=...) reseeds with the caller's own seed",
+    }
+    making = re.compile(r"default_rng\(|SeedSequence\(|manual_seed\(|fork_rng\(|np\.random\.seed\(")
+    root = Path(foxhunt.__file__).parent
+    found = set()
+    for path in root.rglob("*.py"):
+        rel = path.relative_to(root).as_posix()
+        code = [ln.split("#")[0] for ln in path.read_text().splitlines() if "``" not in ln]
+        if rel != "seeding.py" and any(making.search(ln) for ln in code):
+            found.add(rel)
+    assert found == set(allowed), f"random streams made outside seeding: {sorted(found - set(allowed))}"

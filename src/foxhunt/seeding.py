@@ -11,11 +11,21 @@ The derivation is ``run_seed * FOLD_STRIDE + fold + offset[stream]``: the run se
 of fold k and the episode-starts stream of fold k - 1 share a seed; the two draw different things
 (network initialisation and noise against uniform start rows), and the offsets are kept as they are
 because every recorded result of the project was trained with them.
+
+The idiom, for every random stream of the package: a seed comes from a function here (from the run
+seed, the fold and the stream's purpose, or from a stream's integer keys), and a generator from
+:func:`generator` (torch), :func:`rng` (numpy) or :func:`seeded_torch` (torch's process-wide
+generator, for module initialisers that take none). Outside: numba's generator inside the synthetic
+market's event loop is seeded by ``np.random.seed`` in the kernel (numba has no generator objects),
+with a seed from :func:`keyed`; library samplers (Optuna's TPE, fANOVA, LightGBM) take
+``run.seed``; and a Gymnasium ``reset(seed=...)`` reseeds with the caller's own seed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator, Sequence
 from enum import StrEnum
 
 import numpy as np
@@ -32,6 +42,7 @@ MEMBER_STRIDE = 1_000_000
 def member_seed(run_seed: int, member: int) -> int:
     """The run seed of member ``member`` of a run seeded ``run_seed`` (member 0: the run's)."""
     return run_seed + member * MEMBER_STRIDE
+
 
 ALPHA_FOLD_STRIDE = 1000
 """Seeds per fold of the alpha check's model fits: :func:`alpha_fit_seed`."""
@@ -72,6 +83,47 @@ def stream_seed(run_seed: int, stream: Stream, fold: int = 0) -> int:
 def generator(seed: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A torch generator on ``device`` seeded with ``seed``."""
     return torch.Generator(device=device).manual_seed(seed)
+
+
+def rng(seed: int | np.random.SeedSequence) -> np.random.Generator:
+    """A numpy generator (PCG64) seeded with ``seed``: an int or a :func:`keyed` / :func:`children`
+    sequence."""
+    return np.random.default_rng(seed)
+
+
+def keyed(*keys: int) -> np.random.SeedSequence:
+    """The seed sequence of a stream named by integer keys, e.g. the synthetic market's
+    ``(synth.seed, stream, session)`` or a study's ``(run.seed, trials so far)``: distinct keys give
+    independent streams, so two uses never share a seed by arithmetic accident."""
+    return np.random.SeedSequence(list(keys))
+
+
+def children(seed: int, n: int) -> list[np.random.SeedSequence]:
+    """``n`` independent child sequences of ``seed`` (one per group, trial or worker), so one
+    child's draws do not depend on how many the others made."""
+    return np.random.SeedSequence(seed).spawn(n)
+
+
+def cut_seed(seed: int, cut: int) -> int:
+    """The seed of the leak guard's perturbation at its ``cut``-th cut (foxhunt.dataset.leaks): the
+    guard's own ``seed`` (not the run's: a verdict does not depend on ``run.seed``) plus the cut."""
+    return seed + cut
+
+
+def trial_seed(run_seed: int, trial: int) -> int:
+    """The run seed a tuning study's trial ``trial`` trains with (foxhunt.tune)."""
+    return run_seed + trial
+
+
+@contextlib.contextmanager
+def seeded_torch(seed: int, devices: Sequence[int] = ()) -> Iterator[None]:
+    """torch's process-wide generators (the CPU's, and ``devices``' CUDA ones) seeded with ``seed``
+    inside the block and restored after it: ``nn.Module`` initialisers draw from them and take no
+    generator, so a network's initial weights depend on ``seed`` alone and the process's streams
+    are left as they were."""
+    with torch.random.fork_rng(devices=list(devices)):
+        torch.manual_seed(seed)
+        yield
 
 
 def seed_process(seed: int, torch_cpu_state: torch.Tensor | None = None) -> None:

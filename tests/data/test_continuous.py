@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from foxhunt.data.bars import build_bars, log_returns
+from foxhunt.data.bars import bar_log_returns, build_bars
 from foxhunt.data.config import DataConfig
 from foxhunt.data.continuous import choose_front, front_month
 from foxhunt.data.ingest import MarketData, load_market
@@ -77,7 +77,7 @@ def test_real_2013_es_minute_bars_roll_from_z3_to_h4(real_data_dir: Path) -> Non
             z3.volume[k],
         )
         # Returns never span the roll: the first ESH4 bar's return is 0, not H4/Z3 - 1.
-        r = log_returns(bars, bars.trade_close)
+        r = bar_log_returns(bars, bars.trade_close)
         first_h4 = np.flatnonzero(bars.instrument_id == 201403)[0]
         assert bars.starts_segment()[first_h4] and r[first_h4] == 0.0
         assert np.all(np.abs(r) < 0.02)  # no contract-spread jumps left in the series

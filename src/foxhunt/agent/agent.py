@@ -96,8 +96,7 @@ class Agent:
         # The initial weights draw from torch's CPU generator (nn.Module initialisers take none):
         # seeded on a fork of it, so they depend on ``seed`` alone and the process's stream is left
         # as it was.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeding.seeded_torch(seed):
             net = QNetwork(cfg, branches).to(self.device)
             # Where the initialisation left that CPU stream. The learner draws its noisy layers'
             # noise from torch's process-wide generator of the device; the run loop continues that

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from foxhunt import seeding
 from foxhunt.alpha.metrics import auc
 
 
@@ -55,11 +56,11 @@ def permutation_importance(
         raise ValueError(f"permutation_importance: x must be [n, F] with n = len(y), got {x.shape}, {len(y)}")
     base = auc(y, np.asarray(predict(x)))
     work = x.copy()  # permuted columns are written here and restored after each group
-    children = np.random.SeedSequence(seed).spawn(len(groups))
+    children = seeding.children(seed, len(groups))
     out: dict[str, float] = {}
     for (g, cols), child in zip(groups.items(), children, strict=True):
         cols = np.asarray(cols, dtype=np.int64)
-        rng = np.random.default_rng(child)
+        rng = seeding.rng(child)
         drops = []
         for _ in range(n_repeats):
             perm = rng.permutation(len(x))

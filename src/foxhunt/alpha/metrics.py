@@ -64,6 +64,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from foxhunt import seeding
+
 _F32_EXACT = 2**24  # float32 holds every integer below this exactly
 _S_CHUNK_ENTRIES = 2**24  # block-statistics chunk S[Jc, 2M] float32: <= 64 MiB
 _S_CACHE_ENTRIES = 2**26  # keep all chunks (<= 256 MiB) across replicate chunks, else rebuild them
@@ -296,7 +298,7 @@ def block_bootstrap(
 
     cached = n_blocks * n_cols <= _S_CACHE_ENTRIES
     cache = [block_counts(ci) for ci in range(len(chunk_bounds))] if cached else []
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng(seed)
     reps_per_chunk = max(1, _W_CHUNK_ENTRIES // n_blocks)
     reps: dict[str, list[np.ndarray]] = {"auc": [], "accuracy": [], "log_loss": []}
     for b0 in range(0, n_boot, reps_per_chunk):

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from foxhunt import seeding
 from foxhunt.alpha.config import GbmConfig, MlpConfig
 from foxhunt.seeding import generator
 
@@ -184,8 +185,7 @@ def fit_mlp(
     x_va = torch.from_numpy(x[va[0] :]).to(dev)
     y_va = torch.from_numpy(y[va[0] :].astype(np.float32)).to(dev)
     eval_rows = max(params.batch_size, _PREDICT_ROWS)
-    with _torch_threads(params.threads), torch.random.fork_rng(devices=rng_devices):
-        torch.manual_seed(seed)
+    with _torch_threads(params.threads), seeding.seeded_torch(seed, rng_devices):
         shuffle = generator(seed)
         net = _mlp(n_features, params).to(dev)
         opt = torch.optim.AdamW(net.parameters(), lr=params.lr, weight_decay=params.weight_decay)

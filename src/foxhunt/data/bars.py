@@ -94,7 +94,7 @@ class Bars(_Columns):
         return new
 
 
-def log_returns(bars: Bars, price: np.ndarray) -> np.ndarray:
+def bar_log_returns(bars: Bars, price: np.ndarray) -> np.ndarray:
     """[n] log(price_t / price_{t-1}), 0 where the bar starts a session or contract segment.
 
     0 is the "no signal" sentinel: a return never spans a roll or the daily halt.

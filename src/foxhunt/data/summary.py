@@ -10,7 +10,7 @@ import numpy as np
 
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrow_io import to_table, write_ipc
-from foxhunt.data.bars import build_bars, build_snapshots, log_returns
+from foxhunt.data.bars import bar_log_returns, build_bars, build_snapshots
 from foxhunt.data.config import DataConfig
 from foxhunt.data.ingest import MarketData, load_market
 from foxhunt.data.schemas import DataSource, MaskReason, RowUnit, Schema
@@ -93,7 +93,7 @@ def build_and_write(
         if bars.book_mask.any():
             spread = (bars.ask_px[:, 0] - bars.bid_px[:, 0]) / data.tick_size
             extra["median spread at close (ticks)"] = float(np.nanmedian(spread))
-            returns = log_returns(bars, bars.mid_close)[~bars.starts_segment()]
+            returns = bar_log_returns(bars, bars.mid_close)[~bars.starts_segment()]
             if len(returns):
                 extra["mid return std (bps)"] = round(float(returns.std()) * 1e4, 3)
     else:

@@ -94,7 +94,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from foxhunt import __version__
+from foxhunt import __version__, seeding
 from foxhunt.atomic import write_json
 from foxhunt.data import synth_engine as eng
 from foxhunt.data.arrays import ACTION_TRADE, BookArrays, MboArrays, OhlcvArrays, TradeArrays
@@ -174,7 +174,7 @@ def _tick_raw(cfg: SynthConfig) -> int:
 
 def _open_bid_ticks(cfg: SynthConfig, session_index: int) -> int:
     """Best bid (ticks) at a session's open: ``open_i = start * exp(sigma * sum z)``."""
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_OPEN_PRICES])))
+    rng = seeding.rng(seeding.keyed(cfg.seed, _STREAM_OPEN_PRICES))
     sigma = cfg.open_gap_ticks * cfg.tick_size / cfg.start_price
     z = rng.standard_normal(session_index).sum() if session_index else 0.0
     mid = cfg.start_price * float(np.exp(sigma * z))
@@ -229,7 +229,7 @@ def simulate_session(cfg: SynthConfig, session_index: int, *, with_mbo: bool = F
         raise ValueError(f"session_index {session_index} outside 0..{cfg.sessions - 1}")
     trade_date = session_trade_dates(cfg)[session_index]
     start_ns, end_ns = session_window_ns(trade_date)
-    seed32 = int(np.random.SeedSequence([cfg.seed, _STREAM_EVENTS, session_index]).generate_state(1)[0])
+    seed32 = int(seeding.keyed(cfg.seed, _STREAM_EVENTS, session_index).generate_state(1)[0])
     tick_raw = _tick_raw(cfg)
     bid0 = _open_bid_ticks(cfg, session_index)
     rows, mbo_table, tau_end = eng.simulate_kernel(
@@ -260,9 +260,7 @@ def _wall_clock(
     hours = _wall_hours(u, cfg.activity_profile)
     ts_event = start_ns + np.floor(hours * 3.6e12).astype(np.int64)
     ts_event = np.minimum(np.maximum.accumulate(ts_event), end_ns - 1)
-    lat_rng = np.random.Generator(
-        np.random.PCG64(np.random.SeedSequence([cfg.seed, _STREAM_LATENCY, session_index]))
-    )
+    lat_rng = seeding.rng(seeding.keyed(cfg.seed, _STREAM_LATENCY, session_index))
     latency = np.rint(lat_rng.exponential(cfg.latency_ns, len(u))).astype(np.int64)
     return ts_event, np.maximum.accumulate(ts_event + latency)
 

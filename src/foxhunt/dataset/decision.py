@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from foxhunt import seeding
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.dataset.cache import feature_stack, label_columns, table_columns
 from foxhunt.errors import FoxhuntError
@@ -75,7 +76,7 @@ def cut_rows(n: int, k: int, seed: int) -> np.ndarray:
     pool = max(n - 1, 0)
     if k >= pool:
         return np.arange(pool, dtype=np.int64)
-    return np.sort(np.random.default_rng(seed).choice(pool, size=k, replace=False)).astype(np.int64)
+    return np.sort(seeding.rng(seed).choice(pool, size=k, replace=False)).astype(np.int64)
 
 
 def guard_cache(inp: RowInput, feats: FeatureMatrix, labels: Mapping[str, np.ndarray]) -> FeatureCache:
@@ -279,7 +280,7 @@ def _observation_coverage(base: DecisionBase, cuts: np.ndarray, seed: int) -> di
     """The observation (and normalised features) at each cut row, with the raw feature rows
     ``c + 1 .. c + PERTURBED_AHEAD`` after it replaced: what the agent sees at ``c`` must not move.
     The prices stay (the observation of a fresh episode reads the row's features and its state)."""
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng(seed)
     found: dict[str, int] = {}
     x, cols = base.features, base.cache.columns
     before = observe_rows(base.market, base.cfg, cuts)
@@ -379,7 +380,7 @@ def screen_problems(base: DecisionBase, folds: Sequence[FoldData], seed: int) ->
     if keep == 0:
         return [], 0, "the input screen is off (agent.network.input_screen = 0)"
     horizon = cfg.env.plan.barrier.horizon
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng(seed)
     out, checked = [], 0
     for fd in folds:
         try:

@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from foxhunt import seeding
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.console import SILENT, Reporter
 from foxhunt.data.arrays import BookArrays, OhlcvArrays, TradeArrays
@@ -365,7 +366,7 @@ def perturb_after(
 ) -> MarketData:
     """A copy of ``md`` in which every event after ``t_cut`` is different (and still valid): its
     values, and its time and number as ``timing`` says (module docstring)."""
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng(seed)
     books = {iid: _perturb_book(b, t_cut, rng, tick, timing) for iid, b in md.books.items()}
     trades = {iid: _perturb_trades(t, t_cut, rng, tick, timing) for iid, t in md.trades.items()}
     ohlcv = {iid: _perturb_ohlcv(b, t_cut, md.ohlcv_bar_ns, rng, tick, timing) for iid, b in md.ohlcv.items()}
@@ -403,7 +404,7 @@ def scaler_leaks(
     """(columns, folds) whose scaler from :func:`make_folds` moved when every row outside the fold's
     training rows was replaced, and the folds built on ``x``."""
     base = make_folds(x, tuple(columns), cfg.folds, label_span)
-    rng = np.random.default_rng(seed)
+    rng = seeding.rng(seed)
     bad_cols: set[int] = set()
     bad_folds: list[int] = []
     for fd in base:
@@ -570,7 +571,8 @@ def _one_cut(
     recomputed through the pipeline (rows in ``tick``, as the base's), compared with the base on the
     rows known at ``t_cut``; where they hold, the decision path's inputs of those rows (check 4)."""
     timing = (Timing.INSERT, Timing.DELETE)[j % 2]  # activity after the cut up, then down
-    other_md = perturb_after(md, t_cut, seed=seed + j, tick=cfg.data.tick_size, timing=timing)
+    cut_seed = seeding.cut_seed(seed, j)
+    other_md = perturb_after(md, t_cut, seed=cut_seed, tick=cfg.data.tick_size, timing=timing)
     other_inp = rows_from_market(other_md, cfg.data, tick_size=tick)
     other = compute_features(other_inp, cfg, registry)
     res = _cut_result(base_ts, base.values, other_inp.ts, other.values, base.columns, t_cut)

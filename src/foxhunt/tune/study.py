@@ -49,6 +49,7 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from foxhunt import seeding
 from foxhunt.config.loader import assignment, with_overrides
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import OUT, OVERWRITE, SAME_CONFIG, ConfigError, door
@@ -216,7 +217,7 @@ def ranked_on(study: optuna.Study) -> Period:
 def trial_seeds(cfg: FoxhuntConfig) -> list[int]:
     """The seeds every trial trains: ``run.seed``, ``run.seed + 1``, ... (the same for every trial, so
     trials differ by their parameters, not by their luck)."""
-    return [cfg.run.seed + i for i in range(cfg.tune.seeds)]
+    return [seeding.trial_seed(cfg.run.seed, i) for i in range(cfg.tune.seeds)]
 
 
 def trial_folder(out: Path, number: int) -> Path:
@@ -475,7 +476,7 @@ def run_study(
     say(f"study {work.study}: {len(done)} trials done, running {left} on {len(plan)} worker(s)")
     # Each worker's sampler has its own seed, from run.seed and the study's size when this run
     # started: workers never sample alike, and a resumed study does not replay its first trials.
-    states = np.random.SeedSequence([work.cfg.run.seed, len(study.trials)]).spawn(len(plan))
+    states = seeding.keyed(work.cfg.run.seed, len(study.trials)).spawn(len(plan))
     jobs = [(work, n, int(s.generate_state(1)[0])) for n, s in zip(plan, states, strict=True)]
     with open_executor(len(plan), address=address, say=say) as pool:
         pool.map(run_worker, jobs, Resources(cpus=1.0, gpus=gpus_per_trial))
