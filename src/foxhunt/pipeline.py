@@ -194,7 +194,7 @@ def prepare(
 
         def build_and_compile(prepared: Prepared) -> tuple[FeatureCache, float]:
             # Neither is used before the verdict; on a leak the cache built here is removed.
-            built = _build(files, cfg, into, progress, prepared, regenerate)
+            built = features(files, cfg, into, progress=progress, prepared=prepared, regenerate=regenerate)
             return built, _compiled(built, cfg, compile_ahead, progress)
 
         leaks, (cache, compile_s) = leak_guard_while(
@@ -229,21 +229,30 @@ def _market(cfg: FoxhuntConfig, out: Path, progress: Reporter) -> list[Path]:
     return files
 
 
-def _build(
+def features(
     files: Sequence[str | Path],
     cfg: FoxhuntConfig,
     into: Path,
-    progress: Reporter,
-    prepared: Prepared,
-    regenerate: bool,
+    *,
+    progress: Reporter = SILENT,
+    prepared: Prepared | None = None,
+    regenerate: bool = True,
+    workers: int = 1,
+    address: str | None = None,
 ) -> FeatureCache:
-    """The feature cache from the guard's reading; rows too few for the folds refused with the bar
-    length that fits (:func:`foxhunt.validation.folds.with_bar_fix`)."""
+    """The feature cache of ``files`` under ``cfg`` in ``into`` (reused where one exists): the cache
+    step of :func:`prepare` (from the guard's reading, ``prepared``) and of the commands that build
+    features without training (``foxhunt features build``, ``backtest`` and ``edge`` over
+    ``--data``). Rows too few for the folds are refused with the bar length that fits
+    (:func:`foxhunt.validation.folds.with_bar_fix`), a setting to give once."""
     from foxhunt.dataset.build import get_or_build
     from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
 
     try:
-        return get_or_build(files, cfg, into, regenerate=regenerate, progress=progress, prepared=prepared)
+        return get_or_build(
+            files, cfg, into, regenerate=regenerate, progress=progress, prepared=prepared,
+            workers=workers, address=address,
+        )  # fmt: skip
     except TooFewRowsError as exc:
         raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
@@ -330,7 +339,6 @@ def alpha(
     built from), the cache built beside the cuts from what they read (unless given), then
     :func:`alpha_check`. The guard runs first in every case: an alpha verdict on leaky features is
     never computed."""
-    from foxhunt.dataset.build import get_or_build
     from foxhunt.dataset.leaks import cache_sources
 
     if cache is not None:
@@ -346,7 +354,7 @@ def alpha(
         load_progress=progress,
     )
     if cache is None:
-        cache = get_or_build(files or [], cfg, out_dir / "cache", progress=progress, prepared=prepared)
+        cache = features(files or [], cfg, out_dir / "cache", progress=progress, prepared=prepared)
     del prepared
     return alpha_check(cache, cfg, report, progress)
 

@@ -135,10 +135,10 @@ def edge_cmd(
     long above +1.5 sd of its carrier feature, short below -1.5 sd, market orders, under the plan lock)
     beside flat, long re-entered each plan and buy-and-hold, per fold over the validation periods.
     Writes edge.json."""
+    from foxhunt import pipeline
     from foxhunt.atomic import write_json
     from foxhunt.backtest.reference import edge
     from foxhunt.backtest.settings import BacktestSettings
-    from foxhunt.dataset.build import get_or_build
 
     progress = reporter(quiet, verbose)
     cfg = config_of(profile, config, list(set_ or []))
@@ -147,7 +147,7 @@ def edge_cmd(
         cache, cfg = cache_from(ctx, None, cache_path, cfg, out_dir, progress, "edge", set_keys(set_ or []))
     else:
         files = market_files(ctx, data, cfg, out_dir)
-        cache = get_or_build(files, cfg, out_dir / "cache", progress=progress)
+        cache = pipeline.features(files, cfg, out_dir / "cache", progress=progress)
     with step("reference rule and baselines per fold", progress):
         result = edge(cache, BacktestSettings.of(cfg))
     write_json(out_dir / "edge.json", result, indent=2, default=float)

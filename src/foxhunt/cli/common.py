@@ -98,7 +98,7 @@ def cache_from(
     config to use with it: with ``--cache``, the cache's own row unit, data source, features and
     labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
     checkpoint's config, which the cache must match as it is)."""
-    from foxhunt.dataset.build import get_or_build
+    from foxhunt import pipeline
     from foxhunt.dataset.cache import config_from_cache, load_cache
 
     one_source(data, cache_path, command)
@@ -108,20 +108,8 @@ def cache_from(
                 cfg = config_from_cache(cache_path, cfg, asked)
             return load_cache(cache_path, cfg), cfg
     files = data_paths(data or [], ctx)
-    with bar_fix(cfg):
-        return get_or_build(files, cfg, out_dir / "cache", progress=progress), cfg
+    return pipeline.features(files, cfg, out_dir / "cache", progress=progress), cfg
 
-
-@contextmanager
-def bar_fix(cfg: FoxhuntConfig) -> Iterator[None]:
-    """Rows too few for the folds, refused with a concrete setting: the bar length that fits
-    (:func:`foxhunt.validation.folds.with_bar_fix`), to be given once, to ``features build``."""
-    from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
-
-    try:
-        yield
-    except TooFewRowsError as exc:
-        raise with_bar_fix(exc, cfg.data, cfg.train) from None
 
 
 def set_keys(overrides: list[str]) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from foxhunt.cli import present
-from foxhunt.cli.common import bar_fix, config_of, data_paths, reporter, step, with_row_unit, write_resolved
+from foxhunt.cli.common import config_of, data_paths, reporter, step, with_row_unit, write_resolved
 from foxhunt.cli.options import (
     ConfigOpt,
     DataOpt,
@@ -45,7 +45,7 @@ def features_build(
     and metadata (schema hash, layout, sources), one Arrow IPC file per inputs and config. With
     --workers N, session by session in parallel tasks, merged into the same file bit for bit
     (docs/scale-out.md)."""
-    from foxhunt.dataset.build import get_or_build
+    from foxhunt import pipeline
     from foxhunt.features.stats import column_stats
     from foxhunt.outputs import claim_folder
 
@@ -57,11 +57,9 @@ def features_build(
     if workers < 1:
         raise FoxhuntError("--workers", f"{workers} workers", "pass --workers 1 or more")
     files = data_paths(data, ctx)
-    with bar_fix(cfg):
-        cache = get_or_build(
-            files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers,
-            address=ray_address,
-        )  # fmt: skip
+    cache = pipeline.features(
+        files, cfg, out_dir, regenerate=regenerate, progress=progress, workers=workers, address=ray_address
+    )
     write_resolved(cfg, cache.path.with_suffix(".config.json"))
     present.cache_summary(cache, column_stats(cache.features(), cache.columns))
 
