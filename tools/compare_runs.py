@@ -11,6 +11,7 @@ folder's own path is replaced by ``<OUT>``.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -88,4 +89,8 @@ def main(a: Path, b: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1]), Path(sys.argv[2])))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before", type=Path, help="a run folder (foxhunt run --out)")
+    parser.add_argument("after", type=Path, help="the run folder to compare with it")
+    args = parser.parse_args()
+    sys.exit(main(args.before, args.after))
