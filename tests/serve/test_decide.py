@@ -365,3 +365,41 @@ def test_a_compiled_decider_refuses_an_env_of_another_config(
     with pytest.raises(ValueError, match="one config"):
         decider.step(envs[2], FLAT.clone())
     assert calls == envs[:2]
+
+
+def test_an_aot_build_leaves_the_options_of_every_later_key_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch's ``aoti_compile_and_package`` adds ``aot_inductor.package`` to the options dict it is given;
+    the options are part of every library's key, so a build handed the module's own dict changed the key
+    of every later Decider in the process (which then missed the library another process had built,
+    and compiled it again). A build is handed a copy (torch's compile stood in for: no Inductor run)."""
+    import torch._inductor
+
+    from foxhunt.serve import aot
+
+    seen: list[dict] = []
+
+    def compile_and_package(ep, package_path: str, inductor_configs: dict) -> str:  # noqa: ANN001
+        inductor_configs["aot_inductor.package"] = True  # as torch 2.13 does
+        seen.append(inductor_configs)
+        Path(package_path).write_bytes(b"library")
+        return package_path
+
+    monkeypatch.setattr(torch._inductor, "aoti_compile_and_package", compile_and_package)
+    before = dict(aot.POLICY_INDUCTOR)
+    path = tmp_path / "policy-x.pt2"
+    aot._compile(torch.nn.Linear(2, 1), (torch.zeros(1, 2),), path, aot.POLICY_INDUCTOR)
+    assert path.read_bytes() == b"library" and seen and seen[0] is not aot.POLICY_INDUCTOR
+    assert aot.POLICY_INDUCTOR == before
+
+
+def test_an_aot_library_key_holds_the_code_fingerprint(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A library compiled by other code (another foxhunt: the step is traced from the env's own code) is
+    never loaded: every key holds :func:`foxhunt.jit.package_digest`, as the feature cache's does."""
+    from foxhunt.serve import aot
+
+    key = aot._digest("step", ENV.model_dump_json())
+    assert aot._digest("step", ENV.model_dump_json()) == key  # a key, not a draw
+    monkeypatch.setattr(aot, "package_digest", lambda root: b"other code")
+    assert aot._digest("step", ENV.model_dump_json()) != key

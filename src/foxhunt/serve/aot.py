@@ -15,7 +15,9 @@ The forward is the greedy policy (one agent's ``policy(obs, GREEDY)`` or the com
 ``committee_decision``) at batch 1, the network's weights and the acting statistics baked into the
 library as constants.
 
-Each library is kept on disk under a key hashing everything its graph depends on (the env config,
+Each library is kept on disk under a key hashing everything its graph depends on (the code that
+traced it: :func:`foxhunt.jit.package_digest` of the whole package, as the feature cache's key and
+numba's kernels are stamped, so a library compiled by other code is never loaded; the env config,
 which optional market tables exist, the instrument, the feature and state widths, the torch version;
 for the forward, every weight and statistic and the network config), written to a temporary name and
 renamed, so a second ``foxhunt serve`` of the same checkpoint loads it in well under a second.
@@ -42,6 +44,7 @@ from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.costs import Quote
 from foxhunt.env.state import Portfolio
 from foxhunt.env.trades import ClosedTrades
+from foxhunt.jit import PACKAGE, package_digest
 
 _REQUIRED = ("features", "mid", "high", "low")  # the market tables the step and observe read
 _OPTIONAL = ("volume", "bid_size", "ask_size")  # read where the market has them (None: a graph without)
@@ -210,7 +213,9 @@ def _result_of(leaves: Sequence[Tensor]) -> tuple[StepResult, int]:
 
 
 def _digest(*parts: object) -> str:
+    """A library's cache key: the package's code fingerprint, then ``parts`` (tensors by their bytes)."""
     h = hashlib.sha256()
+    h.update(package_digest(str(PACKAGE)) + b"\0")
     for p in parts:
         if isinstance(p, Tensor):
             t = p.detach().cpu().contiguous()
@@ -246,8 +251,10 @@ def _compile(
         try:
             # Inductor's autotune tables (a block per matrix product timed, 21 for a forward) are not
             # the user's business: kept off the terminal (an output setting, not part of the key).
+            # A copy: torch adds ``aot_inductor.package`` to the dict it is given, and the options are
+            # part of every later key (mutated, a process's second Decider missed the cache).
             with inductor_config.patch(autotune_num_choices_displayed=0):
-                aoti_compile_and_package(ep, package_path=tmp, inductor_configs=options)
+                aoti_compile_and_package(ep, package_path=tmp, inductor_configs=dict(options))
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except BaseException:
