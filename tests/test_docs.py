@@ -386,3 +386,33 @@ def test_every_results_page_is_dated_and_listed_in_the_index() -> None:
     assert not unlisted, f"not in docs/results/README.md: {unlisted}"
     dated_in_docs = [p.name for p in (REPO / "docs").glob("*.md") if re.match(r"\d{4}-", p.name)]
     assert not dated_in_docs, dated_in_docs
+
+
+# --- reference pages hold no hardware timings -------------------------------------------------------
+
+# A named accelerator and a duration in one sentence: "131 s on an H200", "34 us ... on an H100".
+ACCELERATOR = re.compile(r"\b(?:[AHB]100|H200|GH200|B200)\b")
+DURATION = re.compile(r"\d[\d,.]*\s?(?:s|ms|us|µs|ns|min|seconds|minutes|hours)\b")
+
+
+def hardware_timings(markdown: str) -> list[str]:
+    """The sentences of a page's prose (code blocks left out) that time something on a named GPU."""
+    return [s for s in sentences(markdown) if ACCELERATOR.search(s) and DURATION.search(s)]
+
+
+def test_hardware_timings_on_hand_made_text() -> None:
+    page = (
+        "The guard and the compiles took 131 s on a fresh H200. A share of an H100 is Ray's bookkeeping.\n"
+        "Serving decides 200 us after the record. `cuda:0 (NVIDIA H200, GPU-<uuid>)` names the card.\n\n"
+        "```bash\npython bench/env.py  # 34 us on an H200\n```\n"
+    )
+    assert hardware_timings(page) == ["The guard and the compiles took 131 s on a fresh H200."]
+
+
+def test_reference_pages_quote_no_hardware_timings() -> None:
+    """docs/ keeps reference pages; a time measured on a named GPU is a result, and goes to a dated
+    page of docs/results (linked from the reference page) with its command."""
+    pages = sorted((REPO / "docs").glob("*.md"))
+    assert pages
+    found = {p.name: t for p in pages if (t := hardware_timings(p.read_text()))}
+    assert not found, f"move these to a dated page of docs/results: {found}"
