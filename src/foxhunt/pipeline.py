@@ -57,6 +57,7 @@ class Stopped(StrEnum):
     TRAINING = "nothing is trained on a leak"
     TUNING = "nothing is tuned on a leak"
     ALPHA = "no alpha result is reported on a leak"
+    BACKTEST = "no backtest is reported on a leak"
 
 
 # --- the guard's verdict and the prepared dataset ------------------------------------------------
@@ -241,9 +242,9 @@ def features(
     address: str | None = None,
 ) -> FeatureCache:
     """The feature cache of ``files`` under ``cfg`` in ``into`` (reused where one exists): the cache
-    step of :func:`prepare` (from the guard's reading, ``prepared``) and of the commands that build
-    features without training (``foxhunt features build``, ``backtest`` and ``edge`` over
-    ``--data``). Rows too few for the folds are refused with the bar length that fits
+    step of :func:`prepare` (from the guard's reading, ``prepared``), of :func:`guarded_features`
+    (``foxhunt backtest`` and ``edge`` over ``--data``) and of ``foxhunt features build``. Rows too
+    few for the folds are refused with the bar length that fits
     (:func:`foxhunt.validation.folds.with_bar_fix`), a setting to give once."""
     from foxhunt.dataset.build import get_or_build
     from foxhunt.validation.folds import TooFewRowsError, with_bar_fix
@@ -255,6 +256,26 @@ def features(
         )  # fmt: skip
     except TooFewRowsError as exc:
         raise with_bar_fix(exc, cfg.data, cfg.train) from None
+
+
+def guarded_features(
+    files: Sequence[str | Path],
+    cfg: FoxhuntConfig,
+    into: Path,
+    where: str,
+    *,
+    progress: Reporter = SILENT,
+    say: Callable[[str], object] = print,
+) -> FeatureCache:
+    """:func:`features` of ``files`` built beside the leak guard's cuts, from what the guard read
+    (``foxhunt backtest`` and ``edge`` over ``--data``, or edge's embedded synthetic market): a
+    result computed on these features is never reported on a leak (:class:`LeakFoundError`, exit
+    3, naming ``where``; a cache built here is removed again). The verdict line goes to ``say``."""
+
+    def build(prepared: Prepared) -> FeatureCache:
+        return features(files, cfg, into, progress=progress, prepared=prepared)
+
+    return leak_guard_while(files, cfg, where, Stopped.BACKTEST, progress, say, build, builds=into)[1]
 
 
 def _compiled(cache: FeatureCache, cfg: FoxhuntConfig, ahead: bool, progress: Reporter) -> float:

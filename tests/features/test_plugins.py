@@ -196,7 +196,7 @@ def test_bad_plugin_settings_and_missing_plugins_exit_2(market_dir: Path) -> Non
 # --- the leaky plug-in, refused by every command that runs the guard ---------------------------------
 
 
-@pytest.mark.parametrize("command", ["check leaks", "alpha", "train", "run"])
+@pytest.mark.parametrize("command", ["check leaks", "alpha", "train", "run", "backtest", "edge"])
 def test_a_leaky_plugin_is_refused_naming_its_column(
     command: str, leaky: Path, market_dir: Path, tmp_path: Path
 ) -> None:
@@ -208,5 +208,6 @@ def test_a_leaky_plugin_is_refused_naming_its_column(
     assert "peek.next_events" in result.output and "arrival." not in result.output
     out = tmp_path / "out"
     assert not (out / "alpha.json").exists() and not (out / "metrics.json").exists()
-    assert not (out / "folds.json").exists()
-    assert not (out / "cache").exists()  # train and run build it beside the guard's cuts: removed
+    assert not (out / "folds.json").exists() and not (out / "edge.json").exists()
+    # train, run, backtest and edge build it beside the guard's cuts: removed
+    assert not (out / "cache").exists()

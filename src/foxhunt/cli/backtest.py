@@ -147,7 +147,9 @@ def edge_cmd(
         cache, cfg = cache_from(ctx, None, cache_path, cfg, out_dir, progress, "edge", set_keys(set_ or []))
     else:
         files = market_files(ctx, data, cfg, out_dir)
-        cache = pipeline.features(files, cfg, out_dir / "cache", progress=progress)
+        cache = pipeline.guarded_features(
+            files, cfg, out_dir / "cache", "foxhunt edge", progress=progress, say=present.line
+        )
     with step("reference rule and baselines per fold", progress):
         result = edge(cache, BacktestSettings.of(cfg))
     write_json(out_dir / "edge.json", result, indent=2, default=float)

@@ -94,10 +94,11 @@ def cache_from(
     command: str,
     asked: list[str] | None,
 ) -> tuple[Any, FoxhuntConfig]:
-    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...``, and the
-    config to use with it: with ``--cache``, the cache's own row unit, data source, features and
-    labels (an explicit ``--set`` that contradicts them is refused) unless ``asked`` is None (a
-    checkpoint's config, which the cache must match as it is)."""
+    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...`` beside the
+    leak guard's cuts (:func:`foxhunt.pipeline.guarded_features`), and the config to use with it:
+    with ``--cache``, the cache's own row unit, data source, features and labels (an explicit
+    ``--set`` that contradicts them is refused) unless ``asked`` is None (a checkpoint's config,
+    which the cache must match as it is)."""
     from foxhunt import pipeline
     from foxhunt.dataset.cache import config_from_cache, load_cache
 
@@ -108,7 +109,8 @@ def cache_from(
                 cfg = config_from_cache(cache_path, cfg, asked)
             return load_cache(cache_path, cfg), cfg
     files = data_paths(data or [], ctx)
-    return pipeline.features(files, cfg, out_dir / "cache", progress=progress), cfg
+    where = f"foxhunt {command}"
+    return pipeline.guarded_features(files, cfg, out_dir / "cache", where, progress=progress, say=line), cfg
 
 
 
