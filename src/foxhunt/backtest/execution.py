@@ -4,8 +4,10 @@ The environment's ledger (:mod:`foxhunt.env.trades`) records for every closed tr
 that opened it was placed (its magnitude, order type and urgency) and what its opening fills cost,
 and for every step what it did to limit orders (:data:`~foxhunt.env.trades.LIMIT_EVENTS`). The
 backtest keeps both in its :class:`~foxhunt.backtest.metrics.StepRecord`; :func:`execution_summary`
-reduces them to the ``execution`` block of ``metrics.json`` (agent and reference rule side by side),
-and :func:`pool_execution` adds blocks of several folds or seeds into one.
+reduces them to the ``execution`` block of every backtest (a fold's, each baseline's, ``foxhunt
+backtest``'s ``metrics.json``), :func:`pool_execution` adds blocks of several folds or seeds into
+one, and :func:`folds_execution` gives a run's agent and reference rule side by side
+(``metrics.json``'s ``summary.execution``, each seed's in ``seeds.json``).
 
 Definitions (written steps only; an **entry** is a trade, counted once, by the order that opened
 it: every trade opened in a window is closed by the window's last row at the latest, so the
@@ -43,13 +45,15 @@ Exits are market orders and open nothing: they are costs and contracts, never en
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+from foxhunt.backtest.capture import RULE
 
-from foxhunt.backtest.metrics import StepRecord
-from foxhunt.domain.actions import ActionCodec, BranchConfig
-from foxhunt.env.trades import LIMIT_EVENTS
+if TYPE_CHECKING:  # torch only where a record is reduced: the report and the CLI pool without it
+    import torch
+
+    from foxhunt.backtest.metrics import StepRecord
+    from foxhunt.domain.actions import BranchConfig
 
 EXECUTION_KEY = "execution"
 """The block's key in a metrics dict (a fold's, a baseline's, a backtest body's, ``metrics.json``'s)."""
@@ -58,7 +62,6 @@ BY = ("order_type", "urgency", "magnitude")
 """The branches entries are broken down by: ``by_<branch>``."""
 
 _ROW_SUMS = ("entries", "contracts", "entry_costs", "costs", "net_pnl")
-_F64 = torch.float64
 
 
 def execution_summary(rec: StepRecord, branches: BranchConfig) -> dict[str, Any]:
@@ -68,6 +71,12 @@ def execution_summary(rec: StepRecord, branches: BranchConfig) -> dict[str, Any]
     ledger=True)``, as every evaluation records). Computed on ``rec.device``, one host transfer.
     Raises ValueError without the ledger, or for a closed trade whose entry lies outside a branch.
     """
+    import torch
+
+    from foxhunt.domain.actions import ActionCodec
+    from foxhunt.env.trades import LIMIT_EVENTS
+
+    f64 = torch.float64
     detail, limits = rec.trade_detail, rec.limit_orders
     if detail is None or limits is None or rec.contracts is None:
         raise ValueError("the StepRecord keeps no trade ledger: record it with StepRecord.blank(ledger=True)")
@@ -75,10 +84,10 @@ def execution_summary(rec: StepRecord, branches: BranchConfig) -> dict[str, Any]
     w = rec.written
     closed = rec.trade_closed & w[:, :, None]
     values = {"order_type": detail.order_type, "urgency": detail.urgency, "magnitude": rec.closed_magnitude}
-    zero = torch.zeros((), dtype=_F64, device=rec.device)
+    zero = torch.zeros((), dtype=f64, device=rec.device)
     per_trade = torch.stack(  # [E, T, K, 5] what each closed trade adds to its row
         [
-            closed.to(_F64),
+            closed.to(f64),
             torch.where(closed, detail.size, zero),
             torch.where(closed, detail.entry_costs, zero),
             torch.where(closed, detail.costs, zero),
@@ -89,15 +98,15 @@ def execution_summary(rec: StepRecord, branches: BranchConfig) -> dict[str, Any]
     out: dict[str, torch.Tensor] = {
         "contracts": torch.where(w, rec.contracts, zero).sum(),
         "costs": torch.where(w, rec.costs, zero).sum(),
-        "limit_orders": (limits * w[:, :, None]).sum(dim=(0, 1)).to(_F64),
+        "limit_orders": (limits * w[:, :, None]).sum(dim=(0, 1)).to(f64),
     }
     outside = []
     for branch in BY:
         k = len(labels[branch])
         v = values[branch].reshape(-1)
         ok = closed.reshape(-1) & (v >= 0) & (v < k)
-        outside.append((closed.reshape(-1) & ~ok).sum().to(_F64))
-        table = torch.zeros((k + 1, len(_ROW_SUMS)), dtype=_F64, device=rec.device)
+        outside.append((closed.reshape(-1) & ~ok).sum().to(f64))
+        table = torch.zeros((k + 1, len(_ROW_SUMS)), dtype=f64, device=rec.device)
         out[branch] = table.index_add_(0, torch.where(ok, v, k), per_trade)[:k]
     out["outside"] = torch.stack(outside)
     host = _to_host(out)
@@ -120,7 +129,9 @@ def execution_summary(rec: StepRecord, branches: BranchConfig) -> dict[str, Any]
 
 
 def _to_host(out: dict[str, torch.Tensor]) -> dict[str, list[float]]:
-    flat = torch.cat([v.reshape(-1).to(_F64) for v in out.values()]).cpu().tolist()
+    import torch
+
+    flat = torch.cat([v.reshape(-1).to(torch.float64) for v in out.values()]).cpu().tolist()
     host, i = {}, 0
     for k, v in out.items():
         host[k], i = flat[i : i + v.numel()], i + v.numel()
@@ -175,10 +186,11 @@ def pool_execution(blocks: Sequence[dict[str, Any] | None]) -> dict[str, Any] | 
     keys = {tuple((k, tuple(have[0][k])) for k in (f"by_{b}" for b in BY))}
     if any(tuple((k, tuple(b[k])) for k in (f"by_{x}" for x in BY)) not in keys for b in have):
         return None
+    events = [e for e in have[0]["limit_orders"] if e != "fill_rate"]  # LIMIT_EVENTS, in order
     sums: dict[str, Any] = {
         "contracts": sum(b["contracts"] for b in have),
         "costs": sum(b["costs"] for b in have),
-        "limit_orders": {e: sum(int(b["limit_orders"][e]) for b in have) for e in LIMIT_EVENTS},
+        "limit_orders": {e: sum(int(b["limit_orders"][e]) for b in have) for e in events},
     }
     for branch in BY:
         key = f"by_{branch}"
@@ -186,3 +198,39 @@ def pool_execution(blocks: Sequence[dict[str, Any] | None]) -> dict[str, Any] | 
             label: {s: sum(b[key][label][s] for b in have) for s in _ROW_SUMS} for label in have[0][key]
         }
     return _finish(sums)
+
+
+def folds_execution(folds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    """``{"agent": ..., "rule": ...}``: the execution blocks of a run's fold results (``folds[k].execution``
+    and ``folds[k].baselines.rule.execution``) pooled over its folds (:func:`pool_execution`); None for
+    a side that a fold lacks (no rule: its carrier feature is off; a fold written by an older foxhunt)."""
+    agent = [f.get(EXECUTION_KEY) for f in folds]
+    rule = [((f.get("baselines") or {}).get(RULE) or {}).get(EXECUTION_KEY) for f in folds]
+    return {
+        "agent": pool_execution(agent) if agent and all(agent) else None,
+        "rule": pool_execution(rule) if rule and all(rule) else None,
+    }
+
+
+def _shares(rows: dict[str, dict[str, Any]]) -> str:
+    return ", ".join(f"{label} {r['share']:.0%}" for label, r in rows.items())
+
+
+def execution_text(name: str, block: dict[str, Any] | None) -> str:
+    """One line of a block as the commands print it: entries and their shares by order type, urgency
+    and magnitude, the limit fill rate (of every order placed), cost per contract, net by magnitude."""
+    if not block:
+        return f"{name} execution: n/a"
+    lim = block["limit_orders"]
+    fill = (
+        "no limit orders"
+        if lim["fill_rate"] is None
+        else f"limit fill rate {lim['fill_rate']:.0%} ({lim['filled']} of {lim['placed']} placed; "
+        f"{lim['expired']} expired, {lim['cancelled']} cancelled, {lim['open_at_end']} open at the end)"
+    )
+    by_mag = ", ".join(f"{label} {r['net_pnl']:+,.0f}" for label, r in block["by_magnitude"].items())
+    return (
+        f"{name} execution: {block['entries']} entries (order type {_shares(block['by_order_type'])}; "
+        f"urgency {_shares(block['by_urgency'])}; magnitude {_shares(block['by_magnitude'])}), {fill}, "
+        f"cost {block['cost_per_contract']:,.2f} a contract, net by magnitude {by_mag}"
+    )
