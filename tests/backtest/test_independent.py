@@ -671,6 +671,14 @@ def _params(cfg: Any, bar_seconds: int) -> Params:
     )
 
 
+FULL_BRANCHES = (
+    "env.branches.magnitude=3",
+    "env.branches.magnitude_fractions=[0.25, 0.5, 1.0]",
+    "env.branches.order_type=3",
+    "env.branches.urgency=3",
+)
+
+
 def _foxhunt(data: Path, overrides: list[str], tmp: Path) -> tuple[Any, dict[str, dict[str, Any]]]:
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
@@ -738,7 +746,9 @@ def test_es_ohlcv_minute_bars_recompute_exactly(real_data_dir: Path, tmp_path: P
     path = real_data_dir / "cme-es" / "es-2013-lean.ohlcv-1m.dbn.zst"
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    cfg, fox = _foxhunt(path, ["data.data_source=ohlcv", "data.bar_seconds=60"], tmp_path)
+    # The full action space (the default profile trades one magnitude, market orders, Normal urgency):
+    # the random policy then places limit orders at every urgency, which the execution block counts.
+    cfg, fox = _foxhunt(path, ["data.data_source=ohlcv", "data.bar_seconds=60", *FULL_BRANCHES], tmp_path)
     d = cfg.data
     rows = ohlcv_rows(path, 60, d.session_timezone, d.session_open, d.session_close)
     p = _params(cfg, 60)
