@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foxhunt.backtest.execution import pool_execution
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config
 from foxhunt.tune.seeds import (
@@ -24,6 +23,7 @@ from foxhunt.tune.seeds import (
     summarise_seeds,
     with_seed,
 )
+from tests.factories import execution_block
 from tests.train.test_run import TINY
 
 runner = CliRunner()
@@ -237,38 +237,16 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert "--keep reported: deleted" in result.output
 
 
-def _block(market: int, limit: int, net: float) -> dict:
-    """A minimal execution block (foxhunt.backtest.execution): ``market`` + ``limit`` entries of one
-    contract each at Normal urgency and Full size, ``net`` $ split evenly, $2 a contract a side."""
-    row = {"entries": 0, "contracts": 0.0, "entry_costs": 0.0, "costs": 0.0, "net_pnl": 0.0}
-    n = market + limit
-
-    def used(k: int) -> dict:
-        return row | {"entries": k, "contracts": float(k), "entry_costs": 2.0 * k, "costs": 4.0 * k} | {
-            "net_pnl": net * k / n
-        }
-
-    raw = {
-        "contracts": 2.0 * n,
-        "costs": 4.0 * n,
-        "limit_orders": dict(placed=2 * limit, filled=limit, expired=limit, cancelled=0, open_at_end=0),
-        "by_order_type": {"Market": used(market), "Limit_At_Touch": used(limit)},
-        "by_urgency": {"Normal": used(n), "Patient": row},
-        "by_magnitude": {"1x": used(n)},
-    }
-    return pool_execution([raw])
-
-
 def test_seeds_json_has_each_seeds_execution_and_the_study_pools_them() -> None:
     def seed(s: int, agent: list[dict]) -> SeedResult:
         folds = [
-            SeedFold(k, a["net_pnl"], a["entries"], 1.0, 0.0, -50.0, 100.0, a, _block(5, 0, 100.0))
+            SeedFold(k, a["net_pnl"], a["entries"], 1.0, 0.0, -50.0, 100.0, a, execution_block(5, 0, 100.0))
             for k, a in enumerate(agent)
         ]
         return SeedResult(s, folds, seconds=1.0)
 
-    a = seed(1, [_block(3, 1, 40.0), _block(1, 3, -20.0)])
-    b = seed(2, [_block(0, 2, 10.0), _block(2, 2, 30.0)])
+    a = seed(1, [execution_block(3, 1, 40.0), execution_block(1, 3, -20.0)])
+    b = seed(2, [execution_block(0, 2, 10.0), execution_block(2, 2, 30.0)])
     x = a.to_dict()["execution"]
     assert x["agent"]["entries"] == 8 and x["agent"]["net_pnl"] == pytest.approx(20.0)
     assert x["agent"]["limit_orders"]["fill_rate"] == 0.5
