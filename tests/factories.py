@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from foxhunt.backtest.execution import pool_execution
 from foxhunt.data.arrays import (
     ACTION_ADD,
     ACTION_TRADE,
@@ -85,3 +86,27 @@ def plan_config(**fields: Any) -> PlanConfig:
     (``trailing_mult``, ``min_vol``) to the plan itself."""
     barrier = {k: fields.pop(k) for k in list(fields) if k in BarrierConfig.model_fields}
     return PlanConfig(barrier=BarrierConfig(**barrier), **fields)
+
+
+def execution_block(market: int, limit: int, net: float) -> dict[str, Any]:
+    """A minimal execution block (foxhunt.backtest.execution): ``market`` + ``limit`` entries of one
+    contract each at Normal urgency and Full size, ``net`` $ split evenly, $2 a contract a side."""
+    row = {"entries": 0, "contracts": 0.0, "entry_costs": 0.0, "costs": 0.0, "net_pnl": 0.0}
+    n = market + limit
+
+    def used(k: int) -> dict[str, Any]:
+        return row | {"entries": k, "contracts": float(k), "entry_costs": 2.0 * k, "costs": 4.0 * k} | {
+            "net_pnl": net * k / n
+        }
+
+    raw = {
+        "contracts": 2.0 * n,
+        "costs": 4.0 * n,
+        "limit_orders": dict(placed=2 * limit, filled=limit, expired=limit, cancelled=0, open_at_end=0),
+        "by_order_type": {"Market": used(market), "Limit_At_Touch": used(limit)},
+        "by_urgency": {"Normal": used(n), "Patient": row},
+        "by_magnitude": {"1x": used(n)},
+    }
+    block = pool_execution([raw])
+    assert block is not None
+    return block

@@ -67,6 +67,18 @@ def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
     assert body["run"]["profile"] == "smoke" and body["run"]["device"] == "cpu"
     assert body["leaks"]["passed"] and body["alpha"]["rows"]
     assert body["summary"]["beats_flat_folds"] == sum(f["net_pnl"] > 0.0 for f in folds)
+    # execution, agent and reference rule side by side, per fold and over the folds (backtest.execution)
+    for f in folds:
+        for policy in (f, f["baselines"]["rule"]):
+            x = policy["execution"]
+            assert x["entries"] == policy["trades"] and x["net_pnl"] == pytest.approx(policy["net_pnl"])
+            for branch in ("by_order_type", "by_urgency", "by_magnitude"):
+                assert sum(r["entries"] for r in x[branch].values()) == x["entries"]
+        assert f["baselines"]["rule"]["execution"]["by_order_type"]["Market"]["share"] in (0.0, 1.0)
+    pooled = body["summary"]["execution"]
+    assert pooled["agent"]["entries"] == sum(f["trades"] for f in folds)
+    assert pooled["rule"]["entries"] == sum(f["baselines"]["rule"]["trades"] for f in folds)
+    assert "agent execution:" in result.output and "reference rule execution:" in result.output
 
     page = parse(tmp_path / "report.html")  # strict: every tag closed in order
     assert set(HEADINGS) <= set(page.headings)
@@ -75,6 +87,12 @@ def test_run_smoke_writes_a_report_that_parses_and_metrics_of_every_fold(
     rows = [cells for section, _, cells in page.rows if section == "metrics"]
     for f in folds:
         assert any(cells[0] == str(f["fold"]) and money(f["net_pnl"]) in cells for cells in rows), f["fold"]
+    # ... and the execution tables: each policy's entries and cost per contract, over the folds
+    for who, side in (("agent", "agent"), ("reference rule", "rule")):
+        x = pooled[side]
+        want = [who, f"{x['entries']:,}"]
+        assert any(cells[:2] == want and money(x["cost_per_contract"]) in cells for cells in rows), who
+    assert any(cells[:2] == ["order type", "Market"] for cells in rows)
 
 
 # --- known answers of the smoke profile (slow: two full smoke runs, minutes each on 2 cores) ---------

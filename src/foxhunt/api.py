@@ -451,7 +451,8 @@ class BacktestResult:
     implausible_reasons: list[str]
     """Why the result looks too good to be true (empty: plausible)."""
     all_metrics: dict[str, Any]
-    """Every metric of :func:`foxhunt.backtest.metrics.compute_metrics`."""
+    """Every metric of :func:`foxhunt.backtest.metrics.compute_metrics`, and ``execution``: how the policy
+    entered its trades and what its fills cost (:mod:`foxhunt.backtest.execution`, docs/execution.md)."""
     record: StepRecord
     """The per-step record ``[episodes, steps]``."""
 

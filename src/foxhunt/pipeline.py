@@ -840,6 +840,7 @@ def _job_metrics(
 
     import foxhunt
     from foxhunt.backtest.capture import Capture
+    from foxhunt.backtest.execution import folds_execution
     from foxhunt.config.loader import config_hash
     from foxhunt.report.schema import LAST_EPOCH_KEY
 
@@ -889,6 +890,10 @@ def _job_metrics(
             "capture_median": capture.median,
             "capture_excluded": capture.excluded(),
             "capture_all_folds": capture.all_folds,
+            # How the agent and the reference rule entered and what their fills cost, over the folds:
+            # entries by order type, urgency and magnitude, the limit fill rate, cost per contract
+            # (foxhunt.backtest.execution; per fold: folds[k].execution, folds[k].baselines.rule.execution).
+            "execution": folds_execution(folds),
         },
     }
 

@@ -29,7 +29,12 @@ and the rules issue 14 fixed, with plain pandas/numpy loops:
 * metrics: every closed trade counted (and its exit reason), win rate -1 without trades,
   per-step returns on the equity before the step, Sharpe and Sortino per bar times sqrt(bars per
   year) with bars per year from the instrument's session calendar (ES: 23 h x 252 days), drawdown
-  from the running peak, the picked and realised action shares.
+  from the running peak, the picked and realised action shares;
+* execution: every trade counted once by the order that opened it (market: the step's urgency; limit:
+  the order type and urgency it was placed with) with its size, its opening fills' costs, all its
+  costs and its net PnL, by order type, urgency and magnitude; every limit order placed, filled,
+  expired, cancelled (replaced, cancelled by a market order or the capital floor) or left resting
+  at its window's end, and the fill rate filled / placed; cost per contract = costs / contracts.
 
 The foxhunt side runs the same scripted policies through the backtest API on a feature cache built
 from the same file, and every number of ``metrics.json`` (headline and ``all``) must match.
@@ -241,7 +246,9 @@ class Step:
     picked: tuple[int, ...] = ()  # direction, magnitude, order type, urgency
     realised: int = HOLD
     magnitude: int = 0
-    closed: list[tuple[float, int, str]] = field(default_factory=list)  # (net PnL, magnitude, exit reason)
+    # (net PnL, magnitude, exit reason, order type, urgency, size, entry costs, costs)
+    closed: list[tuple[float, int, str, int, int, float, float, float]] = field(default_factory=list)
+    limits: dict[str, int] = field(default_factory=dict)  # limit-order events of the step
 
 
 def market_fill(
@@ -315,7 +322,7 @@ def run_window(
     """One episode over rows start..end; ``action(step)`` gives the policy's picked branches."""
     pos, equity, row = 0.0, p.capital, start
     plan: dict[str, Any] = {"active": False}
-    trade = {"pnl": 0.0, "magnitude": 0, "size": 0.0}
+    trade: dict[str, Any] = {"pnl": 0.0, "magnitude": 0, "size": 0.0}
     order: dict[str, Any] = {"side": 0.0}  # the resting limit order
     wins = losses = n_trades = 0
     sum_win = sum_loss = 0.0
@@ -325,6 +332,7 @@ def run_window(
         r, r1 = row, row + 1
         direction, picked_mag, order_type, urgency = action(len(out))
         st = Step(picked=(direction, picked_mag, order_type, urgency))
+        st.limits = dict.fromkeys(("placed", "filled", "expired", "cancelled", "open_at_end"), 0)
         cap = kelly_cap(n_trades, wins, losses, sum_win, sum_loss, equity, p)
         mag = min(picked_mag, cap)
         st.realised = HOLD if plan["active"] else direction
@@ -344,10 +352,15 @@ def run_window(
             costs += c
             st.contracts += abs(delta)
             if pos == 0:
-                trade = {"pnl": 0.0, "magnitude": mag, "size": abs(delta)}
+                trade = {"pnl": 0.0, "magnitude": mag, "size": abs(delta), "order": MARKET}
+                trade |= {"urgency": urgency, "entry_costs": c, "costs": 0.0}
             trade["pnl"] -= c
+            trade["costs"] += c
+            st.limits["cancelled"] += order["side"] != 0
             order = {"side": 0.0}
         elif side != 0:  # a new limit order replaces the resting one
+            st.limits["cancelled"] += order["side"] != 0
+            st.limits["placed"] += 1
             order = {
                 "side": side,
                 "contracts": abs(delta),
@@ -355,6 +368,7 @@ def run_window(
                 "age": 0,
                 "urgency": urgency,
                 "magnitude": mag,
+                "order_type": order_type,
             }
         pos_a = pos + (delta if side != 0 and is_market else 0.0)
         gross = pos_a * (mid[r1] - mid[r]) * p.point_value
@@ -371,11 +385,16 @@ def run_window(
                 st.contracts += n
                 if pos_a == 0:
                     trade = {"pnl": 0.0, "magnitude": order["magnitude"], "size": n}
+                    trade |= {"order": order["order_type"], "urgency": order["urgency"], "entry_costs": c}
+                    trade["costs"] = 0.0
                 trade["pnl"] -= c
+                trade["costs"] += c
                 pos_b = pos_a + order["side"] * n
                 order["filled"] = True
+                st.limits["filled"] += 1
             order["age"] += 1
             if order.get("filled") or order["age"] >= p.patience[order["urgency"]]:
+                st.limits["expired"] += not order.get("filled")
                 order = {"side": 0.0}
         hold_reset = False
         if pos_b != 0 and (pos == 0 or math.copysign(1, pos_b) != math.copysign(1, pos)):
@@ -407,6 +426,7 @@ def run_window(
         floor = equity_b < p.floor * p.capital
         if floor:
             reason = FLOOR
+            st.limits["cancelled"] += order["side"] != 0
             order = {"side": 0.0}
         if reason is None and r1 >= end:
             reason = WINDOW_END
@@ -415,7 +435,9 @@ def run_window(
             _, exit_costs = market_fill(-math.copysign(1.0, pos_b), abs(pos_b), r1, rows, mid, p, NORMAL)
             st.contracts += abs(pos_b)
             trade["pnl"] -= exit_costs
-            st.closed.append((trade["pnl"], trade["magnitude"], reason))
+            trade["costs"] += exit_costs
+            entry = (trade["order"], trade["urgency"], trade["size"], trade["entry_costs"], trade["costs"])
+            st.closed.append((trade["pnl"], trade["magnitude"], reason, *entry))
             per_contract = trade["pnl"] / trade["size"]
             n_trades += 1
             if trade["pnl"] > 0:
@@ -434,6 +456,8 @@ def run_window(
         row += 1
         if floor:
             break
+    if out and order["side"] != 0:  # still resting when the window ends
+        out[-1].limits["open_at_end"] += 1
     return out
 
 
@@ -521,6 +545,7 @@ def independent_metrics(rows: Rows, policy: str, p: Params) -> dict[str, float]:
     }
     dist = picked["direction"][picked["direction"] > 0]
     reasons = [t[2] for st in steps for t in st.closed]
+    execution = independent_execution(steps, p)
     annual = mu * p.bars_per_year
     return {
         "steps": n,
@@ -550,7 +575,46 @@ def independent_metrics(rows: Rows, policy: str, p: Params) -> dict[str, float]:
         "picked": {b: v.tolist() for b, v in picked.items()},
         "realised": {b: v.tolist() for b, v in realised.items()},
         "exit_reasons": {r: reasons.count(r) for r in (PROFIT, STOP, TIMEOUT, FLOOR, WINDOW_END)},
+        "execution": execution,
     }
+
+
+def independent_execution(steps: list[Step], p: Params) -> dict[str, Any]:
+    """The execution block: trades by the order that opened them, limit orders, cost per contract."""
+    trades = [t for st in steps for t in st.closed]
+    contracts = sum(st.contracts for st in steps)
+    costs = sum(st.costs for st in steps)
+    limits = {k: sum(st.limits[k] for st in steps) for k in steps[0].limits}
+    fill_rate = limits["filled"] / limits["placed"] if limits["placed"] else None  # of every order placed
+    labels = {  # the column of the closed-trade tuple, the branch's value names
+        "order_type": (3, ("Market", "Limit_At_Touch", "Limit_Inside")[: p.branch_sizes[2]]),
+        "urgency": (4, ("Normal", "Patient", "Immediate")[: p.branch_sizes[3]]),
+        "magnitude": (1, tuple(f"{f:g}x" for f in p.fractions)),
+    }
+    out: dict[str, Any] = {
+        "entries": len(trades),
+        "contracts": contracts,
+        "costs": costs,
+        "cost_per_contract": costs / contracts if contracts else 0.0,
+        "net_pnl": sum(t[0] for t in trades),
+        "limit_orders": limits | {"fill_rate": fill_rate},
+    }
+    for branch, (col, names) in labels.items():
+        rows = {}
+        for k, name in enumerate(names):
+            mine = [t for t in trades if t[col] == k]
+            size, entry = sum(t[5] for t in mine), sum(t[6] for t in mine)
+            rows[name] = {
+                "entries": len(mine),
+                "share": len(mine) / len(trades) if trades else 0.0,
+                "contracts": size,
+                "entry_costs": entry,
+                "entry_cost_per_contract": entry / size if size else 0.0,
+                "costs": sum(t[7] for t in mine),
+                "net_pnl": sum(t[0] for t in mine),
+            }
+        out[f"by_{branch}"] = rows
+    return out
 
 
 # --- the foxhunt side --------------------------------------------------------------------------
@@ -607,6 +671,14 @@ def _params(cfg: Any, bar_seconds: int) -> Params:
     )
 
 
+FULL_BRANCHES = (
+    "env.branches.magnitude=3",
+    "env.branches.magnitude_fractions=[0.25, 0.5, 1.0]",
+    "env.branches.order_type=3",
+    "env.branches.urgency=3",
+)
+
+
 def _foxhunt(data: Path, overrides: list[str], tmp: Path) -> tuple[Any, dict[str, dict[str, Any]]]:
     from foxhunt.backtest.evaluate import ScriptedPolicy
     from foxhunt.backtest.run import run_backtest
@@ -627,7 +699,9 @@ def _compare(name: str, fox: dict[str, Any], ind: dict[str, Any]) -> list[str]:
     bad = []
     for key, want in ind.items():
         got = _value(fox, key)
-        if isinstance(want, dict):  # exit reasons, picked and realised shares per branch
+        if key == "execution":
+            ok = _close(got, want)
+        elif isinstance(want, dict):  # exit reasons, picked and realised shares per branch
             ok = all(
                 np.allclose(got[k], v, rtol=1e-9, atol=1e-12) for k, v in want.items()
             ) and all(got[k] == 0 for k in set(got) - set(want))
@@ -642,6 +716,16 @@ def _compare(name: str, fox: dict[str, Any], ind: dict[str, Any]) -> list[str]:
     for key in ("net_pnl", "gross_pnl", "costs", "trades", "win_rate", "sharpe_annual", "max_drawdown"):
         assert fox[key] == fox["all"][key], (name, key)  # the headline is the "all" value
     return bad
+
+
+def _close(got: Any, want: Any) -> bool:
+    """Nested dicts of numbers equal to 1e-9 (None only where None is wanted)."""
+    if isinstance(want, dict):
+        same = isinstance(got, dict) and got.keys() == want.keys()
+        return same and all(_close(got[k], want[k]) for k in want)
+    if want is None or got is None:
+        return got is want
+    return math.isclose(float(got), float(want), rel_tol=1e-9, abs_tol=1e-9)
 
 
 def _value(fox: dict[str, Any], key: str) -> Any:
@@ -662,7 +746,9 @@ def test_es_ohlcv_minute_bars_recompute_exactly(real_data_dir: Path, tmp_path: P
     path = real_data_dir / "cme-es" / "es-2013-lean.ohlcv-1m.dbn.zst"
     if not path.is_file():
         pytest.skip(f"{path} is absent")
-    cfg, fox = _foxhunt(path, ["data.data_source=ohlcv", "data.bar_seconds=60"], tmp_path)
+    # The full action space (the default profile trades one magnitude, market orders, Normal urgency):
+    # the random policy then places limit orders at every urgency, which the execution block counts.
+    cfg, fox = _foxhunt(path, ["data.data_source=ohlcv", "data.bar_seconds=60", *FULL_BRANCHES], tmp_path)
     d = cfg.data
     rows = ohlcv_rows(path, 60, d.session_timezone, d.session_open, d.session_close)
     p = _params(cfg, 60)

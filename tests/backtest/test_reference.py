@@ -113,6 +113,9 @@ def test_edge_command_reports_rule_flat_and_long_per_fold(tmp_path: Path, one_th
         assert row[RULE]["trades"] > 0 and row["long"]["trades"] > 0
         # buy-and-hold: one round trip per validation window, long one per plan
         assert 0 < row["buy_hold"]["trades"] < row["long"]["trades"]
+        # each policy's execution block beside its headline (docs/execution.md): the rule's market orders
+        assert row[RULE]["execution"]["entries"] == row[RULE]["trades"]
+        assert row[RULE]["execution"]["limit_orders"]["fill_rate"] is None
     assert body["total"][RULE] == pytest.approx(sum(r[RULE]["net_pnl"] for r in body["folds"]))
     assert "fold 0: reference rule" in result.output and "total: reference rule" in result.output
     assert "long (per plan)" in result.output and "buy and hold" in result.output

@@ -67,3 +67,31 @@ def test_flat_oracle_and_outputs(market: Path, tmp_path: Path) -> None:
         app, ["backtest", "--data", str(market), "--policy", "psychic", "--out", str(tmp_path / "x")]
     )
     assert bad.exit_code == 2 and "psychic" in bad.output
+
+
+def test_random_policy_execution_block_and_trades_csv(market: Path, tmp_path: Path) -> None:
+    """Every branch uniform: market and limit entries at every urgency and magnitude. The printed
+    execution line, metrics.json's block (its identities) and trades.csv's entries agree."""
+    full = ["env.branches.magnitude=3", "env.branches.magnitude_fractions=[0.25, 0.5, 1.0]"]
+    full += ["env.branches.order_type=3", "env.branches.urgency=3"]  # the smoke profile trades one of each
+    args = ["backtest", "--data", str(market), "--policy", "random", "--out", str(tmp_path), "-q"]
+    result = runner.invoke(app, [*args, *(a for s in full for a in ("--set", s))])
+    assert result.exit_code == 0, result.output
+    assert "random execution:" in result.output and "limit fill rate" in result.output
+    body = json.loads((tmp_path / "metrics.json").read_text())
+    x = body["execution"]
+    assert x == body["all"]["execution"] and x["entries"] == body["trades"] > 0
+    assert x["net_pnl"] == pytest.approx(body["net_pnl"]) and x["costs"] == pytest.approx(body["costs"])
+    assert x["cost_per_contract"] * x["contracts"] == pytest.approx(body["costs"])
+    assert x["contracts"] == pytest.approx(body["all"]["contracts_traded"])
+    lim = x["limit_orders"]
+    assert lim["placed"] == lim["filled"] + lim["expired"] + lim["cancelled"] + lim["open_at_end"] > 0
+    rows = list(csv.DictReader((tmp_path / "trades.csv").open()))
+    by_type = collections.Counter(r["order_type"] for r in rows)
+    for label, row in x["by_order_type"].items():
+        assert by_type[label.lower()] == row["entries"] > 0, label
+    by_urgency = collections.Counter(r["urgency"] for r in rows)
+    assert {k.lower(): r["entries"] for k, r in x["by_urgency"].items()} == dict(by_urgency)
+    assert sum(float(r["entry_costs"]) for r in rows) == pytest.approx(
+        sum(r["entry_costs"] for r in x["by_magnitude"].values())
+    )

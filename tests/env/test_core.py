@@ -371,3 +371,49 @@ def test_hand_worked_limit_entry_then_market_exit() -> None:
     t = _one_trade(r2)
     assert (t.pnl, t.magnitude, t.size, t.entry_price, t.exit_price) == (23.0, 0, 1.0, 99.875, 100.375)
     assert env.state.account.equity.item() == 100_023.0
+    # the ledger keeps how it was entered: the limit order's type and urgency, its fill's -5.25
+    assert (t.order_type, t.urgency, t.entry_costs, t.costs) == (TOUCH, int(Urgency.PATIENT), -5.25, 2.0)
+    assert r0.limit_orders.tolist() == [[1, 1, 0, 0, 0]]  # placed and filled in one step (LIMIT_EVENTS)
+
+
+def test_limit_order_events_account_for_every_order_placed() -> None:
+    """On a flat market no buy at the bid fills (low = mid = 100 > 99.875); LIMIT_EVENTS per step.
+
+    A: Patient (placed) | Normal replaces it (placed, cancelled) | hold: the Normal order's 2 rows are
+       up (expired) | Patient (placed) | a market buy cancels it (cancelled), the window's end sells.
+    B: Patient (placed) | hold | hold | Patient replaces it (placed, cancelled) | hold: it still rests
+       when the episode ends (open_at_end).
+    Over each episode placed = filled + expired + cancelled + open_at_end.
+    """
+    patient, normal = act(L, 0, TOUCH, int(Urgency.PATIENT)), act(L, 0, TOUCH, N_)
+    runs = {
+        "A": (
+            [patient, normal, act(H), patient, act(L, 0)],
+            [[1, 0, 0, 0, 0], [1, 0, 0, 1, 0], [0, 0, 1, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 1, 0]],
+        ),
+        "B": (
+            [patient, act(H), act(H), patient, act(H)],
+            [[1, 0, 0, 0, 0], [0] * 5, [0] * 5, [1, 0, 0, 1, 0], [0, 0, 0, 0, 1]],
+        ),
+    }
+    for name, (actions, want) in runs.items():
+        env = TradingEnv(market([100.0] * 6), config(horizon=50))
+        env.reset(torch.tensor([0]))
+        got = [env.step(a)[1].limit_orders[0].tolist() for a in actions]
+        assert got == want, name
+        placed, filled, expired, cancelled, left = (sum(col) for col in zip(*got, strict=True))
+        assert placed == filled + expired + cancelled + left, name
+        assert env.state.done.item()
+    # A's market entry is a trade entered by a market order at Normal urgency, its fill's costs
+    # (half spread 6.25 + fee 1) its entry costs; the window's end paid the same to close it.
+    env = TradingEnv(market([100.0] * 6), config(horizon=50))
+    env.reset(torch.tensor([0]))
+    results = [env.step(a)[1] for a in runs["A"][0]]
+    t = _one_trade(results[-1])
+    assert (t.order_type, t.urgency, t.entry_costs, t.costs, t.reason) == (
+        MKT,
+        N_,
+        7.25,
+        14.5,
+        ExitReason.WINDOW_END,
+    )

@@ -20,7 +20,7 @@ from foxhunt.domain.exits import ExitReason
 from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.market import MarketTensors, state_feature_columns
-from foxhunt.env.trades import STAGES, FillStage, OpenTrade, book_fill
+from foxhunt.env.trades import STAGES, Entry, FillStage, OpenTrade, book_fill
 from tests.factories import plan_config
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -142,7 +142,10 @@ def _trade(side: float, opened: float, entry_value: float, gross: float, costs: 
         return torch.tensor([x], dtype=torch.float64)
 
     i = torch.tensor([3], dtype=torch.int64)
-    return OpenTrade(t(side), i, i - 2, t(opened), t(entry_value), t(0.0), t(0.0), t(gross), t(costs))
+    # opened by a LimitAtTouch order of Patient urgency whose fill cost 4.5 of the 14.5
+    return OpenTrade(
+        t(side), i, i - 2, t(opened), t(entry_value), t(0.0), t(0.0), t(gross), t(costs), i - 2, i - 2, t(4.5)
+    )
 
 
 def _fill(trade: OpenTrade, position: float, contracts: float, price: float, costs: float):
@@ -154,7 +157,7 @@ def _fill(trade: OpenTrade, position: float, contracts: float, price: float, cos
         torch.tensor([price], dtype=f64),
         torch.tensor([costs], dtype=f64),
         torch.tensor([7]),
-        torch.tensor([0]),
+        Entry(*(torch.tensor([int(x)]) for x in (0, OrderType.MARKET, Urgency.IMMEDIATE))),
         torch.tensor([int(ExitReason.AGENT_CLOSE)]),
     )
 
@@ -173,6 +176,10 @@ def test_a_reversal_closes_one_trade_and_opens_the_next() -> None:
     assert (nxt.side.item(), nxt.opened.item(), nxt.entry_value.item()) == (-1.0, 3.0, 297.0)
     assert (nxt.costs.item(), nxt.gross.item()) == (6.0, 0.0)
     assert (nxt.entry_row.item(), nxt.magnitude.item()) == (7, 0)
+    # how each was entered: the closed long by its limit order (its entry fill's 4.5 of the 18.5), the
+    # new short by this fill's market order (Immediate), its whole 6 an entry cost
+    assert (closed.order_type.item(), closed.urgency.item(), closed.entry_costs.item()) == (1, 1, 4.5)
+    assert (nxt.order_type.item(), nxt.urgency.item(), nxt.entry_costs.item()) == (0, 2, 6.0)
 
 
 def test_reductions_and_additions_stay_in_the_trade() -> None:

@@ -206,6 +206,9 @@ def test_exit_position_closes_at_the_touch_and_records_the_reason() -> None:
         exit_value=zero,
         gross=t(100, -50, 50),
         costs=t(2, 1, 1),
+        order_type=ti(0, 0, 0),
+        urgency=ti(0, 0, 0),
+        entry_costs=t(2, 1, 1),
     )
     reason = ti(int(ExitReason.PROFIT), int(ExitReason.WINDOW_END), 0)
     rows, live = env._rows(p.row), tb(True, True, True)

@@ -127,6 +127,21 @@ def test_an_account_written_before_it_kept_its_losses_resumes() -> None:
     assert (got.n_trades.item(), got.n_wins.item(), got.n_losses.item()) == (5, 2, 3)
 
 
+def test_a_state_written_before_the_ledger_kept_entries_resumes() -> None:
+    """A resume state whose open trade predates its entry's order type, urgency and entry costs, and
+    whose resting order predates its order type, resumes: the entry unknown (-1), the open trade's
+    costs so far its entry costs."""
+    state = _state()
+    portfolio = state["portfolio"]
+    trade = portfolio.trade._replace(costs=torch.full_like(portfolio.trade.costs, 3.5))
+    old = type(trade)(*trade[:9])  # as the older foxhunt pickled it: nine fields
+    portfolio.trade = old
+    del portfolio.order.__dict__["order_type"]
+    got = ledger._load(ledger._blob(state))["portfolio"]
+    assert (got.trade.order_type == -1).all() and (got.trade.urgency == -1).all()
+    assert torch.equal(got.trade.entry_costs, got.trade.costs) and (got.order.order_type == -1).all()
+
+
 def test_the_last_commit_is_what_a_reopened_ledger_resumes_from(tmp_path: Path) -> None:
     """Two row closes committed, the ledger closed and opened again (a restart): it resumes from the
     second close's row, record count and state."""

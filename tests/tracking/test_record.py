@@ -14,6 +14,7 @@ from foxhunt.errors import FoxhuntError
 from foxhunt.tracking import record
 from foxhunt.tracking.compare import RunSummary, compare
 from foxhunt.tracking.store import SWITCH_ENV, artifact_location, resolve_uri, run_reference, write_record
+from tests.factories import execution_block
 
 
 def test_limits_are_mlflows_own() -> None:
@@ -77,6 +78,21 @@ def test_fold_results_hand_worked() -> None:
     assert got["result/total/capture"] == pytest.approx(50.0 / 500.0)
     assert got["result/total/capture_all_folds"] == pytest.approx(80.0 / 300.0)
     assert "result/fold2/capture" not in got
+
+
+
+def test_fold_results_carry_the_cost_per_contract_and_fill_rate_of_agent_and_rule() -> None:
+    def fold(k: int, agent: dict, rule: dict) -> dict:
+        body = {"fold": k, "net_pnl": agent["net_pnl"], "trades": agent["entries"], "sharpe_annual": 0.0}
+        return body | {"execution": agent, "baselines": {"rule": {"net_pnl": 1.0, "execution": rule}}}
+
+    folds = [fold(0, execution_block(3, 1, 40.0), execution_block(5, 0, 9.0))]
+    folds.append(fold(1, execution_block(1, 3, -20.0), execution_block(5, 0, 9.0)))
+    got = {k.removeprefix("result/total/"): v for k, v in record.fold_results(folds).items()}
+    assert got["agent_cost_per_contract"] == 2.0 and got["agent_limit_fill_rate"] == 0.5
+    assert got["rule_cost_per_contract"] == 2.0 and "rule_limit_fill_rate" not in got  # no limit order
+    del folds[1]["execution"]  # a fold of an older foxhunt: no pooled number, rather than a partial one
+    assert "result/total/agent_cost_per_contract" not in record.fold_results(folds)
 
 
 def test_store_resolution_order(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from foxhunt.tune.seeds import (
     summarise_seeds,
     with_seed,
 )
+from tests.factories import execution_block
 from tests.train.test_run import TINY
 
 runner = CliRunner()
@@ -218,6 +219,15 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
     assert com["seed"] == -1 and [f["fold"] for f in com["folds"]] == [0, 1]
     assert [f["rule"] for f in com["folds"]] == [f["rule"] for f in body["seeds"][0]["folds"]]
     assert "committee of 2: net" in result.output
+    # execution: per seed and fold (agent and rule), per seed pooled, the study's and the committee's
+    for s in body["seeds"]:
+        assert all(f["execution"]["entries"] == f["trades"] for f in s["folds"])
+        assert s["execution"]["agent"]["entries"] == sum(f["trades"] for f in s["folds"])
+        assert s["execution"]["rule"] == body["execution"]["rule"]  # the same rule in every seed
+    every = [f for s in body["seeds"] for f in s["folds"]]
+    assert body["execution"]["agent"]["entries"] == sum(f["trades"] for f in every)
+    assert body["execution"]["committee"]["entries"] == sum(f["trades"] for f in com["folds"])
+    assert "agent execution:" in result.output and "committee execution:" in result.output
     # --keep reported: each seed keeps only the checkpoints its folds report, the committee read first
     for seed in (3, 4):
         run = out / f"seed{seed}"
@@ -225,3 +235,32 @@ def test_seeds_command_trains_every_seed_and_writes_the_study(tmp_path: Path) ->
         assert reported and all(p.is_file() for p in reported)
         assert set(run.rglob("*.safetensors")) == reported  # the rings (ring = 2 a fold) are gone
     assert "--keep reported: deleted" in result.output
+
+
+def test_seeds_json_has_each_seeds_execution_and_the_study_pools_them() -> None:
+    def seed(s: int, agent: list[dict]) -> SeedResult:
+        folds = [
+            SeedFold(k, a["net_pnl"], a["entries"], 1.0, 0.0, -50.0, 100.0, a, execution_block(5, 0, 100.0))
+            for k, a in enumerate(agent)
+        ]
+        return SeedResult(s, folds, seconds=1.0)
+
+    a = seed(1, [execution_block(3, 1, 40.0), execution_block(1, 3, -20.0)])
+    b = seed(2, [execution_block(0, 2, 10.0), execution_block(2, 2, 30.0)])
+    x = a.to_dict()["execution"]
+    assert x["agent"]["entries"] == 8 and x["agent"]["net_pnl"] == pytest.approx(20.0)
+    assert x["agent"]["limit_orders"]["fill_rate"] == 0.5
+    assert x["agent"]["by_order_type"]["Market"]["share"] == 0.5
+    assert x["rule"]["entries"] == 10 and x["rule"]["by_order_type"]["Market"]["share"] == 1.0
+    body = summarise_seeds([a, b, SeedResult(3, seconds=1.0, stopped="x")], reference=None)
+    study = body["execution"]
+    assert study["agent"]["entries"] == 14 and study["agent"]["net_pnl"] == pytest.approx(60.0)
+    assert study["agent"]["by_order_type"]["Limit_At_Touch"]["entries"] == 8
+    assert study["rule"] == x["rule"] and study["committee"] is None  # the rule once: the same in every seed
+    assert body["seeds"][0]["folds"][0]["execution"]["entries"] == 4
+    assert [SeedResult.from_dict(s) for s in body["seeds"][:2]] == [a, b]
+    older = json.loads(json.dumps(body["seeds"][0]))
+    for f in older["folds"]:  # a seeds.json written before the execution block
+        del f["execution"], f["rule_execution"]
+    assert SeedResult.from_dict(older).to_dict()["execution"] == {"agent": None, "rule": None}
+    json.dumps(body)

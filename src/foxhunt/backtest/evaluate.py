@@ -181,8 +181,8 @@ def windows(lo: int, hi: int, episode_rows: int, device: torch.device | str = "c
 
 def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portfolio) -> None:
     """Write one step's result into column ``t`` of ``rec`` (``t`` a ``[1]`` device index or an int)."""
-    detail, contracts = rec.trade_detail, rec.contracts
-    assert detail is not None and contracts is not None  # ledger=True
+    detail, contracts, limits = rec.trade_detail, rec.contracts, rec.limit_orders
+    assert detail is not None and contracts is not None and limits is not None  # ledger=True
     cols = [
         (rec.written, res.written),
         (rec.gross_pnl, res.gross),
@@ -196,6 +196,7 @@ def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portf
         (rec.realised_direction, res.realised_direction),
         (rec.realised_magnitude, res.realised_magnitude),
         (contracts, res.fills.abs().sum(dim=1)),
+        (limits, res.limit_orders),
         (rec.trade_closed, res.trades.closed),
         (rec.trade_pnl, res.trades.pnl),
         (rec.closed_magnitude, res.trades.magnitude),

@@ -74,6 +74,7 @@ import torch
 
 from foxhunt.domain.actions import BranchConfig
 from foxhunt.domain.sharpe import sharpe_ratio
+from foxhunt.env.trades import LIMIT_EVENTS
 
 _F64 = torch.float64
 MAX_PLAUSIBLE_SHARPE_ANNUAL = 10.0
@@ -117,6 +118,9 @@ class TradeDetail(NamedTuple):
     entry_row: torch.Tensor  # int64 row of the market data
     exit_row: torch.Tensor  # int64
     reason: torch.Tensor  # int64 foxhunt.domain.exits.ExitReason
+    order_type: torch.Tensor  # int64 OrderType of the order that opened it
+    urgency: torch.Tensor  # int64 Urgency of the order that opened it
+    entry_costs: torch.Tensor  # float64 $ the part of ``costs`` its opening fills paid
 
     @classmethod
     def blank(cls, shape: tuple[int, ...], device: torch.device | str | None) -> TradeDetail:
@@ -126,10 +130,10 @@ class TradeDetail(NamedTuple):
         def i() -> torch.Tensor:
             return torch.full(shape, -1, dtype=torch.int64, device=device)
 
-        return cls(f(), f(), f(), f(), f(), f(), i(), i(), i())
+        return cls(f(), f(), f(), f(), f(), f(), i(), i(), i(), i(), i(), f())
 
 
-_DETAIL_INT = ("entry_row", "exit_row", "reason")
+_DETAIL_INT = ("entry_row", "exit_row", "reason", "order_type", "urgency")
 
 
 @dataclass(frozen=True)
@@ -171,7 +175,11 @@ class StepRecord:
     contracts: torch.Tensor | None = None
     """float64 ``[E, T]``: contracts of every fill of the step; None: ``|Δposition|`` stands for it."""
     trade_detail: TradeDetail | None = None
-    """The closed trades' sides, sizes, prices, rows and exit reasons (``trades.csv``); None: not kept."""
+    """The closed trades' sides, sizes, prices, rows, entries and exit reasons (``trades.csv``); None:
+    not kept."""
+    limit_orders: torch.Tensor | None = None
+    """int64 ``[E, T, len(LIMIT_EVENTS)]``: the step's limit-order events
+    (:data:`foxhunt.env.trades.LIMIT_EVENTS`); None: not kept."""
 
     def __post_init__(self) -> None:
         shape, device = self.written.shape, self.written.device
@@ -191,6 +199,8 @@ class StepRecord:
         checks += [(name, getattr(self, name), trade_shape, dtype) for name, dtype in _TRADE_FIELDS.items()]
         if self.contracts is not None:
             checks.append(("contracts", self.contracts, tuple(shape), _F64))
+        if self.limit_orders is not None:
+            checks.append(("limit_orders", self.limit_orders, (*shape, len(LIMIT_EVENTS)), torch.int64))
         if self.trade_detail is not None:
             checks += [
                 (f"trade_detail.{name}", x, trade_shape, torch.int64 if name in _DETAIL_INT else _F64)
@@ -237,7 +247,8 @@ class StepRecord:
     ) -> StepRecord:
         """A record with nothing written yet (money 0, actions -1), for an evaluator to fill in place.
 
-        ``ledger``: also the fills' ``contracts`` and the :class:`TradeDetail` of the closed trades.
+        ``ledger``: also the fills' ``contracts``, the :class:`TradeDetail` of the closed trades and the
+        ``limit_orders`` events.
         """
         shape = (n_episodes, n_steps)
         trade_shape = (*shape, trade_slots)
@@ -254,13 +265,15 @@ class StepRecord:
         if ledger:
             kw["contracts"] = torch.zeros(shape, dtype=_F64, device=device)
             kw["trade_detail"] = TradeDetail.blank(trade_shape, device)
+            kw["limit_orders"] = torch.zeros((*shape, len(LIMIT_EVENTS)), dtype=torch.int64, device=device)
         return cls(**kw)
 
     @classmethod
     def concat(cls, records: Sequence[StepRecord]) -> StepRecord:
         """The episodes of ``records`` in one record, shorter ones padded with unwritten steps.
 
-        The fills' ``contracts`` and the trade detail are kept when every record has them.
+        The fills' ``contracts``, the trade detail and the limit-order events are kept when every record
+        has them.
         """
         slots = {r.trade_slots for r in records}
         if len(slots) != 1:
@@ -273,9 +286,9 @@ class StepRecord:
             blank = cls.blank(r.n_episodes, pad_steps, r.device, trade_slots=r.trade_slots, ledger=ledger)
             for f in fields(cls):
                 x, pad = getattr(r, f.name), getattr(blank, f.name)
-                if pad is not None:
+                if pad is not None and x is not None:
                     parts.setdefault(f.name, []).append(_cat([x, pad], dim=1))
-        return cls(**{k: _cat(v, dim=0) for k, v in parts.items()})
+        return cls(**{k: _cat(v, dim=0) for k, v in parts.items() if len(v) == len(records)})
 
     def trades(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(closed, pnl, magnitude)`` of the closed trades on written steps, each ``[E, T * K]``."""

@@ -26,6 +26,7 @@ from torch import Tensor
 
 from foxhunt.backtest.capture import RULE
 from foxhunt.backtest.evaluate import Policy, ScriptedPolicy, evaluate, scripted, scripted_env
+from foxhunt.backtest.execution import EXECUTION_KEY
 from foxhunt.backtest.run import METRIC_KEYS, bars_per_year, summarise
 from foxhunt.backtest.settings import BacktestSettings
 from foxhunt.data.config import MANIFEST_NAME, PlantedSignal  # not from .synth (compiles the simulator)
@@ -125,10 +126,11 @@ def baseline_env(name: str, env: EnvConfig) -> EnvConfig:
 def evaluate_fold(
     market: MarketTensors, fd: FoldData, settings: BacktestSettings, policy: Policy, bpy: float
 ) -> dict[str, Any]:
-    """A policy's headline metrics over the fold's whole validation period (as training reports them)."""
+    """A policy's headline metrics and execution block over the fold's whole validation period (as
+    training reports them)."""
     rec = evaluate(market, settings.env, fd.fold.validation_start, fd.fold.validation_end, policy)
     m, reasons = summarise(rec, bpy, settings.env, settings.max_sharpe_annual)
-    return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons}
+    return {**{k: m[k] for k in METRIC_KEYS}, EXECUTION_KEY: m[EXECUTION_KEY], "implausible": reasons}
 
 
 def rule_folds(

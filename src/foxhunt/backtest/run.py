@@ -31,6 +31,7 @@ from foxhunt.backtest.evaluate import (  # noqa: E402
     scripted,
     scripted_env,
 )
+from foxhunt.backtest.execution import EXECUTION_KEY, execution_summary  # noqa: E402
 from foxhunt.backtest.metrics import (  # noqa: E402
     MAX_PLAUSIBLE_SHARPE_ANNUAL,
     StepRecord,
@@ -96,13 +97,17 @@ def summarise(
     unjudged: bool = False,
 ) -> tuple[dict[str, Any], list[str]]:
     """``(compute_metrics of rec, implausibility reasons)`` with ``env``'s branch sizes and capital
-    (``unjudged``: :func:`~foxhunt.backtest.metrics.implausibility`'s, the ``backtest`` command's)."""
+    (``unjudged``: :func:`~foxhunt.backtest.metrics.implausibility`'s, the ``backtest`` command's), and
+    the execution block (:func:`~foxhunt.backtest.execution.execution_summary`) where ``rec`` keeps the
+    trade ledger."""
     metrics = compute_metrics(
         rec,
         bars_per_year=bpy,
         initial_capital=env.contract.initial_capital,
         **branch_sizes(env.branches),
     )
+    if rec.trade_detail is not None and rec.limit_orders is not None and rec.contracts is not None:
+        metrics[EXECUTION_KEY] = execution_summary(rec, env.branches)
     return metrics, implausibility(metrics, max_sharpe_annual=max_sharpe_annual, unjudged=unjudged)
 
 
@@ -199,6 +204,7 @@ def run_backtest(
         "folds": [fd.fold.index for fd in chosen],
         **{k: metrics[k] for k in METRIC_KEYS},
         "exit_reasons": exit_reasons(trades),
+        EXECUTION_KEY: metrics[EXECUTION_KEY],  # entries by order type, urgency, magnitude; fills
         "annualisation": annual.text,
         "instrument": instrument.to_dict(),
         "implausible": bool(reasons),

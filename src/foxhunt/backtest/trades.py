@@ -13,6 +13,9 @@ a reversal included; a position still open at a window's last row is closed ther
     gross_pnl, costs, net_pnl  $ (net = gross - costs; costs = fees + slippage against the mark)
     magnitude            the magnitude index it was opened with
     exit_reason          profit, stop, timeout, capital_floor, window_end, agent_close or flip
+    order_type, urgency  how the order that opened it was placed (market, limit_at_touch,
+                         limit_inside; normal, patient, immediate)
+    entry_costs          $ the part of ``costs`` its opening fills paid (the rest closed it)
 
 Identities (tests/backtest/test_trades.py): the rows' ``net_pnl`` sums to the backtest's net PnL per
 window and in total; their count is ``metrics.json``'s ``trades``; ``2 x sum(size)`` is its
@@ -30,6 +33,7 @@ import torch
 
 from foxhunt.atomic import atomic_path
 from foxhunt.backtest.metrics import StepRecord
+from foxhunt.domain.actions import OrderType, Urgency
 from foxhunt.domain.exits import ExitReason
 
 TRADE_COLUMNS = (
@@ -48,6 +52,9 @@ TRADE_COLUMNS = (
     "net_pnl",
     "magnitude",
     "exit_reason",
+    "order_type",
+    "urgency",
+    "entry_costs",
 )
 """The columns of ``trades.csv``, in order."""
 
@@ -77,6 +84,7 @@ def trade_rows(rec: StepRecord, ts_ns: np.ndarray, fold: int) -> list[dict[str, 
     host = {k: v.cpu().numpy() for k, v in cols.items()}  # one copy per column, after the run
     entry, exit_ = iso_utc(ts_ns[host["entry_row"]]), iso_utc(ts_ns[host["exit_row"]])
     reasons = {int(r): r.name.lower() for r in ExitReason}
+    orders, urgencies = ({int(v): v.name.lower() for v in e} for e in (OrderType, Urgency))
     return [
         {
             "fold": fold,
@@ -94,6 +102,9 @@ def trade_rows(rec: StepRecord, ts_ns: np.ndarray, fold: int) -> list[dict[str, 
             "net_pnl": float(host["net_pnl"][i]),
             "magnitude": int(host["magnitude"][i]),
             "exit_reason": reasons[int(host["reason"][i])],
+            "order_type": orders.get(int(host["order_type"][i]), "unknown"),
+            "urgency": urgencies.get(int(host["urgency"][i]), "unknown"),
+            "entry_costs": float(host["entry_costs"][i]),
         }
         for i in range(len(host["window"]))
     ]

@@ -190,6 +190,24 @@ def backtested(name: str, body: dict[str, Any]) -> None:
         + (f"; {name} never traded" if body["trades"] == 0 else ""),
         markup=False,
     )
+    if (block := body.get("execution")) is not None:
+        execution_lines({name: block})
+
+
+def _folds_execution(folds: list[dict[str, Any]]) -> dict[str, dict[str, Any] | None]:
+    from foxhunt.backtest.execution import folds_execution
+
+    return folds_execution(folds)
+
+
+def execution_lines(sides: dict[str, dict[str, Any] | None]) -> None:
+    """A line per side (agent, rule, committee) of their execution blocks (foxhunt.backtest.execution);
+    a side without one (no rule in the run) is left out."""
+    from foxhunt.backtest.execution import execution_text
+
+    for name, block in sides.items():
+        if block is not None:
+            line(execution_text("reference rule" if name == "rule" else name, block))
 
 
 def edge(result: dict[str, Any], written: Path) -> None:
@@ -352,6 +370,7 @@ def training_result(summary: TrainSummary) -> None:
         + f"; {run / 'folds.json'}",
         markup=False,
     )
+    execution_lines(_folds_execution(folds))
 
 
 def job_result(summary: JobSummary) -> None:
@@ -369,6 +388,7 @@ def job_result(summary: JobSummary) -> None:
         f"{label(Baseline.BUY_HOLD)} in {s['beats_buy_hold_folds']}/{n}; report: {run / 'report.html'}",
         markup=False,
     )
+    execution_lines(s.get("execution") or _folds_execution(folds))
 
 
 def seeds_result(summary: SeedsSummary) -> None:
@@ -398,8 +418,9 @@ def seeds_result(summary: SeedsSummary) -> None:
         )
     if (where := spread(study["devices"])) is not None:
         out.print(f"seeds {where}", markup=False)
-    for line in capture_lines(study):
-        out.print(line, markup=False)
+    for text_line in capture_lines(study):
+        out.print(text_line, markup=False)
+    execution_lines(study.get("execution") or {})
     traded = [sum(f.trades for f in r.folds) for r in summary.results if not r.stopped]
     out.print(
         f"{study['beats_flat']}/{study['finished']} beat flat"

@@ -61,6 +61,7 @@ from foxhunt.env.transition import (
     exit_position,
     fill_resting,
     forced_exits,
+    limit_events,
     mark_position,
     open_plan,
     pay,
@@ -88,11 +89,12 @@ class StepResult:
     fill_costs: Tensor  # [N, STAGES] $ their fees + slippage against the reference
     exit_reason: Tensor  # int64 ExitReason of the forced exit at row r+1 (0 none, 1-5)
     components: Tensor  # [N, len(COMPONENTS)] reward terms (pnl, entry, exit timing, ...)
+    limit_orders: Tensor  # [N, len(LIMIT_EVENTS)] int64 limit-order events (transition.limit_events)
 
     def lean(self) -> StepResult:
         """This result without the trade ledger's detail: ``trades`` keeps ``closed`` and ``pnl``; its
-        other fields and ``fills``, ``fill_price``, ``fill_costs`` are empty tensors. What training
-        collection and the recorded-policy backtest read; returned by a compiled step
+        other fields and ``fills``, ``fill_price``, ``fill_costs``, ``limit_orders`` are empty tensors.
+        What training collection and the recorded-policy backtest read; returned by a compiled step
         (:func:`foxhunt.env.graph.advance` with ``ledger=False``) it lets Inductor drop the ten
         ``[N, STAGES]`` ledger outputs and the stores of their intermediates (bench/env.py)."""
         t = self.trades
@@ -112,6 +114,7 @@ class StepResult:
             fill_costs=empty,
             exit_reason=self.exit_reason,
             components=self.components,
+            limit_orders=torch.empty(0, dtype=torch.int64, device=empty.device),
         )
 
 
@@ -243,9 +246,9 @@ class TradingEnv:
         live, rows, actions = ~s.done, self._rows(s.row), actions.to(self.device)
 
         d = decide(s, actions, live, d_conv, m_conv, q_var, self.codec, cfg)
-        order, trade, now = execute(s, d, rows, live, cfg.costs, ins, ledger)
+        placed, trade, now = execute(s, d, rows, live, cfg.costs, ins, ledger)
         gross, trade = mark_position(trade, now.position, rows, live, ins.point_value)
-        order, trade, resting = fill_resting(order, trade, now.position, rows, live, cfg.costs, ins, ledger)
+        rested, trade, resting = fill_resting(placed, trade, now.position, rows, live, cfg.costs, ins, ledger)
         plan, opened, hold = open_plan(
             s.plan, a.position, resting.position, a.hold_time, rows.mid1, rows.vol1, cfg.plan
         )
@@ -257,7 +260,7 @@ class TradingEnv:
         trade, out, exiting = exit_position(
             trade, resting.position, reason, live, rows, cfg.costs, ins, ledger
         )
-        plan, order = close_out(plan, order, exiting, floored, out.position)
+        plan, order = close_out(plan, rested, exiting, floored, out.position)
 
         legs = (now, resting, out)
         costs = costs + out.costs
@@ -276,7 +279,20 @@ class TradingEnv:
         done = s.done | floored | (row >= s.end)
         new = Portfolio(row, s.end, done, account, order, plan, risk, trade, path)
         money = (gross, costs, net, reward, components)
-        return new, _record(live, actions, d, money, closed, reason, legs, ledger)
+        limits = None
+        if ledger:  # what the step did to limit orders, for the execution summary
+            limits = limit_events(
+                s.order.side,
+                d,
+                placed.side,
+                rested.side,
+                resting.contracts != 0,
+                floored,
+                order.side,
+                row >= s.end,
+                live,
+            )
+        return new, _record(live, actions, d, money, closed, reason, legs, limits)
 
     def _rows(self, r: Tensor) -> StepRows:
         """The market values the step at rows ``r`` reads (:class:`~foxhunt.env.transition.StepRows`)."""
@@ -311,11 +327,13 @@ def _record(
     closed: ClosedTrades,
     reason: Tensor,
     legs: tuple[Leg, Leg, Leg],
-    ledger: bool,
+    limits: Tensor | None,
 ) -> StepResult:
     """The step's :class:`StepResult` (``money``: gross, costs, net, reward, components), 0 or -1
-    where the episode was over; :meth:`StepResult.lean` without ``ledger``."""
+    where the episode was over; :meth:`StepResult.lean` without the ledger (``limits`` None: no
+    limit-order events, :func:`~foxhunt.env.transition.limit_events`)."""
     gross, costs, net, reward, components = money
+    ledger = limits is not None
     if ledger:  # the fills [N, STAGES] in FillStage order
         fills = torch.stack([leg.contracts for leg in legs], dim=1)
         fill_price = torch.stack([leg.price for leg in legs], dim=1)
@@ -337,5 +355,6 @@ def _record(
         fill_costs=fill_costs,
         exit_reason=torch.where(live, reason, 0),
         components=components,
+        limit_orders=limits if limits is not None else torch.empty(0, dtype=torch.int64, device=gross.device),
     )
     return result if ledger else result.lean()

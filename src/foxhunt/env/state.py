@@ -89,11 +89,29 @@ class RestingOrder:
     magnitude: Tensor  # int64 magnitude a trade it opens records
     queue: Tensor  # contracts displayed ahead of it when placed (NaN: unknown, trade-through only)
     volume: Tensor  # contracts traded at or through its price since it was placed
+    order_type: Tensor  # int64 order type branch (LimitAtTouch, LimitInside) a trade it opens records
+
+    def __setstate__(self, state: dict[str, Tensor]) -> None:
+        # An order pickled before it kept its order type (an older serve ledger's resume state): -1,
+        # unknown (its price and queue, which decide its fill, were kept).
+        if "order_type" not in state:
+            state = {**state, "order_type": torch.full_like(state["urgency"], -1)}
+        self.__dict__.update(state)
 
     @classmethod
     def none(cls, n: int, *, device: torch.device, dtype: torch.dtype) -> RestingOrder:
         z, zi = _zeros(n, device, dtype), _zeros(n, device, torch.int64)
-        return cls(z.clone(), z.clone(), z.clone(), zi.clone(), zi.clone(), zi.clone(), z.clone(), z.clone())
+        return cls(
+            side=z.clone(),
+            contracts=z.clone(),
+            price=z.clone(),
+            age=zi.clone(),
+            urgency=zi.clone(),
+            magnitude=zi.clone(),
+            queue=z.clone(),
+            volume=z.clone(),
+            order_type=zi.clone(),
+        )
 
 
 @dataclass
@@ -146,6 +164,14 @@ class Portfolio:
     risk: Risk
     trade: OpenTrade  # the open trade in the ledger (its gross - costs: the unrealised PnL)
     path: TradePath  # the open trade's path for the shaping terms
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        # A state pickled before the ledger kept each trade's entry (an older serve ledger's resume
+        # state): the open trade's missing fields filled in (OpenTrade.completed).
+        trade = state.get("trade")
+        if isinstance(trade, OpenTrade):
+            state = {**state, "trade": trade.completed()}
+        self.__dict__.update(state)
 
     def tensors(self) -> list[Tensor]:
         """Every leaf tensor, parts in field order (what a captured step writes in place)."""

@@ -28,8 +28,10 @@ against the reference price)::
 so every dollar of the step's net PnL (gross - costs) belongs to exactly one trade and the closed
 trades' net PnL sums to the net PnL of the steps (a window's last step closes whatever is open).
 A closed trade reports its side, its size (contracts opened = contracts closed), the volume-weighted
-entry and exit fill prices, the rows of its first and last fill, the magnitude it was opened with
-and why it closed (:class:`ExitReason`). Without partial fills its net PnL is exactly
+entry and exit fill prices, the rows of its first and last fill, how it was entered (:class:`Entry`:
+the magnitude, order type and urgency of the order whose fill opened it), the costs of its opening
+fills (``entry_costs``; ``costs - entry_costs`` is what closing it cost) and why it closed
+(:class:`ExitReason`). Without partial fills its net PnL is exactly
 ``side * size * (exit_price - entry_price) * point_value - fees``: the marks telescope.
 
 Pure batched functions on ``[N]`` tensors: no host copy, no data-dependent Python branch.
@@ -56,11 +58,33 @@ class FillStage(IntEnum):
 
 STAGES = len(FillStage)
 
+LIMIT_EVENTS = ("placed", "filled", "expired", "cancelled", "open_at_end")
+"""What a step can do to a limit order, the columns of ``StepResult.limit_orders``
+(:func:`foxhunt.env.transition.limit_events`): every order placed ends filled, expired (its urgency's
+patience used up), cancelled (replaced by a new order, cancelled by a market order or the capital
+floor) or still resting when its episode ends, so ``placed = filled + expired + cancelled +
+open_at_end`` over whole episodes."""
+
 _AGENT_CLOSE, _FLIP = int(ExitReason.AGENT_CLOSE), int(ExitReason.FLIP)
 
 
+class Entry(NamedTuple):
+    """How the order whose fill opens a trade was placed: its branches, ``[N]`` int64 each (-1: none).
+
+    What the ledger keeps of the entry for the execution summary (:mod:`foxhunt.backtest.execution`):
+    a market order's are the step's decision, a limit order's those it was placed with
+    (:class:`~foxhunt.env.state.RestingOrder`); an exit opens nothing (-1 throughout)."""
+
+    magnitude: Tensor  # magnitude index (after the Kelly cap)
+    order_type: Tensor  # foxhunt.domain.actions.OrderType
+    urgency: Tensor  # foxhunt.domain.actions.Urgency
+
+
 class OpenTrade(NamedTuple):
-    """The trade open in each episode (zeros and -1 while flat), one ``[N]`` tensor per field."""
+    """The trade open in each episode (zeros and -1 while flat), one ``[N]`` tensor per field.
+
+    The last three fields default to None only so that a state pickled before they existed (a serve
+    ledger's resume state) loads; :meth:`foxhunt.env.state.Portfolio.__setstate__` fills them."""
 
     side: Tensor  # +1 long, -1 short, 0 none (price dtype)
     entry_row: Tensor  # int64 row of the opening fill (-1 none)
@@ -71,6 +95,9 @@ class OpenTrade(NamedTuple):
     exit_value: Tensor  # sum of contracts x fill price of the closing fills
     gross: Tensor  # $ marks while held
     costs: Tensor  # $ its share of the fills' fees and slippage
+    order_type: Tensor = None  # type: ignore[assignment]  # int64 OrderType of the opening order (-1 none)
+    urgency: Tensor = None  # type: ignore[assignment]  # int64 Urgency of the opening order (-1 none)
+    entry_costs: Tensor = None  # type: ignore[assignment]  # $ the part of ``costs`` its opening fills paid
 
     @classmethod
     def flat(cls, n: int, *, device: torch.device | str | None, dtype: torch.dtype) -> OpenTrade:
@@ -80,7 +107,15 @@ class OpenTrade(NamedTuple):
         def none() -> Tensor:
             return torch.full((n,), -1, dtype=torch.int64, device=device)
 
-        return cls(z(), none(), none(), z(), z(), z(), z(), z(), z())
+        return cls(z(), none(), none(), z(), z(), z(), z(), z(), z(), none(), none(), z())
+
+    def completed(self) -> OpenTrade:
+        """This trade with the fields a state of an older foxhunt lacks filled in (flat: -1 and 0;
+        an open trade's entry is unknown: -1, its costs all counted as entry costs)."""
+        if self.entry_costs is not None:
+            return self
+        none = torch.full_like(self.entry_row, -1)
+        return self._replace(order_type=none, urgency=none.clone(), entry_costs=self.costs.clone())
 
 
 class ClosedTrades(NamedTuple):
@@ -99,6 +134,9 @@ class ClosedTrades(NamedTuple):
     exit_row: Tensor  # int64 row of the closing fill
     magnitude: Tensor  # int64 magnitude index it was opened with
     reason: Tensor  # int64 ExitReason
+    order_type: Tensor  # int64 OrderType of the order that opened it
+    urgency: Tensor  # int64 Urgency of the order that opened it
+    entry_costs: Tensor  # $ the part of ``costs`` its opening fills paid
 
 
 def book_fill(
@@ -108,14 +146,14 @@ def book_fill(
     price: Tensor,
     costs: Tensor,
     row: Tensor,
-    magnitude: Tensor,
+    entry: Entry,
     close_reason: Tensor,
     detail: bool = True,
 ) -> tuple[OpenTrade, ClosedTrades]:
     """Book one fill of ``contracts`` (signed, 0 = none) at ``price`` with ``costs`` ($) on ``row``.
 
-    ``position``: the position before the fill; ``magnitude``: the magnitude a trade opened by this
-    fill records; ``close_reason``: the :class:`ExitReason` of a trade this fill brings to 0
+    ``position``: the position before the fill; ``entry``: the order's branches, which a trade opened
+    by this fill records; ``close_reason``: the :class:`ExitReason` of a trade this fill brings to 0
     (:data:`ExitReason.FLIP` replaces it where the fill reverses the position).
     Returns ``(open trade after the fill, the trade it closed [N])``. Without ``detail`` the record
     keeps only :data:`LEAN_FIELDS` (the others are empty tensors): what the env's accounting reads,
@@ -133,6 +171,7 @@ def book_fill(
     done_closed = trade.closed + closing
     done_exit_value = trade.exit_value + closing * price
     done_costs = trade.costs + close_costs
+    open_costs = costs - close_costs
     zero = torch.zeros_like(size)
     none = torch.full_like(trade.entry_row, -1)
     if detail:
@@ -150,6 +189,9 @@ def book_fill(
             exit_row=torch.where(ends, row, none),
             magnitude=torch.where(ends, trade.magnitude, none),
             reason=torch.where(ends, reason, torch.zeros_like(reason)),
+            order_type=torch.where(ends, trade.order_type, none),
+            urgency=torch.where(ends, trade.urgency, none),
+            entry_costs=torch.where(ends, trade.entry_costs, zero),
         )
     else:
         pnl = torch.where(ends, trade.gross - done_costs, zero)
@@ -161,13 +203,16 @@ def book_fill(
     nxt = OpenTrade(
         side=torch.where(fresh, torch.sign(contracts), torch.where(keep, trade.side, zero)),
         entry_row=torch.where(fresh, row, torch.where(keep, trade.entry_row, none)),
-        magnitude=torch.where(fresh, magnitude, torch.where(keep, trade.magnitude, none)),
+        magnitude=torch.where(fresh, entry.magnitude, torch.where(keep, trade.magnitude, none)),
         opened=torch.where(keep, trade.opened, zero) + opening,
         entry_value=torch.where(keep, trade.entry_value, zero) + opening * price,
         closed=torch.where(keep, done_closed, zero),
         exit_value=torch.where(keep, done_exit_value, zero),
         gross=torch.where(keep, trade.gross, zero),
-        costs=torch.where(keep, done_costs, zero) + (costs - close_costs),
+        costs=torch.where(keep, done_costs, zero) + open_costs,
+        order_type=torch.where(fresh, entry.order_type, torch.where(keep, trade.order_type, none)),
+        urgency=torch.where(fresh, entry.urgency, torch.where(keep, trade.urgency, none)),
+        entry_costs=torch.where(keep, trade.entry_costs, zero) + open_costs,
     )
     return nxt, record
 
@@ -185,6 +230,9 @@ def mark(trade: OpenTrade, gross: Tensor) -> OpenTrade:
         exit_value=trade.exit_value,
         gross=trade.gross + gross,
         costs=trade.costs,
+        order_type=trade.order_type,
+        urgency=trade.urgency,
+        entry_costs=trade.entry_costs,
     )
 
 
@@ -204,6 +252,9 @@ def lean_record(closed: Tensor, pnl: Tensor, size: Tensor) -> ClosedTrades:
         exit_row=empty_int,
         magnitude=empty_int,
         reason=empty_int,
+        order_type=empty_int,
+        urgency=empty_int,
+        entry_costs=empty,
     )
 
 

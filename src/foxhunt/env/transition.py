@@ -54,7 +54,7 @@ from foxhunt.env.sizing import (
     variance_scale,
 )
 from foxhunt.env.state import Account, Plan, Portfolio, RestingOrder, Risk
-from foxhunt.env.trades import ClosedTrades, OpenTrade, book_fill, mark
+from foxhunt.env.trades import LIMIT_EVENTS, ClosedTrades, Entry, OpenTrade, book_fill, mark
 
 _HOLD, _FLAT, _MARKET = int(Direction.HOLD), int(Direction.FLAT), int(OrderType.MARKET)
 _PROFIT, _STOP, _TIMEOUT = int(ExitReason.PROFIT), int(ExitReason.STOP), int(ExitReason.TIMEOUT)
@@ -154,15 +154,14 @@ def book(
     position: Tensor,
     fill: Fill,
     row: Tensor,
-    magnitude: Tensor,
+    entry: Entry,
     reason: Tensor,
     ledger: bool,
 ) -> tuple[OpenTrade, Leg]:
-    """Book ``fill`` on ``position`` into the ledger (:func:`~foxhunt.env.trades.book_fill`)."""
+    """Book ``fill`` on ``position`` into the ledger (:func:`~foxhunt.env.trades.book_fill`); ``entry``:
+    the order's branches, recorded by a trade the fill opens."""
     costs = fill.fees + fill.slippage_cost
-    trade, closed = book_fill(
-        trade, position, fill.contracts, fill.price, costs, row, magnitude, reason, ledger
-    )
+    trade, closed = book_fill(trade, position, fill.contracts, fill.price, costs, row, entry, reason, ledger)
     return trade, Leg(fill.contracts, fill.price, costs, position + fill.contracts, closed)
 
 
@@ -192,7 +191,8 @@ def execute(
     )
     order = place_limit(p.order, d, size, rows, live, instrument.tick_size)
     agent_close = torch.full_like(p.account.hold_time, _AGENT_CLOSE)
-    trade, leg = book(p.trade, p.account.position, fill, rows.r, d.magnitude, agent_close, ledger)
+    entry = Entry(d.magnitude, torch.full_like(d.order, _MARKET), d.urgency)  # a market order's fill
+    trade, leg = book(p.trade, p.account.position, fill, rows.r, entry, agent_close, ledger)
     return order, trade, leg
 
 
@@ -219,6 +219,7 @@ def place_limit(
         magnitude=torch.where(new, d.magnitude, order.magnitude),
         queue=torch.where(new, ahead, order.queue),
         volume=torch.where(new, torch.zeros_like(order.volume), order.volume),
+        order_type=torch.where(new, d.order, order.order_type),
     )
 
 
@@ -259,12 +260,16 @@ def fill_resting(
         instrument,
     )
     agent_close = torch.full_like(order.age, _AGENT_CLOSE)
-    trade, leg = book(trade, position, fill, rows.r1, order.magnitude, agent_close, ledger)
+    entry = Entry(order.magnitude, order.order_type, order.urgency)
+    trade, leg = book(trade, position, fill, rows.r1, entry, agent_close, ledger)
     age = torch.where(order.side != 0, order.age + 1, order.age)
     expired = limit_expired(age, order.urgency, costs)
     side = torch.where(fill.filled | expired, torch.zeros_like(order.side), order.side)
     o = order
-    return RestingOrder(side, o.contracts, o.price, age, o.urgency, o.magnitude, o.queue, volume), trade, leg
+    left = RestingOrder(
+        side, o.contracts, o.price, age, o.urgency, o.magnitude, o.queue, volume, o.order_type
+    )
+    return left, trade, leg
 
 
 def open_plan(
@@ -367,7 +372,7 @@ def exit_position(
         rows.high1,
     )
     no_open = torch.full_like(trade.magnitude, -1)  # an exit opens nothing
-    trade, leg = book(trade, position, fill, rows.r1, no_open, reason, ledger)
+    trade, leg = book(trade, position, fill, rows.r1, Entry(no_open, no_open, no_open), reason, ledger)
     return trade, leg, exiting
 
 
@@ -381,8 +386,50 @@ def close_out(
     side = torch.where(floored, torch.zeros_like(o.side), o.side)
     return (
         Plan(active, plan.direction, plan.profit, plan.stop, plan.best, plan.vol),
-        RestingOrder(side, o.contracts, o.price, o.age, o.urgency, o.magnitude, o.queue, o.volume),
+        RestingOrder(
+            side, o.contracts, o.price, o.age, o.urgency, o.magnitude, o.queue, o.volume, o.order_type
+        ),
     )
+
+
+def limit_events(
+    before: Tensor,
+    d: Decision,
+    placed: Tensor,
+    rested: Tensor,
+    filled: Tensor,
+    floored: Tensor,
+    final: Tensor,
+    ends: Tensor,
+    live: Tensor,
+) -> Tensor:
+    """``[N, len(LIMIT_EVENTS)]`` int64: what the step did to limit orders, one column per
+    :data:`~foxhunt.env.trades.LIMIT_EVENTS` event, from the resting order's side ``before`` the step,
+    after :func:`execute` (``placed``), after :func:`fill_resting` (``rested``) and after
+    :func:`close_out` (``final``), the resting fill (``filled``), the capital floor and ``ends`` (the
+    episode's last step). Each order placed ends in exactly one of the other four, so over a whole
+    episode ``placed = filled + expired + cancelled + open_at_end``::
+
+        placed       a limit order was placed (live, something to trade, not a market order)
+        filled       the resting order filled against row r1
+        expired      it reached its patience unfilled and was dropped
+        cancelled    the order resting before the step was replaced by a new one or cancelled by a
+                     market order (+1), and the capital floor cancelled the one left (+1)
+        open_at_end  an order still rests when the episode's last step ends (left unfilled)
+    """
+
+    def count(x: Tensor) -> Tensor:
+        return (live & x).to(torch.int64)
+
+    cancelled = count((before != 0) & (d.side != 0)) + count(floored & (rested != 0))
+    events = {
+        "placed": count((d.side != 0) & ~d.market),
+        "filled": count(filled),
+        "expired": count((placed != 0) & (rested == 0) & ~filled),
+        "cancelled": cancelled,
+        "open_at_end": count(ends & (final != 0)),
+    }
+    return torch.stack([events[k] for k in LIMIT_EVENTS], dim=1)
 
 
 def settle(

@@ -33,6 +33,7 @@ from foxhunt.backtest.metrics import MIN_SHARPE_STEPS, sharpe_text
 from foxhunt.domain.baselines import AGENT, DESCRIPTIONS, ORDER, Baseline, label
 from foxhunt.errors import FoxhuntError
 from foxhunt.report import plots
+from foxhunt.report.execution import execution_view
 from foxhunt.report.fmt import (
     NA,
     count,
@@ -382,6 +383,7 @@ def _metrics_section(folds: Sequence[Mapping[str, Any]], names: Sequence[str]) -
         min_steps=f"{MIN_SHARPE_STEPS:,}",
         baselines=[(label(b), DESCRIPTIONS[b]) for b in ORDER],
         capture=_capture(folds, names),
+        execution=execution_view(folds),
         last=_best_vs_last(folds),
         breakdown=breakdown,
     )

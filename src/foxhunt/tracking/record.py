@@ -84,7 +84,8 @@ def fold_results(folds: list[Mapping[str, Any]]) -> dict[str, float]:
     """``result/fold<k>/...`` per fold and ``result/total/...`` from ``train()``'s fold results: net PnL
     and trades summed, Sharpe the mean over folds, capture the agent / rule net PnL over the folds where
     the rule made money, its median over them, and over every fold (``capture_all_folds``: the
-    capture before issue 58)."""
+    capture before issue 58); the agent's and the rule's cost per contract and limit fill rate over
+    the folds where every fold recorded them (docs/execution.md)."""
     from foxhunt.backtest.capture import Capture
 
     out: dict[str, float] = {}
@@ -102,6 +103,22 @@ def fold_results(folds: list[Mapping[str, Any]]) -> dict[str, float]:
         for name, value in totals.items():
             if value is not None:
                 out[f"{RESULT}total/{name}"] = float(value)
+        out.update(_execution_results(folds))
+    return out
+
+
+def _execution_results(folds: list[Mapping[str, Any]]) -> dict[str, float]:
+    """``result/total/<agent|rule>_cost_per_contract`` and ``..._limit_fill_rate`` over the folds
+    (foxhunt.backtest.execution; a side or a rate that is undefined is left out)."""
+    from foxhunt.backtest.execution import folds_execution
+
+    out: dict[str, float] = {}
+    for side, block in folds_execution([dict(f) for f in folds]).items():
+        if block is None:
+            continue
+        out[f"{RESULT}total/{side}_cost_per_contract"] = float(block["cost_per_contract"])
+        if (rate := block["limit_orders"]["fill_rate"]) is not None:
+            out[f"{RESULT}total/{side}_limit_fill_rate"] = float(rate)
     return out
 
 

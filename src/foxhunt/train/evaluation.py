@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from foxhunt.backtest.evaluate import evaluate, windows
+from foxhunt.backtest.execution import EXECUTION_KEY
 from foxhunt.backtest.metrics import StepRecord
 from foxhunt.backtest.run import METRIC_KEYS, summarise
 from foxhunt.config.models import FoxhuntConfig
@@ -25,7 +26,9 @@ def _summarise(rec: StepRecord, bpy: float, cfg: FoxhuntConfig) -> dict[str, Any
     # The run's own ceiling (train.anomaly.max_sharpe_annual), which the guard would otherwise never
     # see: these metrics carry the flag, and the guard trusts a flag that is present.
     m, reasons = summarise(rec, bpy, cfg.env, cfg.train.anomaly.max_sharpe_annual)
-    return {**{k: m[k] for k in METRIC_KEYS}, "implausible": reasons, "all": m}
+    # The execution block beside the headline: the fold's and each baseline's (folds[k].execution).
+    head = {k: m[k] for k in METRIC_KEYS}
+    return {**head, EXECUTION_KEY: m[EXECUTION_KEY], "implausible": reasons, "all": m}
 
 
 def validation_net(rec: StepRecord, fd: FoldData, cfg: FoxhuntConfig) -> np.ndarray:

@@ -9,7 +9,10 @@ folds where the rule made money (:class:`foxhunt.backtest.reference.Capture`: a 
 lost is excluded and named, its PnL still shown); the mean, standard error and 95% interval of the
 seeds' ratios; the median of every seed's kept folds' captures with a distribution-free 95% interval
 (:func:`median_interval`); the ratio over every fold as reported before issue 58
-(``capture_all_folds``); how many seeds beat flat.
+(``capture_all_folds``); how many seeds beat flat; execution (:mod:`foxhunt.backtest.execution`):
+per seed and fold the agent's and the rule's blocks, per seed both pooled over its folds, and for the
+study the agent pooled over every finished seed's folds beside the rule over one seed's (the rule is
+the same in every seed: its counts are one run's), the committee's beside them.
 
 A seed whose run the anomaly guard stops is a result (``stopped``: the diagnosis), not the end of
 the study; it enters neither the capture statistics nor the seeds that beat flat.
@@ -35,6 +38,7 @@ from typing import Any
 from scipy import stats
 
 from foxhunt.backtest.capture import RULE, Capture, FoldCapture
+from foxhunt.backtest.execution import EXECUTION_KEY, folds_execution, pool_execution
 from foxhunt.config.models import Device, FoxhuntConfig
 from foxhunt.errors import FoxhuntError
 from foxhunt.parallel.resources import tally
@@ -59,6 +63,8 @@ class SeedFold:
     flat: float
     long: float
     rule: float | None
+    execution: dict[str, Any] | None = None  # the agent's execution block (None: an older seeds.json)
+    rule_execution: dict[str, Any] | None = None  # the reference rule's (None: no rule)
 
 
 @dataclass
@@ -94,6 +100,15 @@ class SeedResult:
         return c.all_folds if (c := self.captures) is not None else None
 
     @property
+    def execution(self) -> dict[str, dict[str, Any] | None]:
+        """The agent's and the rule's execution blocks pooled over this seed's folds."""
+        folds = [
+            {EXECUTION_KEY: f.execution, "baselines": {RULE: {EXECUTION_KEY: f.rule_execution}}}
+            for f in self.folds
+        ]
+        return folds_execution(folds) if folds else {"agent": None, "rule": None}
+
+    @property
     def beats_flat(self) -> bool | None:
         if self.stopped:
             return None
@@ -109,6 +124,7 @@ class SeedResult:
             "captures": c.to_dict() if (c := self.captures) is not None else None,
             "capture_all_folds": self.capture_all_folds,
             "beats_flat": self.beats_flat,
+            EXECUTION_KEY: self.execution,  # derived from folds: agent and rule pooled over them
             "seconds": round(self.seconds, 1),
             "stopped": self.stopped,
             "device": self.device,
@@ -143,6 +159,8 @@ def seed_fold(fold: dict[str, Any]) -> SeedFold:
         flat=float(base["flat"]["net_pnl"]),
         long=float(base["long"]["net_pnl"]),
         rule=float(rule["net_pnl"]) if rule else None,
+        execution=fold.get(EXECUTION_KEY),
+        rule_execution=rule.get(EXECUTION_KEY) if rule else None,
     )
 
 
@@ -214,9 +232,8 @@ def committee_result(
     for k, fold in enumerate(reports[0]):
         files = [run / f for run, rep in zip(runs, reports, strict=True) for f in voters(rep[k])]
         metrics = judge_committee(cache, cfg, files, folds, device).metrics
-        result.folds.append(
-            seed_fold(fold | {key: metrics[key] for key in ("net_pnl", "trades", "sharpe_annual")})
-        )
+        own = ("net_pnl", "trades", "sharpe_annual", EXECUTION_KEY)  # the committee's, the rest the fold's
+        result.folds.append(seed_fold(fold | {key: metrics[key] for key in own}))
     result.seconds = time.perf_counter() - t0
     return result
 
@@ -369,6 +386,19 @@ def capture_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+def study_execution(done: list[SeedResult], committee: SeedResult | None = None) -> dict[str, Any]:
+    """The study's execution: the agent's blocks pooled over every finished seed's folds, the reference
+    rule's over the first finished seed's (every seed runs the same rule on the same folds), the
+    committee's over its folds (None: no committee)."""
+    seeds = [r.execution for r in done]
+    agent = [s["agent"] for s in seeds]
+    return {
+        "agent": pool_execution(agent) if agent and all(agent) else None,
+        "rule": seeds[0]["rule"] if seeds else None,
+        "committee": committee.execution["agent"] if committee is not None else None,
+    }
+
+
 def summarise_seeds(
     results: list[SeedResult], reference: dict[str, Any] | None, committee: SeedResult | None = None
 ) -> dict[str, Any]:
@@ -389,6 +419,7 @@ def summarise_seeds(
         | {"undefined_seeds": [r.seed for r in done if r.capture_all_folds is None]},
         "net_pnl_total": interval([r.total for r in done if r.total is not None]),
         "beats_flat": sum(bool(r.beats_flat) for r in done),
+        EXECUTION_KEY: study_execution(done, committee),
         "finished": len(done),
         "stopped": [r.seed for r in results if r.stopped],
         "devices": tally(r.device for r in results),
