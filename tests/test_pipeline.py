@@ -70,10 +70,10 @@ def test_commands_refuse_a_bad_source_pair_in_one_line(args: list[str], tmp_path
 
 
 def test_alpha_horizons_are_the_configs_or_the_labels() -> None:
-    cfg = load_config(profile="production")  # alpha.horizons unset: the labels' horizons
+    cfg = load_config(profile="localdev")  # alpha.horizons unset: the labels' horizons
     assert cfg.alpha.horizons is None
     assert pipeline.alpha_horizons(cfg) == tuple(cfg.labels.horizons(cfg.data.row_unit)) == (60,)
-    chosen = load_config(profile="production", overrides=["alpha.horizons=[3,7]"])
+    chosen = load_config(profile="localdev", overrides=["alpha.horizons=[3,7]"])
     assert pipeline.alpha_horizons(chosen) == (3, 7)
 
 

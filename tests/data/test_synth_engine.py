@@ -55,6 +55,7 @@ def test_model_record_holds_the_config() -> None:
     assert m["max_size"] == cfg.max_order_size and m["horizon"] == cfg.alpha_horizon_events
     assert m["signal_kind"] == eng.SIGNAL_TRADE_FLOW and m["alpha"] == 0.3
     assert m["flow_horizon"] == cfg.flow_horizon_trades
+    assert m["momentum_horizon"] == cfg.momentum_horizon_moves
 
 
 def test_intensities_by_hand() -> None:
@@ -120,12 +121,14 @@ def test_pick_event_is_proportional_to_the_rates() -> None:
 
 
 def test_p_up_is_the_clipped_carrier() -> None:
-    assert eng._p_up(flat_model(alpha=0.0), 0.9, 0.9) == 0.5
-    assert eng._p_up(flat_model(alpha=0.5), 0.4, -1.0) == pytest.approx(0.7)  # imbalance carrier
+    assert eng._p_up(flat_model(alpha=0.0), 0.9, 0.9, 0.9) == 0.5
+    assert eng._p_up(flat_model(alpha=0.5), 0.4, -1.0, -1.0) == pytest.approx(0.7)  # imbalance carrier
     flow = flat_model(alpha=0.5, signal_kind=eng.SIGNAL_TRADE_FLOW)
-    assert eng._p_up(flow, 0.4, -0.2) == pytest.approx(0.4)  # the trade-flow carrier
-    assert eng._p_up(flat_model(alpha=2.0), 0.9, 0.0) == 0.98
-    assert eng._p_up(flat_model(alpha=2.0), -0.9, 0.0) == 0.02
+    assert eng._p_up(flow, 0.4, -0.2, 1.0) == pytest.approx(0.4)  # the trade-flow carrier
+    momentum = flat_model(alpha=0.25, signal_kind=eng.SIGNAL_MOMENTUM)
+    assert eng._p_up(momentum, 0.4, -0.2, 0.6) == pytest.approx(0.65)  # the momentum carrier
+    assert eng._p_up(flat_model(alpha=2.0), 0.9, 0.0, 0.0) == 0.98
+    assert eng._p_up(flat_model(alpha=2.0), -0.9, 0.0, 0.0) == 0.02
 
 
 def test_open_book_writes_the_snapshot_best_bid_last() -> None:

@@ -44,6 +44,11 @@ from foxhunt.validation.folds import FoldData, make_folds
 REFERENCE_COLUMN: dict[PlantedSignal, str] = {
     PlantedSignal.IMBALANCE: "ofi.l1_imbalance_ema_slow",
     PlantedSignal.TRADE_FLOW: "ofi.trade_sign_ema",
+    # the momentum carrier counts mid changes, which no bar-row feature can count as the simulator
+    # does; the market family's trailing momentum over 100 bars (the carrier's horizon of 100 mid
+    # changes is about 40 30-second bars of the smoke market) reads it at corr. 0.29 with the next
+    # 20-bar move (docs/results/2026-12-07-signal-kinds.md)
+    PlantedSignal.MOMENTUM: "market.mom_sma_w100",
 }
 """The state feature that carries each kind of planted signal (the feature family it lives in)."""
 

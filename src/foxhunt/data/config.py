@@ -86,12 +86,16 @@ MAX_TARGET_ORDERS = 120  # mean orders per level the simulator's queues (256 slo
 # real data too) never imports the simulator, whose eager-signature kernels compile on import (~10 s
 # on a cold numba cache).
 MANIFEST_NAME = "synth.json"
+MOMENTUM_HORIZON_MOVES = 100  # the momentum carrier's default horizon, in mid changes
+# At alpha >= 1/2 the momentum carrier feeds itself (E[next sign | M] = 2 alpha M >= M): a trend, once
+# started, never decays. Below it the carrier reverts to 0 at rate (1 - 2 alpha) / K a mid change.
+MAX_MOMENTUM_ALPHA = 0.5
 
 
 class PlantedSignal(StrEnum):
     """Where the synthetic market plants its edge (the carrier ``S`` of P(up move) = 1/2 + alpha S).
 
-    Two feature families and horizons, so an agent tuned on one market is checked on another; each
+    Three feature families and horizons, so an agent tuned on one market is checked on another; each
     has its reference rule (:mod:`foxhunt.backtest.reference`)."""
 
     IMBALANCE = "imbalance"
@@ -99,6 +103,10 @@ class PlantedSignal(StrEnum):
     TRADE_FLOW = "trade_flow"
     """S = EMA over the last ``flow_horizon_trades`` market orders of their aggressor sign (+1 buy,
     -1 sell): the order-flow family, a horizon counted in trades."""
+    MOMENTUM = "momentum"
+    """S = EMA over the last ``momentum_horizon_moves`` changes of the mid of their sign (+1 up, -1
+    down): the price's own recent direction persists (momentum across bars, seen by the market
+    family's trailing returns), a horizon counted in mid changes."""
 
 
 class RegimeConfig(Frozen):
@@ -183,14 +191,21 @@ class SynthConfig(Frozen):
     )
     signal: PlantedSignal = Field(
         PlantedSignal.IMBALANCE,
-        description="Carrier of the planted alpha: imbalance (book) or trade_flow (market-order signs; "
-        "stronger per unit of alpha: the smoke market's edge of alpha 4 on the imbalance is alpha 1 here).",
+        description="Carrier of the planted alpha: imbalance (book), trade_flow (market-order signs; "
+        "stronger per unit of alpha: the smoke market's edge of alpha 4 on the imbalance is alpha 1 here) "
+        "or momentum (the signs of the mid's own changes; alpha below 0.5).",
     )
     flow_horizon_trades: int = Field(
         200,
         ge=2,
         le=100_000,
         description="Market orders N of the EMA of aggressor signs that carries the trade_flow alpha.",
+    )
+    momentum_horizon_moves: int = Field(
+        MOMENTUM_HORIZON_MOVES,
+        ge=2,
+        le=100_000,
+        description="Mid changes K of the EMA of their signs that carries the momentum alpha.",
     )
     # --- instrument ---------------------------------------------------------------------------
     symbol: str = Field(
@@ -304,6 +319,11 @@ class SynthConfig(Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> SynthConfig:
+        if self.signal is PlantedSignal.MOMENTUM and self.alpha >= MAX_MOMENTUM_ALPHA:
+            raise ValueError(
+                f"alpha {self.alpha:g} with signal = momentum: below {MAX_MOMENTUM_ALPHA:g}, or a trend "
+                "feeds itself and never ends (the carrier is the price's own direction)"
+            )
         if self.start_price / self.tick_size < 1_000:
             raise ValueError("start_price must be at least 1000 ticks (room for the book to move)")
         deepest = max(self.depth_orders) * max(self.calm.depth_mult, self.volatile.depth_mult)

@@ -56,6 +56,18 @@ the first): ``F <- F + (sign - F) / N`` at each market order, and a move goes up
 ``F`` is exogenous; the sweeps that move the price are its outcome and do not enter it
 (:func:`trade_flow_signal` recomputes it from the book rows).
 
+With ``signal = momentum`` the carrier is the price's own recent direction: ``M``, the EMA over the
+last ``K = momentum_horizon_moves`` changes of the mid of their sign (+1 up, -1 down; ``M = 0`` before
+the first), ``M <- M + (sign - M) / K`` after each price move or gap fill (the only events that change
+the mid), and the next one goes up with probability ``clip(1/2 + alpha * M, 0.02, 0.98)``. It is
+causal by construction (a move is drawn from the changes before it; :func:`momentum_signal`
+recomputes ``M`` row for row from the mids) and self-exciting: ``E[next sign | M] = 2 alpha M``, so
+``M`` reverts to 0 at ``(1 - 2 alpha) / K`` a change only while ``alpha < 1/2`` (the config refuses
+more: a trend would feed itself for ever). Below it, a move of one sign raises the odds of the next,
+the mid trends over a few hundred changes and reverts, and the price's variance over long spans grows
+by about ``1 / (1 - 2 alpha)^2``. No bar feature counts mid changes as the simulator does; the market
+family's trailing momentum (``market.mom_sma_w100``, the reference rule's column) reads it.
+
 Regimes. A two-state Markov chain stepped once per event, switching with probability
 ``1 / (mean spell in events)``; the volatile state has more events per unit time, more moves,
 more two-tick spreads (``gap_prob``), a thinner book, more cancels and market orders. The regime
@@ -119,6 +131,7 @@ _STREAM_EVENTS, _STREAM_OPEN_PRICES, _STREAM_LATENCY = 0, 1, 2
 _SIGNAL_CODE = {
     PlantedSignal.IMBALANCE: eng.SIGNAL_IMBALANCE,
     PlantedSignal.TRADE_FLOW: eng.SIGNAL_TRADE_FLOW,
+    PlantedSignal.MOMENTUM: eng.SIGNAL_MOMENTUM,
 }
 
 
@@ -216,6 +229,7 @@ def model_record(cfg: SynthConfig) -> np.void:
     m["horizon"] = cfg.alpha_horizon_events
     m["signal_kind"] = _SIGNAL_CODE[cfg.signal]
     m["flow_horizon"] = cfg.flow_horizon_trades
+    m["momentum_horizon"] = cfg.momentum_horizon_moves
     return m
 
 
@@ -390,10 +404,22 @@ def trade_flow_signal(book: BookArrays, horizon: int) -> np.ndarray:
     return eng.trade_flow_ema(sign, trade & same_touch, int(horizon))
 
 
+def momentum_signal(book: BookArrays, horizon: int) -> np.ndarray:
+    """[n] the momentum carrier ``M_t``: EMA over the mid's changes up to row ``t`` of their sign (+1
+    up, -1 down), ``M = 0`` before the first.
+
+    Equal, row for row, to the signal the simulator used (pass ``cfg.momentum_horizon_moves``): only
+    price moves and gap fills change the mid, each by half a tick or a tick.
+    """
+    return eng.momentum_ema(np.ascontiguousarray(book.mid(), np.float64), int(horizon))
+
+
 def planted_signal(book: BookArrays, cfg: SynthConfig) -> np.ndarray:
     """[n] the carrier of ``cfg.signal`` that the simulator used for this book (one session's)."""
     if cfg.signal is PlantedSignal.TRADE_FLOW:
         return trade_flow_signal(book, cfg.flow_horizon_trades)
+    if cfg.signal is PlantedSignal.MOMENTUM:
+        return momentum_signal(book, cfg.momentum_horizon_moves)
     return alpha_signal(book, cfg.alpha_horizon_events)
 
 
@@ -496,6 +522,8 @@ _CARRIER_TEXT = {
     "H = alpha_horizon_events; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
     PlantedSignal.TRADE_FLOW: "S_t = EMA_N(aggressor sign of each market order, +1 buy / -1 sell), "
     "N = flow_horizon_trades; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
+    PlantedSignal.MOMENTUM: "S_t = EMA_K(sign of each change of the mid, +1 up / -1 down), "
+    "K = momentum_horizon_moves; P(up move at t+1) = clip(1/2 + alpha*S_t, 0.02, 0.98)",
 }
 
 

@@ -44,7 +44,7 @@ S_NONE = ord("N")
 EV_ADD, EV_CANCEL, EV_MODIFY, EV_MARKET, EV_MOVE, EV_GAP_FILL = range(6)
 
 # Carriers of the planted alpha (``signal_kind``; foxhunt.data.config.PlantedSignal, in this order).
-SIGNAL_IMBALANCE, SIGNAL_TRADE_FLOW = range(2)
+SIGNAL_IMBALANCE, SIGNAL_TRADE_FLOW, SIGNAL_MOMENTUM = range(3)
 
 
 # Explicit signatures: one compiled variant per helper (literal arguments would otherwise
@@ -255,8 +255,9 @@ MODEL = np.dtype(
         ("switch_prob", np.float64, (2,)),  # P(leaving the regime) per event
         ("alpha", np.float64),  # strength of the planted alpha (0 = none)
         ("horizon", np.int64),  # H: rows of the imbalance carrier's EMA
-        ("signal_kind", np.int64),  # SIGNAL_IMBALANCE or SIGNAL_TRADE_FLOW
+        ("signal_kind", np.int64),  # SIGNAL_IMBALANCE, SIGNAL_TRADE_FLOW or SIGNAL_MOMENTUM
         ("flow_horizon", np.int64),  # N: market orders of the trade-flow carrier's EMA
+        ("momentum_horizon", np.int64),  # K: mid changes of the momentum carrier's EMA
     ]
 )
 
@@ -393,11 +394,17 @@ def _pick_event(r_add, r_cancel, r_modify, r_buy, r_sell, r_move, total):
 
 
 @numba.njit(cache=True, inline="always")
-def _p_up(m, signal, flow):
+def _p_up(m, signal, flow, momentum):
     """P(up) = clip(1/2 + alpha * carrier, 0.02, 0.98) of a move or gap fill: the planted alpha,
-    carried by the imbalance EMA ``signal`` or the trade-flow EMA ``flow``."""
+    carried by the imbalance EMA ``signal``, the trade-flow EMA ``flow`` or the momentum EMA
+    ``momentum``."""
     if m.alpha > 0.0:
-        carrier = flow if m.signal_kind == SIGNAL_TRADE_FLOW else signal
+        if m.signal_kind == SIGNAL_TRADE_FLOW:
+            carrier = flow
+        elif m.signal_kind == SIGNAL_MOMENTUM:
+            carrier = momentum
+        else:
+            carrier = signal
         return min(0.98, max(0.02, 0.5 + m.alpha * carrier))
     return 0.5
 
@@ -517,7 +524,10 @@ def simulate_kernel(seed, n_rows, bid0, tick_raw, price_scale, m, emit):
 
     The planted alpha's carrier is the imbalance EMA over ``horizon`` rows (``SIGNAL_IMBALANCE``) or
     the EMA of market-order aggressor signs over ``flow_horizon`` market orders (``SIGNAL_TRADE_FLOW``;
-    sweeps are the alpha's outcome, not its carrier, so they do not enter it).
+    sweeps are the alpha's outcome, not its carrier, so they do not enter it) or the EMA of the signs
+    of the mid's own changes over ``momentum_horizon`` of them (``SIGNAL_MOMENTUM``: the moves and gap
+    fills before a move are its carrier). No carrier draws a random number, so a market of one kind is
+    the same draw for draw whatever the others would have been.
     """
     np.random.seed(seed)
     rows = _row_arrays(n_rows)
@@ -537,6 +547,7 @@ def simulate_kernel(seed, n_rows, bid0, tick_raw, price_scale, m, emit):
     total = 1.0
     signal = 0.0  # S: EMA of the level-1 imbalance over the rows so far
     flow = 0.0  # F: EMA of the market orders' aggressor signs so far (0 before the first)
+    momentum = 0.0  # M: EMA of the signs of the mid's changes so far (0 before the first)
     row = 0
     while True:
         _record_row(
@@ -557,7 +568,7 @@ def simulate_kernel(seed, n_rows, bid0, tick_raw, price_scale, m, emit):
         total, r_buy, r_sell, r_move = _intensities(r_add, r_cancel, r_modify, px, cnt, qty, regime, m)
         t_now += np.random.exponential(1.0) / (total * m.activity[regime])  # dtau ~ Exp(Lambda activity_r)
         kind, s, i = _pick_event(r_add, r_cancel, r_modify, r_buy, r_sell, r_move, total)
-        p_up = _p_up(m, signal, flow)
+        p_up = _p_up(m, signal, flow, momentum)
         if kind == EV_ADD:
             next_oid, k, event = _add(px, oid, osz, cnt, qty, s, i, m, next_oid, mbo, k, row, emit)
         elif kind == EV_CANCEL:
@@ -572,6 +583,10 @@ def simulate_kernel(seed, n_rows, bid0, tick_raw, price_scale, m, emit):
             next_oid, k, event = _move(px, oid, osz, cnt, qty, regime, p_up, m, next_oid, mbo, k, row, emit)
         else:
             next_oid, k, event = _gap_fill(px, oid, osz, cnt, qty, p_up, m, next_oid, mbo, k, row, emit)
+        if kind == EV_MOVE or kind == EV_GAP_FILL:
+            # both move the mid, up when the bid side acted (a buyer swept the ask, or a bid improved):
+            # M <- M + (sign - M) / K
+            momentum += ((1.0 if event[1] == S_BID else -1.0) - momentum) / m.momentum_horizon
         if emit:
             mbo[R_FLAGS, k - 1] |= F_LAST  # the event's last record closes it
         if emit and k == k0:  # cannot happen: every event writes a record
@@ -601,4 +616,17 @@ def trade_flow_ema(sign, is_market, horizon):
         if is_market[t]:
             f += (sign[t] - f) / horizon
         out[t] = f
+    return out
+
+
+@numba.njit(cache=True)
+def momentum_ema(mid, horizon):
+    """M_t after row t: M <- M + (sign(mid_t - mid_{t-1}) - M) / K on rows whose mid changed (M = 0
+    before the first): the kernel's momentum carrier, row by row."""
+    out = np.empty(mid.shape[0], np.float64)
+    m = 0.0
+    for t in range(mid.shape[0]):
+        if t > 0 and mid[t] != mid[t - 1]:
+            m += ((1.0 if mid[t] > mid[t - 1] else -1.0) - m) / horizon
+        out[t] = m
     return out
