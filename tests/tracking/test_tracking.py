@@ -191,3 +191,28 @@ def test_seeds_nest_each_seed_under_the_study(store: str, tmp_path: Path) -> Non
     parent = client.get_run(study)
     assert parent.data.metrics["result/finished"] == 2.0
     assert "seeds.json" in {a.path for a in client.list_artifacts(study)}
+
+
+def test_a_store_created_ahead_is_the_one_the_run_then_tracks_to(tmp_path: Path, monkeypatch) -> None:
+    # foxhunt run creates a new SQLite store in another process while its stages before training run
+    # (foxhunt.pipeline.StoreAhead); the run started afterwards opens it and tracks into it.
+    from mlflow import MlflowClient
+
+    from foxhunt.config.loader import load_config
+    from foxhunt.tracking import create_store, wait_created
+    from foxhunt.tracking.store import DEFAULT_DB, SWITCH_ENV
+
+    monkeypatch.delenv(SWITCH_ENV, raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert create_store("none", tmp_path) == (None, None)  # tracking off: nothing started
+    process, db = create_store(None, tmp_path)
+    assert process is not None and db == (tmp_path / DEFAULT_DB).absolute()
+    wait_created(process)
+    assert process.returncode == 0 and db.is_file()
+    assert create_store(None, tmp_path) == (None, None)  # there already
+    uri = f"sqlite:///{db}"
+    assert [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()] == ["foxhunt", "Default"]
+    run = start_run("ahead", load_config(profile="smoke"), None, command="run", out=tmp_path)
+    run.end(None)
+    assert run.run_id is not None and run.uri == uri
+    assert MlflowClient(tracking_uri=uri).get_run(run.run_id).info.status == "FINISHED"

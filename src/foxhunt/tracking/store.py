@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,6 +105,43 @@ def open_client(uri: str) -> MlflowClient:
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
+
+
+# A new SQLite store's tables and the experiment, made in a fresh process (create_store).
+_CREATE = (
+    "import sys; from foxhunt.tracking.store import experiment_id, open_client; "
+    "experiment_id(open_client(sys.argv[1]), sys.argv[1], sys.argv[2])"
+)
+CREATE_WAIT_S = 120.0
+"""The longest wait for :func:`create_store`'s process; one still running then is stopped."""
+
+
+def create_store(
+    flag: str | None, out: Path, experiment: str | None = None
+) -> tuple[subprocess.Popen[bytes] | None, Path | None]:
+    """Start creating the store a command in run folder ``out`` will track to (:func:`resolve_uri`
+    of ``flag``) in another process, when it is a SQLite database that does not exist yet: a fresh
+    database runs MLflow's schema migrations (seconds of a job's start-up), which the process does
+    beside the caller's work. :func:`wait_created` before opening the store. ``(process, database
+    file)``, or ``(None, None)`` where nothing was started (tracking off, another store, the database
+    there already). Any failure there is silent: the command then creates the store itself, as
+    without it."""
+    uri = resolve_uri(flag, out)
+    db = sqlite_path(uri) if uri is not None else None
+    if db is None or db.exists():
+        return None, None
+    argv = [sys.executable, "-c", _CREATE, str(uri), experiment_name(experiment)]
+    out_err = subprocess.DEVNULL
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_err, stderr=out_err), db
+
+
+def wait_created(process: subprocess.Popen[bytes], timeout: float = CREATE_WAIT_S) -> None:
+    """Wait for :func:`create_store`'s process (stopped after ``timeout`` seconds)."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str) -> str:
