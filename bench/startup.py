@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/startup.py [--repeat 3] [--stop-at epoch|training] [--set KEY=VALUE ...]
                                       [--no-job] [--no-phases] [--out bench/results/startup.json]
+    .venv/bin/python bench/startup.py --cprofile bench/results/startup.pstats   # where in the code
 
 Two tables, each from fresh processes, ``cold`` (numba's, Inductor's and Triton's caches in new empty
 folders: a fresh machine or a fresh copy of the code, every kernel compiles) beside ``warm`` (a second
@@ -19,6 +20,9 @@ the checkout's own caches are neither read nor written.
    start of training): start-up (imports, the simulator's compiles), the synthetic market, the leak
    guard (with the feature cache and training's compiles beside its cuts), the alpha check (models,
    intervals, report), training's set-up (the tracking run, members, folds), the first epoch.
+
+``--cprofile FILE`` instead runs the job once in this process under cProfile (the caches as they are),
+stopped where its first epoch would start, and writes the statistics to FILE.
 
 The idle-core count at each job's start is printed: the kernel warm-up, the leak guard's forked cuts
 and the tracking store made ahead all run only where cores are idle.
@@ -138,6 +142,42 @@ def job_timeline(env: dict[str, str], out: Path, sets: list[str], stop_at: str) 
     return {"phases_s": phases, "total_s": total, "cpu_s": cpu, "complete": k == last, "tail": lines[-3:]}
 
 
+class _FirstEpoch(BaseException):
+    """Raised where the first epoch would start (:func:`profile_job`)."""
+
+
+def profile_job(path: Path, out: Path, sets: list[str]) -> None:
+    """``foxhunt run --profile smoke`` in this process under cProfile, stopped where its first epoch
+    would start; the statistics written to ``path`` (``python -m pstats``, snakeviz), the 30 foxhunt
+    functions of largest cumulative time printed."""
+    import cProfile
+    import pstats
+
+    import foxhunt.train.run as training
+    from foxhunt.cli import app
+
+    def stop(*_: object, **__: object) -> None:
+        raise _FirstEpoch
+
+    training.FoldTrainer.run_epoch = stop  # type: ignore[method-assign]
+    argv = ["run", "--profile", "smoke", "--out", str(out), "--overwrite"]
+    for kv in sets:
+        argv += ["--set", kv]
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    try:
+        app(argv, standalone_mode=False)
+    except _FirstEpoch:
+        pass
+    finally:
+        prof.disable()
+    print(f"to the first epoch: {time.perf_counter() - t0:.1f} s (under cProfile)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prof.dump_stats(path)
+    pstats.Stats(str(path)).sort_stats("cumulative").print_stats(r"foxhunt", 30)
+
+
 def _median(values: list[float | None]) -> float | None:
     import statistics
 
@@ -159,8 +199,15 @@ def main() -> int:
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--no-job", action="store_true", help="skip the real `foxhunt run` starts")
     ap.add_argument("--no-phases", action="store_true", help="skip the in-process import/compile table")
+    ap.add_argument(
+        "--cprofile", type=Path, metavar="FILE", help="instead: the job here under cProfile, to FILE"
+    )
     args = ap.parse_args()
     sys.path.insert(0, str(REPO / "src"))
+    if args.cprofile is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            profile_job(args.cprofile, Path(tmp) / "job", args.sets)
+        return 0
     from foxhunt.parallel.idle import idle_cores
 
     result: dict[str, object] = {"cores": os.cpu_count(), "repeat": args.repeat, "sets": args.sets}
