@@ -182,7 +182,10 @@ def test_rebuild_book_writes_a_dbn_file_databento_reads(real_data_dir: Path, tmp
 
 STAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \S")
 # Modules that cost seconds to import: `foxhunt --help` must not wait for any of them.
-HEAVY = ("torch", "lightgbm", "sklearn", "pandas", "matplotlib", "numba", "scipy")
+HEAVY = (
+    "torch", "lightgbm", "sklearn", "pandas", "matplotlib", "numba", "scipy", "mlflow", "optuna", "ray",
+    "fastapi", "uvicorn", "tensorboard", "sqlalchemy", "alembic", "databento", "pyarrow",
+)  # fmt: skip
 
 
 def all_commands(groups: bool = True) -> list[list[str]]:
@@ -213,6 +216,22 @@ def test_importing_the_cli_imports_nothing_heavy() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("cmd", [[], ["run"], ["train"], ["alpha"], ["serve"], ["tune"], ["runs", "list"]])
+def test_help_imports_nothing_heavy(cmd: list[str]) -> None:
+    # `foxhunt ... --help` in a fresh process (the command line as a person runs it): the heavy
+    # libraries are imported by the commands' bodies only, never to print their help.
+    code = (
+        "import atexit, sys\n"
+        f"atexit.register(lambda: print([m for m in {HEAVY!r} if m in sys.modules], file=sys.stderr))\n"
+        "from foxhunt.cli import app\n"
+        f"app({[*cmd, '--help']!r})\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Usage" in done.stdout
+    assert done.stderr.strip().splitlines()[-1] == "[]"
 
 
 @pytest.mark.parametrize("cmd", all_commands(), ids=lambda c: " ".join(c) or "root")

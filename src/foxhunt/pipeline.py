@@ -142,15 +142,21 @@ class Claim:
     recorded: str | None = None
     resume: bool = False
     overwrite: bool = False
+    then: Callable[[Path], object] | None = None
+    """Called with the folder once it is claimed (the main job starts creating its tracking store)."""
 
     def take(self, out: Path, cfg: FoxhuntConfig) -> Path:
         from foxhunt.outputs import claim_folder, claim_run
 
         if self.recorded is not None:
-            return claim_run(
+            taken = claim_run(
                 out, cfg, self.recorded, self.finished, resume=self.resume, overwrite=self.overwrite
             )
-        return claim_folder(out, self.finished, overwrite=self.overwrite)
+        else:
+            taken = claim_folder(out, self.finished, overwrite=self.overwrite)
+        if self.then is not None:
+            self.then(taken)
+        return taken
 
 
 def prepare(
@@ -744,19 +750,64 @@ def run_job(
         check_horizons(cfg.alpha.horizons)
     t0 = time.perf_counter()
     started = datetime.now(UTC).isoformat(timespec="seconds")
-    claim = Claim(JOB_RESULTS, RECORDED_CONFIG, resume=resume, overwrite=overwrite)
-    ready = prepare(
-        cfg, out_dir, data, claim=claim, where="foxhunt run", compile_ahead=True, progress=rep, say=log
-    )
-    out = Path(out_dir)
-    write_resolved(cfg, out / RECORDED_CONFIG)
-    alpha = _job_alpha(ready, cfg, out, rep)
+    store = StoreAhead()
+    # The tracking store (a fresh MLflow database: its schema migrations, seconds) is created in
+    # another process while the stages before training run, where a core is idle for it.
+    claim = Claim(
+        JOB_RESULTS, RECORDED_CONFIG, resume=resume, overwrite=overwrite,
+        then=lambda taken: store.start(tracking_uri, taken),
+    )  # fmt: skip
+    try:
+        ready = prepare(
+            cfg, out_dir, data, claim=claim, where="foxhunt run", compile_ahead=True, progress=rep, say=log
+        )
+        out = Path(out_dir)
+        write_resolved(cfg, out / RECORDED_CONFIG)
+        alpha = _job_alpha(ready, cfg, out, rep)
+    except BaseException:
+        store.cancel()  # a job that ends before training leaves no store behind
+        raise
+    store.wait()  # the job opens the store itself from here on
     device = resolve_device(cfg)
     log(f"training on {device}")
     run = {"profile": profile, "device": str(device), "started": started, "t0": t0}
     return _job_training(
         ready, cfg, out, alpha, run, rep, resume=resume, overwrite=overwrite, uri=tracking_uri
     )
+
+
+@dataclass
+class StoreAhead:
+    """The main job's tracking store, created in another process while the stages before training
+    run (:func:`foxhunt.tracking.create_store`): only a new SQLite database, only where a core is idle
+    (on a busy machine the process would only take the job's own core), never the run itself (a job
+    that ends before training leaves no run, as before)."""
+
+    process: Any = None
+    database: Path | None = None
+
+    def start(self, tracking_uri: str | None, out: Path) -> None:
+        from foxhunt.parallel.idle import idle_cores
+        from foxhunt.tracking import create_store
+
+        if idle_cores() >= 1:
+            self.process, self.database = create_store(tracking_uri, out)
+
+    def wait(self) -> None:
+        if self.process is not None:
+            from foxhunt.tracking import wait_created
+
+            wait_created(self.process)
+            self.process = None
+
+    def cancel(self) -> None:
+        """Stop the process and remove the database it was creating."""
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+            if self.database is not None:
+                self.database.unlink(missing_ok=True)
 
 
 def _job_alpha(ready: Dataset, cfg: FoxhuntConfig, out: Path, rep: Reporter) -> dict[str, Any]:

@@ -191,3 +191,55 @@ def test_seeds_nest_each_seed_under_the_study(store: str, tmp_path: Path) -> Non
     parent = client.get_run(study)
     assert parent.data.metrics["result/finished"] == 2.0
     assert "seeds.json" in {a.path for a in client.list_artifacts(study)}
+
+
+def test_a_store_created_ahead_is_the_one_the_run_then_tracks_to(tmp_path: Path, monkeypatch) -> None:
+    # foxhunt run creates a new SQLite store in another process while its stages before training run
+    # (foxhunt.pipeline.StoreAhead); the run started afterwards opens it and tracks into it.
+    from mlflow import MlflowClient
+
+    from foxhunt.config.loader import load_config
+    from foxhunt.tracking import create_store, wait_created
+    from foxhunt.tracking.store import DEFAULT_DB, SWITCH_ENV, TEMPLATE_ENV
+
+    monkeypatch.delenv(SWITCH_ENV, raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv(TEMPLATE_ENV, str(tmp_path / "templates"))  # the store made from scratch
+    assert create_store("none", tmp_path) == (None, None)  # tracking off: nothing started
+    process, db = create_store(None, tmp_path)
+    assert process is not None and db == (tmp_path / DEFAULT_DB).absolute()
+    wait_created(process)
+    assert process.returncode == 0 and db.is_file()
+    assert create_store(None, tmp_path) == (None, None)  # there already
+    uri = f"sqlite:///{db}"
+    assert [e.name for e in MlflowClient(tracking_uri=uri).search_experiments()] == ["foxhunt", "Default"]
+    run = start_run("ahead", load_config(profile="smoke"), None, command="run", out=tmp_path)
+    run.end(None)
+    assert run.run_id is not None and run.uri == uri
+    assert MlflowClient(tracking_uri=uri).get_run(run.run_id).info.status == "FINISHED"
+
+
+def test_a_new_store_is_a_copy_of_the_empty_one_and_keeps_what_it_was_given(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A new SQLite store starts as a copy of an empty one with MLflow's tables (made once per user and
+    # MLflow version): MLflow opens it as its own, each store gets its own default experiment and
+    # artefact folder, and a store that exists already is never replaced.
+    from mlflow import MlflowClient
+
+    from foxhunt.tracking.store import TEMPLATE_ENV, experiment_id, open_client
+
+    monkeypatch.setenv(TEMPLATE_ENV, str(tmp_path / "templates"))
+    uris = [f"sqlite:///{tmp_path / name / 'mlflow.db'}" for name in ("a", "b")]
+    ids = [experiment_id(open_client(uri), uri, "foxhunt") for uri in uris]
+    made = [p.name for p in (tmp_path / "templates").iterdir()]
+    assert made == [f"tables-{__import__('mlflow').__version__}.db"]
+    for uri, eid, name in zip(uris, ids, ("a", "b"), strict=True):
+        client = MlflowClient(tracking_uri=uri)
+        assert sorted(e.name for e in client.search_experiments()) == ["Default", "foxhunt"]
+        assert name in client.get_experiment(eid).artifact_location
+        run = client.create_run(eid)
+        client.log_metric(run.info.run_id, "x", 1.0)
+        assert not list((tmp_path / name).glob("*.tmp"))
+    open_client(uris[0])  # there already: opened, not replaced
+    assert len(MlflowClient(tracking_uri=uris[0]).search_runs([ids[0]])) == 1

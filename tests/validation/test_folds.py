@@ -209,3 +209,20 @@ def test_too_few_rows_names_every_fix_with_numbers() -> None:
         purged_walk_forward(202, FoldConfig(n_folds=3, min_train_fraction=0.99), 1)
     cli = err.value.render(FrontDoor.CLI)
     assert "--set folds.n_folds=2;" in cli and "--set data.bar_seconds=..." in cli and "api.config" not in cli
+
+
+def test_fold_at_is_make_folds_at_that_index() -> None:
+    from foxhunt.validation.folds import fold_at, make_folds
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(400, 6))
+    cols = tuple("abcdef")
+    params = FoldConfig(n_folds=3, min_train_fraction=0.4, normalise_clip=2.0)
+    every = make_folds(x, cols, params, label_span=5)
+    for k, whole in enumerate(every):
+        one = fold_at(x, cols, params, 5, k)
+        np.testing.assert_array_equal(one.fold.train, whole.fold.train)
+        np.testing.assert_array_equal(one.fold.validation, whole.fold.validation)
+        np.testing.assert_array_equal(one.scaler.median, whole.scaler.median)
+        np.testing.assert_array_equal(one.scaler.scale, whole.scaler.scale)
+        assert one.scaler.clip == 2.0

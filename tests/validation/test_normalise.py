@@ -167,3 +167,22 @@ def test_bad_inputs_are_refused():
         fit_robust(X, np.array([0.0, 1.0]), COLS)
     with pytest.raises(ValueError, match="4 columns, the scaler 5"):
         apply(fit_robust(X, TRAIN, COLS), X[:, :4])
+
+
+def test_a_refit_on_the_same_rows_returns_the_first_scaler_and_a_changed_row_refits() -> None:
+    # fit_robust keeps the last scalers by the bytes they were fitted on (a job fits each fold
+    # several times): the same rows give the same scaler object, a changed training row a new fit,
+    # a changed row outside training the same one.
+    first = fit_robust(X, np.arange(5), COLS)
+    assert fit_robust(X.copy(), np.arange(5), COLS) is first
+    assert fit_robust(X, np.arange(5), COLS, clip=3.0) is not first  # another clip: another scaler
+    outside = X.copy()
+    outside[6, 0] = 123.0
+    assert fit_robust(outside, np.arange(5), COLS) is first
+    inside = X.copy()
+    inside[2, 0] = 3.5  # the median of column a
+    refit = fit_robust(inside, np.arange(5), COLS)
+    assert refit is not first and refit.median[0] != first.median[0]
+    fresh = [robust_stats(inside[:5, j]) for j in range(len(COLS))]
+    np.testing.assert_array_equal(refit.median, np.array([m for m, _ in fresh], dtype=np.float32))
+    np.testing.assert_array_equal(refit.scale, np.array([s for _, s in fresh], dtype=np.float32))

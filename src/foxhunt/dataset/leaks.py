@@ -87,7 +87,7 @@ from foxhunt.features.pipeline import rows_from_market
 from foxhunt.features.registry import Family
 from foxhunt.features.stack import FeatureMatrix
 from foxhunt.parallel.idle import idle_cores
-from foxhunt.validation.folds import Fold, TooFewRowsError, make_folds, with_bar_fix
+from foxhunt.validation.folds import Fold, TooFewRowsError, fold_at, make_folds, with_bar_fix
 from foxhunt.validation.labels import label_span
 
 T = TypeVar("T")
@@ -413,7 +413,7 @@ def scaler_leaks(
         other = x.copy()
         # Non-zero and far from the data: a fit that reads these rows cannot come out the same.
         other[outside] = (rng.normal(size=(int(outside.sum()), x.shape[1])) * 100.0 + 1e3).astype(x.dtype)
-        redone = make_folds(other, tuple(columns), cfg.folds, label_span)[fd.fold.index]
+        redone = fold_at(other, tuple(columns), cfg.folds, label_span, fd.fold.index)
         moved = (redone.scaler.median != fd.scaler.median) | (redone.scaler.scale != fd.scaler.scale)
         if not np.array_equal(redone.fold.train, fd.fold.train):
             moved[:] = True  # the folds themselves depend on feature values

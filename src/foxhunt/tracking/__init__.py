@@ -7,7 +7,7 @@ This package imports mlflow only when a run starts (the command line starts with
 """
 
 from foxhunt.tracking.run import TrackedRun, TrackingTarget, chain_hooks, nested_run, start_run, tracked_run
-from foxhunt.tracking.store import OFF, RECORD_FILE, SWITCH_ENV, resolve_uri
+from foxhunt.tracking.store import OFF, RECORD_FILE, SWITCH_ENV, create_store, resolve_uri, wait_created
 
 __all__ = [
     "OFF",
@@ -16,8 +16,10 @@ __all__ = [
     "TrackedRun",
     "TrackingTarget",
     "chain_hooks",
+    "create_store",
     "nested_run",
     "resolve_uri",
     "start_run",
     "tracked_run",
+    "wait_created",
 ]

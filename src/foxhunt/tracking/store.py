@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -103,7 +104,89 @@ def open_client(uri: str) -> MlflowClient:
     warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"mlflow\.")
     from mlflow import MlflowClient
 
+    db = sqlite_path(uri)
+    if db is not None and not db.exists():
+        _from_template(db)
     return MlflowClient(tracking_uri=uri)
+
+
+TEMPLATE_ENV = "FOXHUNT_MLFLOW_CACHE"
+"""Where the empty SQLite store with MLflow's tables is kept (else ``~/.cache/foxhunt/mlflow``)."""
+
+
+def _from_template(db: Path) -> None:
+    """Start the new SQLite store ``db`` as a copy of an empty one holding MLflow's tables at this
+    MLflow version's schema, made once per user and version: every ``foxhunt run`` makes a new store
+    in its fresh run folder, and MLflow's schema migrations (100-odd Alembic scripts) took 2 s of an
+    idle machine, 15 s of a loaded 2-core box, each time. MLflow then opens the copy as a store it
+    made (checks the schema, adds its default experiment). Anything failing here leaves MLflow to
+    create the store itself, as without it."""
+    import shutil
+
+    import mlflow
+
+    root = os.environ.get(TEMPLATE_ENV, "").strip()
+    folder = Path(root) if root else Path.home() / ".cache" / "foxhunt" / "mlflow"
+    template = folder / f"tables-{mlflow.__version__}.db"
+    try:
+        if not template.is_file():
+            import sqlalchemy
+            from mlflow.store.db.utils import _initialize_tables  # MLflow's own first step of a new store
+
+            folder.mkdir(parents=True, exist_ok=True)
+            made = template.with_name(f"{template.name}.{os.getpid()}.tmp")
+            engine = sqlalchemy.create_engine(_SQLITE + str(made.absolute()))
+            try:
+                _initialize_tables(engine)
+            finally:
+                engine.dispose()
+            os.replace(made, template)  # whole or absent: another process may be making it too
+        db.parent.mkdir(parents=True, exist_ok=True)
+        copy = db.with_name(f"{db.name}.{os.getpid()}.tmp")
+        shutil.copyfile(template, copy)
+        try:
+            os.link(copy, db)  # only where no store is yet: one another process made is never replaced
+        finally:
+            copy.unlink(missing_ok=True)
+    except Exception:  # noqa: BLE001 - MLflow creates the store instead
+        return
+
+
+# A new SQLite store's tables and the experiment, made in a fresh process (create_store).
+_CREATE = (
+    "import sys; from foxhunt.tracking.store import experiment_id, open_client; "
+    "experiment_id(open_client(sys.argv[1]), sys.argv[1], sys.argv[2])"
+)
+CREATE_WAIT_S = 120.0
+"""The longest wait for :func:`create_store`'s process; one still running then is stopped."""
+
+
+def create_store(
+    flag: str | None, out: Path, experiment: str | None = None
+) -> tuple[subprocess.Popen[bytes] | None, Path | None]:
+    """Start creating the store a command in run folder ``out`` will track to (:func:`resolve_uri`
+    of ``flag``) in another process, when it is a SQLite database that does not exist yet: a fresh
+    database runs MLflow's schema migrations (seconds of a job's start-up), which the process does
+    beside the caller's work. :func:`wait_created` before opening the store. ``(process, database
+    file)``, or ``(None, None)`` where nothing was started (tracking off, another store, the database
+    there already). Any failure there is silent: the command then creates the store itself, as
+    without it."""
+    uri = resolve_uri(flag, out)
+    db = sqlite_path(uri) if uri is not None else None
+    if db is None or db.exists():
+        return None, None
+    argv = [sys.executable, "-c", _CREATE, str(uri), experiment_name(experiment)]
+    out_err = subprocess.DEVNULL
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out_err, stderr=out_err), db
+
+
+def wait_created(process: subprocess.Popen[bytes], timeout: float = CREATE_WAIT_S) -> None:
+    """Wait for :func:`create_store`'s process (stopped after ``timeout`` seconds)."""
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def experiment_id(client: MlflowClient, uri: str, name: str) -> str:

@@ -294,8 +294,25 @@ def make_folds(
     """Purged walk-forward folds of ``features`` rows, each with a scaler fitted on its training rows
     (its z-scores clipped at +-``params.normalise_clip``)."""
     folds = purged_walk_forward(len(features), params, label_span)
-    clip = params.normalise_clip
-    return [FoldData(f, fit_robust(features, f.train, tuple(columns), clip=clip)) for f in folds]
+    return [_fitted(features, f, columns, params) for f in folds]
+
+
+def fold_at(
+    features: np.ndarray,
+    columns: tuple[str, ...] | list[str],
+    params: FoldConfig,
+    label_span: int,
+    index: int,
+) -> FoldData:
+    """``make_folds(...)[index]``, fitting that one fold's scaler only (the leak guard's scaler check
+    refits one fold of a perturbed copy at a time)."""
+    return _fitted(features, purged_walk_forward(len(features), params, label_span)[index], columns, params)
+
+
+def _fitted(
+    features: np.ndarray, fold: Fold, columns: tuple[str, ...] | list[str], params: FoldConfig
+) -> FoldData:
+    return FoldData(fold, fit_robust(features, fold.train, tuple(columns), clip=params.normalise_clip))
 
 
 def save_folds(folds: list[FoldData], path: str | Path, extra: dict[str, Any] | None = None) -> Path:
