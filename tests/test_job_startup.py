@@ -11,13 +11,14 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from foxhunt.data import synth_engine as eng
 
 
 def _fresh(code: str) -> str:
     argv = [sys.executable, "-c", code]
-    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=120)
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=600)
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -68,3 +69,35 @@ assert planted_column([Path("real.dbn.zst")]) is None
 print(json.dumps("foxhunt.data.synth_engine" in sys.modules))
 """
     assert json.loads(_fresh(code)) is False
+
+
+def test_no_compile_ahead_without_an_idle_core() -> None:
+    from foxhunt.config.loader import load_config
+    from foxhunt.dataset import ahead
+
+    assert ahead.start(load_config(profile="smoke").synth, idle_cores=0.5) is False
+    assert ahead.wait() == 0
+
+
+@pytest.mark.slow  # compiles the simulator from an empty numba cache: a minute on a busy 2-core box
+def test_the_simulator_compiled_ahead_is_loaded_from_the_cache(tmp_path) -> None:
+    # foxhunt run forks foxhunt.dataset.ahead's process before its imports; its own market then loads
+    # the simulator's kernels from the cache the process wrote instead of compiling them.
+    code = f"""
+import json, os
+os.environ["NUMBA_CACHE_DIR"] = {str(tmp_path / "numba")!r}  # empty: every kernel compiles
+from foxhunt.config.loader import load_config
+from foxhunt.dataset import ahead
+from foxhunt.dataset.warmup import TINY_EVENTS
+cfg = load_config(profile="smoke").synth
+started = ahead.start(cfg, idle_cores=2.0)
+done = ahead.wait()
+from foxhunt.data import synth_engine as eng
+from foxhunt.data.synth_market import synthetic_market
+synthetic_market(cfg.model_copy(update={{"sessions": 1, "events_per_session": TINY_EVENTS}}))
+stats = eng.simulate_kernel.stats
+print(json.dumps([started, done, sum(stats.cache_hits.values()), sum(stats.cache_misses.values())]))
+"""
+    started, done, hits, misses = json.loads(_fresh(code))
+    assert started and done == 1
+    assert hits >= 1 and misses == 0

@@ -218,11 +218,13 @@ def _market(cfg: FoxhuntConfig, out: Path, progress: Reporter) -> list[Path]:
     """The embedded synthetic market, written into ``out/market``. The feature and label kernels
     compile in forked processes meanwhile (on a machine with idle cores; with numba's cache warm they
     only load): the guard then loads them."""
+    from foxhunt.dataset import ahead, warmup
+    from foxhunt.parallel.idle import idle_cores
+
+    ahead.wait()  # the simulator's kernels compiled beside the job's imports (foxhunt run), if started
     # Imported here: importing the simulator compiles its eager-signature kernels (~10 s on a cold
     # numba cache), which a job on real data never runs.
     from foxhunt.data.synth import write_synthetic
-    from foxhunt.dataset import warmup
-    from foxhunt.parallel.idle import idle_cores
 
     warm = warmup.start(cfg, idle_cores())
     what = f"synthetic market: {cfg.synth.sessions} sessions, planted alpha {cfg.synth.alpha}"
@@ -740,6 +742,11 @@ def run_job(
     it recorded, checked before anything is written. ``run.config.json`` is written once the data
     has passed the leak guard: data that cannot be read leaves nothing behind. Training onward is
     tracked in MLflow (``tracking_uri``: :func:`foxhunt.tracking.resolve_uri`; ``"none"``: off)."""
+    if not data:  # the embedded market: its kernels compile in a forked process beside the imports below
+        from foxhunt.dataset import ahead
+        from foxhunt.parallel.idle import idle_cores
+
+        ahead.start(cfg.synth, idle_cores())
     from foxhunt.alpha.check import check_horizons
     from foxhunt.config.loader import write_resolved
     from foxhunt.train.run import resolve_device

@@ -170,3 +170,15 @@ def test_a_profile_sets_no_key_to_its_default(profile: str) -> None:
 def test_every_key_of_a_profile_says_why(profile: str) -> None:
     missing = undocumented_keys(_profile_text(profile))
     assert missing == [], f"profile {profile}: add a comment (on the key or its group) to {missing}"
+
+
+def test_production_is_a_month_of_the_smoke_market() -> None:
+    """The production profile's market is the smoke market's, longer (its first sessions are smoke's bit
+    for bit: sessions are simulated alone from the seed), with the full action space and five folds."""
+    from foxhunt.config.loader import load_config
+
+    smoke, production = load_config("smoke"), load_config("production")
+    assert production.synth.model_copy(update={"sessions": smoke.synth.sessions}) == smoke.synth
+    assert 20 <= production.synth.sessions <= 22 and production.folds.n_folds == 5
+    default = FoxhuntConfig().env.branches
+    assert production.env.branches == default and production.env.plan.barrier == smoke.env.plan.barrier
