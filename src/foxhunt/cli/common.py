@@ -111,7 +111,6 @@ def cache_from(
     return pipeline.features(files, cfg, out_dir / "cache", progress=progress), cfg
 
 
-
 def set_keys(overrides: list[str]) -> list[str]:
     """The ``section.key`` names of ``--set section.key=value`` assignments."""
     return [a.partition("=")[0].strip() for a in overrides]
