@@ -111,3 +111,12 @@ def test_a_committee_refuses_to_mix_learners(ppo_run: Path, tmp_path: Path, tiny
     b = next(dqn_run.glob("checkpoints/**/last*.safetensors"))
     with pytest.raises(FoxhuntError, match="agent.algo"):
         CommitteePolicy([a, b], ppo_cfg())
+
+
+def test_serve_takes_a_ppo_agent(ppo_run: Path) -> None:
+    from foxhunt.serve.decide import Decider
+
+    path = next((ppo_run / "checkpoints").rglob("last*.safetensors"))
+    agent = CheckpointPolicy(path, ppo_cfg()).agent("cpu")
+    decider = Decider(agent)
+    assert decider.members == [agent] and not agent.policy.net.training
