@@ -20,8 +20,8 @@ from foxhunt.features.cache_file import FeatureCache
 from foxhunt.features.layout import STATE_LAYOUT
 from foxhunt.policy.checkpoint import CheckpointMismatchError, Fingerprint, load_checkpoint
 from foxhunt.policy.trained import CheckpointPolicy, CommitteePolicy
-from foxhunt.train.run import train
-from tests.train.test_run import quiet, tiny_cfg
+from foxhunt.train.run import Interrupted, train
+from tests.train.test_run import canon, quiet, tiny_cfg
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -77,6 +77,19 @@ def test_a_ppo_run_trains_every_fold_and_reports(ppo_run: Path) -> None:
         assert "net_pnl" in f and "baselines" in f
 
 
+def test_an_interrupted_ppo_run_resumes_to_the_same_result(
+    ppo_run: Path, tiny_cache: FeatureCache, tmp_path: Path
+) -> None:
+    """The learner's network, optimizer and return scale, the generator and the signals come back
+    from the last checkpoint: on the CPU the resumed run is the uninterrupted one, number for number."""
+    with pytest.raises(Interrupted):
+        train(tiny_cache, ppo_cfg(), tmp_path / "r", log=quiet, stop_after=(1, 0))
+    train(tiny_cache, ppo_cfg(), tmp_path / "r", resume=True, log=quiet)
+    whole = json.loads((ppo_run / "folds.json").read_text())
+    resumed = json.loads((tmp_path / "r" / "folds.json").read_text())
+    assert canon(resumed) == canon(whole)
+
+
 def test_checkpoint_round_trip_and_it_backtests_as_its_agent(ppo_run: Path) -> None:
     path = ppo_run / "checkpoints" / "fold_0" / "last.safetensors"
     if not path.exists():
@@ -120,3 +133,20 @@ def test_serve_takes_a_ppo_agent(ppo_run: Path) -> None:
     agent = CheckpointPolicy(path, ppo_cfg()).agent("cpu")
     decider = Decider(agent)
     assert decider.members == [agent] and not agent.policy.net.training
+
+
+def test_foxhunt_run_with_ppo_finishes_and_writes_a_report(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from foxhunt.cli import app
+    from tests.test_job import QUICK_ALPHA
+    from tests.train.test_run import TINY
+
+    sets = [a for s in (*TINY, *QUICK_ALPHA, *PPO) for a in ("--set", s)]
+    result = CliRunner().invoke(app, ["run", "--profile", "smoke", "--out", str(tmp_path), "-q", *sets])
+    assert result.exit_code == 0, result.output
+    body = json.loads((tmp_path / "metrics.json").read_text())
+    assert [f["fold"] for f in body["folds"]] == [0, 1]
+    assert (tmp_path / "report.html").stat().st_size > 0
+    recorded = json.loads((tmp_path / "train" / "train.config.json").read_text())
+    assert recorded["config"]["agent"]["algo"] == "ppo"
