@@ -53,6 +53,14 @@ class Row:
 
 BASELINE = Row("baseline", (), "the profile as it is")
 
+PPO_SETS = (
+    "agent.algo=ppo",
+    "agent.ppo.lr=3e-3",
+    "agent.ppo.minibatches=16",
+    "agent.ppo.gamma=0.97",
+    "train.epochs=20",
+)
+
 # Relative to the smoke and gpu profiles: C51 (1.0) + IQN (0.25) losses, n_step 21 with the decision
 # bootstrap, uniform replay, NoisyNet (sigma 0.5) + epsilon 0.1 (Thompson sampling off since it was
 # measured to hurt: the `thompson_on` row), an 8-expert mixture, trained aux heads, the long/short
@@ -97,6 +105,10 @@ ROWS: tuple[Row, ...] = (
     Row("regime_shift", ("env.rewards.regime_shift_penalty=0.5",), "shaping: regime-shift penalty 0.5"),
     Row("weight_decay_off", ("agent.learn.weight_decay=0",), "no AdamW decay of the weight matrices"),
     Row("screen_off", ("agent.network.input_screen=0",), "the input screen off: every column read"),
+    # The second learner (docs/ppo.md): its settings as measured on the smoke market of synth.seed 101
+    # (docs/results/2026-12-07-ppo.md); 20 epochs of one rollout each, the DQN rows' 6 epochs of 256
+    # updates costing about as much on a CPU.
+    Row("ppo", PPO_SETS, "PPO (agent.algo = ppo) instead of the DQN learner"),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

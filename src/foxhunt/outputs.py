@@ -38,7 +38,6 @@ if TYPE_CHECKING:
 SHOWN_DIFFERENCES = 8
 
 
-
 class Keep(StrEnum):
     """The checkpoints a seeds study keeps of each finished seed once its committee is judged."""
 
@@ -171,7 +170,6 @@ def recorded_config(path: Path) -> dict[str, Any] | None:
             "the run's recorded config is not readable JSON with a config",
             f"start a new run with {OUT}",
         ) from None
-
 
     if not isinstance(stored, dict):
         raise ResumeError(path, "the run's recorded config is not a table", f"start a new run with {OUT}")

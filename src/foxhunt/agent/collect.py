@@ -3,7 +3,9 @@
 The collector takes the policy, the environment and the replay apart (as TorchRL's
 ``SyncDataCollector(env, policy, replay_buffer=...)`` does): ``Collector(policy, env, replay)`` with
 ``policy`` any :class:`CollectingPolicy` (``obs -> PolicyOut``; the DQN agent's is
-:class:`~foxhunt.agent.actor.Exploring`), so another learner's policy plugs in here.
+:class:`~foxhunt.agent.actor.Exploring`), so another learner's policy plugs in here. The sink is the
+replay (n-step windows) or, for an on-policy learner, a :class:`RolloutSink` that takes the staged
+sequence itself (:class:`Rollout`; PPO's :class:`~foxhunt.agent.ppo.RolloutStore`).
 
 Each step of an epoch's collection is :meth:`Collector._step`: the exploring policy on the static
 state buffer (its noise and Boltzmann / Thompson / epsilon draws from the policy's generator), the
@@ -30,6 +32,7 @@ from __future__ import annotations
 import time
 from collections.abc import Hashable, Iterator
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
@@ -120,6 +123,30 @@ class CollectingPolicy(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class Rollout:
+    """One epoch's staged sequence as an on-policy learner reads it (views of the collector's buffers,
+    valid until its next ``collect``): states ``s_0 .. s_T`` ``[T + 1, n, W]``, the actions that acted
+    ``[T, n, branches]`` (the realised direction under a plan lock, the Kelly cap's magnitude), rewards
+    and dones ``[T, n]``, and ``valid`` ``[T, n]`` (the step was written)."""
+
+    states: Tensor
+    actions: Tensor
+    rewards: Tensor
+    dones: Tensor
+    valid: Tensor
+
+
+class RolloutSink(Protocol):
+    """Where an on-policy learner's collection goes instead of a replay (``foxhunt.agent.ppo``)."""
+
+    device: torch.device
+
+    def take(self, rollout: Rollout) -> None:
+        """Keep (a reference to) the epoch's rollout for the update that follows."""
+        ...
+
+
 class Collector:
     """``collect(starts)``: one epoch of ``steps`` steps of ``n`` training episodes into ``replay``.
 
@@ -133,7 +160,7 @@ class Collector:
         self,
         policy: CollectingPolicy,
         env: TradingEnv,
-        replay: PrioritizedReplay,
+        replay: PrioritizedReplay | RolloutSink,
         *,
         learn: LearnConfig,
         n: int,
@@ -274,7 +301,10 @@ class Collector:
                 self._compiled = True
             else:
                 self._step()
-        self._write_replay()
+        if isinstance(self.replay, PrioritizedReplay):
+            self._write_replay()
+        else:  # an on-policy learner's sink: the sequence as it is (its own returns, GAE)
+            self.replay.take(Rollout(self.states, self.actions, self.rewards, self.dones, self.valid))
         return self._statistics()
 
     def _write_replay(self) -> None:

@@ -230,10 +230,69 @@ class ActConfig(Frozen):
     )
 
 
+class Algo(StrEnum):
+    """The learner that trains the agent (``agent.algo``)."""
+
+    DQN = "dqn"  # the branching distributional Q learner (docs/design.md §6)
+    PPO = "ppo"  # the factored actor-critic of foxhunt.agent.ppo (docs/ppo.md)
+
+
+class PPOConfig(Frozen):
+    """The on-policy learner of ``agent.algo = "ppo"`` (docs/ppo.md): a factored (multi-discrete)
+    policy over the four branches and a value head on the network's encoder, trained by the clipped
+    objective on GAE advantages (normalised per minibatch), CleanRL's ``ppo.py`` recipe. Read only
+    when ``agent.algo = "ppo"``; the rollout is the epoch's collection (``train.envs`` episodes x
+    ``train.steps_per_epoch`` steps)."""
+
+    gamma: float = Field(0.99, gt=0, le=1, description="Discount per step of the returns and GAE.")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="GAE lambda (0: one-step TD, 1: Monte Carlo).")
+    clip: float = Field(0.2, gt=0, le=1, description="Clip of the probability ratio (1 - clip, 1 + clip).")
+    value_clip: float = Field(
+        0.2,
+        ge=0,
+        le=100,
+        description="Clip of the value's move from its rollout value (normalised-return units); 0 = "
+        "unclipped value loss.",
+    )
+    epochs: int = Field(4, ge=1, le=100, description="Passes over each rollout.")
+    minibatches: int = Field(4, ge=1, le=4096, description="Minibatches per pass (the rollout split evenly).")
+    entropy: tuple[float, float, float, float] = Field(
+        (0.01, 0.01, 0.01, 0.01),
+        description="Entropy bonus per branch (direction, magnitude, order_type, urgency), each over the "
+        "rows where that branch acts.",
+    )
+    value_coef: float = Field(0.5, ge=0, le=100, description="Weight of the value loss.")
+    lr: float = Field(3e-4, gt=0, le=1, description="Adam learning rate at the fold's first epoch.")
+    anneal: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="Share of the learning rate annealed away, linearly, by the fold's last epoch (1 = to "
+        "0 as CleanRL does; 0 = constant).",
+    )
+    max_grad_norm: float = Field(0.5, gt=0, description="Gradient-norm clip.")
+    target_kl: float = Field(
+        0.0, ge=0, le=10, description="Stop an update's passes once the approximate KL exceeds it (0 = off)."
+    )
+    reward_scale_rate: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Rate of the running scale the rewards are divided by (the std of the rollouts' "
+        "discounted returns, an EMA; 0 = rewards as they are).",
+    )
+
+
 class AgentConfig(Frozen):
+    algo: Algo = Field(
+        Algo.DQN,
+        description="The learner: dqn (the branching distributional Q learner) or ppo (the factored "
+        "actor-critic, agent.ppo; docs/ppo.md).",
+    )
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
     learn: LearnConfig = Field(default_factory=LearnConfig)
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
     act: ActConfig = Field(default_factory=ActConfig)
+    ppo: PPOConfig = Field(default_factory=PPOConfig)

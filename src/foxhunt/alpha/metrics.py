@@ -312,9 +312,7 @@ def block_bootstrap(
         reps["auc"].append(_auc_from_counts(counts_BK[:, :m], counts_BK[:, m:]) + auc_shift)
         reps["accuracy"].append(scal_B3[:, 0] / scal_B3[:, 2])
         reps["log_loss"].append(scal_B3[:, 1] / scal_B3[:, 2])
-    return {
-        name: _percentile_interval(estimates[name], np.concatenate(reps[name]), level) for name in reps
-    }
+    return {name: _percentile_interval(estimates[name], np.concatenate(reps[name]), level) for name in reps}
 
 
 def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:

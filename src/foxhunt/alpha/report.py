@@ -68,7 +68,7 @@ def measured_rates() -> str:
         f"How often this rule says signal, measured on fresh synthetic markets ({r.markets}; "
         f"`{r.command}`, {r.page}): no-signal markets called signal {rate(*r.false_calls)}; "
         f"smoke-strength (alpha {r.smoke_alpha:g}) planted markets found {rate(*r.smoke)}; "
-        f"alpha-2 planted markets found {rate(*r.alpha2)}. A \"no signal\" verdict on a market this "
+        f'alpha-2 planted markets found {rate(*r.alpha2)}. A "no signal" verdict on a market this '
         "small is weak evidence of no signal."
     )
 

@@ -181,9 +181,15 @@ def read_decisions_csv(path: str | Path) -> list[DecisionRow]:
             ts, row, d, m, o, u, pos, fc, fp = (line[k] for k in HEADER)
             out.append(
                 DecisionRow(
-                    int(ts), int(row), int(d), int(m), int(o), int(u), float(pos), float(fc),
+                    int(ts),
+                    int(row),
+                    int(d),
+                    int(m),
+                    int(o),
+                    int(u),
+                    float(pos),
+                    float(fc),
                     float(fp) if fp else float("nan"),
                 )
             )
     return out
-

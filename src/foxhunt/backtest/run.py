@@ -187,7 +187,12 @@ def run_backtest(
             # capturable runs the same step eagerly.
             pol = policy.policy(device)
             ev = GraphedEvaluation(
-                market, settings.env, lo, hi, pol, graph=None if isinstance(pol, CapturablePolicy) else False,
+                market,
+                settings.env,
+                lo,
+                hi,
+                pol,
+                graph=None if isinstance(pol, CapturablePolicy) else False,
                 decisions=True,
             )
             rec = ev.run()

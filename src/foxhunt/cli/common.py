@@ -113,7 +113,6 @@ def cache_from(
     return pipeline.guarded_features(files, cfg, out_dir / "cache", where, progress=progress, say=line), cfg
 
 
-
 def set_keys(overrides: list[str]) -> list[str]:
     """The ``section.key`` names of ``--set section.key=value`` assignments."""
     return [a.partition("=")[0].strip() for a in overrides]

@@ -50,9 +50,7 @@ def file_instrument(f: DbnFile, overrides: InstrumentConfig | None = None) -> In
     return resolve_instrument(symbols, defs, overrides, str(f.path))
 
 
-def inspect_file(
-    path: Path, cfg: DataConfig, overrides: InstrumentConfig | None = None
-) -> dict[str, Any]:
+def inspect_file(path: Path, cfg: DataConfig, overrides: InstrumentConfig | None = None) -> dict[str, Any]:
     """One file's report (JSON-ready). Raises the file's typed error if it cannot be read."""
     f = read_raw(path)
     ts = f.records["ts_event"].astype(np.int64)

@@ -358,7 +358,6 @@ def config_from_cache(path: str | Path, cfg: FoxhuntConfig, asked: Sequence[str]
             "the cache was built with other settings than asked: " + ", ".join(conflicts),
             "drop those settings to use this cache as it is, or build one with them "
             f"({door('foxhunt features build --data ... --set ...', 'api.build_features')})",
-
         )
     for section in (s for s in VALUE_SECTIONS if s in stored):
         _graft(dump, section, stored[section])

@@ -271,8 +271,16 @@ class TradingEnv:
         equity = torch.where(live, equity - out.costs, a.equity)
         account = settle(a, trade, closed, legs, equity, costs, hold, live)
         reward, components, path, regime_ema = pay(
-            s.path, s.risk, net, held_closed, a.position, out.position, live, rows.regime1,
-            cfg.contract.initial_capital, cfg.rewards,
+            s.path,
+            s.risk,
+            net,
+            held_closed,
+            a.position,
+            out.position,
+            live,
+            rows.regime1,
+            cfg.contract.initial_capital,
+            cfg.rewards,
         )
         risk = update_risk(s.risk, regime_ema, rows.regime1, net, a.equity, live, cfg.sizing)
         row = torch.where(live, rows.r + 1, rows.r)

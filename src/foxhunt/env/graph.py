@@ -216,4 +216,3 @@ class GraphedStep:
         self.actions.copy_(actions)
         self.graph.replay()
         return self.result
-

@@ -48,6 +48,7 @@ REQUIRED_META = (
 BUILD = door("foxhunt features build --data ...", "api.build_features(files, cfg, out_dir)")
 REBUILD = f"delete it and rebuild it: {BUILD} (a cache is derived data)"
 
+
 class CacheMismatchError(FoxhuntError):
     """A cache file does not match the running code, config or sources."""
 

@@ -95,9 +95,7 @@ def module_fingerprint(module: types.ModuleType, own: tuple[str, ...] = ()) -> s
 
     Functions of foxhunt (and of the packages named in ``own``: a feature plug-in's) are hashed by
     their source; those of other libraries by name only."""
-    parts = [
-        e for name in sorted(vars(module)) if (e := _entry(name, vars(module)[name], own)) is not None
-    ]
+    parts = [e for name in sorted(vars(module)) if (e := _entry(name, vars(module)[name], own)) is not None]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 

@@ -33,6 +33,7 @@ from foxhunt.features.registry import FAMILIES
 
 ALIGN = 8
 
+
 class Unit(Enum):
     """The config quantity a portfolio or plan slot is measured in (resolved by the environment from
     its config: :func:`foxhunt.env.observe.unit_values`)."""

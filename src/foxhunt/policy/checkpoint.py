@@ -57,6 +57,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from foxhunt import __version__
+from foxhunt.agent.ppo import PPO_POLICY_ENTRIES
 from foxhunt.atomic import atomic_path, write_text
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig
 from foxhunt.errors import FoxhuntError
@@ -166,6 +167,9 @@ class Fingerprint:
     def diff(self, other: Fingerprint, here: str = "here", there: str = "in the checkpoint") -> list[str]:
         """Human-readable differences, ``self`` being ``here`` and ``other`` ``there``; empty when
         the two match."""
+        mine_algo, their_algo = _algo(self.modules), _algo(other.modules)
+        if mine_algo != their_algo:  # one line, not a list of every tensor the other learner lacks
+            return [f"made by agent.algo = {their_algo}, this agent is agent.algo = {mine_algo}"]
         out: list[str] = []
         for name in _union(self.modules, other.modules):
             mine, theirs = self.modules.get(name), other.modules.get(name)
@@ -190,6 +194,11 @@ class Fingerprint:
             if a != b:
                 out.append(f"branch {name}: {a} {here}, {b} {there}")
         return out
+
+
+def _algo(modules: Mapping[str, Any]) -> str:
+    """The learner whose policy holds ``modules`` (its entries: a PPO policy's actor-critic, else DQN's)."""
+    return "ppo" if PPO_POLICY_ENTRIES[0] in modules else "dqn"
 
 
 def _union(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:

@@ -14,7 +14,8 @@ from typing import Any, Protocol
 
 import torch
 
-from foxhunt.agent.agent import Agent, Restore
+from foxhunt.agent.agent import Restore
+from foxhunt.agent.build import AnyAgent, build_agent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.agent.config import AgentConfig
 from foxhunt.env.config import EnvConfig
@@ -50,9 +51,12 @@ class CheckpointPolicy:
         self.epoch = int(meta["epoch"])
         self.value = f"checkpoint {self.path.name} (fold {self.fold}, epoch {self.epoch})"
 
-    def agent(self, device: torch.device | str) -> Agent:
-        """A fresh agent on ``device`` holding the checkpoint's policy (the acting state only)."""
-        agent = Agent(self.cfg.agent, self.cfg.env.branches, device=device, replay_capacity=_ACTING_REPLAY)
+    def agent(self, device: torch.device | str) -> AnyAgent:
+        """A fresh agent on ``device`` holding the checkpoint's policy (the acting state only), of the
+        learner its config names (``agent.algo``)."""
+        agent = build_agent(
+            self.cfg.agent, self.cfg.env.branches, device=device, replay_capacity=_ACTING_REPLAY
+        )
         expect = Fingerprint.of(agent.policy.state_dict(), self.cfg.env.branches)
         policy = load_checkpoint(self.path, expect=expect, map_location=device).policy
         agent.load_state_dict({"policy": policy}, Restore.POLICY)
@@ -85,6 +89,13 @@ class CommitteePolicy:
                     f"trained on fold {m.fold}, {first.path} on fold {first.fold}",
                     "a committee judges one fold: pass checkpoints of one fold",
                 )
+            if m.cfg.agent.algo != first.cfg.agent.algo:
+                raise FoxhuntError(
+                    m.path,
+                    f"made by agent.algo = {m.cfg.agent.algo.value}, {first.path} by "
+                    f"{first.cfg.agent.algo.value}",
+                    "a committee averages one learner's values: pass checkpoints of one agent.algo",
+                )
             if differ := differing_market(m.cfg, first.cfg):
                 raise FoxhuntError(
                     m.path,
@@ -110,7 +121,7 @@ class CommitteePolicy:
         return committee_policy([m.agent(device) for m in self.members])
 
 
-def committee_policy(agents: Sequence[Agent]) -> CapturablePolicy:
+def committee_policy(agents: Sequence[AnyAgent]) -> CapturablePolicy:
     """The greedy policy ``(state, env) -> PolicyOut`` of ``agents`` voting as a committee
     (:func:`~foxhunt.agent.committee.committee_decision`), capturable."""
     actors = [a.policy for a in agents]

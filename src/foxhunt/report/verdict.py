@@ -144,7 +144,7 @@ def _versus_line(summary: Mapping[str, Any], folds: Sequence[Mapping[str, Any]],
     means = ", ".join(
         f"{esc(label(n))} {money(mean([p[n].get('net_pnl') for p in per_fold]))}" for n in names
     )
-    beat_text = ("; ".join(beats) if beats else "no baseline recorded")
+    beat_text = "; ".join(beats) if beats else "no baseline recorded"
     line = f"net PnL beats {beat_text} folds. Mean net PnL: {means}."
     if "capture_all_folds" in given:  # since issue 58: the folds where the rule lost are kept out
         gone = given.get("capture_excluded") or []

@@ -39,6 +39,7 @@ from torch import Tensor
 
 from foxhunt.agent.actor import Mode, PolicyOut
 from foxhunt.agent.agent import Agent
+from foxhunt.agent.build import AnyAgent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.costs import Quote
@@ -321,12 +322,12 @@ class AotStep:
 
 
 class _Greedy(torch.nn.Module):
-    def __init__(self, members: Sequence[Agent]) -> None:
+    def __init__(self, members: Sequence[AnyAgent]) -> None:
         super().__init__()
         self.members = list(members)
-        # the weights; the rest lifted as constants
+        # the weights; the rest lifted as constants (a PPO member has no PopArt: agent.ppo)
         self.nets = torch.nn.ModuleList(m.policy.net for m in members)
-        self.popart = torch.nn.ModuleList(m.policy.popart for m in members)
+        self.popart = torch.nn.ModuleList(m.policy.popart for m in members if isinstance(m, Agent))
 
     def forward(self, obs: Tensor) -> tuple[Tensor, ...]:
         if len(self.members) == 1:
@@ -339,7 +340,7 @@ class _Greedy(torch.nn.Module):
 class AotPolicy:
     """The greedy forward at batch 1 from a compiled library, the weights baked in (module docstring)."""
 
-    def __init__(self, members: Sequence[Agent], obs: Tensor, cache: Path | None = None) -> None:
+    def __init__(self, members: Sequence[AnyAgent], obs: Tensor, cache: Path | None = None) -> None:
         buf = io.BytesIO()
         torch.save([m.policy.state_dict() for m in members], buf)
         key = _digest(
@@ -351,7 +352,7 @@ class AotPolicy:
             buf.getvalue(),
             _signature(obs),
             tuple(obs.shape),
-            [m.policy.entry_penalty for m in members],
+            [m.policy.entry_penalty if isinstance(m, Agent) else None for m in members],
         )
         self.path = (cache or cache_dir()) / f"policy-{key}.pt2"
         self.compile_seconds = 0.0

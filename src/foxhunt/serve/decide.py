@@ -74,7 +74,7 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent.actor import Mode, PolicyOut
-from foxhunt.agent.agent import Agent
+from foxhunt.agent.build import AnyAgent
 from foxhunt.agent.committee import committee_decision
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import COMPILE_OPTIONS, advance, own_storage
@@ -138,9 +138,9 @@ class Decider:
     decides). ``compiled_at``: when the last of them ended (``time.perf_counter()``: a decision whose
     record came before waited for it)."""
 
-    def __init__(self, agent: Agent | Sequence[Agent], path: DecidePath = DecidePath.EAGER) -> None:
+    def __init__(self, agent: AnyAgent | Sequence[AnyAgent], path: DecidePath = DecidePath.EAGER) -> None:
         path = path.resolve(False, "cpu")  # auto without a stream to judge by: a replay's, eager
-        members = [agent] if isinstance(agent, Agent) else list(agent)
+        members = [agent] if not isinstance(agent, Sequence) else list(agent)
         if not members:
             raise ValueError("a Decider needs at least one agent")
         for member in members:

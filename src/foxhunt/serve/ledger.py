@@ -259,8 +259,17 @@ class Ledger:
             f"SELECT {', '.join(HEADER)} FROM decisions WHERE row > ? ORDER BY row", (since,)
         )
         return [
-            DecisionRow(int(t), int(r), int(d), int(m), int(o), int(u), float(p), float(c),
-                        float("nan") if f is None else float(f))
+            DecisionRow(
+                int(t),
+                int(r),
+                int(d),
+                int(m),
+                int(o),
+                int(u),
+                float(p),
+                float(c),
+                float("nan") if f is None else float(f),
+            )
             for t, r, d, m, o, u, p, c, f in cur.fetchall()
         ]
 

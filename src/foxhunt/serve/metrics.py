@@ -20,7 +20,21 @@ PREFIX = "foxhunt_serve"
 # Record-in to decision-out, in seconds: from 50 us (the goal is p50 <= 200 us, p99 <= 1 ms)
 # to 2.5 s (a row close of the batch pipeline on a long session).
 LATENCY_BUCKETS_S = (
-    5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 2e-3, 5e-3, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.5,
+    5e-5,
+    1e-4,
+    2e-4,
+    5e-4,
+    1e-3,
+    2e-3,
+    5e-3,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.5,
 )
 
 

@@ -46,7 +46,8 @@ import numpy as np
 import torch
 
 from foxhunt import seeding
-from foxhunt.agent.agent import Agent, Restore
+from foxhunt.agent.agent import Restore
+from foxhunt.agent.build import build_agent
 from foxhunt.agent.network import input_mask
 from foxhunt.agent.stats import q_key
 from foxhunt.atomic import write_json
@@ -203,12 +204,13 @@ class FoldTrainer:
         )
         # Every stream of the fold from the run seed and the fold index alone (foxhunt.seeding).
         seed = partial(seeding.stream_seed, cfg.run.seed, fold=self.k)
-        self.agent = Agent(
+        self.agent = build_agent(
             cfg.agent,
             cfg.env.branches,
             device=device,
             seed=seed(Stream.AGENT),
             replay_capacity=self.sizes.replay_capacity,
+            epochs=t.epochs,
         )
         seeding.seed_process(seed(Stream.PROCESS), torch_cpu_state=self.agent.noise_rng_state)
         self.starts_gen = seeding.generator(seed(Stream.EPISODE_STARTS), device)
@@ -330,7 +332,6 @@ class FoldTrainer:
                 f"fold {self.k + 1}: {e}",
                 f"train on more rows per session than the {horizon}-row plan horizon, or "
                 f"{setting('agent.network.input_screen=0')} (every column read, no screen)",
-
             ) from None
         self.agent.set_input_mask(input_mask(columns[j] for j in screen.kept))
         kept = ", ".join(f"{c} {ic:+.3f}" for c, ic in screen.summary().items())

@@ -183,7 +183,14 @@ def _value(x: Any) -> Markup:
 
 def _trials_table(rows: Sequence[Mapping[str, Any]], keys: Sequence[str], ranked: str) -> Markup:
     columns = (
-        "trial", "state", f"value ({ranked}, ranked)", "validation", *keys, "seconds", "device", "reason"
+        "trial",
+        "state",
+        f"value ({ranked}, ranked)",
+        "validation",
+        *keys,
+        "seconds",
+        "device",
+        "reason",
     )
     shown = [
         {

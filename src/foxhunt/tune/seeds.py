@@ -135,7 +135,10 @@ class SeedResult:
         """A seed read back from ``seeds.json`` (the inverse of :meth:`to_dict`)."""
         folds = [SeedFold(**f) for f in body["folds"]]
         return cls(
-            int(body["seed"]), folds, seconds=float(body["seconds"]), stopped=body["stopped"],
+            int(body["seed"]),
+            folds,
+            seconds=float(body["seconds"]),
+            stopped=body["stopped"],
             device=body.get("device"),  # absent from a seeds.json of an older foxhunt
         )
 

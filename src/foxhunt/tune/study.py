@@ -437,8 +437,10 @@ def _wait_for_the_dead(
             return running
         if not said:
             numbers = ", ".join(str(t.number) for t in running)
-            say(f"trial(s) {numbers} were running: waiting up to {deadline - time.monotonic():.0f} s "
-                "to see whether their process is alive")
+            say(
+                f"trial(s) {numbers} were running: waiting up to {deadline - time.monotonic():.0f} s "
+                "to see whether their process is alive"
+            )
             said = True
         time.sleep(min(1.0, tune.heartbeat_seconds))
 
