@@ -109,6 +109,27 @@ ROWS: tuple[Row, ...] = (
     # (docs/results/2026-12-07-ppo.md); 20 epochs of one rollout each, the DQN rows' 6 epochs of 256
     # updates costing about as much on a CPU.
     Row("ppo", PPO_SETS, "PPO (agent.algo = ppo) instead of the DQN learner"),
+    # The dormant machinery of issue 56 (docs/results/2026-12-07-dormant.md). Kelly sizing acts on the
+    # one magnitude of the direction-only profiles as a factor of the max position (it once did nothing).
+    Row("kelly_off", ("env.sizing.kelly_weight=0",), "no Kelly factor (what one magnitude did before)"),
+    Row("restarts_3", ("agent.learn.restart_epochs=3",), "a warm restart of the cosine schedule at epoch 3"),
+    Row("plateau_on", ("train.plateau.patience=2",), "the plateau ladder at a patience a 6-epoch fold fits"),
+    # Curriculum and per-branch epsilon act on the execution branches: run them over the full action space
+    # (--set 'env.branches={magnitude=3, magnitude_fractions=[0.25, 0.5, 1.0], order_type=3, urgency=3}').
+    Row(
+        "curriculum",
+        ("agent.curriculum.magnitude=2", "agent.curriculum.order_type=4", "agent.curriculum.urgency=4"),
+        "direction alone for 2 epochs, + magnitude for 2, then every branch",
+    ),
+    Row(
+        "branch_epsilon",
+        (
+            "agent.explore.branch_epsilon.magnitude=0.3",
+            "agent.explore.branch_epsilon.order_type=0.3",
+            "agent.explore.branch_epsilon.urgency=0.3",
+        ),
+        "epsilon 0.3 on the execution branches (0.1 on the direction)",
+    ),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

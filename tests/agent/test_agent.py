@@ -14,6 +14,7 @@ from foxhunt.agent.agent import Agent, Restore, nstep
 from foxhunt.agent.config import (
     ActConfig,
     AgentConfig,
+    CurriculumConfig,
     ExploreConfig,
     LearnConfig,
     NetworkConfig,
@@ -58,6 +59,7 @@ def make_agent(
     learn: dict | None = None,
     replay: dict | None = None,
     act: dict | None = None,
+    curriculum: dict | None = None,
     capacity: int = 64,
 ) -> Agent:
     cfg = AgentConfig(
@@ -66,6 +68,7 @@ def make_agent(
         learn=LearnConfig(**(learn or {})),
         replay=ReplayConfig(**(replay or {})),
         act=ActConfig(**(act or {})),
+        curriculum=CurriculumConfig(**(curriculum or {})),
     )
     return Agent(cfg, branches or BranchConfig(), seed=seed, replay_capacity=capacity)
 
@@ -109,6 +112,35 @@ def test_epsilon_one_reaches_every_value_of_every_branch(branches: BranchConfig)
     for i, name in enumerate(BRANCHES):
         n = int(getattr(branches, name))
         assert set(actions[:, i].tolist()) == set(range(n)), name
+
+
+def test_curriculum_holds_the_later_branches_and_releases_them_at_their_epochs() -> None:
+    """agent.curriculum: magnitude held at its largest fraction for 1 epoch, order type at Market and
+    urgency at Normal for 2; the direction explores from the start; from epoch 2 every branch explores
+    (epsilon 1: every value)."""
+    agent = make_agent(explore={"epsilon": 1.0}, curriculum={"magnitude": 1, "order_type": 2, "urgency": 2})
+    expect_held = {0: (False, True, True, True), 1: (False, False, True, True), 2: (False,) * 4}
+    for epoch, held in expect_held.items():
+        agent.start_epoch(epoch)
+        for mode in (Mode.EXPLORE, Mode.GREEDY):
+            actions = agent.policy(states(512, seed=epoch), mode).actions
+            for i, name in enumerate(BRANCHES):
+                n = int(getattr(BranchConfig(), name))
+                values = set(actions[:, i].tolist())
+                if held[i]:
+                    assert values == {n - 1 if name == "magnitude" else 0}, (epoch, name, mode)
+                elif mode is Mode.EXPLORE:
+                    assert values == set(range(n)), (epoch, name)
+
+
+def test_curriculum_off_leaves_the_draws_alone() -> None:
+    """The curriculum off (the default) and one released from epoch 0 act alike, draw for draw."""
+    a = make_agent(explore={"epsilon": 0.5}, seed=4)
+    b = make_agent(explore={"epsilon": 0.5}, seed=4, curriculum={"magnitude": 1})
+    a.start_epoch(1)
+    b.start_epoch(1)
+    s = states(256)
+    assert torch.equal(a.policy(s, Mode.EXPLORE).actions, b.policy(s, Mode.EXPLORE).actions)
 
 
 @pytest.mark.parametrize("branches", BRANCH_SETS)

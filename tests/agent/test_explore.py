@@ -163,3 +163,46 @@ def test_thompson_bandit_discovers_long_and_argmax_never_does(one_thread: None) 
     assert (chosen == 0).all()  # argmax never tries Long ...
     assert (first > iterations).all()  # ... so it never learns that Long is better
     assert (final == 0).all()
+
+
+# --- per-branch ε (agent.explore.branch_epsilon) --------------------------------------------------------
+
+
+def test_branch_epsilon_draws_each_branch_at_its_own_rate() -> None:
+    """A branch's own ε replaces the common one in its exploration table; unset branches keep it."""
+    from foxhunt.agent.config import ExploreConfig
+    from foxhunt.agent.explore import Context, Draw, exploration
+    from foxhunt.domain.actions import BRANCHES
+
+    cfg = ExploreConfig(epsilon=0.1, branch_epsilon={"magnitude": 0.0, "order_type": 0.6, "urgency": 1.0})
+    assert [cfg.epsilon_of(b) for b in BRANCHES] == [0.1, 0.0, 0.6, 1.0]
+    b, n = 20_000, 3
+    g = torch.Generator().manual_seed(3)
+    ctx = Context(
+        counts=torch.zeros(n),
+        q_abs=torch.tensor(1.0),
+        temperature_boost=1.0,
+        generator=g,
+        probs=lambda: None,
+        z=torch.zeros(3),
+        quantiles=lambda: None,
+        taus=torch.tensor([0.5]),
+    )
+    q = torch.zeros(b, n)
+    q[:, 0] = 1.0  # greedy: value 0
+    for branch in BRANCHES:
+        draw = Draw(q, None)
+        for step in exploration(cfg, branch):
+            draw = step(draw, ctx)
+        moved = (draw.chosen() != 0).float().mean().item()
+        assert moved == pytest.approx(cfg.epsilon_of(branch) * (n - 1) / n, abs=0.015), branch
+
+
+def test_branch_epsilon_unset_is_the_common_epsilon() -> None:
+    from foxhunt.agent.config import ExploreConfig
+    from foxhunt.domain.actions import BRANCHES
+
+    cfg = ExploreConfig(epsilon=0.25)
+    assert all(cfg.epsilon_of(b) == 0.25 for b in BRANCHES)
+    with pytest.raises(ValueError):
+        ExploreConfig(branch_epsilon={"order_type": 1.5})

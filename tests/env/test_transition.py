@@ -273,3 +273,39 @@ def test_update_risk_pushes_the_return_and_the_regime() -> None:
     assert risk.returns_ring[:, 0].tolist() == [1e-3, -1e-3] and risk.returns_count.tolist() == [1, 1]
     assert risk.regime_prev.tolist() == [-9.0, -8.0] and risk.regime_steps.tolist() == [1, 1]
     assert risk.cvar.tolist() == [1.0, 1.0]  # fewer returns than cvar_min_obs: factor 1
+
+
+@pytest.mark.parametrize("one_magnitude", [True, False], ids=["one-magnitude", "three-magnitudes"])
+def test_kelly_acts_once_with_one_magnitude_too(one_magnitude: bool) -> None:
+    """A losing record of 20 trades (f* < 0: the Kelly floor 0.25) entering Long, max position 8:
+    with magnitudes (0.25, 0.5, 1.0) Kelly caps Full at Quarter (2 contracts, the max position
+    untouched); with the one magnitude (1.0) there is nothing smaller to cap at, so Kelly scales the
+    effective max position instead: 8 x 0.25 = 2 contracts, where it once left all 8."""
+    from foxhunt.domain.actions import BranchConfig
+    from foxhunt.env.config import ContractConfig
+
+    branches = BranchConfig(magnitude=1, magnitude_fractions=(1.0,)) if one_magnitude else BranchConfig()
+    env, p = _env(1)
+    cfg = env.cfg.model_copy(
+        update={"branches": branches, "contract": ContractConfig(max_position=8, initial_capital=100_000.0)}
+    )
+    env = TradingEnv(env.market, cfg)
+    env.reset(torch.zeros(1, dtype=i64))
+    p = _with(
+        env._state(),
+        account={
+            "n_trades": ti(20),
+            "n_wins": ti(5),
+            "n_losses": ti(15),
+            "sum_win": t(500.0),
+            "sum_loss": t(-1500.0),
+        },
+    )
+    full = branches.magnitude - 1
+    actions = ti(L, full, MKT, NORMAL).reshape(1, 4)
+    one = t(1)
+    d = decide(p, actions, tb(True), one, one, t(0), env.codec, env.cfg)
+    assert d.delta.tolist() == [2.0]
+    assert d.magnitude.tolist() == [0]  # the one magnitude, or Full capped at Quarter
+    off = env.cfg.model_copy(update={"sizing": env.cfg.sizing.model_copy(update={"kelly_weight": 0.0})})
+    assert decide(p, actions, tb(True), one, one, t(0), env.codec, off).delta.tolist() == [8.0]

@@ -131,6 +131,10 @@ class Actor:
         # 0 on Hold and Flat: subtracted from the direction's E[Q] before any choice.
         self.entry_penalty = torch.zeros(self.sizes[_DIRECTION], device=device)
         self.entry_penalty[[Direction.SHORT, Direction.LONG]] = cfg.act.entry_margin
+        # agent.curriculum: which branches are held (set per epoch by hold, in place, so a captured
+        # graph reads the current mask) and the default choice they are held at.
+        self.held = torch.zeros(len(self.sizes), dtype=torch.bool, device=device)
+        self.held_at = torch.tensor([0, self.sizes[_MAGNITUDE] - 1, 0, 0], device=device)
 
     @torch.no_grad()
     def __call__(self, states: Tensor, mode: Mode) -> PolicyOut:
@@ -146,7 +150,14 @@ class Actor:
             actions = [ex.greedy(q) for q in acting]
         else:
             actions = [self._explore(i, q, out, z) for i, q in enumerate(acting)]
-        return self.decision(out, qs, torch.stack(actions, dim=1))
+        acts = torch.stack(actions, dim=1)
+        if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
+            acts = torch.where(self.held, self.held_at, acts)
+        return self.decision(out, qs, acts)
+
+    def hold(self, epoch: int) -> None:
+        """The curriculum's mask at fold epoch ``epoch`` (``agent.curriculum``; in place)."""
+        self.held.copy_(torch.tensor(self.cfg.curriculum.held(epoch), device=self.held.device))
 
     def _explore(self, i: int, q: Tensor, out: NetOut, z: Tensor) -> Tensor:
         """Branch ``i``'s exploring choice: its table of exploration steps (:mod:`foxhunt.agent.explore`)

@@ -193,7 +193,9 @@ class Agent:
     # --- training controls ------------------------------------------------------------------
 
     def start_epoch(self, epoch: int) -> float:
-        """Start epoch ``epoch`` of the learning-rate schedule; returns its learning rate."""
+        """Start epoch ``epoch`` of the learning-rate schedule and of the branch curriculum
+        (``agent.curriculum``); returns its learning rate."""
+        self.policy.hold(epoch)
         return self.learner.set_epoch(epoch)
 
     def adjust(self, *, lr: float = 1.0, temperature: float = 1.0) -> None:

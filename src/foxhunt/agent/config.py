@@ -193,8 +193,28 @@ class ReplayConfig(Frozen):
     )
 
 
+class BranchEpsilonConfig(Frozen):
+    """Epsilon-greedy probability of each branch; a branch left unset (None) takes
+    ``agent.explore.epsilon``. A branch of one value has nothing to explore whatever its epsilon."""
+
+    direction: float | None = Field(None, ge=0, le=1, description="Direction epsilon (None = epsilon).")
+    magnitude: float | None = Field(None, ge=0, le=1, description="Magnitude epsilon (None = epsilon).")
+    order_type: float | None = Field(None, ge=0, le=1, description="Order-type epsilon (None = epsilon).")
+    urgency: float | None = Field(None, ge=0, le=1, description="Urgency epsilon (None = epsilon).")
+
+
 class ExploreConfig(Frozen):
-    epsilon: float = Field(0.1, ge=0, le=1, description="Per-branch epsilon-greedy probability (0 = off).")
+    epsilon: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Epsilon-greedy probability of every branch that branch_epsilon leaves unset (0 = off).",
+    )
+    branch_epsilon: BranchEpsilonConfig = Field(
+        default_factory=BranchEpsilonConfig,
+        description="Per-branch epsilon, e.g. [agent.explore.branch_epsilon] order_type = 0.3; unset "
+        "branches take epsilon.",
+    )
     temperature: float = Field(
         0.0, ge=0, description="Boltzmann temperature over E[Q] / |Q| reference (0 = off)."
     )
@@ -210,6 +230,11 @@ class ExploreConfig(Frozen):
         "half the choices (0.5) the smoke profile captured 30.9% of the planted edge over seeds 101-108 "
         "(7 of 8 beat flat), off 47% (8 of 8), docs/results/2026-12-02-entry-margin-trade-flow.md.",
     )
+
+    def epsilon_of(self, branch: str) -> float:
+        """The epsilon-greedy probability of ``branch`` (a name of ``BRANCHES``)."""
+        own = getattr(self.branch_epsilon, branch)
+        return self.epsilon if own is None else float(own)
 
 
 class ActConfig(Frozen):
@@ -283,6 +308,35 @@ class PPOConfig(Frozen):
     )
 
 
+class CurriculumConfig(Frozen):
+    """A curriculum over the action branches (off by default: every field 0). Each execution branch is
+    held at its default choice (magnitude: the largest fraction; order type: Market; urgency: Normal)
+    for its first ``N`` epochs of every fold, exploring and greedy, then released: the direction is
+    learned first, then the branches in the order their epochs give. Held, a branch's choice never
+    varies, so its replayed transitions all carry the default (``foxhunt.agent.actor``)."""
+
+    magnitude: int = Field(
+        0,
+        ge=0,
+        le=100_000,
+        description="Epochs of a fold the magnitude is held at its largest fraction (0 = never).",
+    )
+    order_type: int = Field(
+        0, ge=0, le=100_000, description="Epochs of a fold the order type is held at Market (0 = never)."
+    )
+    urgency: int = Field(
+        0, ge=0, le=100_000, description="Epochs of a fold the urgency is held at Normal (0 = never)."
+    )
+
+    def held(self, epoch: int) -> tuple[bool, bool, bool, bool]:
+        """Per branch (``BRANCHES`` order; the direction never) whether it is held at fold epoch ``epoch``."""
+        return (False, epoch < self.magnitude, epoch < self.order_type, epoch < self.urgency)
+
+    @property
+    def on(self) -> bool:
+        return max(self.magnitude, self.order_type, self.urgency) > 0
+
+
 class AgentConfig(Frozen):
     algo: Algo = Field(
         Algo.DQN,
@@ -296,3 +350,4 @@ class AgentConfig(Frozen):
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
     act: ActConfig = Field(default_factory=ActConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)

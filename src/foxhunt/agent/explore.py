@@ -223,10 +223,12 @@ METHODS: tuple[Method, ...] = (
 
 def exploration(cfg: ExploreConfig, branch: str) -> tuple[Step, ...]:
     """The steps of :data:`METHODS` that act on ``branch`` under ``cfg`` (their coefficient above 0, or
-    ``always``), in table order, each bound to its coefficient."""
+    ``always``), in table order, each bound to its coefficient (epsilon: the branch's own,
+    :meth:`ExploreConfig.epsilon_of`)."""
     steps = []
     for m in METHODS:
-        coef = float(getattr(cfg, m.coefficient))
+        # epsilon: the branch's own (agent.explore.branch_epsilon), else the common one
+        coef = cfg.epsilon_of(branch) if m.coefficient == "epsilon" else float(getattr(cfg, m.coefficient))
         if (m.always or coef > 0) and (m.branches is None or branch in m.branches):
             steps.append(partial(m.step, coef=coef, cfg=cfg))
     return tuple(steps)

@@ -119,8 +119,9 @@ def decide(
 ) -> Decision:
     """Plan lock, Kelly cap and the target exposure ``sign x fraction x effective max position``.
 
-    ``actions`` ``[N, 4]`` int64 branch indices. Kelly enters once, through the magnitude cap; the
-    effective max position takes the CVaR factor the previous step left (docs/design.md §5).
+    ``actions`` ``[N, 4]`` int64 branch indices. Kelly enters once: through the magnitude cap, or with
+    one magnitude (nothing smaller to cap at) as a factor of the effective max position; that takes
+    the CVaR factor the previous step left (docs/design.md §5).
     """
     a = p.account
     direction, magnitude, order, urgency = actions.unbind(dim=1)  # the codec's branches
@@ -138,9 +139,13 @@ def decide(
         float(cfg.contract.max_position),
         cfg.sizing,
     )
-    magnitude = torch.minimum(magnitude, kelly_cap_by_magnitude(kelly, cfg.branches.magnitude_fractions))
+    fractions = cfg.branches.magnitude_fractions
+    if len(fractions) > 1:  # Kelly caps the magnitude (the factor then stays out of the max position)
+        magnitude = torch.minimum(magnitude, kelly_cap_by_magnitude(kelly, fractions))
+    # One magnitude: no smaller one to cap at, so Kelly scales the effective max position instead.
+    kelly_factor = kelly if len(fractions) == 1 else 1.0
     eff_max = effective_max_position(
-        cfg.contract.max_position, p.risk.cvar, conv, 1.0, variance_scale(q_variance, conv)
+        cfg.contract.max_position, p.risk.cvar, conv, kelly_factor, variance_scale(q_variance, conv)
     )
     frac = codec.target_exposure(realised, magnitude, a.position / torch.clamp(eff_max, min=1e-9))
     target = torch.where(realised == _HOLD, a.position, torch.round(frac * eff_max))
