@@ -1,0 +1,288 @@
+"""The environment step as one fused Triton kernel (issue 57): :func:`fused_advance`.
+
+:func:`foxhunt.env.graph.advance` composes the transition from a few hundred PyTorch operators
+(26 kernels compiled by Inductor, about 65 us of launches at 16 k envs); :func:`fused_advance` is the
+same step, with the same signature and the same effect on the state's tensors, as **one kernel
+launch**: each program lane runs one episode's whole transition (decide with the plan lock, Kelly
+cap and effective max position; the market order; the limit order placed, its queue; the mark; the
+resting order's queue-aware fill, age and expiry; the plan's opening and its barriers, trailing
+stop included; the capital floor and the window's end; the exit; the trade ledger's three fill
+stages; settle; the reward and its shaping terms; the returns ring and the CVaR factor) and, with
+``observe``, writes the next observation. Everything the step reads is loaded once and everything it
+writes is stored once: the state in place (its tensors are the graph's static buffers, as for
+:func:`~foxhunt.env.graph.advance`), the :class:`~foxhunt.env.core.StepResult` into fresh tensors.
+
+The eager path stays the reference and the CPU path: the kernel (:mod:`foxhunt.env.fused_kernel`)
+spells each eager expression out per episode in the eager operand order. The CVaR tail is kept in
+the kernel's definition by one pass over the episode's ring row that keeps the ``k_max`` smallest
+(replace the largest kept), then adds the first ``k`` in ascending order: the eager path's multiset
+(:func:`foxhunt.env.sizing.cvar_scale`), with no row sort and no ``k_max`` row reductions.
+
+Equality with the eager step (tests/env/test_fused.py, over random markets and actions, float64
+and float32, ledger on and off, stressed costs, several branch sizes; under Triton's interpreter on
+the CPU and as the ``gpu`` test on the device): every state field, result field and trade equal
+exactly, except where the eager path itself is not one rounding:
+
+* the CVaR tail sum (``risk.cvar``) and the reward (the sum of its five components): eager PyTorch
+  adds a row in an order of its own (on an AVX2 CPU ``((c0 + c4) + c1 + c2) + c3`` for five, on
+  CUDA another), the kernel adds in order; they agree within a few ulps (1e-12 relative in
+  float64). With the shaping terms off the reward's other four components are 0 and it is exact.
+* the drawdown-recovery shaping term: ``tanh`` from ``exp`` in the kernel (PyTorch's ``tanh`` is
+  its own libm's); 1e-12 relative in float64 (1e-6 in float32), only with that bonus on.
+
+``time_since_trade``'s ``log1p`` in the observation comes from a table of ``torch.log1p`` (built
+once per env on its device, up to where the slot's clamp binds), so it is the eager value.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.state import Portfolio
+from foxhunt.env.trades import ClosedTrades, lean_record
+from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_SPEC
+
+BLOCK = 128
+"""Episodes per program (one per lane)."""
+
+_ENV_SLOT = -1000  # colmap: a column the kernel writes from the state (portfolio, plan)
+
+
+def available() -> bool:
+    """Whether Triton can be imported (PyTorch's CUDA builds ship it; the CPU install does not)."""
+    return importlib.util.find_spec("triton") is not None
+
+
+@dataclass
+class _Tables:
+    """What the kernel reads besides the state, built once per (env, market)."""
+
+    market: object
+    consts: Tensor  # [C] the config's float constants in the state dtype (fused_kernel's C_* order)
+    colmap: Tensor  # [OBS_W] int32: feature column, -2 - aux column, -1 zero, _ENV_SLOT state slot
+    log1p: Tensor  # [T] torch.log1p(0 .. T - 1) in the state dtype
+    ones: Tensor  # [N]-broadcast neutral sizing inputs (built per N)
+    zeros: Tensor
+    dummy: Tensor  # stands in for an absent market column
+    k_max: int
+    plan0: int
+    port0: int
+
+
+def constants(env: TradingEnv) -> list[float]:
+    """The kernel's float constants (fused_kernel ``C_*`` order) as Python floats, each the Python
+    value the eager step multiplies, adds or compares a tensor with."""
+    cfg, ins = env.cfg, env.market.instrument
+    c, s, r, p = cfg.costs, cfg.sizing, cfg.rewards, cfg.plan
+    finfo = torch.finfo(env.dtype)
+    out = [
+        s.conviction_min,
+        s.conviction_max,
+        finfo.tiny,
+        s.kelly_fraction,
+        float(cfg.contract.max_position),
+        s.kelly_floor,
+        s.kelly_weight,
+        1.0 + 1e-6,
+        1e-9,
+        c.slippage_ticks_per_contract,
+        c.immediate_slippage_ticks,
+        ins.tick_size,
+        c.commission_per_contract + c.exchange_fee_per_contract,
+        ins.point_value,
+        8.0 * finfo.eps,
+        p.barrier.profit_mult,
+        p.barrier.stop_mult,
+        p.trailing_mult,
+        cfg.contract.capital_floor * cfg.contract.initial_capital,
+        float(cfg.contract.initial_capital) * r.pnl_scale,
+        r.regime_ema_alpha,
+        r.regime_threshold_mult,
+        r.entry_bonus,
+        r.exit_timing_bonus,
+        r.drawdown_recovery_bonus,
+        -r.regime_shift_penalty,
+        r.regime_shift_penalty,
+        1.0 - s.cvar_confidence,
+        1e-3,
+        s.cvar_budget,
+        s.cvar_floor,
+        s.cvar_weight,
+        float(s.cvar_min_obs),
+        p.min_vol,
+        float(p.barrier.horizon),
+        float("nan"),
+        float("inf"),
+    ]
+    for group in STATE_SPEC.env_groups:  # portfolio then plan: 15 slots x (times, per, clamp)
+        for slot in group.slots:
+            out += [slot.scale.times, slot.scale.per * env.units[slot.scale.unit], slot.clamp]
+    out += [float(f) for f in cfg.branches.magnitude_fractions]
+    return out
+
+
+def _tables(env: TradingEnv, n: int) -> _Tables:
+    cached: _Tables | None = getattr(env, "_fused_tables", None)
+    if cached is not None and cached.market is env.market and cached.ones.shape[0] == n:
+        return cached
+    from foxhunt.env import fused_kernel as fk
+
+    if [g.name for g in STATE_SPEC.env_groups] != ["portfolio", "plan"] or len(
+        [s for g in STATE_SPEC.env_groups for s in g.slots]
+    ) != 15:
+        raise ValueError("the fused step's observation assumes the portfolio (8) and plan (7) slots")
+    dev, dt = env.device, env.dtype
+    vals = constants(env)
+    if len(vals) != fk.N_CONSTANTS_BEFORE_FRACTIONS + len(env.cfg.branches.magnitude_fractions):
+        raise AssertionError("fused step constants out of step with fused_kernel's C_* indices")
+    consts = torch.tensor(vals, dtype=dt, device=dev)
+    colmap = torch.full((STATE_LAYOUT.width,), -1, dtype=torch.int32)
+    col = 0
+    for name in STATE_FEATURE_GROUPS:
+        g = STATE_LAYOUT.group(name)
+        colmap[g.slice] = torch.arange(col, col + g.width, dtype=torch.int32)
+        col += g.width
+    aux = STATE_LAYOUT.group("aux")
+    colmap[aux.slice] = -2 - torch.arange(aux.width, dtype=torch.int32)
+    for spec in STATE_SPEC.env_groups:
+        colmap[STATE_LAYOUT.group(spec.name).slice] = _ENV_SLOT
+    # log1p(time_since_trade) up to where the slot's clamp binds
+    since = STATE_SPEC.env_groups[0].slots[7]
+    bound = since.clamp * since.scale.per * env.units[since.scale.unit] / since.scale.times
+    table = torch.log1p(torch.arange(int(math.exp(bound)) + 2, dtype=dt, device=dev))
+    s = env.cfg.sizing
+    k_max = max(1, math.ceil((1.0 - s.cvar_confidence) * s.cvar_window - 1e-3))
+    tables = _Tables(
+        market=env.market,
+        consts=consts,
+        colmap=colmap.to(dev),
+        log1p=table,
+        ones=torch.ones(n, dtype=dt, device=dev),
+        zeros=torch.zeros(n, dtype=dt, device=dev),
+        dummy=torch.zeros(1, dtype=dt, device=dev),
+        k_max=k_max,
+        plan0=STATE_LAYOUT.group("plan").slice.start,
+        port0=STATE_LAYOUT.group("portfolio").slice.start,
+    )
+    env._fused_tables = tables  # type: ignore[attr-defined]
+    return tables
+
+
+def fused_advance(
+    env: TradingEnv,
+    state: Portfolio,
+    actions: Tensor,
+    observe: bool,
+    direction_conviction: Tensor | None = None,
+    magnitude_conviction: Tensor | None = None,
+    q_variance: Tensor | None = None,
+    ledger: bool = True,
+) -> tuple[StepResult, Tensor]:
+    """:func:`foxhunt.env.graph.advance` as one kernel launch: the transition written into
+    ``state``'s tensors in place, ``(result, obs)`` (module docstring). ``state`` must be
+    ``env.state`` with every tensor in its own storage (:func:`~foxhunt.env.graph.own_storage`)."""
+    from foxhunt.env import fused_kernel as fk
+
+    n = state.row.shape[0]
+    t = _tables(env, n)
+    mk, dev, dt = env.market, env.device, env.dtype
+    q = env.quotes
+    f = torch.empty(n, dtype=dt, device=dev)
+    res = {k: torch.empty(n, dtype=dt, device=dev) for k in ("gross", "costs", "net", "reward")}
+    written = torch.empty(n, dtype=torch.bool, device=dev)
+    picked = torch.empty(n, 4, dtype=torch.int64, device=dev)
+    r_dir = torch.empty(n, dtype=torch.int64, device=dev)
+    r_mag = torch.empty(n, dtype=torch.int64, device=dev)
+    r_reason = torch.empty(n, dtype=torch.int64, device=dev)
+    comp = torch.empty(n, 5, dtype=dt, device=dev)
+    stages = (n, 3)
+    x_closed = torch.empty(stages, dtype=torch.bool, device=dev)
+    x_pnl = torch.empty(stages, dtype=dt, device=dev)
+    x_size = torch.empty(stages, dtype=dt, device=dev)
+    if ledger:
+        x_f = [torch.empty(stages, dtype=dt, device=dev) for _ in range(5)]  # gross costs side entry exit
+        x_i = [torch.empty(stages, dtype=torch.int64, device=dev) for _ in range(4)]  # rows, mag, reason
+        x_fill = [torch.empty(stages, dtype=dt, device=dev) for _ in range(3)]
+    else:
+        x_f = [t.dummy] * 5
+        x_i = [t.dummy] * 4
+        x_fill = [t.dummy] * 3
+    width = STATE_LAYOUT.width
+    obs = (
+        torch.empty(n, width, dtype=torch.float32, device=dev)
+        if observe
+        else torch.empty(0, dtype=torch.float32, device=dev)
+    )
+    assert env.aux is not None
+    sizes = mk.bid_size is not None and mk.ask_size is not None
+    d_conv = t.ones if direction_conviction is None else direction_conviction.contiguous()
+    m_conv = t.ones if magnitude_conviction is None else magnitude_conviction.contiguous()
+    q_var = t.zeros if q_variance is None else q_variance.contiguous()
+    cfg = env.cfg
+    bars = cfg.costs.patience_bars
+    ring = state.risk.returns_ring
+    grid = (triton_cdiv(n, BLOCK),)
+    fk.step_kernel[grid](
+        actions.contiguous(), d_conv, m_conv, q_var, t.consts,
+        mk.mid, mk.high, mk.low, q.bid, q.ask, q.known,
+        mk.volume if mk.volume is not None else t.dummy,
+        mk.bid_size if sizes else t.dummy, mk.ask_size if sizes else t.dummy,
+        env.vol, env.regime, mk.features, env.aux, t.colmap, t.log1p,
+        *state.tensors(),
+        res["gross"], res["costs"], res["net"], res["reward"], written, picked, r_dir, r_mag, r_reason,
+        comp,
+        x_closed, x_pnl, x_f[0], x_f[1], x_f[2], x_size, x_f[3], x_f[4], x_i[0], x_i[1], x_i[2], x_i[3],
+        x_fill[0], x_fill[1], x_fill[2],
+        obs if observe else f,
+        n, mk.rows, t.log1p.shape[0] - 1,
+        W=ring.shape[1], K=t.k_max, KP=triton_next_pow2(t.k_max), M=len(cfg.branches.magnitude_fractions),
+        F=mk.features.shape[1], A=env.aux.shape[1], OBS_W=width, OBS_WP=triton_next_pow2(width),
+        PORT0=t.port0, PLAN0=t.plan0,
+        PATIENCE0=bars[0], PATIENCE1=bars[1], PATIENCE2=bars[2],
+        HORIZON=cfg.plan.barrier.horizon, KELLY_MIN=cfg.sizing.kelly_min_trades,
+        TRAILING=cfg.plan.trailing_mult > 0,
+        HAS_VOLUME=mk.volume is not None, HAS_SIZES=sizes, LEDGER=ledger, OBSERVE=observe,
+        F64=dt == torch.float64, BLOCK=BLOCK,
+        enable_fp_fusion=False,
+    )  # fmt: skip
+    if ledger:
+        trades = ClosedTrades(
+            closed=x_closed, pnl=x_pnl, gross=x_f[0], costs=x_f[1], side=x_f[2], size=x_size,
+            entry_price=x_f[3], exit_price=x_f[4], entry_row=x_i[0], exit_row=x_i[1],
+            magnitude=x_i[2], reason=x_i[3],
+        )  # fmt: skip
+        fills, fill_price, fill_costs = x_fill
+    else:
+        trades = lean_record(x_closed, x_pnl, x_size)
+        fills = fill_price = fill_costs = x_pnl.new_empty(0)
+    result = StepResult(
+        gross=res["gross"],
+        costs=res["costs"],
+        net=res["net"],
+        reward=res["reward"],
+        written=written,
+        picked=picked,
+        realised_direction=r_dir,
+        realised_magnitude=r_mag,
+        trades=trades,
+        fills=fills,
+        fill_price=fill_price,
+        fill_costs=fill_costs,
+        exit_reason=r_reason,
+        components=comp,
+    )
+    return result, obs
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def triton_next_pow2(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
