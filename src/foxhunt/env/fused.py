@@ -259,8 +259,8 @@ def fused_advance(
         )  # fmt: skip
         fills, fill_price, fill_costs = x_fill
     else:
-        trades = lean_record(x_closed, x_pnl, x_size)
-        fills = fill_price = fill_costs = x_pnl.new_empty(0)
+        fills = fill_price = fill_costs = x_pnl.new_empty(0)  # StepResult.lean: no size either
+        trades = lean_record(x_closed, x_pnl, fills)
     result = StepResult(
         gross=res["gross"],
         costs=res["costs"],
