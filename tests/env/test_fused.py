@@ -274,3 +274,47 @@ def test_fused_step_at_the_default_config_on_the_device(fused: object) -> None:
         fused, cfg, torch.float64, ledger=True, sizes=True, unknown=0.1, device="cuda", envs=8192, steps=150
     )
     assert seen["trades"] > 0 and seen["done"] > 0, seen
+
+
+_POINTER = {
+    torch.float64: "*fp64",
+    torch.float32: "*fp32",
+    torch.int64: "*i64",
+    torch.bool: "*i1",
+    torch.int32: "*i32",
+}
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize(("dtype", "ledger"), [(torch.float64, True), (torch.float32, False)])
+def test_fused_kernel_compiles_for_the_h100_without_a_device(dtype: torch.dtype, ledger: bool) -> None:
+    """Triton's compiler (stricter than its interpreter: globals, types, layouts) builds the kernel
+    for an H100 (sm_90) on any host, about a minute each: a kernel that runs under the interpreter
+    also compiles, its divisions and square roots the correctly rounded ones."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from foxhunt.env import fused_kernel as fk
+    from foxhunt.env.fused import kernel_arguments
+
+    mk = random_market(64, 0, dtype, sizes=True, unknown=0.1)
+    env = TradingEnv(mk, EnvConfig(episode_rows=32))
+    env.reset(torch.arange(8))
+    own_storage(env)
+    actions = torch.zeros(8, 4, dtype=torch.int64)
+    args, meta, _ = kernel_arguments(env, env.state, actions, True, None, None, None, ledger)
+    positional = [a for a in fk.step_kernel.arg_names if a not in meta]
+    signature = {
+        name: _POINTER[a.dtype] if isinstance(a, torch.Tensor) else "i32"
+        for name, a in zip(positional, args, strict=True)
+    } | dict.fromkeys(meta, "constexpr")
+    kernel = triton_compile(
+        ASTSource(fk.step_kernel, signature, meta),
+        target=GPUTarget("cuda", 90, 32),
+        options={"enable_fp_fusion": False},
+    )
+    ptx = kernel.asm["ptx"]
+    assert ".entry step_kernel" in ptx
+    assert "div.full" not in ptx and "sqrt.approx" not in ptx  # correctly rounded / and sqrt

@@ -189,95 +189,138 @@ def fused_advance(
     ``env.state`` with every tensor in its own storage (:func:`~foxhunt.env.graph.own_storage`)."""
     from foxhunt.env import fused_kernel as fk
 
+    args, meta, out = kernel_arguments(
+        env, state, actions, observe, direction_conviction, magnitude_conviction, q_variance, ledger
+    )
+    grid = (triton_cdiv(state.row.shape[0], BLOCK),)
+    fk.step_kernel[grid](*args, **meta, enable_fp_fusion=False)
+    return out.result(ledger), out.obs
+
+
+@dataclass
+class _Outputs:
+    """The tensors the kernel writes the step's result and observation into."""
+
+    money: dict[str, Tensor]  # gross, costs, net, reward
+    ints: dict[str, Tensor]  # picked, realised_direction, realised_magnitude, exit_reason
+    written: Tensor
+    components: Tensor
+    closed: Tensor
+    pnl: Tensor
+    size: Tensor
+    detail_f: list[Tensor]  # gross, costs, side, entry_price, exit_price [N, STAGES]
+    detail_i: list[Tensor]  # entry_row, exit_row, magnitude, reason
+    fills: list[Tensor]  # fills, fill_price, fill_costs
+    obs: Tensor
+
+    def result(self, ledger: bool) -> StepResult:
+        if ledger:
+            f, i = self.detail_f, self.detail_i
+            trades = ClosedTrades(
+                closed=self.closed, pnl=self.pnl, gross=f[0], costs=f[1], side=f[2], size=self.size,
+                entry_price=f[3], exit_price=f[4], entry_row=i[0], exit_row=i[1], magnitude=i[2],
+                reason=i[3],
+            )  # fmt: skip
+            fills, fill_price, fill_costs = self.fills
+        else:
+            fills = fill_price = fill_costs = self.pnl.new_empty(0)  # StepResult.lean: no size either
+            trades = lean_record(self.closed, self.pnl, fills)
+        return StepResult(
+            **self.money,
+            written=self.written,
+            picked=self.ints["picked"],
+            realised_direction=self.ints["realised_direction"],
+            realised_magnitude=self.ints["realised_magnitude"],
+            trades=trades,
+            fills=fills,
+            fill_price=fill_price,
+            fill_costs=fill_costs,
+            exit_reason=self.ints["exit_reason"],
+            components=self.components,
+        )
+
+
+def kernel_arguments(
+    env: TradingEnv,
+    state: Portfolio,
+    actions: Tensor,
+    observe: bool,
+    direction_conviction: Tensor | None,
+    magnitude_conviction: Tensor | None,
+    q_variance: Tensor | None,
+    ledger: bool,
+) -> tuple[list[object], dict[str, object], _Outputs]:
+    """``(positional arguments, constexpr arguments, outputs)`` of one launch of the step kernel."""
     n = state.row.shape[0]
     t = _tables(env, n)
     mk, dev, dt = env.market, env.device, env.dtype
     q = env.quotes
-    f = torch.empty(n, dtype=dt, device=dev)
-    res = {k: torch.empty(n, dtype=dt, device=dev) for k in ("gross", "costs", "net", "reward")}
-    written = torch.empty(n, dtype=torch.bool, device=dev)
-    picked = torch.empty(n, 4, dtype=torch.int64, device=dev)
-    r_dir = torch.empty(n, dtype=torch.int64, device=dev)
-    r_mag = torch.empty(n, dtype=torch.int64, device=dev)
-    r_reason = torch.empty(n, dtype=torch.int64, device=dev)
-    comp = torch.empty(n, 5, dtype=dt, device=dev)
-    stages = (n, 3)
-    x_closed = torch.empty(stages, dtype=torch.bool, device=dev)
-    x_pnl = torch.empty(stages, dtype=dt, device=dev)
-    x_size = torch.empty(stages, dtype=dt, device=dev)
-    if ledger:
-        x_f = [torch.empty(stages, dtype=dt, device=dev) for _ in range(5)]  # gross costs side entry exit
-        x_i = [torch.empty(stages, dtype=torch.int64, device=dev) for _ in range(4)]  # rows, mag, reason
-        x_fill = [torch.empty(stages, dtype=dt, device=dev) for _ in range(3)]
-    else:
-        x_f = [t.dummy] * 5
-        x_i = [t.dummy] * 4
-        x_fill = [t.dummy] * 3
+
+    def empty(*shape: int, dtype: torch.dtype = dt) -> Tensor:
+        return torch.empty(shape, dtype=dtype, device=dev)
+
+    i64, stages = torch.int64, 3
     width = STATE_LAYOUT.width
-    obs = (
-        torch.empty(n, width, dtype=torch.float32, device=dev)
-        if observe
-        else torch.empty(0, dtype=torch.float32, device=dev)
+    out = _Outputs(
+        money={k: empty(n) for k in ("gross", "costs", "net", "reward")},
+        ints={"picked": empty(n, 4, dtype=i64)}
+        | {k: empty(n, dtype=i64) for k in ("realised_direction", "realised_magnitude", "exit_reason")},
+        written=empty(n, dtype=torch.bool),
+        components=empty(n, 5),
+        closed=empty(n, stages, dtype=torch.bool),
+        pnl=empty(n, stages),
+        size=empty(n, stages),
+        detail_f=[empty(n, stages) for _ in range(5)] if ledger else [t.dummy] * 5,
+        detail_i=[empty(n, stages, dtype=i64) for _ in range(4)] if ledger else [t.dummy] * 4,
+        fills=[empty(n, stages) for _ in range(3)] if ledger else [t.dummy] * 3,
+        obs=empty(n, width, dtype=torch.float32) if observe else empty(0, dtype=torch.float32),
     )
     assert env.aux is not None
     sizes = mk.bid_size is not None and mk.ask_size is not None
-    d_conv = t.ones if direction_conviction is None else direction_conviction.contiguous()
-    m_conv = t.ones if magnitude_conviction is None else magnitude_conviction.contiguous()
-    q_var = t.zeros if q_variance is None else q_variance.contiguous()
     cfg = env.cfg
     bars = cfg.costs.patience_bars
-    ring = state.risk.returns_ring
-    grid = (triton_cdiv(n, BLOCK),)
-    fk.step_kernel[grid](
-        actions.contiguous(), d_conv, m_conv, q_var, t.consts,
-        mk.mid, mk.high, mk.low, q.bid, q.ask, q.known,
+    f, i = out.detail_f, out.detail_i
+    args: list[object] = [
+        actions.contiguous(),
+        t.ones if direction_conviction is None else direction_conviction.contiguous(),
+        t.ones if magnitude_conviction is None else magnitude_conviction.contiguous(),
+        t.zeros if q_variance is None else q_variance.contiguous(),
+        t.consts, mk.mid, mk.high, mk.low, q.bid, q.ask, q.known,
         mk.volume if mk.volume is not None else t.dummy,
         mk.bid_size if sizes else t.dummy, mk.ask_size if sizes else t.dummy,
         env.vol, env.regime, mk.features, env.aux, t.colmap, t.log1p,
         *state.tensors(),
-        res["gross"], res["costs"], res["net"], res["reward"], written, picked, r_dir, r_mag, r_reason,
-        comp,
-        x_closed, x_pnl, x_f[0], x_f[1], x_f[2], x_size, x_f[3], x_f[4], x_i[0], x_i[1], x_i[2], x_i[3],
-        x_fill[0], x_fill[1], x_fill[2],
-        obs if observe else f,
+        *out.money.values(), out.written, out.ints["picked"], out.ints["realised_direction"],
+        out.ints["realised_magnitude"], out.ints["exit_reason"], out.components,
+        out.closed, out.pnl, f[0], f[1], f[2], out.size, f[3], f[4], i[0], i[1], i[2], i[3], *out.fills,
+        out.obs if observe else t.dummy,
         n, mk.rows, t.log1p.shape[0] - 1,
-        W=ring.shape[1], K=t.k_max, KP=triton_next_pow2(t.k_max), M=len(cfg.branches.magnitude_fractions),
-        F=mk.features.shape[1], A=env.aux.shape[1], OBS_W=width, OBS_WP=triton_next_pow2(width),
-        PORT0=t.port0, PLAN0=t.plan0,
-        PATIENCE0=bars[0], PATIENCE1=bars[1], PATIENCE2=bars[2],
-        HORIZON=cfg.plan.barrier.horizon, KELLY_MIN=cfg.sizing.kelly_min_trades,
-        TRAILING=cfg.plan.trailing_mult > 0,
-        HAS_VOLUME=mk.volume is not None, HAS_SIZES=sizes, LEDGER=ledger, OBSERVE=observe,
-        F64=dt == torch.float64, BLOCK=BLOCK,
-        enable_fp_fusion=False,
-    )  # fmt: skip
-    if ledger:
-        trades = ClosedTrades(
-            closed=x_closed, pnl=x_pnl, gross=x_f[0], costs=x_f[1], side=x_f[2], size=x_size,
-            entry_price=x_f[3], exit_price=x_f[4], entry_row=x_i[0], exit_row=x_i[1],
-            magnitude=x_i[2], reason=x_i[3],
-        )  # fmt: skip
-        fills, fill_price, fill_costs = x_fill
-    else:
-        fills = fill_price = fill_costs = x_pnl.new_empty(0)  # StepResult.lean: no size either
-        trades = lean_record(x_closed, x_pnl, fills)
-    result = StepResult(
-        gross=res["gross"],
-        costs=res["costs"],
-        net=res["net"],
-        reward=res["reward"],
-        written=written,
-        picked=picked,
-        realised_direction=r_dir,
-        realised_magnitude=r_mag,
-        trades=trades,
-        fills=fills,
-        fill_price=fill_price,
-        fill_costs=fill_costs,
-        exit_reason=r_reason,
-        components=comp,
-    )
-    return result, obs
+    ]  # fmt: skip
+    meta: dict[str, object] = {
+        "W": state.risk.returns_ring.shape[1],
+        "K": t.k_max,
+        "KP": triton_next_pow2(t.k_max),
+        "M": len(cfg.branches.magnitude_fractions),
+        "F": mk.features.shape[1],
+        "A": env.aux.shape[1],
+        "OBS_W": width,
+        "OBS_CHUNK": 16,
+        "PORT0": t.port0,
+        "PLAN0": t.plan0,
+        "PATIENCE0": bars[0],
+        "PATIENCE1": bars[1],
+        "PATIENCE2": bars[2],
+        "HORIZON": cfg.plan.barrier.horizon,
+        "KELLY_MIN": cfg.sizing.kelly_min_trades,
+        "TRAILING": cfg.plan.trailing_mult > 0,
+        "HAS_VOLUME": mk.volume is not None,
+        "HAS_SIZES": sizes,
+        "LEDGER": ledger,
+        "OBSERVE": observe,
+        "F64": dt == torch.float64,
+        "BLOCK": BLOCK,
+    }
+    return args, meta, out
 
 
 def triton_cdiv(a: int, b: int) -> int:

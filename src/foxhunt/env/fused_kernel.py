@@ -21,62 +21,62 @@ import triton
 import triton.language as tl
 
 # Indices into the constants tensor (foxhunt.env.fused.constants builds it in this order).
-C_CONV_MIN: tl.constexpr = 0
-C_CONV_MAX: tl.constexpr = 1
-C_TINY: tl.constexpr = 2
-C_KELLY_FRACTION: tl.constexpr = 3
-C_MAX_POS: tl.constexpr = 4
-C_KELLY_FLOOR: tl.constexpr = 5
-C_KELLY_WEIGHT: tl.constexpr = 6
-C_KELLY_LIMIT: tl.constexpr = 7
-C_EFF_MIN: tl.constexpr = 8
-C_SLIP_PER: tl.constexpr = 9
-C_SLIP_IMM: tl.constexpr = 10
-C_TICK: tl.constexpr = 11
-C_FEE: tl.constexpr = 12
-C_POINT: tl.constexpr = 13
-C_TOL: tl.constexpr = 14
-C_PROFIT_MULT: tl.constexpr = 15
-C_STOP_MULT: tl.constexpr = 16
-C_TRAIL_MULT: tl.constexpr = 17
-C_FLOOR: tl.constexpr = 18
-C_PNL_DIV: tl.constexpr = 19
-C_ALPHA: tl.constexpr = 20
-C_THRESH: tl.constexpr = 21
-C_ENTRY: tl.constexpr = 22
-C_EXIT: tl.constexpr = 23
-C_DRAWDOWN: tl.constexpr = 24
-C_NEG_REGIME: tl.constexpr = 25
-C_REGIME: tl.constexpr = 26
-C_TAIL_SHARE: tl.constexpr = 27
-C_TAIL_ROUND: tl.constexpr = 28
-C_BUDGET: tl.constexpr = 29
-C_CVAR_FLOOR: tl.constexpr = 30
-C_CVAR_WEIGHT: tl.constexpr = 31
-C_CVAR_MIN_OBS: tl.constexpr = 32
-C_MIN_VOL: tl.constexpr = 33
-C_HORIZON: tl.constexpr = 34
-C_NAN: tl.constexpr = 35
-C_INF: tl.constexpr = 36
-C_SLOTS: tl.constexpr = 37  # 15 slots x (times, per, clamp): portfolio then plan
-C_FRACTIONS: tl.constexpr = 82  # the magnitude fractions
+C_CONV_MIN = tl.constexpr(0)
+C_CONV_MAX = tl.constexpr(1)
+C_TINY = tl.constexpr(2)
+C_KELLY_FRACTION = tl.constexpr(3)
+C_MAX_POS = tl.constexpr(4)
+C_KELLY_FLOOR = tl.constexpr(5)
+C_KELLY_WEIGHT = tl.constexpr(6)
+C_KELLY_LIMIT = tl.constexpr(7)
+C_EFF_MIN = tl.constexpr(8)
+C_SLIP_PER = tl.constexpr(9)
+C_SLIP_IMM = tl.constexpr(10)
+C_TICK = tl.constexpr(11)
+C_FEE = tl.constexpr(12)
+C_POINT = tl.constexpr(13)
+C_TOL = tl.constexpr(14)
+C_PROFIT_MULT = tl.constexpr(15)
+C_STOP_MULT = tl.constexpr(16)
+C_TRAIL_MULT = tl.constexpr(17)
+C_FLOOR = tl.constexpr(18)
+C_PNL_DIV = tl.constexpr(19)
+C_ALPHA = tl.constexpr(20)
+C_THRESH = tl.constexpr(21)
+C_ENTRY = tl.constexpr(22)
+C_EXIT = tl.constexpr(23)
+C_DRAWDOWN = tl.constexpr(24)
+C_NEG_REGIME = tl.constexpr(25)
+C_REGIME = tl.constexpr(26)
+C_TAIL_SHARE = tl.constexpr(27)
+C_TAIL_ROUND = tl.constexpr(28)
+C_BUDGET = tl.constexpr(29)
+C_CVAR_FLOOR = tl.constexpr(30)
+C_CVAR_WEIGHT = tl.constexpr(31)
+C_CVAR_MIN_OBS = tl.constexpr(32)
+C_MIN_VOL = tl.constexpr(33)
+C_HORIZON = tl.constexpr(34)
+C_NAN = tl.constexpr(35)
+C_INF = tl.constexpr(36)
+C_SLOTS = tl.constexpr(37)  # 15 slots x (times, per, clamp): portfolio then plan
+C_FRACTIONS = tl.constexpr(82)  # the magnitude fractions
 N_CONSTANTS_BEFORE_FRACTIONS = 82
 
-HOLD: tl.constexpr = 1
-LONG: tl.constexpr = 2
-SHORT: tl.constexpr = 0
-FLAT: tl.constexpr = 3
-MARKET: tl.constexpr = 0
-LIMIT_INSIDE: tl.constexpr = 2
-IMMEDIATE: tl.constexpr = 2
-PATIENT: tl.constexpr = 1
-R_PROFIT: tl.constexpr = 1
-R_STOP: tl.constexpr = 2
-R_TIMEOUT: tl.constexpr = 3
-R_FLOOR: tl.constexpr = 4
-R_WINDOW_END: tl.constexpr = 5
-R_AGENT_CLOSE: tl.constexpr = 6
-R_FLIP: tl.constexpr = 7
+HOLD = tl.constexpr(1)
+LONG = tl.constexpr(2)
+SHORT = tl.constexpr(0)
+FLAT = tl.constexpr(3)
+MARKET = tl.constexpr(0)
+LIMIT_INSIDE = tl.constexpr(2)
+IMMEDIATE = tl.constexpr(2)
+PATIENT = tl.constexpr(1)
+R_PROFIT = tl.constexpr(1)
+R_STOP = tl.constexpr(2)
+R_TIMEOUT = tl.constexpr(3)
+R_FLOOR = tl.constexpr(4)
+R_WINDOW_END = tl.constexpr(5)
+R_AGENT_CLOSE = tl.constexpr(6)
+R_FLIP = tl.constexpr(7)
 
 
 @triton.jit
@@ -310,7 +310,7 @@ def step_kernel(
     obs_ptr,
     N, ROWS, LOG1P_LAST,
     W: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, F: tl.constexpr,
-    A: tl.constexpr, OBS_W: tl.constexpr, OBS_WP: tl.constexpr, PORT0: tl.constexpr, PLAN0: tl.constexpr,
+    A: tl.constexpr, OBS_W: tl.constexpr, OBS_CHUNK: tl.constexpr, PORT0: tl.constexpr, PLAN0: tl.constexpr,
     PATIENCE0: tl.constexpr, PATIENCE1: tl.constexpr, PATIENCE2: tl.constexpr,
     HORIZON: tl.constexpr, KELLY_MIN: tl.constexpr, TRAILING: tl.constexpr,
     HAS_VOLUME: tl.constexpr, HAS_SIZES: tl.constexpr, LEDGER: tl.constexpr, OBSERVE: tl.constexpr,
@@ -696,25 +696,6 @@ def step_kernel(
     path_shifted = path_shifted & ~new_trade
     path_after_shift = tl.where(new_trade, 0.0, path_after_shift)
 
-    # --- update_risk: the ring, the CVaR factor -------------------------------------------
-    count = _ld(k_count, n, m)
-    slot = count % W
-    ret = _div(net, _cmin(equity0, 1.0), F64)
-    old = tl.load(k_ring + n * W + slot, mask=m, other=0.0)
-    value = tl.where(live, ret, old)
-    count = count + live.to(tl.int64)
-    nvalid = tl.minimum(count, W)
-    nf = nvalid.to(position.dtype)
-    k = _cmin(tl.ceil(tl.load(c_ptr + C_TAIL_SHARE) * nf - tl.load(c_ptr + C_TAIL_ROUND)), 1.0)
-    tail_sum = _tail_sum(k_ring, n, m, nvalid, slot, value, k, W, K, KP, BLOCK, INF)
-    tl.store(k_ring + n * W + slot, value, mask=m)
-    cvar = _div(-tail_sum, k, F64)
-    raw_cvar = tl.where(cvar > 0, _div(tl.load(c_ptr + C_BUDGET), _cmin(cvar, TINY), F64), 1.0)
-    blended_cvar = 1.0 - tl.load(c_ptr + C_CVAR_WEIGHT) * (
-        1.0 - _clamp(raw_cvar, tl.load(c_ptr + C_CVAR_FLOOR), 1.0)
-    )
-    cvar_factor = tl.where(nf >= tl.load(c_ptr + C_CVAR_MIN_OBS), blended_cvar, 1.0)
-
     new_row = tl.where(live, r + 1, r)
     new_done = done | floored | (new_row >= end)
 
@@ -752,8 +733,6 @@ def step_kernel(
     tl.store(k_regime_prev + n, tl.where(live, regime1, regime_prev), mask=m)
     tl.store(k_regime_ema + n, regime_ema, mask=m)
     tl.store(k_regime_steps + n, regime_steps + live.to(tl.int64), mask=m)
-    tl.store(k_count + n, count, mask=m)
-    tl.store(k_cvar + n, cvar_factor, mask=m)
     tl.store(t_side_ptr + n, t_side, mask=m)
     tl.store(t_entry_row_ptr + n, t_entry_row, mask=m)
     tl.store(t_magnitude_ptr + n, t_magnitude, mask=m)
@@ -793,16 +772,19 @@ def step_kernel(
 
     # --- the observation (TradingEnv.observe of the new state) -----------------------------
     if OBSERVE:
-        cols = tl.arange(0, OBS_WP)
-        src = tl.load(colmap_ptr + cols, mask=cols < OBS_W, other=-1)
-        is_feat = src >= 0
-        is_aux = (src <= -2) & (src > -1000)
-        m2 = m[:, None] & (cols[None, :] < OBS_W)
-        fv = tl.load(feat_ptr + new_row[:, None] * F + src[None, :], mask=m2 & is_feat[None, :], other=0.0)
-        av = tl.load(aux_ptr + n[:, None] * A + (-2 - src)[None, :], mask=m2 & is_aux[None, :], other=0.0)
-        tile = tl.where(is_feat[None, :], fv, tl.where(is_aux[None, :], av, 0.0))
-        env_slot = src <= -1000
-        tl.store(obs_ptr + n[:, None] * OBS_W + cols[None, :], tile, mask=m2 & ~env_slot[None, :])
+        for c0 in range(0, OBS_W, OBS_CHUNK):  # the row's features and the aux, a few columns at a time
+            cols = c0 + tl.arange(0, OBS_CHUNK)
+            src = tl.load(colmap_ptr + cols, mask=cols < OBS_W, other=-1)
+            is_feat = src >= 0
+            is_aux = (src <= -2) & (src > -1000)
+            m2 = m[:, None] & (cols[None, :] < OBS_W)
+            fv = tl.load(
+                feat_ptr + new_row[:, None] * F + src[None, :], mask=m2 & is_feat[None, :], other=0.0
+            )
+            av = tl.load(aux_ptr + n[:, None] * A + (-2 - src)[None, :], mask=m2 & is_aux[None, :], other=0.0)
+            tile = tl.where(is_feat[None, :], fv, tl.where(is_aux[None, :], av, 0.0))
+            env_slot = src <= -1000
+            tl.store(obs_ptr + n[:, None] * OBS_W + cols[None, :], tile, mask=m2 & ~env_slot[None, :])
         # portfolio (observe.portfolio_values) then plan (observe.plan_values), scaled (scale_group)
         dt = position.dtype
         mid_new = _ld(mid_ptr, new_row, m)
@@ -835,6 +817,28 @@ def step_kernel(
             _div(active_f * (mid_new - plan_stop), vol_px, F64) * plan_direction, c_ptr, 13, True, F64,
         )  # fmt: skip
         _slot(obs_ptr, n, m, OBS_W, PLAN0 + 6, active_f * plan_vol, c_ptr, 14, True, F64)
+
+    # --- update_risk: the ring, the CVaR factor (last: every other value is stored by now) ---
+    count = _ld(k_count, n, m)
+    slot = count % W
+    ret = _div(net, _cmin(equity0, 1.0), F64)
+    old = tl.load(k_ring + n * W + slot, mask=m, other=0.0)
+    value = tl.where(live, ret, old)
+    count = count + live.to(tl.int64)
+    nvalid = tl.minimum(count, W)
+    nf = nvalid.to(position.dtype)
+    k = _cmin(tl.ceil(tl.load(c_ptr + C_TAIL_SHARE) * nf - tl.load(c_ptr + C_TAIL_ROUND)), 1.0)
+    tail_sum = _tail_sum(k_ring, n, m, nvalid, slot, value, k, W, K, KP, BLOCK, INF)
+    tl.store(k_ring + n * W + slot, value, mask=m)
+    cvar = _div(-tail_sum, k, F64)
+    raw_cvar = tl.where(cvar > 0, _div(tl.load(c_ptr + C_BUDGET), _cmin(cvar, TINY), F64), 1.0)
+    blended_cvar = 1.0 - tl.load(c_ptr + C_CVAR_WEIGHT) * (
+        1.0 - _clamp(raw_cvar, tl.load(c_ptr + C_CVAR_FLOOR), 1.0)
+    )
+    cvar_factor = tl.where(nf >= tl.load(c_ptr + C_CVAR_MIN_OBS), blended_cvar, 1.0)
+
+    tl.store(k_count + n, count, mask=m)
+    tl.store(k_cvar + n, cvar_factor, mask=m)
 
 
 @triton.jit
