@@ -27,8 +27,9 @@ exactly, except where the eager path itself is not one rounding:
   adds a row in an order of its own (on an AVX2 CPU ``((c0 + c4) + c1 + c2) + c3`` for five, on
   CUDA another), the kernel adds in order; they agree within a few ulps (1e-12 relative in
   float64). With the shaping terms off the reward's other four components are 0 and it is exact.
-* the drawdown-recovery shaping term: ``tanh`` from ``exp`` in the kernel (PyTorch's ``tanh`` is
-  its own libm's); 1e-12 relative in float64 (1e-6 in float32), only with that bonus on.
+* the drawdown-recovery shaping term: the kernel's ``tanh`` (an odd series below 0.05, ``exp``
+  above; PyTorch's is its own libm's) is within 1e-15 relative in float64 (1e-6 in float32, whose
+  ``exp`` is Triton's approximate one), only with that bonus on.
 
 ``time_since_trade``'s ``log1p`` in the observation comes from a table of ``torch.log1p`` (built
 once per env on its device, up to where the slot's clamp binds), so it is the eager value.
