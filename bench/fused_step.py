@@ -16,6 +16,9 @@ Modes (each the in-place step with the next observation assembled, without the t
 * ``fused``: ``foxhunt.env.fused.fused_advance``, one Triton kernel launched from Python;
 * ``fused_graph``: that launch replayed as a CUDA graph (what ``StepMode.FUSED`` runs).
 
+``--blocks 128x4,64x2,256x8`` times the fused modes at each launch shape (episodes a program x warps;
+``foxhunt.env.fused.BLOCK``, ``NUM_WARPS``), labelled ``mode@shape``.
+
 Timing: ``--steps`` steps after three warm-up steps, between two ``torch.cuda.Event`` records, with
 no host synchronisation inside the timed loop. ``floor`` is the memory bound: the bytes one
 env-step must move (bench/env.py's ``step_bytes``: the state read and written once, the ring row
@@ -117,6 +120,11 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=50, help="timed steps (after three warm-up steps)")
     ap.add_argument("--dtype", default="float64", choices=["float64", "float32"], help="prices and money")
     ap.add_argument("--ledger", action="store_true", help="with the trade ledger in the result")
+    ap.add_argument(
+        "--blocks",
+        default="128x4",
+        help="the fused modes' launch shapes, comma-separated BLOCKxWARPS (episodes x warps a program)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fused_step.json")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -139,8 +147,18 @@ def main() -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     sizes = ActionCodec(cfg.branches).sizes
     counts = [int(x) for x in args.envs.split(",")]
+    from foxhunt.env import fused
+
+    runs = []
+    for mode in args.modes.split(","):
+        shapes = args.blocks.split(",") if mode.startswith("fused") else [None]
+        runs += [(mode, shape) for shape in shapes]
     for n in counts:
-        for mode in args.modes.split(","):
+        for mode, shape in runs:
+            label = mode if shape is None or args.blocks == "128x4" else f"{mode}@{shape}"
+            if shape is not None:
+                block, warps = (int(x) for x in shape.split("x"))
+                fused.BLOCK, fused.NUM_WARPS = block, warps
             gen = torch.Generator(device=device).manual_seed(0)
             starts = torch.randint(0, ROWS - cfg.episode_rows - 1, (n,), generator=gen, device=device)
             scale = torch.tensor(sizes, device=device)
@@ -163,7 +181,7 @@ def main() -> int:
             floor = bandwidth / nbytes
             row = {
                 "envs": n,
-                "mode": mode,
+                "mode": label,
                 "steps_per_s": rate,
                 "us_per_step": seconds / args.steps * 1e6,
                 "setup_s": setup,
@@ -173,7 +191,7 @@ def main() -> int:
             }
             rows.append(row)
             args.out.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
-            print(f"{n:>9,} {mode:>15} {rate:>11.3e} env-steps/s  setup {setup:6.1f} s", flush=True)
+            print(f"{n:>9,} {label:>15} {rate:>11.3e} env-steps/s  setup {setup:6.1f} s", flush=True)
             del env, step, obs, pool
             torch.cuda.empty_cache()
     print(f"\n{'envs':>9} {'mode':>15} {'env-steps/s':>12} {'us/step':>9} {'setup s':>8} {'B/env-step':>10} "

@@ -50,7 +50,9 @@ from foxhunt.env.trades import ClosedTrades, lean_record
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_SPEC
 
 BLOCK = 128
-"""Episodes per program (one per lane)."""
+"""Episodes per program (one per lane: ``BLOCK = 32 x NUM_WARPS``; bench/fused_step.py ``--blocks``)."""
+NUM_WARPS = 4
+"""Warps per program. On sm_90 the kernel takes 255 registers a thread (a few hundred bytes spilled)."""
 
 _ENV_SLOT = -1000  # colmap: a column the kernel writes from the state (portfolio, plan)
 
@@ -194,7 +196,7 @@ def fused_advance(
         env, state, actions, observe, direction_conviction, magnitude_conviction, q_variance, ledger
     )
     grid = (triton_cdiv(state.row.shape[0], BLOCK),)
-    fk.step_kernel[grid](*args, **meta, enable_fp_fusion=False)
+    fk.step_kernel[grid](*args, **meta, num_warps=NUM_WARPS, enable_fp_fusion=False)
     return out.result(ledger), out.obs
 
 
