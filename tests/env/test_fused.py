@@ -93,7 +93,8 @@ def _on(mk: MarketTensors, device: str) -> MarketTensors:
     return MarketTensors(**moved)
 
 
-SIZING = PositionSizingConfig(cvar_window=12, cvar_min_obs=4, kelly_min_trades=2)
+# A short ring that fills and evicts within an episode, a tail of 4 (of 12) or 5 (of 16) returns.
+SIZING = PositionSizingConfig(cvar_window=12, cvar_min_obs=4, cvar_confidence=0.7, kelly_min_trades=2)
 CONFIGS: dict[str, EnvConfig] = {
     # tests/env/test_core's small contract (2 lots, $100 k), default branches
     "base": config(horizon=6, profit_mult=3.0, stop_mult=3.0).model_copy(
@@ -221,12 +222,25 @@ def run_pair(
             _same(name, a, b, name in _CLOSE_STATE)
         _compare_results(ref, got, ledger)
         _same("obs", obs_ref, obs, False)
+        _check_kept_tail(eager, fused)
         seen["trades"] += int(ref.trades.closed.sum())
         seen["resting"] += int((eager.state.order.side != 0).sum())
         seen["exits"] += int((ref.exit_reason > 0).sum())
         seen["floors"] += int((ref.exit_reason == 4).sum())
     seen["done"] = int(eager.state.done.sum())
     return seen
+
+
+def _check_kept_tail(eager: TradingEnv, fused: TradingEnv) -> None:
+    """The CVaR tail the kernel keeps between steps is the K smallest returns of the eager ring's
+    valid entries, value for value (what makes its sum the full scan's)."""
+    risk = eager.state.risk
+    ring, width = risk.returns_ring, risk.returns_ring.shape[1]
+    k_max = fused._fused_tables.k_max  # type: ignore[attr-defined]
+    valid = torch.arange(width, device=ring.device) < risk.returns_count.clamp(max=width)[:, None]
+    want = torch.where(valid, ring, torch.inf).sort(dim=1).values[:, :k_max]
+    kept = fused._fused_tail[1][:, :k_max].sort(dim=1).values  # type: ignore[attr-defined]
+    assert torch.equal(kept, want)
 
 
 CASES = [

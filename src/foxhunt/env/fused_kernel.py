@@ -271,29 +271,52 @@ def _book(
 
 
 @triton.jit
-def _tail_sum(ring_ptr, n, mask, nvalid, slot, value, k, W: tl.constexpr, K: tl.constexpr,
-              KP: tl.constexpr, BLOCK: tl.constexpr, INF):  # fmt: skip
+def _tail_sum(ring_ptr, tail_ptr, tcount_ptr, tlast_ptr, n, mask, live, count_old, count, nvalid, slot,
+              old, value, k, W: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, BLOCK: tl.constexpr,
+              INF):  # fmt: skip
     """Sum of the k smallest of the first ``nvalid`` entries of each ring row (the row with ``value``
-    at ``slot``), added in ascending order: sizing.cvar_scale's tail. One pass over the row keeps
-    the K smallest seen (replace the largest kept), then they are taken smallest first."""
+    pushed at ``slot``), added in ascending order: sizing.cvar_scale's tail.
+
+    The K smallest of the row are kept between steps (``tail [N, KP]``, with the count and the last
+    return they are of): a push inserts the new return (it replaces the largest kept where smaller),
+    and only a row whose evicted return was among the kept (or whose kept tail is not of this ring:
+    another count or last return, a first step, a reset) is scanned again, in one pass that keeps
+    the K smallest seen. Either way the kept multiset is the row's K smallest, so the sum is the
+    full scan's. About K / W of the rows are scanned a step."""
     cols = tl.arange(0, KP)
     real = cols[None, :] < K
-    tail = tl.where(real, INF, -INF) + tl.zeros([BLOCK, KP], dtype=value.dtype)
-    row_base = n.to(tl.int64) * W
-    for j in range(0, W):
-        v = tl.load(ring_ptr + row_base + j, mask=mask & (j < nvalid), other=0.0)
-        v = tl.where(j == slot, value, v)
-        v = tl.where(j < nvalid, v, INF)
-        top = tl.max(tail, axis=1)
-        at = tl.argmax(tail, axis=1)
-        take = (cols[None, :] == at[:, None]) & (v < top)[:, None]
-        tail = tl.where(take, v[:, None], tail)
-    tail = tl.where(real, tail, INF)
+    kept = tl.load(tail_ptr + n[:, None] * KP + cols[None, :], mask=mask[:, None] & real, other=0.0)
+    kept = tl.where(real, kept, -INF)
+    top = tl.max(kept, axis=1)
+    tcount = tl.load(tcount_ptr + n, mask=mask, other=-1)
+    tlast = tl.load(tlast_ptr + n, mask=mask, other=0.0)
+    last_slot = (count_old + W - 1) % W
+    last = tl.load(ring_ptr + n * W + last_slot, mask=mask & (count_old > 0), other=0.0)
+    same = (tcount == count_old) & ((count_old == 0) | (last == tlast))
+    scan = mask & (~same | (live & (count_old >= W) & (old <= top)))
+    at = tl.argmax(kept, axis=1)
+    take = (cols[None, :] == at[:, None]) & (live & (value < top))[:, None]
+    kept = tl.where(take, value[:, None], kept)
+    if tl.max(scan.to(tl.int32), axis=0) > 0:
+        tail = tl.where(real, INF, -INF) + tl.zeros([BLOCK, KP], dtype=value.dtype)
+        row_base = n.to(tl.int64) * W
+        for j in range(0, W):
+            v = tl.load(ring_ptr + row_base + j, mask=scan & (j < nvalid), other=0.0)
+            v = tl.where(j == slot, value, v)
+            v = tl.where(j < nvalid, v, INF)
+            hi = tl.max(tail, axis=1)
+            hi_at = tl.argmax(tail, axis=1)
+            tail = tl.where((cols[None, :] == hi_at[:, None]) & (v < hi)[:, None], v[:, None], tail)
+        kept = tl.where(scan[:, None], tail, kept)
+    kept = tl.where(real, kept, INF)
+    tl.store(tail_ptr + n[:, None] * KP + cols[None, :], kept, mask=mask[:, None] & real)
+    tl.store(tcount_ptr + n, count, mask=mask)
+    tl.store(tlast_ptr + n, tl.where(live, value, last), mask=mask & (count > 0))
     total = tl.zeros([BLOCK], dtype=value.dtype)
     for c in tl.static_range(K):
-        low = tl.min(tail, axis=1)
-        at = tl.argmin(tail, axis=1)
-        tail = tl.where(cols[None, :] == at[:, None], INF, tail)
+        low = tl.min(kept, axis=1)
+        low_at = tl.argmin(kept, axis=1)
+        kept = tl.where(cols[None, :] == low_at[:, None], INF, kept)
         total = tl.where(c < k, total + low, total)
     return total
 
@@ -308,7 +331,7 @@ def step_kernel(
     # inputs
     actions_ptr, dconv_ptr, mconv_ptr, qvar_ptr, c_ptr,
     mid_ptr, high_ptr, low_ptr, qbid_ptr, qask_ptr, qknown_ptr, volume_ptr, bsize_ptr, asize_ptr,
-    vol_ptr, regime_ptr, feat_ptr, aux_ptr, colmap_ptr, log1p_ptr,
+    vol_ptr, regime_ptr, feat_ptr, aux_ptr, colmap_ptr, log1p_ptr, tail_ptr, tcount_ptr, tlast_ptr,
     # state (Portfolio.tensors() order), read and written in place
     row_ptr, end_ptr, done_ptr,
     a_position, a_equity, a_peak_equity, a_costs_paid, a_hold_time, a_trade_max, a_trade_min,
@@ -845,7 +868,10 @@ def step_kernel(
     nvalid = tl.minimum(count, W)
     nf = nvalid.to(position.dtype)
     k = _cmin(tl.ceil(tl.load(c_ptr + C_TAIL_SHARE) * nf - tl.load(c_ptr + C_TAIL_ROUND)), 1.0)
-    tail_sum = _tail_sum(k_ring, n, m, nvalid, slot, value, k, W, K, KP, BLOCK, INF)
+    tail_sum = _tail_sum(
+        k_ring, tail_ptr, tcount_ptr, tlast_ptr, n, m, live, count - live.to(tl.int64), count, nvalid, slot,
+        old, value, k, W, K, KP, BLOCK, INF,
+    )  # fmt: skip
     tl.store(k_ring + n * W + slot, value, mask=m)
     cvar = _div(-tail_sum, k, F64)
     raw_cvar = tl.where(cvar > 0, _div(tl.load(c_ptr + C_BUDGET), _cmin(cvar, TINY), F64), 1.0)
