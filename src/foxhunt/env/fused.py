@@ -344,6 +344,7 @@ def kernel_arguments(
         "LEDGER": ledger,
         "OBSERVE": observe,
         "F64": dt == torch.float64,
+        "RECIP": dev.type == "cuda",  # a division by a Python number: ATen's CUDA kernel multiplies
         "BLOCK": BLOCK,
     }
     return args, meta, out

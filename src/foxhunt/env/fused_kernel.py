@@ -89,6 +89,17 @@ def _div(a, b, F64: tl.constexpr):
 
 
 @triton.jit
+def _sdiv(a, b, F64: tl.constexpr, RECIP: tl.constexpr):
+    """``a / b`` with ``b`` a Python number in the eager step: on CUDA PyTorch multiplies by the
+    reciprocal (``1 / b`` rounded in the dtype, ATen's div_true_kernel_cuda), on the CPU it divides."""
+    if RECIP:
+        r = a * _div(1.0, b, F64)
+    else:
+        r = _div(a, b, F64)
+    return r
+
+
+@triton.jit
 def _sqrt(a, F64: tl.constexpr):
     if F64:
         r = tl.sqrt(a)
@@ -163,9 +174,9 @@ def _round_even(x):
 
 
 @triton.jit
-def _tick_round(price, s, tick, F64: tl.constexpr):
+def _tick_round(price, s, tick, F64: tl.constexpr, RECIP: tl.constexpr):
     """costs.tick_round with s = sign(side) already."""
-    rounded = s * tl.ceil(s * _div(price, tick, F64) - 1e-6) * tick
+    rounded = s * tl.ceil(s * _sdiv(price, tick, F64, RECIP) - 1e-6) * tick
     return tl.where(s != 0, rounded, price)
 
 
@@ -176,7 +187,8 @@ def _into_range(price, low, high):
 
 
 @triton.jit
-def _market_fill(side_in, size, qb, qa, qk, mid, urgency, low, high, c_ptr, F64: tl.constexpr):
+def _market_fill(side_in, size, qb, qa, qk, mid, urgency, low, high, c_ptr, F64: tl.constexpr,
+                 RECIP: tl.constexpr):  # fmt: skip
     """costs.market_order_quoted: ``(filled, fill_price, contracts, costs)``; costs = fees + slippage."""
     tick = tl.load(c_ptr + C_TICK)
     s = _sign(side_in)
@@ -186,7 +198,7 @@ def _market_fill(side_in, size, qb, qa, qk, mid, urgency, low, high, c_ptr, F64:
     immediate = (urgency == IMMEDIATE).to(n.dtype)
     slip_ticks = tl.load(c_ptr + C_SLIP_PER) * extra + tl.load(c_ptr + C_SLIP_IMM) * immediate
     price = touch + s * (slip_ticks * tick)
-    modelled = _into_range(_tick_round(price, s, tick, F64), low, high)
+    modelled = _into_range(_tick_round(price, s, tick, F64, RECIP), low, high)
     price = tl.where(qk | (s == 0), price, modelled)
     filled = (side_in != 0) & (size != 0)
     return _fill(filled, side_in, size, price, mid, c_ptr)
@@ -300,13 +312,15 @@ def _tail_sum(ring_ptr, tail_ptr, tcount_ptr, tlast_ptr, n, mask, live, count_ol
     if tl.max(scan.to(tl.int32), axis=0) > 0:
         tail = tl.where(real, INF, -INF) + tl.zeros([BLOCK, KP], dtype=value.dtype)
         row_base = n.to(tl.int64) * W
-        for j in range(0, W):
-            v = tl.load(ring_ptr + row_base + j, mask=scan & (j < nvalid), other=0.0)
-            v = tl.where(j == slot, value, v)
-            v = tl.where(j < nvalid, v, INF)
-            hi = tl.max(tail, axis=1)
-            hi_at = tl.argmax(tail, axis=1)
-            tail = tl.where((cols[None, :] == hi_at[:, None]) & (v < hi)[:, None], v[:, None], tail)
+        for j0 in range(0, W, 8):  # 8 loads in flight a lane: the scan is not one DRAM latency a return
+            for jj in tl.static_range(8):
+                j = j0 + jj
+                v = tl.load(ring_ptr + row_base + j, mask=scan & (j < nvalid), other=0.0)
+                v = tl.where(j == slot, value, v)
+                v = tl.where(j < nvalid, v, INF)
+                hi = tl.max(tail, axis=1)
+                hi_at = tl.argmax(tail, axis=1)
+                tail = tl.where((cols[None, :] == hi_at[:, None]) & (v < hi)[:, None], v[:, None], tail)
         kept = tl.where(scan[:, None], tail, kept)
     kept = tl.where(real, kept, INF)
     tl.store(tail_ptr + n[:, None] * KP + cols[None, :], kept, mask=mask[:, None] & real)
@@ -355,7 +369,7 @@ def step_kernel(
     PATIENCE0: tl.constexpr, PATIENCE1: tl.constexpr, PATIENCE2: tl.constexpr,
     HORIZON: tl.constexpr, KELLY_MIN: tl.constexpr, TRAILING: tl.constexpr,
     HAS_VOLUME: tl.constexpr, HAS_SIZES: tl.constexpr, LEDGER: tl.constexpr, OBSERVE: tl.constexpr,
-    F64: tl.constexpr, BLOCK: tl.constexpr,
+    F64: tl.constexpr, RECIP: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
     n = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -451,7 +465,7 @@ def step_kernel(
     kelly_contracts = _div(
         safety * tl.load(c_ptr + C_KELLY_FRACTION) * f_star * equity0, _cmin(avg_loss, TINY), F64
     )
-    ratio = tl.where(avg_loss > 0, _div(kelly_contracts, tl.load(c_ptr + C_MAX_POS), F64), 1.0)
+    ratio = tl.where(avg_loss > 0, _sdiv(kelly_contracts, tl.load(c_ptr + C_MAX_POS), F64, RECIP), 1.0)
     raw_kelly = _clamp(ratio, tl.load(c_ptr + C_KELLY_FLOOR), 1.0)
     blended = 1.0 - tl.load(c_ptr + C_KELLY_WEIGHT) * (1.0 - raw_kelly)
     kelly = tl.where(n_trades >= KELLY_MIN, blended, 1.0)
@@ -477,20 +491,20 @@ def step_kernel(
     # --- execute: the market order at row r, a limit order placed ------------------------
     size = tl.abs(delta)
     f0_filled, f0_price, f0_contracts, f0_costs = _market_fill(
-        tl.where(market, side, 0.0), size, qb, qa, qk, mid, a_urg, low, high, c_ptr, F64
+        tl.where(market, side, 0.0), size, qb, qa, qk, mid, a_urg, low, high, c_ptr, F64, RECIP
     )
     tick = tl.load(c_ptr + C_TICK)
     trades = live & (side != 0)
     new = trades & ~market
     # costs.limit_price
-    spread_ticks = _round_even(_div(qa - qb, tick, F64))
+    spread_ticks = _round_even(_sdiv(qa - qb, tick, F64, RECIP))
     inside = (a_ord == LIMIT_INSIDE) & (spread_ticks >= 2)
     improve = inside.to(qb.dtype) * tick
     buy = tl.where(a_ord == MARKET, qa, qb + improve)
     sell = tl.where(a_ord == MARKET, qb, qa - improve)
     lprice = tl.where(side > 0, buy, tl.where(side < 0, sell, 0.5 * (qb + qa)))
     keep = qk | (side == 0) | (a_ord == MARKET)
-    lprice = tl.where(keep, lprice, _tick_round(lprice, -side, tick, F64))
+    lprice = tl.where(keep, lprice, _tick_round(lprice, -side, tick, F64, RECIP))
     TOL = tl.load(c_ptr + C_TOL)
     if HAS_SIZES:  # costs.queue_ahead
         bsz = _ld(bsize_ptr, r, m)
@@ -604,7 +618,7 @@ def step_kernel(
     exiting = live & (reason > 0) & (pos1 != 0)
     f2_filled, f2_price, f2_contracts, f2_costs = _market_fill(
         tl.where(exiting, -_sign(pos1), 0.0), tl.abs(pos1), qb1, qa1, qk1, mid1, reason * 0,
-        low1, high1, c_ptr, F64,
+        low1, high1, c_ptr, F64, RECIP,
     )  # fmt: skip
     (t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
      ends2, pnl2, size2) = _book(
@@ -689,10 +703,10 @@ def step_kernel(
     path_shifted = tl.where(adv, path_shifted | crossed, path_shifted)
     # rewards.step_reward / shaping_terms
     PNL_DIV = tl.load(c_ptr + C_PNL_DIV)
-    c_pnl = _div(net, PNL_DIV, F64)
-    rr = _div(path_pnl, PNL_DIV, F64)
-    peak_n = _div(path_peak, PNL_DIV, F64)
-    trough_n = _div(path_trough, PNL_DIV, F64)
+    c_pnl = _sdiv(net, PNL_DIV, F64, RECIP)
+    rr = _sdiv(path_pnl, PNL_DIV, F64, RECIP)
+    peak_n = _sdiv(path_peak, PNL_DIV, F64, RECIP)
+    trough_n = _sdiv(path_trough, PNL_DIV, F64, RECIP)
     abs_r = tl.abs(rr)
     hold_c = _cmin(path_hold, 1.0)
     mfe = _cmin(peak_n, 0.0)
@@ -835,28 +849,30 @@ def step_kernel(
         vol_px = _cmin(plan_vol, tl.load(c_ptr + C_MIN_VOL)) * mid_new
         active_f = plan_active.to(dt)
         target_f = tl.load(c_ptr + C_HORIZON)
-        left = _clamp(_div(target_f - hold_time.to(dt), target_f, F64), 0.0, 1.0)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 0, new_position, c_ptr, 0, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 1, unreal, c_ptr, 1, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 2, hold_time.to(dt), c_ptr, 2, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 3, trade_max, c_ptr, 3, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 4, trade_min, c_ptr, 4, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 5, drawdown_v, c_ptr, 5, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 6, costs_paid, c_ptr, 6, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 7, log_since, c_ptr, 7, False, F64)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 0, active_f, c_ptr, 8, True, F64)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 1, plan_direction * active_f, c_ptr, 9, True, F64)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 2, active_f * target_f, c_ptr, 10, True, F64)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 3, active_f * left, c_ptr, 11, True, F64)
+        left = _clamp(_sdiv(target_f - hold_time.to(dt), target_f, F64, RECIP), 0.0, 1.0)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 0, new_position, c_ptr, 0, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 1, unreal, c_ptr, 1, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 2, hold_time.to(dt), c_ptr, 2, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 3, trade_max, c_ptr, 3, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 4, trade_min, c_ptr, 4, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 5, drawdown_v, c_ptr, 5, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 6, costs_paid, c_ptr, 6, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 7, log_since, c_ptr, 7, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 0, active_f, c_ptr, 8, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 1, plan_direction * active_f, c_ptr, 9, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 2, active_f * target_f, c_ptr, 10, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 3, active_f * left, c_ptr, 11, True, F64, RECIP)
         _slot(
             obs_ptr, n, m, OBS_W, PLAN0 + 4,
-            _div(active_f * (plan_profit - mid_new), vol_px, F64) * plan_direction, c_ptr, 12, True, F64,
+            _div(active_f * (plan_profit - mid_new), vol_px, F64) * plan_direction,
+            c_ptr, 12, True, F64, RECIP,
         )  # fmt: skip
         _slot(
             obs_ptr, n, m, OBS_W, PLAN0 + 5,
-            _div(active_f * (mid_new - plan_stop), vol_px, F64) * plan_direction, c_ptr, 13, True, F64,
+            _div(active_f * (mid_new - plan_stop), vol_px, F64) * plan_direction,
+            c_ptr, 13, True, F64, RECIP,
         )  # fmt: skip
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 6, active_f * plan_vol, c_ptr, 14, True, F64)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 6, active_f * plan_vol, c_ptr, 14, True, F64, RECIP)
 
     # --- update_risk: the ring, the CVaR factor (last: every other value is stored by now) ---
     count = _ld(k_count, n, m)
@@ -874,7 +890,8 @@ def step_kernel(
     )  # fmt: skip
     tl.store(k_ring + n * W + slot, value, mask=m)
     cvar = _div(-tail_sum, k, F64)
-    raw_cvar = tl.where(cvar > 0, _div(tl.load(c_ptr + C_BUDGET), _cmin(cvar, TINY), F64), 1.0)
+    # budget / cvar is Tensor.__rtruediv__: cvar.reciprocal() * budget (on every device)
+    raw_cvar = tl.where(cvar > 0, _div(1.0, _cmin(cvar, TINY), F64) * tl.load(c_ptr + C_BUDGET), 1.0)
     blended_cvar = 1.0 - tl.load(c_ptr + C_CVAR_WEIGHT) * (
         1.0 - _clamp(raw_cvar, tl.load(c_ptr + C_CVAR_FLOOR), 1.0)
     )
@@ -886,13 +903,13 @@ def step_kernel(
 
 @triton.jit
 def _slot(obs_ptr, n, m, OBS_W: tl.constexpr, COL, x, c_ptr, S: tl.constexpr, NAN_TO_ZERO: tl.constexpr,
-          F64: tl.constexpr):  # fmt: skip
+          F64: tl.constexpr, RECIP: tl.constexpr):  # fmt: skip
     """observe.scale_group of one slot: ``clamp(x * times / per, -clamp, clamp)`` into float32 at
     the column the colmap gives (``COL``: -1000 - slot index)."""
     times = tl.load(c_ptr + C_SLOTS + 3 * S)
     per = tl.load(c_ptr + C_SLOTS + 3 * S + 1)
     bound = tl.load(c_ptr + C_SLOTS + 3 * S + 2)
-    x = _div(x * times, per, F64)
+    x = _sdiv(x * times, per, F64, RECIP)
     if NAN_TO_ZERO:
         x = tl.where(x != x, 0.0, x)
     x = _clamp(x, -bound, bound)
