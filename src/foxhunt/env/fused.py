@@ -22,6 +22,11 @@ are added in ascending order. The kept values are the eager path's ``k_max`` sma
 (:func:`foxhunt.env.sizing.cvar_scale`), value for value (tests/env/test_fused.py checks them every
 step), so the sum is the full scan's, without reading the whole ring (838 MB at 1 M envs) a step.
 
+The eager step rounds differently on the two devices in one place, and the kernel follows the
+device it runs on (``RECIP``): a tensor divided by a Python number is a true division on the CPU and
+a product with the number's reciprocal on CUDA (ATen's ``div_true_kernel_cuda``); a Python number
+divided by a tensor is ``reciprocal() x number`` on both (``Tensor.__rtruediv__``).
+
 Equality with the eager step (tests/env/test_fused.py, over random markets and actions, float64
 and float32, ledger on and off, stressed costs, several branch sizes; under Triton's interpreter on
 the CPU and as the ``gpu`` test on the device): every state field, result field and trade equal
