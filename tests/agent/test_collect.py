@@ -50,20 +50,22 @@ def test_nstep_windows_equal_nstep_pushed_then_flushed(T: int, N: int, n: int) -
     assert bool((m < torch.arange(T, 0, -1).clamp(max=n).unsqueeze(1)).any()) or n == 1  # some end early
 
 
-def test_graph_modes_need_cuda() -> None:
+@pytest.mark.parametrize("mode", [StepMode.GRAPH, StepMode.FUSED])
+def test_graph_modes_need_cuda(mode: StepMode) -> None:
     agent = make_agent()
-    agent.step_mode = StepMode.GRAPH
+    agent.step_mode = mode
     with pytest.raises(ValueError, match="needs a CUDA device"):
         agent.collect(rising_market(20), env_config(episode_rows=5), torch.tensor([0, 3]), 4)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("mode", [StepMode.GRAPH, StepMode.COMPILED_GRAPH])
+@pytest.mark.parametrize("mode", [StepMode.GRAPH, StepMode.COMPILED_GRAPH, StepMode.FUSED])
 def test_graphed_collection_equals_the_eager_step_on_cuda(mode: StepMode) -> None:
     """Two epochs through the captured step (its random draws from the agent's registered
     generator) give the eager step's actions and replay: actions, states and discounts exactly for
-    the graph of the eager step; rewards to 1e-5 relative for the compiled step (Inductor's fused
-    float64 arithmetic rounds differently) and its actions equal on at least 99% of rows."""
+    the graph of the eager step and of the fused step (foxhunt.env.fused: the eager step's
+    roundings); rewards to 1e-5 relative for the compiled step (Inductor's fused float64 arithmetic
+    rounds differently) and its actions equal on at least 99% of rows."""
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     rows, n_env, steps = 200, 64, 12
@@ -89,7 +91,7 @@ def test_graphed_collection_equals_the_eager_step_on_cuda(mode: StepMode) -> Non
         agents.append(agent)
     eager, fast = agents
     got, want = fast.replay.storage, eager.replay.storage
-    if mode is StepMode.GRAPH:
+    if mode in (StepMode.GRAPH, StepMode.FUSED):
         for k in ("state", "action", "discount", "next_state"):
             assert torch.equal(got[k], want[k]), k
         torch.testing.assert_close(got["reward"], want["reward"], rtol=1e-6, atol=1e-6)

@@ -83,6 +83,9 @@ class StepMode(StrEnum):
     GRAPH = "graph"  # CUDA graph of the eager step (no Inductor)
     COMPILED = "compiled"  # Inductor-compiled env step, eager calls
     COMPILED_GRAPH = "compiled_graph"  # compiled env step, replayed as a CUDA graph
+    # The env step as one Triton kernel (foxhunt.env.fused), replayed as a CUDA graph; CUDA only.
+    # AUTO does not pick it yet: it will once bench/fused_step.py has measured it faster on the device.
+    FUSED = "fused"
 
 
 def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
@@ -96,9 +99,9 @@ def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
     cuda = device.type == "cuda"
     if mode is StepMode.AUTO:
         return cuda and n >= COMPILE_MIN_BATCH, cuda
-    if mode in (StepMode.GRAPH, StepMode.COMPILED_GRAPH) and not cuda:
+    graph = mode in (StepMode.GRAPH, StepMode.COMPILED_GRAPH, StepMode.FUSED)
+    if graph and not cuda:
         raise ValueError(f"step mode {mode.value} needs a CUDA device, the agent is on {device}")
-    graph = mode in (StepMode.GRAPH, StepMode.COMPILED_GRAPH)
     return mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH), graph
 
 
@@ -174,8 +177,12 @@ class Collector:
         dev = replay.device
         self.compile, self.graphed = _resolve(mode, dev, n)
         self.advance = compiled_advance() if self.compile else advance
-        if self.compile:  # the exploring forward too: at these batches its elementwise kernels bound it
-            policy.compile()
+        if mode is StepMode.FUSED:
+            from foxhunt.env.fused import fused_advance  # imports Triton: only where asked for
+
+            self.advance = fused_advance
+        if self.compile or (mode is StepMode.FUSED and n >= COMPILE_MIN_BATCH):
+            policy.compile()  # the exploring forward too: at these batches its elementwise kernels bound it
         self.tf32 = dev.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
         width = STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)

@@ -1,0 +1,334 @@
+"""The fused step (:mod:`foxhunt.env.fused`, one Triton kernel) against the eager step.
+
+Over random markets (known and unknown books, touch sizes and volume or none) and random actions,
+convictions and Q-variances, in float64 and float32, with the trade ledger on and off, default,
+stressed and shaped configurations and several branch sizes: every state field, every result field,
+every closed trade and the observation equal. Exactly, except the fields whose eager value is not
+one rounding (:mod:`foxhunt.env.fused`'s docstring): the CVaR factor and the reward (row sums
+whose order PyTorch picks) and the drawdown-recovery term (``tanh``), within 1e-12 relative in
+float64 and 1e-6 in float32.
+
+Without a CUDA device the kernel runs under Triton's interpreter on the CPU (when Triton is
+installed; the CPU install and CI have none, and these tests skip); the ``gpu`` tests run the same
+comparisons on the device, the eager step on the device as the reference.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+
+import pytest
+import torch
+
+from foxhunt.domain.actions import BranchConfig
+from foxhunt.env.config import CostConfig, EnvConfig, PositionSizingConfig, RewardConfig
+from foxhunt.env.core import StepResult, TradingEnv
+from foxhunt.env.graph import advance, own_storage
+from foxhunt.env.market import MarketTensors
+from foxhunt.features.layout import STATE_LAYOUT
+from tests.env.test_core import config, market
+
+NO_TRITON = importlib.util.find_spec("triton") is None
+needs_triton = pytest.mark.skipif(NO_TRITON, reason="triton is not importable (the CPU install has none)")
+CUDA = torch.cuda.is_available()
+# The interpreter divides by zero where the eager step does too (masked lanes, a NaN queue).
+pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")
+
+
+@pytest.fixture(scope="module")
+def fused() -> Iterator[object]:
+    """``foxhunt.env.fused.fused_advance``, its kernel under Triton's interpreter where there is no
+    CUDA device (the interpreter runs it on CPU tensors)."""
+    before = os.environ.get("TRITON_INTERPRET")
+    if not CUDA:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        from foxhunt.env.fused import fused_advance
+
+        yield fused_advance
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def random_market(rows: int, seed: int, dtype: torch.dtype, *, sizes: bool, unknown: float) -> MarketTensors:
+    """A random walk on the ES tick grid; a share ``unknown`` of rows without a book (NaN touch:
+    the spread model, tick rounding into the bar's range), touch sizes and volume (NaN on some
+    rows) when ``sizes``."""
+    g = torch.Generator().manual_seed(seed)
+    steps = torch.randint(-3, 4, (rows,), generator=g).double() * 0.25
+    mid = 4000.0 + torch.cumsum(steps, 0)
+    low = mid - 0.25 * torch.randint(0, 4, (rows,), generator=g)
+    high = mid + 0.25 * torch.randint(0, 4, (rows,), generator=g)
+    touch = torch.randint(0, 12, (rows,), generator=g).double()
+    volume = torch.randint(0, 9, (rows,), generator=g).double()
+    volume[torch.rand(rows, generator=g) < 0.1] = float("nan")
+    m = market(
+        mid.tolist(),
+        low=low.tolist(),
+        high=high.tolist(),
+        bid_size=touch.tolist() if sizes else None,
+        volume=volume.tolist() if sizes else None,
+    )
+    fields = dict(m.__dict__)
+    below = 0.25 * torch.randint(0, 2, (rows,), generator=g)  # touches on the grid, 1 to 3 ticks apart
+    bid, ask = mid - below, mid + 0.25 + 0.25 * torch.randint(0, 2, (rows,), generator=g) - below
+    gone = torch.rand(rows, generator=g) < unknown
+    bid[gone], ask[gone] = float("nan"), float("nan")
+    fields.update(bid=bid, ask=ask)
+    fields["vol"] = torch.rand(rows, generator=g, dtype=torch.float64) * 4e-4
+    fields["features"] = torch.randn(rows, fields["features"].shape[1], generator=g)
+    for k in ("mid", "high", "low", "bid", "ask", "vol", "bid_size", "ask_size", "volume"):
+        if fields[k] is not None:
+            fields[k] = fields[k].to(dtype)
+    return MarketTensors(**fields)
+
+
+def _on(mk: MarketTensors, device: str) -> MarketTensors:
+    moved = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in mk.__dict__.items()}
+    return MarketTensors(**moved)
+
+
+# A short ring that fills and evicts within an episode, a tail of 4 (of 12) or 5 (of 16) returns.
+SIZING = PositionSizingConfig(cvar_window=12, cvar_min_obs=4, cvar_confidence=0.7, kelly_min_trades=2)
+CONFIGS: dict[str, EnvConfig] = {
+    # tests/env/test_core's small contract (2 lots, $100 k), default branches
+    "base": config(horizon=6, profit_mult=3.0, stop_mult=3.0).model_copy(
+        update={"branches": BranchConfig(), "sizing": SIZING, "episode_rows": 20}
+    ),
+    # stressed costs: wide modelled spread, heavy slippage, short patience, a capital floor that
+    # binds, a trailing stop, the smallest branches (3 directions, one value each)
+    "stressed": config(horizon=4, profit_mult=1.0, stop_mult=1.0, trailing_mult=0.5).model_copy(
+        update={
+            "branches": BranchConfig(
+                direction=3, magnitude=1, order_type=1, urgency=1, magnitude_fractions=(1.0,)
+            ),
+            "costs": CostConfig(
+                commission_per_contract=40.0,
+                exchange_fee_per_contract=25.0,
+                spread_model_ticks=6.0,
+                slippage_ticks_per_contract=1.5,
+                immediate_slippage_ticks=3.0,
+                patience_bars=(1, 3, 1),
+            ),
+            "contract": config().contract.model_copy(
+                update={"max_position": 40, "initial_capital": 60_000.0, "capital_floor": 0.9}
+            ),
+            "sizing": SIZING.model_copy(update={"cvar_budget": 1e-4, "kelly_fraction": 0.2}),
+            "episode_rows": 24,
+        }
+    ),
+    # every shaping term on, five magnitudes, two order types, two urgencies, ES default costs
+    "shaped": config(horizon=8, profit_mult=2.0, stop_mult=2.0).model_copy(
+        update={
+            "branches": BranchConfig(
+                magnitude=5, order_type=2, urgency=2, magnitude_fractions=(0.1, 0.25, 0.5, 0.75, 1.0)
+            ),
+            "costs": CostConfig(),
+            "contract": config().contract.model_copy(update={"max_position": 7}),
+            "rewards": RewardConfig(
+                entry_bonus=0.5,
+                exit_timing_bonus=0.3,
+                drawdown_recovery_bonus=0.7,
+                regime_shift_penalty=0.4,
+                regime_ema_alpha=0.3,
+                regime_threshold_mult=0.5,
+            ),
+            "sizing": SIZING.model_copy(update={"cvar_window": 16, "conviction_min": 0.3}),
+            "episode_rows": 20,
+        }
+    ),
+}
+
+# Fields whose eager value is a row sum in PyTorch's own order, or tanh (module docstring).
+_CLOSE_STATE = {"risk.cvar"}
+_CLOSE_RESULT = {"reward", "components"}
+
+
+def _names(state: object, prefix: str = "") -> list[str]:
+    from dataclasses import fields, is_dataclass
+
+    if isinstance(state, tuple):
+        return [f"{prefix}{f}" for f in state._fields]  # type: ignore[attr-defined]
+    assert is_dataclass(state)
+    out: list[str] = []
+    for f in fields(state):
+        v = getattr(state, f.name)
+        out += [f"{prefix}{f.name}"] if isinstance(v, torch.Tensor) else _names(v, f"{prefix}{f.name}.")
+    return out
+
+
+def _same(name: str, a: torch.Tensor, b: torch.Tensor, close: bool) -> None:
+    if close and a.is_floating_point():
+        tol = 1e-12 if a.dtype == torch.float64 else 1e-6
+        torch.testing.assert_close(b, a, rtol=tol, atol=tol * 1e-3, equal_nan=True, msg=name)
+    else:
+        torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
+
+
+def _compare_results(ref: StepResult, got: StepResult, ledger: bool) -> None:
+    for name in StepResult.__dataclass_fields__:
+        if name == "trades":
+            for f, x in ref.trades._asdict().items():
+                _same(f"trades.{f}", x, getattr(got.trades, f), False)
+        else:
+            _same(name, getattr(ref, name), getattr(got, name), name in _CLOSE_RESULT)
+    if not ledger:
+        assert got.fills.numel() == 0 and got.trades.entry_price.numel() == 0
+
+
+def run_pair(
+    fused_advance: object,
+    cfg: EnvConfig,
+    dtype: torch.dtype,
+    *,
+    ledger: bool,
+    sizes: bool,
+    unknown: float,
+    device: str = "cpu",
+    envs: int = 48,
+    steps: int = 30,
+    seed: int = 0,
+) -> dict[str, int]:
+    """Step an eager and a fused env side by side; compare everything each step. Returns counts of
+    what happened (so a test can check the comparison covered trades, exits and floors)."""
+    mk = _on(random_market(400, seed, dtype, sizes=sizes, unknown=unknown), device)
+    eager, fused = TradingEnv(mk, cfg), TradingEnv(mk, cfg)
+    g = torch.Generator().manual_seed(seed + 1)
+    starts = torch.randint(0, 360, (envs,), generator=g).to(device)
+    eager.reset(starts)
+    fused.reset(starts)
+    own_storage(eager)
+    own_storage(fused)
+    sizes_t = torch.tensor(eager.codec.sizes)
+    names = _names(eager.state)
+    seen = {"trades": 0, "resting": 0, "exits": 0, "floors": 0, "done": 0}
+    for _ in range(steps):
+        actions = (torch.rand(envs, 4, generator=g) * sizes_t).to(torch.int64).to(device)
+        d_conv = (torch.rand(envs, generator=g) * 1.2).to(device)
+        m_conv = (torch.rand(envs, generator=g) * 1.2).to(device)
+        q_var = (torch.randn(envs, generator=g) * 2.0).to(device)
+        aux = torch.randn(envs, STATE_LAYOUT.group("aux").width, generator=g).to(device)
+        assert eager.aux is not None and fused.aux is not None
+        eager.aux.copy_(aux)
+        fused.aux.copy_(aux)
+        ref, obs_ref = advance(eager, eager.state, actions, True, d_conv, m_conv, q_var, ledger=ledger)
+        got, obs = fused_advance(fused, fused.state, actions, True, d_conv, m_conv, q_var, ledger=ledger)  # type: ignore[operator]
+        for name, a, b in zip(names, eager.state.tensors(), fused.state.tensors(), strict=True):
+            _same(name, a, b, name in _CLOSE_STATE)
+        _compare_results(ref, got, ledger)
+        _same("obs", obs_ref, obs, False)
+        _check_kept_tail(eager, fused)
+        seen["trades"] += int(ref.trades.closed.sum())
+        seen["resting"] += int((eager.state.order.side != 0).sum())
+        seen["exits"] += int((ref.exit_reason > 0).sum())
+        seen["floors"] += int((ref.exit_reason == 4).sum())
+    seen["done"] = int(eager.state.done.sum())
+    return seen
+
+
+def _check_kept_tail(eager: TradingEnv, fused: TradingEnv) -> None:
+    """The CVaR tail the kernel keeps between steps is the K smallest returns of the eager ring's
+    valid entries, value for value (what makes its sum the full scan's)."""
+    risk = eager.state.risk
+    ring, width = risk.returns_ring, risk.returns_ring.shape[1]
+    k_max = fused._fused_tables.k_max  # type: ignore[attr-defined]
+    valid = torch.arange(width, device=ring.device) < risk.returns_count.clamp(max=width)[:, None]
+    want = torch.where(valid, ring, torch.inf).sort(dim=1).values[:, :k_max]
+    kept = fused._fused_tail[1][:, :k_max].sort(dim=1).values  # type: ignore[attr-defined]
+    assert torch.equal(kept, want)
+
+
+CASES = [
+    ("base", torch.float64, True, True, 0.0),
+    ("base", torch.float32, False, True, 0.3),
+    ("stressed", torch.float64, False, False, 0.5),
+    ("stressed", torch.float32, True, True, 0.2),
+    ("shaped", torch.float64, True, True, 0.1),
+    ("shaped", torch.float32, False, False, 0.0),
+]
+
+
+@needs_triton
+@pytest.mark.skipif(CUDA, reason="the interpreter run is the CPU's; on a CUDA device the gpu tests run")
+@pytest.mark.parametrize(("name", "dtype", "ledger", "sizes", "unknown"), CASES)
+def test_fused_step_equals_the_eager_step_under_the_interpreter(
+    fused: object, name: str, dtype: torch.dtype, ledger: bool, sizes: bool, unknown: float
+) -> None:
+    seen = run_pair(fused, CONFIGS[name], dtype, ledger=ledger, sizes=sizes, unknown=unknown)
+    assert seen["trades"] > 0 and seen["exits"] > 0 and seen["done"] > 0, seen
+    if name == "stressed":
+        assert seen["floors"] > 0, seen  # the capital floor was reached
+
+
+@needs_triton
+@pytest.mark.gpu
+@pytest.mark.parametrize(("name", "dtype", "ledger", "sizes", "unknown"), CASES)
+def test_fused_step_equals_the_eager_step_on_the_device(
+    fused: object, name: str, dtype: torch.dtype, ledger: bool, sizes: bool, unknown: float
+) -> None:
+    for seed in range(3):
+        seen = run_pair(
+            fused, CONFIGS[name], dtype, ledger=ledger, sizes=sizes, unknown=unknown, device="cuda",
+            envs=4096, steps=60, seed=seed,
+        )  # fmt: skip
+        assert seen["trades"] > 0 and seen["done"] > 0, seen
+
+
+@needs_triton
+@pytest.mark.gpu
+def test_fused_step_at_the_default_config_on_the_device(fused: object) -> None:
+    """The default [env] (ES costs, 4 x 3 x 3 x 3 branches, a 100-return CVaR ring) on the device."""
+    cfg = EnvConfig(episode_rows=120)
+    seen = run_pair(
+        fused, cfg, torch.float64, ledger=True, sizes=True, unknown=0.1, device="cuda", envs=8192, steps=150
+    )
+    assert seen["trades"] > 0 and seen["done"] > 0, seen
+
+
+_POINTER = {
+    torch.float64: "*fp64",
+    torch.float32: "*fp32",
+    torch.int64: "*i64",
+    torch.bool: "*i1",
+    torch.int32: "*i32",
+}
+
+
+@needs_triton
+@pytest.mark.slow
+@pytest.mark.parametrize(("dtype", "ledger"), [(torch.float64, True), (torch.float32, False)])
+def test_fused_kernel_compiles_for_the_h100_without_a_device(dtype: torch.dtype, ledger: bool) -> None:
+    """Triton's compiler (stricter than its interpreter: globals, types, layouts) builds the kernel
+    for an H100 (sm_90) on any host, about a minute each: a kernel that runs under the interpreter
+    also compiles, its divisions and square roots the correctly rounded ones."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from foxhunt.env import fused_kernel as fk
+    from foxhunt.env.fused import kernel_arguments
+
+    mk = random_market(64, 0, dtype, sizes=True, unknown=0.1)
+    env = TradingEnv(mk, EnvConfig(episode_rows=32))
+    env.reset(torch.arange(8))
+    own_storage(env)
+    actions = torch.zeros(8, 4, dtype=torch.int64)
+    args, meta, _ = kernel_arguments(env, env.state, actions, True, None, None, None, ledger)
+    positional = [a for a in fk.step_kernel.arg_names if a not in meta]
+    signature = {
+        name: _POINTER[a.dtype] if isinstance(a, torch.Tensor) else "i32"
+        for name, a in zip(positional, args, strict=True)
+    } | dict.fromkeys(meta, "constexpr")
+    kernel = triton_compile(
+        ASTSource(fk.step_kernel, signature, meta),
+        target=GPUTarget("cuda", 90, 32),
+        options={"enable_fp_fusion": False},
+    )
+    ptx = kernel.asm["ptx"]
+    assert ".entry step_kernel" in ptx
+    assert "div.full" not in ptx and "sqrt.approx" not in ptx  # correctly rounded / and sqrt
