@@ -230,6 +230,29 @@ class ActConfig(Frozen):
     )
 
 
+class CounterfactualConfig(Frozen):
+    """Counterfactual execution targets (docs/design.md, "Counterfactual execution targets"): at every
+    entry of a collected epoch, the env rolls out each magnitude, order type and urgency on the same
+    market path (:mod:`foxhunt.env.counterfactual`), and the learner trains every untaken execution
+    value's heads on the taken transition's target shifted by what that value would have earned
+    (hindsight relabelling of the execution branches; :mod:`foxhunt.agent.counterfactual`)."""
+
+    weight: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="Weight of the relabelled execution targets' loss, relative to the branch's own value "
+        "losses (0 = off: no rollout, no replay column, the update as before).",
+    )
+    horizon: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="Steps each counterfactual is rolled out (the decision, then Hold); 0 = the longest "
+        "limit-order patience + the plan's horizon + 2, which holds a whole entry.",
+    )
+
+
 class AgentConfig(Frozen):
     network: NetworkConfig = Field(default_factory=NetworkConfig)
     loss: LossConfig = Field(default_factory=LossConfig)
@@ -237,3 +260,4 @@ class AgentConfig(Frozen):
     replay: ReplayConfig = Field(default_factory=ReplayConfig)
     explore: ExploreConfig = Field(default_factory=ExploreConfig)
     act: ActConfig = Field(default_factory=ActConfig)
+    counterfactual: CounterfactualConfig = Field(default_factory=CounterfactualConfig)
