@@ -46,7 +46,10 @@ def test_off_by_default_no_column_and_no_term() -> None:
     assert "loss/counterfactual" not in seen[0]
 
 
-def test_the_cf_column_holds_deltas_on_exactly_the_entries_and_the_loss_trains_them() -> None:
+def test_the_cf_column_holds_windows_on_exactly_the_entries_and_the_loss_trains_them() -> None:
+    """Every entry of the epoch (and nothing else) has a window per execution value; the taken value's
+    is the replay row's own n-step return and discount (the collector's windows, recomputed on the
+    counterfactual path); the relabelled loss trains on them."""
     agent = _agent(1.0)
     _collect(agent)
     rows = len(agent.replay)
@@ -55,16 +58,21 @@ def test_the_cf_column_holds_deltas_on_exactly_the_entries_and_the_loss_trains_t
     state = agent.replay.storage["state"][:rows]
     valid = agent.replay.priorities.leaves[:rows] > 0
     entries = valid & ~plan_locked(state) & ((act[:, 0] == L) | (act[:, 0] == S))
-    has = torch.isfinite(cf).all(dim=1)
-    assert torch.equal(has, entries)
+    assert cf.shape[1] == 18
+    assert torch.equal(torch.isfinite(cf).all(dim=1), entries)
     assert bool(torch.isnan(cf[~entries]).all())
     assert int(entries.sum()) > 5
+    ret, disc = cf[entries].chunk(2, dim=1)
     col = 0
-    for b, size in enumerate((3, 3, 3), start=1):  # the taken value's delta is 0 in every block
-        taken = cf[entries, col : col + size].gather(1, act[entries, b : b + 1])
-        assert bool((taken == 0).all())
+    for b, size in enumerate((3, 3, 3), start=1):
+        taken = act[entries, b : b + 1] + col
+        torch.testing.assert_close(ret.gather(1, taken)[:, 0], agent.replay.storage["reward"][:rows][entries])
+        torch.testing.assert_close(
+            disc.gather(1, taken)[:, 0], agent.replay.storage["discount"][:rows][entries]
+        )
         col += size
-    assert bool((cf[entries] != 0).any())  # the alternatives earned something else
+    assert bool((ret != ret[:, :1]).any())  # the alternatives earned something else
+    assert bool((disc == 0).any() or (disc != disc[:, :1]).any())  # and their windows differ
     seen: list[dict] = []
     agent.learn(3, 64, lambda s: seen.append({k: float(v) for k, v in s.items() if v.ndim == 0}))
     assert all(s["counterfactual/pairs"] > 0 and 0 < s["loss/counterfactual"] < float("inf") for s in seen)
@@ -84,34 +92,38 @@ def _out(b: int, sizes: tuple[int, ...], atoms: int, q: int) -> NetOut:
     return NetOut(branches, z, z, z[:, 0], z, z)
 
 
-def test_relabelled_loss_targets_the_taken_target_shifted_by_each_delta() -> None:
-    """The MSE head's gradient vanishes where it predicts ``y + Delta``; the taken values and rows with
-    no counterfactual add nothing; the pairs are the untaken values of the rows with one."""
+def test_relabelled_loss_targets_each_values_own_window_on_the_taken_bootstrap() -> None:
+    """The MSE head's gradient vanishes where it predicts ``R_v + d_v x bootstrap`` (the bootstrap read
+    back from the taken target ``y = R + d x bootstrap``); the taken values and rows with no
+    counterfactual add nothing; the pairs are the untaken values of the rows with one."""
     sizes, atoms, q, b = (4, 3, 3, 2), 11, 5, 4
     out = _out(b, sizes, atoms, q)
-    cf = torch.randn(b, 8)
+    g = torch.Generator().manual_seed(1)
+    cf = torch.cat([torch.randn(b, 8, generator=g), torch.rand(b, 8, generator=g)], dim=1)
     cf[3] = float("nan")  # no counterfactual on the last row
     action = torch.tensor([[L, 0, 1, 0], [S, 2, 0, 1], [L, 1, 2, 0], [L, 0, 0, 0]])
-    probs = [torch.softmax(torch.randn(b, atoms), -1) for _ in sizes]
-    y_iqn = [torch.randn(b, q) for _ in sizes]
-    y_mse = [torch.randn(b) for _ in sizes]
-    z = torch.linspace(-5, 5, atoms)
+    probs = [torch.softmax(torch.randn(b, atoms, generator=g), -1) for _ in sizes]
+    y_iqn = [torch.randn(b, q, generator=g) for _ in sizes]
+    y_mse = [torch.randn(b, generator=g) for _ in sizes]
+    reward, discount = torch.full((b,), 0.25), torch.full((b,), 0.5)
     with torch.no_grad():  # the MSE heads predict the relabelled targets exactly
         col = 0
         for j, a in enumerate(sizes[1:], start=1):
-            out.branches[j].q_mse.copy_(y_mse[j][:, None] + torch.nan_to_num(cf[:, col : col + a]))
+            ret, disc = cf[:, col : col + a], cf[:, 8 + col : 8 + col + a]
+            boot = (y_mse[j] - reward) / discount
+            out.branches[j].q_mse.copy_(torch.nan_to_num(ret + disc * boot[:, None]))
             col += a
-    cfg = LossConfig(c51=0.0, magnitude_c51=0.0, iqn=1.0, mse=1.0, magnitude_mse=4.0)
-    taus = torch.linspace(0.1, 0.9, q)
+    cfg = LossConfig(c51=1.0, magnitude_c51=0.2, iqn=1.0, mse=1.0, magnitude_mse=4.0)
+    taus, z = torch.linspace(0.1, 0.9, q), torch.linspace(-5, 5, atoms)
     loss, pairs = relabelled_loss(
-        out, cf, action, probs, y_iqn, y_mse, torch.zeros(b), torch.full((b,), 0.5), z, lambda x: x, taus, cfg
+        out, cf, action, probs, y_iqn, y_mse, reward, discount, z, lambda x: x, taus, cfg
     )
     assert float(pairs) == 3 * (2 + 2 + 1)  # 3 rows x the untaken values of branches of 3, 3 and 2
     loss.backward()
     for j in range(1, 4):
-        assert torch.equal(out.branches[j].q_mse.grad, torch.zeros(b, sizes[j]))
-        g = out.branches[j].quantiles.grad
-        assert bool((g[3] == 0).all())  # the row without counterfactuals
-        assert bool((g[torch.arange(3), action[:3, j]] == 0).all())  # the taken values
-        assert bool((g != 0).any())
+        torch.testing.assert_close(out.branches[j].q_mse.grad, torch.zeros(b, sizes[j]), rtol=0, atol=1e-6)
+        for head in (out.branches[j].quantiles, out.branches[j].logits):
+            assert bool((head.grad[3] == 0).all())  # the row without counterfactuals
+            assert bool((head.grad[torch.arange(3), action[:3, j]] == 0).all())  # the taken values
+            assert bool((head.grad != 0).any())
     assert out.branches[0].q_mse.grad is None  # the direction branch is never relabelled

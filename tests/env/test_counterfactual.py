@@ -9,7 +9,9 @@ import torch
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import TradingEnv
+from foxhunt.agent.replay import nstep_windows
 from foxhunt.env.counterfactual import (
+    Window,
     branch_deltas,
     counterfactual_deltas,
     default_horizon,
@@ -66,8 +68,11 @@ def _random_actions(gen: torch.Generator, n: int, sizes: tuple[int, ...]) -> tor
     return (torch.rand(n, 4, generator=gen) * torch.tensor(sizes)).to(torch.int64)
 
 
-def _real(env: TradingEnv, actions: torch.Tensor, horizon: int, conv: tuple) -> dict[str, torch.Tensor]:
-    """The env's own outcome of ``actions`` then Hold, stepped for real: the reference."""
+def _real(
+    env: TradingEnv, actions: torch.Tensor, horizon: int, conv: tuple, window: Window
+) -> dict[str, torch.Tensor]:
+    """The env's own outcome of ``actions`` then Hold, stepped for real, its window cut by replay's
+    own :func:`nstep_windows`: the reference."""
     n = actions.shape[0]
     ret = net = costs = torch.zeros(n, dtype=torch.float64)
     filled = torch.zeros(n, dtype=torch.bool)
@@ -75,8 +80,12 @@ def _real(env: TradingEnv, actions: torch.Tensor, horizon: int, conv: tuple) -> 
     price = torch.full((n,), float("nan"), dtype=torch.float64)
     contracts, entry_costs = torch.zeros(n, dtype=torch.float64), torch.zeros(n, dtype=torch.float64)
     hold = torch.tensor([[H, 0, 0, 0]]).repeat(n, 1)
+    rewards, dones, stops = [], [], []
     for k in range(horizon):
+        dones.append(env.state.done.clone())
         _, res = env.step(actions if k == 0 else hold, *(conv if k == 0 else (None, None, None)))
+        rewards.append(res.reward)
+        stops.append(~env.state.plan.active)
         ret, net, costs = ret + GAMMA**k * res.reward, net + res.net, costs + res.costs
         stages = (FillStage.ORDER, FillStage.RESTING) if k == 0 else (FillStage.RESTING,)
         for st in stages:
@@ -86,9 +95,16 @@ def _real(env: TradingEnv, actions: torch.Tensor, horizon: int, conv: tuple) -> 
             contracts[new] = res.fills[new, st]
             entry_costs[new] = res.fill_costs[new, st]
             filled |= new
+    w_ret, w_disc, w_len = (
+        torch.stack([nstep_windows(torch.stack(rewards)[:, i : i + 1], torch.stack(dones)[:, i : i + 1],
+                                   torch.stack(stops)[:, i : i + 1], GAMMA, int(lim))[j][0, 0] for i, lim in
+                     enumerate(window.limit.clamp(max=window.n))])
+        for j in range(3)
+    )  # fmt: skip
     return {
         "ret": ret, "net": net, "costs": costs, "filled": filled, "fill_step": step_of,
         "fill_price": price, "contracts": contracts, "entry_costs": entry_costs,
+        "window_ret": w_ret, "window_discount": w_disc, "window_len": w_len,
     }  # fmt: skip
 
 
@@ -115,14 +131,17 @@ def test_the_taken_actions_counterfactual_is_the_real_outcome_field_for_field(se
         torch.rand(n, generator=gen, dtype=torch.float64),
     )
     horizon = default_horizon(real)
-    deltas, out = counterfactual_deltas(what_if, state, actions, horizon, GAMMA, *conv)
-    ref = _real(real, actions, horizon, conv)
+    window = Window(7, decision=True, limit=torch.randint(1, 9, (n,), generator=gen))
+    deltas, out = counterfactual_deltas(what_if, state, actions, horizon, GAMMA, conv, window)
+    ref = _real(real, actions, horizon, conv, window)
     col = 0
     for b, size in enumerate(sizes[1:], start=1):  # the taken action's column in each block
         taken = col + actions[:, b]
         for name, value in ref.items():
             got = getattr(out, name).gather(1, taken[:, None]).squeeze(1)
-            torch.testing.assert_close(got, value, rtol=0, atol=0, equal_nan=True, msg=name)
+            exact = not name.startswith("window_r")  # replay's windows sum in another order
+            tol = 0 if exact else 1e-12
+            torch.testing.assert_close(got, value, rtol=tol, atol=tol, equal_nan=True, msg=name)
         assert torch.equal(deltas.gather(1, taken[:, None]), torch.zeros(n, 1, dtype=deltas.dtype))
         col += size
     for x, y in zip(what_if.state.tensors(), state.tensors(), strict=True):  # the env's state untouched

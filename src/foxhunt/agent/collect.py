@@ -176,7 +176,7 @@ class Collector:
         if CF in replay.fields:
             if counterfactual is None:
                 raise ValueError(f"the replay has a '{CF}' column: pass the counterfactual config")
-            self.cf = CounterfactualStage(env, counterfactual, learn.gamma, steps, n)
+            self.cf = CounterfactualStage(env, counterfactual, learn, steps, n)
 
     # --- the step ------------------------------------------------------------------------------
 
@@ -298,7 +298,7 @@ class Collector:
         ret, discount, m = nstep_windows(self.rewards, self.dones, stop, learn.gamma, learn.n_step)
         t = torch.arange(T, device=m.device).unsqueeze(1)
         envs = torch.arange(n, device=m.device)
-        extra = {} if self.cf is None else {CF: self.cf.deltas(self.actions, self.valid)}
+        extra = {} if self.cf is None else {CF: self.cf.windows(self.actions, self.valid)}
         self.replay.add(
             {
                 **extra,

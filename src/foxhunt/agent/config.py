@@ -248,8 +248,8 @@ class CounterfactualConfig(Frozen):
         0,
         ge=0,
         le=10_000,
-        description="Steps each counterfactual is rolled out (the decision, then Hold); 0 = the longest "
-        "limit-order patience + the plan's horizon + 2, which holds a whole entry.",
+        description="Steps each counterfactual is rolled out (the decision, then Hold); 0 = the learner's "
+        "n_step, the longest window its targets read.",
     )
 
 

@@ -90,7 +90,7 @@ class Batch:
 class CounterfactualBatch(Batch):
     """A batch with the replay's counterfactual execution deltas (``agent.counterfactual``)."""
 
-    cf: Tensor  # [B, M + O + U] per execution value, its return over the taken one's (NaN: none)
+    cf: Tensor  # [B, 2 (M + O + U)] per execution value its window's return, then discount (NaN: none)
 
 
 def plan_locked(state_BW: Tensor) -> Tensor:

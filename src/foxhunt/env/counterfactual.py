@@ -48,12 +48,24 @@ _SHORT, _HOLD, _LONG = int(Direction.SHORT), int(Direction.HOLD), int(Direction.
 _ORDER, _RESTING = int(FillStage.ORDER), int(FillStage.RESTING)
 
 
+class Window(NamedTuple):
+    """The value learner's n-step window, applied to each counterfactual path as replay applies it to
+    the real one (:func:`foxhunt.agent.replay.nstep_windows`): at most ``n`` steps (``limit`` ``[N]``:
+    fewer for a state near the end of the collected sequence), ending early after a step that ended
+    the episode (discount 0) or, with ``decision``, one after which no plan locks the direction."""
+
+    n: int
+    decision: bool
+    limit: Tensor | None = None  # [N] int64 steps at most per state (None: n)
+
+
 class ExecutionOutcome(NamedTuple):
     """What each of ``K`` actions would have done from each of ``N`` states; every field ``[N, K]``.
 
-    ``ret`` is the discounted reward ``sum_k gamma^k r_k`` over the rollout (what a value learner
-    learns), ``net``/``costs`` the $ sums over it. The entry fill is the first fill of the order the
-    action placed (a market order at once, or its limit order resting on a later row).
+    ``ret`` is the discounted reward ``sum_k gamma^k r_k`` over the whole rollout, ``net``/``costs``
+    the $ sums over it; ``window_ret``/``window_discount``/``window_len`` the same path cut by the
+    :class:`Window` (the n-step return, ``gamma^m`` or 0, and ``m``). The entry fill is the first fill
+    of the order the action placed (a market order at once, or its limit order on a later row).
     """
 
     ret: Tensor  # discounted reward sum over the horizon
@@ -64,6 +76,9 @@ class ExecutionOutcome(NamedTuple):
     fill_price: Tensor  # the entry fill's price (NaN: never filled)
     contracts: Tensor  # signed contracts of the entry fill (0: never filled)
     entry_costs: Tensor  # $ the entry fill's fees + slippage against the mark (0: never filled)
+    window_ret: Tensor  # the window's discounted reward
+    window_discount: Tensor  # gamma^m, 0 where the episode ended inside the window
+    window_len: Tensor  # int64 m, the window's steps
 
     def cost_per_contract(self) -> Tensor:
         """$ the entry fill's cost per contract (NaN where nothing filled)."""
@@ -100,15 +115,16 @@ def rollout(
     actions: Tensor,
     horizon: int,
     gamma: float,
-    direction_conviction: Tensor | None = None,
-    magnitude_conviction: Tensor | None = None,
-    q_variance: Tensor | None = None,
+    sizing: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None),
+    window: Window | None = None,
 ) -> ExecutionOutcome:
     """Each of the ``N`` states taking each of its ``K`` actions (``actions`` ``[N, K, 4]``), then
     Hold for ``horizon - 1`` steps, with ``env``'s pure transition (``env.state`` is not touched).
 
-    The policy's sizing inputs ``[N]`` (None: neutral) size the first step as they sized the real
-    one; Hold trades nothing, so they size nothing after it.
+    ``sizing``: the policy's direction conviction, magnitude conviction and Q-variance ``[N]`` (None:
+    neutral); they size the first step as they sized the real one (Hold trades nothing after it).
+    ``window`` (None: the whole horizon) cuts the n-step window of each path (:class:`Window`); a
+    window still open after ``horizon`` steps ends there.
     """
     if horizon < 1:
         raise ValueError(f"a counterfactual rollout needs at least one step, got {horizon}")
@@ -117,36 +133,55 @@ def rollout(
     first = actions.reshape(n * k, -1).to(env.device)
     hold = torch.zeros_like(first)
     hold[:, 0] = _HOLD
-
-    def rep(x: Tensor | None) -> Tensor | None:
-        return None if x is None else x.repeat_interleave(k, dim=0)
-
-    conv = (rep(direction_conviction), rep(magnitude_conviction), rep(q_variance))
-    z = torch.zeros(n * k, dtype=env.dtype, device=env.device)
-    ret, net, costs = z.clone(), z.clone(), z.clone()
-    filled = torch.zeros(n * k, dtype=torch.bool, device=env.device)
-    fill_step = torch.full((n * k,), -1, dtype=torch.int64, device=env.device)
+    conv = tuple(None if x is None else x.repeat_interleave(k, dim=0) for x in sizing)
+    window = window if window is not None else Window(horizon, False)
+    dev, i64 = env.device, torch.int64
+    limit = torch.full((n * k,), window.n, dtype=i64, device=dev)
+    if window.limit is not None:
+        limit = torch.minimum(limit, window.limit.to(dev, i64).repeat_interleave(k))
+    z = torch.zeros(n * k, dtype=env.dtype, device=dev)
+    ret, net, costs, w_ret = z.clone(), z.clone(), z.clone(), z.clone()
+    filled, terminal = (
+        torch.zeros(n * k, dtype=torch.bool, device=dev),
+        torch.zeros(n * k, dtype=torch.bool, device=dev),
+    )
+    open_ = torch.ones(n * k, dtype=torch.bool, device=dev)
+    fill_step, w_len = (
+        torch.full((n * k,), -1, dtype=i64, device=dev),
+        torch.zeros(n * k, dtype=i64, device=dev),
+    )
     price, contracts, entry_costs = torch.full_like(z, float("nan")), z.clone(), z.clone()
     for step in range(horizon):
+        done = s.done  # replay's done: the episode was over before this step
         s, res = env.transition(s, first if step == 0 else hold, *(conv if step == 0 else (None,) * 3))
         ret = ret + gamma**step * res.reward
+        w_ret = torch.where(open_, w_ret + gamma**step * res.reward, w_ret)
+        w_len = w_len + open_.to(i64)
+        stop = done | (w_len >= limit) | (~s.plan.active if window.decision else torch.zeros_like(done))
+        terminal = terminal | (open_ & done)
+        open_ = open_ & ~stop
         net, costs = net + res.net, costs + res.costs
-        # The entry: the action's market order (ORDER at step 0) or its limit order (RESTING, on a
-        # later row or this one's next); under Hold no other order is placed.
-        stage = _ORDER if step == 0 else _RESTING
-        for st in {_ORDER, _RESTING} if step == 0 else {stage}:
+        # The entry: the action's market order (ORDER at step 0) or its limit order (RESTING, this
+        # step's next row or a later one); under Hold no other order is placed.
+        for st in (_ORDER, _RESTING) if step == 0 else (_RESTING,):
             new = ~filled & (res.fills[:, st] != 0)
             fill_step = torch.where(new, step, fill_step)
             price = torch.where(new, res.fill_price[:, st], price)
             contracts = torch.where(new, res.fills[:, st], contracts)
             entry_costs = torch.where(new, res.fill_costs[:, st], entry_costs)
             filled = filled | new
+    w_disc = torch.where(
+        terminal, torch.zeros_like(z), torch.pow(torch.full_like(z, gamma), w_len.to(z.dtype))
+    )
 
     def nk(x: Tensor) -> Tensor:
         return x.view(n, k)
 
     return ExecutionOutcome(
-        nk(ret), nk(net), nk(costs), nk(filled), nk(fill_step), nk(price), nk(contracts), nk(entry_costs)
+        *(
+            nk(x)
+            for x in (ret, net, costs, filled, fill_step, price, contracts, entry_costs, w_ret, w_disc, w_len)
+        )
     )
 
 
@@ -191,15 +226,12 @@ def counterfactual_deltas(
     actions: Tensor,
     horizon: int,
     gamma: float,
-    direction_conviction: Tensor | None = None,
-    magnitude_conviction: Tensor | None = None,
-    q_variance: Tensor | None = None,
+    sizing: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None),
+    window: Window | None = None,
 ) -> tuple[Tensor, ExecutionOutcome]:
     """:func:`branch_deltas` of the taken ``actions`` ``[N, 4]`` from ``state`` and the outcomes of
     every variant (:func:`execution_variants`, :func:`rollout`)."""
     sizes = env.codec.sizes
-    variants = execution_variants(actions.to(env.device).long(), sizes)
-    out = rollout(
-        env, state, variants, horizon, gamma, direction_conviction, magnitude_conviction, q_variance
-    )
-    return branch_deltas(out.ret, actions.to(env.device).long(), sizes), out
+    acts = actions.to(env.device).long()
+    out = rollout(env, state, execution_variants(acts, sizes), horizon, gamma, sizing, window)
+    return branch_deltas(out.ret, acts, sizes), out
