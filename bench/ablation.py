@@ -97,6 +97,11 @@ ROWS: tuple[Row, ...] = (
     Row("regime_shift", ("env.rewards.regime_shift_penalty=0.5",), "shaping: regime-shift penalty 0.5"),
     Row("weight_decay_off", ("agent.learn.weight_decay=0",), "no AdamW decay of the weight matrices"),
     Row("screen_off", ("agent.network.input_screen=0",), "the input screen off: every column read"),
+    Row(
+        "counterfactual",
+        ("agent.counterfactual.weight=1",),
+        "counterfactual execution targets: every untaken magnitude, order type, urgency relabelled",
+    ),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

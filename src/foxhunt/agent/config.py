@@ -231,7 +231,7 @@ class ActConfig(Frozen):
 
 
 class CounterfactualConfig(Frozen):
-    """Counterfactual execution targets (docs/design.md, "Counterfactual execution targets"): at every
+    """Counterfactual execution targets (docs/design.md §6): at every
     entry of a collected epoch, the env rolls out each magnitude, order type and urgency on the same
     market path (:mod:`foxhunt.env.counterfactual`), and the learner trains every untaken execution
     value's heads on the taken transition's target shifted by what that value would have earned

@@ -97,9 +97,8 @@ class CounterfactualStage:
             state = flat.map(lambda x, r=rows: x.index_select(0, r))
             window = Window(self.n_step, self.decision, limit=self.steps - rows // n)  # the sequence's end
             variants = execution_variants(acts.index_select(0, rows), env.codec.sizes)
-            got = rollout(
-                env, state, variants, self.horizon, self.gamma, sizing.index_select(1, rows).unbind(0), window
-            )
+            conv = sizing.index_select(1, rows).unbind(0)
+            got = rollout(env, state, variants, self.horizon, self.gamma, conv, window, ledger=False)
             both = torch.cat([got.window_ret, got.window_discount], dim=1)
             out.index_copy_(0, rows.to(out.device), both.to(out))
         return out

@@ -117,6 +117,7 @@ def rollout(
     gamma: float,
     sizing: tuple[Tensor | None, Tensor | None, Tensor | None] = (None, None, None),
     window: Window | None = None,
+    ledger: bool = True,
 ) -> ExecutionOutcome:
     """Each of the ``N`` states taking each of its ``K`` actions (``actions`` ``[N, K, 4]``), then
     Hold for ``horizon - 1`` steps, with ``env``'s pure transition (``env.state`` is not touched).
@@ -124,7 +125,10 @@ def rollout(
     ``sizing``: the policy's direction conviction, magnitude conviction and Q-variance ``[N]`` (None:
     neutral); they size the first step as they sized the real one (Hold trades nothing after it).
     ``window`` (None: the whole horizon) cuts the n-step window of each path (:class:`Window`); a
-    window still open after ``horizon`` steps ends there.
+    window still open after ``horizon`` steps ends there. Without ``ledger`` only the windows are
+    computed (the lean step; the entry-fill fields stay at their "never filled" values and ``ret``,
+    ``net``, ``costs`` cover the steps run), and the rollout stops once every window has ended: one
+    host read a step, for what a learner's targets need at a fraction of the cost.
     """
     if horizon < 1:
         raise ValueError(f"a counterfactual rollout needs at least one step, got {horizon}")
@@ -153,7 +157,9 @@ def rollout(
     price, contracts, entry_costs = torch.full_like(z, float("nan")), z.clone(), z.clone()
     for step in range(horizon):
         done = s.done  # replay's done: the episode was over before this step
-        s, res = env.transition(s, first if step == 0 else hold, *(conv if step == 0 else (None,) * 3))
+        s, res = env.transition(
+            s, first if step == 0 else hold, *(conv if step == 0 else (None,) * 3), ledger=ledger
+        )
         ret = ret + gamma**step * res.reward
         w_ret = torch.where(open_, w_ret + gamma**step * res.reward, w_ret)
         w_len = w_len + open_.to(i64)
@@ -163,6 +169,10 @@ def rollout(
         net, costs = net + res.net, costs + res.costs
         # The entry: the action's market order (ORDER at step 0) or its limit order (RESTING, this
         # step's next row or a later one); under Hold no other order is placed.
+        if not ledger:
+            if not bool(open_.any()):
+                break
+            continue
         for st in (_ORDER, _RESTING) if step == 0 else (_RESTING,):
             new = ~filled & (res.fills[:, st] != 0)
             fill_step = torch.where(new, step, fill_step)
