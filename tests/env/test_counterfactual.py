@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from foxhunt.agent.replay import nstep_windows
 from foxhunt.domain.actions import Direction, OrderType, Urgency
 from foxhunt.env.config import ContractConfig, CostConfig, EnvConfig
 from foxhunt.env.core import TradingEnv
-from foxhunt.agent.replay import nstep_windows
 from foxhunt.env.counterfactual import (
     Window,
     branch_deltas,
@@ -19,6 +19,7 @@ from foxhunt.env.counterfactual import (
     execution_advantages,
     execution_variants,
     rollout,
+    window_values,
 )
 from foxhunt.env.market import MarketTensors, state_feature_columns
 from foxhunt.env.trades import FillStage
@@ -229,3 +230,13 @@ def test_variants_vary_one_branch_each_and_deltas_read_against_the_taken_value()
     probs = tuple(torch.tensor([p]) for p in ([0.0, 0.0, 1.0], [0.5, 0.5, 0.0], [1.0, 0.0, 0.0]))
     adv = execution_advantages(d, probs, sizes)
     assert adv.tolist() == [[-2.0, -1.0, 0.0, -0.5, 0.5, 1.5, 0.0, 1.0, 2.0]]
+
+
+def test_window_values_add_the_discounted_bootstrap() -> None:
+    env = _limit_env(99.875)  # the limit order never fills: its window ends at once, free to act again
+    acts = torch.tensor([[[L, 1, TOUCH, NORMAL], [L, 1, MKT, NORMAL]]])
+    out = rollout(env, env.state, acts, 6, GAMMA, window=Window(4, decision=True))
+    assert out.window_len.tolist() == [[1, 3]]  # the market order's 2-bar plan: entry, 2 bars, timeout
+    v = window_values(out, torch.tensor([10.0], dtype=torch.float64))
+    torch.testing.assert_close(v, out.window_ret + out.window_discount * 10.0)
+    torch.testing.assert_close(out.window_discount, torch.tensor([[GAMMA, GAMMA**3]], dtype=torch.float64))

@@ -21,9 +21,9 @@ the columns ``[magnitude values | order-type values | urgency values]`` (``M + O
 taken action once in each block), each the taken action with that one branch set to the column's
 value. :func:`branch_deltas` turns their discounted returns into the counterfactual advantage of
 every execution value over the value taken, per branch (0 at the taken value, exactly): the
-relabelled targets of the DQN learner (:mod:`foxhunt.agent.counterfactual`) and, through
-:func:`execution_advantages`, per-entry advantages of each execution choice for a policy-gradient
-learner.
+relabelled targets of the DQN learner (:mod:`foxhunt.agent.counterfactual`, which reads each path's
+n-step window) and, through :func:`window_values` and :func:`execution_advantages`, per-entry
+advantages of each execution choice for a policy-gradient learner.
 
 Everything is batched tensor arithmetic on the state's device (the only loop is over the
 ``horizon`` steps); nothing reads the device from the host.
@@ -208,6 +208,14 @@ def branch_deltas(ret: Tensor, actions: Tensor, sizes: tuple[int, int, int, int]
         out.append(block - taken)
         col += size
     return torch.cat(out, dim=1)
+
+
+def window_values(out: ExecutionOutcome, bootstrap: Tensor) -> Tensor:
+    """``[N, K]`` each path's n-step value ``R_v + d_v x bootstrap``: its window's return and discount
+    with a learner's value ``bootstrap`` ``[N]`` at the taken window's end state (what a critic bootstraps
+    the taken action with). :func:`branch_deltas` of these is each execution value's advantage over
+    the value taken, continuation included (an unfilled limit order frees the agent sooner)."""
+    return out.window_ret + out.window_discount * bootstrap.to(out.window_ret.dtype)[:, None]
 
 
 def split_blocks(x: Tensor, sizes: tuple[int, int, int, int]) -> tuple[Tensor, ...]:
