@@ -130,6 +130,11 @@ ROWS: tuple[Row, ...] = (
         ),
         "epsilon 0.3 on the execution branches (0.1 on the direction)",
     ),
+    Row(
+        "counterfactual",
+        ("agent.counterfactual.weight=1",),
+        "counterfactual execution targets: every untaken magnitude, order type, urgency relabelled",
+    ),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 

@@ -24,8 +24,9 @@ from foxhunt import seeding
 from foxhunt.agent.actor import Actor, Exploring
 from foxhunt.agent.collect import Collector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap, LearnConfig
+from foxhunt.agent.counterfactual import CF, cf_width
 from foxhunt.agent.graph import GraphedLearn
-from foxhunt.agent.learner import Batch, Learner, decision_state
+from foxhunt.agent.learner import Batch, CounterfactualBatch, Learner, decision_state
 from foxhunt.agent.network import QNetwork
 from foxhunt.agent.replay import NStep, PrioritizedReplay, transition_fields
 from foxhunt.agent.signals import Signals
@@ -106,9 +107,12 @@ class Agent:
         signals = Signals(cfg.network.experts, self.device)
         self.learner = Learner(net, cfg, signals)
         self.policy = Actor(net, self.learner.popart, signals, cfg, branches, self.gen)
+        fields = transition_fields(STATE_LAYOUT.width, len(self.policy.sizes), len(AUX_TARGETS))
+        if cfg.counterfactual.weight > 0:  # the counterfactual execution deltas (agent.counterfactual)
+            fields[CF] = ((cf_width(self.policy.sizes),), torch.float32)
         self.replay = PrioritizedReplay(
             replay_capacity or cfg.replay.capacity,
-            transition_fields(STATE_LAYOUT.width, len(self.policy.sizes), len(AUX_TARGETS)),
+            fields,
             alpha=cfg.replay.alpha,
             beta=cfg.replay.beta,
             eps=cfg.replay.eps,
@@ -149,6 +153,7 @@ class Agent:
                 n=n,
                 steps=steps,
                 mode=self.step_mode,
+                counterfactual=self.cfg.counterfactual,
             )
             self._collector_key = key
         stats = self._collector.collect(starts)
@@ -180,7 +185,7 @@ class Agent:
     def _learn_step(self, batch_size: int) -> dict[str, Tensor]:
         """One learner step on the device, no host read: draw a batch, update, write its priorities."""
         data, idx, weight = self.replay.sample(batch_size, self.gen)
-        batch = Batch(weight=weight, **data)
+        batch = (CounterfactualBatch if CF in data else Batch)(weight=weight, **data)
         priority, stats = self.learner.update(batch)
         boost = self.cfg.replay.decision_boost
         if boost > 0:  # decisions are rare under a plan lock: draw them more often (ReplayConfig)

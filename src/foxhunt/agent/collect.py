@@ -40,7 +40,8 @@ import torch
 from torch import Tensor
 
 from foxhunt.agent.actor import PolicyOut
-from foxhunt.agent.config import Bootstrap, LearnConfig
+from foxhunt.agent.config import Bootstrap, CounterfactualConfig, LearnConfig
+from foxhunt.agent.counterfactual import CF, CounterfactualStage
 from foxhunt.agent.learner import decision_state
 from foxhunt.agent.replay import VALID, PrioritizedReplay, nstep_windows
 from foxhunt.domain.actions import BRANCHES
@@ -169,6 +170,7 @@ class Collector:
         n: int,
         steps: int,
         mode: StepMode = StepMode.AUTO,
+        counterfactual: CounterfactualConfig | None = None,
     ) -> None:
         if steps < 1:
             raise ValueError(f"a collection needs at least one step, got {steps}")
@@ -203,6 +205,12 @@ class Collector:
         self._compiled = False  # the compiled step has run once (compiled without a graph)
         self.compile_seconds = 0.0  # warm-up (compilation) and capture, summed over captures
         reset_in_place(env, torch.zeros(n, dtype=torch.int64, device=dev))
+        # The counterfactual execution targets (agent.counterfactual): the replay has their column.
+        self.cf: CounterfactualStage | None = None
+        if CF in replay.fields:
+            if counterfactual is None:
+                raise ValueError(f"the replay has a '{CF}' column: pass the counterfactual config")
+            self.cf = CounterfactualStage(env, counterfactual, learn, steps, n)
 
     # --- the step ------------------------------------------------------------------------------
 
@@ -214,6 +222,9 @@ class Collector:
             pol = self.policy(self.obs)
         assert env.aux is not None
         env.aux.copy_(pol.aux)  # seen in the next state: a one-step lag (PolicyOut.step)
+        if self.cf is not None:  # the state the action is taken from, before advance writes over it
+            sizing = (pol.direction_conviction, pol.magnitude_conviction, pol.q_variance)
+            self.cf.record(self.t, state, sizing)
         res, nxt = self.advance(  # no trade ledger: collection reads none of it (StepResult.lean)
             env,
             state,
@@ -324,8 +335,10 @@ class Collector:
         ret, discount, m = nstep_windows(self.rewards, self.dones, stop, learn.gamma, learn.n_step)
         t = torch.arange(T, device=m.device).unsqueeze(1)
         envs = torch.arange(n, device=m.device)
+        extra = {} if self.cf is None else {CF: self.cf.windows(self.actions, self.valid)}
         self.replay.add(
             {
+                **extra,
                 "state": self.states[:T].reshape(T * n, -1),
                 "action": self.actions.reshape(T * n, -1),
                 "reward": ret.reshape(-1),

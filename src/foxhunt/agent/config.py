@@ -336,6 +336,28 @@ class CurriculumConfig(Frozen):
     def on(self) -> bool:
         return max(self.magnitude, self.order_type, self.urgency) > 0
 
+class CounterfactualConfig(Frozen):
+    """Counterfactual execution targets (docs/design.md §6): at every
+    entry of a collected epoch, the env rolls out each magnitude, order type and urgency on the same
+    market path (:mod:`foxhunt.env.counterfactual`), and the learner trains every untaken execution
+    value's heads on the taken transition's target shifted by what that value would have earned
+    (hindsight relabelling of the execution branches; :mod:`foxhunt.agent.counterfactual`)."""
+
+    weight: float = Field(
+        0.0,
+        ge=0,
+        le=100,
+        description="Weight of the relabelled execution targets' loss, relative to the branch's own value "
+        "losses (0 = off: no rollout, no replay column, the update as before).",
+    )
+    horizon: int = Field(
+        0,
+        ge=0,
+        le=10_000,
+        description="Steps each counterfactual is rolled out (the decision, then Hold); 0 = the learner's "
+        "n_step, the longest window its targets read.",
+    )
+
 
 class AgentConfig(Frozen):
     algo: Algo = Field(
@@ -351,3 +373,4 @@ class AgentConfig(Frozen):
     act: ActConfig = Field(default_factory=ActConfig)
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    counterfactual: CounterfactualConfig = Field(default_factory=CounterfactualConfig)

@@ -80,7 +80,8 @@ class GraphedUpdate:
         t0 = time.perf_counter()
         self.learner = learner
         self.compiled = _compile_first(learner, int(first.weight.shape[0]), compile)
-        self.static = Batch(**{f: getattr(first, f).clone() for f in Batch.__dataclass_fields__})
+        kind = type(first)  # Batch, or CounterfactualBatch with its column
+        self.static = kind(**{f: getattr(first, f).clone() for f in kind.__dataclass_fields__})
         self.graph, (self.priority, self.stats) = capture(lambda: learner.update(self.static), warmup)
         self.capture_seconds = time.perf_counter() - t0  # compile (when compiled) + warm-up + capture
 
@@ -90,7 +91,7 @@ class GraphedUpdate:
 
     def update(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """Copy ``batch`` in, replay; the outputs are the graph's static tensors (see above)."""
-        for f in Batch.__dataclass_fields__:
+        for f in type(self.static).__dataclass_fields__:
             getattr(self.static, f).copy_(getattr(batch, f))
         self.graph.replay()
         return self.priority, self.stats

@@ -47,6 +47,7 @@ from torch import Tensor
 
 from foxhunt.agent.balance import adaptive_lambda, gate_entropy
 from foxhunt.agent.config import AgentConfig
+from foxhunt.agent.counterfactual import relabelled_loss
 from foxhunt.agent.distributional import atom_utilisation, project_c51
 from foxhunt.agent.loss import (
     LOSS_TERMS,
@@ -83,6 +84,13 @@ class Batch:
     next_state: Tensor  # [B, W]
     aux: Tensor  # [B, 3] next_return, direction (0/1), outcome (0/1/2); NaN = no target
     weight: Tensor  # [B] importance-sampling weights (1 for uniform replay)
+
+
+@dataclass
+class CounterfactualBatch(Batch):
+    """A batch with the replay's counterfactual execution deltas (``agent.counterfactual``)."""
+
+    cf: Tensor  # [B, 2 (M + O + U)] per execution value its window's return, then discount (NaN: none)
 
 
 def plan_locked(state_BW: Tensor) -> Tensor:
@@ -331,11 +339,20 @@ class Learner:
         gates, stats = self._update_signals(out.gate, probs_BAK)
         terms |= regulariser_terms(out, probs_BAK, batch.aux, self.cfg.loss, gates)
         loss = total_loss(terms)
+        cf_stats = {}
+        if self.cfg.counterfactual.weight > 0 and isinstance(batch, CounterfactualBatch):  # relabelled
+            l_cf, pairs = relabelled_loss(
+                out, batch.cf, batch.action, probs, y_iqn, y_mse, batch.reward, batch.discount, z,
+                self.popart.normalise, self.taus, self.cfg.loss,
+            )  # fmt: skip
+            loss = loss + self.cfg.counterfactual.weight * l_cf
+            cf_stats = {"loss/counterfactual": l_cf.detach(), "counterfactual/pairs": pairs}
         stats = {
             "loss/total": loss.detach(),
             **{f"loss/{k.removeprefix('loss_')}": terms[k].detach() for k in LOSS_TERMS},
             "loss/aux": terms["aux_heads"].detach(),  # reported before its weight (aux = 0 still reads)
             **stats,
+            **cf_stats,
         }
         for name, q in zip(BRANCHES, q_BA, strict=True):
             qd = q.detach()
