@@ -55,7 +55,7 @@ from torch import Tensor
 
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.state import Portfolio
-from foxhunt.env.trades import ClosedTrades, lean_record
+from foxhunt.env.trades import LIMIT_EVENTS, ClosedTrades, lean_record
 from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_SPEC
 
 BLOCK = 128
@@ -220,9 +220,10 @@ class _Outputs:
     closed: Tensor
     pnl: Tensor
     size: Tensor
-    detail_f: list[Tensor]  # gross, costs, side, entry_price, exit_price [N, STAGES]
-    detail_i: list[Tensor]  # entry_row, exit_row, magnitude, reason
+    detail_f: list[Tensor]  # gross, costs, side, entry_price, exit_price, entry_costs [N, STAGES]
+    detail_i: list[Tensor]  # entry_row, exit_row, magnitude, reason, order_type, urgency
     fills: list[Tensor]  # fills, fill_price, fill_costs
+    limits: Tensor  # [N, len(LIMIT_EVENTS)] int64 limit-order events
     obs: Tensor
 
     def result(self, ledger: bool) -> StepResult:
@@ -231,12 +232,14 @@ class _Outputs:
             trades = ClosedTrades(
                 closed=self.closed, pnl=self.pnl, gross=f[0], costs=f[1], side=f[2], size=self.size,
                 entry_price=f[3], exit_price=f[4], entry_row=i[0], exit_row=i[1], magnitude=i[2],
-                reason=i[3],
+                reason=i[3], order_type=i[4], urgency=i[5], entry_costs=f[5],
             )  # fmt: skip
             fills, fill_price, fill_costs = self.fills
+            limits = self.limits
         else:
             fills = fill_price = fill_costs = self.pnl.new_empty(0)  # StepResult.lean: no size either
             trades = lean_record(self.closed, self.pnl, fills)
+            limits = torch.empty(0, dtype=torch.int64, device=fills.device)
         return StepResult(
             **self.money,
             written=self.written,
@@ -249,6 +252,7 @@ class _Outputs:
             fill_costs=fill_costs,
             exit_reason=self.ints["exit_reason"],
             components=self.components,
+            limit_orders=limits,
         )
 
 
@@ -301,9 +305,10 @@ def kernel_arguments(
         closed=empty(n, stages, dtype=torch.bool),
         pnl=empty(n, stages),
         size=empty(n, stages),
-        detail_f=[empty(n, stages) for _ in range(5)] if ledger else [t.dummy] * 5,
-        detail_i=[empty(n, stages, dtype=i64) for _ in range(4)] if ledger else [t.dummy] * 4,
+        detail_f=[empty(n, stages) for _ in range(6)] if ledger else [t.dummy] * 6,
+        detail_i=[empty(n, stages, dtype=i64) for _ in range(6)] if ledger else [t.dummy] * 6,
         fills=[empty(n, stages) for _ in range(3)] if ledger else [t.dummy] * 3,
+        limits=empty(n, len(LIMIT_EVENTS), dtype=i64) if ledger else t.dummy,
         obs=empty(n, width, dtype=torch.float32) if observe else empty(0, dtype=torch.float32),
     )
     assert env.aux is not None
@@ -323,7 +328,8 @@ def kernel_arguments(
         *state.tensors(),
         *out.money.values(), out.written, out.ints["picked"], out.ints["realised_direction"],
         out.ints["realised_magnitude"], out.ints["exit_reason"], out.components,
-        out.closed, out.pnl, f[0], f[1], f[2], out.size, f[3], f[4], i[0], i[1], i[2], i[3], *out.fills,
+        out.closed, out.pnl, f[0], f[1], f[2], out.size, f[3], f[4], i[0], i[1], i[2], i[3], i[4], i[5], f[5],
+        *out.fills, out.limits,
         out.obs if observe else t.dummy,
         n, mk.rows, t.log1p.shape[0] - 1,
     ]  # fmt: skip

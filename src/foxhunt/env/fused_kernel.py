@@ -218,13 +218,16 @@ def _fill(filled, side, contracts, price, reference, c_ptr):
 @triton.jit
 def _book(
     t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-    position, contracts, price, costs, row, magnitude, close_reason,
+    t_order_type, t_urgency, t_entry_costs,
+    position, contracts, price, costs, row, magnitude, order_type, urgency, close_reason,
     n, mask, F64: tl.constexpr, STAGE: tl.constexpr, LEDGER: tl.constexpr,
     o_closed, o_pnl, o_gross, o_costs, o_side, o_size, o_entry_price, o_exit_price,
-    o_entry_row, o_exit_row, o_magnitude, o_reason, o_fills, o_fill_price, o_fill_costs,
+    o_entry_row, o_exit_row, o_magnitude, o_reason, o_order_type, o_urgency, o_entry_costs,
+    o_fills, o_fill_price, o_fill_costs,
 ):  # fmt: skip
-    """trades.book_fill of one fill; stores the closed-trade record at slot STAGE; returns the open
-    trade after the fill and ``(ends, pnl, size)`` of the trade it closed."""
+    """trades.book_fill of one fill (``magnitude, order_type, urgency``: its trades.Entry); stores the
+    closed-trade record at slot STAGE; returns the open trade after the fill and ``(ends, pnl, size)``
+    of the trade it closed."""
     size = tl.abs(contracts)
     sc = _sign(contracts)
     sp = _sign(position)
@@ -232,6 +235,7 @@ def _book(
     closing = tl.where(against, tl.minimum(size, tl.abs(position)), 0.0)
     opening = size - closing
     close_costs = _div(costs * closing, _cmin(size, 1.0), F64)
+    open_costs = costs - close_costs
     after = position + contracts
     ends = against & (_sign(after) != sp)
     done_closed = t_closed + closing
@@ -262,6 +266,9 @@ def _book(
         tl.store(o_exit_row + slot, tl.where(ends, row, -1), mask=mask)
         tl.store(o_magnitude + slot, tl.where(ends, t_magnitude, -1), mask=mask)
         tl.store(o_reason + slot, tl.where(ends, reason, 0), mask=mask)
+        tl.store(o_order_type + slot, tl.where(ends, t_order_type, -1), mask=mask)
+        tl.store(o_urgency + slot, tl.where(ends, t_urgency, -1), mask=mask)
+        tl.store(o_entry_costs + slot, tl.where(ends, t_entry_costs, 0.0), mask=mask)
         tl.store(o_fills + slot, contracts, mask=mask)
         tl.store(o_fill_price + slot, price, mask=mask)
         tl.store(o_fill_costs + slot, costs, mask=mask)
@@ -275,10 +282,13 @@ def _book(
     closed = tl.where(keep, done_closed, 0.0)
     exit_value = tl.where(keep, done_exit_value, 0.0)
     gross = tl.where(keep, t_gross, 0.0)
-    new_costs = tl.where(keep, done_costs, 0.0) + (costs - close_costs)
+    new_costs = tl.where(keep, done_costs, 0.0) + open_costs
+    kind = tl.where(fresh, order_type, tl.where(keep, t_order_type, -1))
+    urg = tl.where(fresh, urgency, tl.where(keep, t_urgency, -1))
+    entry_costs = tl.where(keep, t_entry_costs, 0.0) + open_costs
     return (
         side, entry_row, mag, opened, entry_value, closed, exit_value, gross, new_costs,
-        ends, pnl, closed_size,
+        kind, urg, entry_costs, ends, pnl, closed_size,
     )  # fmt: skip
 
 
@@ -351,17 +361,18 @@ def step_kernel(
     a_position, a_equity, a_peak_equity, a_costs_paid, a_hold_time, a_trade_max, a_trade_min,
     a_peak_step, a_time_since_trade, a_n_trades, a_n_wins, a_n_losses, a_sum_win, a_sum_loss,
     o_side_ptr, o_contracts_ptr, o_price_ptr, o_age_ptr, o_urgency_ptr, o_magnitude_ptr, o_queue_ptr,
-    o_volume_ptr,
+    o_volume_ptr, o_order_type_ptr,
     p_active, p_direction, p_profit, p_stop, p_best, p_vol,
     k_regime_prev, k_regime_ema, k_regime_steps, k_ring, k_count, k_cvar,
     t_side_ptr, t_entry_row_ptr, t_magnitude_ptr, t_opened_ptr, t_entry_value_ptr, t_closed_ptr,
-    t_exit_value_ptr, t_gross_ptr, t_costs_ptr,
+    t_exit_value_ptr, t_gross_ptr, t_costs_ptr, t_order_type_ptr, t_urgency_ptr, t_entry_costs_ptr,
     h_pnl, h_peak, h_trough, h_hold, h_since_peak, h_regime_entry, h_shifted, h_after_shift,
     # outputs
     r_gross, r_costs, r_net, r_reward, r_written, r_picked, r_direction, r_magnitude, r_reason,
     r_components,
     x_closed, x_pnl, x_gross, x_costs, x_side, x_size, x_entry_price, x_exit_price, x_entry_row,
-    x_exit_row, x_magnitude, x_reason, x_fills, x_fill_price, x_fill_costs,
+    x_exit_row, x_magnitude, x_reason, x_order_type, x_urgency, x_entry_costs, x_fills, x_fill_price,
+    x_fill_costs, r_limits,
     obs_ptr,
     N, ROWS, LOG1P_LAST,
     W: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, F: tl.constexpr,
@@ -393,6 +404,8 @@ def step_kernel(
     o_magnitude = _ld(o_magnitude_ptr, n, m)
     o_queue = _ld(o_queue_ptr, n, m)
     o_volume = _ld(o_volume_ptr, n, m)
+    o_order_type = _ld(o_order_type_ptr, n, m)
+    before = o_side  # the resting order's side before the step (transition.limit_events)
     plan_active = _ld(p_active, n, m) != 0
     plan_direction = _ld(p_direction, n, m)
     plan_profit = _ld(p_profit, n, m)
@@ -408,6 +421,9 @@ def step_kernel(
     t_exit_value = _ld(t_exit_value_ptr, n, m)
     t_gross = _ld(t_gross_ptr, n, m)
     t_costs = _ld(t_costs_ptr, n, m)
+    t_order_type = _ld(t_order_type_ptr, n, m)
+    t_urgency = _ld(t_urgency_ptr, n, m)
+    t_entry_costs = _ld(t_entry_costs_ptr, n, m)
 
     live = ~done
     d_conv = _ld(dconv_ptr, n, m).to(position.dtype)
@@ -469,16 +485,22 @@ def step_kernel(
     raw_kelly = _clamp(ratio, tl.load(c_ptr + C_KELLY_FLOOR), 1.0)
     blended = 1.0 - tl.load(c_ptr + C_KELLY_WEIGHT) * (1.0 - raw_kelly)
     kelly = tl.where(n_trades >= KELLY_MIN, blended, 1.0)
-    limit = kelly * tl.load(c_ptr + C_KELLY_LIMIT)
-    allowed = tl.zeros([BLOCK], dtype=tl.int64)
-    for i in tl.static_range(M):
-        allowed = allowed + (limit >= tl.load(c_ptr + C_FRACTIONS + i)).to(tl.int64)
-    cap = tl.maximum(allowed - 1, 0)
-    magnitude = tl.minimum(a_mag, cap)
+    if M > 1:  # Kelly caps the magnitude (sizing.kelly_cap_by_magnitude)
+        limit = kelly * tl.load(c_ptr + C_KELLY_LIMIT)
+        allowed = tl.zeros([BLOCK], dtype=tl.int64)
+        for i in tl.static_range(M):
+            allowed = allowed + (limit >= tl.load(c_ptr + C_FRACTIONS + i)).to(tl.int64)
+        cap = tl.maximum(allowed - 1, 0)
+        magnitude = tl.minimum(a_mag, cap)
+    else:  # one magnitude: nothing smaller to cap at, Kelly scales the effective max position
+        magnitude = a_mag
     var_raw = _div(1.0, 1.0 + _sqrt(_cmin(q_var, 0.0), F64), F64)
     variance = tl.where(var_raw < conv, conv, var_raw)
     cvar0 = _ld(k_cvar, n, m)
-    eff_max = tl.load(c_ptr + C_MAX_POS) * cvar0 * conv * 1.0 * variance
+    eff_max = tl.load(c_ptr + C_MAX_POS) * cvar0 * conv
+    if M == 1:
+        eff_max = eff_max * kelly
+    eff_max = eff_max * variance  # (several magnitudes: x 1.0, the eager Kelly factor, is exact)
     pos_frac = _div(position, _cmin(eff_max, tl.load(c_ptr + C_EFF_MIN)), F64)
     frac_m = tl.load(c_ptr + C_FRACTIONS + magnitude, mask=m, other=0.0)
     sgn = (realised == LONG).to(position.dtype) - (realised == SHORT).to(position.dtype)
@@ -525,13 +547,17 @@ def step_kernel(
     o_magnitude = tl.where(new, magnitude, o_magnitude)
     o_queue = tl.where(new, ahead, o_queue)
     o_volume = tl.where(new, 0.0, o_volume)
+    o_order_type = tl.where(new, a_ord, o_order_type)
+    placed_side = o_side
     (t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-     ends0, pnl0, size0) = _book(
+     t_order_type, t_urgency, t_entry_costs, ends0, pnl0, size0) = _book(
         t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-        position, f0_contracts, f0_price, f0_costs, r, magnitude, R_AGENT_CLOSE,
+        t_order_type, t_urgency, t_entry_costs,
+        position, f0_contracts, f0_price, f0_costs, r, magnitude, a_ord * 0 + MARKET, a_urg, R_AGENT_CLOSE,
         n, m, F64, 0, LEDGER,
         x_closed, x_pnl, x_gross, x_costs, x_side, x_size, x_entry_price, x_exit_price,
-        x_entry_row, x_exit_row, x_magnitude, x_reason, x_fills, x_fill_price, x_fill_costs,
+        x_entry_row, x_exit_row, x_magnitude, x_reason, x_order_type, x_urgency, x_entry_costs,
+        x_fills, x_fill_price, x_fill_costs,
     )  # fmt: skip
     pos0 = position + f0_contracts
 
@@ -561,12 +587,14 @@ def step_kernel(
         lfilled, resting, o_contracts, lfill_price, mid1, c_ptr
     )
     (t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-     ends1, pnl1, size1) = _book(
+     t_order_type, t_urgency, t_entry_costs, ends1, pnl1, size1) = _book(
         t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-        pos0, f1_contracts, f1_price, f1_costs, r1, o_magnitude, R_AGENT_CLOSE,
+        t_order_type, t_urgency, t_entry_costs,
+        pos0, f1_contracts, f1_price, f1_costs, r1, o_magnitude, o_order_type, o_urgency, R_AGENT_CLOSE,
         n, m, F64, 1, LEDGER,
         x_closed, x_pnl, x_gross, x_costs, x_side, x_size, x_entry_price, x_exit_price,
-        x_entry_row, x_exit_row, x_magnitude, x_reason, x_fills, x_fill_price, x_fill_costs,
+        x_entry_row, x_exit_row, x_magnitude, x_reason, x_order_type, x_urgency, x_entry_costs,
+        x_fills, x_fill_price, x_fill_costs,
     )  # fmt: skip
     pos1 = pos0 + f1_contracts
     o_age = tl.where(o_side != 0, o_age + 1, o_age)
@@ -575,6 +603,7 @@ def step_kernel(
     )
     expired = o_age >= patience
     o_side = tl.where(f1_filled | expired, 0.0, o_side)
+    rested_side = o_side
 
     # --- open_plan ------------------------------------------------------------------------
     holding = pos1 != 0
@@ -620,13 +649,16 @@ def step_kernel(
         tl.where(exiting, -_sign(pos1), 0.0), tl.abs(pos1), qb1, qa1, qk1, mid1, reason * 0,
         low1, high1, c_ptr, F64, RECIP,
     )  # fmt: skip
+    no_open = t_magnitude * 0 - 1  # an exit opens nothing
     (t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-     ends2, pnl2, size2) = _book(
+     t_order_type, t_urgency, t_entry_costs, ends2, pnl2, size2) = _book(
         t_side, t_entry_row, t_magnitude, t_opened, t_entry_value, t_closed, t_exit_value, t_gross, t_costs,
-        pos1, f2_contracts, f2_price, f2_costs, r1, t_magnitude * 0 - 1, reason,
+        t_order_type, t_urgency, t_entry_costs,
+        pos1, f2_contracts, f2_price, f2_costs, r1, no_open, no_open, no_open, reason,
         n, m, F64, 2, LEDGER,
         x_closed, x_pnl, x_gross, x_costs, x_side, x_size, x_entry_price, x_exit_price,
-        x_entry_row, x_exit_row, x_magnitude, x_reason, x_fills, x_fill_price, x_fill_costs,
+        x_entry_row, x_exit_row, x_magnitude, x_reason, x_order_type, x_urgency, x_entry_costs,
+        x_fills, x_fill_price, x_fill_costs,
     )  # fmt: skip
     after = pos1 + f2_contracts
     plan_active = plan_active & ~exiting & (after != 0)
@@ -778,6 +810,7 @@ def step_kernel(
     tl.store(o_magnitude_ptr + n, o_magnitude, mask=m)
     tl.store(o_queue_ptr + n, o_queue, mask=m)
     tl.store(o_volume_ptr + n, o_volume, mask=m)
+    tl.store(o_order_type_ptr + n, o_order_type, mask=m)
     tl.store(p_active + n, plan_active, mask=m)
     tl.store(p_direction + n, plan_direction, mask=m)
     tl.store(p_profit + n, plan_profit, mask=m)
@@ -796,6 +829,9 @@ def step_kernel(
     tl.store(t_exit_value_ptr + n, t_exit_value, mask=m)
     tl.store(t_gross_ptr + n, t_gross, mask=m)
     tl.store(t_costs_ptr + n, t_costs, mask=m)
+    tl.store(t_order_type_ptr + n, t_order_type, mask=m)
+    tl.store(t_urgency_ptr + n, t_urgency, mask=m)
+    tl.store(t_entry_costs_ptr + n, t_entry_costs, mask=m)
     tl.store(h_pnl + n, path_pnl, mask=m)
     tl.store(h_peak + n, path_peak, mask=m)
     tl.store(h_trough + n, path_trough, mask=m)
@@ -823,6 +859,15 @@ def step_kernel(
     tl.store(r_components + n * 5 + 2, tl.where(live, exit_t, 0.0), mask=m)
     tl.store(r_components + n * 5 + 3, tl.where(live, drawdown_t, 0.0), mask=m)
     tl.store(r_components + n * 5 + 4, tl.where(live, regime_t, 0.0), mask=m)
+    if LEDGER:  # transition.limit_events, LIMIT_EVENTS order
+        one = live.to(tl.int64)
+        cancelled = ((before != 0) & (side != 0)).to(tl.int64) + (floored & (rested_side != 0)).to(tl.int64)
+        tl.store(r_limits + n * 5 + 0, one * ((side != 0) & ~market).to(tl.int64), mask=m)
+        tl.store(r_limits + n * 5 + 1, one * (f1_contracts != 0).to(tl.int64), mask=m)
+        expired_ev = (placed_side != 0) & (rested_side == 0) & (f1_contracts == 0)
+        tl.store(r_limits + n * 5 + 2, one * expired_ev.to(tl.int64), mask=m)
+        tl.store(r_limits + n * 5 + 3, one * cancelled, mask=m)
+        tl.store(r_limits + n * 5 + 4, one * ((new_row >= end) & (o_side != 0)).to(tl.int64), mask=m)
 
     # --- the observation (TradingEnv.observe of the new state) -----------------------------
     if OBSERVE:
