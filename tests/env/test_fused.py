@@ -2,11 +2,13 @@
 
 Over random markets (known and unknown books, touch sizes and volume or none) and random actions,
 convictions and Q-variances, in float64 and float32, with the trade ledger on and off, default,
-stressed and shaped configurations and several branch sizes: every state field, every result field,
-every closed trade and the observation equal. Exactly, except the fields whose eager value is not
-one rounding (:mod:`foxhunt.env.fused`'s docstring): the CVaR factor and the reward (row sums
-whose order PyTorch picks) and the drawdown-recovery term (``tanh``), within 1e-12 relative in
-float64 and 1e-6 in float32.
+stressed and shaped configurations and several branch sizes: every state field, every result field
+(the limit-order events with the ledger), every closed trade (its entry: magnitude, order type,
+urgency, entry costs) and the observation equal; the counts say the comparison saw Kelly size steps
+(with one magnitude, as the max position's factor), limit entries and each limit-order event.
+Exactly, except the fields whose eager value is not one rounding (:mod:`foxhunt.env.fused`'s
+docstring): the CVaR factor and the reward (row sums whose order PyTorch picks) and the
+drawdown-recovery term (``tanh``), within 1e-12 relative in float64 and 1e-6 in float32.
 
 Without a CUDA device the kernel runs under Triton's interpreter on the CPU (when Triton is
 installed; the CPU install and CI have none, and these tests skip); the ``gpu`` tests run the same
@@ -22,11 +24,13 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from foxhunt.domain.actions import BranchConfig
+from foxhunt.domain.actions import BranchConfig, OrderType
 from foxhunt.env.config import CostConfig, EnvConfig, PositionSizingConfig, RewardConfig
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.graph import advance, own_storage
 from foxhunt.env.market import MarketTensors
+from foxhunt.env.sizing import kelly_fraction
+from foxhunt.env.trades import LIMIT_EVENTS
 from foxhunt.features.layout import STATE_LAYOUT
 from tests.env.test_core import config, market
 
@@ -179,6 +183,7 @@ def _compare_results(ref: StepResult, got: StepResult, ledger: bool) -> None:
             _same(name, getattr(ref, name), getattr(got, name), name in _CLOSE_RESULT)
     if not ledger:
         assert got.fills.numel() == 0 and got.trades.entry_price.numel() == 0
+        assert got.limit_orders.numel() == 0 and got.trades.entry_costs.numel() == 0
 
 
 def run_pair(
@@ -206,7 +211,10 @@ def run_pair(
     own_storage(fused)
     sizes_t = torch.tensor(eager.codec.sizes)
     names = _names(eager.state)
-    seen = {"trades": 0, "resting": 0, "exits": 0, "floors": 0, "done": 0}
+    # the fields the ledger's entry and the limit orders added are among those compared
+    assert {"order.order_type", "trade.order_type", "trade.urgency", "trade.entry_costs"} <= set(names)
+    seen = dict.fromkeys(("trades", "resting", "exits", "floors", "done", "kelly", "limit_entries"), 0)
+    seen |= dict.fromkeys(LIMIT_EVENTS, 0)
     for _ in range(steps):
         actions = (torch.rand(envs, 4, generator=g) * sizes_t).to(torch.int64).to(device)
         d_conv = (torch.rand(envs, generator=g) * 1.2).to(device)
@@ -216,6 +224,7 @@ def run_pair(
         assert eager.aux is not None and fused.aux is not None
         eager.aux.copy_(aux)
         fused.aux.copy_(aux)
+        seen["kelly"] += int((_kelly(eager, cfg, d_conv, m_conv) < 1).sum())
         ref, obs_ref = advance(eager, eager.state, actions, True, d_conv, m_conv, q_var, ledger=ledger)
         got, obs = fused_advance(fused, fused.state, actions, True, d_conv, m_conv, q_var, ledger=ledger)  # type: ignore[operator]
         for name, a, b in zip(names, eager.state.tensors(), fused.state.tensors(), strict=True):
@@ -227,8 +236,23 @@ def run_pair(
         seen["resting"] += int((eager.state.order.side != 0).sum())
         seen["exits"] += int((ref.exit_reason > 0).sum())
         seen["floors"] += int((ref.exit_reason == 4).sum())
+        if ledger:
+            for k, v in zip(LIMIT_EVENTS, ref.limit_orders.sum(dim=0).tolist(), strict=True):
+                seen[k] += int(v)
+            limit_entry = ref.trades.closed & (ref.trades.order_type > int(OrderType.MARKET))
+            seen["limit_entries"] += int(limit_entry.sum())
     seen["done"] = int(eager.state.done.sum())
     return seen
+
+
+def _kelly(env: TradingEnv, cfg: EnvConfig, d_conv: torch.Tensor, m_conv: torch.Tensor) -> torch.Tensor:
+    """The Kelly factor the step about to run sizes with (transition.decide): with one magnitude it
+    scales the effective max position, else it caps the magnitude."""
+    a = env.state.account
+    return kelly_fraction(
+        a.n_wins, a.n_losses, a.sum_win, a.sum_loss, a.n_trades, d_conv, m_conv, a.equity,
+        float(cfg.contract.max_position), cfg.sizing,
+    )[~env.state.done]  # fmt: skip
 
 
 def _check_kept_tail(eager: TradingEnv, fused: TradingEnv) -> None:
@@ -261,8 +285,14 @@ def test_fused_step_equals_the_eager_step_under_the_interpreter(
 ) -> None:
     seen = run_pair(fused, CONFIGS[name], dtype, ledger=ledger, sizes=sizes, unknown=unknown)
     assert seen["trades"] > 0 and seen["exits"] > 0 and seen["done"] > 0, seen
+    assert seen["kelly"] > 0, seen  # Kelly sized some steps (one magnitude: the max position's factor)
     if name == "stressed":
         assert seen["floors"] > 0, seen  # the capital floor was reached
+    if ledger and CONFIGS[name].branches.order_type > 1:  # limit orders: their entries and events compared
+        assert seen["limit_entries"] > 0, seen
+        # every event (the shaped config's default patience outlasts its orders: none expires there)
+        events = LIMIT_EVENTS if name == "base" else ("placed", "filled", "cancelled", "open_at_end")
+        assert all(seen[k] > 0 for k in events), seen
 
 
 @needs_triton

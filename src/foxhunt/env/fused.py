@@ -4,13 +4,15 @@
 (26 kernels compiled by Inductor, about 65 us of launches at 16 k envs); :func:`fused_advance` is the
 same step, with the same signature and the same effect on the state's tensors, as **one kernel
 launch**: each program lane runs one episode's whole transition (decide with the plan lock, Kelly
-cap and effective max position; the market order; the limit order placed, its queue; the mark; the
-resting order's queue-aware fill, age and expiry; the plan's opening and its barriers, trailing
-stop included; the capital floor and the window's end; the exit; the trade ledger's three fill
-stages; settle; the reward and its shaping terms; the returns ring and the CVaR factor) and, with
-``observe``, writes the next observation. Everything the step reads is loaded once and everything it
-writes is stored once: the state in place (its tensors are the graph's static buffers, as for
-:func:`~foxhunt.env.graph.advance`), the :class:`~foxhunt.env.core.StepResult` into fresh tensors.
+cap, or with one magnitude the Kelly factor of the effective max position; the market order; the
+limit order placed, its queue; the mark; the resting order's queue-aware fill, age and expiry; the
+plan's opening and its barriers, trailing stop included; the capital floor and the window's end; the
+exit; the trade ledger's three fill stages, each trade's entry (magnitude, order type, urgency,
+entry costs) and, with the ledger, the step's limit-order events; settle; the reward and its shaping
+terms; the returns ring and the CVaR factor) and, with ``observe``, writes the next observation.
+Everything the step reads is loaded once and everything it writes is stored once: the state in place
+(its tensors are the graph's static buffers, as for :func:`~foxhunt.env.graph.advance`), the
+:class:`~foxhunt.env.core.StepResult` into fresh tensors.
 
 The eager path stays the reference and the CPU path: the kernel (:mod:`foxhunt.env.fused_kernel`)
 spells each eager expression out per episode in the eager operand order. The CVaR tail is kept
