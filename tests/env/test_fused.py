@@ -331,8 +331,13 @@ _POINTER = {
 
 @needs_triton
 @pytest.mark.slow
-@pytest.mark.parametrize(("dtype", "ledger"), [(torch.float64, True), (torch.float32, False)])
-def test_fused_kernel_compiles_for_the_h100_without_a_device(dtype: torch.dtype, ledger: bool) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "ledger", "magnitudes"),
+    [(torch.float64, True, 3), (torch.float32, False, 3), (torch.float32, True, 1)],
+)
+def test_fused_kernel_compiles_for_the_h100_without_a_device(
+    dtype: torch.dtype, ledger: bool, magnitudes: int
+) -> None:
     """Triton's compiler (stricter than its interpreter: globals, types, layouts) builds the kernel
     for an H100 (sm_90) on any host, about a minute each: a kernel that runs under the interpreter
     also compiles, its divisions and square roots the correctly rounded ones."""
@@ -344,7 +349,9 @@ def test_fused_kernel_compiles_for_the_h100_without_a_device(dtype: torch.dtype,
     from foxhunt.env.fused import kernel_arguments
 
     mk = random_market(64, 0, dtype, sizes=True, unknown=0.1)
-    env = TradingEnv(mk, EnvConfig(episode_rows=32))
+    fractions = (0.25, 0.5, 1.0) if magnitudes == 3 else (1.0,)  # one: Kelly scales the max position
+    branches = BranchConfig(magnitude=magnitudes, magnitude_fractions=fractions)
+    env = TradingEnv(mk, EnvConfig(episode_rows=32, branches=branches))
     env.reset(torch.arange(8))
     own_storage(env)
     actions = torch.zeros(8, 4, dtype=torch.int64)
