@@ -205,9 +205,10 @@ class Collector:
         self._compiled = False  # the compiled step has run once (compiled without a graph)
         self.compile_seconds = 0.0  # warm-up (compilation) and capture, summed over captures
         reset_in_place(env, torch.zeros(n, dtype=torch.int64, device=dev))
-        # The counterfactual execution targets (agent.counterfactual): the replay has their column.
+        # The counterfactual execution targets (agent.counterfactual): the replay has their column (an
+        # on-policy rollout sink has no columns: a PPO learner reads the counterfactuals elsewhere).
         self.cf: CounterfactualStage | None = None
-        if CF in replay.fields:
+        if isinstance(replay, PrioritizedReplay) and CF in replay.fields:
             if counterfactual is None:
                 raise ValueError(f"the replay has a '{CF}' column: pass the counterfactual config")
             self.cf = CounterfactualStage(env, counterfactual, learn, steps, n)

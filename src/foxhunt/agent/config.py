@@ -336,6 +336,7 @@ class CurriculumConfig(Frozen):
     def on(self) -> bool:
         return max(self.magnitude, self.order_type, self.urgency) > 0
 
+
 class CounterfactualConfig(Frozen):
     """Counterfactual execution targets (docs/design.md §6): at every
     entry of a collected epoch, the env rolls out each magnitude, order type and urgency on the same
@@ -374,3 +375,24 @@ class AgentConfig(Frozen):
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     counterfactual: CounterfactualConfig = Field(default_factory=CounterfactualConfig)
+
+    @model_validator(mode="after")
+    def _dqn_only_mechanisms(self) -> AgentConfig:
+        """The branch curriculum and the counterfactual targets act on the DQN learner's acting and
+        loss; the PPO learner has neither yet, so turning them on there would be a setting that does
+        nothing. Refused in one line instead."""
+        on = [
+            k
+            for k, v in (
+                ("curriculum", self.curriculum.on),
+                ("counterfactual", self.counterfactual.weight > 0),
+            )
+            if v
+        ]
+        if self.algo is Algo.PPO and on:
+            names = " and ".join(f"agent.{k}" for k in on)
+            raise ValueError(
+                f"{names} act on the DQN learner only (agent.algo = dqn); with agent.algo = ppo "
+                f"leave them off (their defaults) or set agent.algo=dqn"
+            )
+        return self
