@@ -82,7 +82,7 @@ h1 { border-bottom: 2px solid #333; padding-bottom: .2em; font-size: 1.6em; over
 h2 { margin-top: 1.8em; border-bottom: 1px solid #bbb; }
 nav { display: flex; flex-wrap: wrap; gap: .2em 1em; }
 .scroll { overflow-x: auto; max-width: 100%; margin: .6em 0; }
-table { border-collapse: collapse; font-size: 0.88em; }
+table { border-collapse: collapse; font-size: 0.88em; display: block; max-width: 100%; overflow-x: auto; }
 th, td { border: 1px solid #ccc; padding: .25em .55em; vertical-align: top; }
 th { background: #f0f0f0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }

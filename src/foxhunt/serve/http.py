@@ -257,7 +257,8 @@ PAGE = """<!doctype html>
   svg { width: 100%; max-width: 900px; height: auto; background: #fff; border: 1px solid #dde1e7;
         border-radius: 6px; display: block; margin-bottom: 1em; }
   .wrap { overflow-x: auto; }
-  table { border-collapse: collapse; font-variant-numeric: tabular-nums; }
+  table { border-collapse: collapse; font-variant-numeric: tabular-nums;
+          display: block; max-width: 100%; overflow-x: auto; }
   th, td { padding: .25em .6em; text-align: right; border-bottom: 1px solid #e6e9ee; white-space: nowrap; }
   th { background: #eef1f5; } td.forced { color: #b91c1c; text-align: left; }
 </style>
