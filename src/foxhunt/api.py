@@ -104,8 +104,8 @@ UserPolicy = Callable[[Tensor, "RowContext"], Tensor]
 def config(
     profile: str | None = None, *, file: str | Path | None = None, overrides: Sequence[str] = ()
 ) -> FoxhuntConfig:
-    """The resolved configuration: a packaged profile (``smoke``, ``localdev``, ``production``) or a
-    TOML ``file``, with ``section.key=value`` overrides (the command line's ``--set``).
+    """The resolved configuration: a packaged profile (``smoke``, ``gpu``, ``full``, ``localdev``,
+    ``production``) or a TOML ``file``, with ``section.key=value`` overrides (the command line's ``--set``).
 
     Example::
 

@@ -182,3 +182,27 @@ def test_production_is_a_month_of_the_smoke_market() -> None:
     assert 20 <= production.synth.sessions <= 22 and production.folds.n_folds == 5
     default = FoxhuntConfig().env.branches
     assert production.env.branches == default and production.env.plan.barrier == smoke.env.plan.barrier
+
+
+def test_full_is_the_gpu_profile_with_ppo_and_every_branch() -> None:
+    """The full profile is what docs/results/2026-12-07-ppo-full-action-unseen.md measured: the gpu
+    profile with PPO, 20 epochs, one agent a run and the default (full) action space; nothing else
+    differs, so its numbers are the profile's."""
+    from foxhunt.config.loader import load_config, with_overrides
+
+    measured = with_overrides(
+        load_config("gpu"),
+        {
+            "agent.algo": "ppo",
+            "train.epochs": 20,
+            "train.members": 1,
+            "env.branches.magnitude": 3,
+            "env.branches.magnitude_fractions": [0.25, 0.5, 1.0],
+            "env.branches.order_type": 3,
+            "env.branches.urgency": 3,
+        },
+        "the measured run",
+    )
+    full = load_config("full")
+    assert full.env.branches == FoxhuntConfig().env.branches
+    assert full.model_dump(exclude={"tune"}) == measured.model_dump(exclude={"tune"})

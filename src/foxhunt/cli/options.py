@@ -12,7 +12,7 @@ from foxhunt.data.schemas import RowUnit
 ProfileOpt = Annotated[
     str | None,
     typer.Option(
-        "--profile", metavar="NAME", help="Packaged profile: smoke (CPU), gpu, localdev, production."
+        "--profile", metavar="NAME", help="Packaged profile: smoke (CPU), gpu, full, localdev, production."
     ),
 ]
 ConfigOpt = Annotated[
