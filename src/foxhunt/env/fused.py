@@ -10,9 +10,12 @@ plan's opening and its barriers, trailing stop included; the capital floor and t
 exit; the trade ledger's three fill stages, each trade's entry (magnitude, order type, urgency,
 entry costs) and, with the ledger, the step's limit-order events; settle; the reward and its shaping
 terms; the returns ring and the CVaR factor) and, with ``observe``, writes the next observation.
-Everything the step reads is loaded once and everything it writes is stored once: the state in place
-(its tensors are the graph's static buffers, as for :func:`~foxhunt.env.graph.advance`), the
-:class:`~foxhunt.env.core.StepResult` into fresh tensors.
+Everything the step reads is loaded once (the Kelly statistics twice: decide and settle) and
+everything it writes is stored once, each value as soon as it is final and each input shortly before
+its first use (decide's inputs first, the rest of the state and the market rows after it: fewer
+values live at a time, fewer registers): the state in place (its tensors are the graph's static
+buffers, as for :func:`~foxhunt.env.graph.advance`), the :class:`~foxhunt.env.core.StepResult` into
+fresh tensors.
 
 The eager path stays the reference and the CPU path: the kernel (:mod:`foxhunt.env.fused_kernel`)
 spells each eager expression out per episode in the eager operand order. The CVaR tail is kept
@@ -20,7 +23,9 @@ incrementally: the ``k_max`` smallest returns of each episode's ring are kept be
 (:func:`_kept_tail`, beside the state, checked against the ring's count and last return), a push
 inserts the new return, and only a row whose evicted return was among the kept (about
 ``k_max / W`` of them, 5% at the default 5 of 100) is scanned again in one pass; then the first ``k``
-are added in ascending order. The kept values are the eager path's ``k_max`` smallest
+are added in ascending order. Up to ``k_max = 8`` each lane holds its row's tail in registers,
+ascending (stored so), and a return enters by one sorted insertion: no reduction across lanes.
+The kept values are the eager path's ``k_max`` smallest
 (:func:`foxhunt.env.sizing.cvar_scale`), value for value (tests/env/test_fused.py checks them every
 step), so the sum is the full scan's, without reading the whole ring (838 MB at 1 M envs) a step.
 
@@ -63,7 +68,9 @@ from foxhunt.features.layout import STATE_FEATURE_GROUPS, STATE_LAYOUT, STATE_SP
 BLOCK = 128
 """Episodes per program (one per lane: ``BLOCK = 32 x NUM_WARPS``; bench/fused_step.py ``--blocks``)."""
 NUM_WARPS = 4
-"""Warps per program. On sm_90 the kernel takes 255 registers a thread (a few hundred bytes spilled)."""
+"""Warps per program. On sm_90 the kernel takes 226 registers a thread, none spilled, at the default
+``[env]`` in float64 without the ledger (bench/fused_registers.py;
+docs/results/2026-12-07-fused-registers.md)."""
 
 _ENV_SLOT = -1000  # colmap: a column the kernel writes from the state (portfolio, plan)
 
@@ -335,8 +342,9 @@ def kernel_arguments(
         out.obs if observe else t.dummy,
         n, mk.rows, t.log1p.shape[0] - 1,
     ]  # fmt: skip
+    ring_width = state.risk.returns_ring.shape[1]
     meta: dict[str, object] = {
-        "W": state.risk.returns_ring.shape[1],
+        "W": ring_width,
         "K": t.k_max,
         "KP": triton_next_pow2(t.k_max),
         "M": len(cfg.branches.magnitude_fractions),
@@ -358,9 +366,18 @@ def kernel_arguments(
         "OBSERVE": observe,
         "F64": dt == torch.float64,
         "RECIP": dev.type == "cuda",  # a division by a Python number: ATen's CUDA kernel multiplies
+        "IDX32": _fits_int32(
+            n, max(ring_width, triton_next_pow2(t.k_max)), mk.rows, mk.features.shape[1], width
+        ),
         "BLOCK": BLOCK,
     }
     return args, meta, out
+
+
+def _fits_int32(n: int, per_episode: int, rows: int, features: int, width: int) -> bool:
+    """Whether every element offset the kernel forms (an episode's ring, result, observation and
+    kept-tail slots; a market row's features) is below 2**31: then its index arithmetic is 32-bit."""
+    return max(n * max(per_episode, width, 8), rows * max(features, 1)) < 2**31
 
 
 def triton_cdiv(a: int, b: int) -> int:

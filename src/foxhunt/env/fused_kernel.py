@@ -304,7 +304,8 @@ def _tail_sum(ring_ptr, tail_ptr, tcount_ptr, tlast_ptr, n, mask, live, count_ol
     and only a row whose evicted return was among the kept (or whose kept tail is not of this ring:
     another count or last return, a first step, a reset) is scanned again, in one pass that keeps
     the K smallest seen. Either way the kept multiset is the row's K smallest, so the sum is the
-    full scan's. About K / W of the rows are scanned a step."""
+    full scan's. About K / W of the rows are scanned a step. The general path (any K, the tail a
+    ``[BLOCK, KP]`` tile, reductions across lanes); :func:`_tail_sum_regs` is the one for K <= 8."""
     cols = tl.arange(0, KP)
     real = cols[None, :] < K
     kept = tl.load(tail_ptr + n[:, None] * KP + cols[None, :], mask=mask[:, None] & real, other=0.0)
@@ -346,6 +347,143 @@ def _tail_sum(ring_ptr, tail_ptr, tcount_ptr, tlast_ptr, n, mask, live, count_ol
 
 
 @triton.jit
+def _cx(v, t):
+    """One compare-exchange of a sorted insertion: ``(the slot's new value, the value carried on)``;
+    a NaN never enters (``torch.sort`` puts it last)."""
+    lt = v < t
+    return tl.where(lt, v, t), tl.where(lt, t, v)
+
+
+@triton.jit
+def _insert(v, t0, t1, t2, t3, t4, t5, t6, t7, K: tl.constexpr):
+    """Insert ``v`` into the ascending ``t0 .. t{K-1}``, the largest of the K + 1 dropped."""
+    t0, v = _cx(v, t0)
+    if K > 1:
+        t1, v = _cx(v, t1)
+    if K > 2:
+        t2, v = _cx(v, t2)
+    if K > 3:
+        t3, v = _cx(v, t3)
+    if K > 4:
+        t4, v = _cx(v, t4)
+    if K > 5:
+        t5, v = _cx(v, t5)
+    if K > 6:
+        t6, v = _cx(v, t6)
+    if K > 7:
+        t7, v = _cx(v, t7)
+    return t0, t1, t2, t3, t4, t5, t6, t7
+
+
+@triton.jit
+def _kslot(tail_ptr, n, mask, J: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, INF):
+    if J < K:
+        t = tl.load(tail_ptr + n * KP + J, mask=mask, other=0.0)
+    else:
+        t = tl.zeros(n.shape, dtype=INF.dtype) + INF
+    return t
+
+
+@triton.jit
+def _kstore(tail_ptr, n, mask, t, J: tl.constexpr, K: tl.constexpr, KP: tl.constexpr):
+    if J < K:
+        tl.store(tail_ptr + n * KP + J, t, mask=mask)
+
+
+@triton.jit
+def _ksum(total, t, k, J: tl.constexpr, K: tl.constexpr):
+    if J < K:
+        total = tl.where(J < k, total + t, total)
+    return total
+
+
+@triton.jit
+def _tail_sum_regs(ring_ptr, tail_ptr, tcount_ptr, tlast_ptr, n, mask, live, count_old, count, nvalid, slot,
+                   old, value, k, W: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, INF):  # fmt: skip
+    """:func:`_tail_sum` with the kept tail in registers, ascending, ``K <= 8`` (the default 5 of
+    100): each lane holds its row's ``K`` smallest as ``K`` values, a return enters by one sorted
+    insertion (``K`` compare-exchanges in the lane: no reduction across lanes, no shared memory),
+    and the sum adds the first ``k`` as they lie. Kept and stored in ascending order."""
+    t0 = _kslot(tail_ptr, n, mask, 0, K, KP, INF)
+    t1 = _kslot(tail_ptr, n, mask, 1, K, KP, INF)
+    t2 = _kslot(tail_ptr, n, mask, 2, K, KP, INF)
+    t3 = _kslot(tail_ptr, n, mask, 3, K, KP, INF)
+    t4 = _kslot(tail_ptr, n, mask, 4, K, KP, INF)
+    t5 = _kslot(tail_ptr, n, mask, 5, K, KP, INF)
+    t6 = _kslot(tail_ptr, n, mask, 6, K, KP, INF)
+    t7 = _kslot(tail_ptr, n, mask, 7, K, KP, INF)
+    if K == 1:
+        top = t0
+    elif K == 2:
+        top = t1
+    elif K == 3:
+        top = t2
+    elif K == 4:
+        top = t3
+    elif K == 5:
+        top = t4
+    elif K == 6:
+        top = t5
+    elif K == 7:
+        top = t6
+    else:
+        top = t7
+    tcount = tl.load(tcount_ptr + n, mask=mask, other=-1)
+    tlast = tl.load(tlast_ptr + n, mask=mask, other=0.0)
+    last_slot = (count_old + W - 1) % W
+    last = tl.load(ring_ptr + n * W + last_slot, mask=mask & (count_old > 0), other=0.0)
+    same = (tcount == count_old) & ((count_old == 0) | (last == tlast))
+    scan = mask & (~same | (live & (count_old >= W) & (old <= top)))
+    entering = live & (value < top)  # the push: the new return among the K smallest
+    t0, t1, t2, t3, t4, t5, t6, t7 = _insert(tl.where(live, value, INF), t0, t1, t2, t3, t4, t5, t6, t7, K)
+    if tl.max(scan.to(tl.int32), axis=0) > 0:
+        s0 = tl.zeros(value.shape, dtype=value.dtype) + INF
+        s1 = s0
+        s2 = s0
+        s3 = s0
+        s4 = s0
+        s5 = s0
+        s6 = s0
+        s7 = s0
+        row_base = n * W
+        for j0 in range(0, W, 8):  # 8 loads in flight a lane: the scan is not one DRAM latency a return
+            for jj in tl.static_range(8):
+                j = j0 + jj
+                v = tl.load(ring_ptr + row_base + j, mask=scan & (j < nvalid), other=0.0)
+                v = tl.where(j == slot, value, v)
+                v = tl.where(j < nvalid, v, INF)
+                s0, s1, s2, s3, s4, s5, s6, s7 = _insert(v, s0, s1, s2, s3, s4, s5, s6, s7, K)
+        t0 = tl.where(scan, s0, t0)
+        t1 = tl.where(scan, s1, t1)
+        t2 = tl.where(scan, s2, t2)
+        t3 = tl.where(scan, s3, t3)
+        t4 = tl.where(scan, s4, t4)
+        t5 = tl.where(scan, s5, t5)
+        t6 = tl.where(scan, s6, t6)
+        t7 = tl.where(scan, s7, t7)
+    changed = mask & (scan | entering)  # an unchanged tail is not written back
+    _kstore(tail_ptr, n, changed, t0, 0, K, KP)
+    _kstore(tail_ptr, n, changed, t1, 1, K, KP)
+    _kstore(tail_ptr, n, changed, t2, 2, K, KP)
+    _kstore(tail_ptr, n, changed, t3, 3, K, KP)
+    _kstore(tail_ptr, n, changed, t4, 4, K, KP)
+    _kstore(tail_ptr, n, changed, t5, 5, K, KP)
+    _kstore(tail_ptr, n, changed, t6, 6, K, KP)
+    _kstore(tail_ptr, n, changed, t7, 7, K, KP)
+    tl.store(tcount_ptr + n, count, mask=mask)
+    tl.store(tlast_ptr + n, tl.where(live, value, last), mask=mask & (count > 0))
+    total = tl.zeros(value.shape, dtype=value.dtype) + t0
+    total = _ksum(total, t1, k, 1, K)
+    total = _ksum(total, t2, k, 2, K)
+    total = _ksum(total, t3, k, 3, K)
+    total = _ksum(total, t4, k, 4, K)
+    total = _ksum(total, t5, k, 5, K)
+    total = _ksum(total, t6, k, 6, K)
+    total = _ksum(total, t7, k, 7, K)
+    return total
+
+
+@triton.jit
 def _ld(ptr, n, mask):
     return tl.load(ptr + n, mask=mask)
 
@@ -380,10 +518,13 @@ def step_kernel(
     PATIENCE0: tl.constexpr, PATIENCE1: tl.constexpr, PATIENCE2: tl.constexpr,
     HORIZON: tl.constexpr, KELLY_MIN: tl.constexpr, TRAILING: tl.constexpr,
     HAS_VOLUME: tl.constexpr, HAS_SIZES: tl.constexpr, LEDGER: tl.constexpr, OBSERVE: tl.constexpr,
-    F64: tl.constexpr, RECIP: tl.constexpr, BLOCK: tl.constexpr,
+    F64: tl.constexpr, RECIP: tl.constexpr, IDX32: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
     pid = tl.program_id(0)
-    n = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    if IDX32:  # every offset fits int32 (fused.kernel_arguments checks): 32-bit address arithmetic
+        n = pid * BLOCK + tl.arange(0, BLOCK)
+    else:
+        n = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     m = n < N
     NAN = tl.load(c_ptr + C_NAN)
     INF = tl.load(c_ptr + C_INF)
@@ -396,34 +537,7 @@ def step_kernel(
     position = _ld(a_position, n, m)
     equity0 = _ld(a_equity, n, m)
     hold_time = _ld(a_hold_time, n, m)
-    o_side = _ld(o_side_ptr, n, m)
-    o_contracts = _ld(o_contracts_ptr, n, m)
-    o_price = _ld(o_price_ptr, n, m)
-    o_age = _ld(o_age_ptr, n, m)
-    o_urgency = _ld(o_urgency_ptr, n, m)
-    o_magnitude = _ld(o_magnitude_ptr, n, m)
-    o_queue = _ld(o_queue_ptr, n, m)
-    o_volume = _ld(o_volume_ptr, n, m)
-    o_order_type = _ld(o_order_type_ptr, n, m)
-    before = o_side  # the resting order's side before the step (transition.limit_events)
     plan_active = _ld(p_active, n, m) != 0
-    plan_direction = _ld(p_direction, n, m)
-    plan_profit = _ld(p_profit, n, m)
-    plan_stop = _ld(p_stop, n, m)
-    plan_best = _ld(p_best, n, m)
-    plan_vol = _ld(p_vol, n, m)
-    t_side = _ld(t_side_ptr, n, m)
-    t_entry_row = _ld(t_entry_row_ptr, n, m)
-    t_magnitude = _ld(t_magnitude_ptr, n, m)
-    t_opened = _ld(t_opened_ptr, n, m)
-    t_entry_value = _ld(t_entry_value_ptr, n, m)
-    t_closed = _ld(t_closed_ptr, n, m)
-    t_exit_value = _ld(t_exit_value_ptr, n, m)
-    t_gross = _ld(t_gross_ptr, n, m)
-    t_costs = _ld(t_costs_ptr, n, m)
-    t_order_type = _ld(t_order_type_ptr, n, m)
-    t_urgency = _ld(t_urgency_ptr, n, m)
-    t_entry_costs = _ld(t_entry_costs_ptr, n, m)
 
     live = ~done
     d_conv = _ld(dconv_ptr, n, m).to(position.dtype)
@@ -433,28 +547,6 @@ def step_kernel(
     a_mag = tl.load(actions_ptr + n * 4 + 1, mask=m, other=0)
     a_ord = tl.load(actions_ptr + n * 4 + 2, mask=m, other=0)
     a_urg = tl.load(actions_ptr + n * 4 + 3, mask=m, other=0)
-
-    # --- the rows (TradingEnv._rows) ------------------------------------------------------
-    r = row
-    r1 = tl.minimum(r + 1, ROWS - 1)
-    mid = _ld(mid_ptr, r, m)
-    mid1 = _ld(mid_ptr, r1, m)
-    qb = _ld(qbid_ptr, r, m)
-    qa = _ld(qask_ptr, r, m)
-    qk = _ld(qknown_ptr, r, m) != 0
-    qb1 = _ld(qbid_ptr, r1, m)
-    qa1 = _ld(qask_ptr, r1, m)
-    qk1 = _ld(qknown_ptr, r1, m) != 0
-    low = _ld(low_ptr, r, m)
-    high = _ld(high_ptr, r, m)
-    low1 = _ld(low_ptr, r1, m)
-    high1 = _ld(high_ptr, r1, m)
-    if HAS_VOLUME:
-        volume1 = _ld(volume_ptr, r1, m)
-    else:
-        volume1 = mid * 0.0 + NAN
-    vol1 = _ld(vol_ptr, r1, m)
-    regime1 = _ld(regime_ptr, r1, m)
 
     # --- decide ---------------------------------------------------------------------------
     realised = tl.where(plan_active | ~live, HOLD, a_dir)
@@ -494,6 +586,12 @@ def step_kernel(
         magnitude = tl.minimum(a_mag, cap)
     else:  # one magnitude: nothing smaller to cap at, Kelly scales the effective max position
         magnitude = a_mag
+    tl.store(r_picked + n * 4 + 0, tl.where(live, a_dir, -1), mask=m)
+    tl.store(r_picked + n * 4 + 1, tl.where(live, a_mag, -1), mask=m)
+    tl.store(r_picked + n * 4 + 2, tl.where(live, a_ord, -1), mask=m)
+    tl.store(r_picked + n * 4 + 3, tl.where(live, a_urg, -1), mask=m)
+    tl.store(r_direction + n, tl.where(live, realised, -1), mask=m)
+    tl.store(r_magnitude + n, tl.where(live, magnitude, -1), mask=m)
     var_raw = _div(1.0, 1.0 + _sqrt(_cmin(q_var, 0.0), F64), F64)
     variance = tl.where(var_raw < conv, conv, var_raw)
     cvar0 = _ld(k_cvar, n, m)
@@ -509,6 +607,43 @@ def step_kernel(
     delta = tl.where(live, target - position, 0.0)
     side = _sign(delta)
     market = (a_ord == MARKET) | (realised == FLAT)
+
+    # --- the rest of the state and the rows, loaded after decide (fewer values live there) --
+    o_side = _ld(o_side_ptr, n, m)
+    o_contracts = _ld(o_contracts_ptr, n, m)
+    o_price = _ld(o_price_ptr, n, m)
+    o_age = _ld(o_age_ptr, n, m)
+    o_urgency = _ld(o_urgency_ptr, n, m)
+    o_magnitude = _ld(o_magnitude_ptr, n, m)
+    o_queue = _ld(o_queue_ptr, n, m)
+    o_volume = _ld(o_volume_ptr, n, m)
+    o_order_type = _ld(o_order_type_ptr, n, m)
+    before = o_side  # the resting order's side before the step (transition.limit_events)
+    t_side = _ld(t_side_ptr, n, m)
+    t_entry_row = _ld(t_entry_row_ptr, n, m)
+    t_magnitude = _ld(t_magnitude_ptr, n, m)
+    t_opened = _ld(t_opened_ptr, n, m)
+    t_entry_value = _ld(t_entry_value_ptr, n, m)
+    t_closed = _ld(t_closed_ptr, n, m)
+    t_exit_value = _ld(t_exit_value_ptr, n, m)
+    t_gross = _ld(t_gross_ptr, n, m)
+    t_costs = _ld(t_costs_ptr, n, m)
+    t_order_type = _ld(t_order_type_ptr, n, m)
+    t_urgency = _ld(t_urgency_ptr, n, m)
+    t_entry_costs = _ld(t_entry_costs_ptr, n, m)
+
+    # --- the rows (TradingEnv._rows) ------------------------------------------------------
+    if IDX32:
+        r = row.to(tl.int32)
+    else:
+        r = row
+    r1 = tl.minimum(r + 1, ROWS - 1)
+    mid = _ld(mid_ptr, r, m)
+    qb = _ld(qbid_ptr, r, m)
+    qa = _ld(qask_ptr, r, m)
+    qk = _ld(qknown_ptr, r, m) != 0
+    low = _ld(low_ptr, r, m)
+    high = _ld(high_ptr, r, m)
 
     # --- execute: the market order at row r, a limit order placed ------------------------
     size = tl.abs(delta)
@@ -561,6 +696,14 @@ def step_kernel(
     )  # fmt: skip
     pos0 = position + f0_contracts
 
+    # the next row, read after the market order (fewer values live across it)
+    mid1 = _ld(mid_ptr, r1, m)
+    low1 = _ld(low_ptr, r1, m)
+    high1 = _ld(high_ptr, r1, m)
+    if HAS_VOLUME:
+        volume1 = _ld(volume_ptr, r1, m)
+    else:
+        volume1 = mid1 * 0.0 + NAN
     # --- mark_position --------------------------------------------------------------------
     gross = tl.where(live, pos0 * (mid1 - mid) * tl.load(c_ptr + C_POINT), 0.0)
     t_gross = t_gross + gross
@@ -604,11 +747,26 @@ def step_kernel(
     expired = o_age >= patience
     o_side = tl.where(f1_filled | expired, 0.0, o_side)
     rested_side = o_side
+    tl.store(o_contracts_ptr + n, o_contracts, mask=m)  # the resting order is final but its side
+    tl.store(o_price_ptr + n, o_price, mask=m)
+    tl.store(o_age_ptr + n, o_age, mask=m)
+    tl.store(o_urgency_ptr + n, o_urgency, mask=m)
+    tl.store(o_magnitude_ptr + n, o_magnitude, mask=m)
+    tl.store(o_queue_ptr + n, o_queue, mask=m)
+    tl.store(o_volume_ptr + n, o_volume, mask=m)
+    tl.store(o_order_type_ptr + n, o_order_type, mask=m)
 
+    # the plan, read after the market order and the resting fill (fewer values live across them)
+    plan_direction = _ld(p_direction, n, m)
+    plan_profit = _ld(p_profit, n, m)
+    plan_stop = _ld(p_stop, n, m)
+    plan_best = _ld(p_best, n, m)
+    plan_vol = _ld(p_vol, n, m)
     # --- open_plan ------------------------------------------------------------------------
     holding = pos1 != 0
     direction = _sign(pos1)
     opened = holding & ((position == 0) | (direction != _sign(position)))
+    vol1 = _ld(vol_ptr, r1, m)
     profit = mid1 * (1.0 + direction * tl.load(c_ptr + C_PROFIT_MULT) * vol1)
     stop = mid1 * (1.0 - direction * tl.load(c_ptr + C_STOP_MULT) * vol1)
     plan_active = opened | (plan_active & holding)
@@ -645,6 +803,9 @@ def step_kernel(
     last = live & (r1 >= end) & (reason == 0)
     reason = tl.where(last, R_WINDOW_END, reason).to(tl.int64)
     exiting = live & (reason > 0) & (pos1 != 0)
+    qb1 = _ld(qbid_ptr, r1, m)
+    qa1 = _ld(qask_ptr, r1, m)
+    qk1 = _ld(qknown_ptr, r1, m) != 0
     f2_filled, f2_price, f2_contracts, f2_costs = _market_fill(
         tl.where(exiting, -_sign(pos1), 0.0), tl.abs(pos1), qb1, qa1, qk1, mid1, reason * 0,
         low1, high1, c_ptr, F64, RECIP,
@@ -669,6 +830,44 @@ def step_kernel(
     any_closed = ends0 | ends1 | ends2
     held_closed = live & (position != 0) & any_closed
     equity = tl.where(live, equity - f2_costs, equity0)
+    new_row = tl.where(live, r + 1, r)
+
+    # --- write what is final: each field stored as soon as its value is (fewer values live) --
+    tl.store(row_ptr + n, new_row, mask=m)
+    tl.store(done_ptr + n, done | floored | (new_row >= end), mask=m)
+    tl.store(o_side_ptr + n, o_side, mask=m)
+    tl.store(p_active + n, plan_active, mask=m)
+    tl.store(p_direction + n, plan_direction, mask=m)
+    tl.store(p_profit + n, plan_profit, mask=m)
+    tl.store(p_stop + n, plan_stop, mask=m)
+    tl.store(p_best + n, plan_best, mask=m)
+    tl.store(p_vol + n, plan_vol, mask=m)
+    if LEDGER:  # transition.limit_events, LIMIT_EVENTS order
+        one = live.to(tl.int64)
+        cancelled = ((before != 0) & (side != 0)).to(tl.int64) + (floored & (rested_side != 0)).to(tl.int64)
+        tl.store(r_limits + n * 5 + 0, one * ((side != 0) & ~market).to(tl.int64), mask=m)
+        tl.store(r_limits + n * 5 + 1, one * (f1_contracts != 0).to(tl.int64), mask=m)
+        expired_ev = (placed_side != 0) & (rested_side == 0) & (f1_contracts == 0)
+        tl.store(r_limits + n * 5 + 2, one * expired_ev.to(tl.int64), mask=m)
+        tl.store(r_limits + n * 5 + 3, one * cancelled, mask=m)
+        tl.store(r_limits + n * 5 + 4, one * ((new_row >= end) & (o_side != 0)).to(tl.int64), mask=m)
+    tl.store(t_side_ptr + n, t_side, mask=m)
+    tl.store(t_entry_row_ptr + n, t_entry_row, mask=m)
+    tl.store(t_magnitude_ptr + n, t_magnitude, mask=m)
+    tl.store(t_opened_ptr + n, t_opened, mask=m)
+    tl.store(t_entry_value_ptr + n, t_entry_value, mask=m)
+    tl.store(t_closed_ptr + n, t_closed, mask=m)
+    tl.store(t_exit_value_ptr + n, t_exit_value, mask=m)
+    tl.store(t_gross_ptr + n, t_gross, mask=m)
+    tl.store(t_costs_ptr + n, t_costs, mask=m)
+    tl.store(t_order_type_ptr + n, t_order_type, mask=m)
+    tl.store(t_urgency_ptr + n, t_urgency, mask=m)
+    tl.store(t_entry_costs_ptr + n, t_entry_costs, mask=m)
+    tl.store(r_gross + n, tl.where(live, gross, 0.0), mask=m)
+    tl.store(r_costs + n, tl.where(live, costs, 0.0), mask=m)
+    tl.store(r_net + n, tl.where(live, net, 0.0), mask=m)
+    tl.store(r_written + n, live, mask=m)
+    tl.store(r_reason + n, tl.where(live, reason, 0), mask=m)
 
     # --- settle ---------------------------------------------------------------------------
     win0 = ends0 & (pnl0 > 0)
@@ -697,21 +896,78 @@ def step_kernel(
     trade_min = tl.where(flat, 0.0, tl.where(base_min > trade_net, trade_net, base_min))
     peak_step = tl.where(flat, 0, peak_step)
     since_trade = tl.where(traded, 0, _ld(a_time_since_trade, n, m) + 1)
-    n_trades = n_trades + ends0.to(tl.int64) + ends1.to(tl.int64) + ends2.to(tl.int64)
-    n_wins = n_wins + win0.to(tl.int64) + win1.to(tl.int64) + win2.to(tl.int64)
-    n_losses = n_losses + lost0.to(tl.int64) + lost1.to(tl.int64) + lost2.to(tl.int64)
-    sum_win = sum_win + (tl.where(win0, pc0, 0.0) + tl.where(win1, pc1, 0.0) + tl.where(win2, pc2, 0.0))
-    sum_loss = sum_loss + (
+    # the Kelly statistics read again (decide's copies are not kept live across the step)
+    n_trades = _ld(a_n_trades, n, m) + ends0.to(tl.int64) + ends1.to(tl.int64) + ends2.to(tl.int64)
+    n_wins = _ld(a_n_wins, n, m) + win0.to(tl.int64) + win1.to(tl.int64) + win2.to(tl.int64)
+    n_losses = _ld(a_n_losses, n, m) + lost0.to(tl.int64) + lost1.to(tl.int64) + lost2.to(tl.int64)
+    sum_win = _ld(a_sum_win, n, m) + (
+        tl.where(win0, pc0, 0.0) + tl.where(win1, pc1, 0.0) + tl.where(win2, pc2, 0.0)
+    )
+    sum_loss = _ld(a_sum_loss, n, m) + (
         tl.where(lost0, -pc0, 0.0) + tl.where(lost1, -pc1, 0.0) + tl.where(lost2, -pc2, 0.0)
     )
+    tl.store(a_position + n, new_position, mask=m)
+    tl.store(a_equity + n, equity, mask=m)
+    tl.store(a_peak_equity + n, peak_equity, mask=m)
+    tl.store(a_costs_paid + n, costs_paid, mask=m)
+    tl.store(a_hold_time + n, hold_time, mask=m)
+    tl.store(a_trade_max + n, trade_max, mask=m)
+    tl.store(a_trade_min + n, trade_min, mask=m)
+    tl.store(a_peak_step + n, peak_step, mask=m)
+    tl.store(a_time_since_trade + n, since_trade, mask=m)
+    tl.store(a_n_trades + n, n_trades, mask=m)
+    tl.store(a_n_wins + n, n_wins, mask=m)
+    tl.store(a_n_losses + n, n_losses, mask=m)
+    tl.store(a_sum_win + n, sum_win, mask=m)
+    tl.store(a_sum_loss + n, sum_loss, mask=m)
+
+    # --- the observation's portfolio and plan slots (TradingEnv.observe of the new state) --
+    if OBSERVE:  # observe.portfolio_values then observe.plan_values, scaled (scale_group)
+        dt = position.dtype
+        mid_new = _ld(mid_ptr, new_row, m)
+        unreal = t_gross - t_costs
+        drawdown_v = _div(peak_equity - equity, peak_equity, F64)
+        since = tl.minimum(since_trade, LOG1P_LAST)
+        log_since = tl.load(log1p_ptr + since, mask=m, other=0.0)
+        vol_px = _cmin(plan_vol, tl.load(c_ptr + C_MIN_VOL)) * mid_new
+        active_f = plan_active.to(dt)
+        target_f = tl.load(c_ptr + C_HORIZON)
+        left = _clamp(_sdiv(target_f - hold_time.to(dt), target_f, F64, RECIP), 0.0, 1.0)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 0, new_position, c_ptr, 0, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 1, unreal, c_ptr, 1, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 2, hold_time.to(dt), c_ptr, 2, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 3, trade_max, c_ptr, 3, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 4, trade_min, c_ptr, 4, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 5, drawdown_v, c_ptr, 5, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 6, costs_paid, c_ptr, 6, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PORT0 + 7, log_since, c_ptr, 7, False, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 0, active_f, c_ptr, 8, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 1, plan_direction * active_f, c_ptr, 9, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 2, active_f * target_f, c_ptr, 10, True, F64, RECIP)
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 3, active_f * left, c_ptr, 11, True, F64, RECIP)
+        _slot(
+            obs_ptr, n, m, OBS_W, PLAN0 + 4,
+            _div(active_f * (plan_profit - mid_new), vol_px, F64) * plan_direction,
+            c_ptr, 12, True, F64, RECIP,
+        )  # fmt: skip
+        _slot(
+            obs_ptr, n, m, OBS_W, PLAN0 + 5,
+            _div(active_f * (mid_new - plan_stop), vol_px, F64) * plan_direction,
+            c_ptr, 13, True, F64, RECIP,
+        )  # fmt: skip
+        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 6, active_f * plan_vol, c_ptr, 14, True, F64, RECIP)
 
     # --- pay: the reward and the trade's path ---------------------------------------------
+    regime1 = _ld(regime_ptr, r1, m)
     regime_prev = _ld(k_regime_prev, n, m)
     regime_ema0 = _ld(k_regime_ema, n, m)
     regime_steps = _ld(k_regime_steps, n, m)
     rate = _cmin(_div(1.0, regime_steps.to(position.dtype) + 1.0, F64), tl.load(c_ptr + C_ALPHA))
     ema = regime_ema0 + rate * (tl.abs(regime1 - regime_prev) - regime_ema0)
     regime_ema = tl.where(live, ema, regime_ema0)
+    tl.store(k_regime_prev + n, tl.where(live, regime1, regime_prev), mask=m)
+    tl.store(k_regime_ema + n, regime_ema, mask=m)
+    tl.store(k_regime_steps + n, regime_steps + live.to(tl.int64), mask=m)
     path_pnl = _ld(h_pnl, n, m)
     path_peak = _ld(h_peak, n, m)
     path_trough = _ld(h_trough, n, m)
@@ -781,57 +1037,6 @@ def step_kernel(
     path_regime_entry = tl.where(new_trade, regime1, path_regime_entry)
     path_shifted = path_shifted & ~new_trade
     path_after_shift = tl.where(new_trade, 0.0, path_after_shift)
-
-    new_row = tl.where(live, r + 1, r)
-    new_done = done | floored | (new_row >= end)
-
-    # --- write the state -------------------------------------------------------------------
-    tl.store(row_ptr + n, new_row, mask=m)
-    tl.store(done_ptr + n, new_done, mask=m)
-    tl.store(a_position + n, new_position, mask=m)
-    tl.store(a_equity + n, equity, mask=m)
-    tl.store(a_peak_equity + n, peak_equity, mask=m)
-    tl.store(a_costs_paid + n, costs_paid, mask=m)
-    tl.store(a_hold_time + n, hold_time, mask=m)
-    tl.store(a_trade_max + n, trade_max, mask=m)
-    tl.store(a_trade_min + n, trade_min, mask=m)
-    tl.store(a_peak_step + n, peak_step, mask=m)
-    tl.store(a_time_since_trade + n, since_trade, mask=m)
-    tl.store(a_n_trades + n, n_trades, mask=m)
-    tl.store(a_n_wins + n, n_wins, mask=m)
-    tl.store(a_n_losses + n, n_losses, mask=m)
-    tl.store(a_sum_win + n, sum_win, mask=m)
-    tl.store(a_sum_loss + n, sum_loss, mask=m)
-    tl.store(o_side_ptr + n, o_side, mask=m)
-    tl.store(o_contracts_ptr + n, o_contracts, mask=m)
-    tl.store(o_price_ptr + n, o_price, mask=m)
-    tl.store(o_age_ptr + n, o_age, mask=m)
-    tl.store(o_urgency_ptr + n, o_urgency, mask=m)
-    tl.store(o_magnitude_ptr + n, o_magnitude, mask=m)
-    tl.store(o_queue_ptr + n, o_queue, mask=m)
-    tl.store(o_volume_ptr + n, o_volume, mask=m)
-    tl.store(o_order_type_ptr + n, o_order_type, mask=m)
-    tl.store(p_active + n, plan_active, mask=m)
-    tl.store(p_direction + n, plan_direction, mask=m)
-    tl.store(p_profit + n, plan_profit, mask=m)
-    tl.store(p_stop + n, plan_stop, mask=m)
-    tl.store(p_best + n, plan_best, mask=m)
-    tl.store(p_vol + n, plan_vol, mask=m)
-    tl.store(k_regime_prev + n, tl.where(live, regime1, regime_prev), mask=m)
-    tl.store(k_regime_ema + n, regime_ema, mask=m)
-    tl.store(k_regime_steps + n, regime_steps + live.to(tl.int64), mask=m)
-    tl.store(t_side_ptr + n, t_side, mask=m)
-    tl.store(t_entry_row_ptr + n, t_entry_row, mask=m)
-    tl.store(t_magnitude_ptr + n, t_magnitude, mask=m)
-    tl.store(t_opened_ptr + n, t_opened, mask=m)
-    tl.store(t_entry_value_ptr + n, t_entry_value, mask=m)
-    tl.store(t_closed_ptr + n, t_closed, mask=m)
-    tl.store(t_exit_value_ptr + n, t_exit_value, mask=m)
-    tl.store(t_gross_ptr + n, t_gross, mask=m)
-    tl.store(t_costs_ptr + n, t_costs, mask=m)
-    tl.store(t_order_type_ptr + n, t_order_type, mask=m)
-    tl.store(t_urgency_ptr + n, t_urgency, mask=m)
-    tl.store(t_entry_costs_ptr + n, t_entry_costs, mask=m)
     tl.store(h_pnl + n, path_pnl, mask=m)
     tl.store(h_peak + n, path_peak, mask=m)
     tl.store(h_trough + n, path_trough, mask=m)
@@ -840,36 +1045,48 @@ def step_kernel(
     tl.store(h_regime_entry + n, path_regime_entry, mask=m)
     tl.store(h_shifted + n, path_shifted, mask=m)
     tl.store(h_after_shift + n, path_after_shift, mask=m)
-
-    # --- the result ------------------------------------------------------------------------
-    tl.store(r_gross + n, tl.where(live, gross, 0.0), mask=m)
-    tl.store(r_costs + n, tl.where(live, costs, 0.0), mask=m)
-    tl.store(r_net + n, tl.where(live, net, 0.0), mask=m)
     tl.store(r_reward + n, reward, mask=m)
-    tl.store(r_written + n, live, mask=m)
-    tl.store(r_picked + n * 4 + 0, tl.where(live, a_dir, -1), mask=m)
-    tl.store(r_picked + n * 4 + 1, tl.where(live, a_mag, -1), mask=m)
-    tl.store(r_picked + n * 4 + 2, tl.where(live, a_ord, -1), mask=m)
-    tl.store(r_picked + n * 4 + 3, tl.where(live, a_urg, -1), mask=m)
-    tl.store(r_direction + n, tl.where(live, realised, -1), mask=m)
-    tl.store(r_magnitude + n, tl.where(live, magnitude, -1), mask=m)
-    tl.store(r_reason + n, tl.where(live, reason, 0), mask=m)
     tl.store(r_components + n * 5 + 0, tl.where(live, c_pnl, 0.0), mask=m)
     tl.store(r_components + n * 5 + 1, tl.where(live, entry_t, 0.0), mask=m)
     tl.store(r_components + n * 5 + 2, tl.where(live, exit_t, 0.0), mask=m)
     tl.store(r_components + n * 5 + 3, tl.where(live, drawdown_t, 0.0), mask=m)
     tl.store(r_components + n * 5 + 4, tl.where(live, regime_t, 0.0), mask=m)
-    if LEDGER:  # transition.limit_events, LIMIT_EVENTS order
-        one = live.to(tl.int64)
-        cancelled = ((before != 0) & (side != 0)).to(tl.int64) + (floored & (rested_side != 0)).to(tl.int64)
-        tl.store(r_limits + n * 5 + 0, one * ((side != 0) & ~market).to(tl.int64), mask=m)
-        tl.store(r_limits + n * 5 + 1, one * (f1_contracts != 0).to(tl.int64), mask=m)
-        expired_ev = (placed_side != 0) & (rested_side == 0) & (f1_contracts == 0)
-        tl.store(r_limits + n * 5 + 2, one * expired_ev.to(tl.int64), mask=m)
-        tl.store(r_limits + n * 5 + 3, one * cancelled, mask=m)
-        tl.store(r_limits + n * 5 + 4, one * ((new_row >= end) & (o_side != 0)).to(tl.int64), mask=m)
 
-    # --- the observation (TradingEnv.observe of the new state) -----------------------------
+    # --- update_risk: the ring, the CVaR factor -------------------------------------------
+    count = _ld(k_count, n, m)
+    if IDX32:
+        slot = (count % W).to(tl.int32)
+    else:
+        slot = count % W
+    ret = _div(net, _cmin(equity0, 1.0), F64)
+    old = tl.load(k_ring + n * W + slot, mask=m, other=0.0)
+    value = tl.where(live, ret, old)
+    count = count + live.to(tl.int64)
+    nvalid = tl.minimum(count, W)
+    nf = nvalid.to(position.dtype)
+    k = _cmin(tl.ceil(tl.load(c_ptr + C_TAIL_SHARE) * nf - tl.load(c_ptr + C_TAIL_ROUND)), 1.0)
+    if K <= 8:  # the tail in registers (the default: 5 of 100)
+        tail_sum = _tail_sum_regs(
+            k_ring, tail_ptr, tcount_ptr, tlast_ptr, n, m, live, count - live.to(tl.int64), count, nvalid,
+            slot, old, value, k, W, K, KP, INF,
+        )  # fmt: skip
+    else:
+        tail_sum = _tail_sum(
+            k_ring, tail_ptr, tcount_ptr, tlast_ptr, n, m, live, count - live.to(tl.int64), count, nvalid,
+            slot, old, value, k, W, K, KP, BLOCK, INF,
+        )  # fmt: skip
+    tl.store(k_ring + n * W + slot, value, mask=m)
+    cvar = _div(-tail_sum, k, F64)
+    # budget / cvar is Tensor.__rtruediv__: cvar.reciprocal() * budget (on every device)
+    raw_cvar = tl.where(cvar > 0, _div(1.0, _cmin(cvar, TINY), F64) * tl.load(c_ptr + C_BUDGET), 1.0)
+    blended_cvar = 1.0 - tl.load(c_ptr + C_CVAR_WEIGHT) * (
+        1.0 - _clamp(raw_cvar, tl.load(c_ptr + C_CVAR_FLOOR), 1.0)
+    )
+    cvar_factor = tl.where(nf >= tl.load(c_ptr + C_CVAR_MIN_OBS), blended_cvar, 1.0)
+    tl.store(k_count + n, count, mask=m)
+    tl.store(k_cvar + n, cvar_factor, mask=m)
+
+    # --- the observation's feature groups and aux (last: nothing else is live by now) -------
     if OBSERVE:
         for c0 in range(0, OBS_W, OBS_CHUNK):  # the row's features and the aux, a few columns at a time
             cols = c0 + tl.arange(0, OBS_CHUNK)
@@ -884,66 +1101,6 @@ def step_kernel(
             tile = tl.where(is_feat[None, :], fv, tl.where(is_aux[None, :], av, 0.0))
             env_slot = src <= -1000
             tl.store(obs_ptr + n[:, None] * OBS_W + cols[None, :], tile, mask=m2 & ~env_slot[None, :])
-        # portfolio (observe.portfolio_values) then plan (observe.plan_values), scaled (scale_group)
-        dt = position.dtype
-        mid_new = _ld(mid_ptr, new_row, m)
-        unreal = t_gross - t_costs
-        drawdown_v = _div(peak_equity - equity, peak_equity, F64)
-        since = tl.minimum(since_trade, LOG1P_LAST)
-        log_since = tl.load(log1p_ptr + since, mask=m, other=0.0)
-        vol_px = _cmin(plan_vol, tl.load(c_ptr + C_MIN_VOL)) * mid_new
-        active_f = plan_active.to(dt)
-        target_f = tl.load(c_ptr + C_HORIZON)
-        left = _clamp(_sdiv(target_f - hold_time.to(dt), target_f, F64, RECIP), 0.0, 1.0)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 0, new_position, c_ptr, 0, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 1, unreal, c_ptr, 1, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 2, hold_time.to(dt), c_ptr, 2, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 3, trade_max, c_ptr, 3, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 4, trade_min, c_ptr, 4, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 5, drawdown_v, c_ptr, 5, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 6, costs_paid, c_ptr, 6, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PORT0 + 7, log_since, c_ptr, 7, False, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 0, active_f, c_ptr, 8, True, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 1, plan_direction * active_f, c_ptr, 9, True, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 2, active_f * target_f, c_ptr, 10, True, F64, RECIP)
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 3, active_f * left, c_ptr, 11, True, F64, RECIP)
-        _slot(
-            obs_ptr, n, m, OBS_W, PLAN0 + 4,
-            _div(active_f * (plan_profit - mid_new), vol_px, F64) * plan_direction,
-            c_ptr, 12, True, F64, RECIP,
-        )  # fmt: skip
-        _slot(
-            obs_ptr, n, m, OBS_W, PLAN0 + 5,
-            _div(active_f * (mid_new - plan_stop), vol_px, F64) * plan_direction,
-            c_ptr, 13, True, F64, RECIP,
-        )  # fmt: skip
-        _slot(obs_ptr, n, m, OBS_W, PLAN0 + 6, active_f * plan_vol, c_ptr, 14, True, F64, RECIP)
-
-    # --- update_risk: the ring, the CVaR factor (last: every other value is stored by now) ---
-    count = _ld(k_count, n, m)
-    slot = count % W
-    ret = _div(net, _cmin(equity0, 1.0), F64)
-    old = tl.load(k_ring + n * W + slot, mask=m, other=0.0)
-    value = tl.where(live, ret, old)
-    count = count + live.to(tl.int64)
-    nvalid = tl.minimum(count, W)
-    nf = nvalid.to(position.dtype)
-    k = _cmin(tl.ceil(tl.load(c_ptr + C_TAIL_SHARE) * nf - tl.load(c_ptr + C_TAIL_ROUND)), 1.0)
-    tail_sum = _tail_sum(
-        k_ring, tail_ptr, tcount_ptr, tlast_ptr, n, m, live, count - live.to(tl.int64), count, nvalid, slot,
-        old, value, k, W, K, KP, BLOCK, INF,
-    )  # fmt: skip
-    tl.store(k_ring + n * W + slot, value, mask=m)
-    cvar = _div(-tail_sum, k, F64)
-    # budget / cvar is Tensor.__rtruediv__: cvar.reciprocal() * budget (on every device)
-    raw_cvar = tl.where(cvar > 0, _div(1.0, _cmin(cvar, TINY), F64) * tl.load(c_ptr + C_BUDGET), 1.0)
-    blended_cvar = 1.0 - tl.load(c_ptr + C_CVAR_WEIGHT) * (
-        1.0 - _clamp(raw_cvar, tl.load(c_ptr + C_CVAR_FLOOR), 1.0)
-    )
-    cvar_factor = tl.where(nf >= tl.load(c_ptr + C_CVAR_MIN_OBS), blended_cvar, 1.0)
-
-    tl.store(k_count + n, count, mask=m)
-    tl.store(k_cvar + n, cvar_factor, mask=m)
 
 
 @triton.jit
