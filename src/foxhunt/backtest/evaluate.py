@@ -19,6 +19,16 @@ last one. Its trade count is therefore the number of plans the windows hold, and
 39 by a window's end, and its costs are those 903 round trips. That is the price of the plan lock,
 which is what the agent is judged against.
 
+**The env step** of an evaluation is a step mode's (:func:`step_function`, the values of
+:class:`foxhunt.agent.collect.StepMode`; ``foxhunt train`` passes its agent's ``step_mode``, so
+validation steps as collection does): ``auto`` replays the step (policy, env step, the record's
+writes) as one CUDA graph on CUDA, the env step compiled by Inductor from 1,024 episodes, and on the
+CPU steps the plain loop (the reference); ``fused`` runs the env step as one Triton kernel
+(:mod:`foxhunt.env.fused`) in the same captured step, every window of the validation period (or
+every policy x window of the recorded-policy backtest, :class:`RecordedPolicies`) one episode of the
+batch, no host read inside the loop. Its records equal the eager loop's exactly
+(tests/backtest/test_fused_evaluation.py); bench/validation_speed.py times the modes side by side.
+
 **The buy-and-hold baseline** (``buy_hold``) is the same Full long under :func:`scripted_env`'s
 plan: no profit or stop level and a timeout longer than a window, so it buys once at each window's
 start and the window's last row sells: one round trip per window (tests/backtest/test_trades.py).
