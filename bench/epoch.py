@@ -112,7 +112,8 @@ def one_epoch(
         agent.learn(args.updates, batch, sink=stats.append)
     sync(device)
     t2 = time.perf_counter()
-    rec = evaluate(market, val_cfg, val_lo, market.rows, agent.policy.greedy())  # as `train` validates
+    greedy = agent.policy.greedy()  # as `train` validates: the env step collection runs (--step-mode)
+    rec = evaluate(market, val_cfg, val_lo, market.rows, greedy, mode=agent.step_mode)
     sync(device)
     t3 = time.perf_counter()
     metrics = compute_metrics(
@@ -346,7 +347,7 @@ def main() -> int:
         greedy = agent.policy.greedy()
         sync(device)
         t0 = time.perf_counter()
-        rec = evaluate(market, cfg_w, market.rows - args.val_rows, market.rows, greedy)
+        rec = evaluate(market, cfg_w, market.rows - args.val_rows, market.rows, greedy, mode=agent.step_mode)
         sync(device)
         v = {"episode_rows": rows, "validate_s": time.perf_counter() - t0, "steps": int(rec.written.shape[1])}
         v["episodes"] = int(rec.written.shape[0])

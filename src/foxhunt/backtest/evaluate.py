@@ -19,6 +19,16 @@ last one. Its trade count is therefore the number of plans the windows hold, and
 39 by a window's end, and its costs are those 903 round trips. That is the price of the plan lock,
 which is what the agent is judged against.
 
+**The env step** of an evaluation is a step mode's (:func:`step_function`, the values of
+:class:`foxhunt.agent.collect.StepMode`; ``foxhunt train`` passes its agent's ``step_mode``, so
+validation steps as collection does): ``auto`` replays the step (policy, env step, the record's
+writes) as one CUDA graph on CUDA, the env step compiled by Inductor from 1,024 episodes, and on the
+CPU steps the plain loop (the reference); ``fused`` runs the env step as one Triton kernel
+(:mod:`foxhunt.env.fused`) in the same captured step, every window of the validation period (or
+every policy x window of the recorded-policy backtest, :class:`RecordedPolicies`) one episode of the
+batch, no host read inside the loop. Its records equal the eager loop's exactly
+(tests/backtest/test_fused_evaluation.py); bench/validation_speed.py times the modes side by side.
+
 **The buy-and-hold baseline** (``buy_hold``) is the same Full long under :func:`scripted_env`'s
 plan: no profit or stop level and a timeout longer than a window, so it buys once at each window's
 start and the window's last row sells: one round trip per window (tests/backtest/test_trades.py).
@@ -179,6 +189,41 @@ def windows(lo: int, hi: int, episode_rows: int, device: torch.device | str = "c
     return starts, ends
 
 
+def step_function(
+    mode: str, device: torch.device, n: int, *, graph: bool | None = None, compile: bool | None = None
+) -> tuple[Callable[..., tuple[StepResult, Tensor]], bool]:
+    """``(advance, graph)``: the env step an evaluation of ``n`` episodes on ``device`` runs under the
+    step mode ``mode`` (a :class:`foxhunt.agent.collect.StepMode` value), and whether it is captured
+    as a CUDA graph. ``graph`` and ``compile``, when given, override what the mode says.
+
+    ``auto``: a graph on CUDA, the env step compiled by Inductor from
+    :data:`~foxhunt.env.graph.COMPILE_MIN_BATCH` episodes; eager on the CPU (the reference).
+    ``fused``: :func:`foxhunt.env.fused.fused_advance` (the step as one Triton kernel), a graph on
+    CUDA; on the CPU it runs only under Triton's interpreter (``TRITON_INTERPRET=1``, the tests).
+    The others as :class:`~foxhunt.agent.collect.StepMode` says (a graph needs CUDA).
+    """
+    from foxhunt.agent.collect import StepMode  # the agent's modes (not imported by a scripted backtest)
+    from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance
+
+    m, cuda = StepMode(mode), device.type == "cuda"
+    if m is StepMode.AUTO:
+        want_graph, want_compile = cuda, cuda and n >= COMPILE_MIN_BATCH
+    else:
+        want_graph = m in (StepMode.GRAPH, StepMode.COMPILED_GRAPH, StepMode.FUSED) and cuda
+        want_compile = m in (StepMode.COMPILED, StepMode.COMPILED_GRAPH)
+        if m in (StepMode.GRAPH, StepMode.COMPILED_GRAPH) and not cuda and graph is not False:
+            raise ValueError(f"step mode {m.value} needs a CUDA device, the market is on {device}")
+    graph = want_graph if graph is None else graph
+    compile = want_compile if compile is None else compile
+    if graph and not cuda:
+        raise ValueError(f"a CUDA graph needs a CUDA device, the market is on {device}")
+    if m is StepMode.FUSED:
+        from foxhunt.env.fused import fused_advance  # imports Triton: only where asked for
+
+        return fused_advance, graph
+    return (compiled_advance() if compile else advance), graph
+
+
 def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portfolio) -> None:
     """Write one step's result into column ``t`` of ``rec`` (``t`` a ``[1]`` device index or an int)."""
     detail, contracts, limits = rec.trade_detail, rec.contracts, rec.limit_orders
@@ -210,7 +255,14 @@ def _record_step(rec: StepRecord, t: Tensor | int, res: StepResult, state: Portf
 
 
 def evaluate(
-    market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Policy, *, graph: bool | None = None
+    market: MarketTensors,
+    cfg: EnvConfig,
+    lo: int,
+    hi: int,
+    policy: Policy,
+    *,
+    graph: bool | None = None,
+    mode: str = "auto",
 ) -> StepRecord:
     """Run ``policy`` over every window of rows ``[lo, hi)`` at once; the per-step record.
 
@@ -219,12 +271,19 @@ def evaluate(
     (``graph=None``: when available): policy, env step (Inductor-compiled) and the record's writes
     replayed once per step (:class:`GraphedEvaluation`), cached on the policy and reused by every
     later evaluation of the same rows (each epoch's validation). Other policies step eagerly.
+
+    ``mode`` (a :class:`foxhunt.agent.collect.StepMode` value) picks the env step
+    (:func:`step_function`): ``auto`` as above; ``eager`` the plain loop; ``fused`` the step as one
+    Triton kernel, with the policy and the record's writes replayed as one graph per step on CUDA
+    (a policy not marked capturable runs the same step without a graph).
     """
-    use_graph = market.device.type == "cuda" and isinstance(policy, CapturablePolicy)
-    if graph is not None:
-        use_graph = graph
-    if use_graph:
-        return GraphedEvaluation.of(market, cfg, lo, hi, policy).run()
+    capturable = isinstance(policy, CapturablePolicy)
+    if mode == "auto":
+        if (market.device.type == "cuda" and capturable) if graph is None else graph:
+            return GraphedEvaluation.of(market, cfg, lo, hi, policy).run()
+    elif mode != "eager" or graph:
+        use = graph if graph is not None else (None if capturable else False)
+        return GraphedEvaluation.of(market, cfg, lo, hi, policy, mode=mode, graph=use).run()
     starts, ends = windows(lo, hi, cfg.episode_rows, market.device)
     env = TradingEnv(market, cfg)
     obs = env.reset(starts, ends)
@@ -248,11 +307,23 @@ class GraphedEvaluation:
     """
 
     @classmethod
-    def of(cls, market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, policy: Policy) -> GraphedEvaluation:
+    def of(
+        cls,
+        market: MarketTensors,
+        cfg: EnvConfig,
+        lo: int,
+        hi: int,
+        policy: Policy,
+        *,
+        mode: str = "auto",
+        graph: bool | None = None,
+    ) -> GraphedEvaluation:
         cache = policy.graphs if isinstance(policy, CapturablePolicy) else {}
-        key = (id(market), id(cfg), lo, hi)
+        key: tuple = (id(market), id(cfg), lo, hi)
+        if mode != "auto" or graph is not None:  # another step than the default one's
+            key += (mode, graph)
         if key not in cache:
-            cache[key] = cls(market, cfg, lo, hi, policy)
+            cache[key] = cls(market, cfg, lo, hi, policy, mode=mode, graph=graph)
         return cache[key]
 
     def __init__(
@@ -266,25 +337,23 @@ class GraphedEvaluation:
         graph: bool | None = None,
         compile: bool | None = None,
         decisions: bool = False,
+        mode: str = "auto",
     ) -> None:
         """``graph``: capture the step (None: on CUDA); ``compile``: compile the env step with Inductor
         (None: on CUDA from ``COMPILE_MIN_BATCH`` windows). Without a graph the same step function
-        runs eagerly (the CPU equivalence tests). ``decisions``: record the decision log too."""
+        runs eagerly (the CPU equivalence tests). ``decisions``: record the decision log too.
+        ``mode``: the env step (:func:`step_function`: ``fused`` the one-kernel step)."""
         import time
 
-        from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
+        from foxhunt.env.graph import reset_in_place
 
-        cuda = market.device.type == "cuda"
-        graph = cuda if graph is None else graph
         self.market, self.cfg, self.policy = market, cfg, policy  # kept: the cache key holds their ids
         self.starts, self.ends = windows(lo, hi, cfg.episode_rows, market.device)
         self.steps = int((self.ends - self.starts).max())
         self.env = TradingEnv(market, cfg)
         self.obs = reset_in_place(self.env, self.starts, self.ends).clone()
-        if compile is None:
-            compile = cuda and len(self.starts) >= COMPILE_MIN_BATCH
-        self.advance = compiled_advance() if compile else advance
         n = len(self.starts)
+        self.advance, graph = step_function(mode, market.device, n, graph=graph, compile=compile)
         self.rec = StepRecord.blank(n, self.steps, market.device, trade_slots=STAGES, ledger=True)
         # Allocated before the capture: the graph writes into these buffers by address.
         self.decisions = DecisionRecord.blank(n, self.steps, market.device) if decisions else None
@@ -367,7 +436,14 @@ def _clone(rec: StepRecord) -> StepRecord:
 
 
 def evaluate_many(
-    market: MarketTensors, cfg: EnvConfig, lo: int, hi: int, actions_PR4: Tensor, *, graph: bool | None = None
+    market: MarketTensors,
+    cfg: EnvConfig,
+    lo: int,
+    hi: int,
+    actions_PR4: Tensor,
+    *,
+    graph: bool | None = None,
+    mode: str = "auto",
 ) -> dict[str, Tensor]:
     """Evaluate P recorded policies at once over rows ``[lo, hi)``; per-policy summary ``[P]``.
 
@@ -376,34 +452,82 @@ def evaluate_many(
     the fly (no [episodes, steps] record is kept, so thousands of policies over 10^5 rows fit in
     memory): net/gross PnL, costs, closed trades and wins, the per-step return's sum and sum of
     squares (Sharpe per bar) and the max drawdown of each policy's summed equity path. On CUDA the
-    step is replayed as a captured graph (``graph=None``: when available).
+    whole step (the actions' gather, the env step and the reductions) is replayed as one captured
+    graph per step (``graph=None``: when available; :class:`RecordedPolicies`); ``mode`` picks the
+    env step (:func:`step_function`: ``fused`` the one-kernel step).
     """
-    p_count = actions_PR4.shape[0]
-    starts, ends = windows(lo, hi, cfg.episode_rows, market.device)
-    w_count = starts.shape[0]
-    env = TradingEnv(market, cfg)
-    env.reset(starts.repeat(p_count), ends.repeat(p_count))
-    policy_of = torch.arange(p_count, device=market.device).repeat_interleave(w_count)
-    acts = actions_PR4.to(market.device)
-    use_graph = market.device.type == "cuda" if graph is None else graph
-    stepper = None
-    if use_graph:
-        from foxhunt.env.graph import COMPILE_MIN_BATCH, GraphedStep
+    return RecordedPolicies(market, cfg, lo, hi, actions_PR4, graph=graph, mode=mode).run()
 
-        # Inductor-fused for large batches (1,000 policies: 1.8 s for 100 k bars), then one replay a step
-        stepper = GraphedStep(env, compile=p_count * w_count >= COMPILE_MIN_BATCH)
-    f64 = torch.float64
-    zero = torch.zeros(p_count, dtype=f64, device=market.device)
-    out = {k: zero.clone() for k in ("net_pnl", "gross_pnl", "costs", "ret_sum", "ret_sq", "steps")}
-    out.update(trades=zero.clone(), wins=zero.clone())
-    equity = zero + cfg.contract.initial_capital * w_count  # each policy's windows, summed
-    peak = equity.clone()
-    drawdown = zero.clone()
-    steps = int((ends - starts).max())
-    for _ in range(steps):
+
+_SUMS = ("net_pnl", "gross_pnl", "costs", "ret_sum", "ret_sq", "steps", "trades", "wins")
+
+
+class RecordedPolicies:
+    """:func:`evaluate_many` with its buffers held: ``run()`` evaluates the P recorded policies.
+
+    The step (gather each episode's action at its row, the env step without the ledger, the
+    per-policy reductions) writes only into tensors allocated here, so on CUDA it is captured once
+    as a graph and replayed once per step; :meth:`run` resets the windows and the sums in place, so
+    one capture serves every run (bench/validation_speed.py times the runs apart from the capture).
+    Without a graph the same step runs eagerly; with the ``auto`` (or ``eager``) step and no graph it
+    is the plain ``env.step`` loop, the CPU reference.
+    """
+
+    def __init__(
+        self,
+        market: MarketTensors,
+        cfg: EnvConfig,
+        lo: int,
+        hi: int,
+        actions_PR4: Tensor,
+        *,
+        graph: bool | None = None,
+        mode: str = "auto",
+    ) -> None:
+        import time
+
+        from foxhunt.env.graph import reset_in_place
+
+        dev, p_count = market.device, actions_PR4.shape[0]
+        self.cfg, self.lo = cfg, lo
+        starts, ends = windows(lo, hi, cfg.episode_rows, dev)
+        self.w_count = starts.shape[0]
+        self.starts, self.ends = starts.repeat(p_count), ends.repeat(p_count)
+        self.steps = int((ends - starts).max())
+        self.env = TradingEnv(market, cfg)
+        reset_in_place(self.env, self.starts, self.ends)
+        self.policy_of = torch.arange(p_count, device=dev).repeat_interleave(self.w_count)
+        self.acts = actions_PR4.to(dev)
+        n = self.policy_of.shape[0]
+        # Inductor-fused for large batches under auto (1,000 policies: 1.8 s for 100 k bars)
+        self.advance, use_graph = step_function(mode, dev, n, graph=graph)
+        # the plain loop (env.step, as before the captured step): the CPU reference
+        self.plain = not use_graph and mode in ("auto", "eager")
+        self.out = {k: torch.zeros(p_count, dtype=torch.float64, device=dev) for k in _SUMS}
+        self.equity, self.peak, self.drawdown = (torch.zeros_like(self.out["steps"]) for _ in range(3))
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.compile_seconds = 0.0  # warm-up (a compile) and capture
+        if not use_graph:
+            return
+        t0 = time.perf_counter()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm up (compile, lazy init) off the capture; run() resets
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        torch.cuda.synchronize()
+        self.compile_seconds = time.perf_counter() - t0
+
+    def _step(self) -> None:
+        env, out, lo, acts = self.env, self.out, self.lo, self.acts
+        policy_of, f64 = self.policy_of, torch.float64
         s = env._state()
         a = acts[policy_of, torch.clamp(s.row - lo, max=acts.shape[1] - 1)].to(torch.int64)
-        res = stepper.step(a) if stepper is not None else env.step(a)[1]
+        res = env.step(a)[1] if self.plain else self.advance(env, s, a, False, ledger=False)[0]
         w = res.written.to(f64)
         net = res.net.to(f64)  # the sums stay float64 for a float32 market too
         out["net_pnl"].index_add_(0, policy_of, net)
@@ -412,21 +536,43 @@ def evaluate_many(
         closed = res.trades.closed
         out["trades"].index_add_(0, policy_of, closed.sum(dim=1).to(f64))
         out["wins"].index_add_(0, policy_of, (closed & (res.trades.pnl > 0)).sum(dim=1).to(f64))
-        step_net = torch.zeros_like(zero).index_add_(0, policy_of, net)
-        step_w = torch.zeros_like(zero).index_add_(0, policy_of, w)
-        ret = step_net / equity
+        zero = torch.zeros_like(self.equity)
+        step_net = zero.index_add(0, policy_of, net)
+        step_w = zero.index_add(0, policy_of, w)
+        ret = step_net / self.equity
         live = step_w > 0
         out["ret_sum"] += torch.where(live, ret, 0.0)
         out["ret_sq"] += torch.where(live, ret * ret, 0.0)
         out["steps"] += live.to(f64)
-        equity = equity + step_net
-        peak = torch.maximum(peak, equity)
-        drawdown = torch.maximum(drawdown, (peak - equity) / peak)
-    n = out["steps"].clamp(min=1.0)
-    mean = out["ret_sum"] / n
-    var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)  # one pass: E[r^2] - mu^2
-    out["sharpe_per_bar"] = sharpe_ratio(mean, var.sqrt(), out["steps"])
-    out["max_drawdown"] = drawdown
-    has = out["trades"] > 0
-    out["win_rate"] = torch.where(has, out["wins"] / out["trades"].clamp(min=1.0), UNDEFINED)
-    return out
+        self.equity += step_net
+        torch.maximum(self.peak, self.equity, out=self.peak)
+        torch.maximum(self.drawdown, (self.peak - self.equity) / self.peak, out=self.drawdown)
+
+    def run(self) -> dict[str, Tensor]:
+        """Reset the windows and the sums in place, step every row; the per-policy summary (fresh
+        tensors: the next run reuses the buffers)."""
+        from foxhunt.env.graph import reset_in_place
+
+        if self.plain:  # env.step replaces the state: start from a fresh one
+            self.env.reset(self.starts, self.ends)
+        else:  # the captured step reads and writes the state's tensors by address
+            reset_in_place(self.env, self.starts, self.ends)
+        for x in self.out.values():
+            x.zero_()
+        self.equity.fill_(self.cfg.contract.initial_capital * self.w_count)  # each policy's windows, summed
+        self.peak.copy_(self.equity)
+        self.drawdown.zero_()
+        for _ in range(self.steps):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+        out = {k: x.clone() for k, x in self.out.items()}
+        n = out["steps"].clamp(min=1.0)
+        mean = out["ret_sum"] / n
+        var = (out["ret_sq"] / n - mean * mean).clamp(min=0.0)  # one pass: E[r^2] - mu^2
+        out["sharpe_per_bar"] = sharpe_ratio(mean, var.sqrt(), out["steps"])
+        out["max_drawdown"] = self.drawdown.clone()
+        has = out["trades"] > 0
+        out["win_rate"] = torch.where(has, out["wins"] / out["trades"].clamp(min=1.0), UNDEFINED)
+        return out

@@ -15,7 +15,8 @@ Every stepping path uses it: training collection (:class:`foxhunt.agent.collect.
 exploring policy and the step captured together), validation, the run's checkpoint evaluation,
 the scripted baselines and the reference rule (a :class:`CapturablePolicy`,
 :class:`foxhunt.backtest.evaluate.GraphedEvaluation`), and the recorded-policy backtest
-(:class:`GraphedStep`, ``evaluate_many``); ``foxhunt backtest --checkpoint`` too, its decisions.csv
+(``evaluate_many``: its whole step, reductions included, captured by
+:class:`foxhunt.backtest.evaluate.RecordedPolicies`); ``foxhunt backtest --checkpoint`` too, its decisions.csv
 written into device buffers inside the step (``GraphedEvaluation(decisions=True)``) and copied to the
 host once at the end. :func:`reset_in_place` starts
 new episodes in the same tensors, so one capture serves every epoch.

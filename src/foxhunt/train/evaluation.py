@@ -54,18 +54,20 @@ def action_shares(metrics: dict[str, Any], cfg: FoxhuntConfig) -> dict[str, dict
 
 
 def validate(
-    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float
+    market: MarketTensors, fd: FoldData, cfg: FoxhuntConfig, policy, bpy: float, mode: str = "auto"
 ) -> tuple[dict, StepRecord]:
     """The policy over the fold's whole validation period, as ``foxhunt backtest`` evaluates a
-    checkpoint: run once a fold, after its epochs, so it never decides which epoch is reported."""
-    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy)
+    checkpoint: run once a fold, after its epochs, so it never decides which epoch is reported.
+    ``mode``: the env step (the agent's ``step_mode``; ``fused`` the one-kernel step,
+    :func:`~foxhunt.backtest.evaluate.evaluate`)."""
+    rec = evaluate(market, cfg.env, fd.fold.validation_start, fd.fold.validation_end, policy, mode=mode)
     return _summarise(rec, bpy, cfg), rec
 
 
 def evaluate_selection(
-    market: MarketTensors, periods: FoldPeriods, cfg: FoxhuntConfig, policy, bpy: float
+    market: MarketTensors, periods: FoldPeriods, cfg: FoxhuntConfig, policy, bpy: float, mode: str = "auto"
 ) -> tuple[dict, StepRecord]:
     """The policy over the fold's selection period (each epoch's greedy backtest: its Sharpe picks
     ``best.safetensors``); the same evaluator as :func:`validate`, over other rows."""
-    rec = evaluate(market, cfg.env, periods.select_lo, periods.select_hi, policy)
+    rec = evaluate(market, cfg.env, periods.select_lo, periods.select_hi, policy, mode=mode)
     return _summarise(rec, bpy, cfg), rec

@@ -392,7 +392,8 @@ class FoldTrainer:
         row[EPOCH_SECONDS] = time.perf_counter() - t0
         if self.periods.selection is Selection.LAST:
             return {"row": row, "select": None, "rec": None}  # nothing to judge: no backtest this epoch
-        sel, rec = evaluate_selection(self.market, self.periods, self.cfg, agent.policy.greedy(), self.bpy)
+        greedy, mode = agent.policy.greedy(), agent.step_mode  # validation steps as collection does
+        sel, rec = evaluate_selection(self.market, self.periods, self.cfg, greedy, self.bpy, mode)
         t3 = time.perf_counter()
         row.update(
             {
@@ -716,7 +717,8 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     equity in time order, the selection period and rule, diagnostics."""
     cfg, k = tr.cfg, tr.k
     # The last epoch's policy (the trainer's weights: no plateau response follows the last epoch).
-    last_val, last_rec = validate(tr.market, tr.fd, cfg, tr.agent.policy.greedy(), tr.bpy)
+    mode = tr.agent.step_mode  # the env step collection ran (agent.collect.StepMode)
+    last_val, last_rec = validate(tr.market, tr.fd, cfg, tr.agent.policy.greedy(), tr.bpy, mode)
     last_epoch = tr.epoch - 1
     # The reported checkpoint: best.safetensors, evaluated as `foxhunt backtest --checkpoint` does
     # (the same loader, policy and rows), so every number the report shows is that file's.
@@ -724,7 +726,7 @@ def _fold_result(tr: FoldTrainer, store: CheckpointStore, anomaly: str | None) -
     best_path = store.paths.best(k)
     if tr.best_epoch >= 0 and best_path.is_file():
         reported, ckpt = ReportedCheckpoint.BEST, CheckpointPolicy(best_path, cfg)
-        val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy)
+        val, rec = validate(tr.market, tr.fd, cfg, ckpt.policy(tr.device), tr.bpy, mode)
         epoch, actor = ckpt.epoch, ckpt.agent(tr.device).policy
     else:
         reported, epoch, val, rec = ReportedCheckpoint.LAST, last_epoch, last_val, last_rec
