@@ -177,14 +177,3 @@ def test_ppo_learns_the_planted_signal_with_the_full_action_space(tmp_path: Path
     assert all(f["trades"] > 0 for f in folds)
     market_share = [f["actions"]["picked"]["order_type"]["Market"] for f in folds]
     assert all(share < 0.5 for share in market_share)  # the execution branches are in use
-
-
-@pytest.mark.parametrize("setting", [{"counterfactual": {"weight": 1.0}}, {"curriculum": {"magnitude": 2}}])
-def test_a_dqn_only_mechanism_under_ppo_is_refused_in_one_line(setting: dict) -> None:
-    """The curriculum and the counterfactual targets act on the DQN learner only: on under PPO they
-    would do nothing, so the config refuses them, naming the key and the fix."""
-    from foxhunt.agent.config import AgentConfig
-
-    with pytest.raises(ValueError, match=r"agent\.(counterfactual|curriculum) act on the DQN learner only"):
-        AgentConfig.model_validate({"algo": "ppo", **setting})
-    AgentConfig.model_validate({"algo": "dqn", **setting})  # the DQN learner takes them
