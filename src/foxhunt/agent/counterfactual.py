@@ -1,6 +1,9 @@
-"""Counterfactual execution targets for the DQN learner: hindsight relabelling of the execution branches.
+"""Counterfactual execution targets: hindsight relabelling of the execution branches.
 
-Two parts, both off unless ``agent.counterfactual.weight > 0`` (:class:`CounterfactualConfig`):
+Two parts, both off unless ``agent.counterfactual.weight > 0`` (:class:`CounterfactualConfig`); the
+PPO learner reads the first (:meth:`CounterfactualStage.entry_windows`, the same windows with their
+lengths, under PPO's discount: :mod:`foxhunt.agent.ppo`) and has its own loss
+(:func:`foxhunt.agent.ppo_loss.all_action_loss`):
 
 * :class:`CounterfactualStage` (collection). Each collection step records the portfolio the action
   was taken from and the policy's sizing inputs (device copies into ``[T, ...]`` buffers, capturable

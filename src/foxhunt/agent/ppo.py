@@ -461,7 +461,7 @@ class PPOLearner:
             loss = loss + self.cf_weight * l_cf
             stats["loss/total"] = loss.detach()
             stats["loss/counterfactual"] = l_cf.detach()
-            stats["counterfactual/entries"] = b.cf_mask[idx][:, 0].sum()
+            stats["counterfactual/entries"] = b.cf_mask[idx].amax(1).sum()  # rows with a branch trained
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad/total"] = torch.nn.utils.clip_grad_norm_(
