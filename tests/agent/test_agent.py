@@ -199,7 +199,9 @@ def test_the_aux_return_fed_to_the_next_state_is_bounded_and_odd() -> None:
     assert slot.abs().max() <= AUX_RETURN_BOUND and torch.equal(torch.sign(slot), torch.sign(raw))
 
 
-@pytest.mark.parametrize("backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow)])
+@pytest.mark.parametrize(
+    "backend", ["eager", pytest.param("inductor", marks=pytest.mark.slow)]
+)
 def test_compiled_exploring_policy_equals_the_eager_one(backend: str) -> None:
     """compile_policy changes how the exploring forward runs, not what it picks: the same seed gives
     the same actions, sizing inputs and aux predictions (float32, compiled kernels may sum in another
@@ -348,12 +350,8 @@ def test_collect_one_step_transitions_are_the_env_steps() -> None:
     n_env, steps, gamma = 4, 5, 0.99
     mkt, ecfg = rising_market(24), env_config(episode_rows=5)
     agent, log, obs0, _ = collect_pair(
-        mkt,
-        ecfg,
-        torch.tensor([0, 3, 7, 11]),
-        steps,
-        explore={"epsilon": 1.0},
-        learn={"n_step": 1, "gamma": gamma},
+        mkt, ecfg, torch.tensor([0, 3, 7, 11]), steps,
+        explore={"epsilon": 1.0}, learn={"n_step": 1, "gamma": gamma}
     )
     rows = n_env * steps
     assert len(agent.replay) == rows and len(log) == steps
@@ -380,12 +378,8 @@ def test_collect_three_step_returns() -> None:
     n_env, steps, gamma = 3, 6, 0.9
     mkt, ecfg = rising_market(32), env_config(episode_rows=20)
     agent, log, _, _ = collect_pair(
-        mkt,
-        ecfg,
-        torch.tensor([0, 4, 9]),
-        steps,
-        explore={"epsilon": 1.0},
-        learn={"n_step": 3, "gamma": gamma},
+        mkt, ecfg, torch.tensor([0, 4, 9]), steps,
+        explore={"epsilon": 1.0}, learn={"n_step": 3, "gamma": gamma}
     )
     windows = steps - 2
     assert len(agent.replay) == n_env * steps  # the last two steps' windows: the truncated tail
