@@ -135,6 +135,24 @@ ROWS: tuple[Row, ...] = (
         ("agent.counterfactual.weight=1",),
         "counterfactual execution targets: every untaken magnitude, order type, urgency relabelled",
     ),
+    # The same two under PPO (docs/ppo.md), beside the `ppo` row; over the full action space too. The
+    # curriculum keeps the DQN row's order (direction, + magnitude, then every branch) at 4 and 8 of
+    # PPO's 20 epochs: the released execution heads have 12 epochs to learn in.
+    Row(
+        "ppo_counterfactual",
+        (*PPO_SETS, "agent.counterfactual.weight=1"),
+        "PPO + counterfactual targets: the all-action gradient over every execution value at each entry",
+    ),
+    Row(
+        "ppo_curriculum",
+        (
+            *PPO_SETS,
+            "agent.curriculum.magnitude=4",
+            "agent.curriculum.order_type=8",
+            "agent.curriculum.urgency=8",
+        ),
+        "PPO, direction alone for 4 epochs, + magnitude for 4, then every branch",
+    ),
 )
 ROW_NAMES = {r.name: r for r in ROWS}
 
@@ -359,15 +377,17 @@ def markdown(rows: list[dict[str, Any]], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def choose_rows(names: str | None) -> list[Row]:
-    """``--rows a,b``: those rows, the baseline first whether named or not; default every row."""
+def choose_rows(names: str | None, baseline: bool = True) -> list[Row]:
+    """``--rows a,b``: those rows, the baseline first whether named or not (unless ``baseline`` is
+    off: ``--no-baseline``, for a table of other learners' rows alone); default every row."""
     if not names:
         return list(ROWS)
     wanted = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in wanted if n not in ROW_NAMES]
     if unknown:
         raise FoxhuntError("--rows", f"unknown rows {unknown}", f"choose from {', '.join(ROW_NAMES)}")
-    return [BASELINE, *(ROW_NAMES[n] for n in wanted if n != BASELINE.name)]
+    first = [BASELINE] if baseline else []
+    return [*first, *(ROW_NAMES[n] for n in wanted if n != BASELINE.name)]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -390,6 +410,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="checkpoints each part keeps of its seeds (default reported: the voters; all: the rings too)",
     )
     ap.add_argument("--overwrite", action="store_true", help="retrain every part, whatever --out holds")
+    ap.add_argument(
+        "--no-baseline",
+        dest="baseline",
+        action="store_false",
+        help="with --rows: only the rows named (no baseline row; e.g. PPO's rows against each other)",
+    )
     ap.add_argument("--device", default="cpu", help="where each row's committee is judged (default cpu)")
     args = ap.parse_args(argv)
     try:
@@ -403,7 +429,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             "--workers/--jobs/--chunk", "must be >= 1 / >= 1 / >= 0", "pass e.g. --workers 4 --chunk 4"
         )
     args.chunk = args.chunk or len(args.seeds)
-    args.rows = choose_rows(args.rows)
+    args.rows = choose_rows(args.rows, args.baseline)
     return args
 
 

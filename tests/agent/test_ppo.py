@@ -179,12 +179,15 @@ def test_ppo_learns_the_planted_signal_with_the_full_action_space(tmp_path: Path
     assert all(share < 0.5 for share in market_share)  # the execution branches are in use
 
 
-@pytest.mark.parametrize("setting", [{"counterfactual": {"weight": 1.0}}, {"curriculum": {"magnitude": 2}}])
-def test_a_dqn_only_mechanism_under_ppo_is_refused_in_one_line(setting: dict) -> None:
-    """The curriculum and the counterfactual targets act on the DQN learner only: on under PPO they
-    would do nothing, so the config refuses them, naming the key and the fix."""
-    from foxhunt.agent.config import AgentConfig
-
-    with pytest.raises(ValueError, match=r"agent\.(counterfactual|curriculum) act on the DQN learner only"):
-        AgentConfig.model_validate({"algo": "ppo", **setting})
-    AgentConfig.model_validate({"algo": "dqn", **setting})  # the DQN learner takes them
+def test_a_ppo_run_with_counterfactuals_and_a_curriculum_trains_every_fold(
+    tiny_cache: FeatureCache, tmp_path: Path
+) -> None:
+    """The counterfactual targets and the curriculum through the training loop (both once refused under
+    PPO): the full action space, the order type and urgency held for the first epoch, every fold trains
+    to finite losses and reports."""
+    sets = (*FULL_ACTIONS, "agent.counterfactual.weight=1", "agent.curriculum.order_type=1")
+    folds = train(tiny_cache, ppo_cfg(*sets, "agent.curriculum.urgency=1"), tmp_path, log=quiet)
+    assert len(folds) == 2
+    for f in folds:
+        assert all(h["loss"] == h["loss"] for h in f["history"])
+        assert "net_pnl" in f

@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from foxhunt.agent.ppo_loss import LossWeights, branch_masks, gae, log_probs_entropy, ppo_loss
+from foxhunt.agent.ppo_loss import (
+    LossWeights,
+    all_action_loss,
+    branch_masks,
+    counterfactual_advantages,
+    gae,
+    log_probs_entropy,
+    ppo_loss,
+)
 from foxhunt.domain.actions import Direction
 
 
@@ -115,3 +123,57 @@ def test_entropy_bonus_is_per_branch_over_its_own_rows() -> None:
     assert stats["ppo/entropy/direction"].item() == pytest.approx(2.0)
     assert stats["ppo/entropy/magnitude"].item() == pytest.approx(2.0)  # row 1's 100 masked
     assert loss.item() == pytest.approx(-(1.0 * 2.0 + 0.5 * 2.0))
+
+
+# --- counterfactual execution targets (agent.counterfactual under agent.algo = ppo) -----------------
+
+
+def test_counterfactual_advantages_match_the_hand_worked_example() -> None:
+    """Two execution branches of two values. Q = R + d V(s_end): with V = 2, returns [1, 2 | 0, 4] and
+    discounts [0.5, 0.5 | 0, 0.25] give Q = [2, 3 | 0, 4.5]; centred under pi = [0.5, 0.5] (mean 2.5)
+    and [0.25, 0.75] (mean 3.375): A = [-0.5, 0.5 | -3.375, 1.125]."""
+    ret = torch.tensor([[1.0, 2.0, 0.0, 4.0]])
+    disc = torch.tensor([[0.5, 0.5, 0.0, 0.25]])
+    probs = (torch.tensor([[0.5, 0.5]]), torch.tensor([[0.25, 0.75]]))
+    adv = counterfactual_advantages(ret, disc, torch.tensor([2.0]), probs)
+    torch.testing.assert_close(adv, torch.tensor([[-0.5, 0.5, -3.375, 1.125]]))
+    for a, p in zip(adv.split([2, 2], 1), probs, strict=True):  # zero mean under the policy
+        torch.testing.assert_close((a * p).sum(1), torch.zeros(1))
+
+
+def test_all_action_loss_is_the_expected_policy_gradient_by_hand() -> None:
+    """One branch, two values, logits 0 (pi = [0.5, 0.5]) and old = new: ratio 1, loss -sum_v pi_v a_v =
+    0 for centred a = [-1, 1]; its gradient is -sum_v a_v grad pi_v with dpi_0/dl_0 = 0.25, dpi_1/dl_0 =
+    -0.25: d/dl_0 = -(-1 x 0.25 + 1 x -0.25) = 0.5, d/dl_1 = -0.5 (every value pushed, not only the one
+    sampled). With scale 2 the advantages halve and so does the gradient."""
+    old = (torch.log(torch.tensor([[0.5, 0.5]])),)
+    adv = torch.tensor([[-1.0, 1.0]])
+    mask = torch.ones(1, 1)
+    for scale, want in ((1.0, 0.5), (2.0, 0.25)):
+        logits = torch.zeros(1, 2, requires_grad=True)
+        loss, per = all_action_loss((logits,), old, adv, mask, 0.2, torch.tensor(scale))
+        assert abs(float(loss.detach())) < 1e-7 and per.shape == (1,)
+        loss.backward()
+        assert logits.grad is not None
+        torch.testing.assert_close(logits.grad, torch.tensor([[want, -want]]))
+
+
+def test_all_action_loss_clips_per_value_and_masks_rows() -> None:
+    """Once the update moved both values past the clip in their advantages' direction (the good value's
+    ratio above 1.2, the bad one's below 0.8) nothing pushes further; a masked row adds nothing."""
+    old = (torch.log(torch.tensor([[0.5, 0.5]])),)
+    adv = torch.tensor([[-1.0, 1.0]])
+    logits = torch.tensor([[-0.5, 0.5]], requires_grad=True)  # pi = [0.27, 0.73]: ratios 0.54, 1.46
+    loss, _ = all_action_loss((logits,), old, adv, torch.ones(1, 1), 0.2, torch.tensor(1.0))
+    loss.backward()
+    assert logits.grad is not None and torch.equal(logits.grad, torch.zeros(1, 2))
+    # value 0.5 x max(0.8 x 1, ...) + 0.5 x max(-1.2, -1.46): 0.4 - 0.6 = -0.2
+    torch.testing.assert_close(loss, torch.tensor(-0.2))
+    two = torch.zeros(2, 2, requires_grad=True)
+    loss2, _ = all_action_loss(
+        (two,), (old[0].repeat(2, 1),), adv.repeat(2, 1), torch.tensor([[1.0], [0.0]]), 0.2, torch.tensor(1.0)
+    )
+    loss2.backward()
+    assert two.grad is not None
+    torch.testing.assert_close(two.grad[0], torch.tensor([0.5, -0.5]))
+    assert torch.equal(two.grad[1], torch.zeros(2))

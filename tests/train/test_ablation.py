@@ -65,6 +65,8 @@ def test_rows_are_chosen_baseline_first_and_unknown_names_refused() -> None:
     assert [r.name for r in got] == ["baseline", "per", "mirror_off"]
     with pytest.raises(FoxhuntError, match="nosuchrow"):
         ablation.choose_rows("per,nosuchrow")
+    alone = ablation.choose_rows("ppo,ppo_counterfactual,ppo_curriculum", baseline=False)  # --no-baseline
+    assert [r.name for r in alone] == ["ppo", "ppo_counterfactual", "ppo_curriculum"]
 
 
 def test_merge_is_one_study_over_all_seeds() -> None:

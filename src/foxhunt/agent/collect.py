@@ -41,7 +41,7 @@ from torch import Tensor
 
 from foxhunt.agent.actor import PolicyOut
 from foxhunt.agent.config import Bootstrap, CounterfactualConfig, LearnConfig
-from foxhunt.agent.counterfactual import CF, CounterfactualStage
+from foxhunt.agent.counterfactual import CF, CounterfactualStage, EntryWindows
 from foxhunt.agent.learner import decision_state
 from foxhunt.agent.replay import VALID, PrioritizedReplay, nstep_windows
 from foxhunt.domain.actions import BRANCHES
@@ -132,13 +132,16 @@ class Rollout:
     """One epoch's staged sequence as an on-policy learner reads it (views of the collector's buffers,
     valid until its next ``collect``): states ``s_0 .. s_T`` ``[T + 1, n, W]``, the actions that acted
     ``[T, n, branches]`` (the realised direction under a plan lock, the Kelly cap's magnitude), rewards
-    and dones ``[T, n]``, and ``valid`` ``[T, n]`` (the step was written)."""
+    and dones ``[T, n]``, and ``valid`` ``[T, n]`` (the step was written); with counterfactual
+    execution targets on, ``cf``: every entry's windows per execution value
+    (:class:`~foxhunt.agent.counterfactual.EntryWindows`)."""
 
     states: Tensor
     actions: Tensor
     rewards: Tensor
     dones: Tensor
     valid: Tensor
+    cf: EntryWindows | None = None
 
 
 class RolloutSink(Protocol):
@@ -205,12 +208,16 @@ class Collector:
         self._compiled = False  # the compiled step has run once (compiled without a graph)
         self.compile_seconds = 0.0  # warm-up (compilation) and capture, summed over captures
         reset_in_place(env, torch.zeros(n, dtype=torch.int64, device=dev))
-        # The counterfactual execution targets (agent.counterfactual): the replay has their column (an
-        # on-policy rollout sink has no columns: a PPO learner reads the counterfactuals elsewhere).
+        # The counterfactual execution targets (agent.counterfactual): the replay has their column; an
+        # on-policy rollout sink takes them with the rollout (its windows are ``learn``'s, as the
+        # on-policy learner passes them).
         self.cf: CounterfactualStage | None = None
-        if isinstance(replay, PrioritizedReplay) and CF in replay.fields:
-            if counterfactual is None:
-                raise ValueError(f"the replay has a '{CF}' column: pass the counterfactual config")
+        if isinstance(replay, PrioritizedReplay):
+            if CF in replay.fields:
+                if counterfactual is None:
+                    raise ValueError(f"the replay has a '{CF}' column: pass the counterfactual config")
+                self.cf = CounterfactualStage(env, counterfactual, learn, steps, n)
+        elif counterfactual is not None and counterfactual.weight > 0:
             self.cf = CounterfactualStage(env, counterfactual, learn, steps, n)
 
     # --- the step ------------------------------------------------------------------------------
@@ -323,7 +330,8 @@ class Collector:
         if isinstance(self.replay, PrioritizedReplay):
             self._write_replay()
         else:  # an on-policy learner's sink: the sequence as it is (its own returns, GAE)
-            self.replay.take(Rollout(self.states, self.actions, self.rewards, self.dones, self.valid))
+            cf = None if self.cf is None else self.cf.entry_windows(self.actions, self.valid)
+            self.replay.take(Rollout(self.states, self.actions, self.rewards, self.dones, self.valid, cf))
         return self._statistics()
 
     def _write_replay(self) -> None:

@@ -313,7 +313,9 @@ class CurriculumConfig(Frozen):
     held at its default choice (magnitude: the largest fraction; order type: Market; urgency: Normal)
     for its first ``N`` epochs of every fold, exploring and greedy, then released: the direction is
     learned first, then the branches in the order their epochs give. Held, a branch's choice never
-    varies, so its replayed transitions all carry the default (``foxhunt.agent.actor``)."""
+    varies, so its replayed transitions all carry the default (``foxhunt.agent.actor``); under
+    ``agent.algo = ppo`` a held branch's log-probability, entropy and counterfactual terms are masked
+    out of the loss (``foxhunt.agent.ppo``) until it is released."""
 
     magnitude: int = Field(
         0,
@@ -342,21 +344,25 @@ class CounterfactualConfig(Frozen):
     entry of a collected epoch, the env rolls out each magnitude, order type and urgency on the same
     market path (:mod:`foxhunt.env.counterfactual`), and the learner trains every untaken execution
     value's heads on the taken transition's target shifted by what that value would have earned
-    (hindsight relabelling of the execution branches; :mod:`foxhunt.agent.counterfactual`)."""
+    (hindsight relabelling of the execution branches; :mod:`foxhunt.agent.counterfactual`). Under
+    ``agent.algo = ppo`` the same rollouts give every execution value's advantage, and the loss adds
+    a clipped all-action policy-gradient term (``foxhunt.agent.ppo_loss.all_action_loss``; docs/ppo.md)."""
 
     weight: float = Field(
         0.0,
         ge=0,
         le=100,
         description="Weight of the relabelled execution targets' loss, relative to the branch's own value "
-        "losses (0 = off: no rollout, no replay column, the update as before).",
+        "losses (PPO: of the all-action term beside the clipped objective; 0 = off: no rollout, no "
+        "replay column, the update as before).",
     )
     horizon: int = Field(
         0,
         ge=0,
         le=10_000,
         description="Steps each counterfactual is rolled out (the decision, then Hold); 0 = the learner's "
-        "n_step, the longest window its targets read.",
+        "n_step, the longest window its targets read (PPO: the env's longest entry, patience + plan "
+        "horizon + 2).",
     )
 
 
@@ -375,24 +381,3 @@ class AgentConfig(Frozen):
     ppo: PPOConfig = Field(default_factory=PPOConfig)
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
     counterfactual: CounterfactualConfig = Field(default_factory=CounterfactualConfig)
-
-    @model_validator(mode="after")
-    def _dqn_only_mechanisms(self) -> AgentConfig:
-        """The branch curriculum and the counterfactual targets act on the DQN learner's acting and
-        loss; the PPO learner has neither yet, so turning them on there would be a setting that does
-        nothing. Refused in one line instead."""
-        on = [
-            k
-            for k, v in (
-                ("curriculum", self.curriculum.on),
-                ("counterfactual", self.counterfactual.weight > 0),
-            )
-            if v
-        ]
-        if self.algo is Algo.PPO and on:
-            names = " and ".join(f"agent.{k}" for k in on)
-            raise ValueError(
-                f"{names} act on the DQN learner only (agent.algo = dqn); with agent.algo = ppo "
-                f"leave them off (their defaults) or set agent.algo=dqn"
-            )
-        return self

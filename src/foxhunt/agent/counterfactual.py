@@ -1,6 +1,9 @@
-"""Counterfactual execution targets for the DQN learner: hindsight relabelling of the execution branches.
+"""Counterfactual execution targets: hindsight relabelling of the execution branches.
 
-Two parts, both off unless ``agent.counterfactual.weight > 0`` (:class:`CounterfactualConfig`):
+Two parts, both off unless ``agent.counterfactual.weight > 0`` (:class:`CounterfactualConfig`); the
+PPO learner reads the first (:meth:`CounterfactualStage.entry_windows`, the same windows with their
+lengths, under PPO's discount: :mod:`foxhunt.agent.ppo`) and has its own loss
+(:func:`foxhunt.agent.ppo_loss.all_action_loss`):
 
 * :class:`CounterfactualStage` (collection). Each collection step records the portfolio the action
   was taken from and the policy's sizing inputs (device copies into ``[T, ...]`` buffers, capturable
@@ -35,7 +38,8 @@ slippage and queue position are simulated, not scaled) and general (order type a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -45,7 +49,14 @@ from foxhunt.agent.distributional import c51_cross_entropy, project_c51, quantil
 from foxhunt.agent.network import NetOut
 from foxhunt.domain.actions import BRANCHES
 from foxhunt.env.core import TradingEnv
-from foxhunt.env.counterfactual import Window, entry_mask, execution_variants, rollout, split_blocks
+from foxhunt.env.counterfactual import (
+    ExecutionOutcome,
+    Window,
+    entry_mask,
+    execution_variants,
+    rollout,
+    split_blocks,
+)
 from foxhunt.env.state import Portfolio
 
 CF = "cf"
@@ -84,13 +95,40 @@ class CounterfactualStage:
         """``[T * N, 2 K]`` float32: each entry's counterfactual windows ``[R_v | d_v]`` (NaN on the
         other rows). ``actions_TN4`` are the actions that acted (realised direction and magnitude), as
         replay stores them. One host read (the entries' count) per epoch."""
+        out = torch.full(
+            (actions_TN4.shape[0] * actions_TN4.shape[1], cf_width(self.env.codec.sizes)),
+            float("nan"),
+            device=actions_TN4.device,
+        )
+        for rows, got in self._rollouts(actions_TN4, valid_TN):
+            both = torch.cat([got.window_ret, got.window_discount], dim=1)
+            out.index_copy_(0, rows.to(out.device), both.to(out))
+        return out
+
+    def entry_windows(self, actions_TN4: Tensor, valid_TN: Tensor) -> EntryWindows:
+        """The same windows per entry, with their lengths (an on-policy learner's critic bootstraps the
+        taken window's end state, ``m`` steps on): :class:`EntryWindows`."""
+        parts = list(self._rollouts(actions_TN4, valid_TN))
+        k = cf_width(self.env.codec.sizes) // 2
+        dev = actions_TN4.device
+        if not parts:
+            empty = torch.zeros(0, k, device=dev)
+            return EntryWindows(torch.zeros(0, dtype=torch.int64, device=dev), empty, empty, empty.long())
+        return EntryWindows(
+            torch.cat([rows for rows, _ in parts]).to(dev),
+            torch.cat([got.window_ret for _, got in parts]).to(dev, torch.float32),
+            torch.cat([got.window_discount for _, got in parts]).to(dev, torch.float32),
+            torch.cat([got.window_len for _, got in parts]).to(dev),
+        )
+
+    def _rollouts(self, actions_TN4: Tensor, valid_TN: Tensor) -> Iterator[tuple[Tensor, ExecutionOutcome]]:
+        """Every entry's rows ``[E]`` (flat ``t * N + i``) and their variants' outcomes, in chunks."""
         env, n = self.env, actions_TN4.shape[1]
         flat = self.states.map(lambda x: x.flatten(0, 1))
         acts = actions_TN4.reshape(-1, actions_TN4.shape[-1]).to(env.device)
         mask = entry_mask(flat, acts) & valid_TN.reshape(-1).to(env.device)
         idx = mask.nonzero().squeeze(1)
         self.entries = int(idx.shape[0])
-        out = torch.full((acts.shape[0], cf_width(env.codec.sizes)), float("nan"), device=actions_TN4.device)
         sizing = self.sizing.flatten(1, 2)
         for lo in range(0, self.entries, _CHUNK):
             rows = idx[lo : lo + _CHUNK]
@@ -98,10 +136,19 @@ class CounterfactualStage:
             window = Window(self.n_step, self.decision, limit=self.steps - rows // n)  # the sequence's end
             variants = execution_variants(acts.index_select(0, rows), env.codec.sizes)
             conv = sizing.index_select(1, rows).unbind(0)
-            got = rollout(env, state, variants, self.horizon, self.gamma, conv, window, ledger=False)
-            both = torch.cat([got.window_ret, got.window_discount], dim=1)
-            out.index_copy_(0, rows.to(out.device), both.to(out))
-        return out
+            yield rows, rollout(env, state, variants, self.horizon, self.gamma, conv, window, ledger=False)
+
+
+class EntryWindows(NamedTuple):
+    """Each entry's counterfactual windows (:meth:`CounterfactualStage.entry_windows`): ``rows`` ``[E]``
+    the entries' flat rows ``t * N + i`` of the collected sequence; per execution value (columns ``[M |
+    O | U]``, ``K`` in all) the window's return ``ret``, discount ``discount`` (``gamma^m``, 0 where the
+    episode ended) and length ``length`` ``m``, each ``[E, K]``."""
+
+    rows: Tensor
+    ret: Tensor
+    discount: Tensor
+    length: Tensor
 
 
 def relabelled_loss(

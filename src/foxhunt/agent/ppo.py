@@ -35,14 +35,24 @@ from foxhunt import seeding
 from foxhunt.agent.actor import Mode, PolicyOut, _eval_mode, _top2_gap
 from foxhunt.agent.agent import PlateauHandles, Restore, UpdateMode
 from foxhunt.agent.collect import Collector, Rollout, StepMode
-from foxhunt.agent.config import AgentConfig, Symmetry
+from foxhunt.agent.config import AgentConfig, Bootstrap, CurriculumConfig, LearnConfig, Symmetry
 from foxhunt.agent.learner import plan_locked
 from foxhunt.agent.network import GatedResidualBlock, MixtureOfExperts, VariableSelection, input_mask
-from foxhunt.agent.ppo_loss import LossWeights, branch_masks, gae, log_probs_entropy, ppo_loss
+from foxhunt.agent.ppo_loss import (
+    LossWeights,
+    advantage_moments,
+    all_action_loss,
+    branch_masks,
+    counterfactual_advantages,
+    gae,
+    log_probs_entropy,
+    ppo_loss,
+)
 from foxhunt.agent.signals import Signals
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig, Direction
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
+from foxhunt.env.counterfactual import default_horizon
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR
@@ -51,7 +61,7 @@ PPO_POLICY_ENTRIES = ("actor_critic", "signals")
 """The entries of :meth:`PPOActor.state_dict` (a DQN policy's are ``network``, ``popart``, ``signals``:
 a checkpoint's entries say which learner made it, :class:`foxhunt.policy.checkpoint.Fingerprint`)."""
 
-_DIRECTION = BRANCHES.index("direction")
+_DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
 _CHUNK = 65_536  # rows per no-grad forward over a rollout
 
 
@@ -148,13 +158,24 @@ class PPOActor:
     log-probabilities), checkpoints and serving read, as they read :class:`~foxhunt.agent.actor.Actor`."""
 
     def __init__(
-        self, net: ActorCritic, signals: Signals, branches: BranchConfig, generator: torch.Generator
+        self,
+        net: ActorCritic,
+        signals: Signals,
+        branches: BranchConfig,
+        generator: torch.Generator,
+        curriculum: CurriculumConfig | None = None,
     ):
         self.net, self.signals, self.gen = net, signals, generator
         self.sizes = ActionCodec(branches).sizes
         self._greedy: CapturablePolicy | None = None
         self._forward: Callable[[Tensor], ACOut] = net
         self.compiled = False
+        # agent.curriculum, as the DQN actor's: the held branches (set per epoch by hold, in place, so
+        # a captured step reads the current mask) at their default choice (Full, Market, Normal).
+        self.curriculum = curriculum if curriculum is not None and curriculum.on else None
+        device = signals.device
+        self.held = torch.zeros(len(self.sizes), dtype=torch.bool, device=device)
+        self.held_at = torch.tensor([0, self.sizes[_MAGNITUDE] - 1, 0, 0], device=device)
 
     @torch.no_grad()
     def __call__(self, states: Tensor, mode: Mode) -> PolicyOut:
@@ -165,7 +186,14 @@ class PPOActor:
             out = self._forward(states)
             lp = _log_probs(out)
             acts = torch.stack([self._sample(x) for x in lp], dim=1)
+        if self.curriculum is not None:  # the held branches at their default choice (agent.curriculum)
+            acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, lp, acts)
+
+    def hold(self, epoch: int) -> None:
+        """The curriculum's mask at fold epoch ``epoch`` (``agent.curriculum``; in place)."""
+        if self.curriculum is not None:
+            self.held.copy_(torch.tensor(self.curriculum.held(epoch), device=self.held.device))
 
     def _sample(self, log_probs: Tensor) -> Tensor:
         """One draw per row (Gumbel-max: argmax(log p - log(-log u))): device-only, from the agent's
@@ -271,6 +299,9 @@ class _Batch:
     advantage: Tensor
     ret: Tensor
     valid: Tensor
+    cf_adv: Tensor | None = None  # [R, K] counterfactual advantages (0 off the entries)
+    cf_old: tuple[Tensor, ...] = ()  # per execution branch [R, A_b] old log-probabilities
+    cf_mask: Tensor | None = None  # [R, execution branches]: the branch acted and has counterfactuals
 
 
 class PPOLearner:
@@ -278,10 +309,24 @@ class PPOLearner:
 
     Rewards are divided by a running scale, the standard deviation of the rollouts' discounted returns
     (an EMA at ``reward_scale_rate``, CleanRL's reward normalisation), so the value head learns returns
-    of unit scale and the value clip means the same on every market."""
+    of unit scale and the value clip means the same on every market.
 
-    def __init__(self, net: ActorCritic, cfg: AgentConfig, signals: Signals, epochs: int) -> None:
+    With ``agent.counterfactual.weight > 0`` the rollout carries every entry's counterfactual windows
+    and the loss adds the clipped all-action term of the execution branches
+    (:func:`~foxhunt.agent.ppo_loss.all_action_loss`) at that weight; ``held`` (the actor's
+    curriculum mask) drops a held branch's log-probability, entropy and counterfactual terms."""
+
+    def __init__(
+        self,
+        net: ActorCritic,
+        cfg: AgentConfig,
+        signals: Signals,
+        epochs: int,
+        held: Tensor | None = None,
+    ) -> None:
         self.net, self.cfg, self.signals = net, cfg.ppo, signals
+        self.cf_weight = cfg.counterfactual.weight
+        self.held = held
         self.epochs = max(1, epochs)
         self.opt = torch.optim.Adam(net.parameters(), lr=self.cfg.lr, eps=1e-5)
         self.return_scale = torch.zeros((), device=signals.device)  # 0: not measured yet
@@ -308,13 +353,15 @@ class PPOLearner:
         action = r.actions.reshape(steps * n, -1)
         valid = r.valid.reshape(-1)
         masks = branch_masks(action[:, _DIRECTION], ~plan_locked(state) & valid)
+        if self.held is not None:  # agent.curriculum: a held branch chose nothing (its default)
+            masks = masks * (~self.held).to(masks.dtype)
         old_logp, _ = log_probs_entropy(logits, action, masks)
         rewards = torch.where(r.valid, r.rewards, torch.zeros_like(r.rewards))
         scale = self._scale(rewards, r.dones)
         adv, ret = gae(
             rewards / scale, values[:steps], r.dones, values[steps], self.cfg.gamma, self.cfg.gae_lambda
         )
-        return _Batch(
+        batch = _Batch(
             state,
             action,
             masks,
@@ -324,6 +371,34 @@ class PPOLearner:
             ret.reshape(-1),
             valid,
         )
+        if self.cf_weight > 0 and r.cf is not None:
+            self._counterfactuals(batch, r, logits, values, scale)
+        return batch
+
+    def _counterfactuals(
+        self, b: _Batch, r: Rollout, logits: tuple[Tensor, ...], values: Tensor, scale: Tensor
+    ) -> None:
+        """Each entry's counterfactual advantages (:func:`~foxhunt.agent.ppo_loss.counterfactual_advantages`)
+        into ``b``: the variants' window returns in the critic's units (divided by the return scale),
+        bootstrapped by the critic's old value of the taken window's end state, centred under the old
+        policy."""
+        assert r.cf is not None
+        n = r.rewards.shape[1]
+        old = tuple(torch.log_softmax(lg, dim=-1) for lg in logits[1:])
+        rows = r.cf.rows
+        taken = b.action.index_select(0, rows)[:, _MAGNITUDE : _MAGNITUDE + 1]  # any block's taken column
+        m = r.cf.length[:, : old[0].shape[1]].gather(1, taken).squeeze(1)
+        end = rows + m * n  # s_{t+m} of the same episode (t + m <= T: windows stop at the sequence's end)
+        adv = counterfactual_advantages(
+            r.cf.ret / scale,
+            r.cf.discount,
+            values.reshape(-1).index_select(0, end),
+            tuple(o.index_select(0, rows).exp() for o in old),
+        )
+        b.cf_adv = torch.zeros(b.state.shape[0], adv.shape[1], device=adv.device).index_copy_(0, rows, adv)
+        has = torch.zeros(b.state.shape[0], device=adv.device).index_fill_(0, rows, 1.0)
+        b.cf_old = old
+        b.cf_mask = b.masks[:, 1:] * has[:, None]
 
     def _scale(self, rewards: Tensor, dones: Tensor) -> Tensor:
         """The running return scale, updated with this rollout's discounted returns (no host read)."""
@@ -377,6 +452,16 @@ class PPOLearner:
             b.valid[idx],
             self.weights,
         )
+        if b.cf_adv is not None and b.cf_mask is not None:
+            _, unit = advantage_moments(b.advantage[idx], masks[:, 0])
+            old = tuple(o[idx] for o in b.cf_old)
+            l_cf, per = all_action_loss(
+                out.logits[1:], old, b.cf_adv[idx], b.cf_mask[idx], self.cfg.clip, unit
+            )
+            loss = loss + self.cf_weight * l_cf
+            stats["loss/total"] = loss.detach()
+            stats["loss/counterfactual"] = l_cf.detach()
+            stats["counterfactual/entries"] = b.cf_mask[idx].amax(1).sum()  # rows with a branch trained
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         stats["grad/total"] = torch.nn.utils.clip_grad_norm_(
@@ -422,8 +507,9 @@ class PPOAgent:
             net = ActorCritic(cfg, branches).to(self.device)
             self.noise_rng_state = torch.get_rng_state()
         signals = Signals(cfg.network.experts, self.device)
-        self.learner = PPOLearner(net, cfg, signals, epochs)
-        self.policy = PPOActor(net, signals, branches, self.gen)
+        self.policy = PPOActor(net, signals, branches, self.gen, cfg.curriculum)
+        held = self.policy.held if cfg.curriculum.on else None
+        self.learner = PPOLearner(net, cfg, signals, epochs, held)
         self.replay = RolloutStore(self.device)
         self.plateau = PlateauHandles(self.learner.opt, list(net.policy_heads.parameters()), self.gen)
         self.update_mode = UpdateMode.AUTO
@@ -444,16 +530,28 @@ class PPOAgent:
                 PPOExploring(self.policy),
                 env,
                 self.replay,
-                learn=self.cfg.learn,
+                learn=self._windows(env),
                 n=n,
                 steps=steps,
                 mode=self.step_mode,
+                counterfactual=self.cfg.counterfactual,
             )
             self._collector_key = key
         stats = self._collector.collect(starts)
         self.policy.signals.ema("sharpe", stats["train_sharpe"].float())
         self.policy.signals.ema("bonus_share", stats["bonus_share"].float())
         return stats
+
+    def _windows(self, env: TradingEnv) -> LearnConfig:
+        """The counterfactual windows of ``env`` (``agent.counterfactual``): PPO's discount, each cut
+        at the next decision state (an entry's plan closed, flat) within ``horizon`` steps (0: the
+        env's longest entry, :func:`~foxhunt.env.counterfactual.default_horizon`), or the sequence's
+        end. Only the counterfactual stage reads it (the rollout sink has no n-step windows)."""
+        if self.cfg.counterfactual.weight == 0:
+            return self.cfg.learn
+        horizon = self.cfg.counterfactual.horizon or default_horizon(env)
+        update = {"gamma": self.cfg.ppo.gamma, "n_step": horizon, "bootstrap": Bootstrap.DECISION}
+        return self.cfg.learn.model_copy(update=update)
 
     def learn(
         self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None
@@ -465,6 +563,9 @@ class PPOAgent:
             self.learner.update(self.replay.rollout, self.gen, sink)
 
     def start_epoch(self, epoch: int) -> float:
+        """Start epoch ``epoch`` of the learning-rate annealing and of the branch curriculum
+        (``agent.curriculum``); returns its learning rate."""
+        self.policy.hold(epoch)
         return self.learner.set_epoch(epoch)
 
     def adjust(self, *, lr: float = 1.0, temperature: float = 1.0) -> None:

@@ -77,6 +77,15 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return (x * mask).sum() / mask.sum().clamp(min=1.0)
 
 
+def advantage_moments(advantages: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    """``(mean, std + 1e-8)`` of ``advantages`` over the rows ``rows`` keeps: what a minibatch's
+    advantages are normalised by (:func:`ppo_loss`), and the unit the counterfactual advantages are
+    read in (:func:`all_action_loss`)."""
+    mean = masked_mean(advantages, rows)
+    var = masked_mean((advantages - mean) ** 2, rows)
+    return mean, var.sqrt() + 1e-8
+
+
 @dataclass(frozen=True)
 class LossWeights:
     """The clipped loss's constants (from :class:`~foxhunt.agent.config.PPOConfig`)."""
@@ -106,9 +115,8 @@ def ppo_loss(
     where it acts (``masks[:, b]``), weighted by ``w.entropy[b]``. Value: every ``valid`` row, clipped
     against ``old_value`` by ``w.value_clip`` (0: plain squared error)."""
     dec = masks[:, 0]
-    mean = masked_mean(advantages, dec)
-    var = masked_mean((advantages - mean) ** 2, dec)
-    adv = (advantages - mean) / (var.sqrt() + 1e-8)
+    mean, scale = advantage_moments(advantages, dec)
+    adv = (advantages - mean) / scale
     logratio = new_logp - old_logp
     ratio = logratio.exp()
     pg = torch.maximum(-adv * ratio, -adv * ratio.clamp(1.0 - w.clip, 1.0 + w.clip))
@@ -134,3 +142,59 @@ def ppo_loss(
         for b, name in enumerate(BRANCHES[: entropy.shape[1]]):
             stats[f"ppo/entropy/{name}"] = ent_b[b].detach()
     return loss, stats
+
+
+def counterfactual_advantages(
+    ret: Tensor, discount: Tensor, bootstrap: Tensor, old_probs: tuple[Tensor, ...]
+) -> Tensor:
+    """``[E, K]``: each entry's advantage of every execution value over the policy's expectation in its
+    branch (the columns ``[magnitude | order type | urgency]``, ``K`` in all)::
+
+        Q_b(v) = R_v + d_v V(s_end)                 the variant's window return, bootstrapped
+        A_b(v) = Q_b(v) - sum_w pi_b(w | s) Q_b(w)  centred under the sampling policy
+
+    ``ret`` ``[E, K]`` are the variants' window returns (the decision, then Hold, to the next decision
+    state: ``foxhunt.env.counterfactual.rollout``), in the critic's (scaled) units; ``discount``
+    ``[E, K]`` their ``gamma^m`` (0 where the episode ended); ``bootstrap`` ``[E]`` the critic's value of
+    the *taken* window's end state, which every variant's continuation is valued by (a variant's window
+    ends flat at a decision state of the same market, a few bars from the taken one's: the stated
+    approximation); ``old_probs`` the sampling policy's ``[E, A_b]`` per execution branch."""
+    q = ret + discount * bootstrap[:, None]
+    sizes = [p.shape[1] for p in old_probs]
+    out = [
+        qb - (p * qb).sum(-1, keepdim=True) for qb, p in zip(q.split(sizes, dim=1), old_probs, strict=True)
+    ]
+    return torch.cat(out, dim=1)
+
+
+def all_action_loss(
+    logits: tuple[Tensor, ...],
+    old_log_probs: tuple[Tensor, ...],
+    advantages: Tensor,
+    masks: Tensor,
+    clip: float,
+    scale: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """``(loss, per-branch losses)``: the clipped all-action ("expected") policy-gradient term of the
+    execution branches (docs/ppo.md, "Counterfactual execution targets"). Per branch ``b``, row and
+    value ``v``, with ``rho_v = pi_b(v | s) / pi_old_b(v | s)`` and ``a_v = A_b(v) / scale``::
+
+        L_b = mean over the rows masks[:, b] keeps of  sum_v pi_old_b(v) max(-a_v rho_v, -a_v clip(rho_v))
+
+    Unclipped, ``pi_old(v) rho_v = pi(v)``: the term is ``-sum_v pi_b(v | s) a_v`` and its gradient the
+    expected policy gradient ``-sum_v a_v grad pi_b(v | s)`` over every value the simulator evaluated,
+    not only the one sampled; the clip is PPO's own, per value, so a value the update has already moved
+    past ``1 +- clip`` in its advantage's direction pushes no further. ``logits`` and ``old_log_probs``
+    ``[B, A_b]`` per execution branch; ``advantages`` ``[B, K]`` (:func:`counterfactual_advantages`, 0
+    on rows without); ``masks`` ``[B, execution branches]`` where each one acted and has
+    counterfactuals; ``scale`` the minibatch's sampled-advantage std (:func:`advantage_moments`), so the
+    counterfactual advantages are read in the unit the clipped sampled objective reads its own."""
+    sizes = [lg.shape[1] for lg in logits]
+    per_branch = []
+    for b, (lg, old, a) in enumerate(zip(logits, old_log_probs, advantages.split(sizes, dim=1), strict=True)):
+        ratio = (torch.log_softmax(lg, dim=-1) - old).exp()
+        a = a / scale
+        per = (old.exp() * torch.maximum(-a * ratio, -a * ratio.clamp(1.0 - clip, 1.0 + clip))).sum(-1)
+        per_branch.append(masked_mean(per, masks[:, b]))
+    losses = torch.stack(per_branch)
+    return losses.sum(), losses
