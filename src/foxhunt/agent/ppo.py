@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from foxhunt import seeding
 from foxhunt.agent.actor import Mode, PolicyOut, _eval_mode, _top2_gap
 from foxhunt.agent.agent import PlateauHandles, Restore, UpdateMode
-from foxhunt.agent.collect import Collector, Rollout, StepMode
+from foxhunt.agent.collect import CachedCollector, Rollout, StepMode
 from foxhunt.agent.config import AgentConfig, Symmetry
 from foxhunt.agent.learner import plan_locked
 from foxhunt.agent.network import GatedResidualBlock, MixtureOfExperts, VariableSelection, input_mask
@@ -42,7 +42,6 @@ from foxhunt.agent.ppo_loss import LossWeights, branch_masks, gae, log_probs_ent
 from foxhunt.agent.signals import Signals
 from foxhunt.domain.actions import BRANCHES, ActionCodec, BranchConfig, Direction
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import CapturablePolicy
 from foxhunt.env.market import MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT, STATE_MIRROR
@@ -428,32 +427,16 @@ class PPOAgent:
         self.plateau = PlateauHandles(self.learner.opt, list(net.policy_heads.parameters()), self.gen)
         self.update_mode = UpdateMode.AUTO
         self.step_mode = StepMode.AUTO
-        self._collector: Collector | None = None
-        self._collector_key: tuple | None = None
+        self._collection = CachedCollector(
+            lambda: PPOExploring(self.policy), self.replay, signals, learn=cfg.learn
+        )
 
     def collect(
         self, market: MarketTensors, env_cfg: EnvConfig, starts: Tensor, steps: int
     ) -> dict[str, Tensor]:
         """One rollout of ``steps`` steps of the sampling policy from rows ``starts`` into :attr:`replay`
         (the collector of the DQN agent, its sink the rollout store)."""
-        n = int(starts.shape[0])
-        key = (id(market), id(env_cfg), n, steps, self.step_mode)
-        if self._collector is None or self._collector_key != key:
-            env = TradingEnv(market, env_cfg)
-            self._collector = Collector(
-                PPOExploring(self.policy),
-                env,
-                self.replay,
-                learn=self.cfg.learn,
-                n=n,
-                steps=steps,
-                mode=self.step_mode,
-            )
-            self._collector_key = key
-        stats = self._collector.collect(starts)
-        self.policy.signals.ema("sharpe", stats["train_sharpe"].float())
-        self.policy.signals.ema("bonus_share", stats["bonus_share"].float())
-        return stats
+        return self._collection.collect(market, env_cfg, starts, steps, self.step_mode)
 
     def learn(
         self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None
