@@ -380,7 +380,7 @@ def main() -> int:
     )
     # The table for the path `train` runs, beside the references measured in this run.
     ref = references(agent, market, train_cfg, args)
-    coll = agent._collector  # the collection training ran (Agent.collect builds it once)
+    coll = agent._collection.collector  # the collection training ran (Agent.collect builds it once)
     assert coll is not None
     val_graphs = list(agent.policy.greedy().graphs.values())
     compile_s = {

@@ -121,3 +121,22 @@ def test_the_old_barrier_spellings_are_unknown_keys(old_key: str) -> None:
 def test_smoke_plans_last_twenty_rows_in_either_row_unit() -> None:
     for unit in ("bar", "snapshot"):
         assert load_config("smoke", overrides=[f"data.row_unit={unit}"]).env.plan.barrier.horizon == 20
+
+
+def test_the_plateau_ladder_under_ppo_is_refused_in_one_line() -> None:
+    """The plateau ladder reads the DQN learner's Q statistics, which a PPO learner does not report:
+    on under agent.algo = ppo it would never act, so the config refuses it in one line naming the fix,
+    whichever --set comes first; off (the smoke profile's), or under DQN, it loads."""
+    for profile, sets in (
+        ("production", ["agent.algo=ppo"]),  # the default patience 5
+        ("smoke", ["train.plateau.patience=3", "agent.algo=ppo"]),
+        ("smoke", ["agent.algo=ppo", "train.plateau.patience=3"]),
+    ):
+        with pytest.raises(ConfigError) as err:
+            load_config(profile, overrides=sets)
+        text = str(err.value)
+        assert "\n" not in text and "never acts under agent.algo = ppo" in text, text
+        assert "train.plateau.patience=0" in text and "agent.algo=dqn" in text
+    assert load_config("smoke", overrides=["agent.algo=ppo"]).train.plateau.patience == 0
+    assert load_config("production", overrides=["agent.algo=ppo", "train.plateau.patience=0"])
+    assert load_config("production").train.plateau.patience == 5  # DQN keeps its ladder

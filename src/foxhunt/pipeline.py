@@ -185,12 +185,7 @@ def prepare(
     out = claim.take(Path(out_dir), cfg)
     synthetic = not data and cache_path is None
     if cache_path is not None:
-        from foxhunt.dataset.cache import load_cache
-        from foxhunt.dataset.leaks import cache_sources
-
-        with progress.task("opening the feature cache"):
-            opened = load_cache(cache_path, cfg)
-        files = cache_sources(opened, cache_path)
+        opened, files = _cache_and_sources(cache_path, cfg, progress)
         leaks, compile_s = leak_guard_while(
             files, cfg, where, stops, progress, say, lambda _: _compiled(opened, cfg, compile_ahead, progress)
         )
@@ -272,18 +267,40 @@ def guarded_features(
     into: Path,
     where: str,
     *,
+    cache_path: Path | None = None,
     progress: Reporter = SILENT,
     say: Callable[[str], object] = print,
 ) -> FeatureCache:
     """:func:`features` of ``files`` built beside the leak guard's cuts, from what the guard read
-    (``foxhunt backtest`` and ``edge`` over ``--data``, or edge's embedded synthetic market): a
-    result computed on these features is never reported on a leak (:class:`LeakFoundError`, exit
-    3, naming ``where``; a cache built here is removed again). The verdict line goes to ``say``."""
+    (``foxhunt backtest`` and ``edge`` over ``--data``, or edge's embedded synthetic market), or the
+    cache ``cache_path`` once the guard has passed the DBN files it was built from (over ``--cache``,
+    as :func:`prepare` does for training; ``files`` and ``into`` are not read): a result computed on
+    these features is never reported on a leak (:class:`LeakFoundError`, exit 3, naming ``where``; a
+    cache built here is removed again, a given one is the caller's and stays). The guard recomputes
+    a given cache's features from its files, so they must still be where it recorded them, as they
+    were (else exit 2 naming the fix: :func:`foxhunt.dataset.leaks.cache_sources`). The verdict line
+    goes to ``say``."""
+    if cache_path is not None:
+        cache, sources = _cache_and_sources(cache_path, cfg, progress)
+        leak_guard_while(sources, cfg, where, Stopped.BACKTEST, progress, say, lambda _: None)
+        return cache
 
     def build(prepared: Prepared) -> FeatureCache:
         return features(files, cfg, into, progress=progress, prepared=prepared)
 
     return leak_guard_while(files, cfg, where, Stopped.BACKTEST, progress, say, build, builds=into)[1]
+
+
+def _cache_and_sources(
+    cache_path: Path, cfg: FoxhuntConfig, progress: Reporter
+) -> tuple[FeatureCache, list[Path]]:
+    """The cache of ``cache_path`` opened under ``cfg`` and the DBN files the guard checks for it."""
+    from foxhunt.dataset.cache import load_cache
+    from foxhunt.dataset.leaks import cache_sources
+
+    with progress.task("opening the feature cache"):
+        cache = load_cache(cache_path, cfg)
+    return cache, cache_sources(cache, cache_path)
 
 
 def _compiled(cache: FeatureCache, cfg: FoxhuntConfig, ahead: bool, progress: Reporter) -> float:

@@ -58,6 +58,41 @@ def test_graph_modes_need_cuda(mode: StepMode) -> None:
         agent.collect(rising_market(20), env_config(episode_rows=5), torch.tensor([0, 3]), 4)
 
 
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_an_agent_builds_its_collector_once_per_market_config_and_shape(algo: str) -> None:
+    """Both learners collect through one CachedCollector: the collector is built at the first
+    collection and reused while the market, env config, batch shape, steps and step mode stay; any
+    of them changed builds another. Each collection feeds the epoch's Sharpe and shaping share to the
+    policy's signals."""
+    from foxhunt.agent.build import build_agent
+
+    ecfg = env_config(episode_rows=5)
+    cfg = make_agent(ecfg.branches).cfg.model_copy(update={"algo": algo})
+    agent = build_agent(cfg, ecfg.branches, seed=1, replay_capacity=256)
+    mkt, starts = rising_market(30), torch.tensor([0, 3, 7])
+    before = agent.policy.signals["sharpe"].clone()
+    agent.collect(mkt, ecfg, starts, 4)
+    first = agent._collection.collector
+    assert first is not None and first.policy.actor is agent.policy and first.replay is agent.replay
+    assert not torch.equal(agent.policy.signals["sharpe"], before)  # fed: the rising market pays
+    agent.collect(mkt, ecfg, starts + 1, 4)  # other rows of the same market: the same collector
+    assert agent._collection.collector is first
+    changed = [
+        (rising_market(30), ecfg, starts, 4),
+        (mkt, env_config(episode_rows=5), starts, 4),  # an equal config, another object
+        (mkt, ecfg, starts[:2], 4),
+        (mkt, ecfg, starts, 3),
+    ]
+    built = [first]  # kept alive: a collected object's id may be taken again
+    for args in changed:
+        agent.collect(*args)
+        assert all(agent._collection.collector is not c for c in built)
+        built.append(agent._collection.collector)
+    agent.step_mode = StepMode.EAGER  # another step mode than AUTO
+    agent.collect(*changed[-1])
+    assert all(agent._collection.collector is not c for c in built)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("mode", [StepMode.GRAPH, StepMode.COMPILED_GRAPH, StepMode.FUSED])
 def test_graphed_collection_equals_the_eager_step_on_cuda(mode: StepMode) -> None:

@@ -135,6 +135,20 @@ def test_serve_takes_a_ppo_agent(ppo_run: Path) -> None:
     assert decider.members == [agent] and not agent.policy.net.training
 
 
+def test_a_ppo_checkpoint_exports_and_its_export_acts_as_it(ppo_run: Path, tmp_path: Path) -> None:
+    """``foxhunt export`` of a PPO checkpoint (its policy entries are the actor-critic's and the signals,
+    not DQN's network and PopArt): the weights-only file loads as the same PPO agent."""
+    from foxhunt.policy.checkpoint import export_weights
+
+    path = next((ppo_run / "checkpoints").rglob("last*.safetensors"))
+    export = export_weights(path, tmp_path / "export")
+    agent = CheckpointPolicy(path, ppo_cfg()).agent("cpu")
+    exported = CheckpointPolicy(export, ppo_cfg()).agent("cpu")
+    assert isinstance(exported, PPOAgent)
+    s = torch.randn(32, STATE_LAYOUT.width)
+    assert torch.equal(exported.policy(s, Mode.GREEDY).actions, agent.policy(s, Mode.GREEDY).actions)
+
+
 def test_foxhunt_run_with_ppo_finishes_and_writes_a_report(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -211,3 +211,52 @@ def test_a_leaky_plugin_is_refused_naming_its_column(
     assert not (out / "folds.json").exists() and not (out / "edge.json").exists()
     # train, run, backtest and edge build it beside the guard's cuts: removed
     assert not (out / "cache").exists()
+
+
+def test_backtest_and_edge_over_a_leaky_cache_exit_3(leaky: Path, market_dir: Path, tmp_path: Path) -> None:
+    """``features build`` runs no guard, so a cache can carry a leak. ``backtest`` and ``edge`` over
+    ``--cache`` run the guard on the files the cache was built from, with the cache's own settings (its
+    plug-ins: no --set here): exit 3 naming the column and the command, no result written; the backtest
+    in a process of its own, as a user runs it. The cache is the user's and stays."""
+    import subprocess
+    import sys
+
+    sets = _sets(_plugin_set(EXAMPLE, leaky))
+    args = ["features", "build", "--data", str(market_dir), "--out", str(tmp_path / "c"), "-q", *sets]
+    built = runner.invoke(app, args)
+    assert built.exit_code == 0, built.output
+    (cache,) = (tmp_path / "c").glob("*.arrow")
+    out = tmp_path / "backtest"
+    argv = ["backtest", "--cache", str(cache), "--policy", "long", "--out", str(out), "-q"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "foxhunt.cli", *argv], capture_output=True, text=True, timeout=600
+    )
+    edge = runner.invoke(app, ["edge", "--cache", str(cache), "--out", str(tmp_path / "edge"), "-q"])
+    for command, code, text in (
+        ("backtest", ran.returncode, ran.stdout + ran.stderr),
+        ("edge", edge.exit_code, edge.output),
+    ):
+        assert code == 3, text
+        errors = [line for line in text.splitlines() if line.startswith("error")]
+        assert len(errors) == 1 and f"foxhunt {command}" in errors[0], text
+        assert "peek.next_events" in text and "arrival." not in text and "Traceback" not in text
+    assert not (out / "metrics.json").exists() and not (tmp_path / "edge" / "edge.json").exists()
+    assert cache.is_file()
+
+
+def test_a_backtest_over_a_cache_without_its_source_files_is_refused(
+    market_dir: Path, tmp_path: Path
+) -> None:
+    """The guard recomputes the features from the files the cache was built from: where they are gone
+    it cannot run, and the backtest is refused in one line (exit 2) naming --data as the fix."""
+    copy = tmp_path / "market"
+    shutil.copytree(market_dir, copy)
+    built = runner.invoke(app, ["features", "build", "--data", str(copy), "--out", str(tmp_path / "c"), "-q"])
+    assert built.exit_code == 0, built.output
+    (cache,) = (tmp_path / "c").glob("*.arrow")
+    shutil.rmtree(copy)
+    gone = runner.invoke(app, ["backtest", "--cache", str(cache), "--out", str(tmp_path / "bt")])
+    assert gone.exit_code == 2, gone.output
+    errors = [line for line in gone.output.splitlines() if line.startswith("error")]
+    assert len(errors) == 1 and "source files are not where they were" in gone.output, gone.output
+    assert "--data" in gone.output and not (tmp_path / "bt" / "metrics.json").exists()

@@ -23,6 +23,7 @@ from foxhunt.serve.config import DecidePath
 from foxhunt.serve.decide import Decider, served_guards
 from tests.env.test_core import config
 from tests.env.test_core import market as hand_market
+from tests.serve import test_serve as serving
 from tests.serve.test_serve import _same as _same_line
 from tests.serve.test_serve import backtested, cfg, export, market, replay  # noqa: F401 (fixtures)
 
@@ -262,21 +263,48 @@ def test_compiled_serve_decides_row_for_row_as_the_backtest(
 ) -> None:
     """The replay-equals-backtest invariant (tests/serve/test_serve.py) with the decision side
     compiled: every row the backtest decided, serve decided alike, positions and fills bit for bit."""
+    _serves_as_backtested(export, replay, backtested, tmp_path, path)
+
+
+@pytest.mark.slow  # trains a PPO epoch, backtests and builds two AOT libraries: many minutes on 2 cores
+def test_aot_serve_of_a_ppo_checkpoint_decides_row_for_row_as_the_backtest(
+    market: list[Path],  # noqa: F811 (the fixture)
+    replay: list[Path],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A PPO checkpoint (agent.algo = ppo: an actor-critic, no PopArt) served ahead of time: the
+    forward's library is the PPO policy's, and every row the backtest of that checkpoint decided, serve
+    decided alike, positions and fills bit for bit."""
+    from foxhunt.agent.ppo import PPOAgent
+
+    ppo = api.config("smoke", overrides=[*serving.MARKET, *serving.ONE_EPOCH, "agent.algo=ppo"])
+    checkpoint = serving.exported(ppo, market, tmp_path / "train")
+    decided = serving.backtest_of(checkpoint, replay, tmp_path / "backtest")
+    svc = _serves_as_backtested(checkpoint, replay, decided, tmp_path / "served", DecidePath.AOT)
+    assert [type(m) for m in svc.decider.members] == [PPOAgent]
+    assert svc.decider._aot_policy is not None and svc.decider._aot_step is not None
+
+
+def _serves_as_backtested(checkpoint: Path, files: list[Path], decided: Path, out: Path, path: DecidePath):  # noqa: ANN202
+    """Serve ``checkpoint`` over the replay ``files`` into ``out`` on ``path`` from the first row its
+    backtest (``decided``) decided: every row the backtest decided, serve decided alike (and the
+    backtest trades: else the check is weak). The service, closed."""
     from foxhunt.backtest.decisions import DecisionRow, read_decisions_csv
     from foxhunt.serve.config import ServeConfig
     from foxhunt.serve.service import Service
     from foxhunt.serve.source import ReplaySource
 
-    bt = read_decisions_csv(backtested / "decisions.csv")
+    bt = read_decisions_csv(decided / "decisions.csv")
     scfg = ServeConfig(warmup_rows=bt[0].row)
-    svc = Service(export, ReplaySource(replay), tmp_path, scfg, log=lambda m: None, decide=path)
+    svc = Service(checkpoint, ReplaySource(files), out, scfg, log=lambda m: None, decide=path)
     svc.run()
     svc.close()
     assert set(svc.decider.compile_times) == {"step", "decide"}
-    sv = {d.row: d for d in read_decisions_csv(tmp_path / "decisions.csv")}
+    sv = {d.row: d for d in read_decisions_csv(out / "decisions.csv")}
     assert len(bt) > 40 and any(d.fill_contracts != 0 for d in bt)
     missing = DecisionRow(0, -1, 0, 0, 0, 0, 0, 0, 0)
     assert [d.row for d in bt if not _same_line(d, sv.get(d.row, missing))] == []
+    return svc
 
 
 def _entry(name: str, guard_type: str, nn_module: bool = False) -> SimpleNamespace:

@@ -87,10 +87,14 @@ def market(cfg: FoxhuntConfig, tmp_path_factory: pytest.TempPathFactory) -> list
 @pytest.fixture(scope="module")
 def export(cfg: FoxhuntConfig, market: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fold 1's checkpoint after one epoch, exported with its fold's normaliser (what serve loads)."""
+    return exported(cfg, market, tmp_path_factory.mktemp("train"))
+
+
+def exported(cfg: FoxhuntConfig, market: list[Path], root: Path) -> Path:
+    """The ``export`` fixture's file under ``cfg`` (another learner's too), made in ``root``."""
     from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
-    root = tmp_path_factory.mktemp("train")
     cache = api.build_features(market, cfg, root / "cache").cache
     store = CheckpointStore(root / "run", ring=1)
     fold = api.make_folds(cache, cfg)[FOLD]
@@ -110,7 +114,11 @@ def replay(market: list[Path]) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def backtested(export: Path, replay: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("backtest")
+    return backtest_of(export, replay, tmp_path_factory.mktemp("backtest"))
+
+
+def backtest_of(export: Path, replay: list[Path], out: Path) -> Path:
+    """``foxhunt backtest --checkpoint export`` over the replay's files into ``out`` (decisions.csv)."""
     args = ["backtest", "--data", *map(str, replay), "--checkpoint", str(export), "--out", str(out), "-q"]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output

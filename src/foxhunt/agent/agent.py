@@ -22,7 +22,7 @@ from torch import Tensor
 
 from foxhunt import seeding
 from foxhunt.agent.actor import Actor, Exploring
-from foxhunt.agent.collect import Collector, StepMode
+from foxhunt.agent.collect import CachedCollector, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap, LearnConfig
 from foxhunt.agent.counterfactual import CF, cf_width
 from foxhunt.agent.graph import GraphedLearn
@@ -33,7 +33,6 @@ from foxhunt.agent.signals import Signals
 from foxhunt.agent.stats import q_key
 from foxhunt.domain.actions import BRANCHES, BranchConfig
 from foxhunt.env.config import EnvConfig
-from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT
 
@@ -124,8 +123,13 @@ class Agent:
         self.update_mode = UpdateMode.AUTO
         self.step_mode = StepMode.AUTO  # how collection runs its step (agent.collect)
         self._graph: GraphedLearn | None = None  # CUDA: the captured learner step
-        self._collector: Collector | None = None
-        self._collector_key: tuple | None = None
+        self._collection = CachedCollector(
+            lambda: Exploring(self.policy),
+            self.replay,
+            signals,
+            learn=cfg.learn,
+            counterfactual=cfg.counterfactual,
+        )
 
     # --- collection and learning ----------------------------------------------------------
 
@@ -141,25 +145,7 @@ class Agent:
         once per (market, env config, batch shape) and reused: on CUDA its captured graph and compiled
         step serve every epoch of the fold (``step_mode``), on the CPU eager.
         """
-        n = int(starts.shape[0])
-        key = (id(market), id(env_cfg), n, steps, self.step_mode)
-        if self._collector is None or self._collector_key != key:
-            env = TradingEnv(market, env_cfg)
-            self._collector = Collector(
-                Exploring(self.policy),
-                env,
-                self.replay,
-                learn=self.cfg.learn,
-                n=n,
-                steps=steps,
-                mode=self.step_mode,
-                counterfactual=self.cfg.counterfactual,
-            )
-            self._collector_key = key
-        stats = self._collector.collect(starts)
-        self.policy.signals.ema("sharpe", stats["train_sharpe"].float())
-        self.policy.signals.ema("bonus_share", stats["bonus_share"].float())  # the shaping terms' share
-        return stats
+        return self._collection.collect(market, env_cfg, starts, steps, self.step_mode)
 
     def learn(
         self, updates: int, batch_size: int, sink: Callable[[dict[str, Tensor]], None] | None = None

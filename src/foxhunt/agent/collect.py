@@ -30,7 +30,7 @@ again when it changes.
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
@@ -44,11 +44,13 @@ from foxhunt.agent.config import Bootstrap, CounterfactualConfig, LearnConfig
 from foxhunt.agent.counterfactual import CF, CounterfactualStage, EntryWindows
 from foxhunt.agent.learner import decision_state
 from foxhunt.agent.replay import VALID, PrioritizedReplay, nstep_windows
+from foxhunt.agent.signals import Signals
 from foxhunt.domain.actions import BRANCHES
 from foxhunt.domain.sharpe import sharpe_ratio
+from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
 from foxhunt.env.graph import COMPILE_MIN_BATCH, advance, compiled_advance, reset_in_place
-from foxhunt.env.market import AUX_TARGETS
+from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.features.layout import STATE_LAYOUT
 
 _DIRECTION, _MAGNITUDE = BRANCHES.index("direction"), BRANCHES.index("magnitude")
@@ -160,7 +162,7 @@ class Collector:
     Acts with ``policy`` on ``env`` (reset in place each epoch) and writes the n-step windows of
     ``learn`` (``n_step``, ``gamma``, ``bootstrap``) into ``replay``; holds its staging buffers on the
     replay's device. Build one per (market, batch shape) and reuse it for every epoch
-    (:meth:`Agent.collect` caches it).
+    (:class:`CachedCollector`, an agent's, caches it).
     """
 
     def __init__(
@@ -372,3 +374,51 @@ class Collector:
     def last_obs(self) -> Tensor:
         """The state after the epoch's last step ``[n, W]`` (a view of the staging buffer)."""
         return self.states[self.steps]
+
+
+class CachedCollector:
+    """An agent's collection (``Agent.collect``, ``PPOAgent.collect``): the :class:`Collector` of
+    ``explore()`` (the agent's sampling policy) into ``sink`` (the replay, or an on-policy learner's
+    rollout store), built once per (market, env config, batch shape, steps, step mode) and reused: on
+    CUDA its captured graph and compiled step serve every epoch of the fold, on the CPU eager. After
+    each collection the epoch's Sharpe and shaping share feed ``signals``. ``learn`` is the learner's
+    windows, or a function of the env that gives them (PPO's counterfactual windows reach its longest
+    entry)."""
+
+    def __init__(
+        self,
+        explore: Callable[[], CollectingPolicy],
+        sink: PrioritizedReplay | RolloutSink,
+        signals: Signals,
+        *,
+        learn: LearnConfig | Callable[[TradingEnv], LearnConfig],
+        counterfactual: CounterfactualConfig | None = None,
+    ) -> None:
+        self.explore, self.sink, self.signals = explore, sink, signals
+        self.learn, self.counterfactual = learn, counterfactual
+        self.collector: Collector | None = None  # the one built last (bench/epoch.py reads its timings)
+        self._key: tuple | None = None
+
+    def collect(
+        self, market: MarketTensors, env_cfg: EnvConfig, starts: Tensor, steps: int, mode: StepMode
+    ) -> dict[str, Tensor]:
+        """``steps`` steps of episodes from rows ``starts`` [N]; the epoch's statistics on the device."""
+        n = int(starts.shape[0])
+        key = (id(market), id(env_cfg), n, steps, mode)
+        if self.collector is None or self._key != key:
+            env = TradingEnv(market, env_cfg)
+            self.collector = Collector(
+                self.explore(),
+                env,
+                self.sink,
+                learn=self.learn(env) if callable(self.learn) else self.learn,
+                n=n,
+                steps=steps,
+                mode=mode,
+                counterfactual=self.counterfactual,
+            )
+            self._key = key
+        stats = self.collector.collect(starts)
+        self.signals.ema("sharpe", stats["train_sharpe"].float())
+        self.signals.ema("bonus_share", stats["bonus_share"].float())  # the shaping terms' share
+        return stats

@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from foxhunt import seeding
 from foxhunt.agent.actor import Mode, PolicyOut, _eval_mode, _top2_gap
 from foxhunt.agent.agent import PlateauHandles, Restore, UpdateMode
-from foxhunt.agent.collect import Collector, Rollout, StepMode
+from foxhunt.agent.collect import CachedCollector, Rollout, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap, CurriculumConfig, LearnConfig, Symmetry
 from foxhunt.agent.learner import plan_locked
 from foxhunt.agent.network import GatedResidualBlock, MixtureOfExperts, VariableSelection, input_mask
@@ -514,33 +514,20 @@ class PPOAgent:
         self.plateau = PlateauHandles(self.learner.opt, list(net.policy_heads.parameters()), self.gen)
         self.update_mode = UpdateMode.AUTO
         self.step_mode = StepMode.AUTO
-        self._collector: Collector | None = None
-        self._collector_key: tuple | None = None
+        self._collection = CachedCollector(
+            lambda: PPOExploring(self.policy),
+            self.replay,
+            signals,
+            learn=self._windows,  # the counterfactual windows depend on the env (its longest entry)
+            counterfactual=cfg.counterfactual,
+        )
 
     def collect(
         self, market: MarketTensors, env_cfg: EnvConfig, starts: Tensor, steps: int
     ) -> dict[str, Tensor]:
         """One rollout of ``steps`` steps of the sampling policy from rows ``starts`` into :attr:`replay`
         (the collector of the DQN agent, its sink the rollout store)."""
-        n = int(starts.shape[0])
-        key = (id(market), id(env_cfg), n, steps, self.step_mode)
-        if self._collector is None or self._collector_key != key:
-            env = TradingEnv(market, env_cfg)
-            self._collector = Collector(
-                PPOExploring(self.policy),
-                env,
-                self.replay,
-                learn=self._windows(env),
-                n=n,
-                steps=steps,
-                mode=self.step_mode,
-                counterfactual=self.cfg.counterfactual,
-            )
-            self._collector_key = key
-        stats = self._collector.collect(starts)
-        self.policy.signals.ema("sharpe", stats["train_sharpe"].float())
-        self.policy.signals.ema("bonus_share", stats["bonus_share"].float())
-        return stats
+        return self._collection.collect(market, env_cfg, starts, steps, self.step_mode)
 
     def _windows(self, env: TradingEnv) -> LearnConfig:
         """The counterfactual windows of ``env`` (``agent.counterfactual``): PPO's discount, each cut

@@ -94,23 +94,24 @@ def cache_from(
     command: str,
     asked: list[str] | None,
 ) -> tuple[Any, FoxhuntConfig]:
-    """The feature cache of ``--cache FILE`` or built (or reused) from ``--data PATH...`` beside the
-    leak guard's cuts (:func:`foxhunt.pipeline.guarded_features`), and the config to use with it:
+    """The feature cache of ``--cache FILE`` once the leak guard has passed the files it was built
+    from, or built (or reused) from ``--data PATH...`` beside the guard's cuts
+    (:func:`foxhunt.pipeline.guarded_features`), and the config to use with it:
     with ``--cache``, the cache's own row unit, data source, features and labels (an explicit
     ``--set`` that contradicts them is refused) unless ``asked`` is None (a checkpoint's config,
-    which the cache must match as it is)."""
+    which the cache must match as it is). A leak exits 3 either way."""
     from foxhunt import pipeline
-    from foxhunt.dataset.cache import config_from_cache, load_cache
+    from foxhunt.dataset.cache import config_from_cache
 
     one_source(data, cache_path, command)
-    if cache_path is not None:
-        with step("opening the feature cache", progress):
-            if asked is not None:
-                cfg = config_from_cache(cache_path, cfg, asked)
-            return load_cache(cache_path, cfg), cfg
-    files = data_paths(data or [], ctx)
-    where = f"foxhunt {command}"
-    return pipeline.guarded_features(files, cfg, out_dir / "cache", where, progress=progress, say=line), cfg
+    if cache_path is not None and asked is not None:
+        cfg = config_from_cache(cache_path, cfg, asked)
+    files = [] if cache_path is not None else data_paths(data or [], ctx)
+    into, where = out_dir / "cache", f"foxhunt {command}"
+    cache = pipeline.guarded_features(
+        files, cfg, into, where, cache_path=cache_path, progress=progress, say=line
+    )
+    return cache, cfg
 
 
 def set_keys(overrides: list[str]) -> list[str]:

@@ -16,9 +16,9 @@ description is its documentation (``foxhunt config show`` prints them).
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from foxhunt.agent.config import AgentConfig
+from foxhunt.agent.config import AgentConfig, Algo
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.config.base import Device, Frozen
 from foxhunt.data.config import DataConfig, SynthConfig
@@ -65,3 +65,15 @@ class FoxhuntConfig(Frozen):
     tune: TuneConfig = Field(
         default_factory=TuneConfig, description="foxhunt tune: the search space, objective and budget."
     )
+
+    @model_validator(mode="after")
+    def _plateau_reads_q(self) -> FoxhuntConfig:
+        """The plateau ladder judges a frozen learner by the DQN learner's Q statistics; a PPO learner
+        reports none, so under agent.algo = ppo the ladder on would be a setting that never acts."""
+        if self.agent.algo is Algo.PPO and self.train.plateau.patience > 0:
+            raise ValueError(
+                f"train.plateau (patience {self.train.plateau.patience}) reads the DQN learner's Q "
+                "statistics and never acts under agent.algo = ppo: set train.plateau.patience=0 (the "
+                "ladder off) or agent.algo=dqn"
+            )
+        return self

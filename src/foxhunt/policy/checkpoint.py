@@ -709,15 +709,15 @@ def export_weights(
 
     The export keeps what acting needs: the ``policy`` section (the network, PopArt, whose statistics
     turn the network's normalised Q values into dollars, and the running signals that scale the
-    conviction and Q-variance sizing inputs) and the whole metadata (resolved config, fold, epoch,
-    metrics, layout fingerprint); it drops the ``training`` section (replay buffer, optimizer state,
-    target network, visit counts, random streams). ``scaler``, the fold's training-row normaliser, is
-    stored in the metadata as ``normaliser`` when given, so the file alone turns raw feature rows into
-    the states the network was trained on. ``instrument``, the contract the training data was of
-    (``Instrument.to_dict``), is stored as ``instrument`` when given: ``foxhunt serve`` refuses a
-    stream of another one. The export loads wherever the checkpoint does (:func:`load_checkpoint`,
-    ``foxhunt backtest --checkpoint``) and gives the same actions; resuming training from it is
-    refused.
+    conviction and Q-variance sizing inputs; a PPO checkpoint's actor-critic and signals) and the whole
+    metadata (resolved config, fold, epoch, metrics, layout fingerprint); it drops the ``training``
+    section (replay buffer, optimizer state, target network, visit counts, random streams). ``scaler``,
+    the fold's training-row normaliser, is stored in the metadata as ``normaliser`` when given, so the
+    file alone turns raw feature rows into the states the network was trained on. ``instrument``, the
+    contract the training data was of (``Instrument.to_dict``), is stored as ``instrument`` when given:
+    ``foxhunt serve`` refuses a stream of another one. The export loads wherever the checkpoint does
+    (:func:`load_checkpoint`, ``foxhunt backtest --checkpoint``) and gives the same actions; resuming
+    training from it is refused.
 
     Example::
 
@@ -727,7 +727,8 @@ def export_weights(
 
     source = checkpoint_files(path)[0]
     doc = _read_document(source)
-    lacking = [m for m in POLICY_ENTRIES if m not in doc[POLICY]]
+    entries = PPO_POLICY_ENTRIES if _algo(doc[POLICY]) == "ppo" else POLICY_ENTRIES  # the learner's own
+    lacking = [m for m in entries if m not in doc[POLICY]]
     if lacking:
         raise CheckpointError(
             source,
