@@ -45,7 +45,7 @@ def _one_thread() -> None:
         os.environ[var] = "1"
 
 
-def _config(kind: str, seed: int, events: int, sessions: int) -> Any:
+def _config(kind: str, seed: int, events: int, sessions: int, extra: tuple[str, ...] = ()) -> Any:
     from foxhunt.config.loader import load_config
 
     base = load_config("smoke")
@@ -57,6 +57,7 @@ def _config(kind: str, seed: int, events: int, sessions: int) -> Any:
             f"synth.seed={seed}",
             f"synth.sessions={sessions}",
             f"synth.events_per_session={events}",
+            *extra,
         ],
     )
 
@@ -84,7 +85,9 @@ def _rules(result: Any) -> dict[str, bool]:
     }
 
 
-def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | None) -> dict[str, Any]:
+def run_market(
+    kind: str, seed: int, events: int, sessions: int, keep: str | None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Generate one market, build its cache, run the check; the row of the results table."""
     _one_thread()
     import numpy as np
@@ -93,7 +96,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
     from foxhunt.data.synth import write_synthetic
     from foxhunt.dataset.build import get_or_build
 
-    cfg = _config(kind, seed, events, sessions)
+    cfg = _config(kind, seed, events, sessions, extra)
     with tempfile.TemporaryDirectory(prefix="foxhunt-alpha-power-") as tmp:
         t0 = time.perf_counter()
         write_synthetic(cfg.synth, Path(tmp) / "m")
@@ -194,6 +197,13 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--seed0", type=int, default=9000, help="First no-signal seed (planted: +1000, +2000).")
     ap.add_argument("--jobs", type=int, default=1, help="Markets at a time (one process, one thread each).")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A config override for every market (repeatable), e.g. data.row_unit=snapshot.",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="Save every market's forecasts here (npz).")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "alpha_power.json")
     args = ap.parse_args()
@@ -210,7 +220,8 @@ def main() -> int:
     jobs = [(kind, args.seed0 + SEED_OFFSET[kind] + i) for _, kind, i in order]
     keep = str(args.keep) if args.keep else None
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_market, k, s, args.events, args.sessions, keep) for k, s in jobs]
+        extra = tuple(args.set)
+        futures = [pool.submit(run_market, k, s, args.events, args.sessions, keep, extra) for k, s in jobs]
         for fut in as_completed(futures):
             row = fut.result()
             rows.append(row)
