@@ -9,19 +9,23 @@ none used elsewhere in the project: no-signal markets (``synth.alpha=0``) at ``-
 alpha-2 markets at ``--seed0 + 1000 + i``, smoke-strength markets (the smoke profile's alpha, 4) at
 ``--seed0 + 2000 + i``; the planted carrier is the profile's (the level-1 imbalance EMA over 2000
 events). On each the whole check runs as ``foxhunt alpha`` runs it (:func:`run_alpha`), and the
-verdict is read with the code's rule and, for comparison, with the earlier rule (pooled and every
-fold's two-sided interval above 0.5) and the pooled intervals alone.
+verdict is read with the code's rule (the forecast test, Bonferroni over models x horizons) and, for
+comparison, with the earlier AUC rules (pooled and every fold's interval above 0.5; the pooled
+interval alone). Each market's row also holds every test's z and p-value.
 
 One market is one process (``--jobs`` of them at a time; every model fit and BLAS call on one
-thread). ``--keep DIR`` saves each market's validation labels and forecasts (``DIR/<kind>-<seed>.npz``:
-``<horizon>_<model>_<fold>_y`` and ``_p``) so that another verdict rule can be scored on the same fits
-without refitting. Prints a table and writes ``--out`` (JSON).
+thread). ``--keep DIR`` saves each market's fits (``DIR/<kind>-<seed>.npz``: ``close`` and
+``segment_start``, and per ``<horizon>_<model>_<fold>``: ``_rows``, ``_y``, ``_p`` (usable validation
+rows, labels, forecasts), ``_vrows``, ``_vp`` (every valid validation row and its forecast: what the
+test reads) and ``_base`` (the fold's training share of up labels)) so that another verdict rule can be
+scored on the same fits without refitting. Prints a table and writes ``--out`` (JSON).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -41,7 +45,7 @@ def _one_thread() -> None:
         os.environ[var] = "1"
 
 
-def _config(kind: str, seed: int, events: int, sessions: int) -> Any:
+def _config(kind: str, seed: int, events: int, sessions: int, extra: tuple[str, ...] = ()) -> Any:
     from foxhunt.config.loader import load_config
 
     base = load_config("smoke")
@@ -53,12 +57,15 @@ def _config(kind: str, seed: int, events: int, sessions: int) -> Any:
             f"synth.seed={seed}",
             f"synth.sessions={sessions}",
             f"synth.events_per_session={events}",
+            *extra,
         ],
     )
 
 
 def _rules(result: Any) -> dict[str, bool]:
-    """Signal or not under the code's rule and the two earlier ones, from one result."""
+    """Signal or not under the code's rule (the forecast test, max-z adjusted) and, for comparison,
+    the same tests at Bonferroni's cut (p <= family_error / m) and the earlier AUC rules (pooled and
+    every fold's Bonferroni AUC interval above 0.5; the pooled interval alone)."""
     from foxhunt.alpha.check import MODELS
 
     pooled_every_fold = pooled_alone = False
@@ -68,14 +75,19 @@ def _rules(result: Any) -> dict[str, bool]:
             folds = [row[m.value]["auc_lo"] for row in h.folds if m.value in row]
             pooled_alone |= bool(lo > 0.5)
             pooled_every_fold |= bool(lo > 0.5 and folds and min(folds) > 0.5)
+    cut = result.family_error / result.family_size
+    bonferroni = any(t.get("p_value", math.nan) <= cut for h in result.horizons for t in h.tests.values())
     return {
         "verdict": result.verdict == "signal",
-        "pooled_and_every_fold": pooled_every_fold,
-        "pooled_alone": pooled_alone,
+        "test_bonferroni": bonferroni,
+        "auc_pooled_and_every_fold": pooled_every_fold,
+        "auc_pooled_alone": pooled_alone,
     }
 
 
-def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | None) -> dict[str, Any]:
+def run_market(
+    kind: str, seed: int, events: int, sessions: int, keep: str | None, extra: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """Generate one market, build its cache, run the check; the row of the results table."""
     _one_thread()
     import numpy as np
@@ -84,7 +96,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
     from foxhunt.data.synth import write_synthetic
     from foxhunt.dataset.build import get_or_build
 
-    cfg = _config(kind, seed, events, sessions)
+    cfg = _config(kind, seed, events, sessions, extra)
     with tempfile.TemporaryDirectory(prefix="foxhunt-alpha-power-") as tmp:
         t0 = time.perf_counter()
         write_synthetic(cfg.synth, Path(tmp) / "m")
@@ -93,12 +105,18 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
         t2 = time.perf_counter()
         result = run_alpha(cache, cfg.alpha, cfg.folds, cfg.alpha.horizons, cfg.run.seed)
         t3 = time.perf_counter()
+        close = cache.column("close").astype(np.float64)
+        seg = cache.column("segment_start").astype(bool)
     if keep:
-        arrays = {}
+        arrays = {"close": close, "segment_start": seg}
         for (k, m), parts in result.predictions.items():
-            for f, (y, p) in enumerate(parts):
-                arrays[f"{k}_{m}_{f}_y"] = y.astype(np.int8)
-                arrays[f"{k}_{m}_{f}_p"] = p.astype(np.float64)
+            for f, ff in enumerate(parts):
+                arrays[f"{k}_{m}_{f}_rows"] = ff.rows.astype(np.int64)
+                arrays[f"{k}_{m}_{f}_y"] = ff.y.astype(np.int8)
+                arrays[f"{k}_{m}_{f}_p"] = ff.p.astype(np.float64)
+                arrays[f"{k}_{m}_{f}_base"] = np.float64(ff.train_base)
+                arrays[f"{k}_{m}_{f}_vrows"] = ff.valid_rows.astype(np.int64)
+                arrays[f"{k}_{m}_{f}_vp"] = ff.valid_p.astype(np.float64)
         np.savez_compressed(Path(keep) / f"{kind}-{seed}.npz", **arrays)
     k, model, best = result.best()
     return {
@@ -108,6 +126,7 @@ def run_market(kind: str, seed: int, events: int, sessions: int, keep: str | Non
         "rows": result.rows,
         "signal": _rules(result),
         "signal_at": [{"horizon": h, "model": m} for h, m in result.signal_tests()],
+        "tests": {f"{h.horizon}_{m}": t for h in result.horizons for m, t in h.tests.items()},
         "best": {"horizon": k, "model": model, "auc": best},
         "seconds": {"synth": t1 - t0, "cache": t2 - t1, "alpha": t3 - t2},
     }
@@ -127,8 +146,15 @@ def summarise(rows: list[dict[str, Any]], level: float = 0.95) -> list[dict[str,
             hits = sum(bool(row["signal"].get(rule)) for row in sub)
             lo, hi = clopper_pearson(hits, len(sub), level)
             table.append(
-                {"kind": kind, "rule": rule, "signal": hits, "markets": len(sub), "rate": hits / len(sub),
-                 "lo": lo, "hi": hi}
+                {
+                    "kind": kind,
+                    "rule": rule,
+                    "signal": hits,
+                    "markets": len(sub),
+                    "rate": hits / len(sub),
+                    "lo": lo,
+                    "hi": hi,
+                }
             )
     return table
 
@@ -171,6 +197,13 @@ def main() -> int:
     ap.add_argument("--sessions", type=int, default=3)
     ap.add_argument("--seed0", type=int, default=9000, help="First no-signal seed (planted: +1000, +2000).")
     ap.add_argument("--jobs", type=int, default=1, help="Markets at a time (one process, one thread each).")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="A config override for every market (repeatable), e.g. data.row_unit=snapshot.",
+    )
     ap.add_argument("--keep", type=Path, default=None, help="Save every market's forecasts here (npz).")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "alpha_power.json")
     args = ap.parse_args()
@@ -187,14 +220,18 @@ def main() -> int:
     jobs = [(kind, args.seed0 + SEED_OFFSET[kind] + i) for _, kind, i in order]
     keep = str(args.keep) if args.keep else None
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_market, k, s, args.events, args.sessions, keep) for k, s in jobs]
+        extra = tuple(args.set)
+        futures = [pool.submit(run_market, k, s, args.events, args.sessions, keep, extra) for k, s in jobs]
         for fut in as_completed(futures):
             row = fut.result()
             rows.append(row)
             sec = row["seconds"]
+            z_of = {name: t["z"] if math.isfinite(t["z"]) else -math.inf for name, t in row["tests"].items()}
+            top = max(row["tests"].items(), key=lambda kv: z_of[kv[0]])
             print(
                 f"{row['kind']:<7} seed {row['seed']}: signal {row['signal']}, "
-                f"best {row['best']['model']} {row['best']['auc']:.3f} at {row['best']['horizon']}; "
+                f"best AUC {row['best']['model']} {row['best']['auc']:.3f} at {row['best']['horizon']}, "
+                f"top test z {top[1]['z']:.2f} (p {top[1]['p_value']:.2g}) at {top[0]}; "
                 f"synth {sec['synth']:.0f} s, "
                 f"cache {sec['cache']:.0f} s, check {sec['alpha']:.0f} s",
                 flush=True,

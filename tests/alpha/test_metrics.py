@@ -278,3 +278,91 @@ def test_clopper_pearson_hand_worked():
     assert clopper_pearson(1, 2, 0.5) == (pytest.approx(1 - 0.75**0.5), pytest.approx(0.75**0.5))
     with pytest.raises(ValueError, match="clopper_pearson"):
         clopper_pearson(3, 2)
+
+
+# --- the verdict's forecast test ----------------------------------------------------------------
+
+
+def test_mid_increments_stop_at_segments_and_gaps():
+    close = np.array([1.0, 2.0, 4.0, 3.0, np.nan, 5.0])
+    seg = np.array([True, False, False, True, False, False])
+    assert metrics.mid_increments(close, seg).tolist() == [0.0, 1.0, 2.0, 0.0, 0.0, 0.0]
+
+
+def test_forecast_test_is_the_forecasts_times_the_moves_they_forecast():
+    # S = sum_j w_j dx_j = sum_t (p_t - c_t)(close[t + K] - close[t]), by hand on 8 rows, K = 2.
+    close = np.array([10.0, 11.0, 11.0, 9.0, 10.0, 12.0, 12.0, 13.0])
+    dx = metrics.mid_increments(close, np.zeros(8, bool))
+    rows = np.array([1, 2, 4, 5])
+    p = np.array([0.7, 0.4, 0.6, 0.5])
+    c = np.full(4, 0.5)
+    t = metrics.forecast_test(rows, p, c, dx, 2)
+    by_rows = sum((pi - 0.5) * (close[r + 2] - close[r]) for r, pi in zip(rows, p, strict=True))
+    assert t.statistic == pytest.approx(by_rows) == pytest.approx(-0.1)  # -0.4 + 0.1 + 0.2 + 0
+    # weights w_j = a_{j-2} + a_{j-1}: move 3 (-2) gets 0.1, move 4 (+1) -0.1, move 5 (+2) 0.1,
+    # move 7 (+1) 0: terms -0.2, -0.1, +0.2, so z = -0.1 / sqrt(0.09)
+    assert t.z == pytest.approx(-1 / 3) and t.moves == 3
+    assert t.p_value == pytest.approx(0.6305586)
+
+
+def _random_walk_forecasts(rng, n, k, lean):
+    """A martingale mid (moves of +-1 tick on half the rows), a mean-reverting forecast of it
+    (``lean`` = 0), or one that sees a planted drift (``lean`` > 0: P(up) = 1/2 + lean * s)."""
+    s = np.sign(rng.normal(size=n // 200 + 1)).repeat(200)[:n]  # a slow planted state
+    up = rng.random(n) < 0.5 + lean * s
+    x = np.cumsum(np.where(rng.random(n) < 0.5, 0, np.where(up, 1.0, -1.0)))
+    trail = np.convolve(x, np.ones(100) / 100)[:n]
+    f = s * 0.05 if lean > 0 else -0.02 * (x - trail)  # a model of the state, or of reversion
+    p = 1 / (1 + np.exp(-f))
+    rows = np.arange(100, n - k)
+    return x, rows, p[rows]
+
+
+def test_forecast_test_holds_its_level_where_the_auc_does_not():
+    # On a martingale, a mean-reverting forecast's AUC against the overlapping direction labels
+    # comes out above 0.5 on average (a later row's forecast has seen part of an earlier row's
+    # label window); the forecast test's z stays centred, with its tail at the normal's.
+    rng = np.random.default_rng(5)
+    k, zs, aucs = 40, [], []
+    for _ in range(300):
+        x, rows, p = _random_walk_forecasts(rng, 3000, k, 0.0)
+        move = x[rows + k] - x[rows]
+        dx = metrics.mid_increments(x, np.zeros(len(x), bool))
+        zs.append(metrics.forecast_test(rows, p, np.full(len(rows), 0.5), dx, k).z)
+        aucs.append(auc((move[move != 0] > 0).astype(int), p[move != 0]))
+    zs = np.array(zs)
+    assert np.mean(aucs) > 0.503  # the AUC's bias: 0.508 +- 0.003 here
+    assert abs(zs.mean()) < 0.2 and 0.85 < zs.std() < 1.15
+    assert (zs > 1.645).mean() < 0.09  # one-sided 5%: ~0.05 (300 walks)
+
+
+def test_forecast_test_finds_a_planted_drift():
+    rng = np.random.default_rng(6)
+    x, rows, p = _random_walk_forecasts(rng, 6000, 20, 0.05)
+    dx = metrics.mid_increments(x, np.zeros(len(x), bool))
+    t = metrics.forecast_test(rows, p, np.full(len(rows), 0.5), dx, 20)
+    assert t.z > 4 and t.p_value < 1e-4
+    flipped = metrics.forecast_test(rows, 1 - p, np.full(len(rows), 0.5), dx, 20)
+    assert flipped.z == pytest.approx(-t.z) and flipped.p_value > 0.99  # one-sided: losing is not signal
+
+
+def test_max_z_p_values_between_one_test_and_independent_ones():
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(7)
+    t = rng.normal(size=5000) + 0.04  # one test's terms, z about 2.8
+    one = metrics.forecast_test_from_terms(t)
+    # Three copies of one test: the max of three equal z's is that z, so the p-value stays.
+    same = metrics.max_z_p_values([t, t, t], seed=1)
+    assert same == pytest.approx([one.p_value] * 3, abs=0.002)
+    # Three tests on disjoint moves: independent, so P(max >= z) = 1 - (1 - p)^3 (Sidak).
+    n = len(t)
+    parts = [np.concatenate([t, np.zeros(2 * n)]), np.zeros(3 * n), np.zeros(3 * n)]
+    parts[1][n : 2 * n] = rng.normal(size=n)
+    parts[2][2 * n :] = rng.normal(size=n)
+    adj = metrics.max_z_p_values(parts, seed=1)
+    assert adj[0] == pytest.approx(1 - (1 - one.p_value) ** 3, abs=0.002)
+    assert adj[0] == pytest.approx(1 - norm.cdf(one.z) ** 3, abs=0.002)
+    # A test with no weighted move is left out (NaN) and does not enlarge the family.
+    assert np.isnan(metrics.max_z_p_values([t, np.zeros(n)], seed=1)[1])
+    assert metrics.max_z_p_values([t, np.zeros(n)], seed=1)[0] == pytest.approx(one.p_value, abs=0.002)

@@ -196,8 +196,7 @@ def test_alpha_check_finds_the_trade_flow_signal_at_its_horizon(tmp_path: Path) 
     """Pooled over the folds both models predict the 5-bar move of the alpha-4 trade-flow market
     (measured: MLP AUC 0.72, interval from 0.63; LightGBM 0.69 from 0.57), and LightGBM's edge is
     gone 200 bars out (0.50), past the carrier's horizon (200 market orders, about 40 bars). The
-    verdict itself needs every fold's interval above 1/2, which two sessions cannot give (the no-signal
-    market's known answer is tests/alpha/test_check.py's)."""
+    verdict (the forecast test) and the no-signal market's known answer are tests/alpha/test_check.py's."""
     fast = [
         "alpha.n_boot=300",
         "alpha.permutation_repeats=1",

@@ -16,38 +16,36 @@ per spread and per volatility quintile (edges from each fold's training rows); L
 group and permutation importance per group for the MLP.
 
 Verdict, with the family-wise error controlled over every model x horizon. The check makes
-``m = 2 models x H horizons`` tests; with each at 95% the chance that some interval excludes 0.5 on
-a market without signal grows with m (0.40 for m = 10 independent tests). So every interval is a
-Bonferroni-adjusted block-bootstrap percentile interval at the two-sided level ``1 - alpha / m``
-(``alpha = alpha.family_error``, 0.05; :func:`~foxhunt.alpha.metrics.bonferroni_level`): the m
-intervals cover their true values together with probability >= 1 - alpha, whatever the dependence
-between horizons and models. "signal" is one-sided: for some model and horizon the pooled AUC
-interval lies wholly ABOVE 0.5 (an interval below 0.5, a model worse than chance out of sample, is
-not signal: it is noise or a fit that failed to carry over), and so does every validation fold's own
-interval at the same level (:meth:`AlphaResult.signal_tests`). A false "signal" needs a pooled lower
-bound above its true AUC of 0.5, which has probability <= alpha / (2m) per test and <= alpha / 2
-over the family; the fold condition only removes claims, so it keeps that bound. (Holm's step-down
-procedure rejects something exactly when Bonferroni's smallest-p test does, so for this yes/no
-verdict the two agree; Holm would only add horizons to the list.)
+``m = 2 models x H horizons`` tests; with each at 5% the chance that one of them fires on a market
+without signal grows with m. For each model and horizon K the verdict's test
+(:func:`~foxhunt.alpha.metrics.forecast_test`, :func:`pooled_terms`) pools the folds' validation rows
+and asks whether the mid moved the way the forecasts leaned: ``S = sum_t (p_t - b)(close[t+K] -
+close[t])`` over every validation row whose window lies in its segment, ``b`` the fold's training
+share of up labels (known before the row). Under the null "the mid is a martingale given what was
+known" (the alpha-0 synthetic market is one by construction) ``S`` is a martingale transform of the
+mid's moves, so ``z = S / sqrt(sum_j w_j^2 dx_j^2)`` (``w_j`` the forecasts leaning on move ``j``) is
+asymptotically normal with no block length to choose. The m z's are martingale transforms of the
+same moves, so under the null they are jointly normal with a correlation the terms give;
+"signal" = some model and horizon's family-adjusted one-sided p-value ``P(max of the m z >= its z)``
+is at most ``alpha = alpha.family_error`` (0.05; :func:`~foxhunt.alpha.metrics.max_z_p_values`,
+single-step max-z: the family-wise error Bonferroni's ``p <= alpha / m`` holds, with a 5% critical z
+of about 2.3 for 6 tests where Bonferroni's is 2.39). One-sided: forecasts the mid moves against
+are not signal. The AUC intervals (Bonferroni-adjusted block-bootstrap percentile intervals at
+``1 - alpha / m``, :func:`bootstrap_block`) are reported beside it and no longer decide.
 
-Why every fold as well: the block bootstrap resamples the pooled validation rows as one sample, so
-it cannot see that three folds are three different fitted models on three stretches of one market
-realisation. On synthetic markets without planted alpha (2-3 sessions of 20k-50k events, smoke
-folds) the pooled Bonferroni intervals alone still said "signal" in 6-11% of markets (snapshot rows:
-7 of 80, 2 of 32, 2 of 32; 30 s bars: 7 of 64), where uncorrected 95% intervals said it in 5 of 32;
-with every fold asked as well, 0 of 80 and 0 of 64, while 4 of 4 planted markets of the cheapest
-size were still found. Asking each fold to show the signal on its own is the replication a
-researcher would ask for.
+Why not the AUC. The earlier verdict asked the pooled AUC interval and every fold's interval to lie
+above 0.5. It called no no-signal market but found 1 of 19 alpha-2 and 5 of 19 smoke-strength
+markets (3 sessions x 30k events, 30 s bars); every AUC rule with more power called 6-19% of the
+no-signal markets, and those calls replicated in every fold. The reason is the AUC itself: it pairs
+row ``s``'s forecast with row ``t``'s label for all pairs, and when ``s`` lies inside ``t``'s label
+window, ``s``'s forecast has seen part of the move ``t``'s label is about; on a martingale, a
+forecast that expects reversion (as models fitted on overlapping labels of a random walk learn to)
+then scores above 0.5 on average (0.52 at 60 bars over 144 no-signal folds), a bias no interval
+around the AUC removes. Every term of the forecast test pairs a forecast with the moves that follow
+it, so its mean under the null is 0 (tests/alpha/test_metrics.py plants both).
 
-Measured power and calibration (bench/alpha_power.py, :data:`MEASURED_RATES`, quoted in alpha.md;
-docs/results/2026-12-07-alpha-power.md). On fresh smoke-profile markets of 3 sessions x 30k events
-(30 s bars, horizons 5/20/60) the verdict called 0 of 48 no-signal markets "signal" and found 5 of
-19 smoke-strength (alpha 4) and 1 of 19 alpha-2 planted markets; the pooled intervals alone found
-16 of 19 and 11 of 19 but called 3 of 48 no-signal markets. Every more powerful rule tried on the
-same fits (one-sided, fold-combined AUC with folds bootstrapped apart, a circular-shift test,
-studentised intervals) called 6-19% of the no-signal markets, and those calls replicate in every fold:
-the alpha-0 market has some predictable direction of its own (mean fold AUC 0.52 at 60 bars over 144
-folds), so the per-fold condition stays until the null is "no more predictable than alpha 0".
+Measured power and calibration: bench/alpha_power.py, :data:`MEASURED_RATES`, quoted in alpha.md;
+docs/results/2026-12-07-alpha-verdict.md.
 """
 
 from __future__ import annotations
@@ -59,7 +57,17 @@ import numpy as np
 
 from foxhunt.alpha.config import AlphaConfig
 from foxhunt.alpha.importance import gain_by_group, group_slices, permutation_importance
-from foxhunt.alpha.metrics import accuracy, auc, block_bootstrap, bonferroni_level, log_loss
+from foxhunt.alpha.metrics import (
+    accuracy,
+    auc,
+    block_bootstrap,
+    bonferroni_level,
+    forecast_terms,
+    forecast_test_from_terms,
+    log_loss,
+    max_z_p_values,
+    mid_increments,
+)
 from foxhunt.alpha.models import ModelKind, fit
 from foxhunt.alpha.regimes import assign, quintile_edges, regime_table
 from foxhunt.console import SILENT, Reporter
@@ -71,12 +79,20 @@ from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
 
 MODELS = (ModelKind.MLP, ModelKind.GBM)
-# How the intervals and the verdict are made, as alpha.json and alpha.md state it.
+# How the intervals are made, and how the verdict is, as alpha.json and alpha.md state them.
 INTERVAL_METHOD = (
-    "Bonferroni-adjusted block-bootstrap percentile intervals: each of the m = models x horizons "
-    "intervals at the two-sided level 1 - family_error / m, so that all m hold together with "
-    "probability >= 1 - family_error; signal = for some model and horizon the pooled AUC interval "
-    "and every validation fold's own AUC interval (same level) lie wholly above 0.5 (one-sided)"
+    "Bonferroni-adjusted block-bootstrap percentile intervals of AUC, accuracy and log-loss: each of "
+    "the m = models x horizons intervals at the two-sided level 1 - family_error / m; they describe "
+    "the forecasts and do not decide the verdict"
+)
+TEST_METHOD = (
+    "signal = for some model and horizon K the one-sided forecast test's family-adjusted p-value "
+    "p_family <= family_error: over the folds' validation rows pooled, S = sum_t (p_t - b)"
+    "(close[t+K] - close[t]), b the fold's training share of up moves, against the martingale null "
+    "(the mid's moves unpredictable from what was known), z = S / sqrt(sum_j w_j^2 dx_j^2) with w_j "
+    "the forecasts leaning on move j, normal tail (p_value); p_family = P(max of the m = models x "
+    "horizons z >= z) under their joint normal null (single-step max-z: the family-wise error is "
+    "family_error, as Bonferroni's p_value <= family_error / m would hold it, with more power)"
 )
 
 
@@ -96,19 +112,34 @@ class MeasuredRates:
 
 # The verdict's measured operating point, quoted by alpha.md. Re-measure when the rule changes.
 MEASURED_RATES = MeasuredRates(
-    command="nice -n 10 .venv/bin/python bench/alpha_power.py --none 60 --alpha2 24 --smoke 24 --jobs 2",
-    page="docs/results/2026-12-07-alpha-power.md",
+    command=(
+        "nice -n 10 .venv/bin/python bench/alpha_power.py --none 30 --alpha2 16 --smoke 12 --seed0 9100 "
+        "--jobs 2 --keep DIR"
+    ),
+    page="docs/results/2026-12-07-alpha-verdict.md",
     markets=(
-        "smoke profile, 3 sessions x 30k book events, 30 s bars, horizons 5/20/60, seeds 9000+; "
-        "the run stopped after 48 + 19 + 19 markets"
+        "smoke profile, 3 sessions x 30k book events, 30 s bars, horizons 5/20/60, seeds 9100-9129, "
+        "10100-10115, 11100-11111; the same markets chose between Bonferroni and max-z"
     ),
     smoke_alpha=4.0,
-    false_calls=(0, 48),
-    smoke=(5, 19),
-    alpha2=(1, 19),
+    false_calls=(0, 30),
+    smoke=(11, 12),
+    alpha2=(12, 16),
 )
 # Regime variables, read from the feature columns that measure them (raw, before normalisation).
 REGIME_COLUMNS = {"spread": "ofi.spread_ticks", "volatility": "market.vol_rv_w20_bps"}
+
+
+@dataclass(frozen=True)
+class FoldForecast:
+    """One model's forecasts on one validation fold at one horizon."""
+
+    rows: np.ndarray  # [n] int64 cache rows (time order) of the usable validation rows (moved)
+    y: np.ndarray  # [n] int8 direction labels (1 = up)
+    p: np.ndarray  # [n] float64 forecast P(up)
+    train_base: float  # share of up labels among the fold's usable training rows
+    valid_rows: np.ndarray  # [v] int64 every validation row whose window is inside its segment
+    valid_p: np.ndarray  # [v] float64 the forecasts there (the verdict's test reads these)
 
 
 @dataclass
@@ -121,6 +152,7 @@ class HorizonResult:
     regimes: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     gbm_gain: dict[str, float] = field(default_factory=dict)
     mlp_permutation: dict[str, float] = field(default_factory=dict)
+    tests: dict[str, dict[str, float]] = field(default_factory=dict)  # model -> ForecastTest.to_dict()
     pooled_block: int = 0  # bootstrap block length (rows) of the last model's interval
     window_ms_median: float = float("nan")  # median wall time of the usable label windows
     window_under_1ms: float = float("nan")  # share of usable label windows shorter than 1 ms
@@ -138,24 +170,22 @@ class AlphaResult:
     family_size: int  # m: the tests the verdict may draw on (models x horizons)
     interval_level: float  # two-sided level of every interval: 1 - family_error / m (Bonferroni)
     leak_guard: dict[str, Any] | None = None
-    # (horizon, model) -> one (labels, forecasts) pair per scored validation fold, in time order: what
-    # the intervals were computed from (kept in memory for bench/alpha_power.py, not in alpha.json).
-    predictions: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray]]] = field(
-        default_factory=dict, repr=False
-    )
+    # (horizon, model) -> one FoldForecast per scored validation fold, in time order: what the
+    # intervals and the verdict's test were computed from (kept in memory for bench/alpha_power.py,
+    # not in alpha.json).
+    predictions: dict[tuple[int, str], list[FoldForecast]] = field(default_factory=dict, repr=False)
 
     def signal_tests(self) -> list[tuple[int, str]]:
-        """(horizon, model) whose pooled AUC interval and every scored fold's AUC interval lie wholly
-        above 0.5. One-sided: an interval below 0.5 is not signal, and a NaN bound (no fold scored,
-        a class absent) never is."""
-        found = []
-        for h in self.horizons:
-            for m in MODELS:
-                folds = [row[m.value] for row in h.folds if m.value in row]
-                pooled_lo = h.pooled.get(m.value, {}).get("auc", {}).get("lo", float("nan"))
-                if folds and pooled_lo > 0.5 and all(f["auc_lo"] > 0.5 for f in folds):
-                    found.append((h.horizon, m.value))
-        return found
+        """(horizon, model) whose forecast test (:func:`~foxhunt.alpha.metrics.forecast_test`, folds
+        pooled) has a family-adjusted one-sided p-value (:func:`~foxhunt.alpha.metrics.max_z_p_values`
+        over every model x horizon) at most ``family_error``. A NaN p-value (no fold scored, no move
+        weighted) never is signal."""
+        return [
+            (h.horizon, m.value)
+            for h in self.horizons
+            for m in MODELS
+            if h.tests.get(m.value, {}).get("p_family", float("nan")) <= self.family_error
+        ]
 
     @property
     def verdict(self) -> str:
@@ -187,6 +217,7 @@ class AlphaResult:
             "window_ms_median": h.window_ms_median,
             "window_under_1ms": h.window_under_1ms,
             "folds": h.folds,
+            "forecast_test": h.tests,
             "regimes": h.regimes,
             "importance": {"gbm_gain_share": h.gbm_gain, "mlp_permutation_auc_drop": h.mlp_permutation},
         }
@@ -206,6 +237,12 @@ class AlphaResult:
                 "family_error": self.family_error,
                 "family_size": self.family_size,
                 "level": self.interval_level,
+            },
+            "test": {
+                "method": TEST_METHOD,
+                "family_error": self.family_error,
+                "family_size": self.family_size,
+                "p_family_cut": self.family_error,
             },
             "verdict": self.verdict,
             "signal_at": [{"horizon": k, "model": m} for k, m in self.signal_tests()],
@@ -265,6 +302,19 @@ def _intervals(
     return {name: ci.to_dict() for name, ci in cis.items()}, block
 
 
+def pooled_terms(parts: list[FoldForecast], dx: np.ndarray, horizon: int) -> np.ndarray:
+    """The verdict's test terms for one model and horizon: every fold's forecasts on its valid
+    validation rows, pooled, against the mid's increments ``dx``
+    (:func:`~foxhunt.alpha.metrics.forecast_terms`), each centred on its fold's training share of up
+    labels. All zero when no fold was scored."""
+    if not parts:
+        return np.zeros(len(dx), np.float64)
+    rows = np.concatenate([ff.valid_rows for ff in parts])
+    p = np.concatenate([ff.valid_p for ff in parts])
+    center = np.concatenate([np.full(len(ff.valid_rows), ff.train_base) for ff in parts])
+    return forecast_terms(rows, p, center, dx, horizon)
+
+
 def check_horizons(horizons: tuple[int, ...], where: str = "alpha.horizons") -> tuple[int, ...]:
     """The horizons, refused unless each is at least one row: a move over 0 rows (or fewer) is no
     move. Commands call it before building anything, so a bad --horizons writes nothing."""
@@ -300,6 +350,7 @@ def run_alpha(
     level = bonferroni_level(acfg.family_error, family_size)
     groups = group_slices(list(columns))
     targets_by_h = {k: targets(close, seg, k) for k in horizons}
+    valid_by_h = {k: direction_labels(close, seg, (k,))[1][:, 0] for k in horizons}
     results = {k: HorizonResult(horizon=k) for k in horizons}
     ts = cache.column("ts").astype(np.int64)
     for k in horizons:
@@ -311,7 +362,7 @@ def run_alpha(
             dt = ts[idx + k] - ts[idx]
             results[k].window_ms_median = float(np.median(dt)) / 1e6
             results[k].window_under_1ms = float((dt < 1_000_000).mean())
-    preds: dict[tuple[int, str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+    preds: dict[tuple[int, str], list[FoldForecast]] = {}
     regime_raw = {
         name: x_raw[:, columns.index(col)].astype(np.float64)
         for name, col in REGIME_COLUMNS.items()
@@ -330,6 +381,7 @@ def run_alpha(
                 params = acfg.mlp if model is ModelKind.MLP else acfg.gbm
                 fitted = fit(model, xz[tr], y[tr], params, gap=k, seed=alpha_fit_seed(seed, fd.fold.index, k))
                 p = fitted.predict(xz[va])
+                vv = fd.fold.validation[valid_by_h[k][fd.fold.validation]]
                 # The fold's own AUC interval, at the family level: the verdict asks every fold for it.
                 fold_ci, _ = _intervals(y[va], p, k, acfg, seed, level)
                 fold_row[model.value] = _metrics(y[va], p) | {
@@ -337,7 +389,9 @@ def run_alpha(
                     "auc_lo": fold_ci["auc"]["lo"],
                     "auc_hi": fold_ci["auc"]["hi"],
                 }
-                preds.setdefault((k, model.value), []).append((va, y[va], p))
+                preds.setdefault((k, model.value), []).append(
+                    FoldForecast(va, y[va], p, float(y[tr].mean()), vv, fitted.predict(xz[vv]))
+                )
                 if model is ModelKind.GBM and fitted.feature_gain is not None:
                     share = gain_by_group(fitted.feature_gain, list(columns))
                     for g, v in share["share"].items():
@@ -357,10 +411,17 @@ def run_alpha(
                 q = assign(values[va], edges)
                 tables = results[k].regimes.setdefault(name, {})
                 for model in MODELS:
-                    _, yv, pv = preds[(k, model.value)][-1]
+                    ff = preds[(k, model.value)][-1]
                     tables.setdefault(model.value, []).append(
-                        {"fold": fd.fold.index, "table": regime_table(yv, pv, q)}
+                        {"fold": fd.fold.index, "table": regime_table(ff.y, ff.p, q)}
                     )
+    dx = mid_increments(close, seg)
+    terms = {(k, m.value): pooled_terms(preds.get((k, m.value), []), dx, k) for k in horizons for m in MODELS}
+    family = max_z_p_values(list(terms.values()), seed)
+    for (k, model_name), p_family in zip(terms, family, strict=True):
+        results[k].tests[model_name] = forecast_test_from_terms(terms[(k, model_name)]).to_dict() | {
+            "p_family": p_family
+        }
     for k in progress.track(horizons, "alpha: bootstrap intervals, horizons"):
         res = results[k]
         for model in MODELS:
@@ -369,8 +430,8 @@ def run_alpha(
                 nan = {"estimate": float("nan"), "lo": float("nan"), "hi": float("nan")}
                 res.pooled[model.value] = {"auc": nan, "accuracy": nan, "log_loss": nan}
                 continue
-            y_all = np.concatenate([p[1] for p in parts])
-            p_all = np.concatenate([p[2] for p in parts])
+            y_all = np.concatenate([ff.y for ff in parts])
+            p_all = np.concatenate([ff.p for ff in parts])
             res.n_val = int(len(y_all))
             res.base_rate = float(y_all.mean())
             res.pooled[model.value], res.pooled_block = _intervals(y_all, p_all, k, acfg, seed, level)
@@ -384,5 +445,5 @@ def run_alpha(
         family_error=acfg.family_error,
         family_size=family_size,
         interval_level=level,
-        predictions={key: [(y, p) for _, y, p in parts] for key, parts in preds.items()},
+        predictions=preds,
     )

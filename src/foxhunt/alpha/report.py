@@ -37,10 +37,10 @@ def _clean(obj: Any) -> Any:
 
 
 def _family(result: AlphaResult) -> str:
-    """The error the verdict controls, e.g. "family-wise 95% over 2 models x 3 horizons"."""
+    """The error the verdict controls, e.g. "family-wise 5% over 2 models x 3 horizons"."""
     return (
-        f"family-wise {1 - result.family_error:.0%} over {len(MODELS)} models x "
-        f"{len(result.horizons)} horizons, Bonferroni: each interval at {result.interval_level:.2%}"
+        f"family-wise error {result.family_error:.0%} over {len(MODELS)} models x "
+        f"{len(result.horizons)} horizons, max-z adjusted"
     )
 
 
@@ -48,12 +48,20 @@ def verdict_line(result: AlphaResult) -> str:
     k, model, auc = result.best()
     found = result.signal_tests()
     if found:
-        where = ", ".join(f"{m} at {h}" for h, m in found)
-        return f"Verdict: signal, {_family(result)} (AUC above 0.5 pooled and in every fold: {where})."
+        where = ", ".join(f"{m} at {h} (z {_fmt(_test(result, h, m)['z'])})" for h, m in found)
+        return (
+            f"Verdict: signal, {_family(result)} (the mid moved the way the forecasts leaned, folds "
+            f"pooled: {where})."
+        )
     return (
-        f"Verdict: no signal, {_family(result)} (no model and horizon has its pooled and every fold's "
-        f"AUC interval above 0.5; best point estimate {model} {auc:.3f} at horizon {k})."
+        f"Verdict: no signal, {_family(result)} (no model and horizon's forecasts are followed by "
+        f"moves their way beyond chance; best AUC {model} {auc:.3f} at horizon {k})."
     )
+
+
+def _test(result: AlphaResult, horizon: int, model: str) -> dict[str, float]:
+    h = next(h for h in result.horizons if h.horizon == horizon)
+    return h.tests.get(model, {"z": float("nan"), "p_value": float("nan")})
 
 
 def measured_rates() -> str:
@@ -69,7 +77,7 @@ def measured_rates() -> str:
         f"`{r.command}`, {r.page}): no-signal markets called signal {rate(*r.false_calls)}; "
         f"smoke-strength (alpha {r.smoke_alpha:g}) planted markets found {rate(*r.smoke)}; "
         f'alpha-2 planted markets found {rate(*r.alpha2)}. A "no signal" verdict on a market this '
-        "small is weak evidence of no signal."
+        "small can miss a planted signal of these strengths, at the rates shown."
     )
 
 
@@ -167,6 +175,10 @@ def _fmt(x: float | None) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3f}"
 
 
+def _p(x: float | None) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.2g}"
+
+
 def markdown(result: AlphaResult) -> str:
     lines = [
         "# Alpha check",
@@ -175,18 +187,23 @@ def markdown(result: AlphaResult) -> str:
         "",
         f"{result.rows:,} {result.row_unit} rows x {result.columns} features ({result.data_source}); "
         f"{len(result.fold_summaries)} purged walk-forward folds; target: up vs down over the horizon, "
-        f"rows without a move left out. Intervals: block bootstrap over time (blocks >= horizon) at "
-        f"{result.interval_level:.2%} each, Bonferroni-adjusted for the {result.family_size} tests "
-        f"({len(MODELS)} models x {len(result.horizons)} horizons) so that together they hold at "
-        f"{1 - result.family_error:.0%}. Signal needs, for one model and horizon, the pooled AUC interval "
-        "and every fold's own interval wholly above 0.5 (an interval below 0.5 is not signal).",
+        f"rows without a move left out. Verdict: for each model and horizon, a one-sided test that the "
+        "mid moves the way the forecasts lean (folds pooled; each forecast, less its fold's training "
+        "share of up moves, times the mid's move over the horizon after it; z from the martingale "
+        "variance, no block length to choose); signal where a test's p-value adjusted for all "
+        f"{result.family_size} tests ({len(MODELS)} models x {len(result.horizons)} horizons; the "
+        f"chance that the largest of their z under the null reaches it) is at most {result.family_error:g} "
+        f"(family-wise error {result.family_error:.0%}). AUC intervals: block "
+        f"bootstrap over time (blocks >= horizon) at {result.interval_level:.2%} each; they describe "
+        "the AUC and do not decide the verdict (on a martingale a mean-reverting forecast's AUC "
+        "comes out above 0.5; the test's terms are not).",
         "",
         measured_rates(),
         "",
         f"| horizon | n val | base rate | window (median ms, < 1 ms) | model "
         f"| AUC [{result.interval_level:.2%} CI] | accuracy [{result.interval_level:.2%} CI] | log-loss "
-        "| fold AUC intervals |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| fold AUC intervals | test z (p, adjusted p) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for h in result.horizons:
         for m in MODELS:
@@ -202,7 +219,9 @@ def markdown(result: AlphaResult) -> str:
             lines.append(
                 f"| {h.horizon} | {h.n_val:,} | {_fmt(h.base_rate)} | "
                 f"{_fmt(h.window_ms_median)}, {_fmt(h.window_under_1ms)} | {m.value} | {auc_ci} | {acc_ci} | "
-                f"{_fmt(p['log_loss']['estimate'])} | {folds or 'n/a'} |"
+                f"{_fmt(p['log_loss']['estimate'])} | {folds or 'n/a'} | "
+                f"{_fmt(h.tests.get(m.value, {}).get('z'))} ({_p(h.tests.get(m.value, {}).get('p_value'))}, "
+                f"{_p(h.tests.get(m.value, {}).get('p_family'))}) |"
             )
     lines += ["", "## Reading it", ""]
     if result.data_source == "ohlcv":
