@@ -10,6 +10,15 @@ from typing import TYPE_CHECKING, TypeVar
 import pytest
 import torch
 
+# Without a CUDA device the fused-step tests run Triton's interpreter (where Triton is installed; CI's
+# CPU build has none). Triton reads TRITON_INTERPRET when it is imported: switched on later, after
+# some test's torch.compile imported Triton, its own language functions (tl.zeros) stay compiled-only
+# and the interpreted kernel fails ("Cannot call @triton.jit'd outside of the scope of a kernel"). So
+# it is on for the whole session, before anything imports Triton; the CPU's Inductor emits C++, not
+# Triton, and never reads it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 if TYPE_CHECKING:
     from foxhunt.features.cache_file import FeatureCache
 
