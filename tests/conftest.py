@@ -47,10 +47,6 @@ MANUAL: dict[str, str] = {
         "PPO's known answer: 20 epochs of the full action space, about 10 CPU minutes (2,807 s of wall on "
         "a loaded box): with it CI's slow run would pass its 40 minutes"
     ),
-    "tests/data/test_inputs.py::test_features_build_says_what_is_masked_and_records_it": (
-        "fails, stale: features build now refuses the rebuilt ESH4 book's 120 bars under the smoke "
-        "folds (embargo 60 rows), even with folds.n_folds=1; 17 CPU s"
-    ),
     "tests/test_api.py": (
         "fails (issue 58, second pass): the API backtest of the fold's last checkpoint makes net PnL 0.0 "
         "where the run reported -67.0; 68 CPU s"
@@ -59,13 +55,12 @@ MANUAL: dict[str, str] = {
         "fails (issue 58, second pass): the tiny 3-epoch training's best epoch is 0, not 1, and its policy "
         "does not trade; 14 CPU s"
     ),
-    "tests/corpus": _UNTIMED,
-    "tests/dataset/test_leaks.py": _UNTIMED,
-    "tests/dataset/test_warmup.py": _UNTIMED,
-    "tests/env/test_graph.py": _UNTIMED,
+    "tests/corpus/test_kill.py": _UNTIMED,
     "tests/serve": _UNTIMED,
-    "tests/test_cli.py": _UNTIMED,
-    "tests/tune/test_objective.py": _UNTIMED,
+    "tests/tune/test_objective.py": (
+        "fails (issue 58, second pass): every trial of the tiny study scores 0.0, so the ranking it "
+        "compares has nothing to rank; 50 CPU s"
+    ),
 }
 """Slow tests that CI's slow run (``make test-slow-ci``: ``-m "slow and not manual"``) leaves out, by
 file or folder (every slow test under it) or node id, with why; ``make test-manual`` runs them (at
