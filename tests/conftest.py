@@ -47,13 +47,9 @@ MANUAL: dict[str, str] = {
         "PPO's known answer: 20 epochs of the full action space, about 10 CPU minutes (2,807 s of wall on "
         "a loaded box): with it CI's slow run would pass its 40 minutes"
     ),
-    "tests/test_api.py": (
-        "fails (issue 58, second pass): the API backtest of the fold's last checkpoint makes net PnL 0.0 "
-        "where the run reported -67.0; 68 CPU s"
-    ),
     "tests/report/test_checkpoint_numbers.py": (
-        "fails (issue 58, second pass): the tiny 3-epoch training's best epoch is 0, not 1, and its policy "
-        "does not trade; 14 CPU s"
+        "fails, stale (issue 58, second pass): at run.seed=14 the tiny 3-epoch training's best epoch is now "
+        "0, not 1, and its policy does not trade: the seed needs choosing again; 14 CPU s"
     ),
     "tests/corpus/test_kill.py": _UNTIMED,
     "tests/serve": _UNTIMED,
