@@ -35,11 +35,6 @@ def first_that_trades(attempt: Callable[[int], tuple[T, int]], seeds: tuple[int,
     pytest.fail(f"no seed of {seeds} trained a policy that trades; the comparison needs one")
 
 
-_UNTIMED = (
-    "not yet timed on the 2-core box: issue 58's second pass timed the slow suite at load 12-19 on 2 "
-    "cores (a 17 CPU-second test took 8 min of wall) and ran out of session before this one; "
-    "make test-manual runs it at every session's close (docs/testing.md)"
-)
 MANUAL: dict[str, str] = {
     "tests/test_job.py": "three full smoke runs and a 3-seed smoke study: tens of CPU minutes",
     "tests/alpha/test_check.py": "the verdict over many synthetic markets: too long for CI's slow run",
@@ -51,8 +46,11 @@ MANUAL: dict[str, str] = {
         "fails, stale (issue 58, second pass): at run.seed=14 the tiny 3-epoch training's best epoch is now "
         "0, not 1, and its policy does not trade: the seed needs choosing again; 14 CPU s"
     ),
-    "tests/corpus/test_kill.py": _UNTIMED,
-    "tests/serve": _UNTIMED,
+    "tests/corpus/test_kill.py": (
+        "445 CPU s, and its kill moments assume a steady load: on the shared box at a falling load 6 of "
+        "12 kills fell after their run ended (it wants 10)"
+    ),
+    "tests/serve": "12 tests, 716 CPU s together (Inductor and AOT compiles): past CI's slow-run budget",
     "tests/tune/test_objective.py": (
         "fails (issue 58, second pass): every trial of the tiny study scores 0.0, so the ranking it "
         "compares has nothing to rank; 50 CPU s"
