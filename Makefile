@@ -9,7 +9,7 @@ RUN_OUT ?= runs/main
 # Test processes (pytest-xdist): the suite takes 13 min in one process on a 2-core machine, 8 in two.
 TEST_WORKERS ?= 2
 
-.PHONY: run demo test test-slow test-slow-ci test-gpu install lint bench clean
+.PHONY: run demo test test-slow test-slow-ci test-manual test-gpu install lint bench clean
 
 $(BIN)/foxhunt: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,11 @@ test-slow: install
 ## The slow tests CI runs after `make test` (.ci/run): all but those marked manual (tests/conftest.py).
 test-slow-ci: install
 	$(BIN)/pytest -p no:xdist -m "slow and not manual"
+
+## The slow tests CI leaves out (marked manual: too long for the CI box, tests/conftest.py says why each).
+## Run at every session's close on the GPU machine, beside make test-gpu (docs/testing.md).
+test-manual: install
+	$(BIN)/pytest -p no:xdist -m "slow and manual"
 
 ## The GPU tests (pytest -m gpu): run them on a machine with a CUDA device; without one each skips.
 test-gpu: install

@@ -297,7 +297,9 @@ def run_dir(dataset: api.Dataset, tmp_path_factory: pytest.TempPathFactory) -> P
     # round trips).
     def attempt(seed: int) -> tuple[Path, int]:
         out = tmp_path_factory.mktemp("run")
-        trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, f"run.seed={seed}"])
+        # One member: the smoke profile's fold reports its 2 members' committee, not one checkpoint
+        one = "train.members=1"
+        trained = api.config("smoke", overrides=[*TINY_MARKET, *ONE_EPOCH, one, f"run.seed={seed}"])
         folds = api.train(dataset, trained, out, log=lambda m: None)
         assert [f["fold"] for f in folds] == [0, 1]
         return out, int(folds[FOLD]["trades"])

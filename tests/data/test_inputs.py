@@ -236,7 +236,10 @@ def test_features_build_says_what_is_masked_and_records_it(real_data_dir: Path, 
     # fills limit orders against is unknown (NaN), not "nothing traded".
     rebuilt = tmp_path / "esh4.mbp-10.dbn.zst"
     assert _cli("data", "rebuild-book", real_data_dir / ESH4, "--out", rebuilt, "-q")[0] == 0
-    code, output = _cli("features", "build", "--data", rebuilt, "--out", tmp_path / "book", "-q")
+    # 120 bars: 20-bar direction labels (the smoke plan's horizon); the default 60-bar label's 60-row
+    # embargo leaves the profile's folds no training row, and features build refuses the file
+    short = ("--set", "labels.bar_horizons=[20]")
+    code, output = _cli("features", "build", "--data", rebuilt, "--out", tmp_path / "book", *short, "-q")
     assert code == 0, output
     assert "volume/trade columns (no trade records: book-only data)" in output
     cache = open_cache(next((tmp_path / "book").glob("features-bar-*.arrow")))
