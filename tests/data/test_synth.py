@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import time
 from pathlib import Path
 
 import numpy as np
@@ -314,17 +313,3 @@ def test_move_direction_follows_the_documented_carrier(
     se = np.sqrt((xc * xc * resid * resid).sum()) / (xc * xc).sum()
     assert abs(slope - alpha) < 4 * se
     assert abs(y.mean() - 0.5 - alpha * x.mean()) < 0.03  # intercept 1/2
-
-
-# --- speed ------------------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_simulator_speed() -> None:
-    cfg = SynthConfig(seed=1, events_per_session=1_000_000)
-    simulate_session(SynthConfig(events_per_session=1_000), 0)  # compiled
-    # CPU time of this process, not wall: on a shared box the wall clock counts other processes' turns
-    # (on a 2-core box at load 16 this took 32 s of wall for about 1.5 s of CPU)
-    start = time.process_time()
-    simulate_session(cfg, 0)
-    assert cfg.events_per_session / (time.process_time() - start) > 200_000
