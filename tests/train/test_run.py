@@ -232,7 +232,7 @@ def test_anomaly_guard_stops_a_run_fed_the_oracle_and_never_marks_it_best(
     real_select, real_validate = run_mod.evaluate_selection, run_mod.validate
     calls: list[str] = []
 
-    def evaluate_selection(market, periods, cfg_, policy, bpy):  # epoch 1 is judged with the oracle
+    def evaluate_selection(market, periods, cfg_, policy, bpy, mode=None):  # epoch 1: judged with the oracle
         calls.append("select")
         if len(calls) == 2:
             policy = scripted(ScriptedPolicy.ORACLE, cfg_.env)
@@ -311,7 +311,7 @@ def frozen(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Fro
     validated: dict[int, dict[str, torch.Tensor]] = {}
     real_select, real_run_epoch = run_mod.evaluate_selection, run_mod.FoldTrainer.run_epoch
 
-    def evaluate_selection(market, periods, cfg_, policy, bpy):
+    def evaluate_selection(market, periods, cfg_, policy, bpy, mode=None):
         return real_select(market, periods, cfg_, scripted(ScriptedPolicy.FLAT, cfg_.env), bpy)
 
     def run_epoch(self: run_mod.FoldTrainer) -> dict[str, Any]:

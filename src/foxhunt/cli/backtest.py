@@ -91,10 +91,10 @@ def backtest_cmd(
         from foxhunt.data.instrument import instrument_of_files
 
         instrument_of_files(data_paths(data, ctx), cfg.instrument)  # an unknown contract: refused now
-    cache, cfg = cache_from(ctx, data, cache_path, cfg, out_dir, progress, "backtest", asked)
-    n_folds = cfg.folds.n_folds
+    n_folds = cfg.folds.n_folds  # the folds are the config's, not the cache's: refused before the guard
     if fold is not None and not 0 <= fold < n_folds:
         raise FoxhuntError("--fold", f"fold {fold} does not exist", f"use 0..{n_folds - 1}")
+    cache, cfg = cache_from(ctx, data, cache_path, cfg, out_dir, progress, "backtest", asked)
     body = run_backtest(cache, BacktestSettings.of(cfg), kind, out_dir, fold=fold, progress=progress)
     write_resolved(cfg, out_dir / "backtest.config.json")
     present.backtested(kind.value, body)
