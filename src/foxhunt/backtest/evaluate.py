@@ -296,6 +296,26 @@ def evaluate(
     return rec
 
 
+
+def capture_step(step: Callable[[], None]) -> tuple[torch.cuda.CUDAGraph, float]:
+    """``step`` warmed up twice on a side stream (compile, lazy init; the caller's run resets what
+    those steps wrote), then captured as one CUDA graph; with the seconds both took."""
+    import time
+
+    t0 = time.perf_counter()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    torch.cuda.synchronize()
+    return graph, time.perf_counter() - t0
+
+
 class GraphedEvaluation:
     """:func:`evaluate` of a capturable policy as one CUDA graph per step, replayed ``steps`` times.
 
@@ -343,8 +363,6 @@ class GraphedEvaluation:
         (None: on CUDA from ``COMPILE_MIN_BATCH`` windows). Without a graph the same step function
         runs eagerly (the CPU equivalence tests). ``decisions``: record the decision log too.
         ``mode``: the env step (:func:`step_function`: ``fused`` the one-kernel step)."""
-        import time
-
         from foxhunt.env.graph import reset_in_place
 
         self.market, self.cfg, self.policy = market, cfg, policy  # kept: the cache key holds their ids
@@ -362,18 +380,7 @@ class GraphedEvaluation:
         self.compile_seconds = 0.0
         if not graph:
             return
-        t0 = time.perf_counter()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (compile, lazy init) off the capture; run() resets
-            for _ in range(2):
-                self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step()
-        torch.cuda.synchronize()
-        self.compile_seconds = time.perf_counter() - t0
+        self.graph, self.compile_seconds = capture_step(self._step)
 
     def _step(self) -> None:
         env = self.env
@@ -484,8 +491,6 @@ class RecordedPolicies:
         graph: bool | None = None,
         mode: str = "auto",
     ) -> None:
-        import time
-
         from foxhunt.env.graph import reset_in_place
 
         dev, p_count = market.device, actions_PR4.shape[0]
@@ -509,18 +514,7 @@ class RecordedPolicies:
         self.compile_seconds = 0.0  # warm-up (a compile) and capture
         if not use_graph:
             return
-        t0 = time.perf_counter()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):  # warm up (compile, lazy init) off the capture; run() resets
-            for _ in range(2):
-                self._step()
-        torch.cuda.current_stream().wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step()
-        torch.cuda.synchronize()
-        self.compile_seconds = time.perf_counter() - t0
+        self.graph, self.compile_seconds = capture_step(self._step)
 
     def _step(self) -> None:
         env, out, lo, acts = self.env, self.out, self.lo, self.acts
