@@ -50,7 +50,14 @@ import torch
 from foxhunt.agent.actor import Mode
 from foxhunt.agent.agent import Agent
 from foxhunt.agent.config import AgentConfig
-from foxhunt.backtest.evaluate import GraphedEvaluation, RecordedPolicies, ScriptedPolicy, evaluate, scripted
+from foxhunt.backtest.evaluate import (
+    GraphedEvaluation,
+    RecordedPolicies,
+    ScriptedPolicy,
+    capture_step,
+    evaluate,
+    scripted,
+)
 from foxhunt.backtest.metrics import StepRecord
 from foxhunt.domain.actions import BranchConfig
 from foxhunt.env.config import EnvConfig
@@ -200,15 +207,7 @@ def backtest(args: argparse.Namespace, market: object) -> list[dict[str, object]
 
 def _graph_ms(fn: Callable[[], object], reps: int = 200) -> float:
     """``fn`` captured as one CUDA graph; milliseconds a replay."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
+    g, _ = capture_step(fn)
     g.replay()
     torch.cuda.synchronize()
     t0 = time.perf_counter()

@@ -297,7 +297,7 @@ def evaluate(
 
 
 
-def capture_step(step: Callable[[], None]) -> tuple[torch.cuda.CUDAGraph, float]:
+def capture_step(step: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, float]:
     """``step`` warmed up twice on a side stream (compile, lazy init; the caller's run resets what
     those steps wrote), then captured as one CUDA graph; with the seconds both took."""
     import time
