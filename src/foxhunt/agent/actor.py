@@ -35,10 +35,11 @@ and what a CUDA-graph capture of the step must know (the generator, the tensors 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 import torch
 from torch import Tensor
@@ -139,18 +140,23 @@ class Actor:
     @torch.no_grad()
     def __call__(self, states: Tensor, mode: Mode) -> PolicyOut:
         """Branch actions, sizing inputs and aux predictions for ``states`` ``[N, W]``."""
-        if mode is Mode.GREEDY:  # eager: a backtest's batches are small, their graph launch-bound
-            out, qs = self.greedy_values(states)
-        else:
+        if mode is Mode.EXPLORE:
             self.net.reset_noise(self.gen)
-            out, qs = self._values_fn(states)
+            return self.explore(states, self.gen)
+        out, qs = self.greedy_values(states)  # eager: a backtest's batches are small, launch-bound
+        acts = torch.stack([ex.greedy(q) for q in self.acting_q(qs)], dim=1)  # qs: per branch [N, A]
+        if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
+            acts = torch.where(self.held, self.held_at, acts)
+        return self.decision(out, qs, acts)
+
+    def explore(self, states: Tensor, draws: torch.Generator | ex.Dice) -> PolicyOut:
+        """:attr:`Mode.EXPLORE`'s decision once the noisy layers have their noise, the exploration steps'
+        random numbers from ``draws``: the actor's generator, or a :class:`~foxhunt.agent.explore.Dice`
+        (:class:`CompiledExploring` compiles this on numbers drawn before)."""
+        out, qs = self._values_fn(states)
         z = self.net.support()  # qs: per branch [N, A], real units
         acting = self.acting_q(qs)
-        if mode is Mode.GREEDY:
-            actions = [ex.greedy(q) for q in acting]
-        else:
-            actions = [self._explore(i, q, out, z) for i, q in enumerate(acting)]
-        acts = torch.stack(actions, dim=1)
+        acts = torch.stack([self._explore(i, q, out, z, draws) for i, q in enumerate(acting)], dim=1)
         if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
             acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, qs, acts)
@@ -159,7 +165,7 @@ class Actor:
         """The curriculum's mask at fold epoch ``epoch`` (``agent.curriculum``; in place)."""
         self.held.copy_(torch.tensor(self.cfg.curriculum.held(epoch), device=self.held.device))
 
-    def _explore(self, i: int, q: Tensor, out: NetOut, z: Tensor) -> Tensor:
+    def _explore(self, i: int, q: Tensor, out: NetOut, z: Tensor, draws: torch.Generator | ex.Dice) -> Tensor:
         """Branch ``i``'s exploring choice: its table of exploration steps (:mod:`foxhunt.agent.explore`)
         on its acting E[Q] ``q``, then the choice counted in its visit counts."""
         head, trained = out.branches[i], self.net.trained
@@ -167,7 +173,7 @@ class Actor:
             counts=self.counts[i],
             q_abs=self.signals["q_abs"],
             temperature_boost=self.temperature_boost,
-            generator=self.gen,
+            generator=draws,
             probs=lambda: torch.softmax(head.logits, -1) if trained.c51[i] else None,
             z=z,
             quantiles=lambda: self.popart.denormalise(head.quantiles) if trained.iqn[i] else None,
@@ -290,9 +296,10 @@ class Exploring:
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
         self.generator = actor.gen  # the draws' generator: a captured graph registers it
+        self.lean: CompiledExploring | None = None  # compile(lean=True)
 
     def __call__(self, obs: Tensor) -> PolicyOut:
-        pol = self.actor(obs, Mode.EXPLORE)
+        pol = self.actor(obs, Mode.EXPLORE) if self.lean is None else self.lean(obs)
         self.actor.signals.ema("q_gap", pol.q_gap)
         return pol
 
@@ -305,8 +312,80 @@ class Exploring:
         response changes). A graph captured under another key is captured again."""
         return self.actor.temperature_boost
 
-    def compile(self) -> None:
-        self.actor.compile()
+    def compile(self, lean: bool = False, backend: str = "inductor") -> None:
+        """The forward and E[Q] compiled (:meth:`Actor.compile`), or with ``lean`` the whole decision
+        (:class:`CompiledExploring`)."""
+        if not lean:
+            self.actor.compile(backend)
+        elif self.lean is None:
+            actor = self.actor
+            self.lean = CompiledExploring(actor, lambda: actor.net.reset_noise(actor.gen), backend)
+
+
+class CompiledExploring:
+    """``decide(states) -> PolicyOut``: the exploring decision compiled whole, what collection acts with
+    under ``StepMode.FUSED`` from :data:`~foxhunt.env.graph.COMPILE_MIN_BATCH` episodes.
+
+    :meth:`Actor.compile` compiles the network's forward and E[Q] only: every network output is written
+    out in full (each branch's C51 logits ``[N, A, K]``, IQN quantiles, gate, selection) and the
+    exploration steps, sizing inputs and aux predictions run after it as a chain of small eager
+    kernels, each reading those outputs again. This compiles ``actor.explore(states, draws)`` from the
+    forward to the :class:`PolicyOut` in one ``torch.compile(fullgraph=True)``: Inductor keeps only
+    what the decision reads (PPO's value head, the DQN gate and selection weights and every unread
+    head output drop out) and fuses the exploration and sizing arithmetic into the forward's kernels.
+
+    ``torch.compile`` cannot take a generator, so the random numbers come in as inputs: the first call
+    at a batch shape runs the eager decision with a recording :class:`~foxhunt.agent.explore.Dice` (the
+    plan: its draws' shapes and kinds, in order); each later call draws that plan from the actor's
+    generator (the eager decision's ``torch.rand`` / ``torch.randint`` calls in its order: the same
+    numbers) and hands them to the compiled function. ``noise`` runs first, eagerly (the DQN network's
+    ``reset_noise``, whose draws precede the exploration's in the eager call too). So the choices are
+    the eager decision's wherever the compiled E[Q] rounds alike (tests/agent/test_lean.py), and a
+    captured collection step replays the draws from the registered generator as it does the eager
+    ones. ``backend``: Inductor; the CPU tests also trace it with ``"eager"`` (the same graph, no code
+    generated).
+    """
+
+    def __init__(
+        self, actor: ExploringActor, noise: Callable[[], None] | None = None, backend: str = "inductor"
+    ) -> None:
+        self.actor, self.noise = actor, noise
+        self.plans: dict[tuple[int, ...], list[ex.DrawSpec]] = {}
+        self._compiled = torch.compile(self._decide, fullgraph=True, dynamic=False, backend=backend)
+
+    def _decide(self, states: Tensor, drawn: list[Tensor]) -> tuple[Tensor, ...]:
+        pol = self.actor.explore(states, ex.Dice(drawn=drawn))
+        return (
+            pol.actions,
+            pol.direction_conviction,
+            pol.magnitude_conviction,
+            pol.q_variance,
+            pol.aux,
+            pol.q_gap,
+        )
+
+    @torch.no_grad()
+    def __call__(self, states: Tensor) -> PolicyOut:
+        if self.noise is not None:
+            self.noise()
+        key = tuple(states.shape)
+        plan = self.plans.get(key)
+        if plan is None:  # the first call at this shape: the eager decision, its draws recorded
+            dice = ex.Dice(generator=self.actor.gen)
+            pol = self.actor.explore(states, dice)
+            self.plans[key] = dice.plan
+            return pol
+        drawn = [spec.draw(self.actor.gen, states.device) for spec in plan]
+        return PolicyOut(*self._compiled(states, drawn))
+
+
+class ExploringActor(Protocol):
+    """An actor whose exploring decision takes its draws as an argument (:class:`Actor`, PPO's
+    :class:`~foxhunt.agent.ppo.PPOActor`): what :class:`CompiledExploring` compiles."""
+
+    gen: torch.Generator
+
+    def explore(self, states: Tensor, draws: torch.Generator | ex.Dice) -> PolicyOut: ...
 
 
 def _top2_gap(q_NA: Tensor) -> Tensor:

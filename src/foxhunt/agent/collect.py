@@ -86,8 +86,10 @@ class StepMode(StrEnum):
     GRAPH = "graph"  # CUDA graph of the eager step (no Inductor)
     COMPILED = "compiled"  # Inductor-compiled env step, eager calls
     COMPILED_GRAPH = "compiled_graph"  # compiled env step, replayed as a CUDA graph
-    # The env step as one Triton kernel (foxhunt.env.fused), replayed as a CUDA graph; CUDA only.
-    # AUTO does not pick it yet: it will once bench/fused_step.py has measured it faster on the device.
+    # The env step as one Triton kernel (foxhunt.env.fused), replayed as a CUDA graph; CUDA only. In
+    # collection from COMPILE_MIN_BATCH episodes the exploring decision is compiled whole with it
+    # (foxhunt.agent.actor.CompiledExploring). AUTO does not pick it yet: it will once bench/collection.py
+    # and bench/fused_step.py have measured it faster on the device.
     FUSED = "fused"
 
 
@@ -124,8 +126,9 @@ class CollectingPolicy(Protocol):
         """What a captured step holds as constants: another key captures the step again."""
         ...
 
-    def compile(self) -> None:
-        """Compile the policy's pure part (called where the collector compiles the env step)."""
+    def compile(self, lean: bool = False) -> None:
+        """Compile the policy's pure part (called where the collector compiles the env step); ``lean``:
+        the whole decision, its draws made before it (``foxhunt.agent.actor.CompiledExploring``)."""
         ...
 
 
@@ -188,8 +191,10 @@ class Collector:
             from foxhunt.env.fused import fused_advance  # imports Triton: only where asked for
 
             self.advance = fused_advance
-        if self.compile or (mode is StepMode.FUSED and n >= COMPILE_MIN_BATCH):
+        if self.compile:
             policy.compile()  # the exploring forward too: at these batches its elementwise kernels bound it
+        elif mode is StepMode.FUSED and n >= COMPILE_MIN_BATCH:
+            policy.compile(lean=True)  # the whole exploring decision, one compiled function
         self.tf32 = dev.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
         width = STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)

@@ -15,6 +15,13 @@ The exploring policy (:class:`~foxhunt.agent.actor.Actor`) runs, per branch, the
 (Boltzmann, Thompson, epsilon), in table order; a branch with no choice yet takes the greedy one.
 Adding an exploration method is two files: its step and its :data:`METHODS` row here, its
 coefficient as a field of :class:`~foxhunt.agent.config.ExploreConfig`.
+
+Every draw goes through :func:`uniform` or :func:`integers`, whose ``generator`` may also be a
+:class:`Dice`: one that records the draws it makes (their :class:`DrawSpec` plan), or one that hands
+out numbers drawn before in that plan's order. A compiled exploring decision
+(:class:`foxhunt.agent.actor.CompiledExploring`) takes its random numbers that way: ``torch.compile``
+cannot take a generator, and the same draws from the same generator give the same numbers, so its
+choices are the eager ones wherever its E[Q] rounds alike.
 """
 
 from __future__ import annotations
@@ -33,17 +40,79 @@ from foxhunt.agent.distributional import expectation, sample_c51, sample_quantil
 __all__ = [
     "METHODS",
     "Context",
+    "Dice",
     "Draw",
+    "DrawSpec",
     "Method",
     "boltzmann",
     "count_bonus",
     "epsilon_greedy",
     "exploration",
     "greedy",
+    "integers",
     "thompson_direction",
+    "uniform",
 ]
 
 _TINY = 1e-20  # keeps log(u) finite for a uniform draw of exactly 0
+
+
+@dataclass(frozen=True)
+class DrawSpec:
+    """One draw of an exploring call: ``torch.rand(shape, dtype)`` (``high`` 0) or
+    ``torch.randint(0, high, shape)``."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype | None  # None: the default float dtype, as torch.rand
+    high: int = 0
+
+    def draw(self, generator: torch.Generator, device: torch.device) -> Tensor:
+        if self.high:
+            return torch.randint(0, self.high, self.shape, generator=generator, device=device)
+        return torch.rand(self.shape, generator=generator, device=device, dtype=self.dtype)
+
+
+class Dice:
+    """The random numbers of one exploring call, in the order its steps ask for them.
+
+    ``Dice(generator=g)`` draws each from ``g`` when asked, as the plain calls would, and records what
+    it drew (:attr:`plan`); ``Dice(drawn=[...])`` hands out tensors drawn before from such a plan
+    (:meth:`DrawSpec.draw`), in order, drawing nothing (inside ``torch.compile``)."""
+
+    def __init__(self, generator: torch.Generator | None = None, drawn: list[Tensor] | None = None) -> None:
+        self.generator, self.drawn = generator, drawn
+        self.plan: list[DrawSpec] = []
+        self.taken = 0
+
+    def take(self, spec: DrawSpec, device: torch.device) -> Tensor:
+        if self.drawn is not None:
+            x = self.drawn[self.taken]
+            self.taken += 1
+            return x
+        self.plan.append(spec)
+        assert self.generator is not None
+        return spec.draw(self.generator, device)
+
+
+def uniform(
+    generator: torch.Generator | Dice | None,
+    shape: tuple[int, ...],
+    device: torch.device,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """``U[0, 1)`` draws of ``shape``: ``torch.rand`` from ``generator``, or the next of a :class:`Dice`."""
+    if isinstance(generator, Dice):
+        return generator.take(DrawSpec(tuple(shape), dtype), device)
+    return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+
+
+def integers(
+    generator: torch.Generator | Dice | None, high: int, shape: tuple[int, ...], device: torch.device
+) -> Tensor:
+    """Uniform ``0 .. high - 1`` int64 draws of ``shape``: ``torch.randint``, or a :class:`Dice`'s next."""
+    if isinstance(generator, Dice):
+        return generator.take(DrawSpec(tuple(shape), torch.int64, high), device)
+    return torch.randint(0, high, shape, generator=generator, device=device)
 
 
 def greedy(q_BA: Tensor) -> Tensor:
@@ -52,7 +121,7 @@ def greedy(q_BA: Tensor) -> Tensor:
 
 
 def epsilon_greedy(
-    actions_B: Tensor, n_values: int, eps: Tensor | float, generator: torch.Generator | None = None
+    actions_B: Tensor, n_values: int, eps: Tensor | float, generator: torch.Generator | Dice | None = None
 ) -> Tensor:
     """Replace each action, with probability ``eps``, by a value drawn uniformly from ``0 .. n_values-1``.
 
@@ -61,13 +130,13 @@ def epsilon_greedy(
     action, so the chance of a *different* action is ``eps (n - 1) / n``. Returns ``[B]`` int64.
     """
     dev = actions_B.device
-    random_B = torch.randint(0, n_values, actions_B.shape, generator=generator, device=dev)  # uniform
-    explore_B = torch.rand(actions_B.shape, generator=generator, device=dev) < eps  # coin per sample
+    random_B = integers(generator, n_values, actions_B.shape, dev)  # uniform
+    explore_B = uniform(generator, actions_B.shape, dev) < eps  # coin per sample
     return torch.where(explore_B, random_B, actions_B)
 
 
 def boltzmann(
-    q_BA: Tensor, temperature: Tensor | float, floor: float, generator: torch.Generator | None = None
+    q_BA: Tensor, temperature: Tensor | float, floor: float, generator: torch.Generator | Dice | None = None
 ) -> Tensor:
     """Sample ``a ~ softmax(q / T)`` with ``T = max(temperature, floor)``; greedy when ``temperature <= 0``.
 
@@ -75,7 +144,7 @@ def boltzmann(
     Sampling uses the Gumbel-max trick, ``argmax_a (q_a / T + G_a)`` with ``G = -ln(-ln U)``, which is an
     exact draw from the softmax and needs no multinomial. Returns ``[B]`` int64.
     """
-    u_BA = torch.rand(q_BA.shape, generator=generator, device=q_BA.device, dtype=q_BA.dtype)
+    u_BA = uniform(generator, q_BA.shape, q_BA.device, q_BA.dtype)
     gumbel_BA = -torch.log(-torch.log(u_BA.clamp_min(_TINY)))  # G ~ Gumbel(0, 1)   [B, A]
     if isinstance(temperature, Tensor):
         t = temperature.clamp_min(floor)
@@ -97,7 +166,7 @@ def thompson_direction(
     quantiles_BAQ: Tensor | None,
     taus_Q: Tensor,
     share: Tensor | float,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Dice | None = None,
     fallback_B: Tensor | None = None,
 ) -> Tensor:
     """Direction choice with Thompson sampling for a ``share`` of the samples: ``[B]`` int64.
@@ -120,7 +189,7 @@ def thompson_direction(
         raise ValueError("thompson_direction: pass the C51 probabilities, the IQN quantiles or both")
     b, a = given.shape[:2]
     dev = given.device
-    u_BA = torch.rand((b, a), generator=generator, device=dev, dtype=given.dtype)  # one u per action
+    u_BA = uniform(generator, (b, a), dev, given.dtype)  # one u per action
     draw_BA = _average(
         sample_c51(probs_BAK, z_K, u_BA) if probs_BAK is not None else None,
         sample_quantiles(quantiles_BAQ, taus_Q, u_BA) if quantiles_BAQ is not None else None,
@@ -132,7 +201,7 @@ def thompson_direction(
             quantiles_BAQ.mean(dim=-1) if quantiles_BAQ is not None else None,
         )
         fallback_B = mean_BA.argmax(dim=-1)
-    use_B = torch.rand((b,), generator=generator, device=dev) < share  # Thompson for this sample?
+    use_B = uniform(generator, (b,), dev) < share  # Thompson for this sample?
     return torch.where(use_B, thompson_B, fallback_B)
 
 
@@ -169,7 +238,7 @@ class Context:
     counts: Tensor  # [A] the branch's visit counts
     q_abs: Tensor  # [] the running |Q| reference (the q_abs signal): Boltzmann's scale
     temperature_boost: float  # the plateau ladder's multiplier of the Boltzmann temperature
-    generator: torch.Generator
+    generator: torch.Generator | Dice  # where the draws come from (a Dice: recorded, or drawn before)
     probs: Callable[[], Tensor | None]  # [B, A, K] the C51 probabilities, or None
     z: Tensor  # [K] the C51 support
     quantiles: Callable[[], Tensor | None]  # [B, A, Q] the de-normalised IQN quantiles, or None

@@ -32,7 +32,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from foxhunt import seeding
-from foxhunt.agent.actor import Mode, PolicyOut, _eval_mode, _top2_gap
+from foxhunt.agent import explore as ex
+from foxhunt.agent.actor import CompiledExploring, Mode, PolicyOut, _eval_mode, _top2_gap
 from foxhunt.agent.agent import PlateauHandles, Restore, UpdateMode
 from foxhunt.agent.collect import CachedCollector, Rollout, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap, CurriculumConfig, LearnConfig, Symmetry
@@ -179,14 +180,22 @@ class PPOActor:
 
     @torch.no_grad()
     def __call__(self, states: Tensor, mode: Mode) -> PolicyOut:
-        if mode is Mode.GREEDY:
-            out, lp = self.greedy_values(states)
-            acts = torch.stack([x.argmax(-1) for x in lp], dim=1)
-        else:
-            out = self._forward(states)
-            lp = _log_probs(out)
-            acts = torch.stack([self._sample(x) for x in lp], dim=1)
+        if mode is Mode.EXPLORE:
+            return self.explore(states, self.gen)
+        out, lp = self.greedy_values(states)
+        acts = torch.stack([x.argmax(-1) for x in lp], dim=1)
         if self.curriculum is not None:  # the held branches at their default choice (agent.curriculum)
+            acts = torch.where(self.held, self.held_at, acts)
+        return self.decision(out, lp, acts)
+
+    def explore(self, states: Tensor, draws: torch.Generator | ex.Dice) -> PolicyOut:
+        """:attr:`Mode.EXPLORE`'s decision, each branch sampled with uniforms from ``draws``: the agent's
+        generator, or a :class:`~foxhunt.agent.explore.Dice` (:class:`foxhunt.agent.actor.CompiledExploring`
+        compiles this on numbers drawn before)."""
+        out = self._forward(states)
+        lp = _log_probs(out)
+        acts = torch.stack([self._sample(x, draws) for x in lp], dim=1)
+        if self.curriculum is not None:
             acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, lp, acts)
 
@@ -195,10 +204,10 @@ class PPOActor:
         if self.curriculum is not None:
             self.held.copy_(torch.tensor(self.curriculum.held(epoch), device=self.held.device))
 
-    def _sample(self, log_probs: Tensor) -> Tensor:
+    def _sample(self, log_probs: Tensor, draws: torch.Generator | ex.Dice) -> Tensor:
         """One draw per row (Gumbel-max: argmax(log p - log(-log u))): device-only, from the agent's
         generator, so a captured collection step replays it."""
-        u = torch.rand(log_probs.shape, generator=self.gen, device=log_probs.device)
+        u = ex.uniform(draws, log_probs.shape, log_probs.device)
         return (log_probs - torch.log(-torch.log(u.clamp(1e-20, 1.0 - 1e-7)))).argmax(-1)
 
     def greedy_values(self, states: Tensor) -> tuple[ACOut, tuple[Tensor, ...]]:
@@ -259,9 +268,10 @@ class PPOExploring:
     def __init__(self, actor: PPOActor) -> None:
         self.actor = actor
         self.generator = actor.gen
+        self.lean: CompiledExploring | None = None  # compile(lean=True)
 
     def __call__(self, obs: Tensor) -> PolicyOut:
-        return self.actor(obs, Mode.EXPLORE)
+        return self.actor(obs, Mode.EXPLORE) if self.lean is None else self.lean(obs)
 
     def mutable(self) -> list[Tensor]:
         return []  # the draws change only the generator, which a capture registers
@@ -269,8 +279,13 @@ class PPOExploring:
     def capture_key(self) -> int:
         return 0
 
-    def compile(self) -> None:
-        self.actor.compile()
+    def compile(self, lean: bool = False, backend: str = "inductor") -> None:
+        """The forward compiled (:meth:`PPOActor.compile`), or with ``lean`` the whole decision, the
+        sampling on the device included (:class:`~foxhunt.agent.actor.CompiledExploring`: no value head)."""
+        if not lean:
+            self.actor.compile(backend)
+        elif self.lean is None:
+            self.lean = CompiledExploring(self.actor, None, backend)
 
 
 class RolloutStore:
