@@ -85,6 +85,7 @@ class Dice:
         self.taken = 0
 
     def take(self, spec: DrawSpec, device: torch.device) -> Tensor:
+        """The next number drawn before, or ``spec`` drawn now and recorded."""
         if self.drawn is not None:
             x = self.drawn[self.taken]
             self.taken += 1
@@ -100,19 +101,26 @@ def uniform(
     device: torch.device,
     dtype: torch.dtype | None = None,
 ) -> Tensor:
-    """``U[0, 1)`` draws of ``shape``: ``torch.rand`` from ``generator``, or the next of a :class:`Dice`."""
-    if isinstance(generator, Dice):
-        return generator.take(DrawSpec(tuple(shape), dtype), device)
-    return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+    """``U[0, 1)`` draws of ``shape``: ``torch.rand`` from ``generator``, or a :class:`Dice`'s next."""
+    if not isinstance(generator, Dice):
+        return torch.rand(shape, generator=generator, device=device, dtype=dtype)
+    if generator.drawn is not None:  # inside a compiled decision: nothing built, the next tensor
+        return generator.take(_NO_SPEC, device)
+    return generator.take(DrawSpec(tuple(shape), dtype), device)
 
 
 def integers(
     generator: torch.Generator | Dice | None, high: int, shape: tuple[int, ...], device: torch.device
 ) -> Tensor:
     """Uniform ``0 .. high - 1`` int64 draws of ``shape``: ``torch.randint``, or a :class:`Dice`'s next."""
-    if isinstance(generator, Dice):
-        return generator.take(DrawSpec(tuple(shape), torch.int64, high), device)
-    return torch.randint(0, high, shape, generator=generator, device=device)
+    if not isinstance(generator, Dice):
+        return torch.randint(0, high, shape, generator=generator, device=device)
+    if generator.drawn is not None:
+        return generator.take(_NO_SPEC, device)
+    return generator.take(DrawSpec(tuple(shape), torch.int64, high), device)
+
+
+_NO_SPEC = DrawSpec((), None)  # what a Dice of numbers drawn before is asked for (it reads none)
 
 
 def greedy(q_BA: Tensor) -> Tensor:
