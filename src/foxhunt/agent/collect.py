@@ -12,8 +12,8 @@ state buffer (its noise and Boltzmann / Thompson / epsilon draws from the policy
 aux predictions into the env's aux slots, the env transition with the policy's sizing inputs
 (direction and magnitude conviction, Q-variance) written in place into the env's state
 (:func:`foxhunt.env.graph.advance`, compiled by Inductor where that pays: :class:`StepMode`), and
-the step's transition staged into ``[T, N]`` buffers at a device-side step counter, with the
-epoch's reward statistics summed on the device. Nothing in the step reads the device from the
+the step's transition staged into ``[T, N]`` buffers at a device-side step counter (:func:`stage`),
+with the epoch's reward statistics summed on the device. Nothing in the step reads the device from the
 host, so on CUDA it is captured once per batch shape and each step is one graph replay. After the
 epoch's steps, every n-step window of the staged sequence is computed at once
 (:func:`~foxhunt.agent.replay.nstep_windows`: the same windows an :class:`~foxhunt.agent.replay.NStep`
@@ -110,6 +110,51 @@ def _resolve(mode: StepMode, device: torch.device, n: int) -> tuple[bool, bool]:
     return mode in (StepMode.COMPILED, StepMode.COMPILED_GRAPH), graph
 
 
+def stage(
+    actions: Tensor,
+    written: Tensor,
+    realised_direction: Tensor,
+    realised_magnitude: Tensor,
+    reward: Tensor,
+    components: Tensor,
+    done: Tensor,
+    row: Tensor,
+    aux_targets: Tensor | None,
+    no_aux: Tensor,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """One step's transition as the collector stages it, from the policy's ``actions`` ``[N, branches]``
+    and the step's result (``done`` and ``row``: the state after it): ``(acted, reward [N] float32,
+    done [N], aux [N, aux targets], sums [5] float64)``. ``acted`` is the action that acted, which the
+    replay learns from: under the plan lock the picked direction was ignored (realised Hold) and the
+    Kelly cap may have lowered the magnitude. ``done`` ends a window (the episode ended, or the step
+    was not written); ``aux`` the aux targets of the row the action was taken on (``no_aux`` without
+    them); ``sums`` the reward statistics' increments (sum, sum of squares, live steps, |shaping
+    terms|, |all terms|)."""
+    rows = row - written.to(torch.int64)  # the row the action was taken on
+    aux = aux_targets[rows].float() if aux_targets is not None else no_aux
+    acted = actions.clone()
+    acted[:, _DIRECTION] = torch.where(written, realised_direction, acted[:, _DIRECTION])
+    acted[:, _MAGNITUDE] = torch.where(written, realised_magnitude, acted[:, _MAGNITUDE])
+    r = reward.to(torch.float64)
+    comp = components.abs().to(torch.float64)  # [N, len(COMPONENTS)], column 0 the PnL
+    sums = torch.stack(
+        [r.sum(), (r * r).sum(), written.to(torch.float64).sum(), comp[:, 1:].sum(), comp.sum()]
+    )
+    return acted, reward.float(), done | ~written, aux, sums
+
+
+_STAGE: list[Callable[..., tuple[Tensor, ...]]] = []
+
+
+def compiled_stage() -> Callable[..., tuple[Tensor, ...]]:
+    """:func:`stage` compiled by Inductor (one per process, shared by every collector): under
+    ``StepMode.FUSED`` the fused step's result is staged by a few fused kernels, not the ~20 small
+    eager ones. The same values; the float64 sums' reduction order may differ (1e-16 relative)."""
+    if not _STAGE:
+        _STAGE.append(torch.compile(stage, fullgraph=True, dynamic=False))
+    return _STAGE[0]
+
+
 class CollectingPolicy(Protocol):
     """What the collector needs of a policy: the decision for the static state buffer, device-only
     (no host read: the step is captured), and what a capture of the step must know."""
@@ -191,10 +236,12 @@ class Collector:
             from foxhunt.env.fused import fused_advance  # imports Triton: only where asked for
 
             self.advance = fused_advance
+        self.stage = stage
         if self.compile:
             policy.compile()  # the exploring forward too: at these batches its elementwise kernels bound it
         elif mode is StepMode.FUSED and n >= COMPILE_MIN_BATCH:
             policy.compile(lean=True)  # the whole exploring decision, one compiled function
+            self.stage = compiled_stage()  # and the staging arithmetic: a few kernels instead of ~20
         self.tf32 = dev.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
         width = STATE_LAYOUT.width
         a_width = len(AUX_TARGETS)
@@ -250,26 +297,26 @@ class Collector:
             pol.q_variance,
             ledger=False,
         )
-        aux_t = env.market.aux_targets
-        rows = state.row - res.written.to(torch.int64)  # the row the action was taken on
-        aux = aux_t[rows].float() if aux_t is not None else self.no_aux
-        # Replay learns from the action that acted: under the plan lock the picked direction was
-        # ignored (realised Hold) and the Kelly cap may have lowered the magnitude.
-        acted = pol.actions.clone()
-        acted[:, _DIRECTION] = torch.where(res.written, res.realised_direction, acted[:, _DIRECTION])
-        acted[:, _MAGNITUDE] = torch.where(res.written, res.realised_magnitude, acted[:, _MAGNITUDE])
+        acted, reward, done, aux, sums = self.stage(
+            pol.actions,
+            res.written,
+            res.realised_direction,
+            res.realised_magnitude,
+            res.reward,
+            res.components,
+            state.done,
+            state.row,
+            env.market.aux_targets,
+            self.no_aux,
+        )
         t = self.t
         self.states.index_copy_(0, t + 1, nxt.unsqueeze(0))
         self.actions.index_copy_(0, t, acted.unsqueeze(0))
-        self.rewards.index_copy_(0, t, res.reward.float().unsqueeze(0))
-        self.dones.index_copy_(0, t, (state.done | ~res.written).unsqueeze(0))
+        self.rewards.index_copy_(0, t, reward.unsqueeze(0))
+        self.dones.index_copy_(0, t, done.unsqueeze(0))
         self.aux.index_copy_(0, t, aux.unsqueeze(0))
         self.valid.index_copy_(0, t, res.written.unsqueeze(0))
-        r = res.reward.to(torch.float64)
-        comp = res.components.abs().to(torch.float64)  # [N, len(COMPONENTS)], column 0 the PnL
-        self.sums += torch.stack(
-            [r.sum(), (r * r).sum(), res.written.to(torch.float64).sum(), comp[:, 1:].sum(), comp.sum()]
-        )
+        self.sums += sums
         self.obs.copy_(nxt)
         t += 1
 
