@@ -4,7 +4,7 @@ one run on one device: env-steps/s and the memory floor.
     python3 bench/fused_step.py [--envs 16384,1048576] [--steps 50] [--warmup 3] [--dtype float64|float32]
                                 [--ledger]
                                 [--modes eager,compiled,compiled_graph,fused,fused_graph]
-                                [--out $OUT/fused_step.json]
+                                [--profile] [--out $OUT/fused_step.json]
 
 Modes (each the in-place step with the next observation assembled, without the trade ledger unless
 ``--ledger``, on bench/env.py's synthetic random-walk book with touch sizes and volume, the default
@@ -21,7 +21,8 @@ Modes (each the in-place step with the next observation assembled, without the t
 ``foxhunt.env.fused.BLOCK``, ``NUM_WARPS``), labelled ``mode@shape``.
 
 Timing: ``--steps`` steps after ``--warmup`` warm-up steps (3), between two ``torch.cuda.Event``
-records, with no host synchronisation inside the timed loop. The CVaR ring (``sizing.cvar_window``,
+records (on ``--device cpu``, a check that the script runs, the host's clock), with no host
+synchronisation inside the timed loop. The CVaR ring (``sizing.cvar_window``,
 100 by default) fills only after that many steps of an episode: before, no return is evicted and the
 fused step never scans a ring row again; ``--warmup 110`` times the steady state of a long episode
 (about ``K / W`` of the rows rescanned a step, nearly every program running the scan loop).
@@ -32,6 +33,11 @@ observation written, the feature row read) over the device-to-device copy bandwi
 between steps as the fused step keeps it (one ring slot and the kept tail moved instead of the ring
 row read whole). The issue's targets (one H100 or H200): >= 5e8 env-steps/s at 16 k envs, >= 1e9 at
 1 M (within 1.4x of the floor). Prints a table, writes JSON (``--out``) after every row.
+
+``--profile``: after each row, ``torch.profiler`` over 5 more steps of the same stepper
+(bench/floors.py): the top kernels with their time, the kernels a step, and the step's floors: launch
+(its kernels times one replayed graph node, measured here) and memory (``floor`` above; the fused
+modes' the ``kept floor``), with the measured time's multiple of the larger.
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from foxhunt.env.fused import triton_next_pow2
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
+import floors  # noqa: E402
 from env import ROWS, copy_bandwidth, step_bytes, synthetic_market  # noqa: E402
 
 MODES = ("eager", "compiled", "compiled_graph", "fused", "fused_graph")
@@ -117,8 +124,13 @@ def stepper(env: TradingEnv, mode: str, ledger: bool) -> tuple[Callable[[Tensor]
     hold[:, BRANCHES.index("direction")] = int(Direction.HOLD)
     t0 = time.perf_counter()
     fn(env, state, hold, True, ledger=ledger)  # compiles
-    torch.cuda.synchronize()
+    _sync(env.device.type)
     return (lambda a: fn(env, state, a, True, ledger=ledger)[1]), time.perf_counter() - t0
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def main() -> int:
@@ -136,25 +148,36 @@ def main() -> int:
         default="128x4",
         help="the fused modes' launch shapes, comma-separated BLOCKxWARPS (episodes x warps a program)",
     )
+    ap.add_argument("--profile", action="store_true", help="profile 5 more steps a row (bench/floors.py)")
+    ap.add_argument(
+        "--device",
+        default="cuda",
+        help="cpu: a check that the script runs (modes eager, compiled, fused: Triton's interpreter)",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "fused_step.json")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        raise SystemExit("bench/fused_step.py times CUDA kernels: it needs a CUDA device")
-    device = "cuda"
+    device = args.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("bench/fused_step.py times CUDA kernels: it needs a CUDA device (or --device cpu)")
     market = synthetic_market(device, getattr(torch, args.dtype))
     cfg = EnvConfig(episode_rows=256)
-    if args.warmup + args.steps + 1 > cfg.episode_rows:
+    extra = 5 if args.profile else 0  # the profiled steps
+    if args.warmup + args.steps + extra + 1 > cfg.episode_rows:
         raise SystemExit(
-            f"--warmup + --steps {args.warmup + args.steps}: the episodes are {cfg.episode_rows} rows"
+            f"--warmup + --steps {args.warmup + args.steps} (+ {extra} profiled): the episodes are "
+            f"{cfg.episode_rows} rows"
         )
-    bandwidth = copy_bandwidth()
+    card = floors.card(device) if args.profile or device != "cuda" else {}
+    bandwidth = copy_bandwidth() if device == "cuda" else card["bandwidth"]
+    launch_s = card.get("launch_s", 0.0)
     report: dict[str, object] = {
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
         "torch": torch.__version__,
         "dtype": args.dtype,
         "ledger": args.ledger,
         "warmup": args.warmup,
         "copy_bandwidth_Bps": bandwidth,
+        "graph_node_s": launch_s,
         "rows": [],
     }
     rows: list[dict[str, object]] = report["rows"]  # type: ignore[assignment]
@@ -182,14 +205,20 @@ def main() -> int:
             step, setup = stepper(env, mode, args.ledger)
             for k in range(args.warmup):
                 obs = step(pool[k % len(pool)])
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize()
-            begin.record()
+            _sync(device)
+            begin = torch.cuda.Event(enable_timing=True) if device == "cuda" else None
+            t0 = time.perf_counter()
+            if begin is not None:
+                begin.record()
             for k in range(args.steps):  # no host synchronisation inside
                 obs = step(pool[k % len(pool)])
-            end.record()
-            end.synchronize()
-            seconds = begin.elapsed_time(end) / 1e3
+            if begin is not None:
+                end = torch.cuda.Event(enable_timing=True)
+                end.record()
+                end.synchronize()
+                seconds = begin.elapsed_time(end) / 1e3
+            else:
+                seconds = time.perf_counter() - t0
             rate = n * args.steps / seconds
             nbytes = step_bytes(env, obs, env.step(pool[0], ledger=args.ledger)[1])
             floor = bandwidth / nbytes
@@ -212,11 +241,28 @@ def main() -> int:
                 "of_floor": rate / floor,
                 "kept_tail_floor_steps_per_s": kept_floor,
             }
+            print(f"{n:>9,} {label:>15} {rate:>11.3e} env-steps/s  setup {setup:6.1f} s", flush=True)
+            if args.profile:
+                prof = floors.kernel_profile(
+                    lambda s=step, p=pool: [s(p[k % len(p)]) for k in range(extra)], extra, device
+                )
+                kept_bytes = nbytes - (width - 1) * size + 2 * kept  # the fused step keeps the tail
+                floor = floors.floors(
+                    prof,
+                    n,
+                    row["us_per_step"],
+                    launch_s=launch_s,
+                    bytes_per_env_step=kept_bytes if mode.startswith("fused") else nbytes,
+                    bandwidth=bandwidth,
+                )
+                floors.print_profile(f"{label} at {n:,} envs", prof, floor)
+                prof["kernels"] = prof["kernels"][:30]  # type: ignore[index]
+                row["profile"], row["floors"] = prof, floor
             rows.append(row)
             args.out.write_text(json.dumps(report, indent=2))  # partial results survive a timeout
-            print(f"{n:>9,} {label:>15} {rate:>11.3e} env-steps/s  setup {setup:6.1f} s", flush=True)
             del env, step, obs, pool
-            torch.cuda.empty_cache()
+            if device == "cuda":
+                torch.cuda.empty_cache()
     print(f"\n{'envs':>9} {'mode':>15} {'env-steps/s':>12} {'us/step':>9} {'setup s':>8} {'B/env-step':>10} "
           f"{'floor':>10} {'of floor':>8} {'kept floor':>10}")  # fmt: skip
     for r in rows:

@@ -22,7 +22,8 @@ Two parts, each in every ``--modes`` (:class:`foxhunt.agent.collect.StepMode` va
   per-policy reductions, one CUDA graph per step), ``eager`` its plain ``env.step`` loop.
 
 ``first_s`` is the first run with its construction (warm-up, Inductor's compile, capture);
-``steady_s`` the median of ``--repeats`` further runs (the same object, reset in place). ``same``
+``steady_s`` the median of ``--repeats`` further runs (the same object, reset in place); the JSON is
+written after every row. ``same``
 compares each mode's result with the first mode's: the validation record's integer fields exactly
 and its money fields' largest relative difference; the backtest's trade counts exactly and its net
 PnL's largest relative difference. With ``--breakdown`` (CUDA) the greedy forward alone and the env
@@ -115,14 +116,18 @@ def _compiled_greedy(agent: Agent) -> CapturablePolicy:
     return CapturablePolicy(lambda obs, env: fn(obs))
 
 
-def validation(args: argparse.Namespace, market: object, agent: Agent) -> list[dict[str, object]]:
+Rows = list[dict[str, object]]
+
+
+def validation(
+    args: argparse.Namespace, market: object, agent: Agent, rows: Rows, save: Callable[[], None]
+) -> None:
     cfg = EnvConfig(episode_rows=args.episode_rows)
     lo, hi, dev = 0, args.rows, args.device
     policies: dict[str, CapturablePolicy] = {
         "agent": agent.policy.greedy(),
         "long": CapturablePolicy(scripted(ScriptedPolicy.LONG, cfg)),
     }
-    rows: list[dict[str, object]] = []
     refs: dict[str, StepRecord] = {}
     runs = [(name, mode) for name in policies for mode in args.modes]
     if "fused" in args.modes and args.compiled_forward:
@@ -147,6 +152,7 @@ def validation(args: argparse.Namespace, market: object, agent: Agent) -> list[d
         except Exception as e:  # a mode this host cannot run (no CUDA, no Triton): said, not fatal
             row["error"] = f"{type(e).__name__}: {e}"[:300]
             rows.append(row)
+            save()
             continue
         steps, episodes = int(rec.written.shape[1]), int(rec.written.shape[0])
         steady = statistics.median(again)
@@ -162,16 +168,15 @@ def validation(args: argparse.Namespace, market: object, agent: Agent) -> list[d
             same=_compare_records(rec, refs[ref_key]),
         )
         rows.append(row)
-    return rows
+        save()
 
 
-def backtest(args: argparse.Namespace, market: object) -> list[dict[str, object]]:
+def backtest(args: argparse.Namespace, market: object, rows: Rows, save: Callable[[], None]) -> None:
     cfg = EnvConfig(episode_rows=args.backtest_episode_rows)
     gen = torch.Generator(device=args.device).manual_seed(0)
     sizes = torch.tensor([cfg.branches.direction, cfg.branches.magnitude, cfg.branches.order_type,
                           cfg.branches.urgency], device=args.device)  # fmt: skip
     acts = (torch.rand(args.policies, args.rows, 4, generator=gen, device=args.device) * sizes).to(torch.int8)
-    rows: list[dict[str, object]] = []
     ref: dict[str, torch.Tensor] | None = None
     for mode in args.modes:
         row: dict[str, object] = {"part": "backtest", "policy": f"{args.policies} recorded", "mode": mode}
@@ -187,6 +192,7 @@ def backtest(args: argparse.Namespace, market: object) -> list[dict[str, object]
         except Exception as e:
             row["error"] = f"{type(e).__name__}: {e}"[:300]
             rows.append(row)
+            save()
             continue
         ref = out if ref is None else ref
         steady = statistics.median(again)
@@ -202,7 +208,7 @@ def backtest(args: argparse.Namespace, market: object) -> list[dict[str, object]
             same=_compare_sums(out, ref),
         )
         rows.append(row)
-    return rows
+        save()
 
 
 def _graph_ms(fn: Callable[[], object], reps: int = 200) -> float:
@@ -263,16 +269,21 @@ def main() -> int:
     env_bench.ROWS = args.rows + 1
     market = env_bench.synthetic_market(args.device)
     agent = Agent(AgentConfig(), BranchConfig(), device=args.device, replay_capacity=64)
-    rows: list[dict[str, object]] = []
-    if "validation" in parts:
-        rows += validation(args, market, agent)
-    if "backtest" in parts:
-        rows += backtest(args, market)
+    rows: Rows = []
+    hw = hardware() | {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
     doc: dict[str, object] = {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
+    doc["hardware"] = hw
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every row: partial results survive a timeout
+        args.out.write_text(json.dumps(doc, indent=2))
+
+    if "validation" in parts:
+        validation(args, market, agent, rows, save)
+    if "backtest" in parts:
+        backtest(args, market, rows, save)
     if args.breakdown and args.device == "cuda":
         doc["breakdown"] = breakdown(args, market, agent)
-    hw = hardware() | {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu"}
-    doc["hardware"] = hw
     head = f"{'part':<11}{'policy':<24}{'mode':<16}{'first_s':>9}{'steady_s':>10}{'ms/step':>9}"
     print(head + f"{'env-steps/s':>13}  same as the first mode")
     for r in rows:
@@ -289,8 +300,7 @@ def main() -> int:
     if "breakdown" in doc:
         print("per step at the validation's batch (CUDA graph each):", json.dumps(doc["breakdown"]))
     print(f"targets (issue 57): validation of 100 k rows <= 0.3 s; 1,000 policies x 100 k bars <= 1 s. {hw}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=2))
+    save()
     print(f"wrote {args.out}")
     return 0
 
