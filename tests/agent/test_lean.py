@@ -9,7 +9,7 @@ compiled function and handed to it), so:
   call, with every exploration method on (count bonus, Boltzmann, Thompson, epsilon), NoisyNet, the
   entry margin and the curriculum;
 * compiled by Inductor on the CPU (``slow``: a C++ compile) the actions are the same and the sizing
-  inputs and aux predictions within 1e-4 relative (float32 arithmetic fused and reordered);
+  inputs and aux predictions within 1e-4 of their scale (float32 arithmetic fused and reordered);
 * on CUDA (``gpu``) the same within 1e-4 and the actions equal on at least 99% of rows (an argmax may
   flip on a near-tie), and a ``fused`` collection of 1,024 episodes acts through it.
 """
@@ -108,10 +108,15 @@ def test_the_recorded_plan_is_what_the_eager_decision_draws() -> None:
 
 
 def _close(got: object, want: object, rows_equal: float) -> None:
+    """Actions equal on ``rows_equal`` of the rows; the sizing inputs, aux and q_gap within 1e-4 of
+    each field's largest magnitude (a conviction is a difference of two E[Q] over a running gap: its
+    error is E[Q]'s rounding, not a share of itself)."""
     same = (got.actions == want.actions).all(-1).float().mean()  # type: ignore[attr-defined]
     assert float(same) >= rows_equal, float(same)
     for f in FIELDS[1:]:
-        torch.testing.assert_close(getattr(got, f), getattr(want, f), rtol=1e-4, atol=1e-5, msg=f)
+        w = getattr(want, f)
+        scale = float(w.abs().max()) if w.numel() else 0.0
+        torch.testing.assert_close(getattr(got, f), w, rtol=1e-4, atol=1e-4 * scale + 1e-7, msg=f)
 
 
 @pytest.mark.slow
