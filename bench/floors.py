@@ -146,7 +146,7 @@ def floors(
     return out
 
 
-def print_profile(label: str, prof: dict[str, object], floor: dict[str, float], top: int = 10) -> None:
+def print_profile(label: str, prof: dict[str, object], floor: dict[str, float], top: int = 8) -> None:
     """The top kernels and the floors, one block."""
     print(
         f"\nprofile {label}: {prof['kernels_per_step']:.1f} kernels a step, "

@@ -58,7 +58,7 @@ part() {  # part NAME BUDGET CMD...: CMD under timeout min(BUDGET, what is left)
 }
 
 show() {  # show NAME PATTERN: the lines of a part's log worth reading in the call's output
-  [ -f "$OUT/$1.log" ] && grep -E "$2" "$OUT/$1.log" | cut -c1-160 | tail -"${3:-40}"
+  [ -f "$OUT/$1.log" ] && grep -E "$2" "$OUT/$1.log" | cut -c1-200 | tail -"${3:-40}"
 }
 
 if [ "$CPU" = 1 ]; then
@@ -100,10 +100,10 @@ part backtest 45 "$PY" bench/validation_speed.py "${VAL[@]}" --parts backtest --
 show backtest "^backtest|failed|Error" 8
 
 part dqn 100 "$PY" bench/collection.py --algos dqn "${COLL[@]}" --profile --out "$OUT/collection_dqn.json"
-show dqn "^card|env-steps/s, |^profile|^ +[0-9.]+ us  x|failed" 30
+show dqn "^card| env-steps/s +[0-9]|^profile|^ +[0-9.]+ us  x|failed" 30
 
 part ppo 75 "$PY" bench/collection.py --algos ppo "${COLL[@]}" --profile --out "$OUT/collection_ppo.json"
-show ppo "^card|env-steps/s, |^profile|^ +[0-9.]+ us  x|failed" 30
+show ppo "^card| env-steps/s +[0-9]|^profile|^ +[0-9.]+ us  x|failed" 30
 
 part lean 505 "$PY" -m pytest -p no:xdist -p no:cacheprovider -m "$MARK" -v -rfE --durations=8 "${LEAN[@]}"
 show lean "passed|failed|error|FAILED|ERROR|skipped" 12
