@@ -330,9 +330,10 @@ class CompiledExploring:
     out in full (each branch's C51 logits ``[N, A, K]``, IQN quantiles, gate, selection) and the
     exploration steps, sizing inputs and aux predictions run after it as a chain of small eager
     kernels, each reading those outputs again. This compiles ``actor.explore(states, draws)`` from the
-    forward to the :class:`PolicyOut` in one ``torch.compile(fullgraph=True)``: Inductor keeps only
-    what the decision reads (PPO's value head, the DQN gate and selection weights and every unread
-    head output drop out) and fuses the exploration and sizing arithmetic into the forward's kernels.
+    forward to the :class:`PolicyOut` in one ``torch.compile(fullgraph=True)``: Inductor computes only
+    what the decision reads (PPO's value head is not computed; the gate, the selection weights and
+    the heads' outputs are no longer written out whole) and fuses the exploration and sizing
+    arithmetic into the forward's kernels.
 
     ``torch.compile`` cannot take a generator, so the random numbers come in as inputs: the first call
     at a batch shape runs the eager decision with a recording :class:`~foxhunt.agent.explore.Dice` (the
