@@ -1,7 +1,8 @@
 """Collection in training, step mode by step mode, for DQN and PPO side by side (issue 57 item 3).
 
     python3 bench/collection.py [--device cuda] [--algos dqn,ppo] [--modes auto,fused] [--envs 16384]
-                                [--steps 100] [--epochs 3] [--profile] [--quick] [--out $OUT]
+                                [--steps 100] [--epochs 3] [--profile] [--breakdown] [--quick]
+                                [--out $OUT]
 
 Each (algo, mode) row builds a fresh default agent (``AgentConfig()`` with ``algo``, the default
 network; DQN with a replay of ``--capacity``), sets its ``step_mode`` (a
@@ -25,8 +26,9 @@ staging writes and the weights read once a step, over the copy bandwidth) and co
 matmul FLOPs over the TF32 rate measured here). Issue 57's target on one H100 or H200: >= 3e7
 env-steps/s at 16 k envs with the default network, for DQN and for PPO (on a CPU ``--profile``
 lists operators, a check that the code runs). Prints a table, writes JSON
-(``--out``: a file or a folder) after every row. ``--quick``: a CPU check at tiny sizes (smoke
-network), ``eager`` mode, that the script runs.
+(``--out``: a file or a folder) after every row. ``--breakdown``: the exploring decision and
+the env step alone at the collection's batch, each replayed as its own CUDA graph. ``--quick``: a
+CPU check at tiny sizes (smoke network), ``eager`` mode, that the script runs.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import json
 import statistics
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +164,61 @@ def one_row(
     return row, first, (agent, env_cfg, starts)
 
 
+def _graph_ms(fn: Any, generator: torch.Generator, reps: int) -> float:
+    """``fn`` captured as one CUDA graph (two warm-up calls on a side stream first; the draws' generator
+    registered, as the collector does); milliseconds a replay. On a CPU ``fn`` called eagerly (a check
+    that the code runs)."""
+    if generator.device.type != "cuda":
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return 1e3 * (time.perf_counter() - t0) / reps
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    graph.register_generator_state(generator)
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(reps):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) / reps
+
+
+def breakdown(held: Any) -> dict[str, float]:
+    """The step's two parts alone at the collection's batch, each its own CUDA graph (CUDA, after the
+    row's timing): the exploring decision (what the collector's policy runs, under TF32) and the env
+    step (the row's ``advance``, without the ledger, on fresh episodes); the rest of a step is the
+    staging and the aux copy."""
+    from foxhunt.agent.collect import tf32_matmuls
+    from foxhunt.env.graph import reset_in_place
+
+    agent, _, starts = held
+    coll = agent._collection.collector
+    policy, env = coll.policy, coll.env
+    gen = policy.generator
+
+    def decide() -> Any:
+        with tf32_matmuls() if coll.tf32 else nullcontext():
+            return policy(coll.obs)
+
+    reps = 30 if gen.device.type == "cuda" else 2
+    out = {"decision_ms": _graph_ms(decide, gen, reps)}
+    pol = decide()
+    reset_in_place(env, starts)
+    args = (pol.actions, True, pol.direction_conviction, pol.magnitude_conviction, pol.q_variance)
+    out["env_step_ms"] = _graph_ms(lambda: coll.advance(env, env._state(), *args, ledger=False), gen, reps)
+    return out
+
+
 def profile_row(row: dict[str, Any], held: Any, market: Any, card: dict[str, float]) -> dict[str, Any]:
     """bench/floors.py's profile of one more collection of the row's agent, and its floors."""
     agent, env_cfg, starts = held
@@ -197,7 +255,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=100, help="steps a collection (train.steps_per_epoch)")
     ap.add_argument("--epochs", type=int, default=3, help="collections a row (the first builds the step)")
     ap.add_argument("--capacity", type=int, default=1 << 21, help="the DQN replay's capacity")
-    ap.add_argument("--profile", action="store_true", help="profile one more collection a row (CUDA)")
+    ap.add_argument("--profile", action="store_true", help="profile one more collection a row")
+    ap.add_argument(
+        "--breakdown", action="store_true", help="the decision and the env step alone, each a CUDA graph"
+    )
     ap.add_argument("--quick", action="store_true", help="tiny sizes and the smoke network (CPU check)")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "collection.json")
     args = ap.parse_args()
@@ -253,6 +314,18 @@ def main() -> int:
                 except Exception as e:
                     row["profile_error"] = f"{type(e).__name__}: {e}"[:400]
                     print(f"profile failed: {row['profile_error']}", flush=True)
+            if args.breakdown:
+                try:
+                    row["breakdown"] = breakdown(held)
+                    b = row["breakdown"]
+                    print(
+                        f"{algo.value:>4} {m:>15} alone: decision {b['decision_ms']:.3f} ms, env step "
+                        f"{b['env_step_ms']:.3f} ms (a whole step {row['ms_per_step']:.3f} ms)",
+                        flush=True,
+                    )
+                except Exception as e:
+                    row["breakdown_error"] = f"{type(e).__name__}: {e}"[:400]
+                    print(f"breakdown failed: {row['breakdown_error']}", flush=True)
             doc["rows"].append(row)
             args.out.write_text(json.dumps(doc, indent=2))  # partial results survive a timeout
             del held

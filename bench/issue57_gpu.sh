@@ -6,7 +6,7 @@
 #
 # PARTS (comma-separated, default all, in this order; budget in seconds):
 #   tests       pytest -m gpu: the fused step against the eager one (tests/env/test_fused.py), validation
-#               and the recorded-policy backtest on it (tests/backtest/test_fused_evaluation.py)    80
+#               and the recorded-policy backtest on it (tests/backtest/test_fused_evaluation.py)    70
 #   step16k     bench/fused_step.py at 16 k envs, compiled_graph and fused_graph, the CVaR ring full
 #               (--warmup 110), with --profile (top kernels, kernels a step, launch/memory floors)  55
 #   step1m      the same at 1 M envs (its own process: Inductor compiles 1 M static, not dynamic)   60
@@ -15,9 +15,11 @@
 #   backtest    bench/validation_speed.py --parts backtest: 1,000 recorded policies x 100 k bars,
 #               auto (compiled + graph at 25,000 episodes) and fused                               45
 #   dqn, ppo    bench/collection.py: collection in training at 16 k envs x 100 steps, the default
-#               network, step modes $COLLECT_MODES (default auto, today's path, and fused: the fused
-#               step and the compiled exploring decision; fused_forward: the fused step alone), with
-#               --profile (top kernels, kernels a step, launch/memory/compute floors)          100, 75
+#               network, step modes $COLLECT_MODES (default fused, the fused step with the compiled
+#               exploring decision and staging, then auto, today's path, each row its own compiles;
+#               fused_forward: the fused step with today's forward), with
+#               --profile (top kernels, kernels a step, launch/memory/compute floors) and
+#               --breakdown (the decision and the env step alone, each its own CUDA graph)      110, 75
 #   lean        pytest -m gpu: the graphed collections against the eager one
 #               (tests/agent/test_collect.py), the compiled exploring decision against the eager one
 #               and a fused collection through it (tests/agent/test_lean.py)              what is left
@@ -74,7 +76,7 @@ else
   STEP=(--modes compiled_graph,fused_graph --warmup 110)
   E16=16384 E1M=1048576
   VAL=(--device cuda --modes auto,fused)
-  COLL=(--device cuda --modes ${COLLECT_MODES:-auto,fused})
+  COLL=(--device cuda --modes ${COLLECT_MODES:-fused,auto})
   MARK=gpu
   TESTS=(tests/env/test_fused.py tests/backtest/test_fused_evaluation.py)
   LEAN=(tests/agent/test_collect.py tests/agent/test_lean.py)
@@ -83,7 +85,7 @@ fi
 echo "issue 57 on $(hostname) at $(date -u +%FT%TZ); parts $PARTS; limit $LIMIT s"
 [ "$CPU" = 1 ] || nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 
-part tests 80 "$PY" -m pytest -p no:xdist -p no:cacheprovider -m "$MARK" -v -rfE --durations=8 "${TESTS[@]}"
+part tests 70 "$PY" -m pytest -p no:xdist -p no:cacheprovider -m "$MARK" -v -rfE --durations=8 "${TESTS[@]}"
 show tests "passed|failed|error|FAILED|ERROR|skipped" 12
 
 part step16k 55 "$PY" bench/fused_step.py --envs $E16 "${STEP[@]}" --profile --out "$OUT/fused_step_16k.json"
@@ -99,11 +101,11 @@ show validation "^validation|^per step|failed|Error" 12
 part backtest 45 "$PY" bench/validation_speed.py "${VAL[@]}" --parts backtest --out "$OUT/backtest.json"
 show backtest "^backtest|failed|Error" 8
 
-part dqn 100 "$PY" bench/collection.py --algos dqn "${COLL[@]}" --profile --out "$OUT/collection_dqn.json"
-show dqn "^card| env-steps/s +[0-9]|^profile|^ +[0-9.]+ us  x|failed" 30
+part dqn 110 "$PY" bench/collection.py --algos dqn "${COLL[@]}" --profile --breakdown --out "$OUT/collection_dqn.json"
+show dqn "^card| env-steps/s +[0-9]| alone: |^profile|^ +[0-9.]+ us  x|failed" 30
 
-part ppo 75 "$PY" bench/collection.py --algos ppo "${COLL[@]}" --profile --out "$OUT/collection_ppo.json"
-show ppo "^card| env-steps/s +[0-9]|^profile|^ +[0-9.]+ us  x|failed" 30
+part ppo 75 "$PY" bench/collection.py --algos ppo "${COLL[@]}" --profile --breakdown --out "$OUT/collection_ppo.json"
+show ppo "^card| env-steps/s +[0-9]| alone: |^profile|^ +[0-9.]+ us  x|failed" 30
 
 part lean 505 "$PY" -m pytest -p no:xdist -p no:cacheprovider -m "$MARK" -v -rfE --durations=8 "${LEAN[@]}"
 show lean "passed|failed|error|FAILED|ERROR|skipped" 12
@@ -147,6 +149,9 @@ for name in ("collection_dqn.json", "collection_ppo.json"):
     for r in doc["rows"]:
         what = f"collection {r['algo']}, {r.get('envs', '?')} envs"
         add(what, r["mode"], r.get("env_steps_per_s"), 3e7, "/s", r.get("floors"))
+        if "breakdown" in r:
+            b = r["breakdown"]
+            lines.append(f"{'':<34} a step {r['ms_per_step']:.3f} ms: decision alone {b['decision_ms']:.3f} ms, env step alone {b['env_step_ms']:.3f} ms")
     if not doc["rows"]:
         add(f"collection {name[11:14]}", "-", None, 3e7, "/s")
 for name, part, goal in (("validation.json", "validation", 0.3), ("backtest.json", "backtest", 1.0)):
