@@ -10,10 +10,11 @@
 #   step16k     bench/fused_step.py at 16 k envs, compiled_graph and fused_graph, the CVaR ring full
 #               (--warmup 110), with --profile (top kernels, kernels a step, launch/memory floors)  55
 #   step1m      the same at 1 M envs (its own process: Inductor compiles 1 M static, not dynamic)   60
-#   validation  bench/validation_speed.py --parts validation --breakdown, modes auto (what train runs:
-#               at 196 windows the graph of the eager step) and fused                              55
+#   validation  bench/validation_speed.py --parts validation --breakdown, modes fused, then auto (what
+#               train runs: at 196 windows the graph of the eager step)                             55
 #   backtest    bench/validation_speed.py --parts backtest: 1,000 recorded policies x 100 k bars,
-#               auto (compiled + graph at 25,000 episodes) and fused                               45
+#               fused, then auto (compiled + graph at 25,000 episodes); the new path first, should a
+#               cold compile eat the part's budget                                                 45
 #   dqn, ppo    bench/collection.py: collection in training at 16 k envs x 100 steps, the default
 #               network, step modes $COLLECT_MODES (default fused, the fused step with the compiled
 #               exploring decision and staging, then auto, today's path, each row its own compiles;
@@ -75,7 +76,7 @@ if [ "$CPU" = 1 ]; then
 else
   STEP=(--modes compiled_graph,fused_graph --warmup 110)
   E16=16384 E1M=1048576
-  VAL=(--device cuda --modes auto,fused)
+  VAL=(--device cuda --modes fused,auto)
   COLL=(--device cuda --modes ${COLLECT_MODES:-fused,auto})
   MARK=gpu
   TESTS=(tests/env/test_fused.py tests/backtest/test_fused_evaluation.py)
