@@ -196,7 +196,10 @@ def test_bad_plugin_settings_and_missing_plugins_exit_2(market_dir: Path) -> Non
 # --- the leaky plug-in, refused by every command that runs the guard ---------------------------------
 
 
-@pytest.mark.parametrize("command", ["check leaks", "alpha", "train", "run", "backtest", "edge"])
+GUARDED = ["check leaks", "alpha", "train", "run", "seeds --seeds 1", "tune --trials 1", "backtest", "edge"]
+
+
+@pytest.mark.parametrize("command", GUARDED)
 def test_a_leaky_plugin_is_refused_naming_its_column(
     command: str, leaky: Path, market_dir: Path, tmp_path: Path
 ) -> None:
@@ -209,7 +212,8 @@ def test_a_leaky_plugin_is_refused_naming_its_column(
     out = tmp_path / "out"
     assert not (out / "alpha.json").exists() and not (out / "metrics.json").exists()
     assert not (out / "folds.json").exists() and not (out / "edge.json").exists()
-    # train, run, backtest and edge build it beside the guard's cuts: removed
+    assert not (out / "seeds.json").exists() and not (out / "tune.json").exists()
+    # train, run, seeds, tune, backtest and edge build it beside the guard's cuts: removed
     assert not (out / "cache").exists()
 
 

@@ -2,12 +2,12 @@
 row) are those ``foxhunt backtest --checkpoint best.safetensors`` gives for that fold, and the last
 epoch's numbers shown beside them are those of ``last.safetensors``.
 
-One fold of the tiny training run of ``tests/train/test_run.py``, three epochs, seed 14: there the
-best selection-period Sharpe is epoch 1's, neither the first epoch's nor the last's, and the last epoch
-(2) validates differently (both checkpoints trade, -1,066 against -1,196.5 net on fold 0), so a report
-that gave the first or the last epoch's numbers as the fold's fails the comparison with the best
-checkpoint. Which epoch is best, and whether both checkpoints trade, depends on the seed's random
-streams. Marked slow: run it with ``pytest -m slow tests/report/test_checkpoint_numbers.py``.
+One fold of the tiny training run of ``tests/train/test_run.py``, three epochs, picked on the
+selection period's Sharpe. The comparison has teeth only where the best epoch is the middle one
+(neither the first's nor the last's numbers pass for it) and both checkpoints trade (not flat
+compared with flat): the fixture takes the first seed of ``tests.conftest.TRADING_SEEDS`` whose run
+is so, and the comparisons below hold for any such run. Marked slow: run it with
+``pytest -m slow tests/report/test_checkpoint_numbers.py``.
 """
 
 from __future__ import annotations
@@ -28,28 +28,45 @@ from foxhunt.policy.store import CheckpointStore
 from foxhunt.report.html import money, render
 from foxhunt.train.run import FoldTrainer, _train_fold
 from foxhunt.validation.folds import make_folds
+from tests.conftest import first_that_trades
 from tests.report.test_html import parse
 from tests.train.test_run import tiny_cfg
 
 # ~30 s of CPU (market, features, three epochs, two backtests): over the default run's budget.
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
-OVERRIDES = ("train.epochs=3", "run.seed=14", "train.selection=train_tail")  # a best epoch, picked by Sharpe
+OVERRIDES = ("train.epochs=3", "train.selection=train_tail")  # a best epoch, picked by Sharpe
 KEYS = ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual", "max_drawdown", "active_frac", "win_rate")
 runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[FeatureCache, Path, dict[str, Any]]:
-    """Fold 0 trained for three epochs: (cache, run folder, the fold's metrics.json entry)."""
-    cfg = tiny_cfg(*OVERRIDES)
+    """Fold 0 trained for three epochs: (cache, run folder, the fold's metrics.json entry).
+
+    Why a seed matters, and which: on this tiny market (no edge the learner can find in 12 updates,
+    costs on every round trip) a trading epoch loses, so its selection Sharpe is below a flat epoch's
+    0, and within a few updates most seeds' greedy policies stop trading (at b1f14e5 seeds 14, 1, 3, 4
+    and 5 had a flat best epoch, 1 and 3 after a losing first epoch). Only a run whose three epochs all
+    trade has a trading best checkpoint that differs from the last; at b1f14e5 seed 2 is one (selection
+    Sharpe -116, -59, -72: best epoch 1; 90 and 82 validation round trips for best and last). Which
+    seeds' runs are so depends on every random stream, so a profile change may move it: the seeds are
+    tried in turn, and none being so fails the test, naming them."""
     root = tmp_path_factory.mktemp("ckpt_numbers")
+    cfg = tiny_cfg(*OVERRIDES)
     cache = get_or_build(write_synthetic(cfg.synth, root / "market"), cfg, root / "cache")
-    fd = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))[0]
-    store = CheckpointStore(root / "run", ring=cfg.train.ring)
-    trainer = FoldTrainer(cache, fd, cfg, torch.device("cpu"), store, lambda _m: None)
-    fold = json.loads(json.dumps(_train_fold(trainer, store, None).to_dict(), default=float))
-    return cache, root / "run", fold
+
+    def attempt(seed: int) -> tuple[tuple[Path, dict[str, Any]], int]:
+        cfg = tiny_cfg(*OVERRIDES, f"run.seed={seed}")
+        fd = make_folds(cache.features(), cache.columns, cfg.folds, int(cache.meta["label_span"]))[0]
+        store = CheckpointStore(root / f"run{seed}", ring=cfg.train.ring)
+        trainer = FoldTrainer(cache, fd, cfg, torch.device("cpu"), store, lambda _m: None)
+        fold = json.loads(json.dumps(_train_fold(trainer, store, None).to_dict(), default=float))
+        middle = fold["diagnostics"]["best_epoch"] == 1
+        return (root / f"run{seed}", fold), min(fold["trades"], fold["last_epoch"]["trades"]) if middle else 0
+
+    run_dir, fold = first_that_trades(attempt)
+    return cache, run_dir, fold
 
 
 def backtest(cache: FeatureCache, checkpoint: Path, out: Path) -> dict[str, Any]:
@@ -96,5 +113,5 @@ def test_report_row_shows_the_best_checkpoints_numbers(
     page.write_text(render({"folds": [fold]}, {}, None))  # the page without its plots (drawn elsewhere)
     p = parse(page)
     row = next(cells for sec, _, cells in p.rows if sec == "metrics" and cells[:1] == ["0"])
-    assert row[1] == "best, epoch 1" and row[2] == money(fold["net_pnl"])
+    assert row[1] == "agent (best, epoch 1)" and row[2] == money(fold["net_pnl"])
     assert money(fold["last_epoch"]["net_pnl"]) not in row[:5]

@@ -25,7 +25,12 @@ class CostConfig(Frozen):
         1.40, ge=0, description="Exchange + clearing + NFA fees per contract per side ($)."
     )
     spread_model_ticks: float = Field(
-        1.0, ge=0, description="Spread assumed when the book is unknown (ohlcv data), in ticks."
+        1.0,
+        ge=0,
+        description="Spread assumed when the book is unknown (ohlcv data), in ticks. A market order fills "
+        "at the close +- half of it, on the tick grid against the trader and inside the bar, so a side "
+        "costs 0 or 1 whole tick against the close for any value up to 2, not half of it on average "
+        "(docs/design.md §5, execution and costs; docs/results/2026-12-07-ohlcv-spread.md).",
     )
     slippage_ticks_per_contract: float = Field(
         0.02, ge=0, description="Market-order slippage per contract traded beyond the first (ticks)."
