@@ -34,6 +34,7 @@ CPU check at tiny sizes (smoke network), ``eager`` mode, that the script runs.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -329,6 +330,7 @@ def main() -> int:
             doc["rows"].append(row)
             args.out.write_text(json.dumps(doc, indent=2))  # partial results survive a timeout
             del held
+            gc.collect()  # the agent sits in reference cycles (its collector's closures): free it now
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     print(
