@@ -133,6 +133,7 @@ class Actor:
         self.entry_penalty[[Direction.SHORT, Direction.LONG]] = cfg.act.entry_margin
         # agent.curriculum: which branches are held (set per epoch by hold, in place, so a captured
         # graph reads the current mask) and the default choice they are held at.
+        self.curriculum = cfg.curriculum if cfg.curriculum.on else None
         self.held = torch.zeros(len(self.sizes), dtype=torch.bool, device=device)
         self.held_at = torch.tensor([0, self.sizes[_MAGNITUDE] - 1, 0, 0], device=device)
 
@@ -151,7 +152,7 @@ class Actor:
         else:
             actions = [self._explore(i, q, out, z) for i, q in enumerate(acting)]
         acts = torch.stack(actions, dim=1)
-        if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
+        if self.curriculum is not None:  # the held branches at their default choice (agent.curriculum)
             acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, qs, acts)
 
