@@ -89,7 +89,7 @@ def test_every_public_function_has_a_docstring_with_an_example() -> None:
 
 
 def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
-    cache: FeatureCache, cfg: FoxhuntConfig, tmp_path: Path
+    dataset: api.Dataset, cache: FeatureCache, cfg: FoxhuntConfig, tmp_path: Path
 ) -> None:
     """A callable that always answers Long is the scripted "long" policy: the API gives the same
     numbers for both, and the same as ``run_backtest`` (``foxhunt backtest``) on that fold."""
@@ -97,8 +97,8 @@ def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
     def always_long(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         return torch.full((states.shape[0],), int(api.Direction.LONG))
 
-    mine = api.backtest(cache, always_long, cfg=cfg, fold=FOLD)
-    scripted = api.backtest(cache, "long", cfg=cfg, fold=FOLD)
+    mine = api.backtest(dataset, always_long, cfg=cfg, fold=FOLD)
+    scripted = api.backtest(dataset, "long", cfg=cfg, fold=FOLD)
     command = run_backtest(cache, BacktestSettings.of(cfg), api.ScriptedPolicy.LONG, tmp_path, fold=FOLD)
     assert mine.policy == "always_long" and mine.fold == FOLD
     assert mine.metrics["trades"] > 0 and mine.metrics["costs"] > 0
@@ -108,7 +108,7 @@ def test_a_custom_policy_is_judged_like_the_scripted_one_and_the_command(
 
 
 def test_the_policy_sees_its_rows_and_its_directions_are_traded(
-    cache: FeatureCache, cfg: FoxhuntConfig
+    dataset: api.Dataset, cache: FeatureCache, cfg: FoxhuntConfig
 ) -> None:
     """``rows`` describes the rows the states were built from (the feature equals the state's slot,
     the rows lie in the fold's validation block), and an [N] answer is traded as that direction,
@@ -121,7 +121,7 @@ def test_the_policy_sees_its_rows_and_its_directions_are_traded(
         seen.append((s, states[:, STATE_LAYOUT.index(SIGNAL)], rows.index))
         return torch.where(s > 0, int(api.Direction.LONG), int(api.Direction.SHORT))
 
-    result = api.backtest(cache, imbalance_sign, cfg=cfg, fold=fd)
+    result = api.backtest(dataset, imbalance_sign, cfg=cfg, fold=fd)
     rec = result.record
     assert len(seen) == rec.written.shape[1]
     for t, (feature, slot, index) in enumerate(seen):
@@ -136,26 +136,26 @@ def test_the_policy_sees_its_rows_and_its_directions_are_traded(
     assert {int(api.Direction.LONG), int(api.Direction.SHORT)} <= set(rec.picked_direction[written].tolist())
 
 
-def test_branch_actions_and_mistakes(cache: FeatureCache, cfg: FoxhuntConfig) -> None:
+def test_branch_actions_and_mistakes(dataset: api.Dataset, cfg: FoxhuntConfig) -> None:
     def flat_orders(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
         a = torch.zeros(states.shape[0], 4, dtype=torch.int64)
         a[:, 0] = int(api.Direction.FLAT)
         return a
 
-    flat = api.backtest(cache, flat_orders, cfg=cfg, fold=0)
+    flat = api.backtest(dataset, flat_orders, cfg=cfg, fold=0)
     assert (flat.metrics["trades"], flat.metrics["net_pnl"], flat.metrics["costs"]) == (0, 0.0, 0.0)
     with pytest.raises(PolicyError, match=r"policy .*<lambda>: returned shape \[(\d+), 3\] for \1 rows"):
-        api.backtest(cache, lambda s, r: torch.zeros(s.shape[0], 3, dtype=torch.int64), cfg=cfg, fold=0)
+        api.backtest(dataset, lambda s, r: torch.zeros(s.shape[0], 3, dtype=torch.int64), cfg=cfg, fold=0)
     with pytest.raises(FoxhuntError, match="needs cfg and fold"):
-        api.backtest(cache, flat_orders, fold=0)
+        api.backtest(dataset, flat_orders, fold=0)
     with pytest.raises(FoxhuntError, match="fold 2 does not exist"):
-        api.backtest(cache, "flat", cfg=cfg, fold=2)
+        api.backtest(dataset, "flat", cfg=cfg, fold=2)
     with pytest.raises(FoxhuntError, match="'psychic'"):
-        api.backtest(cache, "psychic", cfg=cfg, fold=0)
+        api.backtest(dataset, "psychic", cfg=cfg, fold=0)
 
 
 def test_a_policy_answering_no_action_is_refused_at_its_first_step_by_name(
-    cache: FeatureCache, cfg: FoxhuntConfig
+    dataset: api.Dataset, cfg: FoxhuntConfig
 ) -> None:
     """Booleans (once read as Short/Hold: 259 short trades), floats and an out-of-range value are
     refused before the env steps with them, naming the policy; integers as numpy or a list pass."""
@@ -181,13 +181,13 @@ def test_a_policy_answering_no_action_is_refused_at_its_first_step_by_name(
     for policy, message in cases:
         calls.clear()
         with pytest.raises(PolicyError, match=message) as err:
-            api.backtest(cache, policy, cfg=cfg, fold=0)
+            api.backtest(dataset, policy, cfg=cfg, fold=0)
         assert len(calls) == 1 and err.value.exit_code == 2  # refused at the first step, not the run's end
-    flat = api.backtest(cache, "flat", cfg=cfg, fold=0)
+    flat = api.backtest(dataset, "flat", cfg=cfg, fold=0)
     as_numpy = api.backtest(
-        cache, lambda s, r: np.full(s.shape[0], int(api.Direction.FLAT), dtype=np.int32), cfg=cfg, fold=0
+        dataset, lambda s, r: np.full(s.shape[0], int(api.Direction.FLAT), dtype=np.int32), cfg=cfg, fold=0
     )
-    as_list = api.backtest(cache, lambda s, r: [int(api.Direction.FLAT)] * s.shape[0], cfg=cfg, fold=0)
+    as_list = api.backtest(dataset, lambda s, r: [int(api.Direction.FLAT)] * s.shape[0], cfg=cfg, fold=0)
     assert as_numpy.metrics == as_list.metrics == flat.metrics
 
 
@@ -264,11 +264,45 @@ def test_training_refuses_data_the_guard_has_not_passed(
         assert not out.exists()
 
 
+def test_backtest_refuses_data_the_guard_has_not_passed(dataset: api.Dataset, cfg: FoxhuntConfig) -> None:
+    """As api.train: a bare cache (the object the guard checked, or the file opened again), a dataset
+    altered by hand and other fold settings are refused in one line worded for Python, before any
+    policy is asked (`foxhunt backtest` runs the guard first, so no door reports on unguarded data)."""
+    import dataclasses
+
+    from foxhunt.pipeline import UnguardedDataError
+
+    asked: list[int] = []
+
+    def policy(states: torch.Tensor, rows: api.RowContext) -> torch.Tensor:
+        asked.append(1)
+        return torch.full((states.shape[0],), int(api.Direction.FLAT))
+
+    opened = api.open_features(dataset.cache.path, cfg)
+    wider = api.config("smoke", overrides=[*TINY_MARKET, "folds.embargo_rows=1"])  # the guard checked 0
+    cases = [
+        (dataset.cache, cfg, "a FeatureCache, not data the leak guard has passed"),
+        (opened, cfg, "a FeatureCache, not data the leak guard has passed"),
+        (dataclasses.replace(dataset, cache=opened), cfg, "not the one the leak guard checked"),
+        (dataset, wider, "fold settings differ"),
+    ]
+    for data, under, problem in cases:
+        with pytest.raises(UnguardedDataError, match=problem) as err:
+            api.backtest(data, policy, cfg=under, fold=0)  # type: ignore[arg-type]
+        text = str(err.value)
+        assert "\n" not in text and err.value.exit_code == 2
+        assert "--" not in text, text
+        if "fold settings" not in problem:
+            assert "api.build_features" in text and "backtest what it returns" in text, text
+    assert asked == []
+    assert api.backtest(dataset, policy, cfg=cfg, fold=0).metrics["trades"] == 0 and asked
+
+
 # --- train, load, act, export ---------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def checkpoint(dataset: api.Dataset, cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
     metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
     and a few updates."""
@@ -285,7 +319,7 @@ def checkpoint(cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) ->
         trainer = FoldTrainer(cache, fd, cfg, torch.device("cpu"), store, lambda m: None)
         trainer.run_epoch()
         path = store.save_last(FOLD, 0, trainer.contents({}))
-        return path, int(api.backtest(cache, api.load_policy(path)).metrics["trades"])
+        return path, int(api.backtest(dataset, api.load_policy(path)).metrics["trades"])
 
     return first_that_trades(attempt)
 
@@ -308,7 +342,7 @@ def run_dir(dataset: api.Dataset, tmp_path_factory: pytest.TempPathFactory) -> P
 
 
 @pytest.mark.slow  # two folds of training: half a minute on a shared CPU
-def test_train_load_and_act(run_dir: Path, cache: FeatureCache) -> None:
+def test_train_load_and_act(run_dir: Path, dataset: api.Dataset) -> None:
     """The trained agent loads with its own config and fold, acts on states, and its API backtest is
     the validation the run reported for that fold (the last epoch)."""
     reported = json.loads((run_dir / "folds.json").read_text())[FOLD]
@@ -316,7 +350,7 @@ def test_train_load_and_act(run_dir: Path, cache: FeatureCache) -> None:
     assert agent.fold == FOLD and agent.cfg.train.epochs == 1 and agent.scaler is None
     actions = agent.act(torch.randn(8, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(0)))
     assert actions.shape == (8, 4) and actions.dtype == torch.int64
-    result = api.backtest(cache, agent)
+    result = api.backtest(dataset, agent)
     assert result.fold == FOLD and reported["trades"] > 0
     for key in ("net_pnl", "gross_pnl", "costs", "trades", "sharpe_annual"):
         assert result.metrics[key] == pytest.approx(reported[key], rel=1e-9, abs=1e-9), key
@@ -363,12 +397,12 @@ def test_weights_only_export_is_small_and_backtests_like_the_checkpoint(
 
 
 def test_a_committee_of_a_checkpoint_twice_backtests_as_the_checkpoint(
-    checkpoint: Path, cache: FeatureCache
+    checkpoint: Path, dataset: api.Dataset
 ) -> None:
     """The mean of two identical E[Q] is that E[Q] exactly, so the committee trades as its one agent:
     the same validation numbers, on the agent's own fold and config by default."""
-    alone = api.backtest(cache, api.load_policy(checkpoint))
-    twice = api.backtest(cache, api.load_committee([checkpoint, checkpoint]))
+    alone = api.backtest(dataset, api.load_policy(checkpoint))
+    twice = api.backtest(dataset, api.load_committee([checkpoint, checkpoint]))
     assert alone.metrics["trades"] > 0 and twice.fold == alone.fold == FOLD
     assert twice.metrics == alone.metrics and twice.policy == f"committee of 2 checkpoints (fold {FOLD})"
 

@@ -21,9 +21,10 @@ objects instead of writing files. A session goes::
 
 :func:`build_features` runs the leak guard on the files (as every command does) and returns a
 :class:`Dataset`: the feature cache (``data.cache``) with the guard's verdict on it. :func:`train`
-takes only such a dataset; the functions that read features (:func:`make_folds`,
-:func:`backtest`, ...) take it or a bare :class:`~foxhunt.features.cache_file.FeatureCache`
-(:func:`open_features`).
+and :func:`backtest`, whose results are reported, take only such a dataset (as ``foxhunt train`` and
+``foxhunt backtest`` run the guard first); the functions that only read features
+(:func:`make_folds`, :func:`fold_market`) take it or a bare
+:class:`~foxhunt.features.cache_file.FeatureCache` (:func:`open_features`).
 
 A **policy** is a callable ``policy(states, rows) -> actions``: ``states`` is the ``[N, W]`` float32
 batch of RL states (:data:`~foxhunt.features.layout.STATE_LAYOUT`, features normalised with the
@@ -61,7 +62,7 @@ from foxhunt.env.core import TradingEnv
 from foxhunt.env.market import MarketTensors, market_tensors
 from foxhunt.errors import FoxhuntError, PolicyError
 from foxhunt.features.cache_file import FeatureCache
-from foxhunt.pipeline import Claim, Dataset, prepare, train_folds
+from foxhunt.pipeline import Claim, Dataset, Use, admit, prepare, train_folds
 from foxhunt.seeding import Stream, stream_seed
 from foxhunt.validation.folds import FoldData, TooFewRowsError, with_bar_fix
 from foxhunt.validation.folds import make_folds as _make_folds
@@ -392,7 +393,7 @@ def load_policy(
     Example::
 
         agent = api.load_policy(api.checkpoint_path("run", 1))
-        result = api.backtest(cache, agent)  # on its own fold, with its own config
+        result = api.backtest(data, agent)  # on its own fold, with its own config
     """
     return TrainedAgent(path, cfg, device)
 
@@ -406,7 +407,7 @@ def load_committee(paths: Sequence[str | Path], cfg: FoxhuntConfig | None = None
 
         runs = [f"runs/seeds/seed{s}" for s in (7, 8, 9)]
         committee = api.load_committee([api.checkpoint_path(r, 0, "last") for r in runs])
-        api.backtest(cache, committee).metrics["net_pnl"]
+        api.backtest(data, committee).metrics["net_pnl"]
     """
     from foxhunt.policy.trained import CommitteePolicy
 
@@ -462,15 +463,18 @@ class BacktestResult:
 
 
 def backtest(
-    cache: Dataset | FeatureCache,
+    data: Dataset,
     policy: UserPolicy | ScriptedPolicy | str | TrainedAgent | CommitteePolicy,
     *,
     cfg: FoxhuntConfig | None = None,
     fold: int | FoldData | None = None,
     device: torch.device | str = "cpu",
 ) -> BacktestResult:
-    """Judge ``policy`` on the validation rows of ``fold`` with the environment, costs and metrics of
-    ``foxhunt backtest``.
+    """Judge ``policy`` on the validation rows of ``fold`` of ``data`` with the environment, costs and
+    metrics of ``foxhunt backtest``. ``data`` is the :class:`Dataset` :func:`build_features` returned:
+    anything else (a cache from :func:`open_features`, a dataset built or altered by hand, fold settings
+    other than those the guard checked) is refused in one line, as :func:`train` refuses it, so no
+    result is reported on features the leak guard has not passed.
 
     ``policy`` is a callable ``(states, rows) -> actions`` (module docs), a scripted policy
     (``"flat"``, ``"long"``, ``"short"``, ``"random"``, ``"oracle"``), a :class:`TrainedAgent` or a
@@ -483,12 +487,11 @@ def backtest(
             up = rows.feature("market.ret_lag1") > 0
             return torch.where(up, api.Direction.LONG, api.Direction.FLAT)
 
-        r = api.backtest(cache, momentum, cfg=cfg, fold=0)
+        r = api.backtest(data, momentum, cfg=cfg, fold=0)
         r.metrics["net_pnl"], r.metrics["trades"], r.implausible_reasons
     """
     from foxhunt.policy.trained import CommitteePolicy
 
-    cache = _cache(cache)
     trained = isinstance(policy, TrainedAgent | CommitteePolicy)
     if trained:
         cfg = cfg if cfg is not None else policy.cfg
@@ -497,6 +500,7 @@ def backtest(
         raise FoxhuntError(
             "backtest", "a policy other than a trained agent needs cfg and fold", "pass cfg=... and fold=k"
         )
+    cache = admit(data, cfg, Use.BACKTEST).cache
     if isinstance(fold, FoldData):
         fd = fold
     else:

@@ -95,37 +95,45 @@ class Dataset:
 
 
 class UnguardedDataError(FoxhuntError):
-    """Training was asked of data the leak guard has not passed (or not this data)."""
+    """Training or a backtest was asked of data the leak guard has not passed (or not this data)."""
 
 
-_GUARDED = door(
-    "run foxhunt train --data ... or --cache ... (the leak guard runs first)",
-    "prepare the data with api.build_features(files, cfg, out_dir), which runs the leak guard, and "
-    "train on what it returns",
-)
+class Use(StrEnum):
+    """What admitted data is for (:func:`admit`): names the command in a refusal's fix."""
+
+    TRAINING = "train"
+    BACKTEST = "backtest"
 
 
-def admit(data: object, cfg: FoxhuntConfig) -> Dataset:
+def _guarded(use: Use) -> str:
+    return door(
+        f"run foxhunt {use.value} --data ... or --cache ... (the leak guard runs first)",
+        "prepare the data with api.build_features(files, cfg, out_dir), which runs the leak guard, and "
+        f"{'train on' if use is Use.TRAINING else 'backtest'} what it returns",
+    )
+
+
+def admit(data: object, cfg: FoxhuntConfig, use: Use = Use.TRAINING) -> Dataset:
     """``data`` when it is a :class:`Dataset` whose verdict the guard gave for its very cache, under
-    ``cfg``'s folds; else :class:`UnguardedDataError` (one line). Every training path starts here."""
+    ``cfg``'s folds; else :class:`UnguardedDataError` (one line). Every training path starts here, and
+    the API's backtest (``use``: what the data is for, named in the refusal)."""
+    where, fix = f"{'training' if use is Use.TRAINING else 'backtest'} data", _guarded(use)
     if not isinstance(data, Dataset):
         what = type(data).__name__
-        raise UnguardedDataError("training data", f"a {what}, not data the leak guard has passed", _GUARDED)
+        raise UnguardedDataError(where, f"a {what}, not data the leak guard has passed", fix)
     v = data.verdict
     if v not in _GIVEN or not v.report.clean:
-        raise UnguardedDataError(
-            "training data", "its leak guard verdict was not given by the guard", _GUARDED
-        )
+        raise UnguardedDataError(where, "its leak guard verdict was not given by the guard", fix)
     if v.cache is not data.cache or data.cache.meta.get("cache_key") != v.cache_key:
         raise UnguardedDataError(
-            data.cache.path, "this feature cache is not the one the leak guard checked", _GUARDED
+            data.cache.path, "this feature cache is not the one the leak guard checked", fix
         )
     if cfg.folds != v.folds:
         raise UnguardedDataError(
             "folds",
             "the fold settings differ from those the leak guard checked (purge, embargo, scalers)",
             door(
-                "train with the fold settings the guard ran under",
+                f"{use.value} with the fold settings the guard ran under",
                 "build the dataset again under this cfg: api.build_features(files, cfg, out_dir)",
             ),
         )

@@ -71,3 +71,69 @@ def test_the_committee_takes_the_argmax_of_the_mean_q_hand_worked(monkeypatch: p
 def test_an_empty_committee_is_refused() -> None:
     with pytest.raises(ValueError, match="at least one agent"):
         committee_decision([], states(2))
+
+
+# --- agent.curriculum: a member abstains on the branches it holds -----------------------------------
+
+CURRICULUM = {"magnitude": 1, "order_type": 2, "urgency": 2}
+EXECUTION = slice(1, None)  # magnitude, order type, urgency
+
+
+def _dqn(seed: int, epoch: int):
+    agent = make_agent(seed=seed, curriculum=CURRICULUM)
+    agent.start_epoch(epoch)  # 0: every execution branch held; 1: magnitude released; 2: all
+    return agent
+
+
+def _ppo(seed: int, epoch: int):
+    from tests.agent.test_ppo_counterfactual import _agent
+
+    agent = _agent(curriculum=CURRICULUM, seed=seed)
+    agent.start_epoch(epoch)
+    return agent
+
+
+def _defaults(agent) -> torch.Tensor:
+    """The held choices (largest magnitude, Market, Normal) of the execution branches."""
+    return agent.policy.held_at[EXECUTION]
+
+
+@pytest.mark.parametrize("make", [_dqn, _ppo], ids=["dqn", "ppo"])
+def test_members_that_all_hold_a_branch_vote_its_default(make) -> None:
+    """Two members at epoch 0 hold every execution branch: the committee acts Full, Market, Normal on
+    every row, as each member alone does; the mean of their untrained heads would not."""
+    a, b = make(5, 0), make(6, 0)
+    x = states(256, seed=7)
+    got = committee_decision([a.policy, b.policy], x).actions
+    assert bool((got[:, EXECUTION] == _defaults(a)).all())
+    for m in (a, b):
+        assert bool((m.policy(x, Mode.GREEDY).actions[:, EXECUTION] == _defaults(a)).all())
+    # what the committee chose before it honoured the hold: the argmax of the plain mean, not the default
+    mean = [(qa + qb) / 2 for qa, qb in zip(a.policy.expected_q(x), b.policy.expected_q(x), strict=True)]
+    plain = torch.stack([q.argmax(-1) for q in mean[EXECUTION]], dim=1)
+    assert not bool((plain == _defaults(a)).all())
+
+
+@pytest.mark.parametrize("make", [_dqn, _ppo], ids=["dqn", "ppo"])
+def test_the_members_that_released_a_branch_decide_it_alone(make) -> None:
+    """A member at epoch 0 (held) and one at epoch 2 (released): the execution branches are the released
+    member's own greedy choices; the direction (never held) is the argmax of both members' mean."""
+    held, free = make(5, 0), make(6, 2)
+    x = states(256, seed=8)
+    got = committee_decision([held.policy, free.policy], x).actions
+    alone = free.policy(x, Mode.GREEDY).actions
+    assert torch.equal(got[:, EXECUTION], alone[:, EXECUTION])
+    assert not bool((alone[:, EXECUTION] == _defaults(free)).all())  # released: it does not act held
+    qa, qb = held.policy.expected_q(x)[0], free.policy.expected_q(x)[0]
+    acting = [held.policy.acting_q((qa,))[0], free.policy.acting_q((qb,))[0]]
+    assert torch.equal(got[:, 0], ((acting[0] + acting[1]) / 2).argmax(-1))
+
+
+@pytest.mark.parametrize("make", [_dqn, _ppo], ids=["dqn", "ppo"])
+@pytest.mark.parametrize("epoch", [0, 1, 2])
+def test_a_committee_of_one_held_member_is_that_member(make, epoch: int) -> None:
+    agent = make(3, epoch)
+    x = states(64, seed=9)
+    want, got = agent.policy(x, Mode.GREEDY), committee_decision([agent.policy], x)
+    for field in ("actions", "direction_conviction", "magnitude_conviction", "q_variance", "aux", "q_gap"):
+        assert torch.equal(getattr(got, field), getattr(want, field)), field

@@ -165,3 +165,43 @@ def test_ppo_takes_the_counterfactual_targets_and_the_curriculum(setting: dict) 
     """Once refused under PPO (they did nothing there), both now act on either learner."""
     AgentConfig.model_validate({"algo": "ppo", **setting})
     AgentConfig.model_validate({"algo": "dqn", **setting})
+
+
+def test_ppo_trains_alike_whatever_the_dqn_only_settings() -> None:
+    """foxhunt.agent.config.LEARNER_ONLY's DQN keys (what `foxhunt tune` refuses to search under ppo):
+    two PPO agents that differ in every such setting collect and learn to the same weights and draws,
+    counterfactual targets and curriculum on (the collector's windows are PPO's own)."""
+    from foxhunt.agent.config import ActConfig, ExploreConfig, LearnConfig, LossConfig, ReplayConfig
+
+    def agent(dqn: dict) -> PPOAgent:
+        cfg = AgentConfig(
+            algo="ppo",
+            network=NetworkConfig(**{**SMALL, **dqn.get("network", {})}),
+            ppo=PPOConfig(gamma=GAMMA, minibatches=2, epochs=2),
+            counterfactual=CounterfactualConfig(weight=1.0),
+            curriculum=CurriculumConfig(urgency=1),
+            loss=LossConfig(**dqn.get("loss", {})),
+            learn=LearnConfig(**dqn.get("learn", {})),
+            replay=ReplayConfig(**dqn.get("replay", {})),
+            explore=ExploreConfig(**dqn.get("explore", {})),
+            act=ActConfig(**dqn.get("act", {})),
+        )
+        return PPOAgent(cfg, full_config().branches, seed=3, epochs=4)
+
+    other = {
+        "network": {"atoms": 21, "quantile_embedding": 4, "aux_hidden": 4, "noisy_sigma": 0.1},
+        "loss": {"c51": 0.5, "aux": 0.0},
+        "learn": {"lr": 0.01, "gamma": 0.5, "n_step": 3, "bootstrap": "steps", "batch": 32},
+        "replay": {"capacity": 128, "alpha": 0.0},
+        "explore": {"epsilon": 0.9, "temperature": 2.0},
+        "act": {"entry_margin": 1.0},
+    }
+    a, b = agent({}), agent(other)
+    for x in (a, b):
+        x.start_epoch(0)
+        _collect(x)
+        _stats(x)
+    ra, rb = a.replay.rollout, b.replay.rollout
+    assert ra is not None and rb is not None and torch.equal(ra.actions, rb.actions)
+    wa, wb = a.policy.net.state_dict(), b.policy.net.state_dict()
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -85,3 +85,35 @@ def test_backtest_of_a_committee_is_the_studys_committee(
         # the fold's baselines are the members' own report's
         assert study.folds[k].flat == reported[0][k]["baselines"]["flat"]["net_pnl"]
     assert committee_result(tiny_cache.path, cfg, runs[:1]) is None  # one run is no committee
+
+
+@pytest.mark.parametrize("algo", ["dqn", "ppo"])
+def test_a_checkpoint_and_its_committee_hold_the_branches_its_epoch_held(
+    tiny_cache: FeatureCache, tmp_path: Path, algo: str
+) -> None:
+    """agent.curriculum holds every execution branch in epoch 0 and releases them in epoch 1. Loaded
+    from its checkpoint, epoch 0's policy acts Full, Market, Normal on every row, as training's
+    validation of that epoch did, and so does a committee of it; beside epoch 1's member, which
+    learned those branches, the committee's execution choices are that member's."""
+    cfg = tiny_cfg(
+        f"agent.algo={algo}",
+        "env.branches.magnitude=3",  # the full action space (the smoke profile trades the direction)
+        "env.branches.magnitude_fractions=[0.25, 0.5, 1.0]",
+        "env.branches.order_type=3",
+        "env.branches.urgency=3",
+        "agent.curriculum.magnitude=1",
+        "agent.curriculum.order_type=1",
+        "agent.curriculum.urgency=1",
+    )
+    train(tiny_cache, cfg, tmp_path, log=quiet)
+    ring = tmp_path / "checkpoints" / "fold1" / "ring"
+    held, free = ring / "epoch0000.safetensors", ring / "epoch0001.safetensors"
+    x = torch.randn(256, STATE_LAYOUT.width, generator=torch.Generator().manual_seed(1))
+    default = torch.tensor([cfg.env.branches.magnitude - 1, 0, 0])
+    for files in ([held], [held, held]):
+        acts = CommitteePolicy(files, cfg).policy("cpu")(x, None).actions
+        assert bool((acts[:, 1:] == default).all()), files
+    alone = CheckpointPolicy(free, cfg).policy("cpu")(x, None).actions
+    assert not bool((alone[:, 1:] == default).all())  # released: it chooses
+    both = CommitteePolicy([held, free], cfg).policy("cpu")(x, None).actions
+    assert torch.equal(both[:, 1:], alone[:, 1:])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from foxhunt.agent.config import Symmetry
+from foxhunt.agent.config import LEARNER_ONLY, Algo, Symmetry, only_for
 from foxhunt.cli import app
 from foxhunt.config.loader import load_config, with_overrides
 from foxhunt.errors import ConfigError
@@ -96,3 +96,79 @@ def test_tune_refuses_a_profile_without_a_space(tmp_path: Path) -> None:
 
 def test_shares_split_trials_over_workers() -> None:
     assert shares(5, 2) == [3, 2] and shares(4, 2) == [2, 2] and shares(1, 4) == [1] and shares(0, 3) == []
+
+
+# --- a key the trials' learner never reads (foxhunt.agent.config.LEARNER_ONLY) ------------------------
+
+
+def test_tune_refuses_a_dqn_space_under_ppo_in_one_line(tmp_path: Path) -> None:
+    """The smoke profile's space is the DQN learner's: under agent.algo = ppo every trial would train
+    alike, so the study is refused before anything is written, naming the key and what to do."""
+    with pytest.raises(ConfigError) as err:
+        trial_config(load_config(profile="smoke", overrides=["agent.algo=ppo"]))
+    assert "tune.params.agent.learn.lr" in str(err.value)
+    assert "only agent.algo = dqn reads it" in str(err.value) and "agent.ppo.lr" in str(err.value)
+    out = tmp_path / "t"
+    args = [
+        "tune",
+        "--profile",
+        "smoke",
+        "--set",
+        "agent.algo=ppo",
+        "--out",
+        str(out),
+        "--tracking-uri",
+        "none",
+    ]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert "only agent.algo = dqn reads it" in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("algo", "key", "owner"),
+    [
+        ("dqn", "agent.ppo.lr", "ppo"),
+        ("ppo", "agent.explore.epsilon", "dqn"),
+        ("ppo", "agent.network.atoms", "dqn"),
+    ],
+)
+def test_a_key_of_the_other_learner_is_refused(tmp_path: Path, algo: str, key: str, owner: str) -> None:
+    bounds = "low = 11\nhigh = 51" if key.endswith("atoms") else "low = 0.01\nhigh = 0.1"
+    plateau = "[train.plateau]\npatience = 0\n\n"  # the ladder reads DQN statistics: off under ppo
+    table = f'[agent]\nalgo = "{algo}"\n\n{plateau}[tune.params."{key}"]\n{bounds}\n'
+    with pytest.raises(ConfigError, match=f"only agent.algo = {owner} reads it"):
+        trial_config(load_config(config_file=_profile(tmp_path, table)))
+
+
+def test_both_learners_keys_may_be_searched_with_the_learner(tmp_path: Path) -> None:
+    """A space that searches agent.algo trains both learners: each one's keys are read by some trial."""
+    table = (
+        '[tune.params."agent.algo"]\nchoices = ["dqn", "ppo"]\n\n'
+        '[tune.params."agent.learn.lr"]\nlow = 1e-3\nhigh = 1e-2\n\n'
+        '[tune.params."agent.ppo.lr"]\nlow = 1e-3\nhigh = 1e-2\n\n'
+        '[tune.params."agent.network.hidden"]\nlow = 16\nhigh = 32\n'
+    )
+    trial_config(load_config(config_file=_profile(tmp_path, table)))  # accepted
+
+
+def test_the_full_profile_searches_what_ppo_reads() -> None:
+    cfg = load_config(profile="full")
+    assert cfg.agent.algo is Algo.PPO
+    assert {"agent.ppo.lr", "agent.ppo.minibatches", "agent.ppo.gamma", "agent.ppo.clip"} <= set(
+        cfg.tune.params
+    )
+    assert all(only_for(key) in (None, Algo.PPO) for key in cfg.tune.params)
+    trial_config(cfg)  # accepted: the study starts
+
+
+def test_every_learner_only_key_is_a_config_setting() -> None:
+    """LEARNER_ONLY names real key paths (a renamed field would leave the table naming nothing)."""
+    tree = load_config(profile="smoke").model_dump(mode="json")
+    for keys in LEARNER_ONLY.values():
+        for key in keys:
+            node = tree
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, key
+                node = node[part]

@@ -134,6 +134,7 @@ class Actor:
         self.entry_penalty[[Direction.SHORT, Direction.LONG]] = cfg.act.entry_margin
         # agent.curriculum: which branches are held (set per epoch by hold, in place, so a captured
         # graph reads the current mask) and the default choice they are held at.
+        self.curriculum = cfg.curriculum if cfg.curriculum.on else None
         self.held = torch.zeros(len(self.sizes), dtype=torch.bool, device=device)
         self.held_at = torch.tensor([0, self.sizes[_MAGNITUDE] - 1, 0, 0], device=device)
 
@@ -145,7 +146,7 @@ class Actor:
             return self.explore(states, self.gen)
         out, qs = self.greedy_values(states)  # eager: a backtest's batches are small, launch-bound
         acts = torch.stack([ex.greedy(q) for q in self.acting_q(qs)], dim=1)  # qs: per branch [N, A]
-        if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
+        if self.curriculum is not None:  # the held branches at their default choice (agent.curriculum)
             acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, qs, acts)
 
@@ -157,7 +158,7 @@ class Actor:
         z = self.net.support()  # qs: per branch [N, A], real units
         acting = self.acting_q(qs)
         acts = torch.stack([self._explore(i, q, out, z, draws) for i, q in enumerate(acting)], dim=1)
-        if self.cfg.curriculum.on:  # the held branches at their default choice (agent.curriculum)
+        if self.curriculum is not None:  # the held branches at their default choice (agent.curriculum)
             acts = torch.where(self.held, self.held_at, acts)
         return self.decision(out, qs, acts)
 

@@ -20,10 +20,21 @@ conviction_k = top2gap(Qbar_b) / (2 q_gap_k) (the committee's gap in member k's 
 Q-variance of member k's distribution of the chosen direction, member k's aux predictions. A
 committee of one is that agent's greedy policy, bit for bit.
 
+**The branch curriculum** (``agent.curriculum``) holds an execution branch at its default choice for
+a fold's first epochs; a member's held branches are those of the epoch its checkpoint was saved at
+(:meth:`foxhunt.policy.trained.CheckpointPolicy.agent`). A member abstains on a branch it holds (its
+head there never learned: DQN replayed only the default, PPO masked the branch out of its loss):
+
+    Qbar_b = sum_k f_b^k Q_b^k / sum_k f_b^k      f_b^k = 1 where member k has released branch b, else 0
+    a_b    = the held default                     where no member has released b
+
+so a committee whose members all hold a branch acts there as each of them does (Full, Market,
+Normal), and the members that learned a branch decide it alone (:func:`held_vote`).
+
 This module is the committee's one home: its rule (:func:`mean_values`, :class:`MeanValues`,
-:func:`committee_decision`). The rest only call it: :mod:`foxhunt.policy.trained` loads checkpoints
-into it, :mod:`foxhunt.train.members` trains a run's members and judges each fold's committee,
-:func:`foxhunt.tune.seeds.committee_result` judges a seed study's.
+:func:`held_vote`, :func:`committee_decision`). The rest only call it: :mod:`foxhunt.policy.trained`
+loads checkpoints into it, :mod:`foxhunt.train.members` trains a run's members and judges each fold's
+committee, :func:`foxhunt.tune.seeds.committee_result` judges a seed study's.
 """
 
 from __future__ import annotations
@@ -54,6 +65,23 @@ class MeanValues:
         return mean_values([actor.expected_q(states) for actor in self.actors])
 
 
+def held_vote(
+    values: Sequence[Sequence[torch.Tensor]], held: Sequence[torch.Tensor]
+) -> tuple[tuple[torch.Tensor, ...], torch.Tensor]:
+    """The curriculum's committee values (module docstring): per branch b the mean of the members that
+    have released it, ``sum_k f_b^k Q_b^k / sum_k f_b^k``, or the plain mean where every member holds
+    it; and bool ``[B]``, the branches every member holds. ``values[k][b]``: member k's values of branch
+    b; ``held[k]``: member k's bool ``[B]`` mask (on the device: no host read)."""
+    free_KB = torch.stack([~h for h in held]).to(values[0][0].dtype)  # f_b^k
+    n_B = free_KB.sum(0)  # sum_k f_b^k
+    plain = mean_values(values)
+    voted = []
+    for b in range(len(plain)):
+        released = sum(free_KB[k, b] * v[b] for k, v in enumerate(values)) / n_B[b].clamp(min=1)
+        voted.append(torch.where(n_B[b] > 0, released, plain[b]))
+    return tuple(voted), n_B == 0
+
+
 @torch.no_grad()
 def committee_decision(members: Sequence[Actor], states: torch.Tensor) -> PolicyOut:
     """The committee's greedy decision for ``states`` ``[N, W]`` (module docstring)."""
@@ -65,7 +93,14 @@ def committee_decision(members: Sequence[Actor], states: torch.Tensor) -> Policy
     branches = len(values[0][1])
     mean_q = mean_values([qs for _, qs in values])
     acting = [m.acting_q(qs) for m, (_, qs) in zip(members, values, strict=True)]
-    acts = torch.stack([ex.greedy(sum(a[i] for a in acting) / k) for i in range(branches)], dim=1)
+    if any(m.curriculum is not None for m in members):  # agent.curriculum: abstain on a held branch
+        held = [m.held for m in members]
+        mean_q, _ = held_vote([qs for _, qs in values], held)
+        voted, all_held = held_vote(acting, held)
+        choice = torch.stack([ex.greedy(q) for q in voted], dim=1)
+        acts = torch.where(all_held, members[0].held_at, choice)
+    else:
+        acts = torch.stack([ex.greedy(sum(a[i] for a in acting) / k) for i in range(branches)], dim=1)
     parts = [m.decision(out, mean_q, acts) for m, (out, _) in zip(members, values, strict=True)]
     return PolicyOut(
         actions=acts,

@@ -262,6 +262,44 @@ class Algo(StrEnum):
     PPO = "ppo"  # the factored actor-critic of foxhunt.agent.ppo (docs/ppo.md)
 
 
+LEARNER_ONLY: dict[Algo, tuple[str, ...]] = {
+    Algo.DQN: (
+        "agent.loss",
+        "agent.learn",  # PPO's lr, discount, batches: agent.ppo (its counterfactual windows its own)
+        "agent.replay",
+        "agent.explore",
+        "agent.act",
+        *(
+            f"agent.network.{name}"  # the Q heads': distributional atoms and quantiles, noise, aux heads
+            for name in (
+                "atoms",
+                "quantiles",
+                "quantile_embedding",
+                "aux_hidden",
+                "noisy_sigma",
+                "advantage_init",
+                "support_init",
+                "support_growth",
+            )
+        ),
+    ),
+    Algo.PPO: ("agent.ppo",),
+}
+"""The ``agent`` settings (key paths, as ``--set`` names them; a section covers its keys) that one
+learner alone reads: the other trains alike whatever they are (``foxhunt tune`` refuses to search one,
+:func:`foxhunt.tune.space.check_space`). The encoder (``agent.network``'s selection, trunk, experts,
+head width, symmetry, input screen), the curriculum and the counterfactual targets are both learners'."""
+
+
+def only_for(key: str) -> Algo | None:
+    """The learner that alone reads setting ``key`` (:data:`LEARNER_ONLY`), or None: both read it, or it
+    is no learner's."""
+    for algo, keys in LEARNER_ONLY.items():
+        if any(key == k or key.startswith(k + ".") for k in keys):
+            return algo
+    return None
+
+
 class PPOConfig(Frozen):
     """The on-policy learner of ``agent.algo = "ppo"`` (docs/ppo.md): a factored (multi-discrete)
     policy over the four branches and a value head on the network's encoder, trained by the clipped

@@ -53,13 +53,16 @@ class CheckpointPolicy:
 
     def agent(self, device: torch.device | str) -> AnyAgent:
         """A fresh agent on ``device`` holding the checkpoint's policy (the acting state only), of the
-        learner its config names (``agent.algo``)."""
+        learner its config names (``agent.algo``), with the branches ``agent.curriculum`` held at the
+        checkpoint's epoch held (as training's validation of that epoch acted, and its committee votes:
+        :mod:`foxhunt.agent.committee`)."""
         agent = build_agent(
             self.cfg.agent, self.cfg.env.branches, device=device, replay_capacity=_ACTING_REPLAY
         )
         expect = Fingerprint.of(agent.policy.state_dict(), self.cfg.env.branches)
         policy = load_checkpoint(self.path, expect=expect, map_location=device).policy
         agent.load_state_dict({"policy": policy}, Restore.POLICY)
+        agent.policy.hold(self.epoch)
         return agent
 
     def policy(self, device: torch.device | str) -> CapturablePolicy:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from foxhunt.agent.config import Algo, only_for
 from foxhunt.config.loader import apply_override, assignment, validate_tree
 from foxhunt.config.models import FoxhuntConfig
 from foxhunt.errors import ConfigError
@@ -22,6 +23,32 @@ _FORBIDDEN = ("tune",)
 # A value a study may not search: its trials are ranked on the folds' selection periods, which
 # train.selection = last removes; every trial trains with train_tail (foxhunt.tune.objective.trial_config).
 _RANKING = "train.selection"
+_ALGO = "agent.algo"
+# A setting each learner reads, named in a refusal's fix.
+_EXAMPLE = {Algo.DQN: "agent.learn.lr", Algo.PPO: "agent.ppo.lr"}
+
+
+def _learners(cfg: FoxhuntConfig) -> set[Algo]:
+    """The learners the study's trials train: the config's ``agent.algo``, or its searched choices."""
+    space = cfg.tune.params.get(_ALGO)
+    if space is None or space.choices is None:
+        return {cfg.agent.algo}
+    return {Algo(str(c)) for c in space.choices if str(c) in {a.value for a in Algo}}
+
+
+def _unread(cfg: FoxhuntConfig, key: str) -> ConfigError | None:
+    """The refusal of ``key`` where no learner the trials train reads it (``agent.ppo.lr`` under
+    ``agent.algo = dqn``, ``agent.learn.lr`` under ppo: every trial would train alike), else None."""
+    owner, learners = only_for(key), _learners(cfg)
+    if owner is None or owner in learners:
+        return None
+    algo = " or ".join(sorted(a.value for a in learners))
+    examples = ", ".join(_EXAMPLE[a] for a in sorted(learners))
+    return ConfigError(
+        f"tune.params.{key}",
+        f"only agent.algo = {owner.value} reads it, and the trials train agent.algo = {algo}",
+        f"search what they read ({examples}, agent.network.hidden ...) or set agent.algo = {owner.value}",
+    )
 
 
 def _refusal(tree: dict[str, Any], key: str, probe: Any) -> tuple[str, str] | None:
@@ -67,6 +94,8 @@ def check_space(cfg: FoxhuntConfig) -> None:
             refused = _refusal(base, key, probe)
             if refused is not None:
                 raise ConfigError(where, f"{probe!r} is refused: {refused[0]}", refused[1])
+        if (unread := _unread(cfg, key)) is not None:
+            raise unread
 
 
 def suggest(trial: optuna.Trial, key: str, space: ParamSpaceConfig) -> Any:
