@@ -1,15 +1,16 @@
 """Checkpoint benchmark: how long an epoch's checkpoint holds training up, written now or in the
 background, at a profile's replay size.
 
-    .venv/bin/python bench/checkpoint.py [--profile production] [--device cpu|cuda] [--epochs 3]
+    .venv/bin/python bench/checkpoint.py [--profile localdev] [--device cpu|cuda] [--epochs 3]
                                          [--capacity N] [--out bench/results/checkpoint.json]
 
 Each epoch of ``foxhunt train`` saves the fold's ring entry and ``last`` (a byte copy of it) with the
 agent's whole training state, the full replay buffer included, and ``best`` (the policy alone) when
-the selection Sharpe improves: at the production profile's 1-2 M transitions a checkpoint is
-about 1-2 GB. This script builds that state (the profile's agent on ``--device``, its replay buffer
-filled with random transitions; ``--capacity`` sets another replay size) and times, per epoch, the
-caller's wait for ``CheckpointStore.save_best`` + ``save_epoch`` (what training waits for) under
+the selection Sharpe improves: at the default DQN agent's 1-2 M transitions (the localdev profile's,
+and the DQN production profile's until 2026-12-07) a checkpoint is about 1-2 GB. This script builds
+that state (the profile's agent on ``--device``, its replay buffer filled with random transitions;
+``--capacity`` sets another replay size) and times, per epoch, the caller's wait for
+``CheckpointStore.save_best`` + ``save_epoch`` (what training waits for) under
 ``Writes.NOW`` (the reference: hash, write and fsync before returning) and ``Writes.BACKGROUND``
 (what ``train`` uses: a copy into host buffers the store reuses from save to save, pinned and
 asynchronous from a CUDA state, then a writer thread; ``foxhunt.policy.snapshot``), and the
@@ -111,7 +112,7 @@ def _time(agent: Agent, root: Path, writes: Writes, epochs: int, epoch_s: float)
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", default="production")
+    ap.add_argument("--profile", default="localdev")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--epoch-s", type=float, default=3.0, help="seconds of stand-in epoch work between saves")

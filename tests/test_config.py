@@ -128,7 +128,7 @@ def test_the_plateau_ladder_under_ppo_is_refused_in_one_line() -> None:
     on under agent.algo = ppo it would never act, so the config refuses it in one line naming the fix,
     whichever --set comes first; off (the smoke profile's), or under DQN, it loads."""
     for profile, sets in (
-        ("production", ["agent.algo=ppo"]),  # the default patience 5
+        ("localdev", ["agent.algo=ppo"]),  # the default patience 5
         ("smoke", ["train.plateau.patience=3", "agent.algo=ppo"]),
         ("smoke", ["agent.algo=ppo", "train.plateau.patience=3"]),
     ):
@@ -138,5 +138,5 @@ def test_the_plateau_ladder_under_ppo_is_refused_in_one_line() -> None:
         assert "\n" not in text and "never acts under agent.algo = ppo" in text, text
         assert "train.plateau.patience=0" in text and "agent.algo=dqn" in text
     assert load_config("smoke", overrides=["agent.algo=ppo"]).train.plateau.patience == 0
-    assert load_config("production", overrides=["agent.algo=ppo", "train.plateau.patience=0"])
-    assert load_config("production").train.plateau.patience == 5  # DQN keeps its ladder
+    assert load_config("localdev", overrides=["agent.algo=ppo", "train.plateau.patience=0"])
+    assert load_config("localdev").train.plateau.patience == 5  # DQN keeps its ladder

@@ -244,9 +244,15 @@ def test_selection_last_reports_the_last_epoch(cache: FeatureCache, tmp_path: Pa
 
 @pytest.mark.parametrize(
     ("profile", "selection"),
-    [("smoke", Selection.LAST), ("gpu", Selection.LAST), ("production", Selection.TRAIN_TAIL)],
+    [
+        ("smoke", Selection.LAST),
+        ("gpu", Selection.LAST),
+        ("full", Selection.LAST),
+        ("production", Selection.LAST),
+        ("localdev", Selection.TRAIN_TAIL),
+    ],
 )
-def test_smoke_and_gpu_report_their_last_epoch_others_select(profile: str, selection: Selection) -> None:
+def test_profiles_report_their_last_epoch_localdev_selects(profile: str, selection: Selection) -> None:
     assert load_config(profile=profile).train.selection is selection
     assert TrainConfig().selection is Selection.TRAIN_TAIL  # the default
 
