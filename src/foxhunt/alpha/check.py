@@ -48,10 +48,11 @@ it, so its mean under the null is 0 (tests/alpha/test_metrics.py plants both).
 
 Why the linear model. With the MLP and LightGBM alone the verdict found 11 of 25 fresh alpha-2
 markets (3 sessions x 30k events, 30 s bars), where the planted carrier itself, as a forecast, gives
-z 4-9 on every one of them: the power was lost in the models' variance on ~5,000 training rows, not
-in the data. A regularised logistic regression on the 16 screened columns leans on the carrier's
-features with far less variance (mean z 3.8 at 5 bars against LightGBM's 2.6 on the markets that
-chose it). The MLP and LightGBM stay in the family for signals that are not linear in a few columns.
+z >= 4.1 at 5 bars on every one of them (bench/alpha_oracle.py): the power was lost in the models'
+variance on ~5,000 training rows, not in the data. A regularised logistic regression on the 16
+screened columns leans on the carrier's features with less variance (mean z at 5 bars 2.6 against
+LightGBM's 2.0 on fresh alpha-2 markets; 3.8 against 2.6 on the markets that chose it). The MLP and
+LightGBM stay in the family for signals that are not linear in a few columns.
 
 Measured power and calibration: bench/alpha_power.py, :data:`MEASURED_RATES`, quoted in alpha.md;
 docs/results/2026-12-07-alpha-verdict.md.
