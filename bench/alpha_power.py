@@ -9,7 +9,7 @@ none used elsewhere in the project: no-signal markets (``synth.alpha=0``) at ``-
 alpha-2 markets at ``--seed0 + 1000 + i``, smoke-strength markets (the smoke profile's alpha, 4) at
 ``--seed0 + 2000 + i``; the planted carrier is the profile's (the level-1 imbalance EMA over 2000
 events). On each the whole check runs as ``foxhunt alpha`` runs it (:func:`run_alpha`), and the
-verdict is read with the code's rule (the forecast test, Bonferroni over models x horizons) and, for
+verdict is read with the code's rule (the forecast test, max-z over models x horizons) and, for
 comparison, with the earlier AUC rules (pooled and every fold's interval above 0.5; the pooled
 interval alone). Each market's row also holds every test's z and p-value.
 

@@ -1,4 +1,5 @@
-"""The alpha check's two models on planted-signal and pure-noise data, plus the inner split by hand."""
+"""The alpha check's three models on planted-signal and pure-noise data, plus the inner split and a
+logistic fit by hand."""
 
 from __future__ import annotations
 
@@ -10,10 +11,12 @@ from pydantic import ValidationError
 from foxhunt.alpha.models import (
     FittedModel,
     GbmConfig,
+    LinearConfig,
     MlpConfig,
     ModelKind,
     fit,
     fit_gbm,
+    fit_linear,
     fit_mlp,
     inner_split,
 )
@@ -21,7 +24,13 @@ from foxhunt.alpha.models import (
 # Small batches so a few thousand rows still give the MLP enough steps per epoch.
 MLP = MlpConfig(batch_size=256, max_epochs=20, patience=2)
 GBM = GbmConfig(n_estimators=300, min_data_in_leaf=50)
-PARAMS: dict[ModelKind, MlpConfig | GbmConfig] = {ModelKind.MLP: MLP, ModelKind.GBM: GBM}
+LINEAR = LinearConfig()
+PARAMS: dict[ModelKind, MlpConfig | GbmConfig | LinearConfig] = {
+    ModelKind.MLP: MLP,
+    ModelKind.GBM: GBM,
+    ModelKind.LINEAR: LINEAR,
+}
+ITERATIVE = [ModelKind.MLP, ModelKind.GBM]  # early-stopped on the inner split, seeded
 N_FEATURES = 8
 
 
@@ -97,7 +106,10 @@ def test_planted_signal_is_found(planted, kind: ModelKind):
     model, x_test, y_test = planted[kind]
     assert model.kind is kind
     assert _auc(y_test, model.predict(x_test)) > 0.8
-    assert model.inner_val_logloss < 0.5  # well below ln 2 = 0.693, the constant predictor's
+    if kind in ITERATIVE:
+        assert model.inner_val_logloss < 0.5  # well below ln 2 = 0.693, the constant predictor's
+    else:
+        assert np.isnan(model.inner_val_logloss) and model.n_inner_val == 0  # no inner split
 
 
 @pytest.mark.parametrize("kind", list(ModelKind))
@@ -112,7 +124,7 @@ def test_early_stopping_stops_on_noise(noise):
     assert 1 <= noise[ModelKind.GBM][0].n_iterations < GBM.n_estimators
 
 
-@pytest.mark.parametrize("kind", list(ModelKind))
+@pytest.mark.parametrize("kind", ITERATIVE)
 def test_kept_model_is_the_best_iteration(kind: ModelKind):
     """inner_val_logloss (the best iteration's) equals the returned model's log-loss on those rows."""
     x, y = _data(6_000, signal=True, seed=5)
@@ -135,7 +147,7 @@ def test_gbm_gain_concentrates_on_the_informative_column(planted):
 # --- determinism, shapes, contracts -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", list(ModelKind))
+@pytest.mark.parametrize("kind", ITERATIVE)
 def test_same_seed_same_predictions(kind: ModelKind):
     x, y = _data(3_000, signal=True, seed=6)
     x_test, _ = _data(500, signal=True, seed=7)
@@ -144,6 +156,48 @@ def test_same_seed_same_predictions(kind: ModelKind):
     c = fit(kind, x, y, PARAMS[kind], gap=2, seed=12).predict(x_test)
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)  # the seed reaches the model (init / shuffling, bagging)
+
+
+def test_linear_fit_is_seed_free():
+    x, y = _data(3_000, signal=True, seed=6)
+    a = fit(ModelKind.LINEAR, x, y, LINEAR, gap=2, seed=11).predict(x[:500])
+    b = fit(ModelKind.LINEAR, x, y, LINEAR, gap=5, seed=12).predict(x[:500])
+    np.testing.assert_array_equal(a, b)  # no random numbers, no inner split: gap and seed unused
+
+
+# --- the linear model by hand -------------------------------------------------------------------
+
+
+def test_linear_fit_hand_worked():
+    # One feature x in {-1, +1}: at x = +1 three rows up and one down, at x = -1 one up and three
+    # down. With (almost) no penalty the logistic MLE matches each group's share of up rows:
+    # sigmoid(b + w) = 3/4 and sigmoid(b - w) = 1/4, so b = 0 and w = ln 3 (= 1.0986).
+    x = np.array([[1], [1], [1], [1], [-1], [-1], [-1], [-1]], np.float32)
+    y = np.array([1, 1, 1, 0, 1, 0, 0, 0])
+    model = fit_linear(x, y, LinearConfig(c=1e6))
+    np.testing.assert_allclose(
+        model.predict(np.array([[1], [-1], [0]], np.float32)), [0.75, 0.25, 0.5], atol=1e-4
+    )
+    assert model.base_rate == 0.5 and model.n_inner_train == 8 and model.feature_gain is None
+    # The penalty |w|^2 / (2 c) pulls w towards 0: with c = 0.01 the forecasts stay near 1/2.
+    shrunk = fit_linear(x, y, LinearConfig(c=0.01)).predict(np.array([[1]], np.float32))[0]
+    assert 0.5 < shrunk < 0.55
+
+
+def test_linear_reads_only_its_columns():
+    x, y = _data(8_000, signal=True, seed=1)  # the signal is column 0
+    x_test, y_test = _data(4_000, signal=True, seed=2)
+    model = fit_linear(x, y, LINEAR, columns=np.array([0, 2]))
+    shuffled = x_test.copy()
+    shuffled[:, [1, 3, 4]] = np.random.default_rng(0).permutation(shuffled[:, [1, 3, 4]])
+    np.testing.assert_array_equal(model.predict(shuffled), model.predict(x_test))
+    assert _auc(y_test, model.predict(x_test)) > 0.8
+    blind = fit_linear(x, y, LINEAR, columns=np.array([1, 2]))  # without the signal's column
+    assert abs(_auc(y_test, blind.predict(x_test)) - 0.5) < 0.05
+    with pytest.raises(ValueError, match="columns"):
+        fit_linear(x, y, LINEAR, columns=np.array([0, N_FEATURES]))
+    with pytest.raises(ValueError, match="one class"):
+        fit_linear(x, np.ones_like(y), LINEAR)
 
 
 def test_mlp_leaves_torch_state_as_it_was():
@@ -176,6 +230,8 @@ def test_fit_dispatch_and_bad_input():
         fit(ModelKind.GBM, x, y, MLP, gap=0, seed=0)
     with pytest.raises(TypeError, match="MlpConfig"):
         fit("mlp", x, y, GBM, gap=0, seed=0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="LinearConfig"):
+        fit(ModelKind.LINEAR, x, y, GBM, gap=0, seed=0)
     with pytest.raises(ValueError, match="0 \\(down\\) and 1"):
         fit_gbm(x, y + 1, GBM, gap=0, seed=0)
     bad = x.copy()

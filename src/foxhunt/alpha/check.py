@@ -6,7 +6,9 @@ that it moved"). One set of purged walk-forward folds serves every horizon, purg
 with the longest horizon. Per fold: a robust scaler fitted on the training rows normalises all
 rows (:meth:`FoldData.normalise`, the one normalisation path), then an MLP (PyTorch) and LightGBM
 are fitted per horizon on the training rows, early-stopped on the last part of the training
-period, and scored on the validation block.
+period, and an L2 logistic regression on the fold's screened columns (the ``alpha.linear.columns``
+of largest |rank IC| with the horizon's forward move over the fold's training rows,
+:func:`~foxhunt.validation.screen.screen_columns`); all three are scored on the validation block.
 
 Reported per model and horizon: accuracy, AUC and log-loss per fold and pooled over the folds'
 validation rows, with intervals from a block bootstrap over time (blocks of at least the
@@ -16,7 +18,7 @@ per spread and per volatility quintile (edges from each fold's training rows); L
 group and permutation importance per group for the MLP.
 
 Verdict, with the family-wise error controlled over every model x horizon. The check makes
-``m = 2 models x H horizons`` tests; with each at 5% the chance that one of them fires on a market
+``m = 3 models x H horizons`` tests; with each at 5% the chance that one of them fires on a market
 without signal grows with m. For each model and horizon K the verdict's test
 (:func:`~foxhunt.alpha.metrics.forecast_test`, :func:`pooled_terms`) pools the folds' validation rows
 and asks whether the mid moved the way the forecasts leaned: ``S = sum_t (p_t - b)(close[t+K] -
@@ -29,7 +31,7 @@ same moves, so under the null they are jointly normal with a correlation the ter
 "signal" = some model and horizon's family-adjusted one-sided p-value ``P(max of the m z >= its z)``
 is at most ``alpha = alpha.family_error`` (0.05; :func:`~foxhunt.alpha.metrics.max_z_p_values`,
 single-step max-z: the family-wise error Bonferroni's ``p <= alpha / m`` holds, with a 5% critical z
-of about 2.3 for 6 tests where Bonferroni's is 2.39). One-sided: forecasts the mid moves against
+of about 2.4 for 9 tests where Bonferroni's is 2.54). One-sided: forecasts the mid moves against
 are not signal. The AUC intervals (Bonferroni-adjusted block-bootstrap percentile intervals at
 ``1 - alpha / m``, :func:`bootstrap_block`) are reported beside it and no longer decide.
 
@@ -43,6 +45,14 @@ forecast that expects reversion (as models fitted on overlapping labels of a ran
 then scores above 0.5 on average (0.52 at 60 bars over 144 no-signal folds), a bias no interval
 around the AUC removes. Every term of the forecast test pairs a forecast with the moves that follow
 it, so its mean under the null is 0 (tests/alpha/test_metrics.py plants both).
+
+Why the linear model. With the MLP and LightGBM alone the verdict found 11 of 25 fresh alpha-2
+markets (3 sessions x 30k events, 30 s bars), where the planted carrier itself, as a forecast, gives
+z >= 4.1 at 5 bars on every one of them (bench/alpha_oracle.py): the power was lost in the models'
+variance on ~5,000 training rows, not in the data. A regularised logistic regression on the 16
+screened columns leans on the carrier's features with less variance (mean z at 5 bars 2.6 against
+LightGBM's 2.0 on fresh alpha-2 markets; 3.8 against 2.6 on the markets that chose it). The MLP and
+LightGBM stay in the family for signals that are not linear in a few columns.
 
 Measured power and calibration: bench/alpha_power.py, :data:`MEASURED_RATES`, quoted in alpha.md;
 docs/results/2026-12-07-alpha-verdict.md.
@@ -77,8 +87,9 @@ from foxhunt.seeding import alpha_fit_seed
 from foxhunt.validation.config import FoldConfig
 from foxhunt.validation.folds import make_folds
 from foxhunt.validation.labels import direction_labels
+from foxhunt.validation.screen import screen_columns
 
-MODELS = (ModelKind.MLP, ModelKind.GBM)
+MODELS = (ModelKind.MLP, ModelKind.GBM, ModelKind.LINEAR)
 # How the intervals are made, and how the verdict is, as alpha.json and alpha.md state them.
 INTERVAL_METHOD = (
     "Bonferroni-adjusted block-bootstrap percentile intervals of AUC, accuracy and log-loss: each of "
@@ -113,18 +124,19 @@ class MeasuredRates:
 # The verdict's measured operating point, quoted by alpha.md. Re-measure when the rule changes.
 MEASURED_RATES = MeasuredRates(
     command=(
-        "nice -n 10 .venv/bin/python bench/alpha_power.py --none 30 --alpha2 16 --smoke 12 --seed0 9100 "
+        "nice -n 10 .venv/bin/python bench/alpha_power.py --none 50 --alpha2 25 --smoke 25 --seed0 40000 "
         "--jobs 2 --keep DIR"
     ),
     page="docs/results/2026-12-07-alpha-verdict.md",
     markets=(
-        "smoke profile, 3 sessions x 30k book events, 30 s bars, horizons 5/20/60, seeds 9100-9129, "
-        "10100-10115, 11100-11111; the same markets chose between Bonferroni and max-z"
+        "smoke profile, 3 sessions x 30k book events, 30 s bars, horizons 5/20/60, fresh seeds 40000-40049, "
+        "41000-41024, 42000-42024; the rule (the linear model beside the MLP and LightGBM) was chosen on "
+        "other markets (9100-9129, 10100-10115, 11100-11111)"
     ),
     smoke_alpha=4.0,
-    false_calls=(0, 30),
-    smoke=(11, 12),
-    alpha2=(12, 16),
+    false_calls=(2, 50),
+    smoke=(25, 25),
+    alpha2=(19, 25),
 )
 # Regime variables, read from the feature columns that measure them (raw, before normalisation).
 REGIME_COLUMNS = {"spread": "ofi.spread_ticks", "volatility": "market.vol_rv_w20_bps"}
@@ -345,7 +357,7 @@ def run_alpha(
     seg = cache.column("segment_start").astype(bool)
     n = len(x_raw)
     folds = make_folds(x_raw, columns, fold_params, label_span=max(horizons))
-    # Every model x horizon is one test of the verdict: Bonferroni over all of them (module docstring).
+    # Every model x horizon is one test of the verdict: max-z over all of them (module docstring).
     family_size = len(MODELS) * len(horizons)
     level = bonferroni_level(acfg.family_error, family_size)
     groups = group_slices(list(columns))
@@ -368,7 +380,9 @@ def run_alpha(
         for name, col in REGIME_COLUMNS.items()
         if col in columns and np.any(x_raw[:, columns.index(col)] != 0)
     }
-    for fd in progress.track(folds, f"alpha: MLP and LightGBM on {len(horizons)} horizon(s), folds"):
+    segment_id = np.cumsum(seg)  # the screen's forward windows stay inside one segment
+    params = {ModelKind.MLP: acfg.mlp, ModelKind.GBM: acfg.gbm, ModelKind.LINEAR: acfg.linear}
+    for fd in progress.track(folds, f"alpha: MLP, LightGBM and linear on {len(horizons)} horizon(s), folds"):
         xz = fd.normalise(x_raw)
         for k in horizons:
             y, usable = targets_by_h[k]
@@ -377,9 +391,20 @@ def run_alpha(
             if len(tr) < 100 or len(va) < 20 or len(np.unique(y[tr])) < 2:
                 continue
             fold_row: dict[str, Any] = {"fold": fd.fold.index, "n_train": int(len(tr)), "n_val": int(len(va))}
+            # The linear model's columns: ranked on the fold's training rows only (forward windows
+            # ending before the last training row), as the agent's input screen is.
+            lo, hi = int(fd.fold.train.min()), int(fd.fold.train.max()) + 1
+            kept = screen_columns(xz, tuple(columns), close, segment_id, lo, hi, k, acfg.linear.columns).kept
             for model in MODELS:
-                params = acfg.mlp if model is ModelKind.MLP else acfg.gbm
-                fitted = fit(model, xz[tr], y[tr], params, gap=k, seed=alpha_fit_seed(seed, fd.fold.index, k))
+                fitted = fit(
+                    model,
+                    xz[tr],
+                    y[tr],
+                    params[model],
+                    gap=k,
+                    seed=alpha_fit_seed(seed, fd.fold.index, k),
+                    columns=np.asarray(kept, np.int64),
+                )
                 p = fitted.predict(xz[va])
                 vv = fd.fold.validation[valid_by_h[k][fd.fold.validation]]
                 # The fold's own AUC interval, at the family level: the verdict asks every fold for it.
@@ -389,6 +414,8 @@ def run_alpha(
                     "auc_lo": fold_ci["auc"]["lo"],
                     "auc_hi": fold_ci["auc"]["hi"],
                 }
+                if model is ModelKind.LINEAR:  # the screened columns it read, strongest first
+                    fold_row[model.value]["columns"] = [columns[j] for j in kept]
                 preds.setdefault((k, model.value), []).append(
                     FoldForecast(va, y[va], p, float(y[tr].mean()), vv, fitted.predict(xz[vv]))
                 )

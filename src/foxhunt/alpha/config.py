@@ -1,4 +1,4 @@
-"""The ``[alpha]`` config section: horizons, bootstrap, regimes, and the two models' settings."""
+"""The ``[alpha]`` config section: horizons, bootstrap, regimes, and the three models' settings."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pydantic import Field
 from foxhunt.config.base import Frozen
 
 
-# The two models' settings live here, not beside the models (alpha.models), so that reading a config
+# The models' settings live here, not beside the models (alpha.models), so that reading a config
 # does not import torch and LightGBM.
 class MlpConfig(Frozen):
     hidden: tuple[Annotated[int, Field(ge=1, le=4096)], ...] = Field(
@@ -72,6 +72,22 @@ class GbmConfig(Frozen):
     )
 
 
+class LinearConfig(Frozen):
+    columns: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description=(
+            "Feature columns the linear model reads: the fold's largest |rank IC| with the horizon's "
+            "forward move on its training rows (foxhunt.validation.screen)."
+        ),
+    )
+    c: float = Field(
+        0.01, gt=0.0, le=1e6, description="Inverse L2 penalty of the logistic fit (smaller = stronger)."
+    )
+    max_iter: int = Field(500, ge=10, le=100_000, description="Most L-BFGS iterations of the fit.")
+
+
 class AlphaConfig(Frozen):
     horizons: tuple[int, ...] | None = Field(
         None, description="Direction horizons in rows (None: the labels section's for the row unit)."
@@ -105,3 +121,6 @@ class AlphaConfig(Frozen):
     )
     mlp: MlpConfig = Field(default_factory=MlpConfig, description="The PyTorch MLP.")
     gbm: GbmConfig = Field(default_factory=GbmConfig, description="LightGBM.")
+    linear: LinearConfig = Field(
+        default_factory=LinearConfig, description="L2 logistic regression on the screened columns."
+    )

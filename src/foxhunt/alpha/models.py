@@ -1,4 +1,5 @@
-"""The two models of the alpha check (docs/design.md §4): a PyTorch MLP and LightGBM, binary direction.
+"""The three models of the alpha check (docs/design.md §4): a PyTorch MLP, LightGBM and an L2 logistic
+regression on screened columns, binary direction.
 
 Inputs: ``x`` float32 ``[n, F]`` (robust-normalised, finite) and ``y`` int ``{0, 1}`` (1 = up), rows
 in **time order**. Both fits early-stop on the same inner validation split of the training rows
@@ -14,6 +15,12 @@ in **time order**. Both fits early-stop on the same inner validation split of th
   epochs without improvement.
 * GBM: LightGBM ``binary`` objective, early stopping on the inner-validation ``binary_logloss``;
   :attr:`FittedModel.feature_gain` is its gain importance per column.
+* Linear: scikit-learn's L2-penalised logistic regression (L-BFGS, fixed penalty ``1 / c``, no
+  early stopping: every training row fits) on the columns the caller screened (the check passes
+  the fold's largest |rank IC| with the forward move, :mod:`foxhunt.validation.screen`). A planted
+  signal that is close to linear in a few features (the synthetic market's imbalance EMA) is found
+  with far less variance by a linear model than by trees or a network on ~5,000 rows
+  (docs/results/2026-12-07-alpha-verdict.md).
 
 No class reweighting: direction labels are about balanced; :attr:`FittedModel.base_rate` records
 the share of 1s in the inner-training rows (a constant predictor's log-loss is the entropy of the
@@ -21,7 +28,8 @@ base rate, about ln 2 = 0.693, the bar that ``inner_val_logloss`` is judged agai
 
 Deterministic for a seed on the CPU: the MLP seeds a forked torch RNG (the global stream is left as
 it was) and runs under ``torch.set_num_threads(threads)``; LightGBM runs with ``seed``,
-``deterministic`` and ``force_row_wise``.
+``deterministic`` and ``force_row_wise``; the linear fit draws no random numbers (same rows, same
+model, whatever the seed).
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import torch
 from torch import nn
 
 from foxhunt import seeding
-from foxhunt.alpha.config import GbmConfig, MlpConfig
+from foxhunt.alpha.config import GbmConfig, LinearConfig, MlpConfig
 from foxhunt.seeding import generator
 
 _P_EPS = 1e-12  # probabilities are clipped to [eps, 1 - eps] (finite log-loss; logits up to ~27.6)
@@ -49,6 +57,7 @@ _PREDICT_ROWS = 65_536  # rows per prediction batch (bounded memory for any n)
 class ModelKind(StrEnum):
     MLP = "mlp"  # PyTorch multilayer perceptron
     GBM = "gbm"  # LightGBM gradient-boosted trees
+    LINEAR = "linear"  # L2 logistic regression on screened columns
 
 
 @dataclass(frozen=True, eq=False)
@@ -57,8 +66,8 @@ class FittedModel:
 
     kind: ModelKind
     n_features: int
-    n_iterations: int  # epochs (MLP) or trees (GBM) kept: the best inner-validation iteration
-    inner_val_logloss: float  # log-loss of the kept model on the inner validation rows
+    n_iterations: int  # epochs (MLP) or trees (GBM) kept, the best inner-validation one; L-BFGS steps
+    inner_val_logloss: float  # log-loss of the kept model on the inner validation rows (NaN: linear, none)
     base_rate: float  # share of y = 1 in the inner-training rows
     n_inner_train: int
     n_inner_val: int
@@ -109,10 +118,23 @@ def inner_split(n_train: int, fraction: float, gap: int) -> tuple[np.ndarray, np
 
 
 def fit(
-    kind: ModelKind, x: np.ndarray, y: np.ndarray, params: MlpConfig | GbmConfig, *, gap: int, seed: int
+    kind: ModelKind,
+    x: np.ndarray,
+    y: np.ndarray,
+    params: MlpConfig | GbmConfig | LinearConfig,
+    *,
+    gap: int,
+    seed: int,
+    columns: np.ndarray | None = None,
 ) -> FittedModel:
-    """Fit the model ``kind`` with its params (:class:`MlpConfig` or :class:`GbmConfig`)."""
+    """Fit the model ``kind`` with its params (:class:`MlpConfig`, :class:`GbmConfig` or
+    :class:`LinearConfig`); ``columns`` (the linear model's screened columns; None = all) is read by
+    the linear model only."""
     kind = ModelKind(kind)
+    if kind is ModelKind.LINEAR:
+        if not isinstance(params, LinearConfig):
+            raise TypeError(f"fit: model {kind} needs LinearConfig, got {type(params).__name__}")
+        return fit_linear(x, y, params, columns=columns)
     if kind is ModelKind.MLP:
         if not isinstance(params, MlpConfig):
             raise TypeError(f"fit: model {kind} needs MlpConfig, got {type(params).__name__}")
@@ -282,6 +304,46 @@ def fit_gbm(x: np.ndarray, y: np.ndarray, params: GbmConfig, *, gap: int, seed: 
         n_inner_train=len(tr),
         n_inner_val=len(va),
         feature_gain=gain,
+        _predict_batch=predict_batch,
+    )
+
+
+# --- linear -------------------------------------------------------------------------------------
+
+
+def fit_linear(
+    x: np.ndarray, y: np.ndarray, params: LinearConfig, *, columns: np.ndarray | None = None
+) -> FittedModel:
+    """L2 logistic regression ``P(up) = sigmoid(b + x[:, columns] @ w)`` on every row (time order does
+    not matter: no early stopping), minimising ``sum_i logloss_i + |w|^2 / (2 c)``. ``columns``
+    (indices into ``x``'s columns; None = all) are the only columns it reads, in fit and predict;
+    ``x`` keeps its full width, so the caller predicts on the same layout as the other models."""
+    from sklearn.linear_model import LogisticRegression  # here: the CLI's import of alpha stays light
+
+    x, y = _check_xy(x, y, "fit_linear")
+    n_features = x.shape[1]
+    cols = np.arange(n_features) if columns is None else np.asarray(columns, np.int64)
+    if cols.ndim != 1 or len(cols) == 0 or cols.min() < 0 or cols.max() >= n_features:
+        raise ValueError(
+            f"fit_linear: columns must be 1-D indices into the {n_features} columns of x, got {cols[:10]}"
+        )
+    if len(np.unique(y)) < 2:
+        raise ValueError("fit_linear: y holds one class only; a direction model needs up and down rows")
+    model = LogisticRegression(C=params.c, max_iter=params.max_iter)
+    model.fit(x[:, cols].astype(np.float64), y)
+
+    def predict_batch(xb: np.ndarray) -> np.ndarray:
+        return model.predict_proba(xb[:, cols].astype(np.float64))[:, 1]
+
+    return FittedModel(
+        kind=ModelKind.LINEAR,
+        n_features=n_features,
+        n_iterations=int(np.max(model.n_iter_)),
+        inner_val_logloss=float("nan"),
+        base_rate=float(y.mean()),
+        n_inner_train=len(x),
+        n_inner_val=0,
+        feature_gain=None,
         _predict_batch=predict_batch,
     )
 

@@ -194,7 +194,8 @@ def markdown(result: AlphaResult) -> str:
         f"{result.family_size} tests ({len(MODELS)} models x {len(result.horizons)} horizons; the "
         f"chance that the largest of their z under the null reaches it) is at most {result.family_error:g} "
         f"(family-wise error {result.family_error:.0%}). AUC intervals: block "
-        f"bootstrap over time (blocks >= horizon) at {result.interval_level:.2%} each; they describe "
+        f"bootstrap over time (blocks >= horizon) at {result.interval_level:.2%} each (Bonferroni over "
+        f"the {result.family_size} tests); they describe "
         "the AUC and do not decide the verdict (on a martingale a mean-reverting forecast's AUC "
         "comes out above 0.5; the test's terms are not).",
         "",

@@ -50,9 +50,10 @@ def alpha_cmd(
     overwrite: OverwriteOpt = False,
 ) -> None:
     """Does the data carry signal before any RL? The leak guard runs first on the data; then an
-    MLP and LightGBM predict the direction of the move over each horizon on purged walk-forward
-    folds, with block-bootstrap confidence intervals, a horizon-decay curve, regime tables and
-    feature-group importance. Writes alpha.json, alpha.md and PNG plots; prints the verdict."""
+    MLP, LightGBM and a logistic regression on the screened columns predict the direction of the
+    move over each horizon on purged walk-forward folds, with block-bootstrap confidence intervals,
+    a horizon-decay curve, regime tables and feature-group importance. Writes alpha.json, alpha.md
+    and PNG plots; prints the verdict."""
     from foxhunt import pipeline
     from foxhunt.alpha.check import check_horizons
     from foxhunt.alpha.report import verdict_line, write_report
