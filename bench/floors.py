@@ -1,7 +1,8 @@
 """What a captured step can cost at best on this card, and where its time goes (issue 57's closing
 note: each unmet goal's distance from its launch or memory floor, shown by a profile).
 
-Not a benchmark on its own: bench/fused_step.py and bench/collection.py import it (``--profile``).
+bench/fused_step.py and bench/collection.py import it (``--profile``); run alone it prints this card's
+floors: ``python3 bench/floors.py [--device cuda|cpu]``.
 
 * :func:`launch_seconds`: one kernel node of a replayed CUDA graph, measured here (a graph of 256
   one-element adds, replayed): the launch floor of a step is its kernels times this.
@@ -17,6 +18,8 @@ Not a benchmark on its own: bench/fused_step.py and bench/collection.py import i
 
 from __future__ import annotations
 
+import argparse
+import json
 import time
 from collections.abc import Callable
 
@@ -159,3 +162,14 @@ def print_profile(label: str, prof: dict[str, object], floor: dict[str, float], 
     )
     for r in prof["kernels"][:top]:  # type: ignore[index]
         print(f"  {r['us_per_step']:>9.2f} us  x{r['calls']:<6} {r['kernel']}", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    print(json.dumps({"device": args.device, **card(args.device)}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
