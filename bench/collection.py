@@ -185,13 +185,7 @@ def _graph_ms(fn: Any, generator: torch.Generator, reps: int) -> float:
     with torch.cuda.graph(graph):
         fn()
     graph.replay()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(reps):
-        graph.replay()
-    end.record()
-    end.synchronize()
-    return begin.elapsed_time(end) / reps
+    return floors.replay_ms(graph, reps)
 
 
 def breakdown(held: Any) -> dict[str, float]:

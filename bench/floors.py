@@ -41,13 +41,18 @@ def launch_seconds(kernels: int = 256, reps: int = 20) -> float:
             x.add_(1.0)
     graph.replay()
     torch.cuda.synchronize()
+    return replay_ms(graph, reps) / 1e3 / kernels
+
+
+def replay_ms(graph: torch.cuda.CUDAGraph, reps: int) -> float:
+    """Milliseconds one replay of ``graph`` takes, ``reps`` replays timed by CUDA events."""
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()
     for _ in range(reps):
         graph.replay()
     end.record()
     end.synchronize()
-    return begin.elapsed_time(end) / 1e3 / (reps * kernels)
+    return begin.elapsed_time(end) / reps
 
 
 def matmul_flops(size: int = 8192, reps: int = 10) -> float:
