@@ -505,7 +505,7 @@ def main() -> int:
     ap.add_argument(
         "--profile",
         default=None,
-        help="agent sizes of this profile (default: production on CUDA, smoke on CPU)",
+        help="agent sizes of this profile (default: the default DQN sizes on CUDA, smoke on CPU)",
     )
     ap.add_argument("--batch", type=int, default=None, help="default: 16384 on CUDA, 256 on CPU")
     ap.add_argument("--capacity", type=int, default=None, help="replay capacity (default: the profile's)")
