@@ -256,6 +256,16 @@ def test_book_streams_alone_decide_and_compute_as_the_backtest(
     assert [r for r in rows if not np.array_equal(rows[r], x[r], equal_nan=True)] == []
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux: /proc/PID/stat, fields 14 and 15);
+    0 once it has gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.slow  # two fresh processes over 184 rows: about a minute on a shared CPU
 def test_kill_9_and_restart_lose_and_double_no_fill(
     export: Path, replay: list[Path], backtested: Path, served: Path, tmp_path: Path
@@ -269,9 +279,12 @@ def test_kill_9_and_restart_lose_and_double_no_fill(
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ledger = tmp_path / "ledger.sqlite"
-    deadline = time.monotonic() + 120
+    # Wait on the process's progress, not the wall clock: on a loaded box a wall deadline ran out
+    # before serve committed anything. A serve that burns 120 s of its own CPU (or sits 15 minutes)
+    # without 10 decisions is stuck.
+    backstop = time.monotonic() + 900
     committed = 0
-    while time.monotonic() < deadline and proc.poll() is None:
+    while time.monotonic() < backstop and _cpu_seconds(proc.pid) < 120 and proc.poll() is None:
         time.sleep(0.2)
         if ledger.exists():
             try:
