@@ -52,6 +52,7 @@ from foxhunt.config.loader import load_config
 from foxhunt.domain.actions import BranchConfig
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import TradingEnv
+from foxhunt.env.graph import capture
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -174,16 +175,7 @@ def _graph_ms(fn: Any, generator: torch.Generator, reps: int) -> float:
         for _ in range(reps):
             fn()
         return 1e3 * (time.perf_counter() - t0) / reps
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    graph.register_generator_state(generator)
-    with torch.cuda.graph(graph):
-        fn()
+    graph, _ = capture(fn, warmup=2, generators=(generator,))
     graph.replay()
     return floors.replay_ms(graph, reps)
 

@@ -27,42 +27,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
 
 import torch
 from torch import Tensor
 
 from foxhunt.agent.learner import Batch, Learner
+from foxhunt.env.graph import capture
 
 COMPILE_MIN_BATCH = 4096
 """Smallest learner batch whose captured update is compiled first. The compile (forward with and
 without grad, loss and backward; tens of seconds on the H200 box, reported by bench/learner.py) pays
 only where the update is long and many: the localdev and production profiles' batches of
 4,096-16,384, not the smoke profile's 256 (its CUDA graph of the eager update is short already)."""
-
-T = TypeVar("T")
-
-
-def capture(
-    step: Callable[[], T], warmup: int = 3, generators: Sequence[torch.Generator] = ()
-) -> tuple[torch.cuda.CUDAGraph, T]:
-    """``step`` run ``warmup`` times eagerly on a side stream (lazy state, compilation), then captured;
-    ``(graph, the captured call's outputs)``. A custom generator the step draws from must be in
-    ``generators``: a graph replays its random kernels at the generator's current offset (advancing
-    it) only when registered; the default generator is registered by the capture itself."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmup):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    for g in generators:
-        graph.register_generator_state(g)
-    with torch.cuda.graph(graph):
-        out = step()
-    torch.cuda.synchronize()
-    return graph, out
 
 
 def _compile_first(learner: Learner, batch_size: int, compile: bool | None) -> bool:

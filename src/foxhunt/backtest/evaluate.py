@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import Protocol
 
@@ -52,7 +52,7 @@ from foxhunt.domain.exits import ExitReason, outcome_class
 from foxhunt.domain.sharpe import sharpe_ratio
 from foxhunt.env.config import EnvConfig
 from foxhunt.env.core import StepResult, TradingEnv
-from foxhunt.env.graph import CapturablePolicy
+from foxhunt.env.graph import CapturablePolicy, capture
 from foxhunt.env.market import AUX_TARGETS, MarketTensors
 from foxhunt.env.state import Portfolio
 from foxhunt.env.trades import STAGES
@@ -296,23 +296,15 @@ def evaluate(
     return rec
 
 
-
-def capture_step(step: Callable[[], object]) -> tuple[torch.cuda.CUDAGraph, float]:
-    """``step`` warmed up twice on a side stream (compile, lazy init; the caller's run resets what
-    those steps wrote), then captured as one CUDA graph; with the seconds both took."""
+def capture_step(
+    step: Callable[[], object], generators: Sequence[torch.Generator] = ()
+) -> tuple[torch.cuda.CUDAGraph, float]:
+    """``step`` warmed up twice and captured as one CUDA graph (:func:`foxhunt.env.graph.capture`; the
+    caller's run resets what those steps wrote), with the seconds both took."""
     import time
 
     t0 = time.perf_counter()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-    torch.cuda.synchronize()
+    graph, _ = capture(step, warmup=2, generators=generators)
     return graph, time.perf_counter() - t0
 
 

@@ -31,7 +31,8 @@ second process's compile of the same step a cache hit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -39,6 +40,31 @@ from torch import Tensor
 from foxhunt.domain.actions import BRANCHES, Direction
 from foxhunt.env.core import StepResult, TradingEnv
 from foxhunt.env.state import Portfolio
+
+T = TypeVar("T")
+
+
+def capture(
+    step: Callable[[], T], warmup: int = 3, generators: Sequence[torch.Generator] = ()
+) -> tuple[torch.cuda.CUDAGraph, T]:
+    """``step`` run ``warmup`` times eagerly on a side stream (lazy state, compilation), then captured;
+    ``(graph, the captured call's outputs)``. A custom generator the step draws from must be in
+    ``generators``: a graph replays its random kernels at the generator's current offset (advancing
+    it) only when registered; the default generator is registered by the capture itself."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    for g in generators:
+        graph.register_generator_state(g)
+    with torch.cuda.graph(graph):
+        out = step()
+    torch.cuda.synchronize()
+    return graph, out
+
 
 COMPILE_OPTIONS: dict[str, object] = {
     # Store a value that several consumers read instead of re-inlining its expression into each. The
