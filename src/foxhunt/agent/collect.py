@@ -29,6 +29,7 @@ again when it changes.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -143,16 +144,12 @@ def stage(
     return acted, reward.float(), done | ~written, aux, sums
 
 
-_STAGE: list[Callable[..., tuple[Tensor, ...]]] = []
-
-
+@functools.cache
 def compiled_stage() -> Callable[..., tuple[Tensor, ...]]:
     """:func:`stage` compiled by Inductor (one per process, shared by every collector): under
     ``StepMode.FUSED`` the fused step's result is staged by a few fused kernels, not the ~20 small
     eager ones. The same values; the float64 sums' reduction order may differ (1e-16 relative)."""
-    if not _STAGE:
-        _STAGE.append(torch.compile(stage, fullgraph=True, dynamic=False))
-    return _STAGE[0]
+    return torch.compile(stage, fullgraph=True, dynamic=False)
 
 
 class CollectingPolicy(Protocol):
