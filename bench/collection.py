@@ -45,6 +45,7 @@ from typing import Any
 
 import torch
 
+from foxhunt.agent.actor import CompileScope
 from foxhunt.agent.build import build_agent
 from foxhunt.agent.collect import StepMode
 from foxhunt.agent.config import AgentConfig, Algo
@@ -100,8 +101,8 @@ def forward_flops(agent: Any, obs: torch.Tensor) -> float:
 
 
 class ForwardOnly:
-    """A collecting policy whose ``compile(lean=True)`` compiles the forward alone, as the other modes
-    do (the ``fused_forward`` row: the fused env step with today's compiled forward and eager
+    """A collecting policy whose ``compile(CompileScope.DECISION)`` compiles the forward alone, as
+    the other modes do (the ``fused_forward`` row: the fused env step with today's compiled forward and eager
     exploration, to tell the fused step's share of ``fused`` from the compiled decision's)."""
 
     def __init__(self, inner: Any) -> None:
@@ -116,8 +117,8 @@ class ForwardOnly:
     def capture_key(self) -> Any:
         return self.inner.capture_key()
 
-    def compile(self, lean: bool = False) -> None:
-        del lean
+    def compile(self, scope: CompileScope = CompileScope.FORWARD) -> None:
+        del scope
         self.inner.compile()
 
 

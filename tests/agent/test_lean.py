@@ -21,7 +21,7 @@ import dataclasses
 import pytest
 import torch
 
-from foxhunt.agent.actor import CompiledExploring, Exploring
+from foxhunt.agent.actor import CompiledExploring, CompileScope, Exploring
 from foxhunt.agent.agent import Agent
 from foxhunt.agent.collect import StepMode
 from foxhunt.agent.config import AgentConfig, Algo
@@ -80,7 +80,7 @@ def test_dqn_decision_traced_whole_is_the_eager_decision_exactly(kw: dict) -> No
     ref, lean = _dqn_pair(**kw)
     for p in (ref, lean):
         p.actor.hold(0)
-    lean.compile(lean=True, backend="eager")
+    lean.compile(CompileScope.DECISION, backend="eager")
     assert isinstance(lean.lean, CompiledExploring)
     _same_calls(ref, lean)
     for a, b in zip(ref.actor.counts, lean.actor.counts, strict=True):  # the visit counts alike
@@ -92,7 +92,7 @@ def test_dqn_decision_traced_whole_is_the_eager_decision_exactly(kw: dict) -> No
 @pytest.mark.parametrize("curriculum", [False, True])
 def test_ppo_decision_traced_whole_is_the_eager_decision_exactly(curriculum: bool) -> None:
     ref, lean = _ppo_pair(curriculum)
-    lean.compile(lean=True, backend="eager")
+    lean.compile(CompileScope.DECISION, backend="eager")
     _same_calls(ref, lean)
     assert [s.shape[1] for s in lean.lean.plans[(48, STATE_LAYOUT.width)]] == list(lean.actor.sizes)  # type: ignore[union-attr]
 
@@ -100,7 +100,7 @@ def test_ppo_decision_traced_whole_is_the_eager_decision_exactly(curriculum: boo
 def test_the_recorded_plan_is_what_the_eager_decision_draws() -> None:
     """The plan of epsilon-greedy alone: per branch a randint over the branch's values, then a coin."""
     _, lean = _dqn_pair(explore={"epsilon": 0.1})
-    lean.compile(lean=True, backend="eager")
+    lean.compile(CompileScope.DECISION, backend="eager")
     lean(torch.zeros(5, STATE_LAYOUT.width))
     plan = lean.lean.plans[(5, STATE_LAYOUT.width)]  # type: ignore[union-attr]
     sizes = lean.actor.sizes
@@ -123,7 +123,7 @@ def _close(got: object, want: object, rows_equal: float) -> None:
 @pytest.mark.parametrize("algo", ["dqn", "ppo"])
 def test_decision_compiled_by_inductor_acts_as_the_eager_one_on_the_cpu(algo: str) -> None:
     ref, lean = _dqn_pair(explore=EVERY_METHOD) if algo == "dqn" else _ppo_pair(False)
-    lean.compile(lean=True)
+    lean.compile(CompileScope.DECISION)
     g = torch.Generator().manual_seed(5)
     for _ in range(3):
         obs = torch.randn(64, STATE_LAYOUT.width, generator=g)
@@ -152,7 +152,7 @@ def test_decision_compiled_by_inductor_acts_as_the_eager_one_on_cuda(algo: str) 
             q.copy_(p)
     wrap = Exploring if algo == "dqn" else PPOExploring
     ref, lean = wrap(agents[0].policy), wrap(agents[1].policy)  # type: ignore[arg-type]
-    lean.compile(lean=True)
+    lean.compile(CompileScope.DECISION)
     for _ in range(3):
         obs = torch.randn(4096, STATE_LAYOUT.width, device="cuda", generator=gen)
         _close(lean(obs), ref(obs), 0.99)

@@ -288,6 +288,13 @@ class Actor:
         self.signals.load_state_dict(dict(state["signals"]))
 
 
+class CompileScope(StrEnum):
+    """What an exploring policy's ``compile`` compiles (collection picks it by step mode)."""
+
+    FORWARD = "forward"  # the network's forward and E[Q] (Actor.compile); exploration stays eager
+    DECISION = "decision"  # the whole exploring decision, its draws made before it (CompiledExploring)
+
+
 class Exploring:
     """The exploring policy as :class:`~foxhunt.agent.collect.Collector` calls it: ``obs -> PolicyOut``,
     the decision's direction gap fed to the ``q_gap`` signal (acting statistics feed the signals in
@@ -297,7 +304,7 @@ class Exploring:
     def __init__(self, actor: Actor) -> None:
         self.actor = actor
         self.generator = actor.gen  # the draws' generator: a captured graph registers it
-        self.lean: CompiledExploring | None = None  # compile(lean=True)
+        self.lean: CompiledExploring | None = None  # compile(CompileScope.DECISION)
 
     def __call__(self, obs: Tensor) -> PolicyOut:
         pol = self.actor(obs, Mode.EXPLORE) if self.lean is None else self.lean(obs)
@@ -313,10 +320,10 @@ class Exploring:
         response changes). A graph captured under another key is captured again."""
         return self.actor.temperature_boost
 
-    def compile(self, lean: bool = False, backend: str = "inductor") -> None:
-        """The forward and E[Q] compiled (:meth:`Actor.compile`), or with ``lean`` the whole decision
+    def compile(self, scope: CompileScope = CompileScope.FORWARD, backend: str = "inductor") -> None:
+        """The forward and E[Q] compiled (:meth:`Actor.compile`), or the whole decision
         (:class:`CompiledExploring`)."""
-        if not lean:
+        if scope is CompileScope.FORWARD:
             self.actor.compile(backend)
         elif self.lean is None:
             actor = self.actor

@@ -40,7 +40,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from foxhunt.agent.actor import PolicyOut
+from foxhunt.agent.actor import CompileScope, PolicyOut
 from foxhunt.agent.config import Bootstrap, CounterfactualConfig, LearnConfig
 from foxhunt.agent.counterfactual import CF, CounterfactualStage, EntryWindows
 from foxhunt.agent.learner import decision_state
@@ -168,9 +168,10 @@ class CollectingPolicy(Protocol):
         """What a captured step holds as constants: another key captures the step again."""
         ...
 
-    def compile(self, lean: bool = False) -> None:
-        """Compile the policy's pure part (called where the collector compiles the env step); ``lean``:
-        the whole decision, its draws made before it (``foxhunt.agent.actor.CompiledExploring``)."""
+    def compile(self, scope: CompileScope = CompileScope.FORWARD) -> None:
+        """Compile the policy's pure part (called where the collector compiles the env step): the
+        forward, or the whole decision, its draws made before it
+        (``foxhunt.agent.actor.CompiledExploring``)."""
         ...
 
 
@@ -237,7 +238,7 @@ class Collector:
         if self.compile:
             policy.compile()  # the exploring forward too: at these batches its elementwise kernels bound it
         elif mode is StepMode.FUSED and n >= COMPILE_MIN_BATCH:
-            policy.compile(lean=True)  # the whole exploring decision, one compiled function
+            policy.compile(CompileScope.DECISION)  # the whole exploring decision, one compiled function
             self.stage = compiled_stage()  # and the staging arithmetic: a few kernels instead of ~20
         self.tf32 = dev.type == "cuda"  # the exploring forward's matmuls (tf32_matmuls)
         width = STATE_LAYOUT.width

@@ -33,7 +33,7 @@ from torch import Tensor, nn
 
 from foxhunt import seeding
 from foxhunt.agent import explore as ex
-from foxhunt.agent.actor import CompiledExploring, Mode, PolicyOut, _eval_mode, _top2_gap
+from foxhunt.agent.actor import CompiledExploring, CompileScope, Mode, PolicyOut, _eval_mode, _top2_gap
 from foxhunt.agent.agent import PlateauHandles, Restore, UpdateMode
 from foxhunt.agent.collect import CachedCollector, Rollout, StepMode
 from foxhunt.agent.config import AgentConfig, Bootstrap, CurriculumConfig, LearnConfig, Symmetry
@@ -268,7 +268,7 @@ class PPOExploring:
     def __init__(self, actor: PPOActor) -> None:
         self.actor = actor
         self.generator = actor.gen
-        self.lean: CompiledExploring | None = None  # compile(lean=True)
+        self.lean: CompiledExploring | None = None  # compile(CompileScope.DECISION)
 
     def __call__(self, obs: Tensor) -> PolicyOut:
         return self.actor(obs, Mode.EXPLORE) if self.lean is None else self.lean(obs)
@@ -279,10 +279,10 @@ class PPOExploring:
     def capture_key(self) -> int:
         return 0
 
-    def compile(self, lean: bool = False, backend: str = "inductor") -> None:
-        """The forward compiled (:meth:`PPOActor.compile`), or with ``lean`` the whole decision, the
-        sampling on the device included (:class:`~foxhunt.agent.actor.CompiledExploring`: no value head)."""
-        if not lean:
+    def compile(self, scope: CompileScope = CompileScope.FORWARD, backend: str = "inductor") -> None:
+        """The forward compiled (:meth:`PPOActor.compile`), or the whole decision, the sampling on the
+        device included (:class:`~foxhunt.agent.actor.CompiledExploring`: no value head)."""
+        if scope is CompileScope.FORWARD:
             self.actor.compile(backend)
         elif self.lean is None:
             self.lean = CompiledExploring(self.actor, None, backend)
