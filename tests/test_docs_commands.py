@@ -175,6 +175,12 @@ def problems(cmd: Command, root) -> list[str]:
     program = cmd.tokens[0]
     if program in EXTERNAL:
         return []
+    if program == "bash":  # a script of the repository's: it exists
+        script = next((t for t in cmd.tokens[1:] if not t.startswith("-")), "")
+        return [] if (REPO / script).is_file() else [f"{where}: no script {script}"]
+    if program in ("pytest", ".venv/bin/pytest"):  # the test files it is given exist
+        paths = [t.split("::")[0] for t in cmd.tokens[1:] if t.startswith("tests/")]
+        return [f"{where}: no test file {t}" for t in paths if not (REPO / t).exists()]
     if program == "make":
         targets = set(re.findall(r"^([\w-]+):", (REPO / "Makefile").read_text(), flags=re.M))
         return [f"{where}: no make target {t}" for t in cmd.tokens[1:] if "=" not in t and t not in targets]
