@@ -16,6 +16,7 @@ never imports the market simulator (tests/test_job_startup.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import weakref
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from foxhunt.features.cache_file import FeatureCache
     from foxhunt.outputs import Keep
     from foxhunt.tracking import TrackedRun
+    from foxhunt.train.members import MemberRuns
     from foxhunt.tune.seeds import SeedResult
     from foxhunt.validation.config import FoldConfig
 
@@ -426,9 +428,11 @@ def train_folds(
     progress: Reporter | None = None,
     log: Callable[[str], None] = print,
     on_epoch: Callable[[int, int, dict[str, float]], None] | None = None,
+    members: MemberRuns | None = None,
 ) -> list[dict[str, Any]]:
     """Walk-forward training on ``data`` once :func:`admit` has let it through
-    (:func:`foxhunt.train.run.train`: every fold's result, carrying the guard's summary)."""
+    (:func:`foxhunt.train.run.train`: every fold's result, carrying the guard's summary; ``members``
+    started already by the caller, :func:`foxhunt.train.run.start_members`)."""
     from foxhunt.backtest.reference import planted_column
     from foxhunt.train.run import train as run_training
 
@@ -444,6 +448,7 @@ def train_folds(
         leak_guard=data.leaks.summary(),
         planted=planted_column(list(data.files)),
         on_epoch=on_epoch,
+        members=members,
     )
 
 
@@ -789,23 +794,42 @@ def run_job(
         JOB_RESULTS, RECORDED_CONFIG, resume=resume, overwrite=overwrite,
         then=lambda taken: store.start(tracking_uri, taken),
     )  # fmt: skip
+    members = None
     try:
         ready = prepare(
             cfg, out_dir, data, claim=claim, where="foxhunt run", compile_ahead=True, progress=rep, say=log
         )
         out = Path(out_dir)
         write_resolved(cfg, out / RECORDED_CONFIG)
+        members = _members_ahead(ready, cfg, out / "train", resume)
         alpha = _job_alpha(ready, cfg, out, rep)
     except BaseException:
         store.cancel()  # a job that ends before training leaves no store behind
+        if members is not None:
+            members.stop()
         raise
     store.wait()  # the job opens the store itself from here on
     device = resolve_device(cfg)
     log(f"training on {device}")
     run = {"profile": profile, "device": str(device), "started": started, "t0": t0}
-    return _job_training(
-        ready, cfg, out, alpha, run, rep, resume=resume, overwrite=overwrite, uri=tracking_uri
-    )
+    with members if members is not None else contextlib.nullcontext():  # an error stops them
+        return _job_training(
+            ready, cfg, out, alpha, run, rep, resume=resume, overwrite=overwrite, uri=tracking_uri,
+            members=members,
+        )  # fmt: skip
+
+
+def _members_ahead(ready: Dataset, cfg: FoxhuntConfig, train_out: Path, resume: bool) -> MemberRuns | None:
+    """A fresh job's members 1 .. K-1 on a GPU, started once the data has passed the leak guard and
+    before the alpha check (:func:`foxhunt.train.run.start_members`): their start-up overlaps the
+    check's CPU work. On the CPU (the check and the members would share the same cores) and on a
+    resume, training starts them as before."""
+    from foxhunt.backtest.reference import planted_column
+    from foxhunt.train.run import resolve_device, start_members
+
+    if cfg.train.members < 2 or resume or resolve_device(cfg).type != "cuda":
+        return None
+    return start_members(ready.cache, cfg, train_out, planted_column(list(ready.files)))
 
 
 @dataclass
@@ -866,6 +890,7 @@ def _job_training(
     resume: bool,
     overwrite: bool,
     uri: str | None,
+    members: MemberRuns | None = None,
 ) -> JobSummary:
     """The job's training (tracked), then metrics.json and report.html. A run the anomaly guard
     stopped still gets its report (the folds it finished and where it stopped); the error is raised
@@ -888,6 +913,7 @@ def _job_training(
             overwrite=overwrite,
             progress=rep,
             on_epoch=tracker.epoch_hook(),
+            members=members,
         )
     except AnomalyError as err:
         stopped = err

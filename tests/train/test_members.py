@@ -15,7 +15,7 @@ from foxhunt.features.cache_file import FeatureCache
 from foxhunt.report.html import _checkpoint_cell
 from foxhunt.seeding import MEMBER_STRIDE, member_seed
 from foxhunt.train.members import COMMITTEE_KEY, member_folder
-from foxhunt.train.run import Interrupted, train
+from foxhunt.train.run import Interrupted, start_members, train
 from foxhunt.tune.objective import trial_config
 from foxhunt.tune.seeds import committee_result
 from tests.train.test_run import canon, quiet, same, tiny_cfg
@@ -125,6 +125,21 @@ def test_a_member_trained_in_a_spawned_process_gives_the_same_run(
     train(tiny_cache, cfg, tmp_path, log=quiet)
     got, want = _folds(tmp_path), _folds(sequential)
     assert canon(got) == canon(want)
+
+
+def test_members_started_before_training_give_the_same_run(
+    tiny_cache: FeatureCache, sequential: Path, tmp_path: Path
+) -> None:
+    """The main job on a GPU starts the spawned members before its alpha check (start_members) and
+    hands them to train, which starts none again: the numbers are those of any other schedule."""
+    cfg = tiny_cfg(f"run.seed={SEED}", "train.members=2", "train.member_workers=2")
+    members = start_members(tiny_cache, cfg, tmp_path, planted=None)
+    assert members.spawned == 1
+    pool = members._pool
+    assert pool is not None  # training beside this process already
+    train(tiny_cache, cfg, tmp_path, log=quiet, members=members)
+    assert members._pool is None  # train waited for them and closed their pool
+    assert canon(_folds(tmp_path)) == canon(_folds(sequential))
 
 
 def test_an_interrupted_run_of_members_resumes_to_the_same_numbers(

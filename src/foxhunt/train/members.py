@@ -101,7 +101,8 @@ class MemberRuns:
         return [job[1] for job in self.jobs]
 
     def start(self) -> None:
-        if self.spawned == 0:
+        """Launch the members that train beside member 0 (once: a second call does nothing)."""
+        if self.spawned == 0 or self._pool is not None:
             return
         ctx = multiprocessing.get_context("spawn")
         self._pool = ProcessPoolExecutor(max_workers=self.spawned, mp_context=ctx)
@@ -127,7 +128,13 @@ class MemberRuns:
     def __exit__(self, kind: type[BaseException] | None, err: BaseException | None, tb: object) -> None:
         """Leaving the run: on an error (member 0's guard, an interruption) the members still training
         are stopped, not waited for (minutes of work whose committee will never be judged)."""
-        if kind is not None and self._pool is not None:
+        if kind is not None:
+            self.stop()
+        self.close()
+
+    def stop(self) -> None:
+        """Stop the members still training (terminated, not waited for) and the pool."""
+        if self._pool is not None:
             # CPython's pool keeps its worker processes here (no public terminate before 3.14).
             for process in list(getattr(self._pool, "_processes", {}).values()):
                 process.terminate()

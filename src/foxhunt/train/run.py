@@ -439,6 +439,7 @@ def train(
     leak_guard: dict[str, Any] | None = None,
     planted: str | None = None,
     on_epoch: EpochHook | None = None,
+    members: MemberRuns | None = None,
 ) -> list[dict[str, Any]]:
     """Train every fold; returns the per-fold results (also written to ``out_dir/folds.json``).
 
@@ -459,7 +460,10 @@ def train(
 
     A folder holding another run is refused unless ``overwrite`` (its checkpoints, history and
     folds are then deleted); ``resume`` needs the folder, and ``cfg`` equal to the config it
-    recorded (:data:`RECORDED_CONFIG`), both checked before anything is written."""
+    recorded (:data:`RECORDED_CONFIG`), both checked before anything is written.
+
+    ``members``: members 1 .. K-1 (``train.members``) that the caller started already
+    (:func:`start_members`, the main job while its alpha check runs); else they start here."""
     from foxhunt.config.loader import write_resolved
 
     rep = reporter_or_lines(progress, log)
@@ -475,11 +479,8 @@ def train(
             old.unlink(missing_ok=True)
     # Members 1 .. K-1 (train.members): their own runs in OUT/members, started before member 0 (this
     # run) trains so they train beside it; each fold then reports the members' committee.
-    members = (
-        MemberRuns(cfg, out, cache.path, planted, resume=resume, train=train_member)
-        if cfg.train.members > 1
-        else None
-    )
+    if members is None and cfg.train.members > 1:
+        members = MemberRuns(cfg, out, cache.path, planted, resume=resume, train=train_member)
     with training_settings(cfg, device), contextlib.ExitStack() as closing:
         if members is not None:
             closing.enter_context(members)  # an error stops the members still training
@@ -520,6 +521,20 @@ def train(
             results = committee_folds(cache, cfg, out, results, members.folders, device, rep.say)
             write_json(done_path, results, default=float)
     return results
+
+
+def start_members(
+    cache: FeatureCache, cfg: FoxhuntConfig, out_dir: str | Path, planted: str | None
+) -> MemberRuns:
+    """Members 1 .. K-1 of a fresh run into ``out_dir`` (:func:`train`'s folder), those that train
+    beside member 0 started now, for :func:`train`'s ``members``. On a GPU the main job starts them
+    before its alpha check: a spawned member's start (imports, CUDA, its compiles: about 10 s) then
+    overlaps the check's CPU work instead of trailing member 0, whose committee waits for it.
+    The caller owns them until :func:`train` takes them: on an error before, leave them as a
+    context manager does (``with members: ...``), which stops them."""
+    members = MemberRuns(cfg, Path(out_dir), cache.path, planted, resume=False, train=train_member)
+    members.start()
+    return members
 
 
 def train_member(cfg: FoxhuntConfig, out: Path, cache_path: Path, planted: str | None, resume: bool) -> int:
