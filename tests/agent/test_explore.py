@@ -206,3 +206,18 @@ def test_branch_epsilon_unset_is_the_common_epsilon() -> None:
     assert all(cfg.epsilon_of(b) == 0.25 for b in BRANCHES)
     with pytest.raises(ValueError):
         ExploreConfig(branch_epsilon={"order_type": 1.5})
+
+
+def test_the_conviction_gap_is_topks_two_values_exactly() -> None:
+    """``actor._top2_gap`` (two row maxima, which Inductor fuses) is ``topk(q, 2)``'s best minus
+    second, bit for bit, ties included (a tied best: gap 0), on a hand-worked row and random ones."""
+    from foxhunt.agent.actor import _top2_gap
+
+    q = torch.tensor([[1.0, 3.0, 2.0], [2.0, 2.0, -1.0], [-5.0, -4.0, -4.5], [0.1, 0.1, 0.1]])
+    assert _top2_gap(q).tolist() == pytest.approx([1.0, 0.0, 0.5, 0.0], abs=0)
+    g = torch.Generator().manual_seed(0)
+    for width in (2, 3, 4):
+        q = torch.randint(-3, 4, (500, width), generator=g).float() * 0.37  # many ties
+        q = torch.cat([q, torch.randn(500, width, generator=g, dtype=torch.float64).float()])
+        top = torch.topk(q, 2, dim=1).values
+        assert torch.equal(_top2_gap(q), top[:, 0] - top[:, 1])
