@@ -337,24 +337,32 @@ class _Greedy(torch.nn.Module):
         return tuple(getattr(out, f) for f in _POLICY_FIELDS)
 
 
+def policy_key(members: Sequence[AnyAgent], obs: Tensor) -> str:
+    """:class:`AotPolicy`'s library key: everything the export bakes in. The weights and running
+    signals (the state dicts), the configs, branch sizes, the entry penalty, and the curriculum's
+    held branches with the choice they are held at (``agent.curriculum``: a checkpoint loaded at an
+    early epoch holds branches that a later one does not, with the same weights and config)."""
+    buf = io.BytesIO()
+    torch.save([m.policy.state_dict() for m in members], buf)
+    return _digest(
+        "policy",
+        torch.__version__,
+        POLICY_INDUCTOR,
+        [m.cfg.model_dump_json() for m in members],
+        [repr(m.policy.sizes) for m in members],
+        buf.getvalue(),
+        _signature(obs),
+        tuple(obs.shape),
+        [m.policy.entry_penalty if isinstance(m, Agent) else None for m in members],
+        [(m.policy.held.tolist(), m.policy.held_at.tolist()) for m in members],
+    )
+
+
 class AotPolicy:
     """The greedy forward at batch 1 from a compiled library, the weights baked in (module docstring)."""
 
     def __init__(self, members: Sequence[AnyAgent], obs: Tensor, cache: Path | None = None) -> None:
-        buf = io.BytesIO()
-        torch.save([m.policy.state_dict() for m in members], buf)
-        key = _digest(
-            "policy",
-            torch.__version__,
-            POLICY_INDUCTOR,
-            [m.cfg.model_dump_json() for m in members],
-            [repr(m.policy.sizes) for m in members],
-            buf.getvalue(),
-            _signature(obs),
-            tuple(obs.shape),
-            [m.policy.entry_penalty if isinstance(m, Agent) else None for m in members],
-        )
-        self.path = (cache or cache_dir()) / f"policy-{key}.pt2"
+        self.path = (cache or cache_dir()) / f"policy-{policy_key(members, obs)}.pt2"
         self.compile_seconds = 0.0
         if not self.path.exists():
             self.compile_seconds = _compile(_Greedy(members), (obs,), self.path, POLICY_INDUCTOR)
