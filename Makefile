@@ -62,8 +62,10 @@ test-manual: install
 	$(BIN)/pytest -p no:xdist -m "slow and manual"
 
 ## The GPU tests (pytest -m gpu): run them on a machine with a CUDA device; without one each skips.
+## Each failure's traceback goes to failures.txt as it happens (a device call killed at its limit
+## loses pytest's summary, not the failures: tests/live_failures_plugin.py).
 test-gpu: install
-	$(BIN)/pytest -p no:xdist -m gpu
+	$(BIN)/pytest -p no:xdist -p tests.live_failures_plugin -m gpu
 
 bench: install
 	$(BIN)/python bench/run.py
