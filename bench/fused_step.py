@@ -220,7 +220,12 @@ def main() -> int:
             else:
                 seconds = time.perf_counter() - t0
             rate = n * args.steps / seconds
-            nbytes = step_bytes(env, obs, env.step(pool[0], ledger=args.ledger)[1])
+            # Sized on a twin env: an eager step of the timed env would replace its state under a
+            # captured graph that still steps (and, under --profile, replays) the old one.
+            twin = TradingEnv(market, cfg)
+            twin.reset(starts)
+            nbytes = step_bytes(twin, obs, twin.step(pool[0], ledger=args.ledger)[1])
+            del twin
             floor = bandwidth / nbytes
             # The fused step keeps the CVaR tail instead of reading the ring row whole: its own floor
             # reads one ring slot and the kept tail (KP values, its count and last return) and writes them.
