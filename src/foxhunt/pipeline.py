@@ -819,15 +819,23 @@ def run_job(
         )  # fmt: skip
 
 
-def _members_ahead(ready: Dataset, cfg: FoxhuntConfig, train_out: Path, resume: bool) -> MemberRuns | None:
-    """A fresh job's members 1 .. K-1 on a GPU, started once the data has passed the leak guard and
-    before the alpha check (:func:`foxhunt.train.run.start_members`): their start-up overlaps the
-    check's CPU work. On the CPU (the check and the members would share the same cores) and on a
-    resume, training starts them as before."""
-    from foxhunt.backtest.reference import planted_column
-    from foxhunt.train.run import resolve_device, start_members
+def _members_early(cfg: FoxhuntConfig, resume: bool) -> bool:
+    """Whether the job starts its members before the alpha check: a fresh job of several members
+    training on a GPU. On the CPU the check and the members would share the same cores; a resume
+    leaves them to training, as before."""
+    from foxhunt.train.run import resolve_device
 
-    if cfg.train.members < 2 or resume or resolve_device(cfg).type != "cuda":
+    return cfg.train.members > 1 and not resume and resolve_device(cfg).type == "cuda"
+
+
+def _members_ahead(ready: Dataset, cfg: FoxhuntConfig, train_out: Path, resume: bool) -> MemberRuns | None:
+    """A job's members 1 .. K-1, started once the data has passed the leak guard and before the alpha
+    check where :func:`_members_early` says so (:func:`foxhunt.train.run.start_members`): their
+    start-up overlaps the check's CPU work. Else None: training starts them."""
+    from foxhunt.backtest.reference import planted_column
+    from foxhunt.train.run import start_members
+
+    if not _members_early(cfg, resume):
         return None
     return start_members(ready.cache, cfg, train_out, planted_column(list(ready.files)))
 

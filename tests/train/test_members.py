@@ -167,11 +167,8 @@ def test_the_main_job_reports_the_members_committee(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from foxhunt.cli import app
-    from tests.train.test_run import TINY
 
-    sets = [a for s in (*TINY, "run.threads=1", "train.members=2") for a in ("--set", s)]
-    args = ["run", "--profile", "smoke", "--out", str(tmp_path / "run"), "-q", *sets]
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, _job_args(tmp_path / "run"))
     assert result.exit_code == 0, result.output
     metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
     for fold in metrics["folds"]:
@@ -180,6 +177,75 @@ def test_the_main_job_reports_the_members_committee(tmp_path: Path) -> None:
         assert fold["equity"]["agent"][-1] == pytest.approx(fold["net_pnl"], abs=1e-6)
     assert (tmp_path / "run" / "train" / "members" / "m1" / "folds.json").is_file()
     assert "committee of 2 members" in (tmp_path / "run" / "report.html").read_text()
+
+
+def _job_args(out: Path) -> list[str]:
+    from tests.train.test_run import TINY
+
+    sets = [a for s in (*TINY, "run.threads=1", "train.members=2") for a in ("--set", s)]
+    return ["run", "--profile", "smoke", "--out", str(out), "-q", *sets]
+
+
+@pytest.fixture
+def members_early(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The main job's early start of its members (on a GPU only) forced on the CPU; the order in
+    which the job started its members and its alpha check, recorded."""
+    import foxhunt.pipeline as pipeline
+    import foxhunt.train.run as run
+
+    events: list[str] = []
+    start, alpha = run.start_members, pipeline._job_alpha
+    monkeypatch.setattr(pipeline, "_members_early", lambda cfg, resume: not resume)
+    monkeypatch.setattr(run, "start_members", lambda *a: (events.append("members"), start(*a))[1])
+    monkeypatch.setattr(pipeline, "_job_alpha", lambda *a: (events.append("alpha"), alpha(*a))[1])
+    return events
+
+
+def test_the_main_job_starts_its_members_before_the_alpha_check(
+    members_early: list[str], tmp_path: Path
+) -> None:
+    """`foxhunt run` where the members start early (a GPU's path, forced here): the members start
+    before the alpha check, training takes them (none started twice) and the committee is reported."""
+    from typer.testing import CliRunner
+
+    from foxhunt.cli import app
+
+    result = CliRunner().invoke(app, _job_args(tmp_path / "run"))
+    assert result.exit_code == 0, result.output
+    assert members_early == ["members", "alpha"]
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert all(fold[COMMITTEE_KEY]["members"] == 2 for fold in metrics["folds"])
+    assert len(_folds(tmp_path / "run" / "train" / "members" / "m1")) == len(metrics["folds"])
+
+
+def test_a_job_that_fails_after_starting_its_members_stops_them(
+    members_early: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The alpha check fails after the members started early: the command fails with its one line
+    and the spawned member is terminated, not left training."""
+    import multiprocessing
+    import time
+
+    from typer.testing import CliRunner
+
+    import foxhunt.pipeline as pipeline
+    from foxhunt.cli import app
+    from foxhunt.errors import FoxhuntError
+
+    def broken(*a: object) -> None:
+        members_early.append("alpha")
+        raise FoxhuntError("alpha check", "failed on purpose", "nothing to fix: a test")
+
+    monkeypatch.setattr(pipeline, "_job_alpha", broken)
+    result = CliRunner().invoke(app, _job_args(tmp_path / "run"))
+    assert result.exit_code == 2, result.output
+    assert members_early == ["members", "alpha"]
+    for _ in range(100):  # terminated: gone once the OS has reaped it
+        if not multiprocessing.active_children():
+            break
+        time.sleep(0.1)
+    assert not multiprocessing.active_children()
+    assert not (tmp_path / "run" / "train" / "members" / "m1" / "folds.json").exists()
 
 
 def test_an_error_in_the_run_stops_the_members_still_training(
