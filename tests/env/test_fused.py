@@ -175,9 +175,14 @@ def _names(state: object, prefix: str = "") -> list[str]:
     return out
 
 
+def _tol(dtype: torch.dtype) -> float:
+    """The relative tolerance of a field that is not one rounding in the eager step (module docstring)."""
+    return 1e-12 if dtype == torch.float64 else 1e-6
+
+
 def _same(name: str, a: torch.Tensor, b: torch.Tensor, close: bool) -> None:
     if close and a.is_floating_point():
-        tol = 1e-12 if a.dtype == torch.float64 else 1e-6
+        tol = _tol(a.dtype)
         torch.testing.assert_close(b, a, rtol=tol, atol=tol * 1e-3, equal_nan=True, msg=name)
     else:
         torch.testing.assert_close(b, a, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
@@ -188,7 +193,7 @@ def _agrees(a: torch.Tensor, b: torch.Tensor, close: bool) -> torch.Tensor:
     if a.shape != b.shape or a.dtype != b.dtype:
         return torch.zeros((), dtype=torch.bool, device=a.device)
     if close and a.is_floating_point():
-        tol = 1e-12 if a.dtype == torch.float64 else 1e-6
+        tol = _tol(a.dtype)
         ok = (a == b) | ((b - a).abs() <= tol * 1e-3 + tol * a.abs())  # assert_close's: a expected
     else:
         ok = a == b
