@@ -44,8 +44,8 @@ exactly, except where the eager path itself is not one rounding:
   CUDA another), the kernel adds in order; they agree within a few ulps (1e-12 relative in
   float64). With the shaping terms off the reward's other four components are 0 and it is exact.
 * the drawdown-recovery shaping term: the kernel's ``tanh`` (an odd series below 0.05, ``exp``
-  above; PyTorch's is its own libm's) is within 1e-15 relative in float64 (1e-6 in float32, whose
-  ``exp`` is Triton's approximate one), only with that bonus on.
+  above, in float64 for both dtypes; PyTorch's is its own libm's) is within 1e-15 relative in
+  float64 and a few ulps in float32, only with that bonus on.
 
 ``time_since_trade``'s ``log1p`` in the observation comes from a table of ``torch.log1p`` (built
 once per env on its device, up to where the slot's clamp binds), so it is the eager value.
