@@ -36,6 +36,7 @@ TINY_MARKET = (
 # Training at the smoke network's sizes (and its replay capacity: what makes a checkpoint heavy) for
 # one epoch of a few updates; the plain network, so that the briefly trained policy trades.
 ONE_EPOCH = (
+    "agent.algo=dqn",  # the DQN learner, whose replay buffer is what a full checkpoint carries
     "train.epochs=1",
     "train.envs=16",
     "train.steps_per_epoch=16",
@@ -305,14 +306,19 @@ def test_backtest_refuses_data_the_guard_has_not_passed(dataset: api.Dataset, cf
 def checkpoint(dataset: api.Dataset, cache: FeatureCache, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Fold 1's checkpoint as training saves it (weights, optimizer, replay, signals, random streams,
     metadata) after one epoch of the smoke profile's collection (64 episodes x 64 steps into replay)
-    and a few updates."""
+    and a few updates, by the DQN learner (its replay buffer is what makes a full checkpoint heavy)."""
     from foxhunt.policy.store import CheckpointStore
     from foxhunt.train.run import FoldTrainer
 
     # The export is compared on a trading policy: the first seed whose briefly trained one trades (at
     # e1a5f00 seeds 1-15 traded 0, 43, 7, 13, 0, 0, 57, 37, 83, 81, 0, 0, 0, 29, 37 times).
     def attempt(seed: int) -> tuple[Path, int]:
-        overrides = [*TINY_MARKET, "agent.learn.updates_per_epoch=4", "agent.network.symmetry=none"]
+        overrides = [
+            *TINY_MARKET,
+            "agent.algo=dqn",
+            "agent.learn.updates_per_epoch=4",
+            "agent.network.symmetry=none",
+        ]
         cfg = api.config("smoke", overrides=[*overrides, f"run.seed={seed}"])
         store = CheckpointStore(tmp_path_factory.mktemp("checkpoint"), ring=1)
         fd = api.make_folds(cache, cfg)[FOLD]

@@ -48,6 +48,10 @@ from foxhunt.train.guard import AnomalyError
 from foxhunt.train.run import Interrupted, train
 
 TINY = (
+    # The DQN learner, named: these tiny runs test the training loop's DQN mechanics (replay, the
+    # plateau ladder, rewinds, resumes) whichever learner the smoke profile ships (PPO is the candidate:
+    # docs/results/2026-12-08-fused-tests-and-smoke-ppo.md); tests/agent/test_ppo.py runs PPO through it.
+    "agent.algo=dqn",
     # A seed whose tiny policy trades in its folds (seed 7's is flat in both: which seeds trade after
     # 8 updates depends on the random streams), so the checkpoint backtest compares a trading policy.
     "run.seed=10",

@@ -45,6 +45,7 @@ def study_cfg(params: dict[str, Any], **tune: Any) -> FoxhuntConfig:
     tree["train"]["epochs"] = 2
     tree["train"]["selection"] = "train_tail"
     tree["train"]["members"] = 1  # a trial trains one member (trial_config)
+    tree["agent"]["algo"] = "dqn"  # the learner these studies' DQN keys (agent.learn.lr) train
     cfg = validate_tree(tree)
     assert cfg is not None
     return cfg
