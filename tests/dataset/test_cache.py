@@ -170,8 +170,9 @@ def test_stale_cache_is_refused_and_regeneration_can_be_disabled(
     cfg = _cfg()
     built = get_or_build([market_dir], cfg, tmp_path)
     monkeypatch.setattr(cache_mod, "CODE_ROOT", _edited(_source_copy(tmp_path / "src"), "features/market.py"))
-    with pytest.raises(CacheMismatchError, match="schema_hash"):
+    with pytest.raises(CacheMismatchError, match="schema_hash differs: built by other foxhunt") as edited:
         load_cache(built.path, cfg)
+    assert "editing the checkout while a job or study runs" in str(edited.value)  # the usual cause, named
     with pytest.raises(CacheMismatchError) as info:
         get_or_build([market_dir], cfg, tmp_path, regenerate=False)
     assert "schema_hash" in str(info.value) and "api.build_features(..., regenerate=True)" in str(info.value)

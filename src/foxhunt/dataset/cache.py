@@ -326,7 +326,13 @@ def _describe(field: str, cached: Any, now: Any) -> str:
     if field == "sources":
         return "built from other input files"
     if field == "schema_hash":
-        return "schema_hash differs: built by other feature code"
+        # The package's every .py file is hashed: a file edited while a job or a seeds study runs
+        # makes its later processes refuse the cache it built (it happened twice in measured studies).
+        return (
+            "schema_hash differs: built by other foxhunt code (a .py file of the package, a plug-in or "
+            "the state layout changed since; editing the checkout while a job or study runs does this: "
+            "run long studies from a checkout nobody edits, e.g. a git worktree)"
+        )
     return f"{field} cached {cached!r}, now {now!r}"
 
 
