@@ -448,7 +448,7 @@ def _ptx_for_the_h100(dtype: torch.dtype, ledger: bool, magnitudes: int) -> str:
     [(torch.float64, True, 3), (torch.float32, False, 3), (torch.float32, True, 1)],
 )
 def test_fused_kernel_compiles_for_the_h100_without_a_device(
-    dtype: torch.dtype, ledger: bool, magnitudes: int
+    dtype: torch.dtype, ledger: bool, magnitudes: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Triton's compiler (stricter than its interpreter: globals, types, layouts) builds the kernel
     for an H100 (sm_90) on any host, about a minute each, in a spawned process with the interpreter
@@ -457,16 +457,9 @@ def test_fused_kernel_compiles_for_the_h100_without_a_device(
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    before = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"  # what the spawned process imports Triton with
-    try:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
-            ptx = pool.submit(_ptx_for_the_h100, dtype, ledger, magnitudes).result()
-    finally:
-        if before is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = before
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # what the spawned process imports Triton with
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        ptx = pool.submit(_ptx_for_the_h100, dtype, ledger, magnitudes).result()
     assert ".entry step_kernel" in ptx
     assert "div.full" not in ptx and "sqrt.approx" not in ptx  # correctly rounded / and sqrt
     assert "ex2.approx" not in ptx  # no approximate exp: the float32 tanh is computed in float64
